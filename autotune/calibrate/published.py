@@ -1,0 +1,103 @@
+"""Published training runs (``tests/data/published_runs.csv``) and how we predict each.
+
+Where a source leaves settings unstated, the assumption is made here, once, for all rows:
+
+* Narayanan et al. SC'21 (Megatron-LM, 2021): attention without FlashAttention (it appeared
+  in 2022; Megatron used its fused scale-mask-softmax), no overlap of gradient all-reduce, TP
+  or pipeline communication with compute (added to Megatron-Core in 2023), no ZeRO.
+* Megatron-Core r0.8.0 README table: the usual Megatron-Core defaults the README of the data
+  names (micro-batch 1, no recomputation, sequence parallelism with TP > 1, distributed
+  optimizer = ZeRO-1), fused (flash) attention, and the overlaps the Megatron-LM README states
+  for these runs (--overlap-grad-reduce --overlap-param-gather --tp-comm-overlap, overlapped
+  pipeline communication).
+* Both: GPT models with learned positions, LayerNorm, biases, dropout 0.1 and tied
+  embeddings (Megatron-LM's GPT defaults).
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.cost.estimate import Estimate
+from autotune.cost.evaluate import evaluate_plan
+from autotune.errors import AutotuneError
+from autotune.plan.builders import uniform_plan
+from autotune.plan.plan import Plan
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.model import ModelSpec
+from autotune.spec.workload import TrainingWorkload
+
+__all__ = ["PublishedRun", "RunCheck", "load_published_runs", "check_runs"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedRun:
+    run_id: str
+    source: str
+    model: ModelSpec
+    workload: TrainingWorkload
+    cluster_name: str
+    plan: Plan
+    iter_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunCheck:
+    run: PublishedRun
+    estimate: Estimate
+
+    @property
+    def error(self) -> float:
+        """Signed relative error of the predicted step time."""
+        return (self.estimate.step_time_s - self.run.iter_s) / self.run.iter_s
+
+
+def _is_megatron_2021(row: dict[str, str]) -> bool:
+    return row["source"].startswith("Narayanan et al. SC'21")
+
+
+def _run_from_row(row: dict[str, str]) -> PublishedRun:
+    legacy = _is_megatron_2021(row)
+    model = ModelSpec(
+        name=row["model"], num_layers=int(row["layers"]), hidden_size=int(row["hidden"]),
+        num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]), ffn_hidden_size=int(row["ffn"]),
+        ffn_activation=row["ffn_act"], vocab_size=int(row["vocab"]), max_seq_len=int(row["seq"]),
+        tied_embeddings=True, dropout=True, source=row["source"])
+    workload = TrainingWorkload(global_batch=int(row["global_batch"]), seq_len=int(row["seq"]), dtype=row["dtype"],
+                                attention_impl="unfused" if legacy else "flash")
+    tp = int(row["tp"])
+    sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
+    overlap = not legacy
+    plan = uniform_plan(
+        num_layers=model.num_layers, gpus=int(row["gpus"]), tp=tp, pp=int(row["pp"]), dp=int(row["dp"]),
+        cp=int(row["cp"] or 1), vpp=int(row["vpp"] or 1), micro_batch=int(row["micro_batch"] or 1),
+        global_batch=workload.global_batch, sequence_parallel=sp, recompute=row["recompute"] or "none",
+        zero=int(row["zero"]) if row["zero"] else 1, overlap_grad_reduce=overlap, overlap_param_gather=overlap,
+        overlap_tp_comm=overlap, overlap_p2p_comm=overlap)
+    cluster = "dgx-a100-80gb" if "A100" in row["gpu"] else "dgx-h100"
+    return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload,
+                        cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]))
+
+
+def load_published_runs(path: str | Path) -> list[PublishedRun]:
+    """Parse the CSV (columns as in shared/reference/README.md)."""
+    try:
+        with open(path, newline="") as handle:
+            return [_run_from_row(row) for row in csv.DictReader(handle)]
+    except OSError as err:
+        raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
+    except (KeyError, ValueError) as err:
+        raise AutotuneError("runs", f"{str(path)!r} is malformed: {err}") from None
+
+
+def check_runs(runs: list[PublishedRun], clusters: dict[str, ClusterSpec] | None = None) -> list[RunCheck]:
+    """Predict every run; ``clusters`` may replace the presets (e.g. with another profile)."""
+    clusters = dict(clusters or {})
+    checks = []
+    for run in runs:
+        cluster = clusters.setdefault(run.cluster_name, load_cluster(run.cluster_name))
+        checks.append(RunCheck(run=run, estimate=evaluate_plan(run.model, run.workload, cluster, run.plan)))
+    return checks

@@ -1,0 +1,89 @@
+"""Arguments and printing shared by commands."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+__all__ = ["add_model_args", "add_workload_args", "add_degree_args", "print_json", "fmt_bytes", "fmt_s",
+           "estimate_table"]
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True) -> None:
+    parser.add_argument("--model", required=True, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
+    parser.add_argument("--gpus", type=positive_int, required=gpus_required, help="number of GPUs")
+    parser.add_argument("--cluster", default="dgx-h100", help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, cpu) or a cluster file")
+    parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def add_workload_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (preset default)")
+    parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (preset default)")
+    parser.add_argument("--dtype", default="bf16", help="fp32, or mixed precision bf16/fp16 (fp32 master weights)")
+    parser.add_argument("--attention", default="flash", help="flash (fused kernel) or unfused (scores in memory, pre-2022 Megatron)")
+
+
+def add_degree_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
+    parser.add_argument("--pp", type=positive_int, default=1, help="pipeline stages")
+    parser.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree (default: the rest)")
+    parser.add_argument("--cp", type=positive_int, default=1, help="context-parallel degree")
+    parser.add_argument("--vpp", type=positive_int, default=1, help="virtual stages per pipeline rank (interleaved 1F1B)")
+    parser.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch per data-parallel replica")
+    parser.add_argument("--recompute", default="none", help="activation recomputation: none, selective or full")
+    sp = parser.add_mutually_exclusive_group()
+    sp.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
+                    help="sequence parallelism (default: on when tp > 1)")
+    sp.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
+    parser.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")
+    parser.add_argument("--overlap-tp-comm", action="store_true", help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap)")
+    parser.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after the backward pass, not overlapped")
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def fmt_bytes(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def fmt_s(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.3f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f} ms"
+    return f"{seconds * 1e6:.1f} us"
+
+
+def estimate_table(estimate: Any) -> str:
+    """A readable summary of an Estimate."""
+    e = estimate
+    lines = [
+        f"step time      {fmt_s(e.step_time_s)}  (+-{e.uncertainty_pct:.0f}%)",
+        f"throughput     {e.tokens_per_s:,.0f} tokens/s",
+        f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%",
+        f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
+        + ("" if e.fits else "   DOES NOT FIT"),
+        "time breakdown:",
+    ]
+    lines += [f"  {k[:-2]:18s} {fmt_s(v):>10s}  {100 * v / e.step_time_s:5.1f}%" for k, v in e.breakdown.items() if v > 0]
+    lines.append("memory breakdown (peak stage):")
+    lines += [f"  {k[:-6]:22s} {fmt_bytes(v):>11s}" for k, v in e.memory_breakdown.items() if v > 0]
+    if not e.fits:
+        lines.append(f"does not fit: {e.reason}")
+    return "\n".join(lines)

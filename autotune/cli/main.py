@@ -1,0 +1,69 @@
+"""``autotune`` command line: a thin layer over the library.
+
+Exit codes: 0 success; 1 the request ran but its answer is negative (a plan that does not
+fit, a failed validation); 2 bad input (one line naming the field, no traceback); 130
+interrupted (finished work is kept).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+__all__ = ["main", "build_parser", "COMMANDS"]
+
+# Command name -> module under autotune.cli; each module has register(subparsers).
+COMMANDS = {
+    "evaluate": "autotune.cli.evaluate_cmd",
+    "check-published": "autotune.cli.check_cmd",
+}
+
+EXAMPLES = """examples:
+  autotune search --model large --gpus 16
+  autotune evaluate --model gpt3-175b --gpus 1024 --cluster dgx-a100-80gb --tp 8 --pp 16 --recompute full
+  autotune evaluate --model path/to/config.json --gpus 8 --tp 8 --json
+
+exit codes: 0 ok, 1 negative answer (e.g. the plan does not fit), 2 bad input, 130 interrupted
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument errors as one line and exit code 2, like every other bad input."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="autotune", description="Auto-parallel planner for transformer training and inference.",
+                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for module_name in COMMANDS.values():
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from autotune.errors import AutotuneError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except AutotuneError as err:
+        sys.stderr.write(f"autotune {args.command}: error: {err}\n")
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f"autotune {args.command}: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

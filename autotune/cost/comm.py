@@ -1,0 +1,89 @@
+"""Collective communication on a hierarchical device mesh (alpha-beta per mesh dimension).
+
+A group of ``n`` ranks that spans ``n_inter`` nodes with ``n_intra`` members in each uses the
+intra-node level for the first factor and the inter-node level for the second. Formulas:
+
+* ring all-reduce: 2(n-1) steps, each rank moves 2(n-1)/n of the buffer (Patarasuk & Yuan 2009);
+* tree all-reduce: 2 log2(n) steps, 2x the buffer per rank; NCCL picks the faster of the two
+  (NCCL's tuning model, src/graph/tuning.cc), so do we;
+* all-gather / reduce-scatter: n-1 steps, (n-1)/n of the (gathered) buffer;
+* all-to-all: n-1 steps, (n-1)/n of the buffer, the cross-node share over the network;
+* send/recv: one step, the whole message;
+* two levels: NCCL runs one ring (or tree) through all ranks, pipelining NVLink and network
+  hops, with one channel per NIC; its per-rank bus bandwidth is the slower of an NVLink hop and
+  n_intra NICs (e.g. 8 x 24 GB/s = 192 GB/s on DGX A100, the figure NCCL's maintainers quote
+  in NVIDIA/nccl#812). Latency: 2(nodes-1) network steps, the rest NVLink steps (tuning.cc).
+
+Measured fits in ``LinkLevel.collectives`` (from ``autotune profile``) replace the formulas
+for the (collective, group size) they were measured at.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autotune.spec.hardware import ClusterSpec, LinkLevel
+
+__all__ = ["GroupSpan", "collective_time_s", "level_time_s"]
+
+
+@dataclass(frozen=True)
+class GroupSpan:
+    """How a parallel group sits on the mesh: ``n_intra`` members per node, ``n_inter`` nodes."""
+
+    n_intra: int
+    n_inter: int
+
+    @property
+    def size(self) -> int:
+        return self.n_intra * self.n_inter
+
+
+def level_time_s(op: str, nbytes: float, n: int, link: LinkLevel) -> float:
+    """One collective over ``n`` ranks on a single level. ``nbytes``: the full buffer."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    measured = link.collectives.get((op, n))
+    if measured is not None:
+        return measured.time_s(nbytes)
+    alpha, beta, base = link.alpha_s, link.beta_s_per_byte, link.latency_s
+    if op == "all_reduce":
+        ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
+        tree = 2 * math.ceil(math.log2(n)) * alpha + 2 * nbytes * beta
+        return base + min(ring, tree)
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return base + (n - 1) * alpha + (n - 1) / n * nbytes * beta
+    if op == "send_recv":
+        return base + alpha + nbytes * beta
+    raise ValueError(f"unknown collective {op!r}")
+
+
+def collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: ClusterSpec) -> float:
+    """A collective over a group spanning one or two mesh levels."""
+    intra, inter = cluster.intra_node, cluster.inter_node
+    n = span.size
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    if span.n_inter == 1:
+        return level_time_s(op, nbytes, n, intra)
+    if span.n_intra == 1:
+        return level_time_s(op, nbytes, n, inter)
+    # NCCL's rings cross both levels at once: per byte the slower of an NVLink hop and the
+    # node's n_intra NICs, which the group's n_intra channels share (one NIC per GPU on DGX).
+    beta = max(intra.beta_s_per_byte, inter.beta_s_per_byte / span.n_intra)
+    inter_steps, intra_steps = span.n_inter - 1, n - span.n_inter
+    step_s = intra_steps * intra.alpha_s + inter_steps * inter.alpha_s
+    base = inter.latency_s
+    if op == "all_reduce":
+        ring = 2 * step_s + 2 * (n - 1) / n * nbytes * beta
+        tree = (2 * ((span.n_intra - 1) * intra.alpha_s + math.ceil(math.log2(span.n_inter)) * inter.alpha_s)
+                + 2 * nbytes * beta)
+        return base + min(ring, tree)
+    if op in ("all_gather", "reduce_scatter"):
+        return base + step_s + (n - 1) / n * nbytes * beta
+    if op == "all_to_all":
+        cross = (n - span.n_intra) / n * nbytes * inter.beta_s_per_byte
+        local = (span.n_intra - 1) / n * nbytes * intra.beta_s_per_byte
+        return base + (n - 1) * inter.alpha_s + max(cross, local)
+    return level_time_s(op, nbytes, 2, inter)

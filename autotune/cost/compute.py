@@ -1,0 +1,107 @@
+"""Operator time: the roofline of two linear regressions (seed 003's cost model).
+
+    op_time = max(k * latency_c + flops * seconds_per_flop,   # compute regression
+                  k * latency_m + bytes * seconds_per_byte)   # memory regression
+
+with k kernel launches. Coefficients come from the device profile; FLOPs and bytes from the
+operator table divided by the parallel degrees. Every function broadcasts over arrays of
+choices (micro-batch, TP, CP, SP), so a search scores thousands of choices in one call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from autotune.graph.table import OpTable
+from autotune.spec.hardware import DeviceProfile
+
+__all__ = ["BlockTimes", "block_times", "op_coefficients"]
+
+# Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
+_COMPUTE_CLASS = {"gemm": "gemm", "bmm": "bmm", "attention": "attention"}
+
+
+@dataclass(frozen=True, eq=False)
+class _Coefficients:
+    lat_c: np.ndarray  # per operator, 0 for memory-bound kinds
+    spf: np.ndarray
+    lat_m: float
+    spb: float
+
+
+@lru_cache(maxsize=512)
+def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coefficients:
+    """Per-operator regression coefficients (cached per table, device and dtype)."""
+    lat_c = np.zeros(len(table))
+    spf = np.zeros(len(table))
+    for i, kind in enumerate(table.kinds):
+        op_class = _COMPUTE_CLASS.get(kind)
+        if op_class is not None:
+            fit = device.regression(op_class, dtype)
+            lat_c[i], spf[i] = fit.latency_s, fit.seconds_per_unit
+    eff = device.kernel_efficiency
+    return _Coefficients(lat_c=lat_c / eff, spf=spf / eff, lat_m=device.memory.latency_s / eff,
+                         spb=device.memory.seconds_per_unit / eff)
+
+
+@dataclass(frozen=True, eq=False)
+class BlockTimes:
+    """Seconds for one micro-batch through one block (arrays broadcast over choices)."""
+
+    fwd_ops_s: np.ndarray  # (..., operators)
+    bwd_ops_s: np.ndarray
+    selective_fwd_s: np.ndarray  # forward time of the ops selective recomputation redoes
+    saved_bytes: np.ndarray  # activation bytes saved for backward, whole block
+    selective_saved_bytes: np.ndarray  # of which selective recomputation drops
+    weight_bytes: np.ndarray  # parameters held per GPU, in compute-dtype bytes
+    params_per_gpu: np.ndarray
+
+    @property
+    def fwd_s(self) -> np.ndarray:
+        return self.fwd_ops_s.sum(-1)
+
+    @property
+    def bwd_s(self) -> np.ndarray:
+        return self.bwd_ops_s.sum(-1)
+
+
+def _col(x: object) -> np.ndarray:
+    return np.asarray(x, dtype=float)[..., None]
+
+
+def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: object,
+                tp: object, cp: object, sequence_parallel: object) -> BlockTimes:
+    """Forward and backward time of a block for ``micro_batch`` sequences per replica.
+
+    Inputs broadcast against each other; the operator axis is summed away.
+    """
+    coef = op_coefficients(table, device, dtype)
+    b, t, c = _col(micro_batch), _col(tp), _col(cp)
+    sp = np.asarray(sequence_parallel, dtype=bool)[..., None]
+    seq_split = np.where(sp & table.runs_replicated, t, 1.0)  # SP splits replicated ops' tokens
+    work_div = np.where(table.runs_replicated, seq_split, t) * c
+    flops = table.flops * b / work_div
+    act_in = table.in_bytes * b / (np.where(table.in_split, t, seq_split) * c)
+    act_out = table.out_bytes * b / (np.where(table.out_split, t, seq_split) * c)
+    weights = table.weight_bytes / np.where(table.weights_split, t, 1.0)
+    act = act_in + act_out
+    fwd = np.maximum(table.kernels * coef.lat_c + flops * coef.spf,
+                     table.kernels * coef.lat_m + (act + weights) * coef.spb)
+    has_bwd_compute = table.bwd_flops_factor > 0
+    bwd_compute = np.where(has_bwd_compute,
+                           table.bwd_kernels * coef.lat_c + flops * table.bwd_flops_factor * coef.spf, 0.0)
+    bwd_memory = table.bwd_kernels * coef.lat_m + (act * table.bwd_bytes_factor + 2.0 * weights) * coef.spb
+    bwd = np.maximum(bwd_compute, bwd_memory)
+    saved_split = np.where(table.saved_split, t, np.where(sp, t, 1.0))
+    saved = table.saved_bytes * b / (saved_split * c)
+    dropped = table.selective_dropped_bytes * b / (saved_split * c)
+    params = table.params / np.where(table.weights_split, t, 1.0)
+    return BlockTimes(
+        fwd_ops_s=fwd, bwd_ops_s=bwd,
+        selective_fwd_s=(fwd * table.selective).sum(-1),
+        saved_bytes=saved.sum(-1), selective_saved_bytes=dropped.sum(-1),
+        weight_bytes=weights.sum(-1), params_per_gpu=np.broadcast_to(params.sum(-1), np.shape(fwd.sum(-1))),
+    )

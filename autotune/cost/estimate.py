@@ -1,0 +1,87 @@
+"""Estimate: what the cost model says of a plan. Frozen; its JSON keys are a stable interface."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+__all__ = ["Estimate", "StageEstimate", "BREAKDOWN_KEYS", "MEMORY_KEYS"]
+
+BREAKDOWN_KEYS = ("compute_s", "tp_cp_comm_s", "pp_comm_s", "pipeline_bubble_s", "dp_comm_s",
+                  "optimizer_s", "offload_s")
+MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_states_bytes", "activations_bytes",
+               "temporary_bytes", "reserved_bytes", "offloaded_bytes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageEstimate:
+    """One stage's share: per-micro-batch time parts, per-step tail, and its memory."""
+
+    index: int
+    layers: tuple[int, int]
+    num_gpus: int
+    microbatch_time_s: float
+    time_s: Mapping[str, float]
+    memory_bytes: Mapping[str, float]
+    peak_memory_bytes: float
+    inflight_microbatches: float
+    fits: bool
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "time_s", MappingProxyType(dict(self.time_s)))
+        object.__setattr__(self, "memory_bytes", MappingProxyType(dict(self.memory_bytes)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"index": self.index, "layers": list(self.layers), "num_gpus": self.num_gpus,
+                "microbatch_time_s": self.microbatch_time_s, "time_s": dict(self.time_s),
+                "memory_bytes": dict(self.memory_bytes), "peak_memory_bytes": self.peak_memory_bytes,
+                "inflight_microbatches": self.inflight_microbatches, "fits": self.fits}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Estimate:
+    """Predicted step time, throughput and memory of a plan.
+
+    ``breakdown`` (seconds) adds up to ``step_time_s``: the slowest stage's compute and exposed
+    communication for all micro-batches, the pipeline bubble, and the step's tail (exposed
+    data-parallel/ZeRO communication and the optimizer). ``memory_breakdown`` (bytes) is the
+    stage with the highest peak. ``uncertainty_pct`` is a +-% band on ``step_time_s`` carried
+    from the profile's fit residuals (or its check against published runs).
+    """
+
+    fits: bool
+    step_time_s: float
+    tokens_per_s: float
+    tflops_per_gpu: float
+    mfu: float
+    peak_memory_bytes_per_gpu: float
+    memory_capacity_bytes: float
+    breakdown: Mapping[str, float]
+    memory_breakdown: Mapping[str, float]
+    uncertainty_pct: float
+    model_flops_per_step: float
+    stages: tuple[StageEstimate, ...] = ()
+    reason: str = ""  # why it does not fit (empty when it fits)
+    extra: Mapping[str, float] = field(default_factory=dict)  # workload-specific metrics
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "breakdown", MappingProxyType(dict(self.breakdown)))
+        object.__setattr__(self, "memory_breakdown", MappingProxyType(dict(self.memory_breakdown)))
+        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
+        object.__setattr__(self, "stages", tuple(self.stages))
+
+    def to_dict(self, *, stages: bool = True) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "fits": self.fits, "step_time_s": self.step_time_s, "tokens_per_s": self.tokens_per_s,
+            "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu,
+            "peak_memory_bytes_per_gpu": self.peak_memory_bytes_per_gpu,
+            "memory_capacity_bytes": self.memory_capacity_bytes,
+            "breakdown": dict(self.breakdown), "memory_breakdown": dict(self.memory_breakdown),
+            "uncertainty_pct": self.uncertainty_pct, "model_flops_per_step": self.model_flops_per_step,
+            "reason": self.reason, **dict(self.extra),
+        }
+        if stages:
+            data["stages"] = [s.to_dict() for s in self.stages]
+        return data

@@ -1,0 +1,124 @@
+"""Score a plan: stage costs, the pipeline schedule, and the step's tail."""
+
+from __future__ import annotations
+
+from autotune.cost.estimate import Estimate, StageEstimate
+from autotune.cost.pipeline import inflight_microbatches, pipeline_time_s
+from autotune.cost.stage import StageContext, StageCost, StagePosition, stage_cost
+from autotune.errors import require
+from autotune.graph.table import model_tables
+from autotune.plan.plan import Plan
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.model import ModelSpec
+from autotune.spec.workload import TrainingWorkload
+
+__all__ = ["evaluate_plan", "check_plan", "stage_positions"]
+
+
+def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> None:
+    """Reject plans the model, workload or cluster cannot run, naming the field."""
+    cluster.check_gpus(plan.gpus)
+    plan.check_against(model.num_layers, workload.global_batch, model.has_embeddings)
+    for stage in plan.stages:
+        if model.has_attention:
+            require(model.num_heads % stage.tp == 0, "tp",
+                    f"tp={stage.tp} must divide the {model.num_heads} attention heads")
+            require(model.num_kv_heads % stage.tp == 0, "tp",
+                    f"tp={stage.tp} must divide the {model.num_kv_heads} KV heads (GQA)")
+        require(model.ffn_hidden_size % stage.tp == 0, "tp",
+                f"tp={stage.tp} must divide ffn_hidden_size {model.ffn_hidden_size}")
+        require(workload.seq_len % stage.cp == 0, "cp", f"cp={stage.cp} must divide seq_len {workload.seq_len}")
+    require(workload.seq_len <= model.max_seq_len, "seq_len",
+            f"{workload.seq_len} exceeds the model's maximum sequence length {model.max_seq_len}")
+
+
+def stage_positions(plan: Plan, gpus_per_node: int) -> list[StagePosition]:
+    """In-flight micro-batches, neighbours and p2p link of every stage, stages laid out in order."""
+    starts = [0]
+    for stage in plan.stages[:-1]:
+        starts.append(starts[-1] + stage.num_gpus)
+    crosses = [
+        starts[i] // gpus_per_node != (starts[i + 1] + plan.stages[i + 1].num_gpus - 1) // gpus_per_node
+        for i in range(plan.pp - 1)
+    ]
+    positions = []
+    for i, start in enumerate(starts):
+        links = ([crosses[i - 1]] if i > 0 else []) + ([crosses[i]] if i < plan.pp - 1 else [])
+        positions.append(StagePosition(
+            inflight=inflight_microbatches(i, plan.pp, plan.num_microbatches, plan.schedule, plan.vpp),
+            neighbors=len(links), p2p_inter_node=any(links), first_gpu=start))
+    return positions
+
+
+def _stage_estimate(index: int, plan: Plan, cost: StageCost, pos: StagePosition, usable: float) -> StageEstimate:
+    t = cost.time
+    return StageEstimate(
+        index=index, layers=plan.stages[index].layers, num_gpus=plan.stages[index].num_gpus,
+        microbatch_time_s=t.microbatch_s,
+        time_s={"compute_s": t.compute_s, "tp_comm_s": t.tp_comm_s, "cp_comm_s": t.cp_comm_s,
+                "p2p_s": t.p2p_s, "zero3_comm_s": t.zero3_comm_s, "offload_s": t.offload_s,
+                "dp_comm_s": t.dp_comm_s, "optimizer_s": t.optimizer_s},
+        memory_bytes=cost.memory.as_dict(), peak_memory_bytes=cost.memory.peak_bytes,
+        inflight_microbatches=pos.inflight, fits=cost.memory.peak_bytes <= cost.memory.reserved_bytes + usable,
+    )
+
+
+def _uncertainty_pct(cluster: ClusterSpec, compute_share: float, comm_share: float) -> float:
+    """A +-% band: each share of the step carries its profile's relative residual spread."""
+    device = cluster.device
+    compute_std = max([r.residual_rel_std for r in device.compute.values()] + [device.memory.residual_rel_std])
+    comm_std = max([r.residual_rel_std for link in (cluster.intra_node, cluster.inter_node)
+                    for r in link.collectives.values()] + [0.0])
+    return 100.0 * (compute_share * compute_std + comm_share * max(comm_std, compute_std))
+
+
+def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> Estimate:
+    """Predict step time and memory of ``plan`` for a training step."""
+    check_plan(model, workload, cluster, plan)
+    tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl)
+    ctx = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=plan.micro_batch,
+                       num_microbatches=plan.num_microbatches, vpp=plan.vpp,
+                       overlap_grad_reduce=plan.overlap_grad_reduce,
+                       overlap_param_gather=plan.overlap_param_gather, overlap_tp_comm=plan.overlap_tp_comm,
+                       overlap_p2p_comm=plan.overlap_p2p_comm, grad_bucket_bytes=plan.grad_bucket_bytes)
+    positions = stage_positions(plan, cluster.gpus_per_node)
+    costs = [stage_cost(ctx, stage, pos) for stage, pos in zip(plan.stages, positions)]
+    return assemble_estimate(plan, workload, cluster, costs, positions,
+                             model_flops_per_step=workload.global_batch * tables.model_flops_per_sequence())
+
+
+def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSpec, costs: list[StageCost],
+                      positions: list[StagePosition], model_flops_per_step: float) -> Estimate:
+    """Combine stage costs with the schedule into an :class:`Estimate`."""
+    times = [c.time.microbatch_s for c in costs]
+    b = plan.num_microbatches
+    pipe_s = pipeline_time_s(times, b, plan.schedule, plan.vpp)
+    k = max(range(len(times)), key=times.__getitem__)
+    j = max(range(len(costs)), key=lambda i: costs[i].time.step_tail_s)
+    slow, tail = costs[k].time, costs[j].time
+    step_s = pipe_s + tail.step_tail_s
+    breakdown = {
+        "compute_s": b * slow.compute_s, "tp_cp_comm_s": b * (slow.tp_comm_s + slow.cp_comm_s),
+        "pp_comm_s": b * slow.p2p_s, "pipeline_bubble_s": pipe_s - b * times[k],
+        "dp_comm_s": b * slow.zero3_comm_s + tail.dp_comm_s, "optimizer_s": tail.optimizer_s,
+        "offload_s": b * slow.offload_s,
+    }
+    usable = cluster.device.usable_memory_bytes
+    stages = [_stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
+    peak_stage = max(stages, key=lambda s: s.peak_memory_bytes)
+    capacity = cluster.device.memory_bytes
+    fits = all(s.fits for s in stages)
+    reason = "" if fits else (
+        f"stage {peak_stage.index} needs {peak_stage.peak_memory_bytes / 2**30:.1f} GiB per GPU "
+        f"({peak_stage.peak_memory_bytes:.0f} bytes) but {cluster.device.name} has {capacity / 2**30:.1f} GiB")
+    comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["dp_comm_s"]
+    return Estimate(
+        fits=fits, step_time_s=step_s,
+        tokens_per_s=workload.global_batch * workload.seq_len / step_s,
+        tflops_per_gpu=model_flops_per_step / step_s / plan.gpus / 1e12,
+        mfu=model_flops_per_step / (step_s * plan.gpus * cluster.device.peak(workload.dtype)),
+        peak_memory_bytes_per_gpu=peak_stage.peak_memory_bytes, memory_capacity_bytes=capacity,
+        breakdown=breakdown, memory_breakdown=dict(peak_stage.memory_bytes),
+        uncertainty_pct=_uncertainty_pct(cluster, 1.0 - comm / step_s, comm / step_s),
+        model_flops_per_step=model_flops_per_step, stages=tuple(stages), reason=reason,
+    )

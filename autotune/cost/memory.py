@@ -1,0 +1,66 @@
+"""Bytes per GPU of one pipeline stage: weights, gradients, optimizer states, activations.
+
+Mixed precision keeps 16-bit weights, fp32 gradient buffers, fp32 master weights and two fp32
+Adam moments: 2 + 4 + 4 + 8 = 18 bytes per parameter (Megatron-LM's ``main_grad`` buffers;
+Korthikanti et al. 2022 sec. 2); fp32 training keeps 4 + 4 + 8 = 16. ZeRO stage 1 shards the
+master weights and moments over the data-parallel ranks, stage 2 also the gradients, stage 3
+also the weights (Rajbhandari et al. 2020, Fig. 1). Context-parallel ranks hold the same weights,
+so ZeRO shards over dp x cp, as Megatron-Core's distributed optimizer does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["StateBytes", "state_bytes_per_param", "StageMemory", "sharded_state_bytes"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateBytes:
+    """Bytes per parameter of each model-state class, before ZeRO sharding."""
+
+    weights: float
+    gradients: float
+    master: float
+    moments: float
+
+
+def state_bytes_per_param(dtype: str) -> StateBytes:
+    if dtype == "fp32":
+        return StateBytes(weights=4.0, gradients=4.0, master=0.0, moments=8.0)
+    return StateBytes(weights=2.0, gradients=4.0, master=4.0, moments=8.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageMemory:
+    """Peak bytes on one GPU of a stage, by class; ``reserved`` is the device's own overhead."""
+
+    weights_bytes: float
+    gradients_bytes: float
+    optimizer_states_bytes: float
+    activations_bytes: float
+    temporary_bytes: float
+    reserved_bytes: float
+    offloaded_bytes: float = 0.0  # held in host or CXL memory instead of HBM
+
+    @property
+    def peak_bytes(self) -> float:
+        return (self.weights_bytes + self.gradients_bytes + self.optimizer_states_bytes
+                + self.activations_bytes + self.temporary_bytes + self.reserved_bytes)
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "weights_bytes": self.weights_bytes, "gradients_bytes": self.gradients_bytes,
+            "optimizer_states_bytes": self.optimizer_states_bytes,
+            "activations_bytes": self.activations_bytes, "temporary_bytes": self.temporary_bytes,
+            "reserved_bytes": self.reserved_bytes, "offloaded_bytes": self.offloaded_bytes,
+        }
+
+
+def sharded_state_bytes(params: float, dtype: str, zero: int, shards: int) -> tuple[float, float, float]:
+    """(weights, gradients, optimizer states) bytes per GPU for ``params`` parameters."""
+    per = state_bytes_per_param(dtype)
+    weights = params * per.weights / (shards if zero >= 3 else 1)
+    grads = params * per.gradients / (shards if zero >= 2 else 1)
+    optim = params * (per.master + per.moments) / (shards if zero >= 1 else 1)
+    return weights, grads, optim

@@ -1,0 +1,321 @@
+"""Time and memory of one pipeline stage with its intra-operator choices.
+
+Per micro-batch a stage spends: forward and backward kernels (plus recomputation), exposed
+tensor- and context-parallel collectives, pipeline sends, and ZeRO-3 parameter traffic that
+compute does not hide. Per step it adds the exposed data-parallel gradient sync and the
+optimizer. The pipeline module combines stages with the schedule's formula.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
+from autotune.cost.compute import BlockTimes, block_times
+from autotune.cost.memory import StageMemory, sharded_state_bytes
+from autotune.cost.mesh import group_spans
+from autotune.graph.table import ModelTables
+from autotune.plan.plan import StagePlan
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.workload import TrainingWorkload
+
+__all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "stage_cost", "overlapped_exposed_s"]
+
+# Bytes per gradient element in the data-parallel reduction. Megatron-LM reduces bf16 runs'
+# gradients in fp32 (arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16) and fp16
+# runs' in fp16.
+GRAD_COMM_BYTES = {"fp32": 4.0, "bf16": 4.0, "fp16": 2.0}
+# Adam step, bytes moved per parameter: read+write fp32 master, m and v (24), read the fp32
+# gradient (4), zero it (4), read it again for the global-norm clip (4), and write the 16-bit
+# weights in mixed precision (2). Memory-bound (Megatron's fused multi-tensor Adam).
+OPTIMIZER_BYTES_PER_PARAM = {"fp32": 36.0, "bf16": 38.0, "fp16": 38.0}
+OPTIMIZER_KERNELS = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageContext:
+    """What all stages of a plan share."""
+
+    tables: ModelTables
+    workload: TrainingWorkload
+    cluster: ClusterSpec
+    micro_batch: int
+    num_microbatches: int
+    vpp: int = 1
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    overlap_tp_comm: bool = False
+    overlap_p2p_comm: bool = True
+    grad_bucket_bytes: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePosition:
+    """Where a stage sits in its pipeline."""
+
+    inflight: float  # micro-batches whose activations it holds at its peak
+    neighbors: int  # adjacent stages it sends to and receives from (0, 1 or 2)
+    p2p_inter_node: bool
+    first_gpu: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageTime:
+    """Seconds. The first group is per micro-batch, the last two per step."""
+
+    compute_s: float
+    tp_comm_s: float
+    cp_comm_s: float
+    p2p_s: float
+    zero3_comm_s: float
+    offload_s: float
+    dp_comm_s: float
+    optimizer_s: float
+
+    @property
+    def microbatch_s(self) -> float:
+        return self.compute_s + self.tp_comm_s + self.cp_comm_s + self.p2p_s + self.zero3_comm_s + self.offload_s
+
+    @property
+    def step_tail_s(self) -> float:
+        return self.dp_comm_s + self.optimizer_s
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCost:
+    time: StageTime
+    memory: StageMemory
+    params_per_gpu: float
+    fwd_s: float  # forward of one micro-batch (kernels only)
+    bwd_s: float  # backward incl. recomputation (kernels only)
+
+
+def _scalar(x: np.ndarray) -> float:
+    return float(np.asarray(x))
+
+
+def overlapped_exposed_s(total_bytes: float, collective: Callable[[float], float], window_s: float,
+                         bucket_bytes: float, overlap: bool) -> float:
+    """Exposed time of a bucketed collective that overlaps a compute window.
+
+    Seed 002's DDP model: with per-call overhead o and bandwidth w, n buckets leave
+    n*o + s/(n*w) after the backward pass, optimal at bucket size sqrt(s*w*o). Generalised:
+    buckets start as compute produces them, so the exposed part is the larger of the last
+    bucket and the communication the window cannot hold.
+    """
+    if total_bytes <= 0:
+        return 0.0
+    if not overlap:
+        return collective(total_bytes)
+    overhead_s = collective(1.0)
+    per_byte_s = max((collective(total_bytes) - overhead_s) / total_bytes, 1e-30)
+    bucket = bucket_bytes or math.sqrt(total_bytes * overhead_s / per_byte_s)
+    num_buckets = max(1, math.ceil(total_bytes / max(bucket, 1.0)))
+    bucket_s = collective(total_bytes / num_buckets)
+    return max(bucket_s, num_buckets * bucket_s - window_s * (num_buckets - 1) / num_buckets)
+
+
+def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
+    dev, dtype = ctx.cluster.device, ctx.workload.dtype
+    args = (ctx.micro_batch, stage.tp, stage.cp, stage.sequence_parallel)
+    blocks = {"layer": block_times(ctx.tables.layer, dev, dtype, *args)}
+    if stage.has_embedding and ctx.tables.embedding is not None:
+        blocks["embedding"] = block_times(ctx.tables.embedding, dev, dtype, *args)
+    if stage.has_head and ctx.tables.head is not None:
+        blocks["head"] = block_times(ctx.tables.head, dev, dtype, *args)
+    return blocks
+
+
+def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes) -> float:
+    if stage.recompute == "full":
+        return _scalar(layer.fwd_s)
+    if stage.recompute == "selective":
+        return _scalar(layer.selective_fwd_s)
+    return 0.0
+
+
+# The GEMM each TP collective borders (sequence parallelism): all-gather before the
+# column-parallel QKV and FFN-up projections, reduce-scatter after the row-parallel output and
+# FFN-down projections.
+_TP_PAIRS = (("all_gather", "qkv_proj"), ("reduce_scatter", "out_proj"),
+             ("all_gather", "ffn_up"), ("reduce_scatter", "ffn_down"))
+
+
+def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, act: float) -> float:
+    """Exposed TP time per layer with --tp-comm-overlap: each collective is split into tp
+    chunks pipelined against its neighbouring GEMM (forward) and the dgrad/wgrad GEMMs
+    (backward), as Transformer Engine's userbuffers do (Wang et al. 2022, "Overlap
+    communication with dependent computation via decomposition"). The first chunk stays
+    exposed."""
+    names = ctx.tables.layer.names
+    exposed = 0.0
+    for op, gemm in _TP_PAIRS:
+        if gemm not in names:
+            continue
+        i = names.index(gemm)
+        comm = collective_time_s(op, act, span, ctx.cluster)
+        fwd_gemm, bwd_gemm = float(layer.fwd_ops_s[..., i]), float(layer.bwd_ops_s[..., i])
+        exposed += max(comm / stage.tp, comm - fwd_gemm) + max(comm / stage.tp, comm - bwd_gemm)
+        if stage.recompute == "full":
+            exposed += max(comm / stage.tp, comm - fwd_gemm)
+    return exposed
+
+
+def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes) -> float:
+    """Megatron TP: per layer two collectives of the activation forward and two backward
+    (all-reduce, or all-gather + reduce-scatter with sequence parallelism); full
+    recomputation repeats the forward ones. Exposed unless overlapped (_overlapped_tp_s)."""
+    if stage.tp <= 1:
+        return 0.0
+    cl, m = ctx.cluster, ctx.tables.model
+    act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
+    if stage.sequence_parallel:
+        one = collective_time_s("all_gather", act, span, cl) + collective_time_s("reduce_scatter", act, span, cl)
+    else:
+        one = collective_time_s("all_reduce", act, span, cl)
+    if ctx.overlap_tp_comm and stage.sequence_parallel:
+        total = stage.num_layers * _overlapped_tp_s(ctx, stage, span, layer, act)
+    else:
+        per_pass = 2 if m.has_attention else 1
+        passes = 2 + (1 if stage.recompute == "full" else 0)
+        total = stage.num_layers * per_pass * passes * one
+    if stage.has_embedding and m.has_embeddings:
+        total += one  # vocab-parallel embedding output
+    if stage.has_head and m.has_embeddings:
+        tokens = ctx.micro_batch * ctx.tables.seq_len / stage.cp
+        loss_ar = collective_time_s("all_reduce", tokens * 4.0, span, cl)
+        total += one + 3 * loss_ar  # logits input gradient; max, sum-exp and target logit
+    return total
+
+
+def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes) -> float:
+    """Context parallelism passes K and V around the CP ring (forward) and K, V and their
+    gradients (backward), overlapped with the attention blocks (Liu et al. 2023, Ring Attention;
+    Megatron-Core's CP)."""
+    m = ctx.tables.model
+    if stage.cp <= 1 or not m.has_attention:
+        return 0.0
+    kv = ctx.micro_batch * ctx.tables.seq_len * 2 * m.kv_dim * ctx.tables.act_bytes / stage.tp
+    ring = collective_time_s("all_gather", kv, span, ctx.cluster)
+    attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
+    fwd_attn = _scalar((layer.fwd_ops_s * attn).sum(-1))
+    bwd_attn = _scalar((layer.bwd_ops_s * attn).sum(-1))
+    per_layer = max(0.0, ring - fwd_attn) + max(0.0, 2 * ring - bwd_attn)
+    return stage.num_layers * per_layer
+
+
+def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s: float) -> float:
+    """Activations forward and their gradients backward to each neighbour, one TP shard per
+    rank (sequence parallelism, or Megatron's scatter-gather optimisation, SC'21 sec. 4.1).
+    Overlapped sends (Megatron-Core's default) hide behind the next micro-batch's compute."""
+    if pos.neighbors == 0:
+        return 0.0
+    m = ctx.tables.model
+    nbytes = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
+    link = ctx.cluster.inter_node if pos.p2p_inter_node else ctx.cluster.intra_node
+    total = pos.neighbors * 2 * ctx.vpp * level_time_s("send_recv", nbytes, 2, link)
+    return max(0.0, total - compute_s) if ctx.overlap_p2p_comm else total
+
+
+def _zero3_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes) -> float:
+    """ZeRO-3/FSDP gathers each layer's weights before its forward and backward and
+    reduce-scatters its gradients, prefetching one layer ahead (Zhao et al. 2023, PyTorch FSDP
+    sec. 3.3): per layer only what compute does not cover is exposed, plus the first gather."""
+    if stage.zero < 3 or span.size <= 1:
+        return 0.0
+    cl, dtype = ctx.cluster, ctx.workload.dtype
+    params = _scalar(layer.params_per_gpu)
+    gather = collective_time_s("all_gather", params * ctx.tables.act_bytes, span, cl)
+    scatter = collective_time_s("reduce_scatter", params * GRAD_COMM_BYTES[dtype], span, cl)
+    fwd, bwd = _scalar(layer.fwd_s), _scalar(layer.bwd_s)
+    per_layer = max(0.0, gather - fwd) + max(0.0, gather + scatter - bwd)
+    return gather + stage.num_layers * per_layer
+
+
+def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, params: float,
+               fwd_s: float, bwd_s: float) -> float:
+    """Gradient sync over dp x cp after the last micro-batch's backward, bucketed and
+    overlapped with it; ZeRO-1/2 then gather the updated 16-bit weights, overlapped with the
+    next step's forward when ``overlap_param_gather``. ZeRO-2 reduce-scatters every micro-batch
+    (gradients are not kept whole); ZeRO-3's traffic is per micro-batch (_zero3_comm_s)."""
+    if span.size <= 1 or stage.zero >= 3:
+        return 0.0
+    cl, dtype = ctx.cluster, ctx.workload.dtype
+    grad_bytes = params * GRAD_COMM_BYTES[dtype]
+    op = "all_reduce" if stage.zero == 0 else "reduce_scatter"
+    reduce = lambda nbytes: collective_time_s(op, nbytes, span, cl)  # noqa: E731
+    exposed = overlapped_exposed_s(grad_bytes, reduce, bwd_s, ctx.grad_bucket_bytes, ctx.overlap_grad_reduce)
+    if stage.zero == 2:
+        exposed *= ctx.num_microbatches
+    if stage.zero >= 1:
+        weight_bytes = params * ctx.tables.act_bytes
+        gather = lambda nbytes: collective_time_s("all_gather", nbytes, span, cl)  # noqa: E731
+        exposed += overlapped_exposed_s(weight_bytes, gather, fwd_s, ctx.grad_bucket_bytes,
+                                        ctx.overlap_param_gather)
+    return exposed
+
+
+def _optimizer_s(ctx: StageContext, stage: StagePlan, params: float, shards: int) -> float:
+    device = ctx.cluster.device
+    local = params / (shards if stage.zero >= 1 else 1)
+    nbytes = local * OPTIMIZER_BYTES_PER_PARAM[ctx.workload.dtype]
+    return device.memory.time_s(nbytes) / device.kernel_efficiency + (OPTIMIZER_KERNELS - 1) * device.memory.latency_s
+
+
+def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, BlockTimes]) -> tuple[float, float]:
+    """(bytes saved per micro-batch in flight, temporary working bytes)."""
+    layer = blocks["layer"]
+    full_layer = _scalar(layer.saved_bytes)
+    if stage.recompute == "full":  # only each layer's input is kept (Korthikanti sec. 4.3)
+        m = ctx.tables.model
+        per_layer = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
+                     / (stage.tp if stage.sequence_parallel else 1))
+    elif stage.recompute == "selective":
+        per_layer = full_layer - _scalar(layer.selective_saved_bytes)
+    else:
+        per_layer = full_layer
+    saved = stage.num_layers * per_layer
+    temporary = full_layer  # backward of one layer: its activations and their gradients in flight
+    for name in ("embedding", "head"):
+        if name in blocks:
+            saved += _scalar(blocks[name].saved_bytes)
+    if "head" in blocks:
+        m = ctx.tables.model
+        logits = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.vocab_size / stage.tp
+        temporary = max(temporary, logits * (ctx.tables.act_bytes + 4.0))
+    if stage.zero >= 3:
+        temporary += 2 * _scalar(layer.params_per_gpu) * ctx.tables.act_bytes  # current + prefetched layer
+    return saved, temporary
+
+
+def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition) -> StageCost:
+    """Time and memory of ``stage`` at ``pos`` in a plan sharing ``ctx``."""
+    blocks = _blocks(ctx, stage)
+    layer = blocks["layer"]
+    spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
+    n = stage.num_layers
+    fwd = n * _scalar(layer.fwd_s) + sum(_scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
+    bwd = (n * (_scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer))
+           + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
+    params = n * _scalar(layer.params_per_gpu) + sum(
+        _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
+    shards = stage.dp * stage.cp
+    time = StageTime(
+        compute_s=fwd + bwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], layer),
+        cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer), p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
+        zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer), offload_s=0.0,
+        dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], params, fwd, bwd),
+        optimizer_s=_optimizer_s(ctx, stage, params, shards),
+    )
+    weights, grads, optim = sharded_state_bytes(params, ctx.workload.dtype, stage.zero, shards)
+    saved, temporary = _activation_bytes(ctx, stage, blocks)
+    memory = StageMemory(
+        weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
+        activations_bytes=saved * pos.inflight, temporary_bytes=temporary,
+        reserved_bytes=ctx.cluster.device.reserved_bytes,
+    )
+    return StageCost(time=time, memory=memory, params_per_gpu=params, fwd_s=fwd, bwd_s=bwd)

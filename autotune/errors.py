@@ -1,0 +1,56 @@
+"""The one exception type that means "the input was wrong": the CLI prints it on one line, exits 2."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+__all__ = ["AutotuneError", "closest", "require", "require_positive", "require_choice"]
+
+
+class AutotuneError(ValueError):
+    """Bad input or an unsatisfiable request.
+
+    ``field`` names what was wrong (a CLI flag, a config key, a spec field); the message says
+    what would be valid. ``str(err)`` is one line: ``field: message``.
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
+    """The names in ``choices`` that look most like ``name`` (for "did you mean" hints)."""
+    pool = list(choices)
+    hits = difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
+    if not hits:
+        lowered = name.lower()
+        hits = [c for c in pool if lowered in c.lower() or c.lower() in lowered][:n]
+    return hits
+
+
+def require(condition: bool, field: str, message: str) -> None:
+    """Raise :class:`AutotuneError` unless ``condition`` holds."""
+    if not condition:
+        raise AutotuneError(field, message)
+
+
+def require_positive(field: str, value: object, *, integer: bool = True) -> None:
+    """Sizes and counts must be positive numbers (integers unless ``integer=False``)."""
+    kind = int if integer else (int, float)
+    ok = isinstance(value, kind) and not isinstance(value, bool) and value > 0
+    require(ok, field, f"must be a positive {'integer' if integer else 'number'}, got {value!r}")
+
+
+def require_choice(field: str, value: object, choices: Iterable[object]) -> None:
+    """``value`` must be one of ``choices``; the error lists them."""
+    options = list(choices)
+    if value not in options:
+        hint = ""
+        if isinstance(value, str):
+            near = closest(value, [str(c) for c in options])
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        listed = ", ".join(str(c) for c in options)
+        raise AutotuneError(field, f"{value!r} is not valid; choose one of: {listed}{hint}")

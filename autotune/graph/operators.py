@@ -1,0 +1,236 @@
+"""Operator graphs of a transformer: one decoder layer, the embedding, and the head.
+
+Each node carries an :class:`Operator` with its forward FLOPs and bytes for ONE sequence of
+``seq_len`` tokens, its parameters, the activation bytes it saves for backward, and how it may
+be sharded. Quantities scale linearly with the number of sequences, except ``weight_bytes``
+(read once per kernel whatever the batch). The cost model divides them by the parallel degrees.
+
+Saved-activation counts follow Korthikanti et al. 2022 ("Reducing Activation Recomputation in
+Large Transformer Models", sec. 4.1): 34 s b h + 5 a s^2 b bytes per layer in 16-bit with
+dropout, which ``tests/test_graph.py`` checks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import networkx as nx
+
+from autotune.spec.model import ModelSpec
+
+__all__ = ["Operator", "SHARDINGS", "TP_SPLIT", "OP_KINDS", "layer_graph", "embedding_graph", "head_graph", "operators"]
+
+# How tensor parallelism (Megatron-LM, Shoeybi et al. 2019) splits an operator:
+#   column: weight split by output features (QKV, FFN up/gate, logits over the vocabulary);
+#           input whole on every rank, output split.
+#   row:    weight split by input features (output projection, FFN down); input split, output
+#           whole (partial sums, then all-reduce or reduce-scatter).
+#   split:  everything split (attention by heads, the FFN activation, the vocab-parallel loss).
+#   vocab:  the embedding table split by vocabulary rows; input and output whole.
+#   replicated: norms, residual adds, dropout: whole on every rank, unless sequence
+#           parallelism (Korthikanti et al. 2022) splits their tokens.
+# Whole tensors of column/row ops and all tensors of replicated ops are split by sequence
+# parallelism when saved for backward; context parallelism splits every activation's tokens.
+SHARDINGS = ("column", "row", "split", "vocab", "replicated")
+# (input split, output split, saved split) by TP, per sharding
+TP_SPLIT = {
+    "column": (False, True, False),
+    "row": (True, False, True),
+    "split": (True, True, True),
+    "vocab": (False, False, False),
+    "replicated": (False, False, False),
+}
+OP_KINDS = ("gemm", "bmm", "attention", "elementwise", "norm", "embedding", "loss")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Operator:
+    name: str
+    kind: str
+    flops: float  # forward FLOPs executed for one sequence
+    model_flops: float  # forward FLOPs under the usual model-FLOPs convention (full s x s attention)
+    act_in_bytes: float  # forward activation bytes read, one sequence
+    act_out_bytes: float  # forward activation bytes written, one sequence
+    weight_bytes: float  # forward weight bytes read (independent of batch)
+    params: int
+    saved_bytes: float  # activation bytes kept for backward, one sequence
+    sharding: str
+    bwd_flops_factor: float = 0.0  # backward FLOPs / forward FLOPs
+    bwd_bytes_factor: float = 1.5  # backward activation bytes / forward activation bytes
+    kernels: int = 1
+    bwd_kernels: int = 1
+    selective_recompute: bool = False  # forward redone in backward under selective recomputation
+    selective_dropped_bytes: float = 0.0  # part of saved_bytes not kept under selective recomputation
+
+
+def _norm(name: str, m: ModelSpec, s: int, e: int) -> Operator:
+    # LayerNorm/RMSNorm: read x, write y; saves its input (Korthikanti: 2sbh per norm).
+    return Operator(
+        name=name, kind="norm", flops=5.0 * s * m.hidden_size, model_flops=0.0,
+        act_in_bytes=s * m.hidden_size * e, act_out_bytes=s * m.hidden_size * e,
+        weight_bytes=m.hidden_size * e, params=m.hidden_size * (2 if m.norm == "layernorm" else 1),
+        saved_bytes=s * m.hidden_size * e, sharding="replicated",
+    )
+
+
+def _linear(name: str, s: int, d_in: int, d_out: int, e: int, sharding: str, bias: bool,
+            save_input: bool = True) -> Operator:
+    # y = x W: 2 s d_in d_out FLOPs; backward computes dX and dW, twice the forward FLOPs.
+    flops = 2.0 * s * d_in * d_out
+    return Operator(
+        name=name, kind="gemm", flops=flops, model_flops=flops,
+        act_in_bytes=s * d_in * e, act_out_bytes=s * d_out * e,
+        weight_bytes=d_in * d_out * e, params=d_in * d_out + (d_out if bias else 0),
+        saved_bytes=s * d_in * e if save_input else 0.0, sharding=sharding,
+        bwd_flops_factor=2.0, bwd_bytes_factor=2.0,
+        bwd_kernels=2,
+    )
+
+
+def _elementwise(name: str, s: int, width: int, e: int, *, reads: float, writes: float,
+                 saved: float, sharding: str = "replicated", selective: bool = False) -> Operator:
+    return Operator(
+        name=name, kind="elementwise", flops=0.0, model_flops=0.0,
+        act_in_bytes=reads * s * width * e, act_out_bytes=writes * s * width * e,
+        weight_bytes=0.0, params=0, saved_bytes=saved, sharding=sharding,
+        selective_recompute=selective,
+    )
+
+
+def _residual(name: str, m: ModelSpec, s: int, e: int) -> Operator:
+    # bias-dropout-add: read branch and residual, write the sum; the dropout mask is 1 byte
+    # per element (Korthikanti: sbh).
+    mask = s * m.hidden_size * 1.0 if m.dropout else 0.0
+    extra = mask / (s * m.hidden_size * e)
+    return _elementwise(name, s, m.hidden_size, e, reads=2.0, writes=1.0 + extra, saved=mask)
+
+
+def _attention_ops(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
+    h, a, kv = m.hidden_size, m.num_heads, m.kv_dim
+    full_flops = 2.0 * s * s * h  # one of QK^T or AV over all s x s pairs (model-FLOPs convention)
+    qkv_in = s * (h + 2 * kv) * e
+    if impl == "flash":
+        # One fused kernel (FlashAttention): causal masking skips about half of the s x s blocks,
+        # nothing s x s touches HBM; it saves Q, K, V and fp32 row statistics (its output is
+        # saved once, as the output projection's input). Backward recomputes the scores:
+        # 2.5x forward FLOPs (Dao 2023, FlashAttention-2 sec. 3).
+        return [Operator(
+            name="attention", kind="attention", flops=full_flops, model_flops=2 * full_flops,
+            act_in_bytes=qkv_in, act_out_bytes=s * h * e, weight_bytes=0.0, params=0,
+            saved_bytes=qkv_in + 4.0 * a * s, sharding="split",
+            bwd_flops_factor=2.5, bwd_bytes_factor=2.0,
+        )]
+    scores = a * s * s * e  # one s x s matrix per head
+    mask = a * s * s * 1.0 if m.dropout else 0.0
+    ops = [
+        # Selective recomputation (Korthikanti sec. 5) redoes QK^T, softmax, dropout and the
+        # product with V from the kept Q, K and V, and drops the s x s tensors.
+        Operator(name="attn_scores", kind="bmm", flops=full_flops, model_flops=full_flops,
+                 act_in_bytes=s * (h + kv) * e, act_out_bytes=scores, weight_bytes=0.0,
+                 params=0, saved_bytes=s * (h + 2 * kv) * e, sharding="split", bwd_flops_factor=2.0,
+                 bwd_bytes_factor=2.0, bwd_kernels=2, selective_recompute=True),
+        # Megatron's fused scale-mask-softmax: read scores, write probabilities (saved: 2as^2b).
+        Operator(name="softmax", kind="elementwise", flops=0.0, model_flops=0.0,
+                 act_in_bytes=scores, act_out_bytes=scores, weight_bytes=0.0, params=0,
+                 saved_bytes=scores, sharding="split", selective_recompute=True,
+                 selective_dropped_bytes=scores),
+    ]
+    if m.dropout:
+        ops.append(Operator(name="attn_dropout", kind="elementwise", flops=0.0, model_flops=0.0,
+                            act_in_bytes=scores, act_out_bytes=scores + mask, weight_bytes=0.0,
+                            params=0, saved_bytes=mask, sharding="split", selective_recompute=True,
+                            selective_dropped_bytes=mask))
+    ops.append(Operator(name="attn_context", kind="bmm", flops=full_flops, model_flops=full_flops,
+                        act_in_bytes=scores + s * kv * e, act_out_bytes=s * h * e,
+                        weight_bytes=0.0, params=0, saved_bytes=scores,
+                        sharding="split", bwd_flops_factor=2.0, bwd_bytes_factor=2.0,
+                        bwd_kernels=2, selective_recompute=True, selective_dropped_bytes=scores))
+    return ops
+
+
+def _ffn_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
+    h, f = m.hidden_size, m.ffn_hidden_size
+    gated = m.ffn_activation == "swiglu"
+    up_width = 2 * f if gated else f
+    ops = [_linear("ffn_up", s, h, up_width, e, "column", m.bias)]
+    if m.ffn_activation != "none":
+        # Activation reads the up projection (both halves when gated) and writes f; it saves its
+        # input (Korthikanti: the GeLU input 8sbh), which the down projection's input is not
+        # when gated, so the down projection saves its own input too.
+        ops.append(_elementwise("ffn_act", s, f, e, reads=up_width / f, writes=1.0,
+                                saved=s * up_width * e, sharding="split"))
+    ops.append(_linear("ffn_down", s, f, h, e, "row", m.bias))
+    return ops
+
+
+def layer_graph(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> nx.DiGraph:
+    """Operators of one transformer layer (pre-norm) in execution order, as a DiGraph."""
+    s, e, h = seq_len, act_bytes, m.hidden_size
+    ops: list[Operator] = []
+    if m.has_attention:
+        ops.append(_norm("attn_norm", m, s, e))
+        ops.append(_linear("qkv_proj", s, h, h + 2 * m.kv_dim, e, "column", m.bias))
+        ops.extend(_attention_ops(m, s, e, attention_impl))
+        ops.append(_linear("out_proj", s, h, h, e, "row", m.bias))
+        ops.append(_residual("attn_residual", m, s, e))
+        ops.append(_norm("ffn_norm", m, s, e))
+        ops.extend(_ffn_ops(m, s, e))
+        ops.append(_residual("ffn_residual", m, s, e))
+    else:
+        ops.extend(_ffn_ops(m, s, e))
+    graph = _chain(ops)
+    if m.has_attention:  # residual connections skip their branch
+        graph.add_edge("input", "attn_residual")
+        graph.add_edge("attn_residual", "ffn_residual")
+    return graph
+
+
+def embedding_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
+    """Token (and learned position) embedding; vocab-parallel under TP."""
+    s, e, h = seq_len, act_bytes, m.hidden_size
+    ops = [Operator(name="token_embedding", kind="embedding", flops=0.0, model_flops=0.0,
+                    act_in_bytes=s * h * e, act_out_bytes=s * h * e, weight_bytes=0.0,
+                    params=m.vocab_size * h, saved_bytes=0.0, sharding="vocab")]
+    if m.position_embedding == "learned":
+        ops.append(Operator(name="position_embedding", kind="elementwise", flops=0.0, model_flops=0.0,
+                            act_in_bytes=2.0 * s * h * e, act_out_bytes=s * h * e,
+                            weight_bytes=0.0, params=m.max_seq_len * h, saved_bytes=0.0,
+                            sharding="replicated"))
+    if m.dropout:
+        ops.append(_elementwise("embedding_dropout", s, h, e, reads=1.0, writes=1.0 + 1.0 / e,
+                                saved=s * h * 1.0))
+    return _chain(ops)
+
+
+def head_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
+    """Final norm, output logits (vocab-parallel) and cross-entropy loss."""
+    s, e, h, v = seq_len, act_bytes, m.hidden_size, m.vocab_size
+    logits = _linear("logits", s, h, v, e, "column", False)
+    if m.tied_embeddings:
+        logits = Operator(**{**logits.__dict__, "params": 0})  # shares the embedding matrix
+    # Megatron's vocab-parallel cross entropy works in fp32: it reads the logits, writes an fp32
+    # copy, exponentiates in place and reduces (about three fp32 passes) and keeps the fp32
+    # softmax for backward.
+    loss = Operator(name="cross_entropy", kind="loss", flops=0.0, model_flops=0.0,
+                    act_in_bytes=s * v * (e + 8.0), act_out_bytes=s * v * 4.0,
+                    weight_bytes=0.0, params=0, saved_bytes=s * v * 4.0, sharding="split",
+                    bwd_bytes_factor=(4.0 + e) / (e + 12.0))
+    return _chain([_norm("final_norm", m, s, e), logits, loss])
+
+
+def _chain(ops: list[Operator]) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    graph.add_node("input")
+    previous = "input"
+    for op in ops:
+        graph.add_node(op.name, op=op)
+        graph.add_edge(previous, op.name)
+        previous = op.name
+    graph.add_node("output")
+    graph.add_edge(previous, "output")
+    return graph
+
+
+def operators(graph: nx.DiGraph) -> list[Operator]:
+    """The operators of ``graph`` in topological (execution) order."""
+    return [graph.nodes[n]["op"] for n in nx.topological_sort(graph) if "op" in graph.nodes[n]]

@@ -1,0 +1,109 @@
+"""Array form of an operator graph: one numpy array per operator attribute.
+
+The cost model evaluates many parallel choices at once by broadcasting these arrays against
+arrays of choices, so graphs are converted once per (model, sequence length, dtype).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import networkx as nx
+import numpy as np
+
+from autotune.graph.operators import TP_SPLIT, embedding_graph, head_graph, layer_graph, operators
+from autotune.spec.model import ModelSpec
+
+__all__ = ["OpTable", "ModelTables", "model_tables"]
+
+
+@dataclass(frozen=True, eq=False)
+class OpTable:
+    """Per-operator arrays of one block (a layer, the embedding or the head); see Operator."""
+
+    names: tuple[str, ...]
+    kinds: tuple[str, ...]
+    flops: np.ndarray
+    model_flops: np.ndarray
+    in_bytes: np.ndarray
+    out_bytes: np.ndarray
+    weight_bytes: np.ndarray
+    saved_bytes: np.ndarray
+    params: np.ndarray
+    in_split: np.ndarray  # split by TP (else whole, or split by sequence parallelism)
+    out_split: np.ndarray
+    saved_split: np.ndarray
+    weights_split: np.ndarray
+    runs_replicated: np.ndarray  # a replicated op: sequence parallelism splits its work
+    bwd_flops_factor: np.ndarray
+    bwd_bytes_factor: np.ndarray
+    kernels: np.ndarray
+    bwd_kernels: np.ndarray
+    selective: np.ndarray
+    selective_dropped_bytes: np.ndarray
+
+    @classmethod
+    def from_graph(cls, graph: nx.DiGraph) -> "OpTable":
+        ops = operators(graph)
+        arr = lambda attr: np.array([float(getattr(op, attr)) for op in ops])  # noqa: E731
+        split = np.array([TP_SPLIT[op.sharding] for op in ops], dtype=bool).reshape(-1, 3)
+        return cls(
+            names=tuple(op.name for op in ops), kinds=tuple(op.kind for op in ops),
+            flops=arr("flops"), model_flops=arr("model_flops"), in_bytes=arr("act_in_bytes"),
+            out_bytes=arr("act_out_bytes"), weight_bytes=arr("weight_bytes"),
+            saved_bytes=arr("saved_bytes"), params=arr("params"),
+            in_split=split[:, 0], out_split=split[:, 1], saved_split=split[:, 2],
+            weights_split=np.array([op.sharding != "replicated" for op in ops]),
+            runs_replicated=np.array([op.sharding == "replicated" for op in ops]),
+            bwd_flops_factor=arr("bwd_flops_factor"), bwd_bytes_factor=arr("bwd_bytes_factor"),
+            kernels=arr("kernels"), bwd_kernels=arr("bwd_kernels"),
+            selective=np.array([op.selective_recompute for op in ops]),
+            selective_dropped_bytes=arr("selective_dropped_bytes"),
+        )
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def num_params(self) -> int:
+        return int(self.params.sum())
+
+
+@dataclass(frozen=True, eq=False)
+class ModelTables:
+    """The three block tables of a model at one sequence length and activation dtype."""
+
+    model: ModelSpec
+    seq_len: int
+    act_bytes: int
+    attention_impl: str
+    layer: OpTable
+    embedding: OpTable | None
+    head: OpTable | None
+
+    @property
+    def num_params(self) -> int:
+        """All parameters (tied embeddings counted once)."""
+        extra = sum(t.num_params for t in (self.embedding, self.head) if t is not None)
+        return self.model.num_layers * self.layer.num_params + extra
+
+    def model_flops_per_sequence(self) -> float:
+        """Forward + backward model FLOPs of one sequence (3x forward, no recomputation)."""
+        fwd = self.model.num_layers * self.layer.model_flops.sum()
+        for table in (self.embedding, self.head):
+            if table is not None:
+                fwd += table.model_flops.sum()
+        return 3.0 * float(fwd)
+
+
+@lru_cache(maxsize=256)
+def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> ModelTables:
+    """Build (and cache) the block tables; specs are frozen and hashable."""
+    layer = OpTable.from_graph(layer_graph(model, seq_len, act_bytes, attention_impl))
+    embedding = head = None
+    if model.has_embeddings:
+        embedding = OpTable.from_graph(embedding_graph(model, seq_len, act_bytes))
+        head = OpTable.from_graph(head_graph(model, seq_len, act_bytes))
+    return ModelTables(model=model, seq_len=seq_len, act_bytes=act_bytes,
+                       attention_impl=attention_impl, layer=layer, embedding=embedding, head=head)

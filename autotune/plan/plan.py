@@ -1,0 +1,169 @@
+"""A parallel plan: pipeline stages, each with its intra-operator choices. Frozen, versioned, JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from autotune.errors import AutotuneError, require, require_choice, require_positive
+
+__all__ = ["Plan", "StagePlan", "SCHEDULES", "RECOMPUTE", "PLAN_SCHEMA", "PLACEMENTS", "MESH_ORDERS"]
+
+PLAN_SCHEMA = "autotune.plan/1"
+SCHEDULES = ("1f1b", "gpipe", "interleaved")
+RECOMPUTE = ("none", "selective", "full")
+# Where a tensor class lives: HBM, host DRAM over PCIe, or CXL-attached memory.
+PLACEMENTS = ("hbm", "host", "cxl")
+# Order in which the TP, CP and DP groups take ranks of a stage's submesh, innermost first
+# (Megatron-Core's ``order="tp-cp-ep-dp-pp"`` convention): the innermost group gets the
+# closest GPUs (same node), so its collectives use NVLink.
+MESH_ORDERS = ("tp-cp-dp", "tp-dp-cp", "cp-tp-dp", "cp-dp-tp", "dp-tp-cp", "dp-cp-tp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class StagePlan:
+    """One pipeline stage: layers ``[first, last+1)`` on ``num_gpus = tp * cp * dp`` GPUs."""
+
+    layers: tuple[int, int]
+    has_embedding: bool
+    has_head: bool
+    num_gpus: int
+    tp: int
+    cp: int
+    dp: int
+    sequence_parallel: bool = False
+    recompute: str = "none"
+    zero: int = 0
+    mesh_order: str = "tp-cp-dp"
+    weights_in: str = "hbm"
+    optimizer_in: str = "hbm"
+    activations_in: str = "hbm"
+    cache_group_layers: int = 0  # layers per on-chip cache group (0: no cache-aware grouping)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
+        first, end = self.layers
+        require(0 <= first < end, "stage.layers", f"must be [first, last+1) with first < last+1, got {list(self.layers)}")
+        for name in ("num_gpus", "tp", "cp", "dp"):
+            require_positive(f"stage.{name}", getattr(self, name))
+        require(self.tp * self.cp * self.dp == self.num_gpus, "stage.num_gpus",
+                f"tp x cp x dp = {self.tp}x{self.cp}x{self.dp} = {self.tp * self.cp * self.dp} "
+                f"must equal num_gpus {self.num_gpus}")
+        require_choice("recompute", self.recompute, RECOMPUTE)
+        require_choice("zero", self.zero, (0, 1, 2, 3))
+        require_choice("mesh_order", self.mesh_order, MESH_ORDERS)
+        for name in ("weights_in", "optimizer_in", "activations_in"):
+            require_choice(name, getattr(self, name), PLACEMENTS)
+        require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0")
+
+    @property
+    def num_layers(self) -> int:
+        return self.layers[1] - self.layers[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """A full parallel plan for ``gpus`` devices.
+
+    ``micro_batch`` is sequences per micro-batch on one data-parallel replica (Megatron-LM's
+    ``--micro-batch-size``), so the global batch is ``micro_batch * num_microbatches * dp``;
+    every stage has the same ``dp``. ``vpp`` > 1 (interleaved schedule) gives each pipeline
+    rank ``vpp`` model chunks.
+    """
+
+    gpus: int
+    micro_batch: int
+    num_microbatches: int
+    stages: tuple[StagePlan, ...]
+    schedule: str = "1f1b"
+    vpp: int = 1
+    overlap_grad_reduce: bool = True
+    overlap_param_gather: bool = True
+    overlap_tp_comm: bool = False  # Megatron --tp-comm-overlap (needs sequence parallelism)
+    overlap_p2p_comm: bool = True
+    grad_bucket_bytes: float = 0.0  # 0: the seed's optimal bucket sqrt(s * w * o)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stages", tuple(self.stages))
+        for name in ("gpus", "micro_batch", "num_microbatches", "vpp"):
+            require_positive(name, getattr(self, name))
+        require_choice("schedule", self.schedule, SCHEDULES)
+        require(len(self.stages) > 0, "stages", "a plan needs at least one stage")
+        require(self.grad_bucket_bytes >= 0, "grad_bucket_bytes", "must be >= 0")
+        used = sum(s.num_gpus for s in self.stages)
+        require(used == self.gpus, "gpus", f"stages use {used} GPUs but the plan has {self.gpus}")
+        require(len({s.dp for s in self.stages}) == 1, "dp",
+                f"every stage needs the same dp, got {[s.dp for s in self.stages]}")
+        require(self.stages[0].has_embedding or not any(s.has_embedding for s in self.stages[1:]),
+                "stages", "only the first stage may hold the embedding")
+        require(not any(s.has_head for s in self.stages[:-1]), "stages", "only the last stage may hold the head")
+        for before, after in zip(self.stages, self.stages[1:]):
+            require(before.layers[1] == after.layers[0], "stages",
+                    f"stage layers must be contiguous: {list(before.layers)} then {list(after.layers)}")
+        require((self.vpp > 1) == (self.schedule == "interleaved"), "vpp",
+                "vpp > 1 goes with schedule 'interleaved', and 'interleaved' needs vpp > 1")
+
+    @property
+    def pp(self) -> int:
+        return len(self.stages)
+
+    @property
+    def dp(self) -> int:
+        return self.stages[0].dp
+
+    @property
+    def global_batch(self) -> int:
+        return self.micro_batch * self.num_microbatches * self.dp
+
+    @property
+    def num_layers(self) -> int:
+        return self.stages[-1].layers[1] - self.stages[0].layers[0]
+
+    def check_against(self, num_layers: int, global_batch: int, has_embeddings: bool = True) -> None:
+        """The plan covers layers ``[0, num_layers)`` once and the workload's global batch."""
+        require(self.stages[0].layers[0] == 0 and self.stages[-1].layers[1] == num_layers, "stages",
+                f"stages must cover layers [0, {num_layers}) exactly, they cover "
+                f"[{self.stages[0].layers[0]}, {self.stages[-1].layers[1]})")
+        if has_embeddings:
+            require(self.stages[0].has_embedding and self.stages[-1].has_head, "stages",
+                    "the first stage must hold the embedding and the last the head")
+        require(self.global_batch == global_batch, "micro_batch",
+                f"micro_batch {self.micro_batch} x num_microbatches {self.num_microbatches} x dp "
+                f"{self.dp} = {self.global_batch} must equal the global batch {global_batch}")
+        if self.schedule == "interleaved":
+            require(all(s.num_layers % self.vpp == 0 for s in self.stages), "vpp",
+                    f"every stage's layer count must divide into vpp={self.vpp} chunks")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data = {"schema": PLAN_SCHEMA, "pp": self.pp, "dp": self.dp, "global_batch": self.global_batch, **data}
+        for stage in data["stages"]:
+            stage["layers"] = list(stage["layers"])
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Plan":
+        schema = data.get("schema", PLAN_SCHEMA)
+        if schema != PLAN_SCHEMA:
+            raise AutotuneError("plan.schema", f"unsupported plan schema {schema!r}; this version reads {PLAN_SCHEMA!r}")
+        stage_keys = {f.name for f in fields(StagePlan)}
+        plan_keys = {f.name for f in fields(cls)} - {"stages"}
+        try:
+            stages = tuple(StagePlan(**{k: v for k, v in s.items() if k in stage_keys}) for s in data["stages"])
+            return cls(stages=stages, **{k: v for k, v in data.items() if k in plan_keys})
+        except (KeyError, TypeError) as err:
+            raise AutotuneError("plan", f"malformed plan: {err}") from None
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        try:
+            return cls.from_dict(json.loads(text))
+        except json.JSONDecodeError as err:
+            raise AutotuneError("plan", f"not valid JSON: {err}") from None
+
+    def with_changes(self, **changes: Any) -> "Plan":
+        return replace(self, **changes)

@@ -1,0 +1,232 @@
+"""Hardware as data: device profiles (roofline regressions, memory tiers) and clusters (meshes).
+
+Numbers live in ``autotune/data/devices/*.toml`` and ``autotune/data/clusters.toml``, each with
+its source. This module only defines the frozen types and validates them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+
+from autotune.errors import AutotuneError, require
+
+__all__ = [
+    "Regression", "MemoryTier", "DeviceProfile", "LinkLevel", "ClusterSpec", "TIER_NAMES",
+    "COLLECTIVES",
+]
+
+TIER_NAMES = ("sram", "hbm", "host", "cxl")
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+
+
+def _finite_nonneg(field_name: str, value: float) -> None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    require(ok and value >= 0, field_name, f"must be a finite number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Regression:
+    """``time_s = latency_s + x * seconds_per_unit`` where x is FLOPs or bytes.
+
+    ``residual_rel_std`` is the relative standard deviation of the fit's residuals (measured
+    profiles) or of the prediction errors it was checked against (shipped profiles); estimates
+    turn it into their uncertainty band.
+    """
+
+    latency_s: float
+    seconds_per_unit: float
+    source: str = ""
+    r2: float | None = None
+    residual_rel_std: float = 0.0
+    num_points: int = 0
+
+    def __post_init__(self) -> None:
+        _finite_nonneg("regression.latency_s", self.latency_s)
+        _finite_nonneg("regression.seconds_per_unit", self.seconds_per_unit)
+        require(self.seconds_per_unit > 0, "regression.seconds_per_unit", "must be > 0")
+        _finite_nonneg("regression.residual_rel_std", self.residual_rel_std)
+
+    def time_s(self, amount: float) -> float:
+        return self.latency_s + amount * self.seconds_per_unit
+
+    @property
+    def throughput(self) -> float:
+        """Asymptotic units per second (FLOP/s or bytes/s)."""
+        return 1.0 / self.seconds_per_unit
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryTier:
+    """A place tensors can live: on-chip cache, HBM, host DRAM or CXL-attached memory."""
+
+    name: str
+    capacity_bytes: float
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        require(self.name in TIER_NAMES, "tier.name", f"{self.name!r}; valid: {', '.join(TIER_NAMES)}")
+        for name in ("capacity_bytes", "bandwidth_bytes_per_s"):
+            value = getattr(self, name)
+            _finite_nonneg(f"tier.{self.name}.{name}", value)
+            require(value > 0, f"tier.{self.name}.{name}", "must be > 0 (a tier with no capacity or bandwidth cannot hold data)")
+        _finite_nonneg(f"tier.{self.name}.latency_s", self.latency_s)
+
+
+def _frozen(mapping: Mapping) -> Mapping:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class DeviceProfile:
+    """One accelerator (or the local CPU): peaks, memory tiers and the cost-model regressions.
+
+    Compared and hashed by identity (caches key on the object); ``fingerprint`` identifies
+    the numbers. ``compute[(op_class, dtype)]`` is the compute regression (per FLOP) of an operator class:
+    ``gemm`` (dense matmuls), ``bmm`` (attention's batched matmuls when unfused) and
+    ``attention`` (a fused flash-attention kernel). ``memory`` is the regression (per byte) of
+    memory-bound kernels against the HBM tier. ``reserved_bytes`` is device memory that
+    tensors cannot use (CUDA context, library workspaces, allocator fragmentation).
+    ``kernel_efficiency`` is the share of micro-benchmark speed that kernels keep inside a
+    whole training step (sustained clocks, launch gaps, framework overhead); kernel times are
+    divided by it.
+    """
+
+    name: str
+    kind: str
+    peak_flops: Mapping[str, float]
+    tiers: tuple[MemoryTier, ...]
+    compute: Mapping[tuple[str, str], Regression]
+    memory: Regression
+    reserved_bytes: float
+    provenance: str
+    aliases: tuple[str, ...] = ()
+    kernel_efficiency: float = 1.0
+    kernel_efficiency_source: str = ""
+
+    def __post_init__(self) -> None:
+        require(self.kind in ("gpu", "cpu"), "device.kind", "must be 'gpu' or 'cpu'")
+        require(0 < self.kernel_efficiency <= 1, "device.kernel_efficiency",
+                f"must be in (0, 1], got {self.kernel_efficiency!r}")
+        names = [t.name for t in self.tiers]
+        require("hbm" in names, "device.tiers", "needs an 'hbm' tier (device memory)")
+        require(len(set(names)) == len(names), "device.tiers", "tier names must be unique")
+        for dtype, flops in self.peak_flops.items():
+            _finite_nonneg(f"device.peak_flops.{dtype}", flops)
+        _finite_nonneg("device.reserved_bytes", self.reserved_bytes)
+        require(self.reserved_bytes < self.tier("hbm").capacity_bytes, "device.reserved_bytes",
+                "must be below the HBM capacity")
+        object.__setattr__(self, "peak_flops", _frozen(self.peak_flops))
+        object.__setattr__(self, "compute", _frozen(self.compute))
+
+    def tier(self, name: str) -> MemoryTier:
+        for tier in self.tiers:
+            if tier.name == name:
+                return tier
+        raise AutotuneError("device.tiers", f"{self.name} has no {name!r} tier; it has {', '.join(t.name for t in self.tiers)}")
+
+    def has_tier(self, name: str) -> bool:
+        return any(t.name == name for t in self.tiers)
+
+    @property
+    def memory_bytes(self) -> float:
+        """Device (HBM) capacity."""
+        return self.tier("hbm").capacity_bytes
+
+    @property
+    def usable_memory_bytes(self) -> float:
+        return self.memory_bytes - self.reserved_bytes
+
+    def regression(self, op_class: str, dtype: str) -> Regression:
+        key = (op_class, dtype)
+        if key in self.compute:
+            return self.compute[key]
+        if (op_class, "bf16") in self.compute and dtype == "fp16":
+            return self.compute[(op_class, "bf16")]
+        if op_class != "gemm":
+            return self.regression("gemm", dtype)
+        raise AutotuneError("profile", f"{self.name} has no compute regression for {op_class}/{dtype}")
+
+    def peak(self, dtype: str) -> float:
+        """Peak dense FLOP/s for ``dtype`` (used for MFU)."""
+        if dtype in self.peak_flops:
+            return self.peak_flops[dtype]
+        raise AutotuneError("dtype", f"{self.name} has no peak FLOP/s for {dtype}; known: {', '.join(self.peak_flops)}")
+
+    def with_changes(self, **changes: object) -> "DeviceProfile":
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class LinkLevel:
+    """One level of the network hierarchy (one device-mesh dimension).
+
+    A collective on this level costs ``latency_s`` once, ``alpha_s`` per ring or tree step,
+    and ``beta_s_per_byte`` (the inverse of the achieved per-GPU bus bandwidth) per byte moved.
+    ``collectives`` optionally holds measured ``time = latency + bytes * seconds_per_byte``
+    fits per (collective, group size) from ``autotune profile``; they replace the formulas.
+    """
+
+    name: str
+    latency_s: float
+    alpha_s: float
+    beta_s_per_byte: float
+    source: str = ""
+    collectives: Mapping[tuple[str, int], Regression] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _finite_nonneg(f"link.{self.name}.latency_s", self.latency_s)
+        _finite_nonneg(f"link.{self.name}.alpha_s", self.alpha_s)
+        _finite_nonneg(f"link.{self.name}.beta_s_per_byte", self.beta_s_per_byte)
+        require(self.beta_s_per_byte > 0, f"link.{self.name}.bandwidth", "must be > 0")
+        object.__setattr__(self, "collectives", _frozen(self.collectives))
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return 1.0 / self.beta_s_per_byte
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ClusterSpec:
+    """Nodes of ``gpus_per_node`` identical devices: a two-level mesh (intra-node, inter-node).
+
+    ``host_link`` is the device-host path (PCIe) and ``cxl_link`` the path to CXL memory, used
+    when a tensor class is offloaded. ``max_nodes`` of ``None`` means "as many as asked for".
+    """
+
+    name: str
+    device: DeviceProfile
+    gpus_per_node: int
+    intra_node: LinkLevel
+    inter_node: LinkLevel
+    host_link: LinkLevel
+    cxl_link: LinkLevel | None = None
+    max_nodes: int | None = None
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.gpus_per_node, int) and self.gpus_per_node > 0,
+                "cluster.gpus_per_node", "must be a positive integer")
+
+    def check_gpus(self, gpus: int) -> None:
+        """GPU counts this cluster can form: up to one node, or whole nodes."""
+        require(isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0, "gpus",
+                f"must be a positive integer, got {gpus!r}")
+        per = self.gpus_per_node
+        require(gpus <= per or gpus % per == 0, "gpus",
+                f"{gpus} GPUs cannot be formed on {self.name}: use at most {per} (one node) "
+                f"or a multiple of {per} (whole nodes), e.g. {max(per, gpus // per * per)} or {(gpus // per + 1) * per}")
+        if self.max_nodes is not None:
+            require(self.num_nodes(gpus) <= self.max_nodes, "gpus",
+                    f"{gpus} GPUs need {self.num_nodes(gpus)} nodes; {self.name} has {self.max_nodes} "
+                    f"(at most {self.max_nodes * per} GPUs)")
+
+    def num_nodes(self, gpus: int) -> int:
+        return max(1, -(-gpus // self.gpus_per_node))
+
+    def with_changes(self, **changes: object) -> "ClusterSpec":
+        return replace(self, **changes)

@@ -1,0 +1,57 @@
+"""Model presets (data in ``autotune/data/models.toml``) and ``--model`` resolution."""
+
+from __future__ import annotations
+
+import tomllib
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+
+from autotune.errors import AutotuneError, closest
+from autotune.spec.hf_config import model_from_hf_config
+from autotune.spec.model import ModelSpec
+
+__all__ = ["preset_names", "load_preset", "resolve_model", "default_training_shape"]
+
+_WORKLOAD_KEYS = ("default_global_batch", "default_seq_len")
+
+
+@lru_cache(maxsize=1)
+def _preset_table() -> dict[str, dict]:
+    text = resources.files("autotune.data").joinpath("models.toml").read_text()
+    return tomllib.loads(text)
+
+
+def preset_names() -> list[str]:
+    return list(_preset_table())
+
+
+def load_preset(name: str) -> ModelSpec:
+    """The preset called ``name``; unknown names get the closest suggestions."""
+    table = _preset_table()
+    if name not in table:
+        near = closest(name, table)
+        hint = f"did you mean {', '.join(near)}? " if near else ""
+        raise AutotuneError("model", f"unknown preset {name!r}; {hint}presets: {', '.join(table)}")
+    fields = {k: v for k, v in table[name].items() if k not in _WORKLOAD_KEYS}
+    return ModelSpec(name=name, **fields)
+
+
+def default_training_shape(model: ModelSpec) -> tuple[int, int]:
+    """(global batch in sequences, sequence length) the preset trains with by default."""
+    row = _preset_table().get(model.name)
+    if row is not None:
+        return int(row["default_global_batch"]), int(row["default_seq_len"])
+    return 256, min(model.max_seq_len, 2048)
+
+
+def resolve_model(value: str | ModelSpec) -> ModelSpec:
+    """A preset name, a path to a Hugging Face ``config.json``, or a spec passed through."""
+    if isinstance(value, ModelSpec):
+        return value
+    if value in _preset_table():
+        return load_preset(value)
+    path = Path(value)
+    if value.endswith(".json") or path.exists():
+        return model_from_hf_config(path)
+    return load_preset(value)

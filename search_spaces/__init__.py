@@ -1,0 +1,1 @@
+"""Search spaces as data: one TOML file per space, selected with ``--space NAME``."""

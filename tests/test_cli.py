@@ -1,0 +1,39 @@
+"""The command line: JSON interface, one-line errors with exit code 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.cli.main import main
+
+
+def run_cli(*args):
+    proc = subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def test_evaluate_json(capsys):
+    assert main(["evaluate", "--model", "gpt3-1.3b", "--gpus", "8", "--tp", "2", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {"fits", "step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes_per_gpu",
+            "breakdown", "memory_breakdown"} <= set(data)
+
+
+def test_evaluate_table(capsys):
+    assert main(["evaluate", "--model", "large", "--gpus", "4"]) == 0
+    assert "step time" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--model", "nosuch", "--gpus", "8"], "model"),
+    (["--model", "large", "--gpus", "8", "--tp", "3"], "gpus"),
+    (["--model", "large", "--gpus", "0"], "--gpus"),
+    (["--model", "large", "--gpus", "8", "--dtype", "fp64"], "dtype"),
+    (["--model", "large", "--gpus", "8", "--cluster", "nope"], "cluster"),
+])
+def test_bad_input_is_one_line_exit_2(args, needle):
+    code, out, err = run_cli("evaluate", *args)
+    assert code == 2, err
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err
