@@ -1,25 +1,118 @@
-"""Reading plans from files: a plan.json or a run directory holding one."""
+"""Plan files: a plan with what it was made for (model, workload, cluster), as JSON.
+
+``plan.json`` in a run directory, and any file ``autotune search`` or a user writes:
+
+    {"schema": "autotune.plan/1", "plan": {...}, "model": {...}, "workload": {...},
+     "cluster": "dgx-h100" | {...cluster file data...}, "profile": null | "path",
+     "estimate": {...} | null}
+
+A bare plan object (``Plan.to_dict()``) is accepted too where the context comes from flags.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.plan.plan import Plan
+from autotune.plan.plan import PLAN_SCHEMA, Plan
+from autotune.spec.model import ModelSpec
+from autotune.spec.workload import TrainingWorkload
 
-__all__ = ["read_plan"]
+__all__ = ["PlanFile", "read_plan", "read_plan_file", "write_plan_file", "plan_file_dict", "atomic_write_text",
+           "model_from_dict", "workload_from_dict"]
 
 
-def read_plan(path: str | Path) -> Plan:
-    """A plan from ``plan.json`` or from a run directory's ``plan.json``."""
+@dataclass(frozen=True, kw_only=True)
+class PlanFile:
+    plan: Plan
+    model: ModelSpec | None
+    workload: Any | None
+    cluster: str | dict | None
+    profile: str | None = None
+    estimate: dict | None = None
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write through a temporary file and rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def model_from_dict(data: dict) -> ModelSpec:
+    names = {f.name for f in fields(ModelSpec)}
+    try:
+        return ModelSpec(**{k: v for k, v in data.items() if k in names})
+    except TypeError as err:
+        raise AutotuneError("model", f"malformed model in plan file: {err}") from None
+
+
+def workload_from_dict(data: dict) -> Any:
+    """Training workloads; inference workloads register their kinds in WORKLOAD_KINDS."""
+    kind = data.get("kind", "train")
+    cls = WORKLOAD_KINDS.get(kind)
+    if cls is None:
+        raise AutotuneError("workload.kind", f"{kind!r}; known: {', '.join(WORKLOAD_KINDS)}")
+    names = {f.name for f in fields(cls)}
+    try:
+        return cls(**{k: v for k, v in data.items() if k in names})
+    except TypeError as err:
+        raise AutotuneError("workload", f"malformed workload in plan file: {err}") from None
+
+
+# Workload classes by their ``kind`` field; inference workloads add theirs.
+WORKLOAD_KINDS: dict[str, type] = {"train": TrainingWorkload}
+
+
+def plan_file_dict(*, plan: Plan, model: ModelSpec, workload: Any, cluster: str | dict,
+                   profile: str | None = None, estimate: dict | None = None) -> dict[str, Any]:
+    return {"schema": PLAN_SCHEMA, "plan": plan.to_dict(), "model": asdict(model), "workload": asdict(workload),
+            "cluster": cluster, "profile": profile, "estimate": estimate}
+
+
+def write_plan_file(path: str | Path, **content: Any) -> None:
+    """Write a plan file atomically (see module docstring for the keys)."""
+    atomic_write_text(Path(path), json.dumps(plan_file_dict(**content), indent=2, default=str) + "\n")
+
+
+def _load_json(path: str | Path) -> tuple[Path, Any]:
     target = Path(path)
     if target.is_dir():
         target = target / "plan.json"
     try:
-        data = json.loads(target.read_text())
+        return target, json.loads(target.read_text())
     except OSError as err:
         raise AutotuneError("plan", f"cannot read {str(target)!r}: {err.strerror}") from None
     except json.JSONDecodeError as err:
         raise AutotuneError("plan", f"{str(target)!r} is not valid JSON: {err}") from None
-    return Plan.from_dict(data.get("plan", data) if isinstance(data, dict) else data)
+
+
+def read_plan_file(path: str | Path) -> PlanFile:
+    """A plan file, or a run directory's ``plan.json``."""
+    target, data = _load_json(path)
+    if not isinstance(data, dict):
+        raise AutotuneError("plan", f"{str(target)!r} must hold a JSON object")
+    if "plan" not in data:
+        return PlanFile(plan=Plan.from_dict(data), model=None, workload=None, cluster=None)
+    if data.get("schema", PLAN_SCHEMA) != PLAN_SCHEMA:
+        raise AutotuneError("plan.schema", f"unsupported {data.get('schema')!r}; this version reads {PLAN_SCHEMA!r}")
+    return PlanFile(
+        plan=Plan.from_dict(data["plan"]),
+        model=model_from_dict(data["model"]) if data.get("model") else None,
+        workload=workload_from_dict(data["workload"]) if data.get("workload") else None,
+        cluster=data.get("cluster"), profile=data.get("profile"), estimate=data.get("estimate"))
+
+
+def read_plan(path: str | Path) -> Plan:
+    return read_plan_file(path).plan

@@ -137,7 +137,7 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data = {"schema": PLAN_SCHEMA, "pp": self.pp, "dp": self.dp, "global_batch": self.global_batch, **data}
+        data = {"pp": self.pp, "dp": self.dp, "global_batch": self.global_batch, **data}
         for stage in data["stages"]:
             stage["layers"] = list(stage["layers"])
         return data
@@ -147,15 +147,14 @@ class Plan:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
-        schema = data.get("schema", PLAN_SCHEMA)
-        if schema != PLAN_SCHEMA:
-            raise AutotuneError("plan.schema", f"unsupported plan schema {schema!r}; this version reads {PLAN_SCHEMA!r}")
+        if not isinstance(data, dict) or not isinstance(data.get("stages"), list):
+            raise AutotuneError("plan", "a plan needs a 'stages' list")
         stage_keys = {f.name for f in fields(StagePlan)}
         plan_keys = {f.name for f in fields(cls)} - {"stages"}
         try:
             stages = tuple(StagePlan(**{k: v for k, v in s.items() if k in stage_keys}) for s in data["stages"])
             return cls(stages=stages, **{k: v for k, v in data.items() if k in plan_keys})
-        except (KeyError, TypeError) as err:
+        except (KeyError, TypeError, AttributeError) as err:
             raise AutotuneError("plan", f"malformed plan: {err}") from None
 
     @classmethod
