@@ -1,0 +1,129 @@
+"""``autotune search``: the fastest plan that fits, with baselines, in a run directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from autotune.cli.common import add_model_args, add_workload_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "search", help="find the fastest parallel plan that fits (inter-op DP + intra-op Optuna)",
+        description="Search pipeline stages (DP over layers and submeshes) and each stage's TP/CP/DP, ZeRO, "
+                    "recomputation, micro-batch and virtual stages (Optuna); print the plan beside baselines.")
+    add_model_args(parser, gpus_required=False)
+    add_workload_args(parser)
+    parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a parameter of a standalone space (e.g. --space cxl-lora --set d=1024)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed: results are deterministic for a seed")
+    parser.add_argument("--method", default="optuna", choices=("optuna", "exhaustive"),
+                        help="optuna (default) or the exhaustive reference solver over the same space")
+    parser.add_argument("--runs-dir", default="runs", help="where run directories go (default: runs/)")
+    parser.add_argument("--no-run-dir", action="store_true", help="write nothing: no run directory, no study")
+    parser.add_argument("--resume", metavar="RUN", default=None, help="continue an interrupted search from its run directory")
+    parser.add_argument("--storage", default=None, help="keep the study in this database (postgresql+psycopg://...) shared with `autotune worker`")
+    parser.add_argument("--study", default=None, help="study name in --storage (default: derived from the problem)")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def _progress(args: argparse.Namespace):
+    if args.quiet or args.json or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc="slices", unit="slice", delay=1.0, file=sys.stderr, leave=False)
+
+    def update(outcome, done: int, total: int) -> None:
+        bar.total = total
+        bar.update(1)
+        if done == total:
+            bar.close()
+    return update
+
+
+def run(args: argparse.Namespace) -> int:
+    import signal
+
+    from autotune.errors import require
+
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    if args.space == "cxl-lora" or (args.space.endswith(".toml") and "cxl" in args.space):
+        from autotune.cli.cxl_lora_cli import run_cxl_lora
+
+        return run_cxl_lora(args)
+    from autotune import search_api
+
+    progress = _progress(args)
+    if args.resume:
+        result = search_api.resume(args.resume, progress=progress)
+    else:
+        require(args.gpus is not None, "gpus", "give --gpus N (or --resume RUN)")
+        run_dir = None
+        if not (args.no_run_dir or args.storage):
+            from pathlib import Path
+
+            from autotune.outputs.run_dir import create_run_dir
+            from autotune.spec.presets import resolve_model
+
+            search_api.load_space(args.space)
+            run_dir = create_run_dir(Path(args.runs_dir), resolve_model(args.model).name, args.gpus)
+        try:
+            result = search_api.search(
+                args.model, args.gpus, cluster=args.cluster, profile=args.profile, global_batch=args.global_batch,
+                seq_len=args.seq_len, dtype=args.dtype, attention=args.attention, space=args.space, seed=args.seed,
+                method=args.method, run_dir=run_dir, storage=args.storage, study_name=args.study, progress=progress)
+        except BaseException:
+            _cleanup_failed(run_dir)
+            raise
+    return _print(args, result)
+
+
+def _cleanup_failed(run_dir) -> None:
+    """Nothing half-written: a run directory whose search stopped before any finished slice is removed."""
+    if run_dir is None:
+        return
+    import shutil
+
+    from autotune.outputs.run_dir import STUDY_FILE
+
+    if not (run_dir / STUDY_FILE).exists() or not _has_finished_slices(run_dir):
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        sys.stderr.write(f"autotune search: finished slices are kept in {run_dir}; continue with "
+                         f"autotune search --resume {run_dir}\n")
+
+
+def _has_finished_slices(run_dir) -> bool:
+    import optuna
+
+    from autotune.outputs.run_dir import study_url
+    try:
+        summaries = optuna.get_all_study_summaries(study_url(run_dir))
+        return any(s.n_trials > 0 for s in summaries)
+    except Exception:
+        return False
+
+
+def _print(args: argparse.Namespace, result) -> int:
+    from autotune.cli.common import print_json
+    from autotune.outputs.report import plan_table, summary_text, why_it_wins
+
+    if args.json:
+        print_json(result.to_dict())
+        return 0
+    capacity = result.estimate.memory_capacity_bytes
+    print("\n".join(plan_table(result.plan, result.estimate)))
+    print("\n".join(summary_text(result.plan, result.estimate, capacity)))
+    print("baselines (same cost model):")
+    print("\n".join(why_it_wins(result.estimate, result.baselines)))
+    s = result.stats
+    print(f"searched {s.num_slices} slices ({s.num_slices_solved} solved, {s.num_slices_pruned} pruned by bound, "
+          f"{s.num_slices_resumed} resumed), {s.num_intra_op_studies} intra-op studies, {s.num_trials} trials "
+          f"in {s.wall_time_s:.2f} s")
+    if result.run_dir:
+        print(f"run directory: {result.run_dir}")
+    return 0

@@ -1,0 +1,101 @@
+"""Readable plans: the terminal summary and the run's report.md, with why the winner wins."""
+
+from __future__ import annotations
+
+from autotune.cost.estimate import Estimate
+from autotune.plan.plan import Plan
+
+__all__ = ["plan_table", "summary_text", "report_markdown", "why_it_wins", "stage_breakdown_text"]
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.1f} GiB"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:.3f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
+
+
+def plan_table(plan: Plan, estimate: Estimate | None = None) -> list[str]:
+    """One line per stage: layers, GPUs and intra-op choices (and memory if known)."""
+    lines = [f"{'stage':>5} {'layers':>9} {'gpus':>5} {'tp':>3} {'cp':>3} {'dp':>4} {'sp':>3} "
+             f"{'recompute':>9} {'zero':>4} {'mesh order':>10}" + ("  memory/GPU" if estimate else "")]
+    for i, s in enumerate(plan.stages):
+        extra = f"  {_gib(estimate.stages[i].peak_memory_bytes)}" if estimate and estimate.stages else ""
+        tags = ("E" if s.has_embedding else "") + ("H" if s.has_head else "")
+        lines.append(f"{i:>5} {f'{s.layers[0]}-{s.layers[1] - 1}':>9}{tags:2s}{s.num_gpus:>4} {s.tp:>3} {s.cp:>3} "
+                     f"{s.dp:>4} {'on' if s.sequence_parallel else '-':>3} {s.recompute:>9} {s.zero:>4} "
+                     f"{s.mesh_order:>10}{extra}")
+    return lines
+
+
+def summary_text(plan: Plan, estimate: Estimate, capacity_bytes: float) -> list[str]:
+    sched = f"{plan.schedule}" + (f", {plan.vpp} virtual stages" if plan.vpp > 1 else "")
+    return [
+        f"pipeline: {plan.pp} stage(s), {sched}; micro-batch {plan.micro_batch} x {plan.num_microbatches} "
+        f"micro-batches x dp {plan.dp} = global batch {plan.global_batch}",
+        f"step time {_s(estimate.step_time_s)} (+-{estimate.uncertainty_pct:.0f}%), "
+        f"{estimate.tokens_per_s:,.0f} tokens/s, {estimate.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {100 * estimate.mfu:.1f}%",
+        f"memory {_gib(estimate.peak_memory_bytes_per_gpu)} of {_gib(capacity_bytes)} per GPU (peak stage)",
+    ]
+
+
+def _dominant_differences(best: Estimate, other: Estimate) -> list[str]:
+    parts = []
+    for key, label in (("pipeline_bubble_s", "pipeline bubble"), ("tp_cp_comm_s", "exposed TP/CP communication"),
+                       ("dp_comm_s", "exposed data-parallel/ZeRO communication"), ("compute_s", "compute (incl. recomputation)"),
+                       ("pp_comm_s", "pipeline sends"), ("optimizer_s", "optimizer step"), ("offload_s", "offload transfers")):
+        delta = other.breakdown.get(key, 0.0) - best.breakdown.get(key, 0.0)
+        if abs(delta) > 0.02 * best.step_time_s:
+            parts.append((delta, f"{label} {_s(best.breakdown.get(key, 0.0))} vs {_s(other.breakdown.get(key, 0.0))}"))
+    parts.sort(reverse=True)
+    return [p[1] for p in parts[:3]]
+
+
+def why_it_wins(best: Estimate, baselines) -> list[str]:
+    """For each baseline, what the winning plan saves (the largest breakdown differences)."""
+    lines = []
+    for b in baselines:
+        if b.estimate is None:
+            lines.append(f"- {b.name}: no plan of this shape could be built ({b.note or 'invalid degrees'})")
+            continue
+        if not b.estimate.fits:
+            lines.append(f"- {b.name}: does not fit ({b.estimate.reason})")
+            continue
+        speedup = b.estimate.step_time_s / best.step_time_s
+        diffs = _dominant_differences(best, b.estimate)
+        detail = "; ".join(diffs) if diffs else "the same time breakdown within 2%"
+        lines.append(f"- {b.name} ({b.description}): {_s(b.estimate.step_time_s)}, the plan is {speedup:.2f}x faster: {detail}")
+    return lines
+
+
+def stage_breakdown_text(estimate: Estimate) -> list[str]:
+    """Per stage: per-micro-batch time parts, step tail, and memory by class."""
+    lines = []
+    for st in estimate.stages:
+        t = {k: v for k, v in st.time_s.items() if v > 0}
+        mem = {k: v for k, v in st.memory_bytes.items() if v > 0}
+        lines.append(f"stage {st.index} layers {st.layers[0]}-{st.layers[1] - 1} on {st.num_gpus} GPUs: "
+                     f"{_s(st.microbatch_time_s)} per micro-batch, {st.inflight_microbatches:g} in flight, "
+                     f"peak {_gib(st.peak_memory_bytes)}{'' if st.fits else ' (DOES NOT FIT)'}")
+        lines.append("   time: " + ", ".join(f"{k[:-2]} {_s(v)}" for k, v in t.items()))
+        lines.append("   memory: " + ", ".join(f"{k[:-6]} {_gib(v)}" for k, v in mem.items()))
+    return lines
+
+
+def report_markdown(*, title: str, plan: Plan, estimate: Estimate, capacity_bytes: float, baselines,
+                    context: list[str], stats: dict | None = None) -> str:
+    lines = [f"# {title}", "", *[f"- {c}" for c in context], "", "## Plan", "", "```", *plan_table(plan, estimate), "```",
+             "", *summary_text(plan, estimate, capacity_bytes), "", "## Time breakdown (seconds per step)", ""]
+    lines += [f"| {k[:-2]} | {v:.4f} | {100 * v / estimate.step_time_s:.1f}% |" for k, v in estimate.breakdown.items() if v > 0]
+    lines += ["", "## Per stage", "", "```", *stage_breakdown_text(estimate), "```", "", "## Baselines", "",
+              "| baseline | step time | tokens/s | MFU | memory/GPU | fits |", "|---|---|---|---|---|---|"]
+    for b in baselines:
+        e = b.estimate
+        if e is not None:
+            lines.append(f"| {b.name} | {_s(e.step_time_s)} | {e.tokens_per_s:,.0f} | {100 * e.mfu:.1f}% | "
+                         f"{_gib(e.peak_memory_bytes_per_gpu)} | {'yes' if e.fits else 'no'} |")
+    lines += ["", "## Why this plan wins", "", *why_it_wins(estimate, baselines)]
+    if stats:
+        lines += ["", "## Search", "", *[f"- {k}: {v}" for k, v in stats.items()]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,95 @@
+"""Baselines scored beside every search: pure data parallel or ZeRO-3, the Megatron rule of
+thumb, and the seed experiment's TP=8 x PP=2."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from autotune.cost.estimate import Estimate
+from autotune.cost.evaluate import evaluate_plan
+from autotune.errors import AutotuneError
+from autotune.plan.builders import uniform_plan
+from autotune.plan.plan import Plan
+from autotune.search.result import Baseline
+
+__all__ = ["baselines"]
+
+_RECOMPUTE_ORDER = ("none", "selective", "full")
+
+
+def _score(problem, **degrees) -> tuple[Plan, Estimate] | None:
+    m, w = problem.model, problem.workload
+    try:
+        plan = uniform_plan(num_layers=m.num_layers, gpus=problem.gpus, global_batch=w.global_batch,
+                            has_embeddings=m.has_embeddings, sequence_parallel=degrees.get("tp", 1) > 1, **degrees)
+        return plan, evaluate_plan(m, w, problem.cluster, plan)
+    except AutotuneError:
+        return None
+
+
+def _first_fitting(candidates: Iterator[tuple[Plan, Estimate] | None]) -> tuple[Plan | None, Estimate | None]:
+    """The fastest that fits; if none fits, the one needing the least memory."""
+    scored = [c for c in candidates if c is not None]
+    fitting = [c for c in scored if c[1].fits]
+    if fitting:
+        return min(fitting, key=lambda c: c[1].step_time_s)
+    if scored:
+        return min(scored, key=lambda c: c[1].peak_memory_bytes_per_gpu)
+    return None, None
+
+
+def _data_parallel(problem) -> Baseline:
+    per_replica = problem.workload.global_batch // problem.gpus if problem.workload.global_batch % problem.gpus == 0 else 0
+    options = (_score(problem, dp=problem.gpus, zero=z, recompute=r, micro_batch=b)
+               for z in (0, 1, 3) for r in _RECOMPUTE_ORDER for b in problem.space.micro_batch
+               if per_replica and per_replica % b == 0)
+    plan, est = _first_fitting(options)
+    note = "" if per_replica else f"the global batch does not divide among {problem.gpus} replicas"
+    return Baseline(name="data-parallel", description="pure data parallel (DDP, ZeRO-1) or ZeRO-3/FSDP, best micro-batch and recomputation",
+                    plan=plan, estimate=est, note=note)
+
+
+def _megatron_tp(problem) -> int:
+    m = problem.model
+    tp = min(problem.cluster.gpus_per_node, problem.gpus)
+    while tp > 1 and ((m.has_attention and (m.num_heads % tp or m.num_kv_heads % tp)) or m.ffn_hidden_size % tp):
+        tp //= 2
+    return tp
+
+
+def _megatron(problem) -> Baseline:
+    """TP = GPUs per node, the smallest PP that fits, DP the rest (Narayanan et al. SC'21 sec. 3.3
+    takeaways: TP inside a node, PP across nodes to fit, DP for the rest)."""
+    tp = _megatron_tp(problem)
+    last = None
+    for pp in range(1, problem.model.num_layers + 1):
+        if problem.gpus % (tp * pp):
+            continue
+        for recompute in ("selective", "full"):
+            scored = _score(problem, tp=tp, pp=pp, zero=1, recompute=recompute, micro_batch=1)
+            if scored and scored[1].fits:
+                return Baseline(name="megatron-rule", description=f"TP={tp} (GPUs per node), smallest PP that fits (PP={pp}), DP the rest",
+                                plan=scored[0], estimate=scored[1])
+            last = scored or last
+    return Baseline(name="megatron-rule", description=f"TP={tp} (GPUs per node), smallest PP that fits, DP the rest",
+                    plan=last[0] if last else None, estimate=last[1] if last else None,
+                    note="no pipeline depth fits")
+
+
+def _seed_tp8_pp2(problem) -> Baseline | None:
+    if problem.gpus != 16:
+        return None
+    options = (_score(problem, tp=8, pp=2, zero=1, recompute=r, micro_batch=1) for r in _RECOMPUTE_ORDER)
+    plan, est = _first_fitting(options)
+    if plan is None:
+        return None
+    return Baseline(name="seed-tp8-pp2", description="the seed experiment's baseline: TP=8 x PP=2 on 16 GPUs",
+                    plan=plan, estimate=est)
+
+
+def baselines(problem) -> tuple[Baseline, ...]:
+    out = [_data_parallel(problem), _megatron(problem)]
+    seed = _seed_tp8_pp2(problem)
+    if seed is not None:
+        out.append(seed)
+    return tuple(out)

@@ -1,0 +1,82 @@
+"""Run a search: solve slices (or resume them from a study), keep the best, add baselines."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+
+from autotune.cost.evaluate import evaluate_plan
+from autotune.errors import AutotuneError
+from autotune.graph.table import model_tables
+from autotune.plan.plan import Plan
+from autotune.search.baselines import baselines
+from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
+from autotune.search.result import SearchResult, SearchStats
+from autotune.search.store import finished_slices, record_slice
+
+__all__ = ["run_search", "gpus_needed"]
+
+Progress = Callable[[SliceOutcome, int, int], None]
+
+
+def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
+    """Slices a previous (interrupted) run of this study already finished, re-scored."""
+    out = {}
+    for (dp, b), trial in (finished_slices(study).items() if study is not None else ()):
+        key = SliceKey(dp, b)
+        plan_json = trial.user_attrs.get("plan")
+        plan = Plan.from_dict(json.loads(plan_json)) if plan_json else None
+        estimate = evaluate_plan(problem.model, problem.workload, problem.cluster, plan) if plan else None
+        out[key] = SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=trial.user_attrs.get("lower_bound_s", 0.0),
+                                pruned=trial.state.name == "PRUNED")
+    return out
+
+
+def gpus_needed(problem: SearchProblem) -> int:
+    """A lower bound on the GPUs this model needs: its weights, gradients and optimizer states
+    sharded over all of them (ZeRO-3) in the usable memory of each."""
+    w = problem.workload
+    params = model_tables(problem.model, w.seq_len, w.activation_bytes, w.attention_impl).num_params
+    per_param = 16.0 if w.dtype == "fp32" else 18.0
+    need = math.ceil(params * per_param / problem.cluster.device.usable_memory_bytes)
+    per_node = problem.cluster.gpus_per_node
+    return 1 << max(0, need - 1).bit_length() if need <= per_node else math.ceil(need / per_node) * per_node
+
+
+def _best(outcomes: dict[SliceKey, SliceOutcome]) -> SliceOutcome | None:
+    fitting = [o for o in outcomes.values() if math.isfinite(o.step_time_s)]
+    return min(fitting, key=lambda o: (o.step_time_s, o.key)) if fitting else None
+
+
+def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None) -> SearchResult:
+    """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete."""
+    start = time.perf_counter()
+    problem.cluster.check_gpus(problem.gpus)
+    keys = plan_slices(problem)
+    if not keys:
+        raise AutotuneError("gpus", f"no data-parallel degree divides both {problem.gpus} GPUs and the global batch "
+                                    f"{problem.workload.global_batch}; change --global-batch or --gpus")
+    outcomes = _resumed(problem, study)
+    resumed = len(outcomes)
+    search = SliceSearch(problem)
+    todo = [k for k in keys if k not in outcomes]
+    best_s = lambda: (b.step_time_s if (b := _best(outcomes)) else math.inf)  # noqa: E731
+    for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
+        outcomes[outcome.key] = outcome
+        if study is not None:
+            record_slice(study, outcome)
+        if progress:
+            progress(outcome, i + 1, len(todo))
+    best = _best(outcomes)
+    if best is None:
+        raise AutotuneError("gpus", f"{problem.model.name} does not fit on {problem.gpus} GPUs of {problem.cluster.name} "
+                                    f"with any plan of the space; it needs at least {gpus_needed(problem)} GPUs")
+    stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
+                        num_slices_solved=sum(1 for o in outcomes.values() if not o.pruned),
+                        num_slices_pruned=sum(1 for o in outcomes.values() if o.pruned), num_slices_resumed=resumed,
+                        num_intra_op_studies=len(search.studies), num_trials=search.num_trials)
+    candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
+    return SearchResult(plan=best.plan, estimate=best.estimate, baselines=baselines(problem), stats=stats,
+                        candidates=candidates)

@@ -1,0 +1,202 @@
+"""Inter-operator level: cut the layers into pipeline stages on submeshes (Alpa's stage DP).
+
+A pure function over numpy arrays (no Optuna, no torch). Inputs, for M submesh sizes:
+
+* ``time_s[m, n, p, r]``: one micro-batch through a stage of ``n`` layers on submesh ``m`` at
+  position ``p`` (0 middle, 1 first, 2 last, 3 only stage) holding ``r`` micro-batches in
+  flight; ``inf`` where it does not fit;
+* ``tail_s[m, n, p, r]``: the step's tail (gradient sync, optimizer) of that stage;
+* ``units[m]``: GPUs of submesh ``m`` in units of one data-parallel group.
+
+Objective (1F1B / GPipe, Alpa eq. 1 plus the tail of the first stage, which finishes last):
+
+    sum_i t_i + (B - 1) * max_i t_i + tail_first
+
+Stage i counted from the end (j = 1 is the last stage) holds min(j, B) micro-batches (1F1B).
+As in Alpa, the max term is handled through a cap t_max on every stage time, each cap a DP
+minimising sum_i t_i; the caps are searched by branch and bound over the candidate stage times
+(a lower bound per interval of caps) instead of one by one. Exact; tested against brute force.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["StageCut", "PipelineSolution", "solve_pipeline"]
+
+MIDDLE, FIRST, LAST, SINGLE = range(4)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageCut:
+    submesh: int  # index into the M submesh sizes
+    first_layer: int
+    num_layers: int
+    inflight: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineSolution:
+    objective_s: float
+    stages: tuple[StageCut, ...]
+
+
+def _position_matrix(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
+    """For every (n, k): the position of a stage of n layers starting at layer k, and validity."""
+    n = np.arange(num_layers + 1)[:, None]
+    k = np.arange(num_layers + 1)[None, :]
+    end = n + k
+    pos = np.where(k == 0, np.where(end == num_layers, SINGLE, FIRST), np.where(end == num_layers, LAST, MIDDLE))
+    valid = (n >= 1) & (end <= num_layers)
+    return np.broadcast_to(pos, valid.shape), valid
+
+
+class _Tables:
+    """Per (m, r): stage cost matrices over (n, k), the first stage's tail included."""
+
+    def __init__(self, time_s: np.ndarray, tail_s: np.ndarray) -> None:
+        num_layers = time_s.shape[1] - 1
+        pos, valid = _position_matrix(num_layers)
+        n_idx = np.broadcast_to(np.arange(num_layers + 1)[:, None], valid.shape)
+        # time[m, n, p, r] -> [m, r, n, k]
+        self.time = np.where(valid[None, None], time_s[:, n_idx, pos, :].transpose(0, 3, 1, 2), np.inf)
+        tail = tail_s[:, n_idx, pos, :].transpose(0, 3, 1, 2)
+        is_first = (np.arange(num_layers + 1) == 0)[None, None, None, :]
+        self.cost = self.time + np.where(is_first, np.nan_to_num(tail, posinf=0.0), 0.0)
+        self.num_layers = num_layers
+        shift = np.arange(num_layers + 1)[:, None] + np.arange(num_layers + 1)[None, :]
+        self.gather = np.minimum(shift, num_layers)  # (n, k) -> k + n
+        self.gather_ok = shift <= num_layers
+
+
+def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
+             t_max: float, keep_path: bool = False):
+    """min over j of H_j[0, U]: least sum of (capped) stage costs using every unit.
+
+    H_j[k, u] = min over (m, n) of cost[m, n at k] + H_{j-1}[k + n, u - units[m]].
+    """
+    L, max_r = tables.num_layers, tables.time.shape[1] - 1
+    prev = np.full((L + 1, total_units + 1), np.inf)
+    prev[L, 0] = 0.0
+    capped = np.where(tables.time <= t_max, tables.cost, np.inf)  # (M, R, n, k)
+    best, best_j, path = np.inf, 0, []
+    for j in range(1, max_stages + 1):
+        r = min(j, num_microbatches, max_r)
+        later = np.where(tables.gather_ok[..., None], prev[tables.gather], np.inf)  # (n, k, U)
+        shifted = np.full((len(units),) + later.shape, np.inf)
+        for m, unit in enumerate(units):
+            if unit < later.shape[2]:
+                shifted[m, :, :, unit:] = later[:, :, : later.shape[2] - unit]
+        total = capped[:, r, :, :, None] + shifted  # (M, n, k, U)
+        flat = total.reshape(-1, L + 1, total_units + 1)
+        arg = np.argmin(flat, axis=0)
+        prev = np.take_along_axis(flat, arg[None], axis=0)[0]
+        if keep_path:
+            path.append((arg // (L + 1), arg % (L + 1), r))
+        if prev[0, total_units] < best:
+            best, best_j = prev[0, total_units], j
+        if not np.isfinite(prev).any():
+            break
+    return best, best_j, path
+
+
+def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_max: float, keep_path: bool = False):
+    """Exactly ``num_stages`` stages on one submesh size: the unit count is the stage count."""
+    L, max_r = tables.num_layers, tables.time.shape[1] - 1
+    prev = np.full(L + 1, np.inf)
+    prev[L] = 0.0
+    path = []
+    for j in range(1, num_stages + 1):
+        r = min(j, num_microbatches, max_r)
+        cost = np.where(tables.time[0, r] <= t_max, tables.cost[0, r], np.inf)  # (n, k)
+        total = cost + np.where(tables.gather_ok, prev[tables.gather], np.inf)
+        arg = np.argmin(total, axis=0)
+        prev = np.take_along_axis(total, arg[None], axis=0)[0]
+        if keep_path:  # same layout as the general path, with a single unit column
+            path.append((np.zeros((L + 1, 1), dtype=int), arg[:, None], r))
+    return prev[0], num_stages, path
+
+
+def _trace(path: list, best_j: int, units: np.ndarray, total_units: int) -> tuple[StageCut, ...]:
+    cuts, k, u = [], 0, total_units
+    for j in range(best_j, 0, -1):
+        m_arg, n_arg, r = path[j - 1]
+        m, n = int(m_arg[k, u]), int(n_arg[k, u])
+        cuts.append(StageCut(submesh=m, first_layer=k, num_layers=n, inflight=r))
+        k, u = k + n, u - int(units[m])
+    return tuple(cuts)
+
+
+def _cut_position(cut: StageCut, num_layers: int) -> int:
+    end = cut.first_layer + cut.num_layers
+    if cut.first_layer == 0:
+        return SINGLE if end == num_layers else FIRST
+    return LAST if end == num_layers else MIDDLE
+
+
+def _stage_times(time_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int) -> list[float]:
+    return [float(time_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight]) for c in cuts]
+
+
+def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int, b: int) -> float:
+    times = _stage_times(time_s, cuts, num_layers)
+    first = cuts[0]
+    tail = tail_s[first.submesh, first.num_layers, _cut_position(first, num_layers), first.inflight]
+    return float(sum(times) + (b - 1) * max(times) + tail)
+
+
+def _branch_and_bound(solve, caps: np.ndarray, floor: float, best: float, best_cuts, objective, b: int,
+                      units: np.ndarray, total_units: int):
+    """Search the cap on the slowest stage: an interval of caps [i, j] whose least stage-time
+    sum is at least f (F is non-increasing in the cap) has objective >= f + (B-1) caps[i].
+    Intervals are solved at their top cap, best bound first, until no bound beats the best."""
+    heap = [(floor + (b - 1) * caps[0], 0, len(caps) - 1, floor)] if len(caps) else []
+    while heap:
+        bound, i, j, f = heapq.heappop(heap)
+        if bound >= best:
+            break
+        total, best_j, path = solve(caps[j], True)
+        if not np.isfinite(total):
+            continue  # no plan with every stage <= caps[j], hence none below either
+        cuts = _trace(path, best_j, units, total_units)
+        value = objective(cuts)
+        if value < best:
+            best, best_cuts = value, cuts
+        if i < j:
+            mid = (i + j - 1) // 2
+            heapq.heappush(heap, (total + (b - 1) * caps[i], i, mid, total))
+            if mid + 1 <= j - 1:
+                heapq.heappush(heap, (total + (b - 1) * caps[mid + 1], mid + 1, j - 1, total))
+    return best, best_cuts
+
+
+def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, total_units: int,
+                   num_microbatches: int, max_stages: int) -> PipelineSolution | None:
+    """The stage cuts minimising the objective above; None when nothing fits."""
+    units = np.asarray(units, dtype=int)
+    num_layers = time_s.shape[1] - 1
+    max_stages = min(max_stages, num_layers, total_units // max(1, int(units.min())))
+    tables = _Tables(time_s, tail_s)
+    if len(units) == 1:  # one submesh size: a fixed number of stages, no unit dimension
+        if total_units % units[0] or total_units // units[0] > max_stages:
+            return None
+        stages = total_units // int(units[0])
+        solve = lambda t, keep=False: _min_sum_uniform(tables, stages, num_microbatches, t, keep)  # noqa: E731
+        units, total_units = np.array([0]), 0  # the traceback then never moves off unit column 0
+    else:
+        solve = lambda t, keep=False: _min_sum(tables, units, total_units, num_microbatches, max_stages, t, keep)  # noqa: E731
+    floor, best_j, path = solve(np.inf, True)
+    if not np.isfinite(floor):
+        return None
+    best_cuts = _trace(path, best_j, units, total_units)  # the least-sum plan bounds the rest
+    best = _objective(time_s, tail_s, best_cuts, num_layers, num_microbatches)
+    if num_microbatches > 1:
+        bottleneck = max(_stage_times(time_s, best_cuts, num_layers))
+        caps = np.unique(tables.time[np.isfinite(tables.time) & (tables.time < bottleneck)])
+        best, best_cuts = _branch_and_bound(solve, caps, floor, best, best_cuts,
+                                            lambda cuts: _objective(time_s, tail_s, cuts, num_layers, num_microbatches),
+                                            num_microbatches, units, total_units)
+    return PipelineSolution(objective_s=best, stages=best_cuts)

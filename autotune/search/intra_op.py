@@ -1,0 +1,91 @@
+"""Intra-operator level: Optuna searches the choices of a stage on a submesh.
+
+One study per (model-parallel size, data-parallel degree): each trial picks TP (CP follows),
+recomputation, ZeRO stage and mesh order, and is scored for every micro-batch size, layer
+count and pipeline position at once (autotune.search.tables). The objective is the fastest
+per-sequence layer time among micro-batch sizes where a one-layer stage fits; memory is an
+Optuna constraint (``trial.set_constraint``, feasible when <= 0). Expert choices are enqueued
+first. A space no larger than the trial budget is enumerated by Optuna's brute-force sampler,
+so small problems are solved exactly; larger ones by seeded TPE, deterministic per seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import optuna
+
+from autotune.search.choices import CHOICE_PARAMS, StageChoice, make_choice
+from autotune.search.space import SearchSpace
+from autotune.search.tables import MIDDLE, ChoiceCosts, SliceContext, choice_costs
+
+__all__ = ["IntraOpResult", "optimize_stage", "expert_choices"]
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass(frozen=True, kw_only=True)
+class IntraOpResult:
+    model_parallel: int
+    dp: int
+    costs: tuple[ChoiceCosts, ...]  # every distinct choice the study evaluated
+    num_trials: int
+
+
+def expert_choices(values: dict[str, list], model_parallel: int, space: SearchSpace) -> list[dict]:
+    """Megatron-style starting points: the widest TP with selective and with full recomputation,
+    ZeRO-1 when available; the leanest (full recomputation, the highest ZeRO stage)."""
+    tp = max(values["tp"])
+    zero = 1 if 1 in values["zero"] else values["zero"][0]
+    out = []
+    for recompute in ("selective", "full", "none"):
+        if recompute in values["recompute"]:
+            out.append({"tp": tp, "recompute": recompute, "zero": zero, "mesh_order": values["mesh_order"][0]})
+    if "full" in values["recompute"]:
+        out.append({"tp": tp, "recompute": "full", "zero": max(values["zero"]), "mesh_order": values["mesh_order"][0]})
+    return out
+
+
+def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> tuple[float, float]:
+    """(seconds per sequence per layer of a middle stage, memory excess ratio)."""
+    b = np.array(ctx.micro_batches, dtype=float)
+    per_layer = (costs.time_s[:, 2, MIDDLE] - costs.time_s[:, 1, MIDDLE]) / b
+    need = costs.mem_base_bytes[:, 1, MIDDLE] + costs.mem_per_microbatch_bytes[:, 1, MIDDLE]
+    fits = need <= capacity
+    value = float(per_layer[fits].min()) if fits.any() else float(per_layer.min())
+    return value, float(need.min() / capacity - 1.0)
+
+
+def _sampler(space: SearchSpace, size: int, seed: int) -> optuna.samplers.BaseSampler:
+    if size <= space.n_trials:
+        return optuna.samplers.BruteForceSampler(seed=seed)
+    if space.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=min(8, space.n_trials // 2))
+
+
+def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list], model_parallel: int,
+                   seed: int) -> IntraOpResult:
+    """Run the intra-op study of one (model-parallel size, dp) problem."""
+    size = math.prod(len(values[k]) for k in CHOICE_PARAMS)
+    capacity = ctx.cluster.device.memory_bytes
+    study = optuna.create_study(direction="minimize", sampler=_sampler(space, size, seed))
+    for params in expert_choices(values, model_parallel, space):
+        study.enqueue_trial(params, skip_if_exists=True)
+    evaluated: dict[StageChoice, ChoiceCosts] = {}
+
+    def objective(trial: optuna.Trial) -> float:
+        params = {k: trial.suggest_categorical(k, values[k]) for k in CHOICE_PARAMS}
+        choice = make_choice(space, model_parallel, params)
+        if choice not in evaluated:
+            evaluated[choice] = choice_costs(ctx, choice)
+        value, excess = _objective_value(evaluated[choice], ctx, capacity)
+        trial.set_constraint("memory", excess)
+        return value
+
+    n_trials = min(space.n_trials, size) if size <= space.n_trials else space.n_trials
+    study.optimize(objective, n_trials=n_trials)
+    return IntraOpResult(model_parallel=model_parallel, dp=ctx.dp, costs=tuple(evaluated.values()),
+                         num_trials=len(study.trials))

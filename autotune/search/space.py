@@ -1,0 +1,107 @@
+"""Search spaces: data files in ``search_spaces/`` (TOML), read into a frozen spec."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from autotune.errors import AutotuneError, closest, require, require_choice
+from autotune.plan.plan import MESH_ORDERS, RECOMPUTE
+
+__all__ = ["SearchSpace", "load_space", "space_names"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """Candidate values of every knob; see search_spaces/default.toml for their meaning."""
+
+    name: str
+    description: str
+    micro_batch: tuple[int, ...]
+    vpp: tuple[int, ...]
+    overlap_tp_comm: bool
+    tp: tuple[int, ...]
+    cp: tuple[int, ...]
+    sequence_parallel: tuple[str, ...]
+    recompute: tuple[str, ...]
+    zero: tuple[int, ...]
+    mesh_order: tuple[str, ...]
+    max_stages: int
+    max_units_for_uneven_submeshes: int
+    n_trials: int
+    sampler: str
+    kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
+    raw: tuple[tuple[str, Any], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind != "parallel":
+            return
+        for name in ("micro_batch", "vpp", "tp", "cp"):
+            values = getattr(self, name)
+            require(len(values) > 0 and all(isinstance(v, int) and v > 0 for v in values), f"space.{name}",
+                    f"needs positive integers, got {list(values)}")
+        for value in self.recompute:
+            require_choice("space.recompute", value, RECOMPUTE)
+        for value in self.zero:
+            require_choice("space.zero", value, (0, 1, 2, 3))
+        for value in self.mesh_order:
+            require_choice("space.mesh_order", value, MESH_ORDERS)
+        for value in self.sequence_parallel:
+            require_choice("space.sequence_parallel", value, ("auto", "on", "off"))
+        require(self.n_trials > 0, "space.n_trials", "must be positive")
+        require_choice("space.sampler", self.sampler, ("tpe", "random"))
+
+    @property
+    def raw_dict(self) -> dict[str, Any]:
+        return dict(self.raw)
+
+
+def _folder() -> Any:
+    return resources.files("search_spaces")
+
+
+def space_names() -> list[str]:
+    return sorted(e.name[:-5] for e in _folder().iterdir() if e.name.endswith(".toml"))
+
+
+def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
+    name = data.get("name", fallback_name)
+    kind = data.get("kind", "parallel")
+    if kind != "parallel":
+        return SearchSpace(name=name, description=data.get("description", ""), micro_batch=(), vpp=(),
+                           overlap_tp_comm=False, tp=(), cp=(), sequence_parallel=(), recompute=(), zero=(),
+                           mesh_order=(), max_stages=0, max_units_for_uneven_submeshes=0, n_trials=1,
+                           sampler="tpe", kind=kind, raw=tuple(data.items()))
+    try:
+        glob, stage, pipe, opt = data["global"], data["stage"], data["pipeline"], data["optuna"]
+        return SearchSpace(
+            name=name, description=data.get("description", ""),
+            micro_batch=tuple(glob["micro_batch"]), vpp=tuple(glob["vpp"]),
+            overlap_tp_comm=bool(glob.get("overlap_tp_comm", False)),
+            tp=tuple(stage["tp"]), cp=tuple(stage["cp"]), sequence_parallel=tuple(stage["sequence_parallel"]),
+            recompute=tuple(stage["recompute"]), zero=tuple(stage["zero"]), mesh_order=tuple(stage["mesh_order"]),
+            max_stages=int(pipe["max_stages"]), max_units_for_uneven_submeshes=int(pipe["max_units_for_uneven_submeshes"]),
+            n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")), raw=tuple(data.items()))
+    except (KeyError, TypeError) as err:
+        raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None
+
+
+def load_space(name_or_path: str | Path = "default") -> SearchSpace:
+    """A shipped space by name, or a TOML file by path."""
+    key = str(name_or_path)
+    if key.endswith(".toml") or Path(key).is_file():
+        try:
+            return _from_table(tomllib.loads(Path(key).read_text()), Path(key).stem)
+        except OSError as err:
+            raise AutotuneError("space", f"cannot read {key!r}: {err.strerror}") from None
+        except tomllib.TOMLDecodeError as err:
+            raise AutotuneError("space", f"{key!r} is not valid TOML: {err}") from None
+    names = space_names()
+    if key not in names:
+        near = closest(key, names)
+        hint = f"did you mean {', '.join(near)}? " if near else ""
+        raise AutotuneError("space", f"unknown space {key!r}; {hint}spaces: {', '.join(names)}, or a path to a .toml file")
+    return _from_table(tomllib.loads(_folder().joinpath(f"{key}.toml").read_text()), key)

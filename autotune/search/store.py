@@ -1,0 +1,142 @@
+"""The plan study: one Optuna trial per slice (dp, micro-batch), in SQLite or PostgreSQL.
+
+Every solved slice is committed as soon as it is done, so an interrupted search loses no
+finished slice and ``--resume`` skips them. A study can also be shared: ``enqueue_slices``
+puts every slice in the queue as a waiting trial and any number of ``autotune worker``
+processes pop them; heartbeats mark the trials of dead workers failed and re-queue them once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import optuna
+from optuna.distributions import IntDistribution
+from optuna.trial import TrialState
+
+from autotune.errors import AutotuneError
+
+__all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "next_queued_trial",
+           "finish_queued_trial", "PROBLEM_ATTR", "HEARTBEAT_S"]
+
+PROBLEM_ATTR = "problem"
+HEARTBEAT_S = 5
+GRACE_S = 20
+_DISTRIBUTIONS = {"dp": IntDistribution(1, 1 << 20), "micro_batch": IntDistribution(1, 1 << 20)}
+
+
+def _storage(url: str, heartbeat: bool) -> optuna.storages.BaseStorage:
+    kwargs: dict[str, Any] = {}
+    if heartbeat:
+        kwargs = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S,
+                  "failed_trial_callback": optuna.storages.RetryFailedTrialCallback(max_retry=2)}
+    try:
+        return optuna.storages.RDBStorage(url, **kwargs)
+    except Exception as err:  # SQLAlchemy raises many types for bad URLs and dead servers
+        reason = str(err).splitlines()[0][:200]
+        raise AutotuneError("storage", f"cannot open {url!r}: {reason}") from None
+
+
+def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: bool = False) -> optuna.Study:
+    """Create (with ``problem``) or load (without) the plan study ``name`` at ``url``."""
+    storage = _storage(url, heartbeat)
+    try:
+        if problem is None:
+            study = optuna.load_study(study_name=name, storage=storage)
+        else:
+            study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
+            if PROBLEM_ATTR not in study.user_attrs:
+                study.set_user_attr(PROBLEM_ATTR, problem)
+            elif study.user_attrs[PROBLEM_ATTR] != problem:
+                raise AutotuneError("study", f"study {name!r} at {url!r} was made for another problem; use another name")
+        return study
+    except KeyError:
+        known = [s.study_name for s in optuna.get_all_study_summaries(storage)]
+        raise AutotuneError("study", f"no study {name!r} at {url!r}; studies there: {', '.join(known) or 'none'}") from None
+    except AutotuneError:
+        raise
+    except Exception as err:
+        raise AutotuneError("study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
+
+
+def _attrs(outcome) -> dict[str, Any]:
+    est = outcome.estimate
+    return {"plan": json.dumps(outcome.plan.to_dict()) if outcome.plan else None,
+            "fits": bool(est.fits) if est else False, "lower_bound_s": outcome.lower_bound_s,
+            "tokens_per_s": est.tokens_per_s if est else 0.0,
+            "peak_memory_bytes_per_gpu": est.peak_memory_bytes_per_gpu if est else 0.0}
+
+
+def _value(outcome) -> float:
+    value = outcome.step_time_s
+    return value if math.isfinite(value) else 1e30  # a slice with no fitting plan
+
+
+def record_slice(study: optuna.Study, outcome) -> None:
+    """Commit one solved (or bound-pruned) slice as a finished trial."""
+    state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
+    trial = optuna.trial.create_trial(
+        params={"dp": outcome.key.dp, "micro_batch": outcome.key.micro_batch}, distributions=_DISTRIBUTIONS,
+        value=None if outcome.pruned else _value(outcome), state=state, user_attrs=_attrs(outcome))
+    study.add_trial(trial)
+
+
+def finished_slices(study: optuna.Study) -> dict[tuple[int, int], optuna.trial.FrozenTrial]:
+    """Finished slice trials by (dp, micro_batch); a slice counts once."""
+    out: dict[tuple[int, int], optuna.trial.FrozenTrial] = {}
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+        if "dp" in trial.params:
+            out.setdefault((trial.params["dp"], trial.params["micro_batch"]), trial)
+    return out
+
+
+def enqueue_slices(study: optuna.Study, keys) -> int:
+    """Queue every slice not finished or already queued; returns how many were added."""
+    done = finished_slices(study)
+    queued = {(t.params.get("dp"), t.params.get("micro_batch"))
+              for t in study.get_trials(deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING))}
+    added = 0
+    for key in keys:
+        if (key.dp, key.micro_batch) not in done and (key.dp, key.micro_batch) not in queued:
+            study.enqueue_trial({"dp": key.dp, "micro_batch": key.micro_batch})
+            added += 1
+    return added
+
+
+def next_queued_trial(study: optuna.Study, wait_s: float = 1.0, should_stop: Callable[[], bool] = lambda: False):
+    """Pop a queued slice, or None once nothing is waiting or running anywhere."""
+    while not should_stop():
+        optuna.storages.fail_stale_trials(study)
+        states = [t.state for t in study.get_trials(deepcopy=False)]
+        if TrialState.WAITING in states:
+            trial = study.ask()
+            if _queued_params(study, trial) is not None:
+                for name, dist in _DISTRIBUTIONS.items():
+                    trial.suggest_int(name, dist.low, dist.high)  # the queued values
+                return trial
+            study.tell(trial, state=TrialState.FAIL)  # raced: another worker took the last one
+            continue
+        if TrialState.RUNNING not in states:
+            return None
+        time.sleep(wait_s)
+    return None
+
+
+def _queued_params(study: optuna.Study, trial: optuna.Trial) -> dict | None:
+    for frozen in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if frozen.number == trial.number:
+            return frozen.system_attrs.get("fixed_params")
+    return None
+
+
+def finish_queued_trial(study: optuna.Study, trial: optuna.Trial, outcome) -> None:
+    for key, value in _attrs(outcome).items():
+        trial.set_user_attr(key, value)
+    if outcome.pruned:
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, _value(outcome))

@@ -1,0 +1,139 @@
+"""``autotune.search`` and ``autotune.resume``: the library entry points of the search.
+
+No disk I/O unless ``run_dir`` (or ``storage``) is given. A search problem is kept as plain
+data ("refs": model, workload, cluster and profile by name or content, space, seed, method)
+so that a study can be resumed or shared with workers on other machines.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from autotune.api import DEFAULT_CLUSTER, resolve_cluster, training_workload
+from autotune.errors import AutotuneError
+from autotune.plan.io import model_from_dict, plan_file_dict, workload_from_dict
+from autotune.search.driver import SearchProblem
+from autotune.search.engine import run_search
+from autotune.search.result import SearchResult
+from autotune.search.space import load_space
+from autotune.spec.hardware_data import cluster_names, load_profile
+from autotune.spec.presets import resolve_model
+
+__all__ = ["search", "resume", "problem_refs", "problem_from_refs", "study_name_for"]
+
+
+def _cluster_ref(cluster: Any) -> Any:
+    if isinstance(cluster, str) and cluster in cluster_names():
+        return cluster
+    if isinstance(cluster, (str, Path)):
+        path = Path(cluster)
+        from autotune.spec.hardware_data import _parse_file
+        return {"name": path.stem, "data": _parse_file(path, "cluster")}
+    raise AutotuneError("cluster", "a study needs the cluster as a preset name or a cluster file")
+
+
+def problem_refs(*, model: Any, workload: Any, cluster: Any, profile: Any, gpus: int, space: Any, seed: int,
+                 method: str) -> dict[str, Any]:
+    profile_data = profile if isinstance(profile, dict) or profile is None else load_profile(profile)
+    space_ref = str(Path(space).resolve()) if str(space).endswith(".toml") else str(space)
+    return {"model": asdict(model), "workload": asdict(workload), "cluster": _cluster_ref(cluster),
+            "profile": profile_data, "gpus": gpus, "space": space_ref, "seed": seed, "method": method}
+
+
+def problem_from_refs(refs: dict[str, Any]) -> SearchProblem:
+    from autotune.spec.hardware_data import cluster_from_dict
+
+    cluster_ref = refs["cluster"]
+    cluster = (cluster_from_dict(cluster_ref["name"], cluster_ref["data"]) if isinstance(cluster_ref, dict)
+               else cluster_ref)
+    return SearchProblem(model=model_from_dict(refs["model"]), workload=workload_from_dict(refs["workload"]),
+                         cluster=resolve_cluster(cluster, refs.get("profile")), gpus=int(refs["gpus"]),
+                         space=load_space(refs["space"]), seed=int(refs["seed"]), method=refs["method"])
+
+
+def study_name_for(refs: dict[str, Any]) -> str:
+    digest = hashlib.sha256(json.dumps(refs, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{refs['model']['name']}-{refs['gpus']}gpus-{digest}"
+
+
+def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: Path | None) -> SearchResult:
+    if run_dir is None:
+        return result
+    from autotune.outputs.run_dir import write_run
+    from autotune.search_outputs import report_for
+
+    result = SearchResult(plan=result.plan, estimate=result.estimate, baselines=result.baselines,
+                          stats=result.stats, candidates=result.candidates, run_dir=str(run_dir))
+    plan_file = plan_file_dict(plan=result.plan, model=problem.model, workload=problem.workload,
+                               cluster=refs["cluster"], profile=None, estimate=result.estimate.to_dict())
+    plan_file["profile"] = refs["profile"]
+    write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs},
+              report=report_for(problem, result))
+    return result
+
+
+def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, space: Any = "default",
+           seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
+           seq_len: int | None = None, dtype: str = "bf16", attention: str = "flash", run_dir: str | Path | None = None,
+           storage: str | None = None, study_name: str | None = None, progress=None) -> SearchResult:
+    """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``.
+
+    ``run_dir`` (an empty or new directory) keeps the plan study in ``run_dir/study.db`` and
+    writes plan.json, search.json and report.md; ``storage`` (an SQLAlchemy URL such as
+    ``postgresql+psycopg://...``) keeps the study there instead, shared with workers.
+    """
+    if method not in ("optuna", "exhaustive"):
+        raise AutotuneError("method", f"{method!r}; choose optuna or exhaustive")
+    spec = resolve_model(model)
+    work = workload or training_workload(spec, global_batch=global_batch, seq_len=seq_len, dtype=dtype, attention=attention)
+    load_space(space)  # a bad space name fails before anything is written
+    refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
+                        seed=seed, method=method) if (run_dir or storage) else None
+    problem = SearchProblem(model=spec, workload=work, cluster=resolve_cluster(cluster, profile), gpus=gpus,
+                            space=load_space(space), seed=seed, method=method)
+    problem.cluster.check_gpus(gpus)
+    study, path = _open_study(refs, run_dir, storage, study_name)
+    result = run_search(problem, study=study, progress=progress)
+    return _finish(problem, refs, result, path)
+
+
+def _open_study(refs, run_dir, storage, study_name):
+    if refs is None:
+        return None, None
+    from autotune.outputs.run_dir import study_url
+    from autotune.search.store import open_study
+
+    path = Path(run_dir) if run_dir else None
+    if path is not None:
+        path.mkdir(parents=True, exist_ok=True)
+    url = storage or study_url(path)
+    return open_study(url, study_name or study_name_for(refs), refs, heartbeat=storage is not None), path
+
+
+def resume(run_dir: str | Path, *, progress=None) -> SearchResult:
+    """Continue an interrupted search from its run directory's study; finished slices are kept."""
+    from autotune.outputs.run_dir import STUDY_FILE, study_url
+    from autotune.search.store import PROBLEM_ATTR, open_study
+
+    path = Path(run_dir)
+    if not (path / STUDY_FILE).exists():
+        raise AutotuneError("resume", f"{str(path)!r} has no {STUDY_FILE}; give a run directory made by autotune search")
+    import optuna
+
+    url = study_url(path)
+    try:
+        names = [s.study_name for s in optuna.get_all_study_summaries(url)]
+    except Exception as err:
+        raise AutotuneError("resume", f"cannot read {str(path / STUDY_FILE)!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
+    if len(names) != 1:
+        raise AutotuneError("resume", f"{str(path / STUDY_FILE)!r} holds {len(names)} studies; expected one")
+    study = open_study(url, names[0])
+    refs = study.user_attrs.get(PROBLEM_ATTR)
+    if not refs:
+        raise AutotuneError("resume", f"the study in {str(path)!r} has no recorded problem")
+    problem = problem_from_refs(refs)
+    return _finish(problem, refs, run_search(problem, study=study, progress=progress), path)

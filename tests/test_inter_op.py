@@ -1,0 +1,84 @@
+"""The stage DP against brute force on random cost tensors."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+from autotune.search.inter_op import FIRST, LAST, MIDDLE, SINGLE, solve_pipeline
+
+
+def position(k, n, L):
+    end = k + n
+    if k == 0:
+        return SINGLE if end == L else FIRST
+    return LAST if end == L else MIDDLE
+
+
+def brute_force(time_s, tail_s, units, total_units, b, max_stages):
+    L = time_s.shape[1] - 1
+    best = np.inf
+    for s in range(1, min(L, max_stages) + 1):
+        for cuts in itertools.combinations(range(1, L), s - 1):
+            bounds = (0, *cuts, L)
+            sizes = [bounds[i + 1] - bounds[i] for i in range(s)]
+            for meshes in itertools.product(range(len(units)), repeat=s):
+                if sum(units[m] for m in meshes) != total_units:
+                    continue
+                times, tail = [], 0.0
+                for i, (m, n) in enumerate(zip(meshes, sizes)):
+                    r = min(s - i, b)
+                    p = position(bounds[i], n, L)
+                    times.append(time_s[m, n, p, r])
+                    if i == 0:
+                        tail = tail_s[m, n, p, r]
+                if all(np.isfinite(times)):
+                    best = min(best, sum(times) + (b - 1) * max(times) + tail)
+    return best
+
+
+def random_case(rng, M, L, R, inf_share):
+    shape = (M, L + 1, 4, R + 1)
+    per_layer = rng.uniform(0.5, 2.0, size=(M, 1, 1, 1))
+    n = np.arange(L + 1)[None, :, None, None]
+    time = n * per_layer + rng.uniform(0.0, 1.5, size=shape)
+    time = time + rng.uniform(0, 0.3, size=shape) * np.arange(R + 1)[None, None, None, :]
+    time[rng.random(shape) < inf_share] = np.inf
+    time[:, 0] = np.inf
+    tail = rng.uniform(0.0, 2.0, size=shape)
+    return time, tail
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_dp_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    M = int(rng.integers(1, 3))
+    L = int(rng.integers(1, 7))
+    units = np.array(sorted(rng.choice([1, 2, 4], size=M, replace=False)))
+    total_units = int(rng.choice([1, 2, 4, 6])) * int(units.min())
+    b = int(rng.integers(1, 6))
+    max_stages = int(rng.integers(1, 7))
+    R = max(1, min(b, max_stages, L))
+    time, tail = random_case(rng, M, L, R, inf_share=float(rng.choice([0.0, 0.2])))
+    expected = brute_force(time, tail, units, total_units, b, max_stages)
+    solution = solve_pipeline(time, tail, units, total_units, b, max_stages)
+    if not np.isfinite(expected):
+        assert solution is None
+        return
+    assert solution is not None
+    assert solution.objective_s == pytest.approx(expected, rel=1e-12)
+    cuts = solution.stages
+    assert cuts[0].first_layer == 0 and sum(c.num_layers for c in cuts) == L
+    assert all(a.first_layer + a.num_layers == b.first_layer for a, b in zip(cuts, cuts[1:]))
+    assert sum(units[c.submesh] for c in cuts) == total_units or len(units) == 1
+
+
+def test_uneven_first_stage_when_the_embedding_is_heavy():
+    L, R = 4, 2
+    time = np.full((1, L + 1, 4, R + 1), np.inf)
+    for n in range(1, L + 1):
+        time[0, n] = n * 1.0
+        time[0, n, 1] = n * 1.0 + 2.0  # the first stage also runs the embedding
+    tail = np.zeros_like(time)
+    solution = solve_pipeline(time, tail, np.array([1]), 2, 8, 4)
+    assert [c.num_layers for c in solution.stages] == [1, 3]
