@@ -23,7 +23,7 @@ from autotune.search.space import load_space
 from autotune.spec.hardware_data import cluster_names, load_profile
 from autotune.spec.presets import resolve_model
 
-__all__ = ["search", "resume", "problem_refs", "problem_from_refs", "study_name_for"]
+__all__ = ["search", "resume", "work", "problem_refs", "problem_from_refs", "study_name_for"]
 
 
 def _cluster_ref(cluster: Any) -> Any:
@@ -79,12 +79,13 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
 def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, space: Any = "default",
            seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
            seq_len: int | None = None, dtype: str = "bf16", attention: str = "flash", run_dir: str | Path | None = None,
-           storage: str | None = None, study_name: str | None = None, progress=None) -> SearchResult:
+           storage: str | None = None, study_name: str | None = None, progress=None, announce=None) -> SearchResult:
     """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``.
 
     ``run_dir`` (an empty or new directory) keeps the plan study in ``run_dir/study.db`` and
     writes plan.json, search.json and report.md; ``storage`` (an SQLAlchemy URL such as
-    ``postgresql+psycopg://...``) keeps the study there instead, shared with workers.
+    ``postgresql+psycopg://...``) keeps the study there instead, shared with ``autotune worker``
+    processes (``announce(study_name, url)`` is called once the slices are queued).
     """
     if method not in ("optuna", "exhaustive"):
         raise AutotuneError("method", f"{method!r}; choose optuna or exhaustive")
@@ -97,6 +98,14 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
                             space=load_space(space), seed=seed, method=method)
     problem.cluster.check_gpus(gpus)
     study, path = _open_study(refs, run_dir, storage, study_name)
+    if storage is not None:  # shared: queue the slices, work with any workers, collect
+        from autotune.search.worker import queue_slices, wait_for_slices, work_on_queue
+
+        keys = queue_slices(study, problem)
+        if announce:
+            announce(study.study_name, storage)
+        work_on_queue(study, problem)
+        wait_for_slices(study, keys)
     result = run_search(problem, study=study, progress=progress)
     return _finish(problem, refs, result, path)
 
@@ -137,3 +146,15 @@ def resume(run_dir: str | Path, *, progress=None) -> SearchResult:
         raise AutotuneError("resume", f"the study in {str(path)!r} has no recorded problem")
     problem = problem_from_refs(refs)
     return _finish(problem, refs, run_search(problem, study=study, progress=progress), path)
+
+
+def work(study_name: str, storage: str, *, on_done=None) -> int:
+    """Join a shared search: solve queued slices of ``study_name`` until none is left."""
+    from autotune.search.store import PROBLEM_ATTR, open_study
+    from autotune.search.worker import work_on_queue
+
+    study = open_study(storage, study_name, heartbeat=True)
+    refs = study.user_attrs.get(PROBLEM_ATTR)
+    if not refs:
+        raise AutotuneError("study", f"study {study_name!r} was not made by autotune search (no problem recorded)")
+    return work_on_queue(study, problem_from_refs(refs), on_done=on_done)

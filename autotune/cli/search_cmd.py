@@ -13,7 +13,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "search", help="find the fastest parallel plan that fits (inter-op DP + intra-op Optuna)",
         description="Search pipeline stages (DP over layers and submeshes) and each stage's TP/CP/DP, ZeRO, "
                     "recomputation, micro-batch and virtual stages (Optuna); print the plan beside baselines.")
-    add_model_args(parser, gpus_required=False)
+    add_model_args(parser, gpus_required=False, model_required=False)
     add_workload_args(parser)
     parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         result = search_api.resume(args.resume, progress=progress)
     else:
+        require(args.model is not None, "model", "give --model (a preset or a config.json), or --resume RUN")
         require(args.gpus is not None, "gpus", "give --gpus N (or --resume RUN)")
         run_dir = None
         if not (args.no_run_dir or args.storage):
@@ -75,11 +76,17 @@ def run(args: argparse.Namespace) -> int:
             result = search_api.search(
                 args.model, args.gpus, cluster=args.cluster, profile=args.profile, global_batch=args.global_batch,
                 seq_len=args.seq_len, dtype=args.dtype, attention=args.attention, space=args.space, seed=args.seed,
-                method=args.method, run_dir=run_dir, storage=args.storage, study_name=args.study, progress=progress)
+                method=args.method, run_dir=run_dir, storage=args.storage, study_name=args.study, progress=progress,
+                announce=_announce)
         except BaseException:
             _cleanup_failed(run_dir)
             raise
     return _print(args, result)
+
+
+def _announce(study_name: str, storage: str) -> None:
+    sys.stderr.write(f"study {study_name!r} queued; more machines can help with:\n"
+                     f"  autotune worker --study {study_name} --storage {storage}\n")
 
 
 def _cleanup_failed(run_dir) -> None:

@@ -14,11 +14,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # networkx is imported when a graph is built, not by the cost model's hot path
+    import networkx as nx
 
 from autotune.spec.model import ModelSpec
 
-__all__ = ["Operator", "SHARDINGS", "TP_SPLIT", "OP_KINDS", "layer_graph", "embedding_graph", "head_graph", "operators"]
+__all__ = ["Operator", "SHARDINGS", "TP_SPLIT", "OP_KINDS", "layer_graph", "embedding_graph", "head_graph", "operators",
+           "layer_operators", "embedding_operators", "head_operators"]
 
 # How tensor parallelism (Megatron-LM, Shoeybi et al. 2019) splits an operator:
 #   column: weight split by output features (QKV, FFN up/gate, logits over the vocabulary);
@@ -163,8 +167,8 @@ def _ffn_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     return ops
 
 
-def layer_graph(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> nx.DiGraph:
-    """Operators of one transformer layer (pre-norm) in execution order, as a DiGraph."""
+def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> list[Operator]:
+    """Operators of one transformer layer (pre-norm) in execution order."""
     s, e, h = seq_len, act_bytes, m.hidden_size
     ops: list[Operator] = []
     if m.has_attention:
@@ -178,14 +182,19 @@ def layer_graph(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str 
         ops.append(_residual("ffn_residual", m, s, e))
     else:
         ops.extend(_ffn_ops(m, s, e))
-    graph = _chain(ops)
+    return ops
+
+
+def layer_graph(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> nx.DiGraph:
+    """One transformer layer as a DiGraph: the operator chain plus the residual edges."""
+    graph = _chain(layer_operators(m, seq_len, act_bytes, attention_impl))
     if m.has_attention:  # residual connections skip their branch
         graph.add_edge("input", "attn_residual")
         graph.add_edge("attn_residual", "ffn_residual")
     return graph
 
 
-def embedding_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
+def embedding_operators(m: ModelSpec, seq_len: int, act_bytes: int) -> list[Operator]:
     """Token (and learned position) embedding; vocab-parallel under TP."""
     s, e, h = seq_len, act_bytes, m.hidden_size
     ops = [Operator(name="token_embedding", kind="embedding", flops=0.0, model_flops=0.0,
@@ -199,10 +208,14 @@ def embedding_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
     if m.dropout:
         ops.append(_elementwise("embedding_dropout", s, h, e, reads=1.0, writes=1.0 + 1.0 / e,
                                 saved=s * h * 1.0))
-    return _chain(ops)
+    return ops
 
 
-def head_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
+def embedding_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
+    return _chain(embedding_operators(m, seq_len, act_bytes))
+
+
+def head_operators(m: ModelSpec, seq_len: int, act_bytes: int) -> list[Operator]:
     """Final norm, output logits (vocab-parallel) and cross-entropy loss."""
     s, e, h, v = seq_len, act_bytes, m.hidden_size, m.vocab_size
     logits = _linear("logits", s, h, v, e, "column", False)
@@ -215,10 +228,17 @@ def head_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
                     act_in_bytes=s * v * (e + 8.0), act_out_bytes=s * v * 4.0,
                     weight_bytes=0.0, params=0, saved_bytes=s * v * 4.0, sharding="split",
                     bwd_bytes_factor=(4.0 + e) / (e + 12.0))
-    return _chain([_norm("final_norm", m, s, e), logits, loss])
+    return [_norm("final_norm", m, s, e), logits, loss]
+
+
+def head_graph(m: ModelSpec, seq_len: int, act_bytes: int) -> nx.DiGraph:
+    """Final norm, output logits (vocab-parallel) and cross-entropy loss, as a DiGraph."""
+    return _chain(head_operators(m, seq_len, act_bytes))
 
 
 def _chain(ops: list[Operator]) -> nx.DiGraph:
+    import networkx as nx
+
     graph = nx.DiGraph()
     graph.add_node("input")
     previous = "input"
@@ -233,4 +253,6 @@ def _chain(ops: list[Operator]) -> nx.DiGraph:
 
 def operators(graph: nx.DiGraph) -> list[Operator]:
     """The operators of ``graph`` in topological (execution) order."""
+    import networkx as nx
+
     return [graph.nodes[n]["op"] for n in nx.topological_sort(graph) if "op" in graph.nodes[n]]

@@ -9,10 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-import networkx as nx
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from autotune.graph.operators import TP_SPLIT, embedding_graph, head_graph, layer_graph, operators
+from autotune.graph.operators import (TP_SPLIT, Operator, embedding_operators, head_operators, layer_operators,
+                                      operators)
+
+if TYPE_CHECKING:
+    import networkx as nx
 from autotune.spec.model import ModelSpec
 
 __all__ = ["OpTable", "ModelTables", "model_tables"]
@@ -45,7 +50,10 @@ class OpTable:
 
     @classmethod
     def from_graph(cls, graph: nx.DiGraph) -> "OpTable":
-        ops = operators(graph)
+        return cls.from_operators(operators(graph))
+
+    @classmethod
+    def from_operators(cls, ops: list[Operator]) -> "OpTable":
         arr = lambda attr: np.array([float(getattr(op, attr)) for op in ops])  # noqa: E731
         split = np.array([TP_SPLIT[op.sharding] for op in ops], dtype=bool).reshape(-1, 3)
         return cls(
@@ -100,10 +108,10 @@ class ModelTables:
 @lru_cache(maxsize=256)
 def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> ModelTables:
     """Build (and cache) the block tables; specs are frozen and hashable."""
-    layer = OpTable.from_graph(layer_graph(model, seq_len, act_bytes, attention_impl))
+    layer = OpTable.from_operators(layer_operators(model, seq_len, act_bytes, attention_impl))
     embedding = head = None
     if model.has_embeddings:
-        embedding = OpTable.from_graph(embedding_graph(model, seq_len, act_bytes))
-        head = OpTable.from_graph(head_graph(model, seq_len, act_bytes))
+        embedding = OpTable.from_operators(embedding_operators(model, seq_len, act_bytes))
+        head = OpTable.from_operators(head_operators(model, seq_len, act_bytes))
     return ModelTables(model=model, seq_len=seq_len, act_bytes=act_bytes,
                        attention_impl=attention_impl, layer=layer, embedding=embedding, head=head)

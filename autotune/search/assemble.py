@@ -67,10 +67,10 @@ def _interleaved(search, key) -> Iterator[Plan]:
             yield _plan(search, key, stage_plans, schedule="interleaved", vpp=vpp)
 
 
-def build_plans(search, key) -> Iterator[Plan]:
+def build_plans(search, key, prune_above: float = float("inf")) -> Iterator[Plan]:
     """Candidate plans of one slice: the DP's cuts (1F1B) and interleaved layouts."""
     from autotune.search.driver import solve_cuts
 
-    for group, solution, index in solve_cuts(search, key):
+    for group, solution, index in solve_cuts(search, key, prune_above):
         yield _from_solution(search, key, group, solution, index)
     yield from _interleaved(search, key)

@@ -22,7 +22,7 @@ from autotune.search.choices import choice_values, enumerate_choices, valid_stag
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
 from autotune.search.intra_op import IntraOpResult, optimize_stage
 from autotune.search.space import SearchSpace
-from autotune.search.tables import MIDDLE, SliceContext, best_by_inflight, choice_costs
+from autotune.search.tables import SliceContext, best_by_inflight, choice_costs
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
@@ -102,7 +102,7 @@ class SliceSearch:
     def _run_study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
         p = self.problem
         ctx = SliceContext(tables=self.tables, workload=p.workload, cluster=p.cluster, dp=dp,
-                           micro_batches=self.micro_batches(dp), overlap_tp_comm=p.space.overlap_tp_comm)
+                           micro_batches=self.micro_batches(dp), gpus=p.gpus, overlap_tp_comm=p.space.overlap_tp_comm)
         values = choice_values(p.space, p.model, p.workload.seq_len, p.cluster, model_parallel, dp)
         if not values:
             return None
@@ -119,17 +119,22 @@ class SliceSearch:
         return [r for m in self.stage_sizes(dp) if (r := self.study(dp, m)) is not None]
 
     def lower_bound_s(self, key: SliceKey) -> float:
-        """B x (least per-micro-batch work of one layer x GPUs) x layers / GPUs: no plan of the
-        slice is faster (max_i t_i >= sum_i n_i a_i m_i / U and the bubble is >= 0)."""
-        b_index = self.micro_batches(key.dp).index(key.micro_batch)
-        best = math.inf
-        for result in self.results(key.dp):
-            for c in result.costs:
-                slope = c.time_s[b_index, 2, MIDDLE] - c.time_s[b_index, 1, MIDDLE]
-                best = min(best, slope * result.model_parallel)
+        """No plan of the slice is faster: a stage of n layers on m units takes at least
+        n * a_m, a_m the least per-layer time of a fitting choice holding one micro-batch, so
+        max_i t_i >= sum_i n_i a_m m_i / U >= L min_m(a_m m) / U, and the step >= B max_i t_i."""
         units = self.problem.gpus // key.dp
         num_mb = self.problem.workload.global_batch // (key.dp * key.micro_batch)
-        return num_mb * best * self.problem.model.num_layers / units
+        per_layer = [self.least_layer_time_s(key, r) * r.model_parallel for r in self.results(key.dp)]
+        return num_mb * min(per_layer, default=math.inf) * self.problem.model.num_layers / units
+
+    def least_layer_time_s(self, key: SliceKey, result: IntraOpResult) -> float:
+        """min over n and positions of t(n layers, one micro-batch in flight) / n: the middle
+        position (no embedding or head) where a stage size has one, else the others."""
+        time, _, _, _ = dp_inputs(self, key, [result], 1)
+        n = np.arange(time.shape[1])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = time[0, 1:, :, 1] / n[1:, None]
+        return float(np.min(per)) if per.size else math.inf
 
     def iter_outcomes(self, keys: list[SliceKey], prune_above: Callable[[], float]) -> Iterator[SliceOutcome]:
         """Solve slices in order of their lower bounds, skipping those that cannot win."""
@@ -138,14 +143,14 @@ class SliceSearch:
             if bound >= prune_above():
                 yield SliceOutcome(key=key, plan=None, estimate=None, lower_bound_s=bound, pruned=True)
                 continue
-            plan, estimate = self.solve_slice(key)
+            plan, estimate = self.solve_slice(key, prune_above())
             yield SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=bound)
 
-    def solve_slice(self, key: SliceKey) -> tuple[Plan | None, Estimate | None]:
+    def solve_slice(self, key: SliceKey, prune_above: float = math.inf) -> tuple[Plan | None, Estimate | None]:
         from autotune.search.assemble import build_plans
 
         best: tuple[Plan | None, Estimate | None] = (None, None)
-        for plan in build_plans(self, key):
+        for plan in build_plans(self, key, prune_above):
             estimate = evaluate_plan(self.problem.model, self.problem.workload, self.problem.cluster, plan)
             if best[1] is None or _better(estimate, best[1]):
                 best = (plan, estimate)
@@ -169,9 +174,18 @@ def dp_inputs(search: SliceSearch, key: SliceKey, results: list[IntraOpResult], 
     return time, tail, index, num_mb
 
 
-def solve_cuts(search: SliceSearch, key: SliceKey) -> list[tuple[list[IntraOpResult], PipelineSolution, np.ndarray]]:
+def _equal_stage_bound_s(search: SliceSearch, key: SliceKey, result: IntraOpResult, num_mb: int) -> float:
+    """Equal submeshes: S = U/m stages, the slowest holds at least ceil(L/S) layers."""
+    stages = search.problem.gpus // (key.dp * result.model_parallel)
+    layers = -(-search.problem.model.num_layers // max(stages, 1))
+    time, _, _, _ = dp_inputs(search, key, [result], 1)
+    return num_mb * float(np.min(time[0, layers, :, 1])) if layers < time.shape[1] else math.inf
+
+
+def solve_cuts(search: SliceSearch, key: SliceKey, prune_above: float = math.inf
+               ) -> list[tuple[list[IntraOpResult], PipelineSolution, np.ndarray]]:
     """DP solutions of a slice: one over all submesh sizes when the pipeline is small, else one
-    per submesh size (equal stage sizes)."""
+    per submesh size (equal stage sizes), skipping sizes whose bound cannot beat ``prune_above``."""
     results = search.results(key.dp)
     if not results:
         return []
@@ -179,7 +193,11 @@ def solve_cuts(search: SliceSearch, key: SliceKey) -> list[tuple[list[IntraOpRes
     space = search.problem.space
     num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
     max_stages = min(space.max_stages, search.problem.model.num_layers, units)
-    groups = [results] if units <= space.max_units_for_uneven_submeshes else [[r] for r in results]
+    if units <= space.max_units_for_uneven_submeshes:
+        groups = [results]
+    else:
+        groups = [[r] for r in results if units % r.model_parallel == 0 and units // r.model_parallel <= max_stages
+                  and _equal_stage_bound_s(search, key, r, num_mb) < prune_above]
     out = []
     for group in groups:
         time, tail, index, _ = dp_inputs(search, key, group, min(num_mb, max_stages))

@@ -12,6 +12,7 @@ so small problems are solved exactly; larger ones by seeded TPE, deterministic p
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,7 @@ import optuna
 
 from autotune.search.choices import CHOICE_PARAMS, StageChoice, make_choice
 from autotune.search.space import SearchSpace
-from autotune.search.tables import MIDDLE, ChoiceCosts, SliceContext, choice_costs
+from autotune.search.tables import ChoiceCosts, SliceContext, choice_costs
 
 __all__ = ["IntraOpResult", "optimize_stage", "expert_choices"]
 
@@ -49,10 +50,12 @@ def expert_choices(values: dict[str, list], model_parallel: int, space: SearchSp
 
 
 def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> tuple[float, float]:
-    """(seconds per sequence per layer of a middle stage, memory excess ratio)."""
+    """(seconds per sequence of all layers on one stage, memory excess ratio of one layer), at
+    the stage's least costly position."""
     b = np.array(ctx.micro_batches, dtype=float)
-    per_layer = (costs.time_s[:, 2, MIDDLE] - costs.time_s[:, 1, MIDDLE]) / b
-    need = costs.mem_base_bytes[:, 1, MIDDLE] + costs.mem_per_microbatch_bytes[:, 1, MIDDLE]
+    pos = int(np.argmin(costs.time_s[0, -1]))
+    per_layer = costs.time_s[:, -1, pos] / b
+    need = costs.mem_base_bytes[:, 1, pos] + costs.mem_per_microbatch_bytes[:, 1, pos]
     fits = need <= capacity
     value = float(per_layer[fits].min()) if fits.any() else float(per_layer.min())
     return value, float(need.min() / capacity - 1.0)
@@ -60,7 +63,9 @@ def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> 
 
 def _sampler(space: SearchSpace, size: int, seed: int) -> optuna.samplers.BaseSampler:
     if size <= space.n_trials:
-        return optuna.samplers.BruteForceSampler(seed=seed)
+        with warnings.catch_warnings():  # experimental in Optuna 5 but stable for our use
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.BruteForceSampler(seed=seed)
     if space.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=min(8, space.n_trials // 2))

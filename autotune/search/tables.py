@@ -33,6 +33,7 @@ class SliceContext:
     cluster: ClusterSpec
     dp: int
     micro_batches: tuple[int, ...]
+    gpus: int
     overlap_tp_comm: bool = False
 
     @property
@@ -51,6 +52,15 @@ class ChoiceCosts:
     mem_per_microbatch_bytes: np.ndarray
 
 
+def positions_needed(ctx: SliceContext, stage_gpus: int) -> list[int]:
+    """Positions a stage of ``stage_gpus`` GPUs can take: the only stage when it has them all,
+    else first and last, and middle when three stages fit."""
+    stages = ctx.gpus // stage_gpus
+    if stages <= 1:
+        return [SINGLE]
+    return [FIRST, LAST] + ([MIDDLE] if stages >= 3 else [])
+
+
 def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
     """Score ``choice`` for every micro-batch size, layer count and position."""
     num_layers = ctx.tables.model.num_layers
@@ -62,7 +72,8 @@ def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
     inter = size >= ctx.cluster.gpus_per_node
     shape = (len(ctx.micro_batches), num_layers + 1, len(POSITIONS))
     arrays = {k: np.full(shape, np.inf) for k in ("time", "tail", "base", "per")}
-    for index, (emb, head, neighbors) in enumerate(POSITIONS):
+    for index in positions_needed(ctx, size):
+        emb, head, neighbors = POSITIONS[index]
         stage = choice.stage_plan(dp=ctx.dp, has_embedding=emb, has_head=head)
         cost = stage_cost(stage_ctx, stage, StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter),
                           num_layers=n)
@@ -84,7 +95,8 @@ def best_by_inflight(costs: list[ChoiceCosts], b_index: int, num_microbatches: i
     base = np.stack([c.mem_base_bytes[b_index] for c in costs])
     per = np.stack([c.mem_per_microbatch_bytes[b_index] for c in costs])
     r = np.arange(max_inflight + 1, dtype=float)[:, None, None, None]  # (R, 1, 1, 1)
-    fits = base[None] + r * per[None] <= capacity_bytes  # (R, C, n, pos)
+    with np.errstate(invalid="ignore"):  # inf * 0 at n = 0, which never fits anyway
+        fits = base[None] + r * per[None] <= capacity_bytes  # (R, C, n, pos)
     score = np.where(fits, num_microbatches * time[None] + tail[None], np.inf)
     best = np.argmin(score, axis=1)  # (R, n, pos)
     ok = np.isfinite(np.take_along_axis(score, best[:, None], axis=1)[:, 0])

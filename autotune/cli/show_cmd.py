@@ -1,0 +1,61 @@
+"""``autotune show RUN`` and ``autotune explain RUN``: a finished run printed again, or its
+time and memory breakdown per stage (re-scored with the current cost model)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    show = subparsers.add_parser("show", help="print a finished search run again")
+    show.add_argument("run", help="run directory (runs/<timestamp>-<model>-<gpus>)")
+    show.add_argument("--json", action="store_true")
+    show.set_defaults(func=run_show)
+    explain = subparsers.add_parser("explain", help="time and memory breakdown per stage of a run's plan")
+    explain.add_argument("run", help="run directory or plan.json")
+    explain.add_argument("--json", action="store_true")
+    explain.set_defaults(func=run_explain)
+
+
+def run_show(args: argparse.Namespace) -> int:
+    from autotune.cli.common import print_json
+    from autotune.outputs.run_dir import load_search_record
+
+    path, record = load_search_record(args.run)
+    if args.json:
+        print_json(record)
+        return 0
+    print((path / "report.md").read_text() if (path / "report.md").exists() else record)
+    return 0
+
+
+def rescore(target: str):
+    """(plan file, estimate) of a run directory or plan file, scored now."""
+    from autotune.api import resolve_cluster
+    from autotune.cost.evaluate import evaluate_plan
+    from autotune.errors import require
+    from autotune.plan.io import read_plan_file
+    from autotune.spec.hardware_data import cluster_from_dict
+
+    plan_file = read_plan_file(target)
+    require(plan_file.model is not None and plan_file.workload is not None, "plan",
+            "this plan file has no model/workload; use autotune evaluate --plan with --model")
+    ref = plan_file.cluster
+    cluster = cluster_from_dict(ref["name"], ref["data"]) if isinstance(ref, dict) else ref
+    cluster_spec = resolve_cluster(cluster, plan_file.profile)
+    return plan_file, evaluate_plan(plan_file.model, plan_file.workload, cluster_spec, plan_file.plan)
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    from autotune.cli.common import estimate_table, print_json
+    from autotune.outputs.report import plan_table, stage_breakdown_text
+
+    plan_file, estimate = rescore(args.run)
+    if args.json:
+        print_json({"plan": plan_file.plan.to_dict(), "estimate": estimate.to_dict()})
+        return 0
+    print("\n".join(plan_table(plan_file.plan, estimate)))
+    print(estimate_table(estimate))
+    print("per stage:")
+    print("\n".join(stage_breakdown_text(estimate)))
+    return 0
