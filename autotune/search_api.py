@@ -79,13 +79,16 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
 def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, space: Any = "default",
            seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
            seq_len: int | None = None, dtype: str = "bf16", attention: str = "flash", run_dir: str | Path | None = None,
-           storage: str | None = None, study_name: str | None = None, progress=None, announce=None) -> SearchResult:
+           storage: str | None = None, study_name: str | None = None, progress=None, announce=None,
+           cache: bool = True) -> SearchResult:
     """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``.
 
     ``run_dir`` (an empty or new directory) keeps the plan study in ``run_dir/study.db`` and
     writes plan.json, search.json and report.md; ``storage`` (an SQLAlchemy URL such as
     ``postgresql+psycopg://...``) keeps the study there instead, shared with ``autotune worker``
-    processes (``announce(study_name, url)`` is called once the slices are queued).
+    processes (``announce(study_name, url)`` is called once the slices are queued). ``cache``
+    uses the process-wide plan cache (autotune.search.cache): a repeated query returns at once
+    and another GPU count of the same model reuses stage costs.
     """
     if method not in ("optuna", "exhaustive"):
         raise AutotuneError("method", f"{method!r}; choose optuna or exhaustive")
@@ -106,7 +109,9 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
             announce(study.study_name, storage)
         work_on_queue(study, problem)
         wait_for_slices(study, keys)
-    result = run_search(problem, study=study, progress=progress)
+    from autotune.search.cache import PLAN_CACHE
+
+    result = run_search(problem, study=study, progress=progress, cache=PLAN_CACHE if cache else None)
     return _finish(problem, refs, result, path)
 
 

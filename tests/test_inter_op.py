@@ -15,7 +15,7 @@ def position(k, n, L):
     return LAST if end == L else MIDDLE
 
 
-def brute_force(time_s, tail_s, units, total_units, b, max_stages):
+def brute_force(time_s, tail_s, units, total_units, b, max_stages, kind="pipeline", inflight_all=False):
     L = time_s.shape[1] - 1
     best = np.inf
     for s in range(1, min(L, max_stages) + 1):
@@ -27,13 +27,15 @@ def brute_force(time_s, tail_s, units, total_units, b, max_stages):
                     continue
                 times, tail = [], 0.0
                 for i, (m, n) in enumerate(zip(meshes, sizes)):
-                    r = min(s - i, b)
+                    r = min(b, time_s.shape[3] - 1) if inflight_all else min(s - i, b)
                     p = position(bounds[i], n, L)
                     times.append(time_s[m, n, p, r])
                     if i == 0:
                         tail = tail_s[m, n, p, r]
                 if all(np.isfinite(times)):
-                    best = min(best, sum(times) + (b - 1) * max(times) + tail)
+                    total = sum(times) + tail
+                    value = max(total, b * max(times)) if kind == "rounds" else total + (b - 1) * max(times)
+                    best = min(best, value)
     return best
 
 
@@ -49,8 +51,9 @@ def random_case(rng, M, L, R, inf_share):
     return time, tail
 
 
-@pytest.mark.parametrize("seed", range(40))
-def test_dp_matches_brute_force(seed):
+@pytest.mark.parametrize("kind, inflight_all", [("pipeline", False), ("pipeline", True), ("rounds", True)])
+@pytest.mark.parametrize("seed", range(30))
+def test_dp_matches_brute_force(seed, kind, inflight_all):
     rng = np.random.default_rng(seed)
     M = int(rng.integers(1, 3))
     L = int(rng.integers(1, 7))
@@ -58,10 +61,12 @@ def test_dp_matches_brute_force(seed):
     total_units = int(rng.choice([1, 2, 4, 6])) * int(units.min())
     b = int(rng.integers(1, 6))
     max_stages = int(rng.integers(1, 7))
-    R = max(1, min(b, max_stages, L))
+    R = b if inflight_all else max(1, min(b, max_stages, L))
     time, tail = random_case(rng, M, L, R, inf_share=float(rng.choice([0.0, 0.2])))
-    expected = brute_force(time, tail, units, total_units, b, max_stages)
-    solution = solve_pipeline(time, tail, units, total_units, b, max_stages)
+    if kind == "rounds":
+        tail[:] = 0.0  # decode rounds have no step tail
+    expected = brute_force(time, tail, units, total_units, b, max_stages, kind, inflight_all)
+    solution = solve_pipeline(time, tail, units, total_units, b, max_stages, objective=kind, inflight_all=inflight_all)
     if not np.isfinite(expected):
         assert solution is None
         return

@@ -21,8 +21,8 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True) -> None:
-    parser.add_argument("--model", required=True, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
+def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True, model_required: bool = True) -> None:
+    parser.add_argument("--model", required=model_required, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
     parser.add_argument("--gpus", type=positive_int, required=gpus_required, help="number of GPUs")
     parser.add_argument("--cluster", default="dgx-h100", help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, cpu) or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")

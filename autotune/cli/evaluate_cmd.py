@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.cli.common import add_degree_args, add_model_args, add_workload_args, estimate_table, print_json
+from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, positive_int,
+                                 print_json)
+
+PLACEMENT_FLAGS = ("weights_in", "kv_cache_in", "activations_in", "gradients_in", "optimizer_in")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -12,26 +15,77 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Predict step time, throughput, MFU and memory per GPU of a plan.")
     add_model_args(parser, gpus_required=False)
     add_workload_args(parser)
+    add_inference_args(parser)
     add_degree_args(parser)
+    add_memory_args(parser)
     parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
     parser.set_defaults(func=run)
 
 
+def add_inference_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workload", default="train", help="train (default), prefill, decode or serve")
+    parser.add_argument("--batch", "--concurrency", dest="batch", type=positive_int, default=None,
+                        help="inference: sequences (concurrent requests) in the batch (preset default)")
+    parser.add_argument("--prompt-len", type=positive_int, default=None, help="inference: prompt tokens per sequence (preset default)")
+    parser.add_argument("--output-len", type=int, default=0, help="decode/serve: tokens generated per sequence")
+    parser.add_argument("--target-tpot-ms", type=float, default=0.0, help="serve: time-per-output-token target")
+    parser.add_argument("--target-ttft-ms", type=float, default=0.0, help="serve: time-to-first-token target")
+
+
+def add_memory_args(parser: argparse.ArgumentParser) -> None:
+    for name in PLACEMENT_FLAGS:
+        flag = "--" + name.replace("_", "-")
+        parser.add_argument(flag, default="hbm", help=f"where {name[:-3].replace('_', ' ')} live: hbm, host or cxl")
+    parser.add_argument("--cache-group-layers", type=int, default=0, help="layers per on-chip cache group (0: off)")
+    parser.add_argument("--cache-tile-tokens", type=int, default=0, help="tokens per tile through a cache group")
+
+
+def _workload(args: argparse.Namespace, model: object) -> object:
+    from autotune.api import inference_workload, training_workload
+
+    if args.workload == "train":
+        return training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
+                                 attention=args.attention)
+    return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
+                              output_len=args.output_len, dtype=args.dtype, attention=args.attention,
+                              target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
+
+
+def inference_lines(estimate: object) -> str:
+    """TPS, TPOT, TTFT and the KV cache of an inference estimate."""
+    from autotune.cli.common import fmt_bytes, fmt_s
+
+    extra = estimate.extra
+    lines = [f"TPS            {extra['tps']:,.0f} tokens/s   (1/TPS {fmt_s(extra['time_per_token_s'])})"]
+    if "tpot_s" in extra:
+        lines.append(f"TPOT           {fmt_s(extra['tpot_s'])} per output token")
+    if "ttft_s" in extra:
+        lines.append(f"TTFT           {fmt_s(extra['ttft_s'])} (the batch's prefill)")
+    lines.append(f"KV cache       {fmt_bytes(extra['kv_cache_bytes_per_gpu'])} per GPU, {fmt_bytes(extra['kv_cache_bytes'])} in all")
+    return "\n".join(lines)
+
+
 def run(args: argparse.Namespace) -> int:
     from autotune.api import evaluate
-    from autotune.errors import require
+    from autotune.errors import require, require_choice
     from autotune.plan.io import read_plan
+    from autotune.spec.presets import resolve_model
 
+    require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
     plan = read_plan(args.plan) if args.plan else None
     require(plan is not None or args.gpus is not None, "gpus", "give --gpus (or --plan)")
+    model = resolve_model(args.model)
+    options = {name: getattr(args, name) for name in PLACEMENT_FLAGS}
     estimate = evaluate(
-        args.model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, tp=args.tp, pp=args.pp,
-        dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch, global_batch=args.global_batch,
-        seq_len=args.seq_len, recompute=args.recompute, sequence_parallel=args.sequence_parallel,
-        zero=args.zero, dtype=args.dtype, attention=args.attention, overlap_tp_comm=args.overlap_tp_comm,
-        overlap_grad_reduce=not args.no_overlap_grad_reduce)
+        model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=_workload(args, model),
+        tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch,
+        recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero,
+        overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+        cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens, **options)
     if args.json:
         print_json(estimate.to_dict())
     else:
         print(estimate_table(estimate))
-    return 0
+        if args.workload != "train":
+            print(inference_lines(estimate))
+    return 0 if estimate.fits else 1  # a plan that does not fit is a negative answer (README)

@@ -15,8 +15,17 @@ __all__ = ["main", "build_parser", "COMMANDS"]
 
 # Command name -> module under autotune.cli; each module has register(subparsers).
 COMMANDS = {
+    "search": "autotune.cli.search_cmd",
+    "show": "autotune.cli.show_cmd",
+    "worker": "autotune.cli.worker_cmd",
     "evaluate": "autotune.cli.evaluate_cmd",
     "check-published": "autotune.cli.check_cmd",
+    "validate": "autotune.cli.validate_cmd",
+    "scenario": "autotune.cli.scenario_cmd",
+    "export": "autotune.cli.export_cmd",
+    "profile": "autotune.cli.profile_cmd",
+    "graph": "autotune.cli.graph_cmd",
+    "benchmark": "autotune.cli.benchmark_cmd",
 }
 
 EXAMPLES = """examples:

@@ -23,9 +23,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from autotune.spec.hardware import ClusterSpec, LinkLevel
 
 __all__ = ["GroupSpan", "collective_time_s", "level_time_s"]
+
+# Inputs may be floats or numpy arrays of byte counts (the search scores many stage sizes at
+# once); zero or negative byte counts cost nothing.
+
+
+def _only_positive(nbytes, seconds):
+    if isinstance(nbytes, np.ndarray):
+        return np.where(nbytes > 0, seconds, 0.0)
+    return float(seconds) if nbytes > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -42,20 +53,20 @@ class GroupSpan:
 
 def level_time_s(op: str, nbytes: float, n: int, link: LinkLevel) -> float:
     """One collective over ``n`` ranks on a single level. ``nbytes``: the full buffer."""
-    if n <= 1 or nbytes <= 0:
-        return 0.0
+    if n <= 1:
+        return _only_positive(nbytes, 0.0)
     measured = link.collectives.get((op, n))
     if measured is not None:
-        return measured.time_s(nbytes)
+        return _only_positive(nbytes, measured.time_s(nbytes))
     alpha, beta, base = link.alpha_s, link.beta_s_per_byte, link.latency_s
     if op == "all_reduce":
         ring = 2 * (n - 1) * alpha + 2 * (n - 1) / n * nbytes * beta
         tree = 2 * math.ceil(math.log2(n)) * alpha + 2 * nbytes * beta
-        return base + min(ring, tree)
+        return _only_positive(nbytes, base + np.minimum(ring, tree))
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return base + (n - 1) * alpha + (n - 1) / n * nbytes * beta
+        return _only_positive(nbytes, base + (n - 1) * alpha + (n - 1) / n * nbytes * beta)
     if op == "send_recv":
-        return base + alpha + nbytes * beta
+        return _only_positive(nbytes, base + alpha + nbytes * beta)
     raise ValueError(f"unknown collective {op!r}")
 
 
@@ -63,8 +74,8 @@ def collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: ClusterS
     """A collective over a group spanning one or two mesh levels."""
     intra, inter = cluster.intra_node, cluster.inter_node
     n = span.size
-    if n <= 1 or nbytes <= 0:
-        return 0.0
+    if n <= 1:
+        return _only_positive(nbytes, 0.0)
     if span.n_inter == 1:
         return level_time_s(op, nbytes, n, intra)
     if span.n_intra == 1:
@@ -79,11 +90,11 @@ def collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: ClusterS
         ring = 2 * step_s + 2 * (n - 1) / n * nbytes * beta
         tree = (2 * ((span.n_intra - 1) * intra.alpha_s + math.ceil(math.log2(span.n_inter)) * inter.alpha_s)
                 + 2 * nbytes * beta)
-        return base + min(ring, tree)
+        return _only_positive(nbytes, base + np.minimum(ring, tree))
     if op in ("all_gather", "reduce_scatter"):
-        return base + step_s + (n - 1) / n * nbytes * beta
+        return _only_positive(nbytes, base + step_s + (n - 1) / n * nbytes * beta)
     if op == "all_to_all":
         cross = (n - span.n_intra) / n * nbytes * inter.beta_s_per_byte
         local = (span.n_intra - 1) / n * nbytes * intra.beta_s_per_byte
-        return base + (n - 1) * inter.alpha_s + max(cross, local)
+        return _only_positive(nbytes, base + (n - 1) * inter.alpha_s + np.maximum(cross, local))
     return level_time_s(op, nbytes, 2, inter)

@@ -18,7 +18,7 @@ import numpy as np
 from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile
 
-__all__ = ["BlockTimes", "block_times", "op_coefficients"]
+__all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
 _COMPUTE_CLASS = {"gemm": "gemm", "bmm": "bmm", "attention": "attention"}
@@ -72,6 +72,32 @@ def _col(x: object) -> np.ndarray:
     return np.asarray(x, dtype=float)[..., None]
 
 
+@dataclass(frozen=True, eq=False)
+class OpAmounts:
+    """Per-GPU forward amounts of each operator for one micro-batch (arrays broadcast over
+    choices, operators last)."""
+
+    flops: np.ndarray
+    act_in_bytes: np.ndarray
+    act_out_bytes: np.ndarray
+    weight_bytes: np.ndarray
+
+
+def op_amounts(table: OpTable, micro_batch: object, tp: object, cp: object, sequence_parallel: object) -> OpAmounts:
+    """FLOPs and bytes per GPU: TP splits what the sharding says, SP the tokens of replicated
+    ops, CP every activation's tokens."""
+    b, t, c = _col(micro_batch), _col(tp), _col(cp)
+    sp = np.asarray(sequence_parallel, dtype=bool)[..., None]
+    seq_split = np.where(sp & table.runs_replicated, t, 1.0)  # SP splits replicated ops' tokens
+    work_div = np.where(table.runs_replicated, seq_split, t) * c
+    return OpAmounts(
+        flops=table.flops * b / work_div,
+        act_in_bytes=table.in_bytes * b / (np.where(table.in_split, t, seq_split) * c),
+        act_out_bytes=table.out_bytes * b / (np.where(table.out_split, t, seq_split) * c),
+        weight_bytes=table.weight_bytes / np.where(table.weights_split, t, 1.0),
+    )
+
+
 def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: object,
                 tp: object, cp: object, sequence_parallel: object) -> BlockTimes:
     """Forward and backward time of a block for ``micro_batch`` sequences per replica.
@@ -81,13 +107,9 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
     coef = op_coefficients(table, device, dtype)
     b, t, c = _col(micro_batch), _col(tp), _col(cp)
     sp = np.asarray(sequence_parallel, dtype=bool)[..., None]
-    seq_split = np.where(sp & table.runs_replicated, t, 1.0)  # SP splits replicated ops' tokens
-    work_div = np.where(table.runs_replicated, seq_split, t) * c
-    flops = table.flops * b / work_div
-    act_in = table.in_bytes * b / (np.where(table.in_split, t, seq_split) * c)
-    act_out = table.out_bytes * b / (np.where(table.out_split, t, seq_split) * c)
-    weights = table.weight_bytes / np.where(table.weights_split, t, 1.0)
-    act = act_in + act_out
+    amounts = op_amounts(table, micro_batch, tp, cp, sequence_parallel)
+    flops, weights = amounts.flops, amounts.weight_bytes
+    act = amounts.act_in_bytes + amounts.act_out_bytes
     fwd = np.maximum(table.kernels * coef.lat_c + flops * coef.spf,
                      table.kernels * coef.lat_m + (act + weights) * coef.spb)
     has_bwd_compute = table.bwd_flops_factor > 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from autotune.cost.estimate import Estimate, StageEstimate
+from autotune.cost.offload import tier_overflow
 from autotune.cost.pipeline import inflight_microbatches, pipeline_time_s
 from autotune.cost.stage import StageContext, StageCost, StagePosition, stage_cost
 from autotune.errors import require
@@ -63,18 +64,28 @@ def _stage_estimate(index: int, plan: Plan, cost: StageCost, pos: StagePosition,
     )
 
 
-def _uncertainty_pct(cluster: ClusterSpec, compute_share: float, comm_share: float) -> float:
-    """A +-% band: each share of the step carries its profile's relative residual spread."""
+def _uncertainty_pct(cluster: ClusterSpec, dtype: str, compute_share: float, comm_share: float) -> float:
+    """A +-% band: each share of the step carries the relative residual spread (RMS) of the
+    fits that price it: the compute and memory regressions of the step's dtype, and the
+    measured collectives (the formulas' links have none; they borrow the compute spread).
+    The largest spread is taken, not an average: a fit's residuals are mostly systematic
+    (shape-dependent efficiency), so they do not cancel over a step's many kernels."""
     device = cluster.device
-    compute_std = max([r.residual_rel_std for r in device.compute.values()] + [device.memory.residual_rel_std])
+    used = [device.regression(op_class, dtype) for op_class in ("gemm", "bmm", "attention")]
+    compute_std = max([r.residual_rel_std for r in used] + [device.memory.residual_rel_std])
     comm_std = max([r.residual_rel_std for link in (cluster.intra_node, cluster.inter_node)
                     for r in link.collectives.values()] + [0.0])
     return 100.0 * (compute_share * compute_std + comm_share * max(comm_std, compute_std))
 
 
 def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> Estimate:
-    """Predict step time and memory of ``plan`` for a training step."""
+    """Predict step time and memory of ``plan`` for a training step, or for an inference
+    workload (prefill, decode, serve: autotune/cost/inference_plan.py)."""
+    if getattr(workload, "kind", "train") != "train":
+        from autotune.cost.inference_plan import evaluate_inference_plan  # it imports this module
+        return evaluate_inference_plan(model, workload, cluster, plan)
     check_plan(model, workload, cluster, plan)
+    cluster = cluster.for_gpus(plan.gpus)  # CPU workers sharing cores run slower
     tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl)
     ctx = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=plan.micro_batch,
                        num_microbatches=plan.num_microbatches, vpp=plan.vpp,
@@ -108,17 +119,18 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
     peak_stage = max(stages, key=lambda s: s.peak_memory_bytes)
     capacity = cluster.device.memory_bytes
     fits = all(s.fits for s in stages)
-    reason = "" if fits else (
+    overflow = next((r for r in (tier_overflow(c.memory, cluster) for c in costs) if r), "")  # host/CXL capacity
+    reason = overflow if fits else (
         f"stage {peak_stage.index} needs {peak_stage.peak_memory_bytes / 2**30:.1f} GiB per GPU "
         f"({peak_stage.peak_memory_bytes:.0f} bytes) but {cluster.device.name} has {capacity / 2**30:.1f} GiB")
     comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["dp_comm_s"]
     return Estimate(
-        fits=fits, step_time_s=step_s,
+        fits=fits and not overflow, step_time_s=step_s,
         tokens_per_s=workload.global_batch * workload.seq_len / step_s,
         tflops_per_gpu=model_flops_per_step / step_s / plan.gpus / 1e12,
         mfu=model_flops_per_step / (step_s * plan.gpus * cluster.device.peak(workload.dtype)),
         peak_memory_bytes_per_gpu=peak_stage.peak_memory_bytes, memory_capacity_bytes=capacity,
         breakdown=breakdown, memory_breakdown=dict(peak_stage.memory_bytes),
-        uncertainty_pct=_uncertainty_pct(cluster, 1.0 - comm / step_s, comm / step_s),
+        uncertainty_pct=_uncertainty_pct(cluster, workload.dtype, 1.0 - comm / step_s, comm / step_s),
         model_flops_per_step=model_flops_per_step, stages=tuple(stages), reason=reason,
     )

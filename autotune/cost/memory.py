@@ -41,7 +41,9 @@ class StageMemory:
     activations_bytes: float
     temporary_bytes: float
     reserved_bytes: float
-    offloaded_bytes: float = 0.0  # held in host or CXL memory instead of HBM
+    offloaded_bytes: float = 0.0  # held in host or CXL memory instead of HBM (host + cxl)
+    host_bytes: float = 0.0  # of which in host DRAM (cost/offload.py)
+    cxl_bytes: float = 0.0  # of which in CXL-attached memory
 
     @property
     def peak_bytes(self) -> float:

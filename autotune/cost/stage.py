@@ -11,19 +11,25 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
+from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.memory import StageMemory, sharded_state_bytes
 from autotune.cost.mesh import group_spans
+from autotune.cost.offload import offloads, training_offload
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.workload import TrainingWorkload
 
 __all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "stage_cost", "overlapped_exposed_s"]
+
+# Stage costs take the layer count as a number or a numpy array: the search scores every layer
+# count of a stage in one call (time and memory are affine in it, the gradient sync is not).
 
 # Bytes per gradient element in the data-parallel reduction. Megatron-LM reduces bf16 runs'
 # gradients in fp32 (arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16) and fp16
@@ -38,7 +44,8 @@ OPTIMIZER_KERNELS = 4
 
 @dataclass(frozen=True, kw_only=True)
 class StageContext:
-    """What all stages of a plan share."""
+    """What all stages of a plan share. ``micro_batch`` may be an array of sizes (shape (k, 1))
+    for the search; every stage quantity then broadcasts over it."""
 
     tables: ModelTables
     workload: TrainingWorkload
@@ -94,39 +101,58 @@ class StageCost:
     bwd_s: float  # backward incl. recomputation (kernels only)
 
 
-def _scalar(x: np.ndarray) -> float:
-    return float(np.asarray(x))
+def _scalar(x: np.ndarray):
+    """A block quantity: a float, or an array when the micro-batch is an array of sizes."""
+    x = np.asarray(x)
+    return float(x) if x.ndim == 0 else x
 
 
-def overlapped_exposed_s(total_bytes: float, collective: Callable[[float], float], window_s: float,
-                         bucket_bytes: float, overlap: bool) -> float:
+def overlapped_exposed_s(total_bytes, collective: Callable, window_s, bucket_bytes: float, overlap: bool):
     """Exposed time of a bucketed collective that overlaps a compute window.
 
     Seed 002's DDP model: with per-call overhead o and bandwidth w, n buckets leave
     n*o + s/(n*w) after the backward pass, optimal at bucket size sqrt(s*w*o). Generalised:
     buckets start as compute produces them, so the exposed part is the larger of the last
-    bucket and the communication the window cannot hold.
+    bucket and the communication the window cannot hold. Arrays broadcast.
     """
-    if total_bytes <= 0:
-        return 0.0
+    total = np.asarray(total_bytes, dtype=float)
     if not overlap:
-        return collective(total_bytes)
-    overhead_s = collective(1.0)
-    per_byte_s = max((collective(total_bytes) - overhead_s) / total_bytes, 1e-30)
-    bucket = bucket_bytes or math.sqrt(total_bytes * overhead_s / per_byte_s)
-    num_buckets = max(1, math.ceil(total_bytes / max(bucket, 1.0)))
-    bucket_s = collective(total_bytes / num_buckets)
-    return max(bucket_s, num_buckets * bucket_s - window_s * (num_buckets - 1) / num_buckets)
+        exposed = collective(total)
+    else:
+        safe = np.maximum(total, 1.0)
+        overhead_s = collective(1.0)
+        per_byte_s = np.maximum((collective(safe) - overhead_s) / safe, 1e-30)
+        bucket = bucket_bytes or np.sqrt(safe * overhead_s / per_byte_s)
+        num_buckets = np.maximum(1.0, np.ceil(safe / np.maximum(bucket, 1.0)))
+        bucket_s = collective(safe / num_buckets)
+        exposed = np.maximum(bucket_s, num_buckets * bucket_s - window_s * (num_buckets - 1) / num_buckets)
+    exposed = np.where(total > 0, exposed, 0.0)
+    return float(exposed) if exposed.ndim == 0 else exposed
+
+
+@lru_cache(maxsize=4096)
+def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool) -> BlockTimes:
+    """Block times depend on (micro-batch, tp, cp, sp) only: a search reuses them across the
+    recomputation, ZeRO and mesh-order choices of a stage. Shared, so made read-only."""
+    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp)
+    for value in vars(blocks).values():
+        if isinstance(value, np.ndarray) and value.flags.owndata:
+            value.flags.writeable = False
+    return blocks
+
+
+def _block(ctx: StageContext, table, stage: StagePlan) -> BlockTimes:
+    b = np.asarray(ctx.micro_batch)
+    return _cached_block(table, ctx.cluster.device, ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
+                         stage.tp, stage.cp, bool(stage.sequence_parallel))
 
 
 def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
-    dev, dtype = ctx.cluster.device, ctx.workload.dtype
-    args = (ctx.micro_batch, stage.tp, stage.cp, stage.sequence_parallel)
-    blocks = {"layer": block_times(ctx.tables.layer, dev, dtype, *args)}
+    blocks = {"layer": _block(ctx, ctx.tables.layer, stage)}
     if stage.has_embedding and ctx.tables.embedding is not None:
-        blocks["embedding"] = block_times(ctx.tables.embedding, dev, dtype, *args)
+        blocks["embedding"] = _block(ctx, ctx.tables.embedding, stage)
     if stage.has_head and ctx.tables.head is not None:
-        blocks["head"] = block_times(ctx.tables.head, dev, dtype, *args)
+        blocks["head"] = _block(ctx, ctx.tables.head, stage)
     return blocks
 
 
@@ -158,19 +184,19 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
             continue
         i = names.index(gemm)
         comm = collective_time_s(op, act, span, ctx.cluster)
-        fwd_gemm, bwd_gemm = float(layer.fwd_ops_s[..., i]), float(layer.bwd_ops_s[..., i])
-        exposed += max(comm / stage.tp, comm - fwd_gemm) + max(comm / stage.tp, comm - bwd_gemm)
+        fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., i]), _scalar(layer.bwd_ops_s[..., i])
+        exposed = exposed + np.maximum(comm / stage.tp, comm - fwd_gemm) + np.maximum(comm / stage.tp, comm - bwd_gemm)
         if stage.recompute == "full":
-            exposed += max(comm / stage.tp, comm - fwd_gemm)
+            exposed = exposed + np.maximum(comm / stage.tp, comm - fwd_gemm)
     return exposed
 
 
-def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes) -> float:
+def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
     """Megatron TP: per layer two collectives of the activation forward and two backward
     (all-reduce, or all-gather + reduce-scatter with sequence parallelism); full
     recomputation repeats the forward ones. Exposed unless overlapped (_overlapped_tp_s)."""
     if stage.tp <= 1:
-        return 0.0
+        return 0.0 * n
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
@@ -178,11 +204,11 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     else:
         one = collective_time_s("all_reduce", act, span, cl)
     if ctx.overlap_tp_comm and stage.sequence_parallel:
-        total = stage.num_layers * _overlapped_tp_s(ctx, stage, span, layer, act)
+        total = n * _overlapped_tp_s(ctx, stage, span, layer, act)
     else:
         per_pass = 2 if m.has_attention else 1
         passes = 2 + (1 if stage.recompute == "full" else 0)
-        total = stage.num_layers * per_pass * passes * one
+        total = n * per_pass * passes * one
     if stage.has_embedding and m.has_embeddings:
         total += one  # vocab-parallel embedding output
     if stage.has_head and m.has_embeddings:
@@ -192,58 +218,57 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     return total
 
 
-def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes) -> float:
+def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
     """Context parallelism passes K and V around the CP ring (forward) and K, V and their
     gradients (backward), overlapped with the attention blocks (Liu et al. 2023, Ring Attention;
     Megatron-Core's CP)."""
     m = ctx.tables.model
     if stage.cp <= 1 or not m.has_attention:
-        return 0.0
+        return 0.0 * n
     kv = ctx.micro_batch * ctx.tables.seq_len * 2 * m.kv_dim * ctx.tables.act_bytes / stage.tp
     ring = collective_time_s("all_gather", kv, span, ctx.cluster)
     attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
     fwd_attn = _scalar((layer.fwd_ops_s * attn).sum(-1))
     bwd_attn = _scalar((layer.bwd_ops_s * attn).sum(-1))
-    per_layer = max(0.0, ring - fwd_attn) + max(0.0, 2 * ring - bwd_attn)
-    return stage.num_layers * per_layer
+    per_layer = np.maximum(0.0, ring - fwd_attn) + np.maximum(0.0, 2 * ring - bwd_attn)
+    return n * per_layer
 
 
-def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s: float) -> float:
+def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
     """Activations forward and their gradients backward to each neighbour, one TP shard per
     rank (sequence parallelism, or Megatron's scatter-gather optimisation, SC'21 sec. 4.1).
     Overlapped sends (Megatron-Core's default) hide behind the next micro-batch's compute."""
     if pos.neighbors == 0:
-        return 0.0
+        return 0.0 * compute_s
     m = ctx.tables.model
     nbytes = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
     link = ctx.cluster.inter_node if pos.p2p_inter_node else ctx.cluster.intra_node
     total = pos.neighbors * 2 * ctx.vpp * level_time_s("send_recv", nbytes, 2, link)
-    return max(0.0, total - compute_s) if ctx.overlap_p2p_comm else total
+    return np.maximum(0.0, total - compute_s) if ctx.overlap_p2p_comm else total + 0.0 * compute_s
 
 
-def _zero3_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes) -> float:
+def _zero3_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
     """ZeRO-3/FSDP gathers each layer's weights before its forward and backward and
     reduce-scatters its gradients, prefetching one layer ahead (Zhao et al. 2023, PyTorch FSDP
     sec. 3.3): per layer only what compute does not cover is exposed, plus the first gather."""
     if stage.zero < 3 or span.size <= 1:
-        return 0.0
+        return 0.0 * n
     cl, dtype = ctx.cluster, ctx.workload.dtype
     params = _scalar(layer.params_per_gpu)
     gather = collective_time_s("all_gather", params * ctx.tables.act_bytes, span, cl)
     scatter = collective_time_s("reduce_scatter", params * GRAD_COMM_BYTES[dtype], span, cl)
     fwd, bwd = _scalar(layer.fwd_s), _scalar(layer.bwd_s)
-    per_layer = max(0.0, gather - fwd) + max(0.0, gather + scatter - bwd)
-    return gather + stage.num_layers * per_layer
+    per_layer = np.maximum(0.0, gather - fwd) + np.maximum(0.0, gather + scatter - bwd)
+    return gather + n * per_layer
 
 
-def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, params: float,
-               fwd_s: float, bwd_s: float) -> float:
+def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, params, fwd_s, bwd_s):
     """Gradient sync over dp x cp after the last micro-batch's backward, bucketed and
     overlapped with it; ZeRO-1/2 then gather the updated 16-bit weights, overlapped with the
     next step's forward when ``overlap_param_gather``. ZeRO-2 reduce-scatters every micro-batch
     (gradients are not kept whole); ZeRO-3's traffic is per micro-batch (_zero3_comm_s)."""
     if span.size <= 1 or stage.zero >= 3:
-        return 0.0
+        return 0.0 * params
     cl, dtype = ctx.cluster, ctx.workload.dtype
     grad_bytes = params * GRAD_COMM_BYTES[dtype]
     op = "all_reduce" if stage.zero == 0 else "reduce_scatter"
@@ -259,14 +284,14 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, params: flo
     return exposed
 
 
-def _optimizer_s(ctx: StageContext, stage: StagePlan, params: float, shards: int) -> float:
+def _optimizer_s(ctx: StageContext, stage: StagePlan, params, shards: int):
     device = ctx.cluster.device
     local = params / (shards if stage.zero >= 1 else 1)
     nbytes = local * OPTIMIZER_BYTES_PER_PARAM[ctx.workload.dtype]
     return device.memory.time_s(nbytes) / device.kernel_efficiency + (OPTIMIZER_KERNELS - 1) * device.memory.latency_s
 
 
-def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, BlockTimes]) -> tuple[float, float]:
+def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, BlockTimes], n) -> tuple:
     """(bytes saved per micro-batch in flight, temporary working bytes)."""
     layer = blocks["layer"]
     full_layer = _scalar(layer.saved_bytes)
@@ -278,7 +303,7 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
         per_layer = full_layer - _scalar(layer.selective_saved_bytes)
     else:
         per_layer = full_layer
-    saved = stage.num_layers * per_layer
+    saved = n * per_layer
     temporary = full_layer  # backward of one layer: its activations and their gradients in flight
     for name in ("embedding", "head"):
         if name in blocks:
@@ -286,18 +311,24 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
     if "head" in blocks:
         m = ctx.tables.model
         logits = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.vocab_size / stage.tp
-        temporary = max(temporary, logits * (ctx.tables.act_bytes + 4.0))
+        temporary = np.maximum(temporary, logits * (ctx.tables.act_bytes + 4.0))
     if stage.zero >= 3:
-        temporary += 2 * _scalar(layer.params_per_gpu) * ctx.tables.act_bytes  # current + prefetched layer
+        temporary = temporary + 2 * _scalar(layer.params_per_gpu) * ctx.tables.act_bytes  # current + prefetched layer
     return saved, temporary
 
 
-def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition) -> StageCost:
-    """Time and memory of ``stage`` at ``pos`` in a plan sharing ``ctx``."""
+def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
+    """Time and memory of ``stage`` at ``pos`` in a plan sharing ``ctx``.
+
+    ``num_layers`` (a number or an array) overrides the stage's own layer count; with an array
+    every field of the result is an array over it.
+    """
     blocks = _blocks(ctx, stage)
     layer = blocks["layer"]
     spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
-    n = stage.num_layers
+    n = stage.num_layers if num_layers is None else num_layers
+    if stage.cache_group_layers:  # cache-aware layer grouping (cost/cache.py)
+        blocks["layer"] = layer = training_grouped_layer(ctx, stage, layer, n)
     fwd = n * _scalar(layer.fwd_s) + sum(_scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
     bwd = (n * (_scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer))
            + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
@@ -305,17 +336,20 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition) -> Stage
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
     shards = stage.dp * stage.cp
     time = StageTime(
-        compute_s=fwd + bwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], layer),
-        cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer), p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
-        zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer), offload_s=0.0,
+        compute_s=fwd + bwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], layer, n),
+        cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer, n), p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
+        zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n), offload_s=0.0 * n,
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], params, fwd, bwd),
         optimizer_s=_optimizer_s(ctx, stage, params, shards),
     )
     weights, grads, optim = sharded_state_bytes(params, ctx.workload.dtype, stage.zero, shards)
-    saved, temporary = _activation_bytes(ctx, stage, blocks)
+    saved, temporary = _activation_bytes(ctx, stage, blocks, n)
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
         activations_bytes=saved * pos.inflight, temporary_bytes=temporary,
         reserved_bytes=ctx.cluster.device.reserved_bytes,
     )
+    if offloads(stage):  # tensor classes in host or CXL memory (cost/offload.py)
+        time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved,
+                                        fwd_s=fwd, bwd_s=bwd, params=params, num_layers=n)
     return StageCost(time=time, memory=memory, params_per_gpu=params, fwd_s=fwd, bwd_s=bwd)

@@ -21,7 +21,7 @@ from typing import Any
 from autotune.errors import AutotuneError
 from autotune.plan.plan import PLAN_SCHEMA, Plan
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
 __all__ = ["PlanFile", "read_plan", "read_plan_file", "write_plan_file", "plan_file_dict", "atomic_write_text",
            "model_from_dict", "workload_from_dict"]
@@ -72,7 +72,8 @@ def workload_from_dict(data: dict) -> Any:
 
 
 # Workload classes by their ``kind`` field; inference workloads add theirs.
-WORKLOAD_KINDS: dict[str, type] = {"train": TrainingWorkload}
+WORKLOAD_KINDS: dict[str, type] = {"train": TrainingWorkload, "prefill": InferenceWorkload,
+                                   "decode": InferenceWorkload, "serve": InferenceWorkload}
 
 
 def plan_file_dict(*, plan: Plan, model: ModelSpec, workload: Any, cluster: str | dict,

@@ -39,7 +39,11 @@ class StagePlan:
     weights_in: str = "hbm"
     optimizer_in: str = "hbm"
     activations_in: str = "hbm"
-    cache_group_layers: int = 0  # layers per on-chip cache group (0: no cache-aware grouping)
+    gradients_in: str = "hbm"  # off HBM: gradients accumulate where the optimizer runs (ZeRO-Offload)
+    kv_cache_in: str = "hbm"  # inference: where the KV cache lives
+    kv_cache_in_share: float = 1.0  # share of the KV cache in kv_cache_in's tier; the rest stays in HBM
+    cache_group_layers: int = 0  # layers per on-chip cache group (0: off; >= the stage's layers: one group)
+    cache_tile_tokens: int = 0  # tokens per tile streamed through a cache group (0: no tiling)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -53,9 +57,15 @@ class StagePlan:
         require_choice("recompute", self.recompute, RECOMPUTE)
         require_choice("zero", self.zero, (0, 1, 2, 3))
         require_choice("mesh_order", self.mesh_order, MESH_ORDERS)
-        for name in ("weights_in", "optimizer_in", "activations_in"):
+        for name in ("weights_in", "optimizer_in", "activations_in", "gradients_in", "kv_cache_in"):
             require_choice(name, getattr(self, name), PLACEMENTS)
-        require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0")
+        require(self.gradients_in in ("hbm", self.optimizer_in), "gradients_in",
+                f"gradients can leave HBM only for where the optimizer runs: use hbm or optimizer_in={self.optimizer_in!r}")
+        require(isinstance(self.kv_cache_in_share, (int, float)) and 0 < self.kv_cache_in_share <= 1,
+                "kv_cache_in_share", f"must be in (0, 1], got {self.kv_cache_in_share!r}")
+        require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
+        require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
+                "cache_tile_tokens", "must be > 0 exactly when cache_group_layers > 0 (a group streams tiles)")
 
     @property
     def num_layers(self) -> int:

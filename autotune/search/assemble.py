@@ -30,7 +30,7 @@ def _plan(search, key, stages: list[StagePlan], schedule: str = "1f1b", vpp: int
     num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
     return Plan(gpus=search.problem.gpus, micro_batch=key.micro_batch, num_microbatches=num_mb,
                 stages=tuple(stages), schedule=schedule, vpp=vpp,
-                overlap_tp_comm=search.problem.space.overlap_tp_comm)
+                overlap_tp_comm=search.problem.space.overlap_tp_comm and search.problem.workload.kind == "train")
 
 
 def _from_solution(search, key, group: list[IntraOpResult], solution, index: np.ndarray) -> Plan:
@@ -73,4 +73,5 @@ def build_plans(search, key, prune_above: float = float("inf")) -> Iterator[Plan
 
     for group, solution, index in solve_cuts(search, key, prune_above):
         yield _from_solution(search, key, group, solution, index)
-    yield from _interleaved(search, key)
+    if getattr(search.problem.workload, "kind", "train") == "train":
+        yield from _interleaved(search, key)

@@ -17,11 +17,21 @@ __all__ = ["baselines"]
 _RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
+def _training(problem) -> bool:
+    return getattr(problem.workload, "kind", "train") == "train"
+
+
 def _score(problem, **degrees) -> tuple[Plan, Estimate] | None:
+    """A uniform plan scored; inference plans drop the training-only choices (ZeRO, recomputation,
+    sequence parallelism)."""
     m, w = problem.model, problem.workload
+    training = _training(problem)
+    if not training:
+        degrees = {**degrees, "zero": 0, "recompute": "none"}
     try:
         plan = uniform_plan(num_layers=m.num_layers, gpus=problem.gpus, global_batch=w.global_batch,
-                            has_embeddings=m.has_embeddings, sequence_parallel=degrees.get("tp", 1) > 1, **degrees)
+                            has_embeddings=m.has_embeddings, sequence_parallel=training and degrees.get("tp", 1) > 1,
+                            **degrees)
         return plan, evaluate_plan(m, w, problem.cluster, plan)
     except AutotuneError:
         return None
@@ -38,12 +48,26 @@ def _first_fitting(candidates: Iterator[tuple[Plan, Estimate] | None]) -> tuple[
     return None, None
 
 
+def _best_inference(problem, **degrees: int) -> tuple[Plan | None, Estimate | None]:
+    """Inference: the best micro-batch and KV placement (with the least KV share off HBM that
+    fits) for pinned degrees, as the seed scenario scores its named plans."""
+    from autotune.scenarios.serving import best_plan, score_plans, uniform_inference_plans
+
+    scored = score_plans(problem.model, problem.workload, problem.cluster,
+                         uniform_inference_plans(problem.model, problem.workload, problem.gpus, **degrees))
+    best = best_plan(scored) or (min(scored, key=lambda s: s.estimate.peak_memory_bytes_per_gpu) if scored else None)
+    return (best.plan, best.estimate) if best else (None, None)
+
+
 def _data_parallel(problem) -> Baseline:
     per_replica = problem.workload.global_batch // problem.gpus if problem.workload.global_batch % problem.gpus == 0 else 0
-    options = (_score(problem, dp=problem.gpus, zero=z, recompute=r, micro_batch=b)
-               for z in (0, 1, 3) for r in _RECOMPUTE_ORDER for b in problem.space.micro_batch
-               if per_replica and per_replica % b == 0)
-    plan, est = _first_fitting(options)
+    if not _training(problem):
+        plan, est = _best_inference(problem, tp=1, pp=1) if per_replica else (None, None)
+    else:
+        options = (_score(problem, dp=problem.gpus, zero=z, recompute=r, micro_batch=b)
+                   for z in (0, 1, 3) for r in _RECOMPUTE_ORDER for b in problem.space.micro_batch
+                   if per_replica and per_replica % b == 0)
+        plan, est = _first_fitting(options)
     note = "" if per_replica else f"the global batch does not divide among {problem.gpus} replicas"
     return Baseline(name="data-parallel", description="pure data parallel (DDP, ZeRO-1) or ZeRO-3/FSDP, best micro-batch and recomputation",
                     plan=plan, estimate=est, note=note)
@@ -65,6 +89,14 @@ def _megatron(problem) -> Baseline:
     for pp in range(1, problem.model.num_layers + 1):
         if problem.gpus % (tp * pp):
             continue
+        if not _training(problem):
+            plan, est = _best_inference(problem, tp=tp, pp=pp)
+            scored = (plan, est) if plan is not None else None
+            if scored and est.fits:
+                return Baseline(name="megatron-rule", description=f"TP={tp} (GPUs per node), smallest PP that fits (PP={pp}), DP the rest",
+                                plan=plan, estimate=est)
+            last = scored or last
+            continue
         for recompute in ("selective", "full"):
             scored = _score(problem, tp=tp, pp=pp, zero=1, recompute=recompute, micro_batch=1)
             if scored and scored[1].fits:
@@ -79,17 +111,27 @@ def _megatron(problem) -> Baseline:
 def _seed_tp8_pp2(problem) -> Baseline | None:
     if problem.gpus != 16:
         return None
-    options = (_score(problem, tp=8, pp=2, zero=1, recompute=r, micro_batch=1) for r in _RECOMPUTE_ORDER)
-    plan, est = _first_fitting(options)
+    if _training(problem):
+        plan, est = _first_fitting(_score(problem, tp=8, pp=2, zero=1, recompute=r, micro_batch=1) for r in _RECOMPUTE_ORDER)
+    else:
+        plan, est = _best_inference(problem, tp=8, pp=2)
     if plan is None:
         return None
     return Baseline(name="seed-tp8-pp2", description="the seed experiment's baseline: TP=8 x PP=2 on 16 GPUs",
                     plan=plan, estimate=est)
 
 
+def _layer_wise(problem) -> Baseline | None:
+    """Seed 004's proposal for inference: one layer (group) per GPU, PP = layers."""
+    if _training(problem) or problem.gpus != problem.model.num_layers:
+        return None
+    plan, est = _best_inference(problem, tp=1, pp=problem.gpus)
+    if plan is None:
+        return None
+    return Baseline(name="layer-wise", description=f"the seed experiment's layer-wise plan: PP={problem.gpus}, one layer per GPU",
+                    plan=plan, estimate=est)
+
+
 def baselines(problem) -> tuple[Baseline, ...]:
-    out = [_data_parallel(problem), _megatron(problem)]
-    seed = _seed_tp8_pp2(problem)
-    if seed is not None:
-        out.append(seed)
-    return tuple(out)
+    out = [_data_parallel(problem), _megatron(problem), _seed_tp8_pp2(problem), _layer_wise(problem)]
+    return tuple(b for b in out if b is not None)

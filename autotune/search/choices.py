@@ -1,4 +1,9 @@
-"""Intra-operator choices of one stage, and which of them a model and cluster allow."""
+"""Intra-operator choices of one stage, and which of them a model and cluster allow.
+
+Training stages choose TP (CP follows from the stage size), recomputation, ZeRO stage, mesh
+order and, when nothing fits in HBM, an offload; inference stages choose TP, mesh order, where
+the KV cache lives and a cache-aware layer grouping (autotune/cost/cache.py).
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,24 @@ from autotune.search.space import SearchSpace
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
-__all__ = ["StageChoice", "valid_stage_sizes", "choice_values", "enumerate_choices", "make_choice", "CHOICE_PARAMS"]
+__all__ = ["StageChoice", "valid_stage_sizes", "choice_values", "enumerate_choices", "make_choice",
+           "choice_params", "OFFLOADS"]
 
-CHOICE_PARAMS = ("tp", "recompute", "zero", "mesh_order")
+TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload")
+INFERENCE_PARAMS = ("tp", "mesh_order", "kv_cache", "grouping")
+# Training offload options: StagePlan placements (ZeRO-Offload keeps optimizer states and
+# gradients in host memory, Ren et al. 2021; ZeRO-Infinity also the weights, Rajbhandari et al. 2021).
+OFFLOADS = {
+    "none": {},
+    "optimizer": {"optimizer_in": "host", "gradients_in": "host"},
+    "optimizer+weights": {"optimizer_in": "host", "gradients_in": "host", "weights_in": "host"},
+}
 
 
 @dataclass(frozen=True, kw_only=True)
 class StageChoice:
-    """What Optuna picks for a stage of ``tp * cp`` model-parallel GPUs per replica."""
+    """What Optuna picks for a stage of ``tp * cp`` model-parallel GPUs per replica;
+    ``placements`` are further StagePlan fields (offload, KV cache, cache grouping)."""
 
     tp: int
     cp: int
@@ -26,16 +41,18 @@ class StageChoice:
     recompute: str
     zero: int
     mesh_order: str
+    placements: tuple[tuple[str, object], ...] = ()
 
     def stage_plan(self, *, dp: int, layers: tuple[int, int] = (0, 1), has_embedding: bool = False,
                    has_head: bool = False) -> StagePlan:
         return StagePlan(layers=layers, has_embedding=has_embedding, has_head=has_head,
                          num_gpus=self.tp * self.cp * dp, tp=self.tp, cp=self.cp, dp=dp,
                          sequence_parallel=self.sequence_parallel, recompute=self.recompute, zero=self.zero,
-                         mesh_order=self.mesh_order)
+                         mesh_order=self.mesh_order, **dict(self.placements))
 
-    def params(self) -> dict[str, object]:
-        return {"tp": self.tp, "recompute": self.recompute, "zero": self.zero, "mesh_order": self.mesh_order}
+
+def choice_params(workload: object) -> tuple[str, ...]:
+    return TRAINING_PARAMS if getattr(workload, "kind", "train") == "train" else INFERENCE_PARAMS
 
 
 def valid_stage_sizes(gpus: int, gpus_per_node: int) -> list[int]:
@@ -46,7 +63,7 @@ def valid_stage_sizes(gpus: int, gpus_per_node: int) -> list[int]:
     return sizes
 
 
-def _tp_values(space: SearchSpace, model: ModelSpec, seq_len: int, model_parallel: int) -> list[int]:
+def _tp_values(space: SearchSpace, model: ModelSpec, seq_len: int, model_parallel: int, allow_cp: bool) -> list[int]:
     """TP degrees whose CP partner (model_parallel / tp) is in the space and divides the sequence."""
     out = []
     for tp in space.tp:
@@ -54,53 +71,71 @@ def _tp_values(space: SearchSpace, model: ModelSpec, seq_len: int, model_paralle
             continue
         cp = model_parallel // tp
         heads_ok = not model.has_attention or (model.num_heads % tp == 0 and model.num_kv_heads % tp == 0)
-        cp_ok = cp in space.cp and seq_len % cp == 0 and (cp == 1 or model.has_attention)
+        cp_ok = cp in space.cp and seq_len % cp == 0 and (cp == 1 or (model.has_attention and allow_cp))
         if heads_ok and cp_ok and model.ffn_hidden_size % tp == 0:
             out.append(tp)
     return out
 
 
-def _distinct_orders(space: SearchSpace, tp: int, cp: int, dp: int, gpus_per_node: int) -> list[str]:
-    """Mesh orders that place the groups differently (the others cost the same)."""
-    seen, orders = set(), []
-    for order in space.mesh_order:
-        key = tuple(sorted(group_spans(order, tp, cp, dp, gpus_per_node).items()))
-        if key not in seen:
-            seen.add(key)
-            orders.append(order)
+def _distinct_orders(space: SearchSpace, tps: list[int], model_parallel: int, dp: int, gpus_per_node: int) -> list[str]:
+    """Mesh orders that place the groups differently for some TP degree (the others cost the same)."""
+    orders = []
+    for tp in tps:
+        seen = set()
+        for order in space.mesh_order:
+            key = tuple(sorted(group_spans(order, tp, model_parallel // tp, dp, gpus_per_node).items()))
+            if key not in seen:
+                seen.add(key)
+                if order not in orders:
+                    orders.append(order)
     return orders
 
 
-def choice_values(space: SearchSpace, model: ModelSpec, seq_len: int, cluster: ClusterSpec,
-                  model_parallel: int, dp: int) -> dict[str, list]:
-    """Optuna's distributions for a stage with ``model_parallel = tp * cp`` GPUs per replica."""
-    tps = _tp_values(space, model, seq_len, model_parallel)
+def choice_values(space: SearchSpace, model: ModelSpec, workload: object, cluster: ClusterSpec,
+                  model_parallel: int, dp: int, extra: dict[str, list] | None = None) -> dict[str, list]:
+    """Optuna's distributions for a stage with ``model_parallel = tp * cp`` GPUs per replica;
+    ``extra`` supplies workload-specific lists (the inference KV and grouping options)."""
+    training = getattr(workload, "kind", "train") == "train"
+    tps = _tp_values(space, model, workload.seq_len, model_parallel, allow_cp=training or workload.kind == "prefill")
     if not tps:
         return {}
-    orders = _distinct_orders(space, tps[0], model_parallel // tps[0], dp, cluster.gpus_per_node)
-    for tp in tps[1:]:
-        orders += [o for o in _distinct_orders(space, tp, model_parallel // tp, dp, cluster.gpus_per_node) if o not in orders]
+    orders = _distinct_orders(space, tps, model_parallel, dp, cluster.gpus_per_node)
+    if not training:
+        return {"tp": tps, "mesh_order": orders, **(extra or {"kv_cache": ["hbm"], "grouping": ["off"]})}
     zeros = [z for z in space.zero if dp * (model_parallel // min(tps)) > 1 or z == 0] or [0]
-    return {"tp": tps, "recompute": list(space.recompute), "zero": zeros, "mesh_order": orders}
+    return {"tp": tps, "recompute": list(space.recompute), "zero": zeros, "mesh_order": orders,
+            "offload": list(space.offload)}
 
 
-def make_choice(space: SearchSpace, model_parallel: int, params: dict) -> StageChoice:
+def _placements(params: dict) -> dict[str, object]:
+    out = dict(OFFLOADS[params.get("offload", "none")])
+    kv = str(params.get("kv_cache", "hbm"))
+    if kv != "hbm":
+        tier, share = kv.split(":")
+        out.update(kv_cache_in=tier, kv_cache_in_share=float(share))
+    grouping = str(params.get("grouping", "off"))
+    if grouping != "off":
+        layers, tokens = grouping.split("x")
+        out.update(cache_group_layers=int(layers), cache_tile_tokens=int(tokens))
+    return out
+
+
+def make_choice(space: SearchSpace, model_parallel: int, params: dict, training: bool = True) -> StageChoice:
     tp = int(params["tp"])
-    sp_mode = space.sequence_parallel[0]
-    sp = tp > 1 and sp_mode != "off"
-    return StageChoice(tp=tp, cp=model_parallel // tp, sequence_parallel=sp, recompute=str(params["recompute"]),
-                       zero=int(params["zero"]), mesh_order=str(params["mesh_order"]))
+    sp = training and tp > 1 and space.sequence_parallel[0] != "off"
+    return StageChoice(tp=tp, cp=model_parallel // tp, sequence_parallel=sp,
+                       recompute=str(params.get("recompute", "none")), zero=int(params.get("zero", 0)),
+                       mesh_order=str(params["mesh_order"]), placements=tuple(sorted(_placements(params).items())))
 
 
-def enumerate_choices(space: SearchSpace, model: ModelSpec, seq_len: int, cluster: ClusterSpec,
-                      model_parallel: int, dp: int) -> list[StageChoice]:
-    """Every distinct choice (the exhaustive reference enumerates exactly these)."""
-    values = choice_values(space, model, seq_len, cluster, model_parallel, dp)
+def enumerate_choices(space: SearchSpace, model_parallel: int, values: dict[str, list], training: bool = True) -> list[StageChoice]:
+    """Every distinct choice of ``values`` (the exhaustive reference enumerates exactly these)."""
     if not values:
         return []
+    names = list(values)
     out, seen = [], set()
-    for combo in product(*(values[k] for k in CHOICE_PARAMS)):
-        choice = make_choice(space, model_parallel, dict(zip(CHOICE_PARAMS, combo)))
+    for combo in product(*(values[k] for k in names)):
+        choice = make_choice(space, model_parallel, dict(zip(names, combo)), training)
         if choice not in seen:
             seen.add(choice)
             out.append(choice)

@@ -61,22 +61,34 @@ class SliceOutcome:
         return self.estimate.step_time_s
 
 
+def micro_batch_sizes(problem: SearchProblem, dp: int) -> tuple[int, ...]:
+    """Micro-batch sizes of a replica: the space's that divide its batch; inference also tries
+    every power of two up to the whole replica batch, and the whole batch (a decode step reads
+    the weights once per micro-batch, so serving favours large ones)."""
+    per_replica = problem.workload.global_batch // dp
+    sizes = {b for b in problem.space.micro_batch if per_replica % b == 0}
+    if getattr(problem.workload, "kind", "train") != "train":
+        sizes |= {1 << k for k in range(per_replica.bit_length()) if per_replica % (1 << k) == 0} | {per_replica}
+    return tuple(sorted(sizes))
+
+
 def plan_slices(problem: SearchProblem) -> list[SliceKey]:
     """Every (dp, micro-batch) pair the GPU count, the batch and the space allow."""
     keys = []
     for dp in range(1, problem.gpus + 1):
         if problem.gpus % dp or problem.workload.global_batch % dp:
             continue
-        per_replica = problem.workload.global_batch // dp
-        keys += [SliceKey(dp, b) for b in problem.space.micro_batch if per_replica % b == 0]
+        keys += [SliceKey(dp, b) for b in micro_batch_sizes(problem, dp)]
     return keys
 
 
 @dataclass
 class SliceSearch:
-    """Runs slices; intra-op studies are shared by the slices of one dp and kept between calls."""
+    """Runs slices; intra-op studies are shared by the slices of one dp and kept between calls,
+    and in ``cache`` (a PlanCache) across searches of the same model, workload and cluster."""
 
     problem: SearchProblem
+    cache: object | None = None
     studies: dict[tuple[int, int], IntraOpResult] = field(default_factory=dict)
     num_trials: int = 0
 
@@ -84,10 +96,14 @@ class SliceSearch:
         w = self.problem.workload
         self.tables = model_tables(self.problem.model, w.seq_len, w.activation_bytes, w.attention_impl)
         self.capacity = self.problem.cluster.device.memory_bytes
+        if self.cache is not None:
+            from autotune.search.cache import fingerprint
+
+            p = self.problem
+            self.base_key = fingerprint(p.model, p.workload, p.cluster, p.space, p.seed, p.method)
 
     def micro_batches(self, dp: int) -> tuple[int, ...]:
-        per_replica = self.problem.workload.global_batch // dp
-        return tuple(b for b in self.problem.space.micro_batch if per_replica % b == 0)
+        return micro_batch_sizes(self.problem, dp)
 
     def stage_sizes(self, dp: int) -> list[int]:
         return [m for m in (s // dp for s in valid_stage_sizes(self.problem.gpus, self.problem.cluster.gpus_per_node)
@@ -96,24 +112,63 @@ class SliceSearch:
     def study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
         key = (dp, model_parallel)
         if key not in self.studies:
-            self.studies[key] = self._run_study(dp, model_parallel)
+            self.studies[key] = self._cached_study(dp, model_parallel)
         return self.studies[key]
+
+    def _cached_study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
+        if self.cache is None:
+            return self._run_study(dp, model_parallel)
+        from autotune.search.tables import positions_needed
+
+        positions = tuple(positions_needed(self._slice_context(dp), dp * model_parallel))
+        key = (self.base_key, dp, model_parallel, self.micro_batches(dp), positions)
+        found = self.cache.study(key)
+        if found is None:
+            found = self._run_study(dp, model_parallel)
+            self.cache.store_study(key, found or False)
+        return found or None
+
+    def _slice_context(self, dp: int) -> SliceContext:
+        p = self.problem
+        return SliceContext(tables=self.tables, workload=p.workload, cluster=p.cluster, dp=dp,
+                            micro_batches=self.micro_batches(dp), gpus=p.gpus, overlap_tp_comm=p.space.overlap_tp_comm)
 
     def _run_study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
         p = self.problem
-        ctx = SliceContext(tables=self.tables, workload=p.workload, cluster=p.cluster, dp=dp,
-                           micro_batches=self.micro_batches(dp), gpus=p.gpus, overlap_tp_comm=p.space.overlap_tp_comm)
-        values = choice_values(p.space, p.model, p.workload.seq_len, p.cluster, model_parallel, dp)
+        ctx = self._slice_context(dp)
+        values = choice_values(p.space, p.model, p.workload, p.cluster, model_parallel, dp,
+                               extra=self._inference_values(dp, model_parallel))
         if not values:
             return None
         if p.method == "exhaustive":
-            choices = enumerate_choices(p.space, p.model, p.workload.seq_len, p.cluster, model_parallel, dp)
+            choices = enumerate_choices(p.space, model_parallel, values, training="recompute" in values)
             costs = tuple(choice_costs(ctx, c) for c in choices)
             self.num_trials += len(costs)
             return IntraOpResult(model_parallel=model_parallel, dp=dp, costs=costs, num_trials=len(costs))
         result = optimize_stage(ctx, p.space, values, model_parallel, seed=p.seed + 1000 * dp + model_parallel)
         self.num_trials += result.num_trials
         return result
+
+    def _inference_values(self, dp: int, model_parallel: int) -> dict[str, list] | None:
+        """KV-cache placements the cluster has tiers for, and the cache groupings that fit."""
+        p = self.problem
+        if getattr(p.workload, "kind", "train") == "train":
+            return None
+        kv = [o for o in p.space.kv_cache if o == "hbm" or (o.startswith("cxl") and p.cluster.cxl_link is not None)
+              or o.startswith("host")]
+        grouping = ["off"]
+        if p.space.cache_grouping:
+            from autotune.cost.cache import grouping_choices
+
+            per_seq = 1 if p.workload.kind == "decode" else p.workload.seq_len
+            tokens = min(self.micro_batches(dp)) * per_seq
+            for tp in (t for t in p.space.tp if model_parallel % t == 0):
+                for layers, tile in grouping_choices(self.tables.layer, p.cluster.device, tp=tp, sequence_parallel=False,
+                                                     num_layers=p.model.num_layers, tokens_per_seq=per_seq,
+                                                     tokens_per_microbatch=tokens)[1:]:
+                    if f"{layers}x{tile}" not in grouping:
+                        grouping.append(f"{layers}x{tile}")
+        return {"kv_cache": kv or ["hbm"], "grouping": grouping}
 
     def results(self, dp: int) -> list[IntraOpResult]:
         return [r for m in self.stage_sizes(dp) if (r := self.study(dp, m)) is not None]
@@ -198,11 +253,14 @@ def solve_cuts(search: SliceSearch, key: SliceKey, prune_above: float = math.inf
     else:
         groups = [[r] for r in results if units % r.model_parallel == 0 and units // r.model_parallel <= max_stages
                   and _equal_stage_bound_s(search, key, r, num_mb) < prune_above]
+    training = getattr(search.problem.workload, "kind", "train") == "train"
+    objective = "pipeline" if training or search.problem.workload.kind != "decode" else "rounds"
     out = []
     for group in groups:
-        time, tail, index, _ = dp_inputs(search, key, group, min(num_mb, max_stages))
+        time, tail, index, _ = dp_inputs(search, key, group, min(num_mb, max_stages) if training else num_mb)
         sizes = np.array([r.model_parallel for r in group])
-        solution = solve_pipeline(time, tail, sizes, units, num_mb, max_stages)
+        solution = solve_pipeline(time, tail, sizes, units, num_mb, max_stages, objective=objective,
+                                  inflight_all=not training)
         if solution is not None:
             out.append((group, solution, index))
     return out

@@ -21,10 +21,14 @@ __all__ = ["run_search", "gpus_needed"]
 Progress = Callable[[SliceOutcome, int, int], None]
 
 
+def _round(problem: SearchProblem) -> str:
+    return "offload" if problem.space.offload != ("none",) and problem.space.offload == problem.space.offload_fallback else "base"
+
+
 def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
     """Slices a previous (interrupted) run of this study already finished, re-scored."""
     out = {}
-    for (dp, b), trial in (finished_slices(study).items() if study is not None else ()):
+    for (dp, b), trial in (finished_slices(study, _round(problem)).items() if study is not None else ()):
         key = SliceKey(dp, b)
         plan_json = trial.user_attrs.get("plan")
         plan = Plan.from_dict(json.loads(plan_json)) if plan_json else None
@@ -50,33 +54,61 @@ def _best(outcomes: dict[SliceKey, SliceOutcome]) -> SliceOutcome | None:
     return min(fitting, key=lambda o: (o.step_time_s, o.key)) if fitting else None
 
 
-def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None) -> SearchResult:
-    """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete."""
+def _can_fall_back(problem: SearchProblem) -> bool:
+    space = problem.space
+    return (getattr(problem.workload, "kind", "train") == "train" and bool(space.offload_fallback)
+            and set(space.offload_fallback) != set(space.offload))
+
+
+def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None) -> SearchResult:
+    """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete.
+    ``cache`` (a PlanCache) returns a finished result of the same problem, and lends intra-op
+    studies to other GPU counts of the same model, workload and cluster."""
     start = time.perf_counter()
     problem.cluster.check_gpus(problem.gpus)
     keys = plan_slices(problem)
     if not keys:
         raise AutotuneError("gpus", f"no data-parallel degree divides both {problem.gpus} GPUs and the global batch "
                                     f"{problem.workload.global_batch}; change --global-batch or --gpus")
+    result_key = None
+    if cache is not None and study is None:
+        from autotune.search.cache import fingerprint
+
+        result_key = fingerprint(problem)
+        if (found := cache.result(result_key)) is not None:
+            return found
     outcomes = _resumed(problem, study)
     resumed = len(outcomes)
-    search = SliceSearch(problem)
+    search = SliceSearch(problem, cache=cache)
     todo = [k for k in keys if k not in outcomes]
     best_s = lambda: (b.step_time_s if (b := _best(outcomes)) else math.inf)  # noqa: E731
     for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
         outcomes[outcome.key] = outcome
         if study is not None:
-            record_slice(study, outcome)
+            record_slice(study, outcome, _round(problem))
         if progress:
             progress(outcome, i + 1, len(todo))
     best = _best(outcomes)
+    if best is None and _can_fall_back(problem):  # nothing fits in HBM: search again with offload choices
+        from dataclasses import replace
+
+        wider = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
+        return run_search(wider, study=study, progress=progress, cache=cache)
     if best is None:
         raise AutotuneError("gpus", f"{problem.model.name} does not fit on {problem.gpus} GPUs of {problem.cluster.name} "
                                     f"with any plan of the space; it needs at least {gpus_needed(problem)} GPUs")
+    extras = baselines(problem)
+    best_plan, best_estimate, source = best.plan, best.estimate, "search"
+    for baseline in extras:  # a baseline outside the space that beats it is returned, and said
+        if baseline.estimate is not None and baseline.estimate.fits and baseline.estimate.step_time_s < best_estimate.step_time_s:
+            best_plan, best_estimate, source = baseline.plan, baseline.estimate, f"baseline {baseline.name}"
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
                         num_slices_solved=sum(1 for o in outcomes.values() if not o.pruned),
                         num_slices_pruned=sum(1 for o in outcomes.values() if o.pruned), num_slices_resumed=resumed,
-                        num_intra_op_studies=len(search.studies), num_trials=search.num_trials)
+                        num_intra_op_studies=len(search.studies), num_trials=search.num_trials, best_from=source)
     candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
-    return SearchResult(plan=best.plan, estimate=best.estimate, baselines=baselines(problem), stats=stats,
-                        candidates=candidates)
+    result = SearchResult(plan=best_plan, estimate=best_estimate, baselines=extras, stats=stats,
+                          candidates=candidates)
+    if result_key is not None:
+        cache.store_result(result_key, result)
+    return result

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["StageCut", "PipelineSolution", "solve_pipeline"]
+__all__ = ["StageCut", "PipelineSolution", "solve_pipeline", "OBJECTIVES"]
+
+# "pipeline": sum_i t_i + (B - 1) max_i t_i + tail_first (training, and prefill with no tail);
+# "rounds": max(sum_i t_i, B max_i t_i) + tail_first, one decode round (every micro-batch's
+# token crosses all stages; the slowest stage serves all B micro-batches).
+OBJECTIVES = ("pipeline", "rounds")
 
 MIDDLE, FIRST, LAST, SINGLE = range(4)
 
@@ -73,7 +78,7 @@ class _Tables:
 
 
 def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
-             t_max: float, keep_path: bool = False):
+             t_max: float, keep_path: bool = False, inflight_all: bool = False):
     """min over j of H_j[0, U]: least sum of (capped) stage costs using every unit.
 
     H_j[k, u] = min over (m, n) of cost[m, n at k] + H_{j-1}[k + n, u - units[m]].
@@ -84,7 +89,7 @@ def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatc
     capped = np.where(tables.time <= t_max, tables.cost, np.inf)  # (M, R, n, k)
     best, best_j, path = np.inf, 0, []
     for j in range(1, max_stages + 1):
-        r = min(j, num_microbatches, max_r)
+        r = _inflight(j, num_microbatches, max_r, inflight_all)
         later = np.where(tables.gather_ok[..., None], prev[tables.gather], np.inf)  # (n, k, U)
         shifted = np.full((len(units),) + later.shape, np.inf)
         for m, unit in enumerate(units):
@@ -103,14 +108,21 @@ def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatc
     return best, best_j, path
 
 
-def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_max: float, keep_path: bool = False):
+def _inflight(j: int, num_microbatches: int, max_r: int, inflight_all: bool) -> int:
+    """Micro-batches held by the j-th stage from the end: min(j, B) under 1F1B; all B (and
+    at most the table's depth) when every micro-batch stays resident (inference KV caches)."""
+    return min(num_microbatches, max_r) if inflight_all else min(j, num_microbatches, max_r)
+
+
+def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_max: float, keep_path: bool = False,
+                     inflight_all: bool = False):
     """Exactly ``num_stages`` stages on one submesh size: the unit count is the stage count."""
     L, max_r = tables.num_layers, tables.time.shape[1] - 1
     prev = np.full(L + 1, np.inf)
     prev[L] = 0.0
     path = []
     for j in range(1, num_stages + 1):
-        r = min(j, num_microbatches, max_r)
+        r = _inflight(j, num_microbatches, max_r, inflight_all)
         cost = np.where(tables.time[0, r] <= t_max, tables.cost[0, r], np.inf)  # (n, k)
         total = cost + np.where(tables.gather_ok, prev[tables.gather], np.inf)
         arg = np.argmin(total, axis=0)
@@ -141,19 +153,28 @@ def _stage_times(time_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int
     return [float(time_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight]) for c in cuts]
 
 
-def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int, b: int) -> float:
+def _combine(kind: str, total: float, slowest: float, b: int) -> float:
+    """The objective from the stage-time sum (the first stage's tail included) and the max."""
+    if kind == "rounds":
+        return max(total, b * slowest)
+    return total + (b - 1) * slowest
+
+
+def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int, b: int,
+               kind: str = "pipeline") -> float:
     times = _stage_times(time_s, cuts, num_layers)
     first = cuts[0]
     tail = tail_s[first.submesh, first.num_layers, _cut_position(first, num_layers), first.inflight]
-    return float(sum(times) + (b - 1) * max(times) + tail)
+    return float(_combine(kind, sum(times) + tail, max(times), b))
 
 
 def _branch_and_bound(solve, caps: np.ndarray, floor: float, best: float, best_cuts, objective, b: int,
-                      units: np.ndarray, total_units: int):
+                      units: np.ndarray, total_units: int, kind: str = "pipeline"):
     """Search the cap on the slowest stage: an interval of caps [i, j] whose least stage-time
-    sum is at least f (F is non-increasing in the cap) has objective >= f + (B-1) caps[i].
-    Intervals are solved at their top cap, best bound first, until no bound beats the best."""
-    heap = [(floor + (b - 1) * caps[0], 0, len(caps) - 1, floor)] if len(caps) else []
+    sum is at least f (F is non-increasing in the cap) holds plans whose slowest stage is at
+    least caps[i], so its objective is at least combine(f, caps[i]). Intervals are solved at
+    their top cap, best bound first, until no bound beats the best."""
+    heap = [(_combine(kind, floor, caps[0], b), 0, len(caps) - 1, floor)] if len(caps) else []
     while heap:
         bound, i, j, f = heapq.heappop(heap)
         if bound >= best:
@@ -167,15 +188,17 @@ def _branch_and_bound(solve, caps: np.ndarray, floor: float, best: float, best_c
             best, best_cuts = value, cuts
         if i < j:
             mid = (i + j - 1) // 2
-            heapq.heappush(heap, (total + (b - 1) * caps[i], i, mid, total))
+            heapq.heappush(heap, (_combine(kind, total, caps[i], b), i, mid, total))
             if mid + 1 <= j - 1:
-                heapq.heappush(heap, (total + (b - 1) * caps[mid + 1], mid + 1, j - 1, total))
+                heapq.heappush(heap, (_combine(kind, total, caps[mid + 1], b), mid + 1, j - 1, total))
     return best, best_cuts
 
 
 def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, total_units: int,
-                   num_microbatches: int, max_stages: int) -> PipelineSolution | None:
-    """The stage cuts minimising the objective above; None when nothing fits."""
+                   num_microbatches: int, max_stages: int, *, objective: str = "pipeline",
+                   inflight_all: bool = False) -> PipelineSolution | None:
+    """The stage cuts minimising ``objective`` (OBJECTIVES); None when nothing fits.
+    ``inflight_all``: every stage holds all B micro-batches (table depth R >= B needed)."""
     units = np.asarray(units, dtype=int)
     num_layers = time_s.shape[1] - 1
     max_stages = min(max_stages, num_layers, total_units // max(1, int(units.min())))
@@ -184,19 +207,20 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
         if total_units % units[0] or total_units // units[0] > max_stages:
             return None
         stages = total_units // int(units[0])
-        solve = lambda t, keep=False: _min_sum_uniform(tables, stages, num_microbatches, t, keep)  # noqa: E731
+        solve = lambda t, keep=False: _min_sum_uniform(tables, stages, num_microbatches, t, keep, inflight_all)  # noqa: E731
         units, total_units = np.array([0]), 0  # the traceback then never moves off unit column 0
     else:
-        solve = lambda t, keep=False: _min_sum(tables, units, total_units, num_microbatches, max_stages, t, keep)  # noqa: E731
+        solve = lambda t, keep=False: _min_sum(tables, units, total_units, num_microbatches, max_stages, t, keep,  # noqa: E731
+                                               inflight_all)
     floor, best_j, path = solve(np.inf, True)
     if not np.isfinite(floor):
         return None
     best_cuts = _trace(path, best_j, units, total_units)  # the least-sum plan bounds the rest
-    best = _objective(time_s, tail_s, best_cuts, num_layers, num_microbatches)
+    score = lambda cuts: _objective(time_s, tail_s, cuts, num_layers, num_microbatches, objective)  # noqa: E731
+    best = score(best_cuts)
     if num_microbatches > 1:
         bottleneck = max(_stage_times(time_s, best_cuts, num_layers))
         caps = np.unique(tables.time[np.isfinite(tables.time) & (tables.time < bottleneck)])
-        best, best_cuts = _branch_and_bound(solve, caps, floor, best, best_cuts,
-                                            lambda cuts: _objective(time_s, tail_s, cuts, num_layers, num_microbatches),
-                                            num_microbatches, units, total_units)
+        best, best_cuts = _branch_and_bound(solve, caps, floor, best, best_cuts, score, num_microbatches,
+                                            units, total_units, objective)
     return PipelineSolution(objective_s=best, stages=best_cuts)

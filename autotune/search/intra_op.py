@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import optuna
 
-from autotune.search.choices import CHOICE_PARAMS, StageChoice, make_choice
+from autotune.search.choices import StageChoice, make_choice
 from autotune.search.space import SearchSpace
 from autotune.search.tables import ChoiceCosts, SliceContext, choice_costs
 
@@ -37,15 +37,16 @@ class IntraOpResult:
 
 def expert_choices(values: dict[str, list], model_parallel: int, space: SearchSpace) -> list[dict]:
     """Megatron-style starting points: the widest TP with selective and with full recomputation,
-    ZeRO-1 when available; the leanest (full recomputation, the highest ZeRO stage)."""
-    tp = max(values["tp"])
+    ZeRO-1 when available; the leanest (full recomputation, the highest ZeRO stage, the deepest
+    offload). Inference: the widest TP with the KV cache in HBM, and with the most of it off."""
+    base = {k: v[0] for k, v in values.items()}
+    base["tp"] = max(values["tp"])
+    if "recompute" not in values:
+        return [base, {**base, "kv_cache": values["kv_cache"][-1]}]
     zero = 1 if 1 in values["zero"] else values["zero"][0]
-    out = []
-    for recompute in ("selective", "full", "none"):
-        if recompute in values["recompute"]:
-            out.append({"tp": tp, "recompute": recompute, "zero": zero, "mesh_order": values["mesh_order"][0]})
+    out = [{**base, "recompute": r, "zero": zero} for r in ("selective", "full", "none") if r in values["recompute"]]
     if "full" in values["recompute"]:
-        out.append({"tp": tp, "recompute": "full", "zero": max(values["zero"]), "mesh_order": values["mesh_order"][0]})
+        out.append({**base, "recompute": "full", "zero": max(values["zero"]), "offload": values["offload"][-1]})
     return out
 
 
@@ -74,7 +75,8 @@ def _sampler(space: SearchSpace, size: int, seed: int) -> optuna.samplers.BaseSa
 def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list], model_parallel: int,
                    seed: int) -> IntraOpResult:
     """Run the intra-op study of one (model-parallel size, dp) problem."""
-    size = math.prod(len(values[k]) for k in CHOICE_PARAMS)
+    size = math.prod(len(v) for v in values.values())
+    training = "recompute" in values
     capacity = ctx.cluster.device.memory_bytes
     study = optuna.create_study(direction="minimize", sampler=_sampler(space, size, seed))
     for params in expert_choices(values, model_parallel, space):
@@ -82,8 +84,8 @@ def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list
     evaluated: dict[StageChoice, ChoiceCosts] = {}
 
     def objective(trial: optuna.Trial) -> float:
-        params = {k: trial.suggest_categorical(k, values[k]) for k in CHOICE_PARAMS}
-        choice = make_choice(space, model_parallel, params)
+        params = {k: trial.suggest_categorical(k, v) for k, v in values.items()}
+        choice = make_choice(space, model_parallel, params, training)
         if choice not in evaluated:
             evaluated[choice] = choice_costs(ctx, choice)
         value, excess = _objective_value(evaluated[choice], ctx, capacity)

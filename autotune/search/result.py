@@ -37,6 +37,7 @@ class SearchStats:
     num_slices_resumed: int
     num_intra_op_studies: int
     num_trials: int
+    best_from: str = "search"  # or "baseline NAME" when a baseline outside the space was faster
 
 
 @dataclass(frozen=True, kw_only=True)

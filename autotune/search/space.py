@@ -29,6 +29,10 @@ class SearchSpace:
     recompute: tuple[str, ...]
     zero: tuple[int, ...]
     mesh_order: tuple[str, ...]
+    offload: tuple[str, ...]
+    offload_fallback: tuple[str, ...]
+    kv_cache: tuple[str, ...]
+    cache_grouping: bool
     max_stages: int
     max_units_for_uneven_submeshes: int
     n_trials: int
@@ -51,6 +55,14 @@ class SearchSpace:
             require_choice("space.mesh_order", value, MESH_ORDERS)
         for value in self.sequence_parallel:
             require_choice("space.sequence_parallel", value, ("auto", "on", "off"))
+        from autotune.search.choices import OFFLOADS
+        for value in self.offload + self.offload_fallback:
+            require_choice("space.offload", value, tuple(OFFLOADS))
+        for value in self.kv_cache:
+            tier, _, share = value.partition(":")
+            require(value == "hbm" or (tier in ("host", "cxl") and share.replace(".", "", 1).isdigit()
+                                       and 0 < float(share) <= 1),
+                    "space.kv_cache", f"{value!r}; use hbm, or host:SHARE / cxl:SHARE with 0 < SHARE <= 1")
         require(self.n_trials > 0, "space.n_trials", "must be positive")
         require_choice("space.sampler", self.sampler, ("tpe", "random"))
 
@@ -73,16 +85,20 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
     if kind != "parallel":
         return SearchSpace(name=name, description=data.get("description", ""), micro_batch=(), vpp=(),
                            overlap_tp_comm=False, tp=(), cp=(), sequence_parallel=(), recompute=(), zero=(),
-                           mesh_order=(), max_stages=0, max_units_for_uneven_submeshes=0, n_trials=1,
+                           mesh_order=(), offload=(), offload_fallback=(), kv_cache=(), cache_grouping=False,
+                           max_stages=0, max_units_for_uneven_submeshes=0, n_trials=1,
                            sampler="tpe", kind=kind, raw=tuple(data.items()))
     try:
         glob, stage, pipe, opt = data["global"], data["stage"], data["pipeline"], data["optuna"]
+        infer = data.get("inference", {})
         return SearchSpace(
             name=name, description=data.get("description", ""),
             micro_batch=tuple(glob["micro_batch"]), vpp=tuple(glob["vpp"]),
             overlap_tp_comm=bool(glob.get("overlap_tp_comm", False)),
             tp=tuple(stage["tp"]), cp=tuple(stage["cp"]), sequence_parallel=tuple(stage["sequence_parallel"]),
             recompute=tuple(stage["recompute"]), zero=tuple(stage["zero"]), mesh_order=tuple(stage["mesh_order"]),
+            offload=tuple(stage.get("offload", ["none"])), offload_fallback=tuple(stage.get("offload_fallback", [])),
+            kv_cache=tuple(infer.get("kv_cache", ["hbm"])), cache_grouping=bool(infer.get("cache_grouping", False)),
             max_stages=int(pipe["max_stages"]), max_units_for_uneven_submeshes=int(pipe["max_units_for_uneven_submeshes"]),
             n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")), raw=tuple(data.items()))
     except (KeyError, TypeError) as err:

@@ -96,20 +96,24 @@ def slice_value(outcome) -> float:
     return value if math.isfinite(value) else 1e30  # a slice with no fitting plan
 
 
-def record_slice(study: optuna.Study, outcome) -> None:
+BASE_ROUND = "base"  # slices of the space as given; "offload" marks the fallback round
+
+
+def record_slice(study: optuna.Study, outcome, round_name: str = BASE_ROUND) -> None:
     """Commit one solved (or bound-pruned) slice as a finished trial."""
     state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
     trial = optuna.trial.create_trial(
         params={"dp": outcome.key.dp, "micro_batch": outcome.key.micro_batch}, distributions=_DISTRIBUTIONS,
-        value=None if outcome.pruned else slice_value(outcome), state=state, user_attrs=slice_attrs(outcome))
+        value=None if outcome.pruned else slice_value(outcome), state=state,
+        user_attrs={**slice_attrs(outcome), "round": round_name})
     study.add_trial(trial)
 
 
-def finished_slices(study: optuna.Study) -> dict[tuple[int, int], optuna.trial.FrozenTrial]:
-    """Finished slice trials by (dp, micro_batch); a slice counts once."""
+def finished_slices(study: optuna.Study, round_name: str = BASE_ROUND) -> dict[tuple[int, int], optuna.trial.FrozenTrial]:
+    """Finished slice trials of one search round by (dp, micro_batch); a slice counts once."""
     out: dict[tuple[int, int], optuna.trial.FrozenTrial] = {}
     for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-        if "dp" in trial.params:
+        if "dp" in trial.params and trial.user_attrs.get("round", BASE_ROUND) == round_name:
             out.setdefault((trial.params["dp"], trial.params["micro_batch"]), trial)
     return out
 

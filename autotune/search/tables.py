@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.stage import StageContext, StagePosition, stage_cost
+from autotune.errors import AutotuneError
 from autotune.graph.table import ModelTables
 from autotune.search.choices import StageChoice
 from autotune.spec.hardware import ClusterSpec
@@ -61,13 +62,56 @@ def positions_needed(ctx: SliceContext, stage_gpus: int) -> list[int]:
     return [FIRST, LAST] + ([MIDDLE] if stages >= 3 else [])
 
 
+def _phase_costers(ctx: SliceContext) -> list[tuple[float, object, object]]:
+    """(weight, stage-cost function, its context) per phase of the workload: training is one
+    phase; serving is the prefill plus ``decode_steps`` decode steps (static batching)."""
+    micro = np.array(ctx.micro_batches)[:, None]
+    if getattr(ctx.workload, "kind", "train") == "train":
+        stage_ctx = StageContext(tables=ctx.tables, workload=ctx.workload, cluster=ctx.cluster, micro_batch=micro,
+                                 num_microbatches=ctx.num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm)
+        return [(1.0, stage_cost, stage_ctx)]
+    from autotune.cost.inference import inference_context, inference_stage_cost
+    from autotune.cost.inference_plan import workload_phases
+
+    w = ctx.workload
+    out = []
+    for phase in workload_phases(w):
+        weight = 1.0 if (phase == "prefill" or w.kind == "decode") else float(w.decode_steps)
+        phase_ctx = inference_context(ctx.tables.model, w, ctx.cluster, phase, micro_batch=micro,
+                                      num_microbatches=ctx.num_microbatches)
+        out.append((weight, inference_stage_cost, phase_ctx))
+    return out
+
+
+# A stage's HBM is affine in the micro-batches it holds (offload staging buffers add a constant),
+# so it is scored with none and with one in flight at once (a leading axis of two).
+_NONE_AND_ONE = np.array([0.0, 1.0]).reshape(2, 1, 1)
+
+
+def _at_one(x) -> np.ndarray:
+    x = np.asarray(x)
+    return x[1] if x.ndim == 3 else x
+
+
+def _stage_arrays(costers, stage, pos: StagePosition, n: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Weighted time, tail, HBM without and per in-flight micro-batch, over the phases."""
+    time = tail = base = per = 0.0
+    both = StagePosition(inflight=_NONE_AND_ONE, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node)
+    for weight, cost_fn, phase_ctx in costers:
+        cost = cost_fn(phase_ctx, stage, both, num_layers=n)
+        time = time + weight * _at_one(cost.time.microbatch_s)
+        tail = tail + weight * _at_one(cost.time.step_tail_s)
+        peak = np.broadcast_to(cost.memory.peak_bytes, (2,) + np.shape(_at_one(cost.time.microbatch_s)))
+        base = np.maximum(base, peak[0])
+        per = np.maximum(per, peak[1] - peak[0])
+    return time, tail, base, per
+
+
 def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
     """Score ``choice`` for every micro-batch size, layer count and position."""
     num_layers = ctx.tables.model.num_layers
     n = np.arange(1, num_layers + 1)[None, :]
-    stage_ctx = StageContext(tables=ctx.tables, workload=ctx.workload, cluster=ctx.cluster,
-                             micro_batch=np.array(ctx.micro_batches)[:, None],
-                             num_microbatches=ctx.num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm)
+    costers = _phase_costers(ctx)
     size = choice.tp * choice.cp * ctx.dp
     inter = size >= ctx.cluster.gpus_per_node
     shape = (len(ctx.micro_batches), num_layers + 1, len(POSITIONS))
@@ -75,12 +119,13 @@ def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
     for index in positions_needed(ctx, size):
         emb, head, neighbors = POSITIONS[index]
         stage = choice.stage_plan(dp=ctx.dp, has_embedding=emb, has_head=head)
-        cost = stage_cost(stage_ctx, stage, StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter),
-                          num_layers=n)
-        arrays["time"][:, 1:, index] = cost.time.microbatch_s
-        arrays["tail"][:, 1:, index] = cost.time.step_tail_s
-        arrays["per"][:, 1:, index] = cost.memory.activations_bytes
-        arrays["base"][:, 1:, index] = cost.memory.peak_bytes - cost.memory.activations_bytes
+        pos = StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter)
+        try:
+            values = _stage_arrays(costers, stage, pos, n)
+        except AutotuneError:  # a choice this stage cannot take (a cache group that does not fit)
+            continue
+        for key, value in zip(("time", "tail", "base", "per"), values):
+            arrays[key][:, 1:, index] = value
     return ChoiceCosts(choice=choice, time_s=arrays["time"], tail_s=arrays["tail"],
                        mem_base_bytes=arrays["base"], mem_per_microbatch_bytes=arrays["per"])
 

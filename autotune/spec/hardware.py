@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from types import MappingProxyType
 
 from autotune.errors import AutotuneError, require
@@ -196,6 +197,8 @@ class ClusterSpec:
 
     ``host_link`` is the device-host path (PCIe) and ``cxl_link`` the path to CXL memory, used
     when a tensor class is offloaded. ``max_nodes`` of ``None`` means "as many as asked for".
+    ``cores_per_node`` (CPU clusters, where a "GPU" is one worker process) is the number of
+    cores the node's workers share; ``None`` for GPU clusters (see :meth:`for_gpus`).
     """
 
     name: str
@@ -207,10 +210,22 @@ class ClusterSpec:
     cxl_link: LinkLevel | None = None
     max_nodes: int | None = None
     source: str = ""
+    cores_per_node: int | None = None
 
     def __post_init__(self) -> None:
         require(isinstance(self.gpus_per_node, int) and self.gpus_per_node > 0,
                 "cluster.gpus_per_node", "must be a positive integer")
+        require(self.cores_per_node is None or (isinstance(self.cores_per_node, int) and self.cores_per_node > 0),
+                "cluster.cores_per_node", f"must be a positive integer, got {self.cores_per_node!r}")
+
+    def for_gpus(self, gpus: int) -> "ClusterSpec":
+        """The cluster as ``gpus`` workers see it: on a CPU node with more worker processes than
+        cores, each worker gets cores/workers of a core, so its kernels run that much slower
+        (the device profile was measured with a core to itself). Unchanged otherwise."""
+        workers = min(gpus, self.gpus_per_node)
+        if self.cores_per_node is None or workers <= self.cores_per_node:
+            return self
+        return _oversubscribed(self, self.cores_per_node / workers)
 
     def check_gpus(self, gpus: int) -> None:
         """GPU counts this cluster can form: up to one node, or whole nodes."""
@@ -230,3 +245,13 @@ class ClusterSpec:
 
     def with_changes(self, **changes: object) -> "ClusterSpec":
         return replace(self, **changes)
+
+
+@lru_cache(maxsize=64)
+def _oversubscribed(cluster: ClusterSpec, core_share: float) -> ClusterSpec:
+    # Cached so the cost model's per-device caches see one device object per (cluster, share).
+    device = cluster.device
+    slowed = device.with_changes(
+        kernel_efficiency=device.kernel_efficiency * core_share,
+        kernel_efficiency_source=f"{device.kernel_efficiency_source}; x{core_share:.3g}: workers share cores")
+    return cluster.with_changes(device=slowed)

@@ -16,7 +16,7 @@ from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, Memory
 __all__ = [
     "device_names", "load_device", "device_from_dict", "cluster_names", "load_cluster",
     "cluster_from_dict", "link_from_dict", "regression_from_dict", "load_profile", "apply_profile",
-    "PROFILE_SCHEMA",
+    "check_profile", "shipped_profile", "PROFILE_SCHEMA",
 ]
 
 
@@ -76,15 +76,19 @@ def regression_from_dict(data: dict, where: str, unit_key: str) -> Regression:
     )
 
 
+def _tiers(entries: list[dict[str, Any]]) -> tuple[MemoryTier, ...]:
+    return tuple(
+        MemoryTier(name=t["name"], capacity_bytes=_number(t, "capacity_bytes", f"tiers.{t['name']}"),
+                   bandwidth_bytes_per_s=_number(t, "bandwidth_bytes_per_s", f"tiers.{t['name']}"),
+                   latency_s=_number(t, "latency_s", f"tiers.{t['name']}"), source=t.get("source", ""))
+        for t in entries)
+
+
 def device_from_dict(data: dict[str, Any]) -> DeviceProfile:
     """Build a device from its data-file form (TOML table or profile JSON ``device`` object)."""
     try:
         peaks = {k: _number(data["peak_flops"], k, "peak_flops") for k in data["peak_flops"] if k != "source"}
-        tiers = tuple(
-            MemoryTier(name=t["name"], capacity_bytes=_number(t, "capacity_bytes", f"tiers.{t['name']}"),
-                       bandwidth_bytes_per_s=_number(t, "bandwidth_bytes_per_s", f"tiers.{t['name']}"),
-                       latency_s=_number(t, "latency_s", f"tiers.{t['name']}"), source=t.get("source", ""))
-            for t in data["tiers"])
+        tiers = _tiers(data["tiers"])
         regs = data["regressions"]
         compute = {
             (op_class, dtype): regression_from_dict(fit, f"regressions.{op_class}.{dtype}", "seconds_per_flop")
@@ -141,10 +145,17 @@ def cluster_names() -> list[str]:
 
 
 def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
-    """A cluster from its data form; ``device`` is a device name or an inline device table."""
+    """A cluster from its data form; ``device`` is a device name or an inline device table.
+
+    ``profile = "NAME"`` takes the device, the measured link level and the host's core count
+    from the shipped profile ``autotune/data/devices/NAME.json`` (``autotune profile``)."""
+    if "profile" in data:
+        data = _with_profile(data, shipped_profile(str(data["profile"])))
     try:
         device_field = data["device"]
         device = device_from_dict(device_field) if isinstance(device_field, dict) else load_device(device_field)
+        if "tiers" in data:  # memory the node adds to each device's tiers (CXL expanders)
+            device = device.with_changes(tiers=device.tiers + _tiers(data["tiers"]))
         cxl = data.get("cxl_link")
         return ClusterSpec(
             name=name, device=device, gpus_per_node=int(data["gpus_per_node"]),
@@ -153,6 +164,7 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
             host_link=link_from_dict(data["host_link"], "host_link"),
             cxl_link=link_from_dict(cxl, "cxl_link") if cxl else None,
             max_nodes=data.get("max_nodes"), source=str(data.get("source", "")),
+            cores_per_node=data.get("cores_per_node"),
         )
     except KeyError as err:
         raise AutotuneError("cluster", f"cluster {name!r} lacks {err.args[0]!r}") from None
@@ -175,12 +187,62 @@ def load_cluster(name: str | Path) -> ClusterSpec:
 PROFILE_SCHEMA = "autotune.profile/1"
 
 
+def check_profile(data: Any, where: str = "profile") -> None:
+    """Raise AutotuneError unless ``data`` is a valid profile: schema, device, link levels."""
+    if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA or not isinstance(data.get("device"), dict):
+        raise AutotuneError(where, f"not an autotune profile (expected schema {PROFILE_SCHEMA!r} with a 'device' object)")
+    device_from_dict(data["device"])
+    links = data.get("links", {})
+    if not isinstance(links, dict):
+        raise AutotuneError(f"{where}.links", "must be an object of link levels")
+    for level, link in links.items():
+        if not isinstance(link, dict):
+            raise AutotuneError(f"{where}.links.{level}", "must be an object (latency_s, step_latency_s, bandwidth)")
+        link_from_dict(link, f"{where}.links.{level}")
+
+
 def load_profile(path: str | Path) -> dict[str, Any]:
-    """Read a profile written by ``autotune profile`` (JSON) and check its schema."""
+    """Read a profile written by ``autotune profile`` (JSON) and check it."""
     data = _parse_file(Path(path), "profile")
-    if data.get("schema") != PROFILE_SCHEMA or "device" not in data:
-        raise AutotuneError("profile", f"{str(path)!r} is not an autotune profile (expected schema {PROFILE_SCHEMA!r} with a 'device' object)")
+    try:
+        check_profile(data)
+    except AutotuneError as err:
+        raise AutotuneError(err.field, f"{str(path)!r}: {err.message}") from None
     return data
+
+
+@lru_cache(maxsize=8)
+def _shipped_profile_text(name: str) -> str:
+    entry = resources.files("autotune.data").joinpath("devices", f"{name}.json")
+    if not entry.is_file():
+        raise AutotuneError("cluster.profile", f"no shipped profile {name!r} (autotune/data/devices/{name}.json)")
+    return entry.read_text()
+
+
+def shipped_profile(name: str) -> dict[str, Any]:
+    """A profile shipped in ``autotune/data/devices`` (e.g. ``cpu``, measured on the CI machine kind)."""
+    data = json.loads(_shipped_profile_text(name))
+    check_profile(data, f"devices/{name}.json")
+    return data
+
+
+def _with_profile(data: dict[str, Any], profile: dict[str, Any]) -> dict[str, Any]:
+    """A cluster table with the profile's device, link level and core count filled in."""
+    merged = {"device": profile["device"], **data}
+    link = profile.get("links", {}).get("intra_node")
+    if link is not None:
+        merged.setdefault("intra_node", link)
+        merged.setdefault("inter_node", profile["links"].get("inter_node", link))
+    cores = profile.get("host", {}).get("logical_cpus")
+    if cores and "cores_per_node" not in merged:
+        merged["cores_per_node"] = int(cores)
+    memory = profile["device"].get("regressions", {}).get("memory")
+    if profile["device"].get("kind") == "cpu" and memory and "host_link" not in merged:
+        # A CPU worker's "host memory" is its own RAM: offloading is a copy at the memory fit's speed.
+        merged["host_link"] = {"name": "host-memory", "latency_s": memory.get("latency_s"), "step_latency_s": 0.0,
+                               "bandwidth": 1.0 / memory["seconds_per_byte"] if memory.get("seconds_per_byte") else 0.0,
+                               "source": "the profile's memory regression (copies within RAM)"}
+    return merged
 
 
 def apply_profile(cluster: ClusterSpec, profile: dict[str, Any]) -> ClusterSpec:

@@ -6,7 +6,8 @@ from dataclasses import dataclass
 
 from autotune.errors import require, require_choice, require_positive
 
-__all__ = ["TrainingWorkload", "DTYPES", "ATTENTION_IMPLS", "bytes_per_element"]
+__all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES", "ATTENTION_IMPLS",
+           "bytes_per_element"]
 
 DTYPES = ("fp32", "bf16", "fp16")
 # "flash": fused attention kernel, no s x s matrix in memory (FlashAttention, Dao et al. 2022).
@@ -55,3 +56,72 @@ class TrainingWorkload:
     @property
     def tokens_per_step(self) -> int:
         return self.global_batch * self.seq_len
+
+
+# prefill: run the prompts once and fill the KV cache; decode: generate tokens with the prompts
+# already cached; serve: a static batch of requests, prefill then decode.
+INFERENCE_KINDS = ("prefill", "decode", "serve")
+
+
+@dataclass(frozen=True, kw_only=True)
+class InferenceWorkload:
+    """``batch`` sequences (concurrent requests) with ``prompt_len`` prompt tokens each.
+
+    ``prefill`` processes the prompts and writes their K and V (the KV cache) for later decoding.
+    ``decode`` starts with ``prompt_len`` tokens per sequence in the KV cache and generates
+    ``output_len`` tokens, one decode step each (a step feeds one token per sequence and attends
+    over everything before it). ``serve`` is a static batch: the prefill gives every request its
+    first token, then ``output_len - 1`` decode steps give the rest. Weights, activations and the
+    KV cache are in ``dtype``. ``target_tpot_s`` / ``target_ttft_s`` (0: none) are service
+    targets a plan must meet.
+    """
+
+    batch: int
+    prompt_len: int
+    output_len: int = 0
+    kind: str = "decode"
+    dtype: str = "bf16"
+    attention_impl: str = "flash"
+    target_tpot_s: float = 0.0
+    target_ttft_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        require_choice("workload", self.kind, INFERENCE_KINDS)
+        require_positive("batch", self.batch)
+        require_positive("prompt_len", self.prompt_len)
+        require_choice("dtype", self.dtype, DTYPES)
+        require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
+        if self.kind != "prefill":
+            require_positive("output_len", self.output_len)
+        for name in ("target_tpot_s", "target_ttft_s"):
+            value = getattr(self, name)
+            require(isinstance(value, (int, float)) and value >= 0, name, f"must be a number >= 0, got {value!r}")
+
+    @property
+    def activation_bytes(self) -> int:
+        return _BYTES[self.dtype]
+
+    @property
+    def global_batch(self) -> int:
+        """Sequences a plan must cover (``micro_batch x num_microbatches x dp``)."""
+        return self.batch
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens per sequence in the prefill pass (the prompt)."""
+        return self.prompt_len
+
+    @property
+    def decode_steps(self) -> int:
+        """Decode steps: ``output_len`` for decode, ``output_len - 1`` after a serving prefill."""
+        return {"prefill": 0, "decode": self.output_len, "serve": self.output_len - 1}[self.kind]
+
+    @property
+    def max_context_len(self) -> int:
+        """Positions per sequence the KV cache holds at the end (the model's limit applies)."""
+        return self.prompt_len + self.decode_steps
+
+    @property
+    def mean_decode_context_len(self) -> float:
+        """Positions a decode step attends over, averaged over the steps: P+1 ... P+steps."""
+        return self.prompt_len + (self.decode_steps + 1) / 2.0

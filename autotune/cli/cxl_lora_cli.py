@@ -1,0 +1,22 @@
+"""``autotune search --space cxl-lora``: seed 000's GPU + CXL LoRA problem (autotune/search/cxl_lora.py)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def run_cxl_lora(args: argparse.Namespace) -> int:
+    """Optuna under constraints (``--method optuna``, checked against exhaustive enumeration when
+    the grid is small enough) or the enumeration alone (``--method exhaustive``)."""
+    from autotune.search.cxl_lora import (MAX_EXHAUSTIVE_PAIRS, format_solution, parse_overrides, problem_from_space,
+                                          solve_cxl_lora, solve_exhaustive)
+    from autotune.search.space import load_space
+
+    problem = problem_from_space(load_space(args.space).raw_dict, parse_overrides(args.set))
+    solutions = []
+    if args.method == "optuna":
+        solutions.append(solve_cxl_lora(problem, seed=args.seed, storage=args.storage, study_name=args.study))
+    if args.method == "exhaustive" or len(problem.grid) ** 2 <= MAX_EXHAUSTIVE_PAIRS:
+        solutions.append(solve_exhaustive(problem))
+    print(format_solution(problem, solutions, as_json=args.json))
+    return 0

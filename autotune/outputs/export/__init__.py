@@ -1,0 +1,41 @@
+"""Plans as configs of the frameworks users train with: Megatron-LM flags, a torchtitan TOML job
+config, a DeepSpeed JSON config. A plan a framework cannot run is refused with the reason
+(:class:`autotune.errors.AutotuneError`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from autotune.errors import require_choice
+from autotune.outputs.export.common import ExportResult
+from autotune.outputs.export.deepspeed import to_deepspeed
+from autotune.outputs.export.megatron import to_megatron
+from autotune.outputs.export.torchtitan import to_torchtitan
+from autotune.plan.io import PlanFile, atomic_write_text
+
+__all__ = ["FORMATS", "ExportResult", "export", "export_plan", "write_export"]
+
+_EXPORTERS: dict[str, Callable[[PlanFile], ExportResult]] = {
+    "megatron": to_megatron, "torchtitan": to_torchtitan, "deepspeed": to_deepspeed}
+FORMATS = tuple(_EXPORTERS)
+
+
+def export(plan_file: PlanFile, fmt: str) -> ExportResult:
+    """``plan_file`` as a ``fmt`` config, with caveats in ``notes``."""
+    require_choice("format", fmt, FORMATS)
+    return _EXPORTERS[fmt](plan_file)
+
+
+def export_plan(plan_file: PlanFile, fmt: str) -> str:
+    """The text of the ``fmt`` config (shell flags, TOML or JSON)."""
+    return export(plan_file, fmt).text
+
+
+def write_export(plan_file: PlanFile, fmt: str, path: str | Path | None = None,
+                 run_dir: str | Path | None = None) -> tuple[Path, ExportResult]:
+    """Write the config atomically to ``path``, or to ``run_dir/export-<fmt><suffix>``."""
+    result = export(plan_file, fmt)
+    target = Path(path) if path is not None else Path(run_dir or ".") / f"export-{fmt}{result.suffix}"
+    atomic_write_text(target, result.text)
+    return target, result

@@ -1,0 +1,1 @@
+"""Named scenarios: the seed experiment (seed 004) and plan enumeration for serving targets."""

@@ -1,0 +1,109 @@
+"""The plan cache: repeated and incremental queries reuse what was computed, for the same inputs only.
+
+Two levels, both keyed by content fingerprints (not object identity), so a changed model,
+workload, cluster, profile or space can never hit an entry made for other inputs:
+
+* finished results, by the whole problem (GPU count included): a repeated query is a lookup;
+* intra-op studies, by the problem without its GPU count plus (dp, stage size, micro-batch
+  sizes, pipeline positions): another GPU count reuses the stage costs it shares.
+
+Process-wide and bounded (least recently used entries go first).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import threading
+from collections import OrderedDict
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+import numpy as np
+
+__all__ = ["PlanCache", "PLAN_CACHE", "fingerprint"]
+
+
+def _canonical(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "raw"}
+    if isinstance(value, (dict, MappingProxyType)):
+        return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, (list, tuple)):
+        return [_canonical(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Enum):
+        return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+def fingerprint(*parts: Any) -> str:
+    """A stable digest of dataclasses, mappings and plain values (their full contents)."""
+    text = json.dumps([_canonical(p) for p in parts], sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _nbytes(value: Any) -> int:
+    costs = getattr(value, "costs", ())
+    return sum(a.nbytes for c in costs for a in (c.time_s, c.tail_s, c.mem_base_bytes, c.mem_per_microbatch_bytes))
+
+
+class PlanCache:
+    """A bounded LRU of search results and intra-op studies."""
+
+    def __init__(self, max_results: int = 256, max_study_bytes: int = 512 * 2**20) -> None:
+        self._results: OrderedDict[str, Any] = OrderedDict()
+        self._studies: OrderedDict[tuple, Any] = OrderedDict()
+        self._study_bytes = 0
+        self.max_results, self.max_study_bytes = max_results, max_study_bytes
+        self._lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def result(self, key: str) -> Any | None:
+        with self._lock:
+            value = self._results.get(key)
+            if value is not None:
+                self._results.move_to_end(key)
+            return value
+
+    def store_result(self, key: str, value: Any) -> None:
+        with self._lock:
+            self._results[key] = value
+            self._results.move_to_end(key)
+            while len(self._results) > self.max_results:
+                self._results.popitem(last=False)
+
+    def study(self, key: tuple) -> Any | None:
+        with self._lock:
+            value = self._studies.get(key)
+            if value is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._studies.move_to_end(key)
+            return value
+
+    def store_study(self, key: tuple, value: Any) -> None:
+        with self._lock:
+            if key in self._studies:
+                return
+            self._studies[key] = value
+            self._study_bytes += _nbytes(value)
+            while self._study_bytes > self.max_study_bytes and len(self._studies) > 1:
+                _, old = self._studies.popitem(last=False)
+                self._study_bytes -= _nbytes(old)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._results.clear()
+            self._studies.clear()
+            self._study_bytes = 0
+
+
+PLAN_CACHE = PlanCache()

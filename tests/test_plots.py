@@ -1,0 +1,135 @@
+"""Run-directory plots: the pipeline schedule simulation behind the timeline (checked against the
+cost model's pipeline formulas), the drawn geometry, and real PNG files."""
+
+from __future__ import annotations
+
+import random
+import struct
+
+import pytest
+
+from autotune.api import evaluate
+from autotune.cost.pipeline import inflight_microbatches, pipeline_time_s
+from autotune.outputs.plots import (
+    MEMORY_CLASSES, memory_figure, pareto_front, plot_history, plot_memory, plot_pareto, plot_timeline,
+    stage_pass_times_s, timeline_figure, write_run_plots)
+from autotune.outputs.schedule import interleaved_group_size, simulate_schedule
+from autotune.plan.builders import uniform_plan
+
+SCHEDULES = [(4, 8, "1f1b", 1), (4, 8, "gpipe", 1), (4, 8, "interleaved", 2), (3, 7, "1f1b", 1),
+             (4, 10, "interleaved", 2), (2, 6, "interleaved", 3), (1, 5, "1f1b", 1), (6, 3, "1f1b", 1)]
+
+
+@pytest.mark.parametrize("stages, microbatches, schedule, vpp", SCHEDULES)
+def test_simulated_schedule_takes_the_cost_model_time(stages, microbatches, schedule, vpp):
+    blocks = simulate_schedule([1.0] * stages, [2.0] * stages, microbatches, schedule, vpp)
+    assert len(blocks) == stages * microbatches * 2 * vpp
+    span = max(b.end_s for b in blocks)
+    assert span == pytest.approx(pipeline_time_s([3.0] * stages, microbatches, schedule, vpp))
+
+
+@pytest.mark.parametrize("stages, microbatches, schedule, vpp",
+                         [s for s in SCHEDULES if s[2] != "interleaved" or s[1] % s[0] == 0])
+def test_simulated_schedule_holds_the_cost_model_in_flight_micro_batches(stages, microbatches, schedule, vpp):
+    blocks = simulate_schedule([1.0] * stages, [2.0] * stages, microbatches, schedule, vpp)
+    for s in range(stages):
+        events = sorted([(b.start_s, 1) for b in blocks if b.stage == s and b.kind == "F"]
+                        + [(b.end_s, -1) for b in blocks if b.stage == s and b.kind == "B"])
+        held = peak = 0
+        for _, change in events:
+            held += change
+            peak = max(peak, held)
+        assert peak / vpp == pytest.approx(inflight_microbatches(s, stages, microbatches, schedule, vpp))
+
+
+def test_simulated_schedule_respects_order_and_dependencies():
+    rng = random.Random(7)
+    fwd = [rng.uniform(0.5, 2.0) for _ in range(4)]
+    bwd = [2 * f * rng.uniform(0.8, 1.2) for f in fwd]
+    blocks = simulate_schedule(fwd, bwd, 8, "interleaved", 2)
+    at = {(b.kind, b.stage, b.microbatch, b.chunk): b for b in blocks}
+    for b in blocks:
+        if b.kind == "F" and b.stage > 0:
+            assert b.start_s >= at[("F", b.stage - 1, b.microbatch, b.chunk)].end_s
+        if b.kind == "B" and b.stage < 3:
+            assert b.start_s >= at[("B", b.stage + 1, b.microbatch, b.chunk)].end_s
+        assert b.end_s - b.start_s == pytest.approx((fwd if b.kind == "F" else bwd)[b.stage] / 2)
+    for s in range(4):
+        mine = sorted((b.start_s, b.end_s) for b in blocks if b.stage == s)
+        assert all(a[1] <= b[0] + 1e-12 for a, b in zip(mine, mine[1:])), "a rank runs one block at a time"
+
+
+def test_interleaved_groups_follow_megatron_rules():
+    assert interleaved_group_size(4, 8) == 4
+    assert interleaved_group_size(4, 10) == 5  # 10 % 4 = 2 < 4 leaves a short last group
+    assert interleaved_group_size(4, 9) == 5  # groups 5 + 4: the last group holds at least pp
+    with pytest.raises(ValueError, match="num_microbatches"):
+        interleaved_group_size(4, 3)
+
+
+@pytest.fixture(scope="module")
+def large_plan():
+    plan = uniform_plan(num_layers=36, gpus=16, tp=2, pp=4, vpp=3, micro_batch=8, global_batch=128,
+                        sequence_parallel=True, recompute="full")
+    return plan, evaluate("large", plan=plan)
+
+
+def test_timeline_draws_every_block_where_the_schedule_puts_it(large_plan):
+    plan, estimate = large_plan
+    fwd, bwd = stage_pass_times_s(plan, estimate)
+    assert [f + b for f, b in zip(fwd, bwd)] == pytest.approx([s.microbatch_time_s for s in estimate.stages])
+    assert bwd[0] == pytest.approx(3 * fwd[0])  # full recomputation repeats the forward
+    blocks = simulate_schedule(fwd, bwd, plan.num_microbatches, plan.schedule, plan.vpp)
+    fig = timeline_figure(blocks, plan.pp)
+    bars = [c for c in fig.axes[0].collections if c.get_gid() == "blocks"]
+    assert sum(len(c.get_paths()) for c in bars) == plan.pp * plan.num_microbatches * 2 * plan.vpp
+    drawn_end_ms = max(p.vertices[:, 0].max() for c in bars for p in c.get_paths())
+    assert drawn_end_ms == pytest.approx(max(b.end_s for b in blocks) * 1e3)
+
+
+def test_memory_bars_stack_to_each_stage_peak(large_plan):
+    _, estimate = large_plan
+    ax = memory_figure(estimate).axes[0]
+    heights = [0.0] * len(estimate.stages)
+    for container in ax.containers:
+        for i, bar in enumerate(container):
+            heights[i] += bar.get_height()
+    on_hbm = [sum(s.memory_bytes[k] for k, _ in MEMORY_CLASSES) / 2**30 for s in estimate.stages]
+    assert heights == pytest.approx(on_hbm)
+    assert on_hbm == pytest.approx([s.peak_memory_bytes / 2**30 for s in estimate.stages])
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_plots_are_real_pngs(large_plan, tmp_path):
+    plan, estimate = large_plan
+    candidates = [(1e5 * (1 + i % 5), 2**30 * (10 + 3 * i), f"c{i}") for i in range(20)]
+    history = [(i, None if i % 4 == 3 else float(i * (7 - i % 7))) for i in range(30)]
+    paths = write_run_plots(tmp_path / "run", plan=plan, estimate=estimate, candidates=candidates, history=history)
+    assert sorted(paths) == ["history", "memory", "pareto", "timeline"]
+    for name, path in paths.items():
+        width, height = _png_size(path)
+        assert path.name == f"{name}.png" and 400 <= width <= 3000 and 200 <= height <= 2000
+        assert path.stat().st_size > 5000
+    assert not list((tmp_path / "run").glob(".*"))  # no temporary file left behind
+    assert _png_size(plot_memory(estimate, tmp_path / "m.png")) == _png_size(paths["memory"])
+    assert plot_pareto(candidates, tmp_path / "p.png").exists() and plot_history(history, tmp_path / "h.png").exists()
+    assert plot_timeline(plan, estimate, tmp_path / "t.png").exists()
+
+
+def test_pareto_front_matches_brute_force():
+    rng = random.Random(3)
+    for _ in range(50):
+        points = [(rng.choice([1.0, 2.0, 3.0, rng.random()]), rng.choice([1.0, 2.0, rng.random()]))
+                  for _ in range(rng.randint(1, 12))]
+        dominated = {i for i, (t, m) in enumerate(points)
+                     if any((t2 >= t and m2 <= m) and (t2, m2) != (t, m) for t2, m2 in points)}
+        front = pareto_front(points)
+        kept = {points[i] for i in front}
+        assert kept == {p for i, p in enumerate(points) if i not in dominated}
+        assert len(front) == len(kept)  # one index per distinct point
+        assert [points[i][1] for i in front] == sorted(points[i][1] for i in front)
