@@ -28,6 +28,8 @@ class StageEstimate:
     peak_memory_bytes: float
     inflight_microbatches: float
     fits: bool
+    fwd_s: float = 0.0  # forward kernels of one micro-batch (the timeline's forward blocks)
+    bwd_s: float = 0.0  # backward kernels, recomputation included
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "time_s", MappingProxyType(dict(self.time_s)))
@@ -37,7 +39,8 @@ class StageEstimate:
         return {"index": self.index, "layers": list(self.layers), "num_gpus": self.num_gpus,
                 "microbatch_time_s": self.microbatch_time_s, "time_s": dict(self.time_s),
                 "memory_bytes": dict(self.memory_bytes), "peak_memory_bytes": self.peak_memory_bytes,
-                "inflight_microbatches": self.inflight_microbatches, "fits": self.fits}
+                "inflight_microbatches": self.inflight_microbatches, "fits": self.fits,
+                "fwd_s": self.fwd_s, "bwd_s": self.bwd_s}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,6 +61,7 @@ def _stage_estimate(index: int, plan: Plan, cost: StageCost, pos: StagePosition,
                 "dp_comm_s": t.dp_comm_s, "optimizer_s": t.optimizer_s},
         memory_bytes=cost.memory.as_dict(), peak_memory_bytes=cost.memory.peak_bytes,
         inflight_microbatches=pos.inflight, fits=cost.memory.peak_bytes <= cost.memory.reserved_bytes + usable,
+        fwd_s=float(cost.fwd_s), bwd_s=float(cost.bwd_s),
     )
 
 

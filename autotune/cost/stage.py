@@ -231,7 +231,21 @@ def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     fwd_attn = _scalar((layer.fwd_ops_s * attn).sum(-1))
     bwd_attn = _scalar((layer.bwd_ops_s * attn).sum(-1))
     per_layer = np.maximum(0.0, ring - fwd_attn) + np.maximum(0.0, 2 * ring - bwd_attn)
-    return n * per_layer
+    return n * (per_layer + _cp_step_overhead_s(ctx, stage))
+
+
+def _cp_step_overhead_s(ctx: StageContext, stage: StagePlan) -> float:
+    """The ring runs attention as cp partial kernels per pass and merges each partial output
+    into the running one with its log-sum-exp (Megatron-Core's context parallelism): per layer
+    (cp - 1) extra kernel launches forward and backward, and each merge reads the partial and
+    running outputs and writes the running one (3 x the local output bytes, fp32 statistics
+    aside) forward, twice that backward."""
+    device, m = ctx.cluster.device, ctx.tables.model
+    local_out = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
+    extra_steps = stage.cp - 1
+    launches = 2 * extra_steps * device.regression("attention", ctx.workload.dtype).latency_s
+    merges = 3 * extra_steps * device.memory.time_s(3.0 * local_out)
+    return (launches + merges) / device.kernel_efficiency
 
 
 def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):

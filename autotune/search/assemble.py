@@ -62,6 +62,8 @@ def _interleaved(search, key) -> Iterator[Plan]:
         picks = [int(index[0, n, _position(i * n, n, num_layers), r]) for i in range(stages)]
         if min(picks) < 0:
             continue
+        if search.problem.space.uniform_stages:  # every stage takes the first stage's choice
+            picks = [picks[0]] * stages
         stage_plans = [_stage(result, picks[i], key.dp, i * n, n, num_layers) for i in range(stages)]
         for vpp in vpps:
             yield _plan(search, key, stage_plans, schedule="interleaved", vpp=vpp)

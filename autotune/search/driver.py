@@ -255,12 +255,23 @@ def solve_cuts(search: SliceSearch, key: SliceKey, prune_above: float = math.inf
                   and _equal_stage_bound_s(search, key, r, num_mb) < prune_above]
     training = getattr(search.problem.workload, "kind", "train") == "train"
     objective = "pipeline" if training or search.problem.workload.kind != "decode" else "rounds"
+    depth = min(num_mb, max_stages) if training else num_mb
+    if space.uniform_stages:  # one choice for every stage: a DP per choice, keep the best
+        groups = [[_single(r, i)] for g in groups for r in g for i in range(len(r.costs))]
     out = []
     for group in groups:
-        time, tail, index, _ = dp_inputs(search, key, group, min(num_mb, max_stages) if training else num_mb)
+        time, tail, index, _ = dp_inputs(search, key, group, depth)
         sizes = np.array([r.model_parallel for r in group])
         solution = solve_pipeline(time, tail, sizes, units, num_mb, max_stages, objective=objective,
                                   inflight_all=not training)
         if solution is not None:
             out.append((group, solution, index))
+    if space.uniform_stages and out:
+        out = [min(out, key=lambda item: item[1].objective_s)]
     return out
+
+
+def _single(result: IntraOpResult, choice_index: int) -> IntraOpResult:
+    """The study's result narrowed to one of its choices (for plans whose stages share it)."""
+    return IntraOpResult(model_parallel=result.model_parallel, dp=result.dp, costs=(result.costs[choice_index],),
+                         num_trials=0)

@@ -35,6 +35,7 @@ class SearchSpace:
     cache_grouping: bool
     max_stages: int
     max_units_for_uneven_submeshes: int
+    uniform_stages: bool
     n_trials: int
     sampler: str
     kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
@@ -86,7 +87,7 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
         return SearchSpace(name=name, description=data.get("description", ""), micro_batch=(), vpp=(),
                            overlap_tp_comm=False, tp=(), cp=(), sequence_parallel=(), recompute=(), zero=(),
                            mesh_order=(), offload=(), offload_fallback=(), kv_cache=(), cache_grouping=False,
-                           max_stages=0, max_units_for_uneven_submeshes=0, n_trials=1,
+                           max_stages=0, max_units_for_uneven_submeshes=0, uniform_stages=False, n_trials=1,
                            sampler="tpe", kind=kind, raw=tuple(data.items()))
     try:
         glob, stage, pipe, opt = data["global"], data["stage"], data["pipeline"], data["optuna"]
@@ -100,6 +101,7 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
             offload=tuple(stage.get("offload", ["none"])), offload_fallback=tuple(stage.get("offload_fallback", [])),
             kv_cache=tuple(infer.get("kv_cache", ["hbm"])), cache_grouping=bool(infer.get("cache_grouping", False)),
             max_stages=int(pipe["max_stages"]), max_units_for_uneven_submeshes=int(pipe["max_units_for_uneven_submeshes"]),
+            uniform_stages=bool(pipe.get("uniform_stages", False)),
             n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")), raw=tuple(data.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None
