@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from autotune.cli.common import add_model_args, add_workload_args
+from autotune.cli.evaluate_cmd import add_inference_args
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                     "recomputation, micro-batch and virtual stages (Optuna); print the plan beside baselines.")
     add_model_args(parser, gpus_required=False, model_required=False)
     add_workload_args(parser)
+    add_inference_args(parser)
     parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a parameter of a standalone space (e.g. --space cxl-lora --set d=1024)")
@@ -48,8 +50,6 @@ def _progress(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     import signal
 
-    from autotune.errors import require
-
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     if args.space == "cxl-lora" or (args.space.endswith(".toml") and "cxl" in args.space):
         from autotune.cli.cxl_lora_cli import run_cxl_lora
@@ -58,30 +58,36 @@ def run(args: argparse.Namespace) -> int:
     from autotune import search_api
 
     progress = _progress(args)
-    if args.resume:
-        result = search_api.resume(args.resume, progress=progress)
-    else:
-        require(args.model is not None, "model", "give --model (a preset or a config.json), or --resume RUN")
-        require(args.gpus is not None, "gpus", "give --gpus N (or --resume RUN)")
-        run_dir = None
-        if not (args.no_run_dir or args.storage):
-            from pathlib import Path
-
-            from autotune.outputs.run_dir import create_run_dir
-            from autotune.spec.presets import resolve_model
-
-            search_api.load_space(args.space)
-            run_dir = create_run_dir(Path(args.runs_dir), resolve_model(args.model).name, args.gpus)
-        try:
-            result = search_api.search(
-                args.model, args.gpus, cluster=args.cluster, profile=args.profile, global_batch=args.global_batch,
-                seq_len=args.seq_len, dtype=args.dtype, attention=args.attention, space=args.space, seed=args.seed,
-                method=args.method, run_dir=run_dir, storage=args.storage, study_name=args.study, progress=progress,
-                announce=_announce)
-        except BaseException:
-            _cleanup_failed(run_dir)
-            raise
+    result = search_api.resume(args.resume, progress=progress) if args.resume else _new_search(args, progress)
     return _print(args, result)
+
+
+def _new_search(args: argparse.Namespace, progress):
+    """Validate everything, then make the run directory, then search (nothing half-written)."""
+    from pathlib import Path
+
+    from autotune import search_api
+    from autotune.cli.evaluate_cmd import _workload
+    from autotune.errors import require
+    from autotune.spec.presets import resolve_model
+
+    require(args.model is not None, "model", "give --model (a preset or a config.json), or --resume RUN")
+    require(args.gpus is not None, "gpus", "give --gpus N (or --resume RUN)")
+    model = resolve_model(args.model)
+    workload = _workload(args, model)
+    search_api.load_space(args.space)
+    run_dir = None
+    if not (args.no_run_dir or args.storage):
+        from autotune.outputs.run_dir import create_run_dir
+
+        run_dir = create_run_dir(Path(args.runs_dir), model.name, args.gpus)
+    try:
+        return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload,
+                                 space=args.space, seed=args.seed, method=args.method, run_dir=run_dir,
+                                 storage=args.storage, study_name=args.study, progress=progress, announce=_announce)
+    except BaseException:
+        _cleanup_failed(run_dir)
+        raise
 
 
 def _announce(study_name: str, storage: str) -> None:
@@ -125,6 +131,10 @@ def _print(args: argparse.Namespace, result) -> int:
     capacity = result.estimate.memory_capacity_bytes
     print("\n".join(plan_table(result.plan, result.estimate)))
     print("\n".join(summary_text(result.plan, result.estimate, capacity)))
+    if "tps" in result.estimate.extra:
+        from autotune.cli.evaluate_cmd import inference_lines
+
+        print(inference_lines(result.estimate))
     print("baselines (same cost model):")
     print("\n".join(why_it_wins(result.estimate, result.baselines)))
     s = result.stats

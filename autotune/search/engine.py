@@ -49,9 +49,27 @@ def gpus_needed(problem: SearchProblem) -> int:
     return 1 << max(0, need - 1).bit_length() if need <= per_node else math.ceil(need / per_node) * per_node
 
 
+def _meets_targets(outcome: SliceOutcome) -> bool:
+    """Serving targets (TPOT, TTFT) of an inference workload, when it has them."""
+    return bool(outcome.estimate is not None and outcome.estimate.extra.get("meets_targets", 1.0))
+
+
 def _best(outcomes: dict[SliceKey, SliceOutcome]) -> SliceOutcome | None:
-    fitting = [o for o in outcomes.values() if math.isfinite(o.step_time_s)]
+    fitting = [o for o in outcomes.values() if math.isfinite(o.step_time_s) and _meets_targets(o)]
     return min(fitting, key=lambda o: (o.step_time_s, o.key)) if fitting else None
+
+
+def _missed_targets(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcome]) -> None:
+    """When plans fit but none meets the serving targets, say what the fastest one reaches."""
+    fitting = [o for o in outcomes.values() if math.isfinite(o.step_time_s)]
+    if fitting and getattr(problem.workload, "kind", "train") != "train":
+        from autotune.cost.inference_plan import require_targets
+
+        w = problem.workload
+        metric = "tpot_s" if w.target_tpot_s else "ttft_s"
+        closest = min(fitting, key=lambda o: o.estimate.extra.get(metric, o.step_time_s))
+        require_targets(closest.estimate, w, f"no plan of the search meets it; this is the lowest "
+                                            f"{metric[:-2].upper()} among the {len(fitting)} slices' best plans")
 
 
 def plan_in_space(plan: Plan, space) -> bool:
@@ -104,6 +122,7 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
         wider = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
         return run_search(wider, study=study, progress=progress, cache=cache)
     if best is None:
+        _missed_targets(problem, outcomes)
         raise AutotuneError("gpus", f"{problem.model.name} does not fit on {problem.gpus} GPUs of {problem.cluster.name} "
                                     f"with any plan of the space; it needs at least {gpus_needed(problem)} GPUs")
     extras = baselines(problem)
