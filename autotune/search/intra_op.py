@@ -5,14 +5,13 @@ recomputation, ZeRO stage and mesh order, and is scored for every micro-batch si
 count and pipeline position at once (autotune.search.tables). The objective is the fastest
 per-sequence layer time among micro-batch sizes where a one-layer stage fits; memory is an
 Optuna constraint (``trial.set_constraint``, feasible when <= 0). Expert choices are enqueued
-first. A space no larger than the trial budget is enumerated by Optuna's brute-force sampler,
-so small problems are solved exactly; larger ones by seeded TPE, deterministic per seed.
+first. A space no larger than the trial budget is enumerated by Optuna's grid sampler, so small
+problems are solved exactly; larger ones by seeded TPE, deterministic per seed.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,11 +61,9 @@ def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> 
     return value, float(need.min() / capacity - 1.0)
 
 
-def _sampler(space: SearchSpace, size: int, seed: int) -> optuna.samplers.BaseSampler:
-    if size <= space.n_trials:
-        with warnings.catch_warnings():  # experimental in Optuna 5 but stable for our use
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.BruteForceSampler(seed=seed)
+def _sampler(space: SearchSpace, values: dict[str, list], size: int, seed: int) -> optuna.samplers.BaseSampler:
+    if size <= space.n_trials:  # the whole grid, in a seeded order
+        return optuna.samplers.GridSampler(values, seed=seed)
     if space.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.TPESampler(seed=seed, multivariate=True, n_startup_trials=min(8, space.n_trials // 2))
@@ -78,9 +75,10 @@ def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list
     size = math.prod(len(v) for v in values.values())
     training = "recompute" in values
     capacity = ctx.cluster.device.memory_bytes
-    study = optuna.create_study(direction="minimize", sampler=_sampler(space, size, seed))
-    for params in expert_choices(values, model_parallel, space):
-        study.enqueue_trial(params, skip_if_exists=True)
+    study = optuna.create_study(direction="minimize", sampler=_sampler(space, values, size, seed))
+    if size > space.n_trials:  # a sampled space starts from the expert choices (a grid covers them)
+        for params in expert_choices(values, model_parallel, space):
+            study.enqueue_trial(params, skip_if_exists=True)
     evaluated: dict[StageChoice, ChoiceCosts] = {}
 
     def objective(trial: optuna.Trial) -> float:
