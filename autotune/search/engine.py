@@ -6,12 +6,14 @@ import json
 import math
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
 from autotune.graph.table import model_tables
 from autotune.plan.plan import Plan
 from autotune.search.baselines import baselines
+from autotune.search.cache import fingerprint
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
 from autotune.search.result import SearchResult, SearchStats
 from autotune.search.store import finished_slices, record_slice
@@ -87,6 +89,34 @@ def _can_fall_back(problem: SearchProblem) -> bool:
             and set(space.offload_fallback) != set(space.offload))
 
 
+def _solve_slices(problem: SearchProblem, keys: list[SliceKey], study, progress, search: SliceSearch
+                  ) -> tuple[dict[SliceKey, SliceOutcome], int]:
+    """Every slice's outcome (resumed ones first), committing each to ``study`` as it finishes."""
+    outcomes = _resumed(problem, study)
+    resumed = len(outcomes)
+    todo = [k for k in keys if k not in outcomes]
+    best_s = lambda: (b.step_time_s if (b := _best(outcomes)) else math.inf)  # noqa: E731
+    for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
+        outcomes[outcome.key] = outcome
+        if study is not None:
+            record_slice(study, outcome, _round(problem))
+        if progress:
+            progress(outcome, i + 1, len(todo))
+    return outcomes, resumed
+
+
+def _with_baselines(problem: SearchProblem, best: SliceOutcome):
+    """The baselines, and the best plan: a baseline the space allows but the search missed wins,
+    and the result says so."""
+    extras = baselines(problem)
+    plan, estimate, source = best.plan, best.estimate, "search"
+    for baseline in extras:
+        if (baseline.estimate is not None and baseline.estimate.fits and plan_in_space(baseline.plan, problem.space)
+                and baseline.estimate.step_time_s < estimate.step_time_s):
+            plan, estimate, source = baseline.plan, baseline.estimate, f"baseline {baseline.name}"
+    return extras, plan, estimate, source
+
+
 def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None) -> SearchResult:
     """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete.
     ``cache`` (a PlanCache) returns a finished result of the same problem, and lends intra-op
@@ -97,47 +127,26 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     if not keys:
         raise AutotuneError("gpus", f"no data-parallel degree divides both {problem.gpus} GPUs and the global batch "
                                     f"{problem.workload.global_batch}; change --global-batch or --gpus")
-    result_key = None
-    if cache is not None and study is None:
-        from autotune.search.cache import fingerprint
-
-        result_key = fingerprint(problem)
-        if (found := cache.result(result_key)) is not None:
-            return found
-    outcomes = _resumed(problem, study)
-    resumed = len(outcomes)
+    result_key = fingerprint(problem) if cache is not None and study is None else None
+    if result_key is not None and (found := cache.result(result_key)) is not None:
+        return found
     search = SliceSearch(problem, cache=cache)
-    todo = [k for k in keys if k not in outcomes]
-    best_s = lambda: (b.step_time_s if (b := _best(outcomes)) else math.inf)  # noqa: E731
-    for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
-        outcomes[outcome.key] = outcome
-        if study is not None:
-            record_slice(study, outcome, _round(problem))
-        if progress:
-            progress(outcome, i + 1, len(todo))
+    outcomes, resumed = _solve_slices(problem, keys, study, progress, search)
     best = _best(outcomes)
     if best is None and _can_fall_back(problem):  # nothing fits in HBM: search again with offload choices
-        from dataclasses import replace
-
         wider = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
         return run_search(wider, study=study, progress=progress, cache=cache)
     if best is None:
         _missed_targets(problem, outcomes)
         raise AutotuneError("gpus", f"{problem.model.name} does not fit on {problem.gpus} GPUs of {problem.cluster.name} "
                                     f"with any plan of the space; it needs at least {gpus_needed(problem)} GPUs")
-    extras = baselines(problem)
-    best_plan, best_estimate, source = best.plan, best.estimate, "search"
-    for baseline in extras:  # a baseline the space allows but the search missed is returned, and said
-        if (baseline.estimate is not None and baseline.estimate.fits and plan_in_space(baseline.plan, problem.space)
-                and baseline.estimate.step_time_s < best_estimate.step_time_s):
-            best_plan, best_estimate, source = baseline.plan, baseline.estimate, f"baseline {baseline.name}"
+    extras, plan, estimate, source = _with_baselines(problem, best)
+    pruned = sum(1 for o in outcomes.values() if o.pruned)
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
-                        num_slices_solved=sum(1 for o in outcomes.values() if not o.pruned),
-                        num_slices_pruned=sum(1 for o in outcomes.values() if o.pruned), num_slices_resumed=resumed,
+                        num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=resumed,
                         num_intra_op_studies=len(search.studies), num_trials=search.num_trials, best_from=source)
     candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
-    result = SearchResult(plan=best_plan, estimate=best_estimate, baselines=extras, stats=stats,
-                          candidates=candidates)
+    result = SearchResult(plan=plan, estimate=estimate, baselines=extras, stats=stats, candidates=candidates)
     if result_key is not None:
         cache.store_result(result_key, result)
     return result
