@@ -80,3 +80,42 @@ def test_tp_must_divide_kv_heads():
     with pytest.raises(AutotuneError) as err:
         api.evaluate("llama3-8b", 16, tp=16)
     assert err.value.field == "tp" and "heads" in str(err.value)
+
+
+def test_gpipe_holds_every_micro_batch_1f1b_only_the_pipeline_depth():
+    kwargs = dict(cluster="dgx-a100-80gb", tp=8, pp=4, micro_batch=1, global_batch=64)
+    one_f_one_b = api.evaluate("gpt3-13b", 32, **kwargs)
+    gpipe = api.evaluate("gpt3-13b", 32, schedule="gpipe", **kwargs)
+    assert gpipe.step_time_s == pytest.approx(one_f_one_b.step_time_s)  # same formula (Alpa eq. 1)
+    act_1f1b = one_f_one_b.stages[0].memory_bytes["activations_bytes"]
+    # dp = 1, so 64 micro-batches: GPipe keeps all 64 on stage 0, 1F1B the pipeline depth, 4
+    assert gpipe.stages[0].memory_bytes["activations_bytes"] == pytest.approx(act_1f1b * 64 / 4)
+
+
+def test_custom_cluster_file(tmp_path):
+    (tmp_path / "mine.toml").write_text('''
+device = "h100"
+gpus_per_node = 4
+source = "a test cluster: 4 H100 per node on a slower network"
+[intra_node]
+name = "nvlink"
+latency_s = 6.6e-6
+step_latency_s = 0.6e-6
+bandwidth = 370e9
+[inter_node]
+name = "ethernet"
+latency_s = 20e-6
+step_latency_s = 10e-6
+bandwidth = 12.5e9
+[host_link]
+name = "pcie5"
+latency_s = 5e-6
+step_latency_s = 0.0
+bandwidth = 52e9
+''')
+    mine = api.evaluate("gpt3-1.3b", 16, cluster=str(tmp_path / "mine.toml"), global_batch=64)
+    dgx = api.evaluate("gpt3-1.3b", 16, cluster="dgx-h100", global_batch=64)
+    assert mine.breakdown["dp_comm_s"] > dgx.breakdown["dp_comm_s"]  # 12.5 GB/s Ethernet vs 47 GB/s NDR
+    with pytest.raises(AutotuneError) as err:
+        api.evaluate("gpt3-1.3b", 6, cluster=str(tmp_path / "mine.toml"))
+    assert err.value.field == "gpus" and "multiple of 4" in str(err.value)

@@ -42,6 +42,7 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree (default: the rest)")
     parser.add_argument("--cp", type=positive_int, default=1, help="context-parallel degree")
     parser.add_argument("--vpp", type=positive_int, default=1, help="virtual stages per pipeline rank (interleaved 1F1B)")
+    parser.add_argument("--schedule", default=None, help="pipeline schedule: 1f1b (default), gpipe, or interleaved (with --vpp > 1)")
     parser.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch per data-parallel replica")
     parser.add_argument("--recompute", default="none", help="activation recomputation: none, selective or full")
     sp = parser.add_mutually_exclusive_group()

@@ -79,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     estimate = evaluate(
         model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=_workload(args, model),
         tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch,
-        recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero,
+        recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero, schedule=args.schedule,
         overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens, **options)
     if args.json:
