@@ -60,27 +60,45 @@ def study_name_for(refs: dict[str, Any]) -> str:
     return f"{refs['model']['name']}-{refs['gpus']}gpus-{digest}"
 
 
-def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: Path | None) -> SearchResult:
+PLOT_MODES = ("sync", "background", "none")
+
+
+def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: Path | None, study=None,
+            plots: str = "sync") -> SearchResult:
     if run_dir is None:
         return result
     from autotune.outputs.run_dir import write_run
-    from autotune.search_outputs import report_for
+    from autotune.search_outputs import report_for, write_search_plots
 
     result = SearchResult(plan=result.plan, estimate=result.estimate, baselines=result.baselines,
                           stats=result.stats, candidates=result.candidates, run_dir=str(run_dir))
     plan_file = plan_file_dict(plan=result.plan, model=problem.model, workload=problem.workload,
                                cluster=refs["cluster"], profile=None, estimate=result.estimate.to_dict())
     plan_file["profile"] = refs["profile"]
-    write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs},
-              report=report_for(problem, result))
+    report = report_for(problem, result)
+    write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs}, report=report)
+    _close(study)  # SQLite folds its write-ahead log back into study.db
+    if plots == "sync":
+        write_search_plots(run_dir, result, study, report=report)  # last: a plotting failure cannot lose the run
+    elif plots == "background":
+        from autotune.search_outputs import plots_in_background
+
+        plots_in_background(run_dir)
     return result
+
+
+def _close(study) -> None:
+    storage = getattr(study, "_storage", None)
+    engine = getattr(getattr(storage, "_backend", storage), "engine", None)
+    if engine is not None:
+        engine.dispose()
 
 
 def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, space: Any = "default",
            seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
            seq_len: int | None = None, dtype: str = "bf16", attention: str = "flash", run_dir: str | Path | None = None,
            storage: str | None = None, study_name: str | None = None, progress=None, announce=None,
-           cache: bool = True) -> SearchResult:
+           cache: bool = True, plots: str = "sync") -> SearchResult:
     """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``.
 
     ``run_dir`` (an empty or new directory) keeps the plan study in ``run_dir/study.db`` and
@@ -88,12 +106,18 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     ``postgresql+psycopg://...``) keeps the study there instead, shared with ``autotune worker``
     processes (``announce(study_name, url)`` is called once the slices are queued). ``cache``
     uses the process-wide plan cache (autotune.search.cache): a repeated query returns at once
-    and another GPU count of the same model reuses stage costs.
+    and another GPU count of the same model reuses stage costs. ``plots`` (with a run
+    directory): ``sync`` draws them before returning, ``background`` in a detached process,
+    ``none`` not at all.
     """
+    from autotune.errors import require_choice
+
+    require_choice("plots", plots, PLOT_MODES)
     if method not in ("optuna", "exhaustive"):
         raise AutotuneError("method", f"{method!r}; choose optuna or exhaustive")
     spec = resolve_model(model)
     work = workload or training_workload(spec, global_batch=global_batch, seq_len=seq_len, dtype=dtype, attention=attention)
+    _check_length(spec, work)
     load_space(space)  # a bad space name fails before anything is written
     refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
                         seed=seed, method=method) if (run_dir or storage) else None
@@ -111,8 +135,19 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
         wait_for_slices(study, keys)
     from autotune.search.cache import PLAN_CACHE
 
-    result = run_search(problem, study=study, progress=progress, cache=PLAN_CACHE if cache else None)
-    return _finish(problem, refs, result, path)
+    result = run_search(problem, study=study, progress=progress, cache=PLAN_CACHE if cache else None,
+                        shared=storage is not None)
+    return _finish(problem, refs, result, path, study, plots)
+
+
+def _check_length(model, workload) -> None:
+    """Sequences longer than the model's positions are refused before any work."""
+    from autotune.errors import require
+
+    longest = getattr(workload, "max_context_len", workload.seq_len)
+    field = "seq_len" if getattr(workload, "kind", "train") == "train" else "prompt_len"
+    require(longest <= model.max_seq_len, field,
+            f"{longest} positions exceed {model.name}'s maximum sequence length {model.max_seq_len}")
 
 
 def _open_study(refs, run_dir, storage, study_name):
@@ -128,7 +163,7 @@ def _open_study(refs, run_dir, storage, study_name):
     return open_study(url, study_name or study_name_for(refs), refs, heartbeat=storage is not None), path
 
 
-def resume(run_dir: str | Path, *, progress=None) -> SearchResult:
+def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> SearchResult:
     """Continue an interrupted search from its run directory's study; finished slices are kept."""
     from autotune.outputs.run_dir import STUDY_FILE, study_url
     from autotune.search.store import PROBLEM_ATTR, open_study
@@ -150,7 +185,7 @@ def resume(run_dir: str | Path, *, progress=None) -> SearchResult:
     if not refs:
         raise AutotuneError("resume", f"the study in {str(path)!r} has no recorded problem")
     problem = problem_from_refs(refs)
-    return _finish(problem, refs, run_search(problem, study=study, progress=progress), path)
+    return _finish(problem, refs, run_search(problem, study=study, progress=progress), path, study, plots)
 
 
 def work(study_name: str, storage: str, *, on_done=None) -> int:

@@ -333,3 +333,48 @@ def test_tp_comm_overlap_maps_to_async_tp_and_tp_comm_overlap():
     config = tomllib.loads(export_plan(pf, "torchtitan"))
     assert config["parallelism"]["enable_async_tensor_parallel"] and config["compile"]["enable"]
     assert "--tp-comm-overlap" in megatron_flags(export_plan(pf, "megatron"))
+
+
+# `autotune search --export FORMAT`: the export lands in the run directory; a refusal is reported
+# and the search still succeeds (exit 0). In-process: the CLI's SIGTERM handler is put back after.
+
+@pytest.fixture
+def cli(capsys):
+    import signal
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        out, err = capsys.readouterr()
+        return code, out, err
+    yield run
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_search_export_writes_into_the_run_directory_like_autotune_export(tmp_path, cli):
+    code, out, err = cli("search", "--model", "small", "--gpus", "4", "--runs-dir", str(tmp_path), "--export",
+                         "megatron", "--json")
+    assert code == 0, err
+    report = json.loads(out)
+    run = Path(report["run_dir"])
+    assert report["export"]["path"] == str(run / "export-megatron.args") and report["export"]["refused"] is None
+    code, again, _ = cli("export", str(run), "--format", "megatron")  # autotune export on the run directory
+    assert code == 0 and (run / "export-megatron.args").read_text() == again
+    assert megatron_flags(again)["--micro-batch-size"] == str(report["plan"]["micro_batch"])
+
+
+def test_search_export_refusal_is_one_line_and_the_search_succeeds(tmp_path, cli):
+    code, out, err = cli("search", "--model", "small", "--gpus", "4", "--runs-dir", str(tmp_path), "--export",
+                         "torchtitan")
+    assert code == 0 and err.count("\n") == 1 and "no torchtitan export: model: torchtitan cannot express" in err, err
+    (run,) = tmp_path.iterdir()
+    assert f"run directory: {run}" in out and "torchtitan config" not in out
+    assert (run / "plan.json").exists() and not list(run.glob("export-*"))
+
+
+@pytest.mark.parametrize("extra", [["--no-run-dir"], ["--storage", "sqlite:///unused.db"]])
+def test_search_export_needs_a_run_directory(tmp_path, cli, extra):
+    code, _, err = cli("search", "--model", "small", "--gpus", "4", "--runs-dir", str(tmp_path), "--export",
+                       "megatron", *extra)
+    assert code == 2 and err.count("\n") == 1 and "export" in err and not list(tmp_path.iterdir())

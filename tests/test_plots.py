@@ -133,3 +133,97 @@ def test_pareto_front_matches_brute_force():
         assert kept == {p for i, p in enumerate(points) if i not in dominated}
         assert len(front) == len(kept)  # one index per distinct point
         assert [points[i][1] for i in front] == sorted(points[i][1] for i in front)
+
+
+# Plots of a search's run directory (autotune.search_outputs, called by autotune.search_api).
+
+@pytest.fixture(scope="module")
+def search_run(tmp_path_factory):
+    from autotune.search_api import search
+
+    run = tmp_path_factory.mktemp("runs") / "run"
+    return run, search("small", 4, run_dir=run, cache=False)
+
+
+def _run_study(run):
+    import optuna
+
+    url = f"sqlite:///{run / 'study.db'}"
+    (summary,) = optuna.get_all_study_summaries(url)
+    return optuna.load_study(study_name=summary.study_name, storage=url)
+
+
+def test_a_search_run_directory_has_the_plots_its_report_names(search_run):
+    from autotune.search_outputs import PLOT_FILES
+
+    run, result = search_run
+    assert result.run_dir == str(run)
+    for name in PLOT_FILES:
+        width, height = _png_size(run / f"{name}.png")
+        assert 400 <= width <= 3000 and 200 <= height <= 2000
+    report = (run / "report.md").read_text()
+    assert report.startswith("# Plan for small") and report.count("## Plots") == 1
+    assert [line.split("`")[1] for line in report.split("## Plots")[1].splitlines() if line.startswith("- ")] == \
+        [f"{name}.png" for name in PLOT_FILES]
+
+
+def test_run_plots_draw_the_plan_study_and_the_candidates(search_run):
+    from autotune.search_outputs import pareto_points, slice_history
+
+    run, result = search_run
+    history = slice_history(_run_study(run))
+    assert [n for n, _ in history] == list(range(1, result.stats.num_slices + 1))
+    values = [v for _, v in history if v is not None]
+    assert 0 < len(values) <= result.stats.num_slices_solved  # pruned slices have no value
+    points = pareto_points(result)
+    fitting = [e for _, e in result.candidates if e.fits] + [b.estimate for b in result.baselines
+                                                              if b.estimate is not None and b.estimate.fits]
+    assert sorted(p[:2] for p in points) == sorted((e.tokens_per_s, e.peak_memory_bytes_per_gpu) for e in fitting)
+    assert max(p[0] for p in points) == pytest.approx(result.estimate.tokens_per_s)
+    if result.stats.best_from == "search":
+        assert min(values) == pytest.approx(result.estimate.step_time_s)
+
+
+def test_the_run_study_opens_with_optuna_load_study(search_run):
+    run, result = search_run
+    study = _run_study(run)
+    assert len(study.trials) == result.stats.num_slices
+    assert study.user_attrs["problem"]["model"]["name"] == "small"
+
+
+def test_the_run_study_opens_in_optuna_dashboard(search_run):
+    """What `optuna-dashboard sqlite:///RUN/study.db` serves (pip install -e '.[dashboard]')."""
+    import json
+    from wsgiref.util import setup_testing_defaults
+
+    dashboard = pytest.importorskip("optuna_dashboard")
+    run, result = search_run
+    app = dashboard.wsgi(f"sqlite:///{run / 'study.db'}")
+
+    def get(path: str) -> dict:
+        environ, status = {"PATH_INFO": path}, []
+        setup_testing_defaults(environ)
+        body = b"".join(app(environ, lambda code, headers, exc_info=None: status.append(code)))
+        assert status == ["200 OK"], body[:500]
+        return json.loads(body)
+
+    (summary,) = get("/api/studies")["study_summaries"]
+    assert summary["study_name"] == _run_study(run).study_name
+    detail = get(f"/api/studies/{summary['study_id']}")
+    assert len(detail["trials"]) == result.stats.num_slices
+
+
+def test_a_plotting_failure_is_one_line_and_keeps_the_run(tmp_path, monkeypatch, capsys):
+    import autotune.outputs.plots as plots
+    from autotune.search_api import search
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no fonts here")
+
+    monkeypatch.setattr(plots, "write_run_plots", broken)
+    result = search("small", 2, run_dir=tmp_path / "run")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "plots not written" in err and "no fonts here" in err
+    kept = {p.name for p in (tmp_path / "run").iterdir() if not p.name.startswith("study.db-")}  # -wal, -shm: open
+    assert kept == {"plan.json", "search.json", "report.md", "study.db"}
+    assert "## Plots" not in (tmp_path / "run" / "report.md").read_text() and result.run_dir == str(tmp_path / "run")

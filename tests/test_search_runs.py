@@ -127,3 +127,17 @@ def test_corrupt_study_database(tmp_path):
     assert code == 2 and "corrupt" in err and err.count("\n") == 1
     with pytest.raises(AutotuneError):
         search_api.resume(run)
+
+
+def test_cli_draws_the_plots_in_the_background(tmp_path):
+    code, out, err = cli("search", "--model", "small", "--gpus", "2", "--json", "--runs-dir", str(tmp_path))
+    assert code == 0, err
+    run = Path(json.loads(out)["run_dir"])
+    deadline = time.monotonic() + 120
+    names = {"timeline.png", "memory.png", "pareto.png", "history.png"}
+    while time.monotonic() < deadline and not names <= {p.name for p in run.iterdir()}:
+        time.sleep(0.2)
+    assert names <= {p.name for p in run.iterdir()}
+    while time.monotonic() < deadline and (run / "plots.log").exists():
+        time.sleep(0.2)
+    assert not (run / "plots.log").exists() and "## Plots" in (run / "report.md").read_text()

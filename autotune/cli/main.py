@@ -26,6 +26,7 @@ COMMANDS = {
     "profile": "autotune.cli.profile_cmd",
     "graph": "autotune.cli.graph_cmd",
     "benchmark": "autotune.cli.benchmark_cmd",
+    "curve": "autotune.cli.curve_cmd",
 }
 
 EXAMPLES = """examples:

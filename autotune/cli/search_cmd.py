@@ -7,6 +7,7 @@ import sys
 
 from autotune.cli.common import add_model_args, add_workload_args
 from autotune.cli.evaluate_cmd import add_inference_args
+from autotune.cli.export_cmd import FORMATS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,7 +29,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--resume", metavar="RUN", default=None, help="continue an interrupted search from its run directory")
     parser.add_argument("--storage", default=None, help="keep the study in this database (postgresql+psycopg://...) shared with `autotune worker`")
     parser.add_argument("--study", default=None, help="study name in --storage (default: derived from the problem)")
+    parser.add_argument("--export", default=None, choices=FORMATS, metavar="FORMAT",
+                        help=f"also write the plan as a {'/'.join(FORMATS)} config into the run directory "
+                             "(a plan the framework cannot express is reported; the search still succeeds)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.add_argument("--plots", default="background", choices=("background", "sync", "none"),
+                        help="draw the run's plots in a detached process after returning (default), before "
+                             "returning (sync), or not at all")
     parser.set_defaults(func=run)
 
 
@@ -51,15 +58,40 @@ def run(args: argparse.Namespace) -> int:
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    if args.space == "cxl-lora" or (args.space.endswith(".toml") and "cxl" in args.space):
+    cxl_lora = args.space == "cxl-lora" or (args.space.endswith(".toml") and "cxl" in args.space)
+    if args.export and not args.resume and (cxl_lora or args.no_run_dir or args.storage):
+        from autotune.errors import AutotuneError
+
+        raise AutotuneError("export", "--export writes into the run directory, so not with --no-run-dir, --storage "
+                                      "or the cxl-lora space; run autotune export on a plan file instead")
+    if cxl_lora:
         from autotune.cli.cxl_lora_cli import run_cxl_lora
 
         return run_cxl_lora(args)
     from autotune import search_api
 
     progress = _progress(args)
-    result = search_api.resume(args.resume, progress=progress) if args.resume else _new_search(args, progress)
-    return _print(args, result)
+    result = (search_api.resume(args.resume, progress=progress, plots=args.plots) if args.resume
+              else _new_search(args, progress))
+    exported = _export(args.export, result.run_dir) if args.export and result.run_dir else None
+    return _print(args, result, exported)
+
+
+def _export(fmt: str, run_dir: str) -> dict:
+    """The run's plan as a ``fmt`` config in the run directory. A plan the framework cannot express
+    is one line on stderr, not an error: the search succeeded and its run is kept."""
+    from autotune.errors import AutotuneError
+    from autotune.outputs.export import write_export
+    from autotune.plan.io import read_plan_file
+
+    try:
+        path, result = write_export(read_plan_file(run_dir), fmt, run_dir=run_dir)
+    except AutotuneError as err:
+        sys.stderr.write(f"autotune search: no {fmt} export: {err}\n")
+        return {"format": fmt, "path": None, "refused": str(err), "notes": []}
+    for note in () if result.notes_in_text else result.notes:  # else they are comments in the file
+        sys.stderr.write(f"note: {note}\n")
+    return {"format": fmt, "path": str(path), "refused": None, "notes": list(result.notes)}
 
 
 def _new_search(args: argparse.Namespace, progress):
@@ -84,7 +116,8 @@ def _new_search(args: argparse.Namespace, progress):
     try:
         return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload,
                                  space=args.space, seed=args.seed, method=args.method, run_dir=run_dir,
-                                 storage=args.storage, study_name=args.study, progress=progress, announce=_announce)
+                                 storage=args.storage, study_name=args.study, progress=progress, announce=_announce,
+                                 plots=args.plots)
     except BaseException:
         _cleanup_failed(run_dir)
         raise
@@ -121,12 +154,12 @@ def _has_finished_slices(run_dir) -> bool:
         return False
 
 
-def _print(args: argparse.Namespace, result) -> int:
+def _print(args: argparse.Namespace, result, exported: dict | None = None) -> int:
     from autotune.cli.common import print_json
     from autotune.outputs.report import plan_table, summary_text, why_it_wins
 
     if args.json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), **({"export": exported} if exported else {})})
         return 0
     capacity = result.estimate.memory_capacity_bytes
     print("\n".join(plan_table(result.plan, result.estimate)))
@@ -143,4 +176,6 @@ def _print(args: argparse.Namespace, result) -> int:
           f"in {s.wall_time_s:.2f} s")
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
+    if exported and exported["path"]:
+        print(f"{exported['format']} config: {exported['path']}")
     return 0

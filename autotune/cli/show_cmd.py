@@ -29,26 +29,10 @@ def run_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def rescore(target: str):
-    """(plan file, estimate) of a run directory or plan file, scored now."""
-    from autotune.api import resolve_cluster
-    from autotune.cost.evaluate import evaluate_plan
-    from autotune.errors import require
-    from autotune.plan.io import read_plan_file
-    from autotune.spec.hardware_data import cluster_from_dict
-
-    plan_file = read_plan_file(target)
-    require(plan_file.model is not None and plan_file.workload is not None, "plan",
-            "this plan file has no model/workload; use autotune evaluate --plan with --model")
-    ref = plan_file.cluster
-    cluster = cluster_from_dict(ref["name"], ref["data"]) if isinstance(ref, dict) else ref
-    cluster_spec = resolve_cluster(cluster, plan_file.profile)
-    return plan_file, evaluate_plan(plan_file.model, plan_file.workload, cluster_spec, plan_file.plan)
-
-
 def run_explain(args: argparse.Namespace) -> int:
     from autotune.cli.common import estimate_table, print_json
     from autotune.outputs.report import plan_table, stage_breakdown_text
+    from autotune.outputs.rescore import rescore
 
     plan_file, estimate = rescore(args.run)
     if args.json:

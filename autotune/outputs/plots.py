@@ -18,7 +18,7 @@ from autotune.outputs.schedule import Block, simulate_schedule
 from autotune.plan.plan import Plan
 
 __all__ = ["stage_pass_times_s", "timeline_figure", "plot_timeline", "memory_figure", "plot_memory", "pareto_front",
-           "plot_pareto", "plot_history", "write_run_plots", "MEMORY_CLASSES"]
+           "plot_pareto", "plot_history", "curve_figure", "plot_curve", "write_run_plots", "MEMORY_CLASSES"]
 
 # Stacked memory classes (Estimate memory keys) and their labels; offloaded bytes are not in HBM.
 MEMORY_CLASSES = (("weights_bytes", "weights"), ("gradients_bytes", "gradients"),
@@ -28,11 +28,16 @@ _COLORS = {"F": "#4C72B0", "B": "#DD8452"}
 _GIB = 2.0**30
 
 
-def _figure(width_in: float, height_in: float) -> Any:
+def _figure(width_in: float, height_in: float, *, left_in: float = 0.85, right_in: float = 0.25,
+            top_in: float = 0.4, bottom_in: float = 0.55) -> Any:
+    """A figure with fixed margins (inches): a layout engine would double the drawing time
+    (0.6 s of the four run plots here), which every search run pays."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(width_in, height_in), dpi=110, layout="constrained")
+    fig = Figure(figsize=(width_in, height_in), dpi=110)
+    fig.subplots_adjust(left=left_in / width_in, right=1.0 - right_in / width_in, top=1.0 - top_in / height_in,
+                        bottom=bottom_in / height_in)
     FigureCanvasAgg(fig)
     return fig
 
@@ -82,14 +87,15 @@ def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = ""
     span = max(b.end_s for b in blocks)
     scale, unit = _time_unit(span)
     num_chunks = 1 + max(b.chunk for b in blocks)
-    fig = _figure(10.0, 1.4 + 0.45 * num_stages)
+    edge_pt = 0.5 if len(blocks) <= 120 * num_stages else 0.0  # white gaps would hide bars of a pixel or two
+    fig = _figure(10.0, 1.4 + 0.45 * num_stages, top_in=0.6)
     ax = fig.add_subplot()
     for stage in range(num_stages):
         for kind in ("F", "B"):
             mine = [b for b in blocks if b.stage == stage and b.kind == kind]
             colors = [_shade(_COLORS[kind], b.chunk, num_chunks) for b in mine]
             bars = ax.broken_barh([(b.start_s * scale, (b.end_s - b.start_s) * scale) for b in mine],
-                                  (stage - 0.4, 0.8), facecolors=colors, edgecolors="white", linewidth=0.5)
+                                  (stage - 0.4, 0.8), facecolors=colors, edgecolors="white", linewidth=edge_pt)
             bars.set_gid("blocks")
     if len(blocks) <= 200:  # micro-batch numbers, while they fit
         for b in blocks:
@@ -116,7 +122,8 @@ def plot_timeline(plan: Plan, estimate: Estimate, path: str | Path, *, title: st
 def memory_figure(estimate: Estimate, *, title: str = "") -> Any:
     """Memory per GPU of each stage, stacked by class, against the device's capacity."""
     stages = estimate.stages
-    fig = _figure(max(5.0, 1.5 + 0.5 * len(stages)), 4.0)
+    width_in = max(5.0, 1.5 + 0.5 * len(stages)) + 1.6  # the legend right of the axes
+    fig = _figure(width_in, 4.0, right_in=1.75)
     ax = fig.add_subplot()
     x = list(range(len(stages)))
     bottom = [0.0] * len(stages)
@@ -170,6 +177,9 @@ def plot_pareto(points: Sequence[tuple[float, float, str]], path: str | Path, *,
         ax.annotate(points[i][2], (mem[i], tput[i]), fontsize=6, xytext=(3, 3), textcoords="offset points")
     if capacity_bytes > 0:
         ax.axvline(capacity_bytes / _GIB, color="crimson", linestyle="--", label="capacity")
+    from matplotlib.ticker import EngFormatter
+
+    ax.yaxis.set_major_formatter(EngFormatter())  # 1.2M, not an offset label under the title
     ax.set_xlabel("peak memory per GPU (GiB)")
     ax.set_ylabel("tokens/s")
     ax.legend(fontsize=8)
@@ -178,7 +188,7 @@ def plot_pareto(points: Sequence[tuple[float, float, str]], path: str | Path, *,
 
 
 def plot_history(trials: Sequence[tuple[int, float | None]], path: str | Path, *, maximize: bool = True,
-                 ylabel: str = "tokens/s", title: str = "") -> Path:
+                 ylabel: str = "tokens/s", xlabel: str = "trial", title: str = "") -> Path:
     """Each trial's value and the best so far; trials without a value (failed, pruned) are skipped."""
     done = sorted((n, v) for n, v in trials if v is not None and math.isfinite(v))
     fig = _figure(7.0, 4.0)
@@ -189,23 +199,75 @@ def plot_history(trials: Sequence[tuple[int, float | None]], path: str | Path, *
         running = v if running is None else (max(running, v) if maximize else min(running, v))
         best.append(running)
     ax.plot([n for n, _ in done], best, color="#C44E52", drawstyle="steps-post", label="best so far")
-    ax.set_xlabel("trial")
+    ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(fontsize=8)
     ax.set_title(title or "optimisation history")
     return _save(fig, path)
 
 
+def _curve_lines(ax: Any, curve: Any) -> list[Any]:
+    """Linear scaling and tokens/s on ``ax`` (log), efficiency on a twin axis; the legend handles."""
+    fits = [p for p in curve.points if p.estimate is not None]
+    if not fits:
+        return []
+    gpus = [p.gpus for p in fits]
+    per_gpu = fits[0].tokens_per_s / fits[0].gpus
+    ax.set_yscale("log")
+    handles = ax.plot(gpus, [g * per_gpu for g in gpus], ":", color="#999999", label="linear scaling")
+    handles += ax.plot(gpus, [p.tokens_per_s for p in fits], "o-", color="#4C72B0", label="tokens/s")
+    eff = ax.twinx()
+    handles += eff.plot(gpus, [100 * p.efficiency for p in fits], "s--", color="#DD8452",
+                        label="scaling efficiency (right axis)")
+    eff.axhline(100 * curve.efficiency_threshold, color="#DD8452", linewidth=0.6, linestyle=":")
+    eff.set_ylim(0, max(110.0, 105 * max(p.efficiency for p in fits)))
+    eff.set_ylabel("scaling efficiency (%)")
+    return handles
+
+
+def curve_figure(curve: Any, *, title: str = "") -> Any:
+    """A scaling curve (autotune.search.curve.ScalingCurve) on log-log axes: tokens/s and linear
+    scaling from the smallest fitting count, scaling efficiency (right axis), the knee marked;
+    counts where nothing fits are crosses on the GPU axis."""
+    from matplotlib.ticker import NullLocator
+
+    fig = _figure(7.5, 5.0, right_in=0.85, top_in=0.45, bottom_in=1.15)
+    ax = fig.add_subplot()
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([p.gpus for p in curve.points], [str(p.gpus) for p in curve.points], fontsize=8)
+    ax.xaxis.set_minor_locator(NullLocator())
+    handles = _curve_lines(ax, curve)
+    nofit = [p.gpus for p in curve.points if p.estimate is None]
+    if nofit:
+        handles += ax.plot(nofit, [0.0] * len(nofit), "x", color="crimson", transform=ax.get_xaxis_transform(),
+                           clip_on=False, label="nothing fits")
+    if curve.knee_gpus is not None:
+        handles.append(ax.axvline(curve.knee_gpus, color="crimson", linestyle="--", linewidth=1.0,
+                                  label=f"knee: {curve.knee_gpus} GPUs (efficiency >= "
+                                        f"{100 * curve.efficiency_threshold:.0f}%)"))
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("tokens/s")
+    fig.legend(handles=handles, fontsize=8, loc="lower center", ncols=3, frameon=False)
+    ax.set_title(title or f"{curve.model}: strong scaling", loc="left")
+    return fig
+
+
+def plot_curve(curve: Any, path: str | Path, *, title: str = "") -> Path:
+    """:func:`curve_figure` as a PNG."""
+    return _save(curve_figure(curve, title=title), path)
+
+
 def write_run_plots(run_dir: str | Path, *, plan: Plan, estimate: Estimate,
                     candidates: Sequence[tuple[float, float, str]] = (),
-                    history: Sequence[tuple[int, float | None]] = ()) -> dict[str, Path]:
+                    history: Sequence[tuple[int, float | None]] = (),
+                    history_axes: dict[str, Any] | None = None) -> dict[str, Path]:
     """The run directory's plots: timeline.png, memory.png, and pareto.png / history.png when
-    candidates / trials are given."""
+    candidates / trials are given (``history_axes``: plot_history's maximize, xlabel, ylabel)."""
     run = Path(run_dir)
     paths = {"timeline": plot_timeline(plan, estimate, run / "timeline.png"),
              "memory": plot_memory(estimate, run / "memory.png")}
     if candidates:
         paths["pareto"] = plot_pareto(candidates, run / "pareto.png", capacity_bytes=estimate.memory_capacity_bytes)
     if history:
-        paths["history"] = plot_history(history, run / "history.png")
+        paths["history"] = plot_history(history, run / "history.png", **(history_axes or {}))
     return paths

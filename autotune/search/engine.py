@@ -117,10 +117,12 @@ def _with_baselines(problem: SearchProblem, best: SliceOutcome):
     return extras, plan, estimate, source
 
 
-def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None) -> SearchResult:
+def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None,
+               shared: bool = False) -> SearchResult:
     """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete.
     ``cache`` (a PlanCache) returns a finished result of the same problem, and lends intra-op
-    studies to other GPU counts of the same model, workload and cluster."""
+    studies to other GPU counts of the same model, workload and cluster. ``shared``: the
+    study's slices were solved by this process and its workers (not resumed from a run)."""
     start = time.perf_counter()
     problem.cluster.check_gpus(problem.gpus)
     keys = plan_slices(problem)
@@ -143,7 +145,7 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     extras, plan, estimate, source = _with_baselines(problem, best)
     pruned = sum(1 for o in outcomes.values() if o.pruned)
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
-                        num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=resumed,
+                        num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=0 if shared else resumed,
                         num_intra_op_studies=len(search.studies), num_trials=search.num_trials, best_from=source)
     candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
     result = SearchResult(plan=plan, estimate=estimate, baselines=extras, stats=stats, candidates=candidates)

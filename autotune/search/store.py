@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import warnings
 from typing import Any
 
@@ -17,15 +18,30 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, require
 
 __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "queued_params", "slice_attrs",
-           "slice_value", "PROBLEM_ATTR", "HEARTBEAT_S"]
+           "slice_value", "PROBLEM_ATTR", "HEARTBEAT_S", "NO_FIT_VALUE", "heartbeat_settings"]
 
 PROBLEM_ATTR = "problem"
-HEARTBEAT_S = 5
-GRACE_S = 20
+HEARTBEAT_S = 5  # seconds between heartbeats of a running trial; $AUTOTUNE_HEARTBEAT_S overrides
+GRACE_S = 20  # seconds without a heartbeat before a trial's process counts as dead; $AUTOTUNE_GRACE_S overrides
 _DISTRIBUTIONS = {"dp": IntDistribution(1, 1 << 20), "micro_batch": IntDistribution(1, 1 << 20)}
+
+
+def heartbeat_settings() -> tuple[int, int]:
+    """(heartbeat interval, grace period) in whole seconds (Optuna's unit): HEARTBEAT_S and GRACE_S,
+    or $AUTOTUNE_HEARTBEAT_S and $AUTOTUNE_GRACE_S (shorter ones let tests see a dead worker's
+    slice retried in seconds). Every process of a shared study should use the same."""
+    values = []
+    for name, default in (("AUTOTUNE_HEARTBEAT_S", HEARTBEAT_S), ("AUTOTUNE_GRACE_S", GRACE_S)):
+        text = os.environ.get(name, "").strip()
+        value = int(text) if text.isdigit() else (default if not text else 0)
+        require(value > 0, name, f"must be a positive whole number of seconds, got {text!r}")
+        values.append(value)
+    require(values[1] > values[0], "AUTOTUNE_GRACE_S",
+            f"the grace period ({values[1]} s) must exceed the heartbeat interval ({values[0]} s)")
+    return values[0], values[1]
 
 
 def _storage(url: str, heartbeat: bool) -> optuna.storages.BaseStorage:
@@ -33,7 +49,8 @@ def _storage(url: str, heartbeat: bool) -> optuna.storages.BaseStorage:
     with warnings.catch_warnings():  # heartbeats are "experimental" in Optuna 5, and what we need
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
         if heartbeat:
-            kwargs = {"heartbeat_interval": HEARTBEAT_S, "grace_period": GRACE_S,
+            interval_s, grace_s = heartbeat_settings()
+            kwargs = {"heartbeat_interval": interval_s, "grace_period": grace_s,
                       "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)}
         try:
             storage = optuna.storages.RDBStorage(url, **kwargs)
@@ -91,9 +108,12 @@ def slice_attrs(outcome) -> dict[str, Any]:
             "peak_memory_bytes_per_gpu": est.peak_memory_bytes_per_gpu if est else 0.0}
 
 
+NO_FIT_VALUE = 1e30  # the value of a slice with no fitting plan (a trial value must be finite)
+
+
 def slice_value(outcome) -> float:
     value = outcome.step_time_s
-    return value if math.isfinite(value) else 1e30  # a slice with no fitting plan
+    return value if math.isfinite(value) else NO_FIT_VALUE
 
 
 BASE_ROUND = "base"  # slices of the space as given; "offload" marks the fallback round

@@ -8,7 +8,10 @@ queues a copy, so the slice is done once by someone and no finished slice is los
 
 from __future__ import annotations
 
+import os
+import socket
 import time
+import warnings
 
 import optuna
 from optuna.trial import TrialState
@@ -24,6 +27,7 @@ def _objective(study: optuna.Study, search: SliceSearch, on_done):
         if queued_params(study, trial) is None:
             study.stop()  # the queue was empty when this trial was made: stop, count nothing
             raise optuna.TrialPruned("no queued slice")
+        trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")  # who holds the slice
         key = SliceKey(trial.suggest_int("dp", 1, 1 << 20), trial.suggest_int("micro_batch", 1, 1 << 20))
         plan, estimate = search.solve_slice(key)
         outcome = SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=0.0)
@@ -33,6 +37,12 @@ def _objective(study: optuna.Study, search: SliceSearch, on_done):
             on_done(outcome)
         return slice_value(outcome)
     return objective
+
+
+def _fail_stale_trials(study: optuna.Study) -> None:
+    with warnings.catch_warnings():  # "experimental" in Optuna 5 (as in store.py), not the user's concern
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
 
 
 def _states(study: optuna.Study) -> set[TrialState]:
@@ -58,7 +68,7 @@ def work_on_queue(study: optuna.Study, problem: SearchProblem, *, on_done=None, 
         if TrialState.RUNNING not in states:
             return solved[0]
         time.sleep(min(1.0, HEARTBEAT_S))
-        optuna.storages.fail_stale_trials(study)  # a dead worker's slice goes back in the queue
+        _fail_stale_trials(study)  # a dead worker's slice goes back in the queue
 
 
 def queue_slices(study: optuna.Study, problem: SearchProblem) -> list[SliceKey]:
@@ -74,4 +84,4 @@ def wait_for_slices(study: optuna.Study, keys: list[SliceKey], timeout_s: float 
         if time.monotonic() > deadline:
             raise TimeoutError("slices still unfinished")
         time.sleep(min(1.0, HEARTBEAT_S))
-        optuna.storages.fail_stale_trials(study)
+        _fail_stale_trials(study)

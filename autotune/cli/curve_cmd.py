@@ -1,0 +1,87 @@
+"""``autotune curve``: the best plan and throughput at each GPU count (strong scaling), and the knee."""
+
+from __future__ import annotations
+
+import argparse
+
+from autotune.cli.common import add_workload_args, print_json
+
+EXAMPLES = """examples:
+  autotune curve --model large --gpus 1,2,4,8,16,32,64,128,256,512
+  autotune curve --model gpt3-13b --gpus 8,16,32,64,128 --cluster dgx-a100-80gb --global-batch 1024 --json
+  autotune curve --model llama3-8b --gpus 8,16,32,64 --no-run-dir
+
+Writes runs/<timestamp>-<model>-curve/ with curve.json and curve.png (tokens/s and scaling
+efficiency against GPUs, the knee marked) unless --no-run-dir. A count where nothing fits is a
+row saying so, not an error; a count the cluster cannot form is bad input (exit code 2).
+"""
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "curve", help="throughput and scaling efficiency of the best plan at each GPU count, and the knee",
+        description="Search the best plan at each GPU count (same model, cluster and global batch) and print "
+                    "tokens/s, scaling efficiency, step time, MFU, memory and the plan; the knee is the most "
+                    "GPUs whose scaling efficiency is still at least --threshold.",
+        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="preset name or path to a Hugging Face config.json")
+    parser.add_argument("--gpus", required=True, help="comma-separated GPU counts, e.g. 1,2,4,8,16")
+    parser.add_argument("--cluster", default="dgx-h100", help="cluster preset or a cluster file")
+    parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
+    add_workload_args(parser)
+    parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")
+    parser.add_argument("--seed", type=int, default=0, help="random seed of the searches")
+    parser.add_argument("--threshold", type=float, default=0.8,
+                        help="scaling efficiency that defines the knee (default 0.8)")
+    parser.add_argument("--json", action="store_true", help="print the curve as JSON")
+    parser.add_argument("--runs-dir", default="runs", help="where run directories go (default: runs/)")
+    parser.add_argument("--no-run-dir", action="store_true", help="only print: no run directory, no plot")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from autotune.errors import require
+    from autotune.outputs.run_dir import check_writable
+    from autotune.search.curve import parse_gpu_list, scaling_curve
+
+    counts = parse_gpu_list(args.gpus)
+    require(0.0 < args.threshold <= 1.0, "threshold", f"must be in (0, 1], got {args.threshold}")
+    if not args.no_run_dir:
+        check_writable(Path(args.runs_dir))  # before the searches, not after
+    inputs = {"cluster": args.cluster, "profile": args.profile, "global_batch": args.global_batch,
+              "seq_len": args.seq_len, "dtype": args.dtype, "attention": args.attention, "space": args.space,
+              "seed": args.seed}
+    curve = scaling_curve(args.model, counts, efficiency_threshold=args.threshold, **inputs)
+    record = {**curve.to_dict(), "inputs": {**inputs, "gpus": counts}}
+    files = {} if args.no_run_dir else _write_run(Path(args.runs_dir), curve, record)
+    if args.json:
+        print_json({**record, "files": files})
+        return 0
+    from autotune.outputs.curve_report import curve_table
+
+    print("\n".join(curve_table(curve)))
+    for name, path in files.items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _write_run(root, curve, record: dict) -> dict[str, str]:
+    """runs/<timestamp>-<model>-curve/ with curve.json, then curve.png (a plotting failure is one
+    line on stderr; the curve is already written)."""
+    import json
+    import sys
+
+    from autotune.outputs.plots import plot_curve
+    from autotune.outputs.run_dir import create_run_dir
+    from autotune.plan.io import atomic_write_text
+
+    run_dir = create_run_dir(root, curve.model, "curve")
+    atomic_write_text(run_dir / "curve.json", json.dumps(record, indent=2, default=str) + "\n")
+    files = {"run directory": str(run_dir), "curve.json": str(run_dir / "curve.json")}
+    try:
+        files["curve.png"] = str(plot_curve(curve, run_dir / "curve.png"))
+    except Exception as err:  # noqa: BLE001  (the curve itself is written)
+        sys.stderr.write(f"autotune curve: curve.png not written: {type(err).__name__}: {err}\n")
+    return files
