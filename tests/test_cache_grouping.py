@@ -60,13 +60,13 @@ def test_grouped_gemm_cost_by_hand():
     eff = DEVICE.kernel_efficiency
     h, f, e, b = 768, 3072, 2, 8
     compute = coef.lat_c[i] + 2 * b * h * f * coef.spf[i]
-    memory = coef.lat_m + (b * h * e + b * f * e + h * f * e) / (DEVICE.tier("sram").bandwidth_bytes_per_s * eff)
+    memory = coef.lat_m[i] + (b * h * e + b * f * e + h * f * e) / (DEVICE.tier("sram").bandwidth_bytes_per_s * eff)
     assert float(grouped.fwd_ops_s[..., i]) == pytest.approx(max(compute, memory))
     # not resident (the stage has 4 layers, the group 2): its weights come from HBM once
     streamed = grouped_block_times(base, table, DEVICE, "bf16", micro_batch=8, tp=1, cp=1, sequence_parallel=False,
                                    group_layers=2, tile_tokens=8, num_layers=4, tokens_per_seq=1,
                                    out_to_hbm=np.zeros(len(table)))
-    memory = coef.lat_m + (b * h * e + b * f * e) / (DEVICE.tier("sram").bandwidth_bytes_per_s * eff) + h * f * e * coef.spb
+    memory = coef.lat_m[i] + (b * h * e + b * f * e) / (DEVICE.tier("sram").bandwidth_bytes_per_s * eff) + h * f * e * coef.spb[i]
     assert float(streamed.fwd_ops_s[..., i]) == pytest.approx(max(compute, memory))
 
 

@@ -3,8 +3,9 @@
     op_time = max(k * latency_c + flops * seconds_per_flop,   # compute regression
                   k * latency_m + bytes * seconds_per_byte)   # memory regression
 
-with k kernel launches. Coefficients come from the device profile; FLOPs and bytes from the
-operator table divided by the parallel degrees. Every function broadcasts over arrays of
+with k kernel launches. Coefficients come from the device profile (a memory-bound operator
+whose kernel the profile fitted on its own, a norm, activation or softmax, uses that fit);
+FLOPs and bytes from the operator table divided by the parallel degrees. Every function broadcasts over arrays of
 choices (micro-batch, TP, CP, SP), so a search scores thousands of choices in one call.
 """
 
@@ -18,33 +19,45 @@ import numpy as np
 from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile
 
-__all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts"]
+__all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
 _COMPUTE_CLASS = {"gemm": "gemm", "bmm": "bmm", "attention": "attention"}
+
+
+def memory_role(kind: str, name: str) -> str:
+    """Which memory-bound kernel fit prices an operator (DeviceProfile.memory_regression).
+    Cross-entropy is a log-softmax over the vocabulary plus a gather, so softmax's fit prices it."""
+    if kind == "norm":
+        return "norm"
+    if name == "ffn_act":
+        return "activation"
+    if name == "softmax" or kind == "loss":
+        return "softmax"
+    return "stream"
 
 
 @dataclass(frozen=True, eq=False)
 class _Coefficients:
     lat_c: np.ndarray  # per operator, 0 for memory-bound kinds
     spf: np.ndarray
-    lat_m: float
-    spb: float
+    lat_m: np.ndarray  # per operator
+    spb: np.ndarray
 
 
 @lru_cache(maxsize=512)
 def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coefficients:
     """Per-operator regression coefficients (cached per table, device and dtype)."""
-    lat_c = np.zeros(len(table))
-    spf = np.zeros(len(table))
-    for i, kind in enumerate(table.kinds):
+    lat_c, spf, lat_m, spb = (np.zeros(len(table)) for _ in range(4))
+    for i, (kind, name) in enumerate(zip(table.kinds, table.names)):
         op_class = _COMPUTE_CLASS.get(kind)
         if op_class is not None:
             fit = device.regression(op_class, dtype)
             lat_c[i], spf[i] = fit.latency_s, fit.seconds_per_unit
+        memory = device.memory_regression(memory_role(kind, name))
+        lat_m[i], spb[i] = memory.latency_s, memory.seconds_per_unit
     eff = device.kernel_efficiency
-    return _Coefficients(lat_c=lat_c / eff, spf=spf / eff, lat_m=device.memory.latency_s / eff,
-                         spb=device.memory.seconds_per_unit / eff)
+    return _Coefficients(lat_c=lat_c / eff, spf=spf / eff, lat_m=lat_m / eff, spb=spb / eff)
 
 
 @dataclass(frozen=True, eq=False)

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import numpy as np
+
+from autotune.cost.compute import block_times, memory_role
 from autotune.cost.estimate import Estimate, StageEstimate
 from autotune.cost.offload import tier_overflow
 from autotune.cost.pipeline import inflight_microbatches, pipeline_time_s
 from autotune.cost.stage import StageContext, StageCost, StagePosition, stage_cost
 from autotune.errors import require
-from autotune.graph.table import model_tables
+from autotune.graph.table import ModelTables, model_tables
 from autotune.plan.plan import Plan
-from autotune.spec.hardware import ClusterSpec
+from autotune.spec.hardware import ClusterSpec, DeviceProfile
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import TrainingWorkload
 
@@ -65,15 +70,34 @@ def _stage_estimate(index: int, plan: Plan, cost: StageCost, pos: StagePosition,
     )
 
 
-def _uncertainty_pct(cluster: ClusterSpec, dtype: str, compute_share: float, comm_share: float) -> float:
+@lru_cache(maxsize=256)
+def _compute_spread(tables: ModelTables, device: DeviceProfile, dtype: str) -> float:
+    """Residual RMS of the compute and memory fits, weighted by each class's share of a layer's
+    forward+backward kernel time on ``device`` (one micro-batch, no parallelism)."""
+    times = block_times(tables.layer, device, dtype, 1, 1, 1, False)
+    per_op = np.asarray(times.fwd_ops_s + times.bwd_ops_s, dtype=float).reshape(-1)
+    total = float(per_op.sum())
+    spread = 0.0
+    for kind, name, op_s in zip(tables.layer.kinds, tables.layer.names, per_op):
+        fit = device.regression(kind, dtype) if kind in ("gemm", "bmm", "attention") \
+            else device.memory_regression(memory_role(kind, name))
+        spread += op_s / total * fit.residual_rel_std if total > 0 else 0.0
+    return spread
+
+
+def _uncertainty_pct(cluster: ClusterSpec, dtype: str, compute_share: float, comm_share: float,
+                     tables: ModelTables | None = None) -> float:
     """A +-% band: each share of the step carries the relative residual spread (RMS) of the
     fits that price it: the compute and memory regressions of the step's dtype, and the
     measured collectives (the formulas' links have none; they borrow the compute spread).
-    The largest spread is taken, not an average: a fit's residuals are mostly systematic
-    (shape-dependent efficiency), so they do not cancel over a step's many kernels."""
+    A fit's residuals are mostly systematic (shape-dependent efficiency), so they do not cancel
+    over a step's many kernels: with the model's ``tables`` each class's spread is weighted by
+    its share of the kernel time; without them the largest spread is taken."""
     device = cluster.device
     used = [device.regression(op_class, dtype) for op_class in ("gemm", "bmm", "attention")]
-    compute_std = max([r.residual_rel_std for r in used] + [device.memory.residual_rel_std])
+    memory = [device.memory, *device.memory_kernels.values()]
+    largest = max(r.residual_rel_std for r in used + memory)
+    compute_std = largest if tables is None else _compute_spread(tables, device, dtype)
     comm_std = max([r.residual_rel_std for link in (cluster.intra_node, cluster.inter_node)
                     for r in link.collectives.values()] + [0.0])
     return 100.0 * (compute_share * compute_std + comm_share * max(comm_std, compute_std))
@@ -90,17 +114,21 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
     tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl)
     ctx = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=plan.micro_batch,
                        num_microbatches=plan.num_microbatches, vpp=plan.vpp,
-                       overlap_grad_reduce=plan.overlap_grad_reduce,
-                       overlap_param_gather=plan.overlap_param_gather, overlap_tp_comm=plan.overlap_tp_comm,
-                       overlap_p2p_comm=plan.overlap_p2p_comm, grad_bucket_bytes=plan.grad_bucket_bytes)
+                       overlap_grad_reduce=plan.overlap_grad_reduce and cluster.comm_overlaps_compute,
+                       overlap_param_gather=plan.overlap_param_gather and cluster.comm_overlaps_compute,
+                       overlap_tp_comm=plan.overlap_tp_comm and cluster.comm_overlaps_compute,
+                       overlap_p2p_comm=plan.overlap_p2p_comm and cluster.comm_overlaps_compute,
+                       grad_bucket_bytes=plan.grad_bucket_bytes)
     positions = stage_positions(plan, cluster.gpus_per_node)
     costs = [stage_cost(ctx, stage, pos) for stage, pos in zip(plan.stages, positions)]
     return assemble_estimate(plan, workload, cluster, costs, positions,
-                             model_flops_per_step=workload.global_batch * tables.model_flops_per_sequence())
+                             model_flops_per_step=workload.global_batch * tables.model_flops_per_sequence(),
+                             tables=tables)
 
 
 def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSpec, costs: list[StageCost],
-                      positions: list[StagePosition], model_flops_per_step: float) -> Estimate:
+                      positions: list[StagePosition], model_flops_per_step: float,
+                      tables: ModelTables | None = None) -> Estimate:
     """Combine stage costs with the schedule into an :class:`Estimate`."""
     times = [c.time.microbatch_s for c in costs]
     b = plan.num_microbatches
@@ -132,6 +160,6 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         mfu=model_flops_per_step / (step_s * plan.gpus * cluster.device.peak(workload.dtype)),
         peak_memory_bytes_per_gpu=peak_stage.peak_memory_bytes, memory_capacity_bytes=capacity,
         breakdown=breakdown, memory_breakdown=dict(peak_stage.memory_bytes),
-        uncertainty_pct=_uncertainty_pct(cluster, workload.dtype, 1.0 - comm / step_s, comm / step_s),
+        uncertainty_pct=_uncertainty_pct(cluster, workload.dtype, 1.0 - comm / step_s, comm / step_s, tables),
         model_flops_per_step=model_flops_per_step, stages=tuple(stages), reason=reason,
     )

@@ -16,11 +16,13 @@ from autotune.errors import AutotuneError, require
 
 __all__ = [
     "Regression", "MemoryTier", "DeviceProfile", "LinkLevel", "ClusterSpec", "TIER_NAMES",
-    "COLLECTIVES",
+    "COLLECTIVES", "MEMORY_KERNEL_ROLES",
 ]
 
 TIER_NAMES = ("sram", "hbm", "host", "cxl")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+# Memory-bound kernels a profile may fit apart from streaming copies (DeviceProfile.memory_kernels).
+MEMORY_KERNEL_ROLES = ("norm", "activation", "softmax")
 
 
 def _finite_nonneg(field_name: str, value: float) -> None:
@@ -90,7 +92,10 @@ class DeviceProfile:
     the numbers. ``compute[(op_class, dtype)]`` is the compute regression (per FLOP) of an operator class:
     ``gemm`` (dense matmuls), ``bmm`` (attention's batched matmuls when unfused) and
     ``attention`` (a fused flash-attention kernel). ``memory`` is the regression (per byte) of
-    memory-bound kernels against the HBM tier. ``reserved_bytes`` is device memory that
+    memory-bound kernels against the HBM tier; ``memory_kernels`` optionally holds measured
+    per-byte fits of memory-bound kernels that do more than stream (``norm``, ``activation``,
+    ``softmax``: on a CPU core their reductions and transcendentals are compute bound), which
+    price those operators instead (:meth:`memory_regression`). ``reserved_bytes`` is device memory that
     tensors cannot use (CUDA context, library workspaces, allocator fragmentation).
     ``kernel_efficiency`` is the share of micro-benchmark speed that kernels keep inside a
     whole training step (sustained clocks, launch gaps, framework overhead); kernel times are
@@ -108,9 +113,13 @@ class DeviceProfile:
     aliases: tuple[str, ...] = ()
     kernel_efficiency: float = 1.0
     kernel_efficiency_source: str = ""
+    memory_kernels: Mapping[str, Regression] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         require(self.kind in ("gpu", "cpu"), "device.kind", "must be 'gpu' or 'cpu'")
+        unknown = sorted(set(self.memory_kernels) - set(MEMORY_KERNEL_ROLES))
+        require(not unknown, "device.regressions.memory_kernels",
+                f"unknown kernel {', '.join(unknown)}; known: {', '.join(MEMORY_KERNEL_ROLES)}")
         require(0 < self.kernel_efficiency <= 1, "device.kernel_efficiency",
                 f"must be in (0, 1], got {self.kernel_efficiency!r}")
         names = [t.name for t in self.tiers]
@@ -123,6 +132,7 @@ class DeviceProfile:
                 "must be below the HBM capacity")
         object.__setattr__(self, "peak_flops", _frozen(self.peak_flops))
         object.__setattr__(self, "compute", _frozen(self.compute))
+        object.__setattr__(self, "memory_kernels", _frozen(self.memory_kernels))
 
     def tier(self, name: str) -> MemoryTier:
         for tier in self.tiers:
@@ -150,7 +160,14 @@ class DeviceProfile:
             return self.compute[(op_class, "bf16")]
         if op_class != "gemm":
             return self.regression("gemm", dtype)
-        raise AutotuneError("profile", f"{self.name} has no compute regression for {op_class}/{dtype}")
+        have = sorted({d for (_, d) in self.compute})
+        raise AutotuneError("dtype", f"{self.name} has no compute regression for {op_class}/{dtype}; "
+                                     f"its profile fits {', '.join(have) or 'no dtype'}")
+
+    def memory_regression(self, role: str) -> Regression:
+        """The per-byte fit pricing memory-bound operators of ``role`` (``stream`` or one of
+        MEMORY_KERNEL_ROLES): its own measured fit where the profile has one, else ``memory``."""
+        return self.memory_kernels.get(role, self.memory)
 
     def peak(self, dtype: str) -> float:
         """Peak dense FLOP/s for ``dtype`` (used for MFU)."""
@@ -199,6 +216,8 @@ class ClusterSpec:
     when a tensor class is offloaded. ``max_nodes`` of ``None`` means "as many as asked for".
     ``cores_per_node`` (CPU clusters, where a "GPU" is one worker process) is the number of
     cores the node's workers share; ``None`` for GPU clusters (see :meth:`for_gpus`).
+    ``comm_overlaps_compute`` is False where no core is spare for communication (see
+    :meth:`for_gpus`): collectives then cost their full time.
     """
 
     name: str
@@ -211,6 +230,7 @@ class ClusterSpec:
     max_nodes: int | None = None
     source: str = ""
     cores_per_node: int | None = None
+    comm_overlaps_compute: bool = True
 
     def __post_init__(self) -> None:
         require(isinstance(self.gpus_per_node, int) and self.gpus_per_node > 0,
@@ -221,11 +241,14 @@ class ClusterSpec:
     def for_gpus(self, gpus: int) -> "ClusterSpec":
         """The cluster as ``gpus`` workers see it: on a CPU node with more worker processes than
         cores, each worker gets cores/workers of a core, so its kernels run that much slower
-        (the device profile was measured with a core to itself). Unchanged otherwise."""
+        (the device profile was measured with a core to itself). With as many workers as cores
+        or more, no core is left for gloo's collectives, which are CPU work (their threads use
+        about the collective's fitted time in CPU, measured by ``autotune validate``), so they
+        cannot hide behind compute. Unchanged otherwise."""
         workers = min(gpus, self.gpus_per_node)
-        if self.cores_per_node is None or workers <= self.cores_per_node:
+        if self.cores_per_node is None or workers < max(2, self.cores_per_node):
             return self
-        return _oversubscribed(self, self.cores_per_node / workers)
+        return _oversubscribed(self, min(1.0, self.cores_per_node / workers))
 
     def check_gpus(self, gpus: int) -> None:
         """GPU counts this cluster can form: up to one node, or whole nodes."""
@@ -251,7 +274,9 @@ class ClusterSpec:
 def _oversubscribed(cluster: ClusterSpec, core_share: float) -> ClusterSpec:
     # Cached so the cost model's per-device caches see one device object per (cluster, share).
     device = cluster.device
-    slowed = device.with_changes(
-        kernel_efficiency=device.kernel_efficiency * core_share,
-        kernel_efficiency_source=f"{device.kernel_efficiency_source}; x{core_share:.3g}: workers share cores")
-    return cluster.with_changes(device=slowed)
+    if core_share < 1.0:
+        device = device.with_changes(
+            kernel_efficiency=device.kernel_efficiency * core_share,
+            kernel_efficiency_source=f"{device.kernel_efficiency_source}; x{core_share:.3g}: workers share cores")
+    # cores_per_node=None: the result is the workers' view already (for_gpus is idempotent).
+    return cluster.with_changes(device=device, comm_overlaps_compute=False, cores_per_node=None)

@@ -92,16 +92,19 @@ def device_from_dict(data: dict[str, Any]) -> DeviceProfile:
         regs = data["regressions"]
         compute = {
             (op_class, dtype): regression_from_dict(fit, f"regressions.{op_class}.{dtype}", "seconds_per_flop")
-            for op_class, by_dtype in regs.items() if op_class != "memory"
+            for op_class, by_dtype in regs.items() if op_class not in ("memory", "memory_kernels")
             for dtype, fit in by_dtype.items()
         }
         memory = regression_from_dict(regs["memory"], "regressions.memory", "seconds_per_byte")
+        kernels = {role: regression_from_dict(fit, f"regressions.memory_kernels.{role}", "seconds_per_byte")
+                   for role, fit in regs.get("memory_kernels", {}).items()}
         return DeviceProfile(
             name=data["name"], kind=data.get("kind", "gpu"), peak_flops=peaks, tiers=tiers,
             compute=compute, memory=memory, reserved_bytes=_number(data, "reserved_bytes", "device"),
             provenance=data.get("provenance", ""), aliases=tuple(data.get("aliases", ())),
             kernel_efficiency=float(data.get("kernel_efficiency", 1.0)),
             kernel_efficiency_source=str(data.get("kernel_efficiency_source", "")),
+            memory_kernels=kernels,
         )
     except KeyError as err:
         raise AutotuneError("device", f"device data lacks {err.args[0]!r}") from None

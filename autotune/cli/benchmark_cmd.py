@@ -1,0 +1,96 @@
+"""``autotune benchmark``: time the real torch transformer and print the cost model's
+prediction for the same device next to it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from autotune.cli.common import fmt_bytes, fmt_s, positive_int, print_json
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "benchmark", help="time forward and backward of the real model; compare with the cost model",
+        description="Time the reference transformer of a preset (5 warm-up, 10 measured steps, mean and "
+                    "standard deviation, as seed 002) with its peak memory, next to the cost model's prediction.")
+    parser.add_argument("--model", required=True, help="preset name or Hugging Face config.json")
+    parser.add_argument("--dtype", default="fp32", help="fp32, or bf16/fp16 under autocast (fp32 weights)")
+    parser.add_argument("--backward", action="store_true", help="also time forward + backward")
+    parser.add_argument("--batch", type=positive_int, default=1, help="sequences per step (default 1)")
+    parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (preset default)")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda (cuda:N)")
+    parser.add_argument("--threads", type=positive_int, default=1, help="torch threads (default 1, as a worker)")
+    parser.add_argument("--warmup", type=int, default=5, help="warm-up steps (default 5)")
+    parser.add_argument("--steps", type=positive_int, default=10, help="measured steps (default 10)")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="wall clock (seed 002), or the thread's CPU time (one CPU thread; leaves out other "
+                             "processes' time slices on a shared machine)")
+    parser.add_argument("--cluster", default=None, help="cluster whose device predicts (default: cpu, or dgx-h100 on cuda)")
+    parser.add_argument("--profile", default=None, help="profile JSON replacing the device's fits")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=run)
+
+
+def _rows(data: dict[str, Any]) -> list[str]:
+    rows = [f"{'':16s} {'mean':>10s} {'std':>10s} {'predicted':>10s} {'error':>8s}"]
+    for key, label in (("forward", "forward"), ("forward_backward", "forward+backward")):
+        m = data.get(key)
+        if m is None:
+            continue
+        err = 100 * (m["predicted_s"] / m["mean_s"] - 1)
+        rows.append(f"{label:16s} {fmt_s(m['mean_s']):>10s} {fmt_s(m['std_s']):>10s} "
+                    f"{fmt_s(m['predicted_s']):>10s} {err:+7.1f}%")
+    rows.append(f"peak memory      {fmt_bytes(data['peak_memory_bytes'])} live tensors in a forward+backward step "
+                f"({fmt_bytes(data['persistent_bytes'])} parameters and inputs)")
+    return rows
+
+
+def _predicted(args: argparse.Namespace, spec: Any, seq_len: int) -> tuple[Any, tuple[float, float]]:
+    """The predicting device and its (forward, backward) seconds for the benchmarked batch."""
+    from autotune.api import resolve_cluster
+    from autotune.calibrate.passes import model_pass_s
+    from autotune.graph.table import model_tables
+    from autotune.spec.workload import bytes_per_element
+
+    cluster = resolve_cluster(args.cluster or ("dgx-h100" if args.device.startswith("cuda") else "cpu"), args.profile)
+    tables = model_tables(spec, seq_len, bytes_per_element(args.dtype), "flash")
+    return cluster.device, model_pass_s(tables, cluster.device, args.dtype, args.batch)
+
+
+def run(args: argparse.Namespace) -> int:
+    from autotune.errors import AutotuneError, require, require_choice
+    from autotune.spec.presets import default_training_shape, resolve_model
+    from autotune.spec.workload import DTYPES
+    from profilers.benchmark import benchmark_model
+
+    require_choice("dtype", args.dtype, DTYPES)
+    require(args.warmup >= 0, "--warmup", "must be >= 0")
+    require(args.clock == "wall" or (args.device == "cpu" and args.threads == 1), "--clock",
+            "cpu times one CPU thread; use wall with --threads > 1 or on CUDA")
+    spec = resolve_model(args.model)
+    seq_len = args.seq_len or default_training_shape(spec)[1]
+    device, (fwd_s, bwd_s) = _predicted(args, spec, seq_len)
+    try:
+        result = benchmark_model(spec, batch=args.batch, seq_len=seq_len, dtype=args.dtype, backward=args.backward,
+                                 device=args.device, warmup=args.warmup, steps=args.steps, threads=args.threads,
+                                 clock=args.clock)
+    except ValueError as err:
+        raise AutotuneError("device", f"{args.device!r}: {err}") from None
+    timing = lambda t, pred: {"mean_s": t.mean_s, "std_s": t.std_s, "predicted_s": pred}  # noqa: E731
+    data: dict[str, Any] = {
+        "model": spec.name, "device": args.device, "predicted_on": device.name, "dtype": args.dtype,
+        "batch": args.batch, "seq_len": seq_len, "threads": args.threads, "warmup": args.warmup, "steps": args.steps,
+        "clock": args.clock,
+        "forward": timing(result.forward, fwd_s),
+        "forward_backward": timing(result.forward_backward, fwd_s + bwd_s) if result.forward_backward else None,
+        "peak_memory_bytes": result.peak_memory_bytes, "persistent_bytes": result.persistent_bytes,
+    }
+    if args.json:
+        print_json(data)
+        return 0
+    print(f"benchmark {spec.name} on {args.device} ({args.dtype}, {args.batch} x {seq_len} tokens, {args.threads} "
+          f"thread(s); {args.warmup} warm-up, {args.steps} measured steps, {args.clock} clock); predicted on "
+          f"{device.name}")
+    print("\n".join(_rows(data)))
+    return 0
