@@ -273,6 +273,8 @@ def _zero3_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: B
     scatter = collective_time_s("reduce_scatter", params * GRAD_COMM_BYTES[dtype], span, cl)
     fwd, bwd = _scalar(layer.fwd_s), _scalar(layer.bwd_s)
     per_layer = np.maximum(0.0, gather - fwd) + np.maximum(0.0, gather + scatter - bwd)
+    if not ctx.overlap_param_gather:  # no prefetch overlap: every gather and scatter is exposed
+        per_layer = 2 * gather + scatter + 0.0 * fwd
     return gather + n * per_layer
 
 
