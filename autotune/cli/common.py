@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-__all__ = ["add_model_args", "add_workload_args", "add_degree_args", "print_json", "fmt_bytes", "fmt_s",
+__all__ = ["add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
            "estimate_table"]
 
 
@@ -24,7 +24,7 @@ def positive_int(text: str) -> int:
 def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True, model_required: bool = True) -> None:
     parser.add_argument("--model", required=model_required, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
     parser.add_argument("--gpus", type=positive_int, required=gpus_required, help="number of GPUs")
-    parser.add_argument("--cluster", default="dgx-h100", help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, cpu) or a cluster file")
+    parser.add_argument("--cluster", default="dgx-h100", help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, cpu) or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -32,7 +32,9 @@ def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = Tru
 def add_workload_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (preset default)")
     parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (preset default)")
-    parser.add_argument("--dtype", default="bf16", help="fp32, or mixed precision bf16/fp16 (fp32 master weights)")
+    parser.add_argument("--dtype", default=None,
+                        help="fp32, or mixed precision bf16/fp16 (fp32 master weights); default bf16, or fp32 on a "
+                             "device whose profile has no bf16 GEMM fit (CPUs)")
     parser.add_argument("--attention", default="flash", help="flash (fused kernel) or unfused (scores in memory, pre-2022 Megatron)")
 
 
@@ -52,6 +54,22 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")
     parser.add_argument("--overlap-tp-comm", action="store_true", help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap)")
     parser.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after the backward pass, not overlapped")
+
+
+def resolve_dtype(args: argparse.Namespace) -> str:
+    """--dtype, or its default: bf16 where the device has a bf16 GEMM fit, else fp32 (a CPU
+    profile refuses bf16 fits whose throughput depends on layout; see docs/profiling.md)."""
+    if args.dtype is not None:
+        return args.dtype
+    from autotune.api import resolve_cluster
+    from autotune.errors import AutotuneError
+
+    device = resolve_cluster(args.cluster, getattr(args, "profile", None)).device  # its errors are the user's
+    try:
+        device.regression("gemm", "bf16")
+    except AutotuneError:
+        return "fp32"
+    return "bf16"
 
 
 def print_json(data: Any) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.cli.common import add_workload_args, print_json
+from autotune.cli.common import add_workload_args, print_json, resolve_dtype
 
 EXAMPLES = """examples:
   autotune curve --model large --gpus 1,2,4,8,16,32,64,128,256,512
@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_run_dir:
         check_writable(Path(args.runs_dir))  # before the searches, not after
     inputs = {"cluster": args.cluster, "profile": args.profile, "global_batch": args.global_batch,
-              "seq_len": args.seq_len, "dtype": args.dtype, "attention": args.attention, "space": args.space,
+              "seq_len": args.seq_len, "dtype": resolve_dtype(args), "attention": args.attention, "space": args.space,
               "seed": args.seed}
     curve = scaling_curve(args.model, counts, efficiency_threshold=args.threshold, **inputs)
     record = {**curve.to_dict(), "inputs": {**inputs, "gpus": counts}}

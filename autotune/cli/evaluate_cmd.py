@@ -42,7 +42,9 @@ def add_memory_args(parser: argparse.ArgumentParser) -> None:
 
 def _workload(args: argparse.Namespace, model: object) -> object:
     from autotune.api import inference_workload, training_workload
+    from autotune.cli.common import resolve_dtype
 
+    args.dtype = resolve_dtype(args)
     if args.workload == "train":
         return training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                                  attention=args.attention)

@@ -15,6 +15,16 @@ MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_states_bytes", "ac
                "temporary_bytes", "reserved_bytes", "offloaded_bytes")
 
 
+def _floats(mapping: Mapping[str, Any]) -> MappingProxyType:
+    return MappingProxyType({key: float(value) for key, value in mapping.items()})
+
+
+def _plain(obj: Any, names: tuple[str, ...], kind: type) -> None:
+    """numpy scalars from vectorised costs become Python numbers (clean repr, JSON, pickles)."""
+    for name in names:
+        object.__setattr__(obj, name, kind(getattr(obj, name)))
+
+
 @dataclass(frozen=True, kw_only=True)
 class StageEstimate:
     """One stage's share: per-micro-batch time parts, per-step tail, and its memory."""
@@ -32,8 +42,10 @@ class StageEstimate:
     bwd_s: float = 0.0  # backward kernels, recomputation included
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "time_s", MappingProxyType(dict(self.time_s)))
-        object.__setattr__(self, "memory_bytes", MappingProxyType(dict(self.memory_bytes)))
+        object.__setattr__(self, "time_s", _floats(self.time_s))
+        object.__setattr__(self, "memory_bytes", _floats(self.memory_bytes))
+        _plain(self, ("microbatch_time_s", "peak_memory_bytes", "inflight_microbatches", "fwd_s", "bwd_s"), float)
+        _plain(self, ("fits",), bool)
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "layers": list(self.layers), "num_gpus": self.num_gpus,
@@ -70,8 +82,11 @@ class Estimate:
     extra: Mapping[str, float] = field(default_factory=dict)  # workload-specific metrics
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "breakdown", MappingProxyType(dict(self.breakdown)))
-        object.__setattr__(self, "memory_breakdown", MappingProxyType(dict(self.memory_breakdown)))
+        object.__setattr__(self, "breakdown", _floats(self.breakdown))
+        object.__setattr__(self, "memory_breakdown", _floats(self.memory_breakdown))
+        _plain(self, ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes_per_gpu",
+                      "memory_capacity_bytes", "uncertainty_pct", "model_flops_per_step"), float)
+        _plain(self, ("fits",), bool)
         object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
         object.__setattr__(self, "stages", tuple(self.stages))
 

@@ -81,6 +81,10 @@ def _megatron_tp(problem) -> int:
     return tp
 
 
+def _tp_words(tp: int) -> str:
+    return f"TP={tp} (GPUs per node, halved until it divides the heads)"
+
+
 def _megatron(problem) -> Baseline:
     """TP = GPUs per node, the smallest PP that fits, DP the rest (Narayanan et al. SC'21 sec. 3.3
     takeaways: TP inside a node, PP across nodes to fit, DP for the rest)."""
@@ -93,17 +97,17 @@ def _megatron(problem) -> Baseline:
             plan, est = _best_inference(problem, tp=tp, pp=pp)
             scored = (plan, est) if plan is not None else None
             if scored and est.fits:
-                return Baseline(name="megatron-rule", description=f"TP={tp} (GPUs per node), smallest PP that fits (PP={pp}), DP the rest",
+                return Baseline(name="megatron-rule", description=f"{_tp_words(tp)}, smallest PP that fits (PP={pp}), DP the rest",
                                 plan=plan, estimate=est)
             last = scored or last
             continue
         for recompute in ("selective", "full"):
             scored = _score(problem, tp=tp, pp=pp, zero=1, recompute=recompute, micro_batch=1)
             if scored and scored[1].fits:
-                return Baseline(name="megatron-rule", description=f"TP={tp} (GPUs per node), smallest PP that fits (PP={pp}), DP the rest",
+                return Baseline(name="megatron-rule", description=f"{_tp_words(tp)}, smallest PP that fits (PP={pp}), DP the rest",
                                 plan=scored[0], estimate=scored[1])
             last = scored or last
-    return Baseline(name="megatron-rule", description=f"TP={tp} (GPUs per node), smallest PP that fits, DP the rest",
+    return Baseline(name="megatron-rule", description=f"{_tp_words(tp)}, smallest PP that fits, DP the rest",
                     plan=last[0] if last else None, estimate=last[1] if last else None,
                     note="no pipeline depth fits")
 

@@ -39,6 +39,10 @@ class SearchProblem:
     seed: int = 0
     method: str = "optuna"  # or "exhaustive"
 
+    def __post_init__(self) -> None:
+        # Stage tables see the cluster as evaluate_plan does: CPU workers sharing cores run slower.
+        object.__setattr__(self, "cluster", self.cluster.for_gpus(self.gpus))
+
 
 @dataclass(frozen=True, order=True)
 class SliceKey:

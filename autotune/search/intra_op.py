@@ -5,8 +5,9 @@ recomputation, ZeRO stage and mesh order, and is scored for every micro-batch si
 count and pipeline position at once (autotune.search.tables). The objective is the fastest
 per-sequence layer time among micro-batch sizes where a one-layer stage fits; memory is an
 Optuna constraint (``trial.set_constraint``, feasible when <= 0). Expert choices are enqueued
-first. A space no larger than the trial budget is enumerated by Optuna's grid sampler, so small
-problems are solved exactly; larger ones by seeded TPE, deterministic per seed.
+first. A space of at most ``grid_max`` choices is enumerated by Optuna's grid sampler (a choice
+costs less to score than a TPE suggestion), so such problems are solved exactly; larger ones
+by seeded TPE with ``n_trials`` trials, deterministic per seed.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> 
 
 
 def _sampler(space: SearchSpace, values: dict[str, list], size: int, seed: int) -> optuna.samplers.BaseSampler:
-    if size <= space.n_trials:  # the whole grid, in a seeded order
+    if size <= space.grid_limit:  # the whole grid, in a seeded order
         return optuna.samplers.GridSampler(values, seed=seed)
     if space.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -76,7 +77,7 @@ def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list
     training = "recompute" in values
     capacity = ctx.cluster.device.memory_bytes
     study = optuna.create_study(direction="minimize", sampler=_sampler(space, values, size, seed))
-    if size > space.n_trials:  # a sampled space starts from the expert choices (a grid covers them)
+    if size > space.grid_limit:  # a sampled space starts from the expert choices (a grid covers them)
         for params in expert_choices(values, model_parallel, space):
             study.enqueue_trial(params, skip_if_exists=True)
     evaluated: dict[StageChoice, ChoiceCosts] = {}
@@ -90,7 +91,7 @@ def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list
         trial.set_constraint("memory", excess)
         return value
 
-    n_trials = min(space.n_trials, size) if size <= space.n_trials else space.n_trials
+    n_trials = size if size <= space.grid_limit else space.n_trials
     study.optimize(objective, n_trials=n_trials)
     return IntraOpResult(model_parallel=model_parallel, dp=ctx.dp, costs=tuple(evaluated.values()),
                          num_trials=len(study.trials))

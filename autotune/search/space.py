@@ -38,6 +38,7 @@ class SearchSpace:
     uniform_stages: bool
     n_trials: int
     sampler: str
+    grid_max: int = 0  # stage spaces of at most this many choices are enumerated (0: n_trials)
     kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
     raw: tuple[tuple[str, Any], ...] = ()
 
@@ -65,7 +66,13 @@ class SearchSpace:
                                        and 0 < float(share) <= 1),
                     "space.kv_cache", f"{value!r}; use hbm, or host:SHARE / cxl:SHARE with 0 < SHARE <= 1")
         require(self.n_trials > 0, "space.n_trials", "must be positive")
+        require(isinstance(self.grid_max, int) and self.grid_max >= 0, "space.grid_max", "must be a whole number >= 0")
         require_choice("space.sampler", self.sampler, ("tpe", "random"))
+
+    @property
+    def grid_limit(self) -> int:
+        """Stage spaces up to this size are enumerated by Optuna's grid sampler."""
+        return max(self.grid_max, self.n_trials)
 
     @property
     def raw_dict(self) -> dict[str, Any]:
@@ -102,7 +109,8 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
             kv_cache=tuple(infer.get("kv_cache", ["hbm"])), cache_grouping=bool(infer.get("cache_grouping", False)),
             max_stages=int(pipe["max_stages"]), max_units_for_uneven_submeshes=int(pipe["max_units_for_uneven_submeshes"]),
             uniform_stages=bool(pipe.get("uniform_stages", False)),
-            n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")), raw=tuple(data.items()))
+            n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")),
+            grid_max=int(opt.get("grid_max", 0)), raw=tuple(data.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None
 
