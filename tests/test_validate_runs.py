@@ -119,6 +119,19 @@ def test_other_plans_run_after_one_that_cannot(tmp_path):
     assert "allows 2" in results[0].message and "--scale" in results[0].message
 
 
+def test_a_plan_predicted_to_outlive_the_timeout_is_not_started():
+    """The default `small` search on the cpu cluster (128 x 512 tokens) is predicted at minutes
+    a step: validate says so at once instead of running into the timeout."""
+    model = load_preset("small")
+    workload = TrainingWorkload(global_batch=128, seq_len=512, dtype="fp32")
+    plan = uniform_plan(num_layers=model.num_layers, gpus=2, dp=2, micro_batch=8, global_batch=128)
+    results = validate_cases([("default", model, workload, plan)], _options(max_world=2, timeout_s=60.0))
+    assert results[0].status == "too-long" and "--scale" in results[0].message
+    assert results[0].predicted_step_time_s * 5 > 60.0  # 3 numerics + 1 memory + 1 timed step
+    assert results[0].measured_step_time_s is None and not results[0].losses  # nothing was launched
+    assert _my_workers() == []
+
+
 def test_cli_validates_a_run_directory_with_scale(tmp_path, capsys):
     run = tmp_path / "runs" / "20250101-large-16"
     plan = uniform_plan(num_layers=36, gpus=16, tp=4, pp=2, micro_batch=2, global_batch=128, sequence_parallel=True)

@@ -150,6 +150,19 @@ def _reference_losses(case: PlanCase, options: ValidateOptions, cache: dict) -> 
     return cache[key]
 
 
+def _too_long(estimate: Estimate | None, options: ValidateOptions) -> str:
+    """Why a case would surely outlive ``--timeout`` (its steps alone, as predicted), or ''."""
+    if estimate is None:
+        return ""
+    steps = options.numerics_steps + 1 + options.warmup_steps + options.measured_steps  # +1: the memory step
+    needed_s = steps * estimate.step_time_s
+    if needed_s <= options.timeout_s:
+        return ""
+    return (f"not run: its {steps} steps are predicted to take {needed_s:,.0f} s here, beyond the "
+            f"{options.timeout_s:g} s timeout; use --scale, a smaller --global-batch/--seq-len in the "
+            "search, or a longer --timeout")
+
+
 def run_case(case: PlanCase, options: ValidateOptions, cache: dict, fault: str = "none") -> PlanResult:
     """Predict, run and compare one case (never raises for a failed run)."""
     from autotune.validate.launch import launch
@@ -165,6 +178,9 @@ def run_case(case: PlanCase, options: ValidateOptions, cache: dict, fault: str =
         check_runnable(config)
     except AutotuneError as err:
         return PlanResult.not_run(case, estimate, status="unsupported", message=str(err), notes=notes)
+    too_long = _too_long(estimate, options) if fault == "none" else ""
+    if too_long:
+        return PlanResult.not_run(case, estimate, status="too-long", message=too_long, notes=notes)
     outcome = launch(config, timeout_s=options.timeout_s)
     if outcome.status != "ok":
         return PlanResult.not_run(case, estimate, status=outcome.status, message=outcome.message, notes=notes)
