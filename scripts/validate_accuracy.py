@@ -17,6 +17,7 @@ import os
 import sys
 
 from autotune.api import resolve_cluster
+from autotune.validate.probe import machine_slowdown
 from autotune.validate.report import format_table, report_dict
 from autotune.validate.runner import ValidateOptions
 from autotune.validate.suite import best_of_rounds, run_suite, suite_figures, with_suite_steps
@@ -31,8 +32,12 @@ def main() -> int:
     args = parser.parse_args()
     options = with_suite_steps(ValidateOptions(cluster=resolve_cluster(args.cluster, args.profile), max_world=2))
     print(f"load average before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
-    best = best_of_rounds(run_suite(options, args.rounds, progress=lambda t: print(t, file=sys.stderr)))
-    figures = suite_figures(best)
+    slowdowns, rounds = [machine_slowdown(options.cluster.device)], []
+    for _ in range(args.rounds):  # a probe GEMM before and after each round: the machine vs its profile
+        rounds += run_suite(options, 1, progress=lambda t: print(t, file=sys.stderr))
+        slowdowns.append(machine_slowdown(options.cluster.device))
+    best = best_of_rounds(rounds)
+    figures = suite_figures(best) | {"probe_slowdowns": [round(x, 3) for x in slowdowns]}
     print(format_table(best))
     print(json.dumps(figures, indent=2))
     if args.json:

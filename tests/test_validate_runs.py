@@ -159,3 +159,11 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(line.startswith("autotune validate: error:") for line in err)
     assert not (tmp_path / "bare.validation.json").exists()
+
+
+def test_machine_probe_times_the_profiled_gemm():
+    from autotune.validate.probe import machine_slowdown
+
+    slowdown = machine_slowdown(resolve_cluster("cpu").device, processes=1, repeats=5)
+    assert 0.2 < slowdown < 20.0  # the shipped profile was measured on this machine kind
+    assert _my_workers() == []
