@@ -23,7 +23,15 @@ MESH_ORDERS = ("tp-cp-dp", "tp-dp-cp", "cp-tp-dp", "cp-dp-tp", "dp-tp-cp", "dp-c
 
 @dataclass(frozen=True, kw_only=True)
 class StagePlan:
-    """One pipeline stage: layers ``[first, last+1)`` on ``num_gpus = tp * cp * dp`` GPUs."""
+    """One pipeline stage: layers ``[first, last+1)`` on ``num_gpus = tp * cp * dp`` GPUs.
+
+    Expert layers are laid out as Megatron-Core does (MoE parallel folding): the same GPUs form
+    ``etp x ep x edp`` for the experts, with ``etp * ep`` dividing ``tp * cp * dp`` and the
+    expert data-parallel degree ``edp = num_gpus / (etp * ep)``. ``dp_shard`` (0: all of dp)
+    is the group parameters/gradients/optimizer states are sharded over when zero > 0 (HSDP:
+    shard over dp_shard, replicate over dp / dp_shard). ``reshard_after_forward`` (ZeRO-3 /
+    FSDP2) frees gathered parameters after each forward, so backward gathers them again.
+    """
 
     layers: tuple[int, int]
     has_embedding: bool
@@ -44,6 +52,10 @@ class StagePlan:
     kv_cache_in_share: float = 1.0  # share of the KV cache in kv_cache_in's tier; the rest stays in HBM
     cache_group_layers: int = 0  # layers per on-chip cache group (0: off; >= the stage's layers: one group)
     cache_tile_tokens: int = 0  # tokens per tile streamed through a cache group (0: no tiling)
+    ep: int = 1  # expert-parallel degree (divides the experts)
+    etp: int = 1  # tensor-parallel degree inside each expert
+    dp_shard: int = 0  # sharding group size inside dp (0: dp, i.e. no replication)
+    reshard_after_forward: bool = True  # ZeRO-3/FSDP2: free gathered parameters after forward
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -63,6 +75,12 @@ class StagePlan:
                 f"gradients can leave HBM only for where the optimizer runs: use hbm or optimizer_in={self.optimizer_in!r}")
         require(isinstance(self.kv_cache_in_share, (int, float)) and 0 < self.kv_cache_in_share <= 1,
                 "kv_cache_in_share", f"must be in (0, 1], got {self.kv_cache_in_share!r}")
+        for name in ("ep", "etp"):
+            require_positive(f"stage.{name}", getattr(self, name))
+        require(self.num_gpus % (self.ep * self.etp) == 0, "stage.ep",
+                f"ep x etp = {self.ep}x{self.etp} must divide the stage's {self.num_gpus} GPUs")
+        require(isinstance(self.dp_shard, int) and self.dp_shard >= 0 and (self.dp_shard == 0 or self.dp % self.dp_shard == 0),
+                "stage.dp_shard", f"must be 0 (all of dp) or divide dp {self.dp}, got {self.dp_shard!r}")
         require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
         require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
                 "cache_tile_tokens", "must be > 0 exactly when cache_group_layers > 0 (a group streams tiles)")
@@ -70,6 +88,16 @@ class StagePlan:
     @property
     def num_layers(self) -> int:
         return self.layers[1] - self.layers[0]
+
+    @property
+    def edp(self) -> int:
+        """Expert data-parallel degree: the replicas of each expert shard."""
+        return self.num_gpus // (self.ep * self.etp)
+
+    @property
+    def shard_degree(self) -> int:
+        """GPUs that ZeRO/FSDP state is sharded over (dp unless HSDP narrows it)."""
+        return self.dp_shard or self.dp
 
 
 @dataclass(frozen=True, kw_only=True)
