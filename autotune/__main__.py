@@ -1,3 +1,12 @@
-from autotune.cli.main import main
+import sys
+
+from autotune.cli import signals
+
+signals.install()  # before the (slower) imports of the commands: a signal at any moment is handled
+try:
+    from autotune.cli.main import main
+except KeyboardInterrupt:
+    sys.stderr.write("autotune: interrupted\n")
+    raise SystemExit(signals.EXIT_INTERRUPTED) from None
 
 raise SystemExit(main())

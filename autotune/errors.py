@@ -5,7 +5,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-__all__ = ["AutotuneError", "closest", "require", "require_positive", "require_choice"]
+__all__ = ["AutotuneError", "NoPlanError", "Interrupted", "closest", "require", "require_positive", "require_choice",
+           "require_type"]
 
 
 class AutotuneError(ValueError):
@@ -19,6 +20,19 @@ class AutotuneError(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+class NoPlanError(AutotuneError):
+    """The request was valid but its answer is negative: no plan fits or meets the targets.
+    The CLI prints it on one line and exits 1 (not 2: nothing the user typed was wrong)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived; ``note`` says what finished work was kept (the CLI exits 130)."""
+
+    def __init__(self, note: str = "") -> None:
+        super().__init__(note)
+        self.note = note
 
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
@@ -54,3 +68,10 @@ def require_choice(field: str, value: object, choices: Iterable[object]) -> None
             hint = f" (did you mean {', '.join(near)}?)" if near else ""
         listed = ", ".join(str(c) for c in options)
         raise AutotuneError(field, f"{value!r} is not valid; choose one of: {listed}{hint}")
+
+
+def require_type(field: str, value: object, types: type | tuple[type, ...], what: str) -> None:
+    """``value`` must be an instance of ``types`` (bool is never an int here); ``what`` says what is valid."""
+    kinds = types if isinstance(types, tuple) else (types,)
+    ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+    require(ok, field, f"must be {what}, got {value!r} ({type(value).__name__})")

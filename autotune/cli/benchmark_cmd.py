@@ -58,6 +58,19 @@ def _predicted(args: argparse.Namespace, spec: Any, seq_len: int) -> tuple[Any, 
     return cluster.device, model_pass_s(tables, cluster.device, args.dtype, args.batch)
 
 
+def _check_device(name: str) -> None:
+    """cpu, cuda or cuda:N, and present here: refused in one line before anything is built."""
+    from autotune.errors import AutotuneError
+    from profilers.timing import resolve_device
+
+    try:
+        resolve_device(name)
+    except ValueError as err:
+        raise AutotuneError("device", f"{name!r}: {err}") from None
+    except RuntimeError:  # torch.device() of an unknown type
+        raise AutotuneError("device", f"{name!r} is not a device type here; use cpu or cuda (cuda:N)") from None
+
+
 def run(args: argparse.Namespace) -> int:
     from autotune.errors import AutotuneError, require, require_choice
     from autotune.spec.presets import default_training_shape, resolve_model
@@ -68,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
     require(args.warmup >= 0, "--warmup", "must be >= 0")
     require(args.clock == "wall" or (args.device == "cpu" and args.threads == 1), "--clock",
             "cpu times one CPU thread; use wall with --threads > 1 or on CUDA")
+    _check_device(args.device)
     spec = resolve_model(args.model)
     seq_len = args.seq_len or default_training_shape(spec)[1]
     device, (fwd_s, bwd_s) = _predicted(args, spec, seq_len)

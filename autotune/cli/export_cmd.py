@@ -35,6 +35,10 @@ def run(args: argparse.Namespace) -> int:
     from autotune.outputs.export import export, write_export
     from autotune.plan.io import read_plan_file
 
+    from autotune.plan.io import check_output_path
+
+    if args.out:
+        check_output_path(args.out)  # before reading and converting: nothing is done that cannot be written
     plan_file = read_plan_file(args.plan)
     if args.out:
         path, result = write_export(plan_file, args.format, args.out)

@@ -77,6 +77,20 @@ def _print(data: dict[str, Any]) -> None:
     print(line)
 
 
+def _check_source_options(args: argparse.Namespace) -> None:
+    """Options of the other source are refused, not ignored: --input goes with --module;
+    --batch, --seq-len and --training with --model."""
+    from autotune.errors import require
+
+    require(not (args.model and args.input), "input",
+            "--input gives a --module's example inputs; with --model use --batch and --seq-len")
+    if args.module:
+        for flag, given in (("--batch", args.batch != 1), ("--seq-len", args.seq_len is not None),
+                            ("--training", args.training)):
+            require(not given, flag.lstrip("-").replace("-", "_"),
+                    f"{flag} shapes the traced --model; a --module's inputs come from --input or its factory")
+
+
 def run(args: argparse.Namespace) -> int:
     from autotune.spec.hardware_data import load_device
     from autotune.spec.presets import default_training_shape, resolve_model
@@ -85,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
     from profilers.trace_inputs import trace_factory, trace_spec, trace_spec_training
 
     require_choice("dtype", args.dtype, DTYPES)
+    _check_source_options(args)
     device = load_device(args.device)
     if args.module:
         traced = trace_factory(args.module, args.input)

@@ -56,23 +56,44 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autotune.errors import AutotuneError
+    from autotune.cli import signals
 
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
+    signals.install()
+    command = "autotune"
     try:
-        return int(args.func(args) or 0)
-    except AutotuneError as err:
-        sys.stderr.write(f"autotune {args.command}: error: {err}\n")
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        command = f"autotune {args.command}" if getattr(args, "command", None) else command
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        code = int(args.func(args) or 0)
+    except BaseException as err:  # noqa: BLE001  (every outcome becomes an exit code and at most one line)
+        return _exit_code(command, err, signals)
+    if signals.received():  # the interrupt was swallowed somewhere, but the user asked to stop
+        sys.stderr.write(f"{command}: interrupted\n")
+        return signals.EXIT_INTERRUPTED
+    return code
+
+
+def _exit_code(command: str, err: BaseException, signals) -> int:
+    from autotune.errors import AutotuneError, Interrupted, NoPlanError
+
+    if isinstance(err, KeyboardInterrupt) or signals.received():
+        note = err.note if isinstance(err, Interrupted) and err.note else ""
+        sys.stderr.write(f"{command}: interrupted{'; ' + note if note else ''}\n")
+        return signals.EXIT_INTERRUPTED
+    if isinstance(err, SystemExit):
+        return err.code if isinstance(err.code, int) else (0 if err.code is None else 2)
+    if isinstance(err, NoPlanError):
+        sys.stderr.write(f"{command}: no plan: {err}\n")
+        return 1
+    if isinstance(err, AutotuneError):
+        sys.stderr.write(f"{command}: error: {err}\n")
         return 2
-    except KeyboardInterrupt:
-        sys.stderr.write(f"autotune {args.command}: interrupted\n")
-        return 130
-    except BrokenPipeError:
+    if isinstance(err, BrokenPipeError):
         return 0
+    raise err
 
 
 if __name__ == "__main__":

@@ -90,10 +90,15 @@ def run(args: argparse.Namespace) -> int:
     from autotune.spec.hardware_data import load_profile
 
     if args.show:
+        from autotune.errors import require
+
+        require(not (args.out or args.refit), "show", "--show prints a profile and writes nothing; drop --out/--refit")
         print(format_fit_report(load_profile(args.show), residuals=args.residuals))
         return 0
     from autotune.calibrate.profile_io import build_profile, write_profile
+    from autotune.plan.io import check_output_path
 
+    check_output_path(args.out or args.refit or f"profile-{args.device.replace(':', '')}.json")  # before measuring
     if args.refit:
         from autotune.calibrate.profile_io import profile_data
 

@@ -29,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
     from autotune.plan.io import atomic_write_text, read_plan
     from autotune.scenarios.seed_experiment import comparison_dict, format_markdown, seed_comparison
 
+    from autotune.plan.io import check_output_path
+
     require_choice("scenario", args.name, SCENARIOS)
+    if args.out:
+        check_output_path(args.out)
     extra = {}
     for item in args.plan:
         name, sep, path = item.partition("=")

@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="draw the run's plots in a detached process after returning (default), before "
                              "returning (sync), or not at all")
     parser.set_defaults(func=run)
+    _DEFAULTS.update({action.dest: action.default for action in parser._actions if action.dest != "help"})
 
 
 def _progress(args: argparse.Namespace):
@@ -54,17 +55,34 @@ def _progress(args: argparse.Namespace):
     return update
 
 
-def run(args: argparse.Namespace) -> int:
-    import signal
+# Options that --resume must not be given: the problem and where it is kept come from RUN.
+_KEPT_WITH_RESUME = {"resume", "quiet", "json", "plots", "export", "func", "command"}
+_DEFAULTS: dict[str, object] = {}
 
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+
+def _check_resume(args: argparse.Namespace) -> None:
+    from autotune.errors import AutotuneError
+
+    for dest, default in _DEFAULTS.items():
+        if dest not in _KEPT_WITH_RESUME and getattr(args, dest, default) != default:
+            flag = "--" + dest.replace("_", "-")
+            why = ("--resume writes RUN's results into RUN" if dest == "no_run_dir" else
+                   "--resume continues the problem and study recorded in RUN")
+            raise AutotuneError(dest, f"{flag} cannot be combined with --resume: {why}; drop {flag}")
+
+
+def run(args: argparse.Namespace) -> int:
     from autotune.cli.scenario_search import STANDALONE_RUNNERS
+    from autotune.errors import AutotuneError, require
     from autotune.search.space import load_space
 
+    if args.resume:
+        _check_resume(args)
     scenario = None if args.resume else STANDALONE_RUNNERS.get(load_space(args.space).kind)
+    require(scenario is not None or not args.set, "set",
+            f"--set overrides a parameter of a standalone space (e.g. --space cxl-lora); space {args.space!r} "
+            "takes none: copy its TOML file, edit it and pass --space FILE.toml")
     if args.export and not args.resume and (scenario or args.no_run_dir or args.storage):
-        from autotune.errors import AutotuneError
-
         raise AutotuneError("export", "--export writes into the run directory, so not with --no-run-dir, --storage "
                                       "or a standalone scenario space; run autotune export on a plan file instead")
     if scenario is not None:
@@ -96,9 +114,8 @@ def _export(fmt: str, run_dir: str) -> dict:
 
 
 def _new_search(args: argparse.Namespace, progress):
-    """Validate everything, then make the run directory, then search (nothing half-written)."""
-    from pathlib import Path
-
+    """Everything is validated by the library before it makes the run directory (nothing
+    half-written; a search stopped before any finished slice leaves nothing behind)."""
     from autotune.search import api as search_api
     from autotune.cli.evaluate_cmd import _workload
     from autotune.errors import require
@@ -108,51 +125,16 @@ def _new_search(args: argparse.Namespace, progress):
     require(args.gpus is not None, "gpus", "give --gpus N (or --resume RUN)")
     model = resolve_model(args.model)
     workload = _workload(args, model)
-    search_api.load_space(args.space)
-    run_dir = None
-    if not (args.no_run_dir or args.storage):
-        from autotune.outputs.run_dir import create_run_dir
-
-        run_dir = create_run_dir(Path(args.runs_dir), model.name, args.gpus)
-    try:
-        return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload,
-                                 space=args.space, seed=args.seed, method=args.method, run_dir=run_dir,
-                                 storage=args.storage, study_name=args.study, progress=progress, announce=_announce,
-                                 plots=args.plots)
-    except BaseException:
-        _cleanup_failed(run_dir)
-        raise
+    runs_dir = None if (args.no_run_dir or args.storage) else args.runs_dir
+    return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload,
+                             space=args.space, seed=args.seed, method=args.method, runs_dir=runs_dir,
+                             storage=args.storage, study_name=args.study, progress=progress, announce=_announce,
+                             plots=args.plots)
 
 
 def _announce(study_name: str, storage: str) -> None:
     sys.stderr.write(f"study {study_name!r} queued; more machines can help with:\n"
                      f"  autotune worker --study {study_name} --storage {storage}\n")
-
-
-def _cleanup_failed(run_dir) -> None:
-    """Nothing half-written: a run directory whose search stopped before any finished slice is removed."""
-    if run_dir is None:
-        return
-    import shutil
-
-    from autotune.outputs.run_dir import STUDY_FILE
-
-    if not (run_dir / STUDY_FILE).exists() or not _has_finished_slices(run_dir):
-        shutil.rmtree(run_dir, ignore_errors=True)
-    else:
-        sys.stderr.write(f"autotune search: finished slices are kept in {run_dir}; continue with "
-                         f"autotune search --resume {run_dir}\n")
-
-
-def _has_finished_slices(run_dir) -> bool:
-    import optuna
-
-    from autotune.outputs.run_dir import study_url
-    try:
-        summaries = optuna.get_all_study_summaries(study_url(run_dir))
-        return any(s.n_trials > 0 for s in summaries)
-    except Exception:
-        return False
 
 
 def _print(args: argparse.Namespace, result, exported: dict | None = None) -> int:

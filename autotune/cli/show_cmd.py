@@ -21,7 +21,10 @@ def run_show(args: argparse.Namespace) -> int:
     from autotune.cli.common import print_json
     from autotune.outputs.run_dir import load_search_record
 
+    from autotune.plan.io import read_plan_file
+
     path, record = load_search_record(args.run)
+    read_plan_file(path)  # a missing or corrupt plan.json is an error, not a report printed as if whole
     if args.json:
         print_json(record)
         return 0

@@ -63,6 +63,9 @@ def run(args: argparse.Namespace) -> int:
     require(world >= 1, "device", "no CUDA device is visible; use --device cpu")
     cluster = resolve_cluster(args.cluster or "cpu", args.profile)
     scale = parse_scale(args.scale, world=world) if args.scale is not None else None
+    from autotune.plan.io import check_output_path
+
+    check_output_path(_report_path(args))  # before any plan runs: its report could not be kept
     options = ValidateOptions(cluster=cluster, scale=scale, max_world=world, timeout_s=float(args.timeout),
                               measured_steps=args.steps, backend="nccl" if args.device == "cuda" else "gloo")
     context = {"cluster": cluster.name, "profile": args.profile, "max_world": world, "cpu_count": os.cpu_count(),

@@ -4,31 +4,43 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
+from contextlib import closing
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.plan.io import atomic_write_text, read_plan_file
+from autotune.plan.io import atomic_write_text, check_output_path, read_plan_file
 
-__all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE"]
+__all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE",
+           "NewRunDir", "make_run_dir", "study_db_summary"]
 
 STUDY_FILE = "study.db"
 
 
 def check_writable(root: Path) -> None:
-    """Fail early, before any work, when runs cannot be written under ``root``."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-test-{time.time_ns()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise AutotuneError("run_dir", f"cannot write run directories under {str(root)!r}: {err.strerror}") from None
+    """Fail early, before any work, when runs cannot be written under ``root`` (nothing is created)."""
+    check_output_path(root, "runs_dir", directory=True)
+
+
+def _missing_parents(path: Path) -> list[Path]:
+    """``path`` and its ancestors that do not exist yet, outermost first."""
+    missing = []
+    for p in (path, *path.parents):
+        if p.exists():
+            break
+        missing.append(p)
+    return missing[::-1]
 
 
 def create_run_dir(root: Path, model_name: str, gpus: int) -> Path:
     check_writable(root)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AutotuneError("runs_dir", f"cannot create {str(root)!r}: {err.strerror}") from None
     slug = re.sub(r"[^A-Za-z0-9._-]+", "-", model_name).strip("-") or "model"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for i in range(100):
@@ -39,6 +51,69 @@ def create_run_dir(root: Path, model_name: str, gpus: int) -> Path:
         except FileExistsError:
             continue
     raise AutotuneError("run_dir", f"cannot create a new run directory under {str(root)!r}")
+
+
+@dataclass
+class NewRunDir:
+    """A run directory a search made (``path``; None: none), and the folders made for it."""
+
+    path: Path | None = None
+    made: list[Path] = field(default_factory=list)
+
+    def clean_up(self, err: BaseException) -> str:
+        """After a failed or interrupted search: remove what was made unless it holds finished
+        slices (never after a negative answer). Returns a note when slices are kept."""
+        if self.path is None:
+            return ""
+        from autotune.errors import NoPlanError
+
+        summary = study_db_summary(self.path / STUDY_FILE)
+        finished = summary is None or any(n > 0 for _, n in summary)  # unreadable: keep, never lose work
+        if finished and self.path.exists() and not isinstance(err, NoPlanError):
+            return (f"finished slices are kept in {self.path}; continue with autotune search --resume {self.path}")
+        shutil.rmtree(self.path, ignore_errors=True)
+        for folder in reversed(self.made):
+            if folder != self.path and folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
+        return ""
+
+
+def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_name: str, gpus: int) -> NewRunDir:
+    """The run directory of a search: ``run_dir`` as given, or a new one under ``runs_dir``;
+    call only once the inputs are known to be good."""
+    if runs_dir is not None:
+        made = _missing_parents(Path(runs_dir))
+        path = create_run_dir(Path(runs_dir), model_name, gpus)
+        return NewRunDir(path=path, made=[*made, path])
+    if run_dir is not None:
+        path = Path(run_dir)
+        made = _missing_parents(path)
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise AutotuneError("run_dir", f"cannot create {str(path)!r}: {err.strerror}") from None
+        return NewRunDir(path=path, made=made)
+    return NewRunDir()
+
+
+def study_db_summary(db: Path) -> list[tuple[str, int]] | None:
+    """(study name, finished trials) of each study in an Optuna SQLite file, read without writing
+    to it (no schema is created in an empty file); [] for no file or no studies, None when
+    the file cannot be read as a study database."""
+    import sqlite3
+
+    if not db.exists():
+        return []
+    try:
+        with closing(sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)) as conn:
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            if "studies" not in tables:
+                return [] if not tables else None
+            rows = conn.execute("SELECT s.study_name, (SELECT COUNT(*) FROM trials t WHERE t.study_id = s.study_id "
+                                "AND t.state IN ('COMPLETE', 'PRUNED')) FROM studies s").fetchall()
+            return [(str(name), int(count)) for name, count in rows]
+    except sqlite3.Error:
+        return None
 
 
 def study_url(run_dir: Path) -> str:

@@ -44,7 +44,7 @@ def uniform_plan(*, num_layers: int, gpus: int, tp: int = 1, pp: int = 1, dp: in
     require(per_replica % micro_batch == 0, "micro_batch",
             f"micro-batch {micro_batch} must divide the per-replica batch {per_replica} "
             f"(global batch {global_batch} / dp {dp}); valid: "
-            + ", ".join(str(d) for d in range(1, per_replica + 1) if per_replica % d == 0 and d <= 64))
+            + ", ".join(str(d) for d in range(1, min(per_replica, 64) + 1) if per_replica % d == 0))
     require(vpp == 1 or num_layers % (pp * vpp) == 0, "vpp",
             f"{num_layers} layers do not split into pp={pp} x vpp={vpp} equal chunks")
     stages = tuple(

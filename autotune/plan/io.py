@@ -24,7 +24,7 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
 __all__ = ["PlanFile", "read_plan", "read_plan_file", "write_plan_file", "plan_file_dict", "atomic_write_text",
-           "model_from_dict", "workload_from_dict"]
+           "model_from_dict", "workload_from_dict", "check_output_path"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,11 +37,45 @@ class PlanFile:
     estimate: dict | None = None
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def check_output_path(path: str | Path, field: str = "out", *, directory: bool = False) -> None:
+    """Fail before any work when ``path`` (a file, or with ``directory`` a folder to write in)
+    cannot be written: its nearest existing ancestor must be a writable directory. Nothing is
+    created: the command still writes nothing when it fails later."""
+    target = Path(path)
+    if target.exists() and target.is_dir() != directory:
+        kind = "a directory; give a file path" if target.is_dir() else "a file; give a directory"
+        raise AutotuneError(field, f"cannot write {str(target)!r}: it is {kind}")
+    base = target if directory and target.is_dir() else _nearest_existing(target if directory else target.parent)
+    if not base.is_dir():
+        raise AutotuneError(field, f"cannot write {str(target)!r}: {str(base)!r} is not a directory")
+    if not os.access(base, os.W_OK | os.X_OK):
+        raise AutotuneError(field, f"cannot write {str(target)!r}: no permission to write in {str(base)!r}")
+
+
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write through a temporary file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    """Write through a temporary file and rename, so a reader never sees half a file. The file
+    gets the mode a plain ``open(path, "w")`` would give it (0666 less the umask): mkstemp's
+    0600 would hide plans and reports from colleagues on a shared cluster."""
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    except OSError as err:
+        raise AutotuneError("out", f"cannot write {str(path)!r}: {err.strerror}") from None
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
         os.replace(tmp, path)

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.spec.resolve import DEFAULT_CLUSTER, resolve_cluster, training_workload
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, Interrupted
+from autotune.spec import arguments as A
 from autotune.plan.io import model_from_dict, plan_file_dict, workload_from_dict
 from autotune.search.driver import SearchProblem
 from autotune.search.engine import run_search
@@ -47,12 +48,17 @@ def problem_refs(*, model: Any, workload: Any, cluster: Any, profile: Any, gpus:
 def problem_from_refs(refs: dict[str, Any]) -> SearchProblem:
     from autotune.spec.hardware_data import cluster_from_dict
 
-    cluster_ref = refs["cluster"]
-    cluster = (cluster_from_dict(cluster_ref["name"], cluster_ref["data"]) if isinstance(cluster_ref, dict)
-               else cluster_ref)
-    return SearchProblem(model=model_from_dict(refs["model"]), workload=workload_from_dict(refs["workload"]),
-                         cluster=resolve_cluster(cluster, refs.get("profile")), gpus=int(refs["gpus"]),
-                         space=load_space(refs["space"]), seed=int(refs["seed"]), method=refs["method"])
+    try:
+        cluster_ref = refs["cluster"]
+        cluster = (cluster_from_dict(cluster_ref["name"], cluster_ref["data"]) if isinstance(cluster_ref, dict)
+                   else cluster_ref)
+        return SearchProblem(model=model_from_dict(refs["model"]), workload=workload_from_dict(refs["workload"]),
+                             cluster=resolve_cluster(cluster, refs.get("profile")), gpus=int(refs["gpus"]),
+                             space=load_space(refs["space"]), seed=int(refs["seed"]), method=refs["method"])
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        if isinstance(err, AutotuneError):
+            raise
+        raise AutotuneError("study", f"the recorded problem is malformed ({type(err).__name__}: {err})") from None
 
 
 def study_name_for(refs: dict[str, Any]) -> str:
@@ -98,50 +104,73 @@ def _close(study) -> None:
         engine.dispose()
 
 
+SEARCH_CHECKS = {"model": A.model_arg, "gpus": A.count_arg, "cluster": A.cluster_arg, "workload": A.workload_arg,
+                  "space": A.optional_path_arg, "seed": A.int_arg, "method": A.text_arg, "profile": A.profile_arg,
+                  "global_batch": A.optional_count_arg, "seq_len": A.optional_count_arg, "dtype": A.text_arg,
+                  "attention": A.text_arg, "run_dir": A.optional_path_arg, "runs_dir": A.optional_path_arg,
+                  "storage": A.optional_text_arg, "study_name": A.optional_text_arg, "progress": A.callable_arg,
+                  "announce": A.callable_arg, "cache": A.bool_arg, "plots": A.text_arg}
+
+
+@A.entry_point(SEARCH_CHECKS)
 def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, space: Any = "default",
            seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
            seq_len: int | None = None, dtype: str = "bf16", attention: str = "flash", run_dir: str | Path | None = None,
-           storage: str | None = None, study_name: str | None = None, progress=None, announce=None,
-           cache: bool = True, plots: str = "sync") -> SearchResult:
+           runs_dir: str | Path | None = None, storage: str | None = None, study_name: str | None = None,
+           progress=None, announce=None, cache: bool = True, plots: str = "sync") -> SearchResult:
     """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``.
 
     ``run_dir`` (an empty or new directory) keeps the plan study in ``run_dir/study.db`` and
-    writes plan.json, search.json and report.md; ``storage`` (an SQLAlchemy URL such as
-    ``postgresql+psycopg://...``) keeps the study there instead, shared with ``autotune worker``
-    processes (``announce(study_name, url)`` is called once the slices are queued). ``cache``
-    uses the process-wide plan cache (autotune.search.cache): a repeated query returns at once
-    and another GPU count of the same model reuses stage costs. ``plots`` (with a run
-    directory): ``sync`` draws them before returning, ``background`` in a detached process,
-    ``none`` not at all.
+    writes plan.json, search.json and report.md; ``runs_dir`` does the same in a new directory
+    ``runs_dir/<time>-<model>-<gpus>`` (``result.run_dir``). Either is created only once every
+    input is known to be good, and removed again when the search ends before any slice was
+    stored (or with no plan). ``storage`` (an SQLAlchemy URL such as ``postgresql+psycopg://...``)
+    keeps the study there instead, shared with ``autotune worker`` processes
+    (``announce(study_name, url)`` is called once the slices are queued). ``cache`` uses the
+    process-wide plan cache (autotune.search.cache): a repeated query returns at once and
+    another GPU count of the same model reuses stage costs. ``plots`` (with a run directory):
+    ``sync`` draws them before returning, ``background`` in a detached process, ``none`` not at all.
     """
-    from autotune.errors import require_choice
+    import time
 
+    from autotune.errors import require, require_choice
+
+    started_s = time.perf_counter()
     require_choice("plots", plots, PLOT_MODES)
-    if method not in ("optuna", "exhaustive"):
-        raise AutotuneError("method", f"{method!r}; choose optuna or exhaustive")
+    require_choice("method", method, ("optuna", "exhaustive"))
+    require(not (run_dir and runs_dir), "run_dir", "give run_dir or runs_dir, not both")
     spec = resolve_model(model)
     work = workload or training_workload(spec, global_batch=global_batch, seq_len=seq_len, dtype=dtype, attention=attention)
     _check_length(spec, work)
-    load_space(space)  # a bad space name fails before anything is written
-    refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
-                        seed=seed, method=method) if (run_dir or storage) else None
     problem = SearchProblem(model=spec, workload=work, cluster=resolve_cluster(cluster, profile), gpus=gpus,
                             space=load_space(space), seed=seed, method=method)
     problem.cluster.check_gpus(gpus)
-    study, path = _open_study(refs, run_dir, storage, study_name)
-    if storage is not None:  # shared: queue the slices, work with any workers, collect
-        from autotune.search.worker import queue_slices, wait_for_slices, work_on_queue
+    keep = run_dir or runs_dir or storage
+    refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
+                        seed=seed, method=method) if keep else None
+    from autotune.outputs.run_dir import make_run_dir
 
-        keys = queue_slices(study, problem)
-        if announce:
-            announce(study.study_name, storage)
-        work_on_queue(study, problem)
-        wait_for_slices(study, keys)
-    from autotune.search.cache import PLAN_CACHE
+    made = make_run_dir(None if storage else run_dir, None if storage else runs_dir, spec.name, gpus)  # inputs good
+    try:
+        study, path = _open_study(refs, made.path, storage, study_name)
+        if storage is not None:  # shared: queue the slices, work with any workers, collect
+            from autotune.search.worker import queue_slices, wait_for_slices, work_on_queue
 
-    result = run_search(problem, study=study, progress=progress, cache=PLAN_CACHE if cache else None,
-                        shared=storage is not None)
-    return _finish(problem, refs, result, path, study, plots)
+            keys = queue_slices(study, problem)
+            if announce:
+                announce(study.study_name, storage)
+            work_on_queue(study, problem)
+            wait_for_slices(study, keys)
+        from autotune.search.cache import PLAN_CACHE
+
+        result = run_search(problem, study=study, progress=progress, cache=PLAN_CACHE if cache else None,
+                            shared=storage is not None, started_s=started_s)
+        return _finish(problem, refs, result, path, study, plots)
+    except BaseException as err:
+        note = made.clean_up(err)
+        if note and isinstance(err, KeyboardInterrupt):
+            raise Interrupted(note) from None
+        raise
 
 
 def _check_length(model, workload) -> None:
@@ -161,35 +190,55 @@ def _open_study(refs, run_dir, storage, study_name):
     from autotune.search.store import open_study
 
     path = Path(run_dir) if run_dir else None
-    if path is not None:
-        path.mkdir(parents=True, exist_ok=True)
     url = storage or study_url(path)
     return open_study(url, study_name or study_name_for(refs), refs, heartbeat=storage is not None), path
 
 
+@A.entry_point({"run_dir": A.path_arg, "progress": A.callable_arg, "plots": A.text_arg})
 def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> SearchResult:
-    """Continue an interrupted search from its run directory's study; finished slices are kept."""
+    """Continue an interrupted search from its run directory's study; finished slices are kept.
+    The study is read without writing until it is known to hold one recorded problem."""
+    from autotune.errors import require_choice
     from autotune.outputs.run_dir import STUDY_FILE, study_url
-    from autotune.search.store import PROBLEM_ATTR, open_study
+    from autotune.search.store import open_study
 
+    require_choice("plots", plots, PLOT_MODES)
     path = Path(run_dir)
-    if not (path / STUDY_FILE).exists():
+    db = path / STUDY_FILE
+    if not db.is_file():
         raise AutotuneError("resume", f"{str(path)!r} has no {STUDY_FILE}; give a run directory made by autotune search")
-    import optuna
-
-    url = study_url(path)
-    try:
-        names = [s.study_name for s in optuna.get_all_study_summaries(url)]
-    except Exception as err:
-        raise AutotuneError("resume", f"cannot read {str(path / STUDY_FILE)!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
-    if len(names) != 1:
-        raise AutotuneError("resume", f"{str(path / STUDY_FILE)!r} holds {len(names)} studies; expected one")
-    study = open_study(url, names[0])
-    refs = study.user_attrs.get(PROBLEM_ATTR)
-    if not refs:
-        raise AutotuneError("resume", f"the study in {str(path)!r} has no recorded problem")
+    name, refs = _recorded_problem(db)
     problem = problem_from_refs(refs)
-    return _finish(problem, refs, run_search(problem, study=study, progress=progress), path, study, plots)
+    study = open_study(study_url(path), name)
+    try:
+        return _finish(problem, refs, run_search(problem, study=study, progress=progress), path, study, plots)
+    except KeyboardInterrupt:
+        raise Interrupted(f"finished slices are kept in {path}; continue with autotune search --resume {path}") from None
+
+
+def _recorded_problem(db: Path) -> tuple[str, dict]:
+    """The one study of a run's study.db and the problem it recorded, read-only."""
+    import sqlite3
+    from contextlib import closing
+
+    from autotune.outputs.run_dir import study_db_summary
+    from autotune.search.store import PROBLEM_ATTR
+
+    summary = study_db_summary(db)
+    if summary is None:
+        raise AutotuneError("resume", f"cannot read {str(db)!r} as a study database (corrupt?)")
+    if len(summary) != 1:
+        raise AutotuneError("resume", f"{str(db)!r} holds {len(summary)} studies; expected the one autotune search made")
+    try:
+        with closing(sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)) as conn:
+            row = conn.execute("SELECT a.value_json FROM study_user_attributes a JOIN studies s ON a.study_id = s.study_id "
+                               "WHERE a.key = ?", (PROBLEM_ATTR,)).fetchone()
+        refs = json.loads(row[0]) if row else None
+    except (sqlite3.Error, json.JSONDecodeError):
+        refs = None
+    if not isinstance(refs, dict) or not refs:
+        raise AutotuneError("resume", f"the study in {str(db.parent)!r} has no recorded problem")
+    return summary[0][0], refs
 
 
 def work(study_name: str, storage: str, *, on_done=None) -> int:

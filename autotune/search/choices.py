@@ -56,8 +56,11 @@ def choice_params(workload: object) -> tuple[str, ...]:
 
 
 def valid_stage_sizes(gpus: int, gpus_per_node: int) -> list[int]:
-    """Submesh sizes a stage may take (Alpa's shapes): a power-of-two slice of a node that tiles
-    it, or whole nodes."""
+    """Submesh sizes a stage may take (Alpa's shapes): a slice of a node that tiles it, or whole
+    nodes. Fewer GPUs than a node that do not tile it (3, 5, 6, 7 of 8) are one submesh too, and
+    stages may then take unequal slices (2 + 1 of 3 GPUs): the pipeline DP makes the sizes add up."""
+    if gpus < gpus_per_node and gpus_per_node % gpus:
+        return sorted({s for s in range(1, gpus + 1) if gpus_per_node % s == 0} | {gpus})
     sizes = [s for s in range(1, min(gpus, gpus_per_node) + 1) if gpus_per_node % s == 0 and gpus % s == 0]
     sizes += [k * gpus_per_node for k in range(2, gpus // gpus_per_node + 1) if gpus % (k * gpus_per_node) == 0]
     return sizes

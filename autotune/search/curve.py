@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.cost.estimate import Estimate
-from autotune.errors import AutotuneError, require
+from autotune.errors import AutotuneError, NoPlanError, require
+from autotune.spec import arguments as A
 from autotune.plan.plan import Plan
 
 __all__ = ["CurvePoint", "ScalingCurve", "scaling_curve", "parse_gpu_list"]
@@ -62,24 +63,40 @@ def parse_gpu_list(text: str) -> list[int]:
     return sorted(set(counts))
 
 
+def _search_keywords() -> set[str]:
+    """What ``**search_kwargs`` may carry: autotune.search's keywords but those the curve sets."""
+    import inspect
+
+    from autotune.search.api import search
+
+    return set(inspect.signature(search.__wrapped__).parameters) - {"model", "gpus", "run_dir", "runs_dir"}
+
+
 def _point(gpus: int, search_kwargs: dict) -> tuple[Plan | None, Estimate | None, str]:
     from autotune.search.api import search
 
     try:
         result = search(gpus=gpus, **search_kwargs)
         return result.plan, result.estimate, ""
-    except AutotuneError as err:
-        if err.field != "gpus":
-            raise
+    except NoPlanError as err:  # a count where nothing fits is a point of the curve, not an error
         return None, None, err.message
 
 
+@A.entry_point({"model": A.model_arg}, extra=_search_keywords)
 def scaling_curve(model: Any, gpus: Sequence[int], *, efficiency_threshold: float = 0.8, **search_kwargs: Any) -> ScalingCurve:
     """Search every GPU count (``search_kwargs`` go to autotune.search: cluster, workload,
     space, seed...). Counts where nothing fits get a point with a note, not an error."""
-    counts = sorted(set(gpus))
-    require(bool(counts) and all(isinstance(c, int) and c > 0 for c in counts), "gpus",
+    require(isinstance(gpus, Sequence) and not isinstance(gpus, str), "gpus",
+            f"must be a list of GPU counts, e.g. [1, 2, 4, 8], got {gpus!r}")
+    require(bool(gpus) and all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in gpus), "gpus",
             f"GPU counts must be positive integers, got {list(gpus)}")
+    require(isinstance(efficiency_threshold, (int, float)) and 0.0 < efficiency_threshold <= 1.0,
+            "efficiency_threshold", f"must be a number in (0, 1], got {efficiency_threshold!r}")
+    from autotune.search.api import SEARCH_CHECKS
+
+    for key, value in search_kwargs.items():
+        SEARCH_CHECKS[key](key, value)
+    counts = sorted(set(gpus))
     from autotune.spec.resolve import DEFAULT_CLUSTER, resolve_cluster
     from autotune.spec.presets import resolve_model
 

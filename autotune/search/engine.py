@@ -9,14 +9,14 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from autotune.cost.evaluate import evaluate_plan
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, NoPlanError
 from autotune.graph.table import model_tables
 from autotune.plan.plan import Plan
 from autotune.search.baselines import baselines
 from autotune.search.cache import fingerprint
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
 from autotune.search.result import SearchResult, SearchStats
-from autotune.search.store import finished_slices, record_slice
+from autotune.search.store import finished_slices, record_slice, shared_trials
 
 __all__ = ["run_search", "gpus_needed"]
 
@@ -70,8 +70,11 @@ def _missed_targets(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcom
         w = problem.workload
         metric = "tpot_s" if w.target_tpot_s else "ttft_s"
         closest = min(fitting, key=lambda o: o.estimate.extra.get(metric, o.step_time_s))
-        require_targets(closest.estimate, w, f"no plan of the search meets it; this is the lowest "
-                                            f"{metric[:-2].upper()} among the {len(fitting)} slices' best plans")
+        try:
+            require_targets(closest.estimate, w, f"no plan of the search meets it; this is the lowest "
+                                                f"{metric[:-2].upper()} among the {len(fitting)} slices' best plans")
+        except AutotuneError as err:  # a valid request with a negative answer
+            raise NoPlanError(err.field, err.message) from None
 
 
 def plan_in_space(plan: Plan, space) -> bool:
@@ -117,17 +120,35 @@ def _with_baselines(problem: SearchProblem, best: SliceOutcome):
     return extras, plan, estimate, source
 
 
+def _no_plan_reason(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcome], search: SliceSearch) -> str:
+    """Why nothing fits: memory (the plans built all overflow), or no plan shape uses the GPUs."""
+    where = f"{problem.gpus} GPUs of {problem.cluster.name}"
+    built = [o.estimate for o in outcomes.values() if o.estimate is not None]
+    if built:
+        need = gpus_needed(problem)
+        least = min(e.peak_memory_bytes_per_gpu for e in built) / 2**30
+        capacity = f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB"
+        more = (f"it needs at least {need} GPUs of {capacity} for its weights and optimizer states alone"
+                if need > problem.gpus else f"the plan with the least memory needs {least:.1f} GiB of {capacity} per GPU")
+        return f"{problem.model.name} does not fit on {where} with any plan of the space: {more}"
+    dps = sorted({k.dp for k in outcomes})
+    return (f"no plan of the space splits {problem.model.name} ({problem.model.num_layers} layers) over exactly {where}: "
+            f"the global batch {problem.workload.global_batch} divides among dp {', '.join(map(str, dps))}, and the "
+            f"stages' submeshes ({', '.join(map(str, search.stage_sizes(1)))} GPUs) cannot fill the rest; "
+            f"try a GPU count that divides the batch, or a power of two")
+
+
 def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None,
-               shared: bool = False) -> SearchResult:
+               shared: bool = False, started_s: float | None = None) -> SearchResult:
     """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete.
     ``cache`` (a PlanCache) returns a finished result of the same problem, and lends intra-op
     studies to other GPU counts of the same model, workload and cluster. ``shared``: the
     study's slices were solved by this process and its workers (not resumed from a run)."""
-    start = time.perf_counter()
+    start = time.perf_counter() if started_s is None else started_s
     problem.cluster.check_gpus(problem.gpus)
     keys = plan_slices(problem)
     if not keys:
-        raise AutotuneError("gpus", f"no data-parallel degree divides both {problem.gpus} GPUs and the global batch "
+        raise NoPlanError("gpus", f"no data-parallel degree divides both {problem.gpus} GPUs and the global batch "
                                     f"{problem.workload.global_batch}; change --global-batch or --gpus")
     result_key = fingerprint(problem) if cache is not None and study is None else None
     if result_key is not None and (found := cache.result(result_key)) is not None:
@@ -137,16 +158,16 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     best = _best(outcomes)
     if best is None and _can_fall_back(problem):  # nothing fits in HBM: search again with offload choices
         wider = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
-        return run_search(wider, study=study, progress=progress, cache=cache)
+        return run_search(wider, study=study, progress=progress, cache=cache, shared=shared, started_s=start)
     if best is None:
         _missed_targets(problem, outcomes)
-        raise AutotuneError("gpus", f"{problem.model.name} does not fit on {problem.gpus} GPUs of {problem.cluster.name} "
-                                    f"with any plan of the space; it needs at least {gpus_needed(problem)} GPUs")
+        raise NoPlanError("gpus", _no_plan_reason(problem, outcomes, search))
     extras, plan, estimate, source = _with_baselines(problem, best)
     pruned = sum(1 for o in outcomes.values() if o.pruned)
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
                         num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=0 if shared else resumed,
-                        num_intra_op_studies=len(search.studies), num_trials=search.num_trials, best_from=source)
+                        num_intra_op_studies=len(search.studies),
+                        num_trials=search.num_trials + (shared_trials(study) if shared else 0), best_from=source)
     candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
     result = SearchResult(plan=plan, estimate=estimate, baselines=extras, stats=stats, candidates=candidates)
     if result_key is not None:

@@ -9,6 +9,7 @@ from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.cost.inference_plan import require_targets
 from autotune.errors import require
+from autotune.spec import arguments as A
 from autotune.plan.builders import uniform_plan
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
@@ -20,6 +21,28 @@ from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 __all__ = ["evaluate"]
 
 
+def _plan_option_names() -> set[str]:
+    """Keywords that ``**plan_options`` may carry: the plan's and its stages' options that
+    evaluate does not set itself."""
+    import inspect
+    from dataclasses import fields
+
+    from autotune.plan.plan import StagePlan
+
+    own = set(inspect.signature(evaluate.__wrapped__).parameters)
+    stage = {f.name for f in fields(StagePlan)} - {"layers", "has_embedding", "has_head", "num_gpus"}
+    return (set(inspect.signature(uniform_plan).parameters) | stage) - own - {"num_layers", "has_embeddings",
+                                                                             "stage_options"}
+
+
+_EVALUATE_CHECKS = {"model": A.model_arg, "gpus": A.optional_count_arg, "cluster": A.cluster_arg,
+                    "workload": A.workload_arg, "profile": A.profile_arg, "tp": A.count_arg, "pp": A.count_arg,
+                    "dp": A.optional_count_arg, "cp": A.count_arg, "vpp": A.count_arg, "micro_batch": A.count_arg,
+                    "global_batch": A.optional_count_arg, "seq_len": A.optional_count_arg, "recompute": A.text_arg,
+                    "zero": A.int_arg, "dtype": A.text_arg, "attention": A.text_arg}
+
+
+@A.entry_point(_EVALUATE_CHECKS, extra=_plan_option_names)
 def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | ClusterSpec = DEFAULT_CLUSTER,
              plan: Plan | None = None, workload: TrainingWorkload | InferenceWorkload | None = None, profile: Any = None,
              tp: int = 1, pp: int = 1, dp: int | None = None, cp: int = 1, vpp: int = 1, micro_batch: int = 1,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 import warnings
 from typing import Any
 
@@ -21,7 +22,7 @@ from optuna.trial import TrialState
 from autotune.errors import AutotuneError, require
 
 __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "queued_params", "slice_attrs",
-           "slice_value", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S", "NO_FIT_VALUE", "heartbeat_settings"]
+           "slice_value", "shared_trials", "TRIALS_ATTR", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S", "NO_FIT_VALUE", "heartbeat_settings"]
 
 PROBLEM_ATTR = "problem"
 HEARTBEAT_S = 5  # seconds between heartbeats of a running trial; $AUTOTUNE_HEARTBEAT_S overrides
@@ -52,14 +53,29 @@ def _storage(url: str, heartbeat: bool) -> optuna.storages.BaseStorage:
             interval_s, grace_s = heartbeat_settings()
             kwargs = {"heartbeat_interval": interval_s, "grace_period": grace_s,
                       "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)}
-        try:
-            storage = optuna.storages.RDBStorage(url, **kwargs)
-            if url.startswith("sqlite"):
-                _fast_sqlite(storage)
-            return storage
-        except Exception as err:  # SQLAlchemy raises many types for bad URLs and dead servers
-            reason = str(err).splitlines()[0][:200]
-            raise AutotuneError("storage", f"cannot open {url!r}: {reason}") from None
+        for attempt in range(SCHEMA_ATTEMPTS):
+            try:
+                storage = optuna.storages.RDBStorage(url, **kwargs)
+                if url.startswith("sqlite"):
+                    _fast_sqlite(storage)
+                return storage
+            except Exception as err:  # SQLAlchemy raises many types for bad URLs and dead servers
+                reason = str(err).splitlines()[0][:200]
+                if attempt + 1 < SCHEMA_ATTEMPTS and _schema_race(reason):
+                    time.sleep(0.05 * (attempt + 1))  # another process is creating the schema: it will be there
+                    continue
+                raise AutotuneError("storage", f"cannot open {url!r}: {reason}") from None
+    raise AssertionError("unreachable")
+
+
+# Two processes that open one new database at once both try to create Optuna's schema; the
+# loser sees one of these. The schema the winner made is the one it wanted, so open it again.
+SCHEMA_ATTEMPTS = 8
+_RACE_SIGNS = ("alembic_version", "already exists", "database is locked", "duplicate key", "UNIQUE constraint failed")
+
+
+def _schema_race(reason: str) -> bool:
+    return any(sign in reason for sign in _RACE_SIGNS)
 
 
 def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
@@ -157,6 +173,17 @@ def queued_params(study: optuna.Study, trial: optuna.Trial) -> dict | None:
         if frozen.number == trial.number:
             return frozen.system_attrs.get("fixed_params")
     return None
+
+
+TRIALS_ATTR = "intra_op_trials"  # intra-op trials a shared search's process spent on a slice
+
+
+def shared_trials(study) -> int:
+    """Intra-op trials every process of a shared search spent on the study's slices."""
+    if study is None:
+        return 0
+    return sum(int(t.user_attrs.get(TRIALS_ATTR, 0)) for t in study.get_trials(deepcopy=False)
+               if "dp" in t.params and t.state == TrialState.COMPLETE)
 
 
 def slice_history(study) -> list[tuple[int, float | None]]:

@@ -56,9 +56,11 @@ class ChoiceCosts:
 def positions_needed(ctx: SliceContext, stage_gpus: int) -> list[int]:
     """Positions a stage of ``stage_gpus`` GPUs can take: the only stage when it has them all,
     else first and last, and middle when three stages fit."""
-    stages = ctx.gpus // stage_gpus
-    if stages <= 1:
+    if stage_gpus >= ctx.gpus:
         return [SINGLE]
+    if ctx.gpus % stage_gpus:  # unequal submeshes (2 + 1 of 3 GPUs): a middle stage needs two others
+        return [FIRST, LAST] + ([MIDDLE] if ctx.gpus - stage_gpus >= 2 * ctx.dp else [])
+    stages = ctx.gpus // stage_gpus
     return [FIRST, LAST] + ([MIDDLE] if stages >= 3 else [])
 
 

@@ -17,7 +17,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
-from autotune.search.store import HEARTBEAT_S, enqueue_slices, finished_slices, queued_params, slice_value, slice_attrs
+from autotune.search.store import HEARTBEAT_S, TRIALS_ATTR, enqueue_slices, finished_slices, queued_params, slice_value, slice_attrs
 
 __all__ = ["work_on_queue", "wait_for_slices", "queue_slices"]
 
@@ -29,9 +29,10 @@ def _objective(study: optuna.Study, search: SliceSearch, on_done):
             raise optuna.TrialPruned("no queued slice")
         trial.set_user_attr("worker", f"{socket.gethostname()}:{os.getpid()}")  # who holds the slice
         key = SliceKey(trial.suggest_int("dp", 1, 1 << 20), trial.suggest_int("micro_batch", 1, 1 << 20))
+        trials_before = search.num_trials
         plan, estimate = search.solve_slice(key)
         outcome = SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=0.0)
-        for name, value in slice_attrs(outcome).items():
+        for name, value in {**slice_attrs(outcome), TRIALS_ATTR: search.num_trials - trials_before}.items():
             trial.set_user_attr(name, value)
         if on_done:
             on_done(outcome)

@@ -13,6 +13,7 @@ from functools import lru_cache
 from types import MappingProxyType
 
 from autotune.errors import AutotuneError, require
+from autotune.spec.limits import check_limit
 
 __all__ = [
     "Regression", "MemoryTier", "DeviceProfile", "LinkLevel", "ClusterSpec", "TIER_NAMES",
@@ -254,6 +255,7 @@ class ClusterSpec:
         """GPU counts this cluster can form: up to one node, or whole nodes."""
         require(isinstance(gpus, int) and not isinstance(gpus, bool) and gpus > 0, "gpus",
                 f"must be a positive integer, got {gpus!r}")
+        check_limit("gpus", gpus, "gpus")
         per = self.gpus_per_node
         require(gpus <= per or gpus % per == 0, "gpus",
                 f"{gpus} GPUs cannot be formed on {self.name}: use at most {per} (one node) "

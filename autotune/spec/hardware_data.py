@@ -29,6 +29,8 @@ def _parse_file(path: Path, field: str) -> dict[str, Any]:
         text = path.read_text()
     except OSError as err:
         raise AutotuneError(field, f"cannot read {str(path)!r}: {err.strerror}") from None
+    except UnicodeDecodeError:
+        raise AutotuneError(field, f"{str(path)!r} is not a text file (expected {'JSON' if path.suffix == '.json' else 'TOML'})") from None
     try:
         return json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
@@ -63,6 +65,13 @@ def _number(data: dict, key: str, where: str) -> float:
     if value < 0:
         raise AutotuneError(f"{where}.{key}", f"must be >= 0, got {value!r}")
     return float(value)
+
+
+def _count(data: dict, key: str, where: str) -> int:
+    value = data.get(key)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise AutotuneError(f"{where}.{key}", f"must be a positive integer, got {value!r}")
+    return value
 
 
 def regression_from_dict(data: dict, where: str, unit_key: str) -> Regression:
@@ -161,16 +170,20 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
             device = device.with_changes(tiers=device.tiers + _tiers(data["tiers"]))
         cxl = data.get("cxl_link")
         return ClusterSpec(
-            name=name, device=device, gpus_per_node=int(data["gpus_per_node"]),
+            name=name, device=device, gpus_per_node=_count(data, "gpus_per_node", "cluster"),
             intra_node=link_from_dict(data["intra_node"], "intra_node"),
             inter_node=link_from_dict(data.get("inter_node", data["intra_node"]), "inter_node"),
             host_link=link_from_dict(data["host_link"], "host_link"),
             cxl_link=link_from_dict(cxl, "cxl_link") if cxl else None,
-            max_nodes=data.get("max_nodes"), source=str(data.get("source", "")),
+            max_nodes=_count(data, "max_nodes", "cluster") if data.get("max_nodes") is not None else None, source=str(data.get("source", "")),
             cores_per_node=data.get("cores_per_node"),
         )
     except KeyError as err:
         raise AutotuneError("cluster", f"cluster {name!r} lacks {err.args[0]!r}") from None
+    except (TypeError, ValueError, AttributeError) as err:  # a string where a number or table belongs
+        if isinstance(err, AutotuneError):
+            raise
+        raise AutotuneError("cluster", f"cluster {name!r} has a value of the wrong type: {err}") from None
 
 
 def load_cluster(name: str | Path) -> ClusterSpec:

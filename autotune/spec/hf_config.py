@@ -16,7 +16,11 @@ _KEYS = {
     "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
     "num_heads": ("num_attention_heads", "n_head", "num_heads"),
     "vocab_size": ("vocab_size",),
+    "num_kv_heads": ("num_key_value_heads",),
+    "ffn_hidden_size": ("intermediate_size", "n_inner", "ffn_hidden_size"),
+    "max_seq_len": ("max_position_embeddings", "n_positions", "seq_length"),
 }
+_REQUIRED = object()
 _ACTIVATIONS = {"silu": "swiglu", "swiglu": "swiglu", "relu": "relu"}
 
 
@@ -33,13 +37,16 @@ def model_from_hf_config(path: Path) -> ModelSpec:
     return model_from_hf_dict(data, name=Path(path).stem if Path(path).stem != "config" else Path(path).parent.name or "config")
 
 
-def _get(data: dict, field: str) -> int:
+def _get(data: dict, field: str, default: object = _REQUIRED) -> int:
+    """The first of ``field``'s keys present (not null), an integer; ``default`` when none is."""
     for key in _KEYS[field]:
         value = data.get(key)
         if value is not None:
             if not isinstance(value, int) or isinstance(value, bool):
                 raise AutotuneError(f"config.{key}", f"must be an integer, got {value!r}")
             return value
+    if default is not _REQUIRED:
+        return default  # type: ignore[return-value]
     raise AutotuneError("model", f"config.json has no {field} (expected one of: {', '.join(_KEYS[field])})")
 
 
@@ -61,22 +68,19 @@ def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
     activation = _ACTIVATIONS.get(act_name, "gelu")
     if family in {"llama", "mistral", "qwen2"}:
         activation = "swiglu"
-    ffn = data.get("intermediate_size") or data.get("n_inner") or data.get("ffn_hidden_size")
-    if ffn is None:
-        ffn = 4 * hidden  # GPT-2 and BLOOM leave it implicit: 4 x hidden
-    max_seq = (data.get("max_position_embeddings") or data.get("n_positions")
-               or data.get("seq_length") or 2048)  # BLOOM (ALiBi) has no position limit: 2048
+    ffn = _get(data, "ffn_hidden_size", 4 * hidden)  # GPT-2 and BLOOM leave it implicit: 4 x hidden
+    max_seq = _get(data, "max_seq_len", 2048)  # BLOOM (ALiBi) has no position limit: 2048
     tied_default = family in {"gpt2", "bloom"}
     return ModelSpec(
         name=str(data.get("_name_or_path") or name).split("/")[-1] or name,
         num_layers=_get(data, "num_layers"),
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=int(data.get("num_key_value_heads") or heads),
-        ffn_hidden_size=int(ffn),
+        num_kv_heads=_get(data, "num_kv_heads", heads),
+        ffn_hidden_size=ffn,
         ffn_activation=activation,
         vocab_size=_get(data, "vocab_size"),
-        max_seq_len=int(max_seq),
+        max_seq_len=max_seq,
         tied_embeddings=bool(data.get("tie_word_embeddings", tied_default)),
         norm="rmsnorm" if family in {"llama", "mistral", "qwen2"} else "layernorm",
         bias=family in {"gpt2", "gpt_neox", "bloom"},

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.errors import require, require_choice, require_positive
+from autotune.spec.limits import check_limit
 
 __all__ = ["ModelSpec", "FFN_ACTIVATIONS", "LAYER_KINDS", "NORMS", "POSITION_EMBEDDINGS", "ROUTERS"]
 
@@ -74,6 +75,10 @@ class ModelSpec:
         require_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         for field in ("num_layers", "hidden_size", "ffn_hidden_size", "max_seq_len"):
             require_positive(f"model.{field}", getattr(self, field))
+        check_limit("model.num_layers", self.num_layers, "num_layers")
+        for field in ("hidden_size", "ffn_hidden_size"):
+            check_limit(f"model.{field}", getattr(self, field), "width")
+        check_limit("model.vocab_size", self.vocab_size, "vocab_size")
         self._check_moe()
         if self.layer_kind == "ffn_only":
             return

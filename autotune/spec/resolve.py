@@ -33,7 +33,8 @@ def training_workload(model: ModelSpec, *, global_batch: int | None = None, seq_
                       dtype: str = "bf16", attention: str = "flash") -> TrainingWorkload:
     """A training step with the preset's defaults for what is not given."""
     default_batch, default_seq = default_training_shape(model)
-    return TrainingWorkload(global_batch=global_batch or default_batch, seq_len=seq_len or default_seq,
+    return TrainingWorkload(global_batch=default_batch if global_batch is None else global_batch,
+                            seq_len=default_seq if seq_len is None else seq_len,
                             dtype=dtype, attention_impl=attention)
 
 
@@ -42,6 +43,7 @@ def inference_workload(model: ModelSpec, kind: str, *, batch: int | None = None,
                        target_tpot_s: float = 0.0, target_ttft_s: float = 0.0) -> InferenceWorkload:
     """A prefill, decode or serve workload; batch and prompt default to the preset's training shape."""
     default_batch, default_seq = default_training_shape(model)
-    return InferenceWorkload(kind=kind, batch=batch or default_batch, prompt_len=prompt_len or default_seq,
+    return InferenceWorkload(kind=kind, batch=default_batch if batch is None else batch,
+                             prompt_len=default_seq if prompt_len is None else prompt_len,
                              output_len=output_len, dtype=dtype, attention_impl=attention,
                              target_tpot_s=target_tpot_s, target_ttft_s=target_ttft_s)

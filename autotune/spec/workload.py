@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.errors import require, require_choice, require_positive
+from autotune.spec.limits import check_limit
 
 __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES", "ATTENTION_IMPLS",
            "bytes_per_element"]
@@ -40,6 +41,8 @@ class TrainingWorkload:
     def __post_init__(self) -> None:
         require_positive("global_batch", self.global_batch)
         require_positive("seq_len", self.seq_len)
+        check_limit("global_batch", self.global_batch, "global_batch")
+        check_limit("seq_len", self.seq_len, "seq_len")
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require(self.kind == "train", "workload", "TrainingWorkload.kind is always 'train'")
@@ -89,10 +92,13 @@ class InferenceWorkload:
         require_choice("workload", self.kind, INFERENCE_KINDS)
         require_positive("batch", self.batch)
         require_positive("prompt_len", self.prompt_len)
+        check_limit("batch", self.batch, "batch")
+        check_limit("prompt_len", self.prompt_len, "seq_len")
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         if self.kind != "prefill":
             require_positive("output_len", self.output_len)
+        check_limit("output_len", self.output_len, "seq_len")
         for name in ("target_tpot_s", "target_ttft_s"):
             value = getattr(self, name)
             require(isinstance(value, (int, float)) and value >= 0, name, f"must be a number >= 0, got {value!r}")

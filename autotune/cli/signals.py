@@ -1,0 +1,48 @@
+"""One signal path: SIGINT and SIGTERM, at any moment, end the command with exit 130 and one line.
+
+The first signal raises KeyboardInterrupt where the program is, so ``finally`` blocks and the
+search's own clean-up run and every committed slice stays in its study. It also records that a
+signal came: an exception raised while unwinding (Optuna can turn the interrupt into an
+UnboundLocalError inside its trial bookkeeping) still means "interrupted", not a crash. Log
+records and "exception ignored" reports that libraries print while unwinding are silenced: the
+user asked to stop, not for their tracebacks. A second signal exits at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+
+__all__ = ["install", "received", "EXIT_INTERRUPTED"]
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
+_received: list[int] = []
+
+
+def _handler(signum: int, _frame) -> None:
+    if _received:  # a second signal during clean-up: leave now, still without a traceback
+        os.write(2, b"autotune: interrupted\n")
+        os._exit(EXIT_INTERRUPTED)
+    _received.append(signum)
+    logging.disable(logging.CRITICAL)
+    raise KeyboardInterrupt
+
+
+def _quiet_unraisable(unraisable) -> None:
+    if _received or isinstance(unraisable.exc_value, KeyboardInterrupt):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def install() -> None:
+    """Route SIGINT and SIGTERM through :func:`_handler` (main thread only; idempotent)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _handler)
+    sys.unraisablehook = _quiet_unraisable
+
+
+def received() -> bool:
+    """Whether SIGINT or SIGTERM has arrived in this process."""
+    return bool(_received)
