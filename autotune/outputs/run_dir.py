@@ -15,7 +15,7 @@ from autotune.errors import AutotuneError
 from autotune.plan.io import atomic_write_text, check_output_path, read_plan_file
 
 __all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE",
-           "NewRunDir", "make_run_dir", "study_db_summary"]
+           "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri"]
 
 STUDY_FILE = "study.db"
 
@@ -105,7 +105,7 @@ def study_db_summary(db: Path) -> list[tuple[str, int]] | None:
     if not db.exists():
         return []
     try:
-        with closing(sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)) as conn:
+        with closing(sqlite3.connect(read_only_uri(db), uri=True)) as conn:
             tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
             if "studies" not in tables:
                 return [] if not tables else None
@@ -114,6 +114,14 @@ def study_db_summary(db: Path) -> list[tuple[str, int]] | None:
             return [(str(name), int(count)) for name, count in rows]
     except sqlite3.Error:
         return None
+
+
+def read_only_uri(db: Path) -> str:
+    """An SQLite URI that reads ``db`` and creates nothing beside it: with no write-ahead log
+    present every commit is in the file (``immutable``: no -shm/-wal made); with one, a
+    read-only connection that also reads the log."""
+    wal = db.with_name(db.name + "-wal")
+    return f"file:{db.resolve()}?{'mode=ro' if wal.exists() else 'immutable=1'}"
 
 
 def study_url(run_dir: Path) -> str:

@@ -221,7 +221,7 @@ def _recorded_problem(db: Path) -> tuple[str, dict]:
     import sqlite3
     from contextlib import closing
 
-    from autotune.outputs.run_dir import study_db_summary
+    from autotune.outputs.run_dir import read_only_uri, study_db_summary
     from autotune.search.store import PROBLEM_ATTR
 
     summary = study_db_summary(db)
@@ -230,7 +230,7 @@ def _recorded_problem(db: Path) -> tuple[str, dict]:
     if len(summary) != 1:
         raise AutotuneError("resume", f"{str(db)!r} holds {len(summary)} studies; expected the one autotune search made")
     try:
-        with closing(sqlite3.connect(f"file:{db.resolve()}?mode=ro", uri=True)) as conn:
+        with closing(sqlite3.connect(read_only_uri(db), uri=True)) as conn:
             row = conn.execute("SELECT a.value_json FROM study_user_attributes a JOIN studies s ON a.study_id = s.study_id "
                                "WHERE a.key = ?", (PROBLEM_ATTR,)).fetchone()
         refs = json.loads(row[0]) if row else None

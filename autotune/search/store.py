@@ -95,7 +95,17 @@ def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
 
 
 def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: bool = False) -> optuna.Study:
-    """Create (with ``problem``) or load (without) the plan study ``name`` at ``url``."""
+    """Create (with ``problem``) or load (without) the plan study ``name`` at ``url``. Loading
+    from an SQLite file that does not exist is refused (opening it would create it)."""
+    if problem is None and url.startswith("sqlite:///"):
+        from pathlib import Path
+
+        from autotune.outputs.run_dir import study_db_summary
+
+        db = Path(url[len("sqlite:///"):])
+        require(db.is_file(), "storage", f"no study database at {str(db)!r}; give the URL autotune search printed")
+        names = [n for n, _ in study_db_summary(db) or ()]  # read-only: a refused load leaves the file as it was
+        require(name in names, "study", f"no study {name!r} at {url!r}; studies there: {', '.join(names) or 'none'}")
     storage = _storage(url, heartbeat)
     try:
         if problem is None:
