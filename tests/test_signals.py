@@ -1,0 +1,111 @@
+"""SIGINT and SIGTERM at several moments of a running search: exit 130, one line on stderr, no
+traceback, and every slice stored before the signal is still in the study (and resumes).
+
+The moments are found, not timed: "handlers installed" from the process's caught-signal mask
+(/proc/PID/status), "run directory made" and "first slice stored" from the files themselves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.outputs.run_dir import study_db_summary
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
+
+ROOT = Path(__file__).resolve().parent.parent
+SEARCH = ["search", "--model", "gpt3-13b", "--gpus", "64", "--quiet", "--plots", "none"]
+
+
+def _start(argv: list[str], cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "autotune", *argv], cwd=cwd, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for(condition, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert proc.poll() is None, f"the process ended first: {proc.communicate()}"
+        assert time.monotonic() < deadline, "the moment never came"
+        time.sleep(0.01)
+
+
+def _handles(pid: int, signum: int) -> bool:
+    """Whether the process has a handler for ``signum`` (its SigCgt mask in /proc)."""
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    mask = int(next(line.split()[1] for line in text.splitlines() if line.startswith("SigCgt:")), 16)
+    return bool(mask >> (signum - 1) & 1)
+
+
+def _run_dirs(runs: Path) -> list[Path]:
+    return sorted(runs.iterdir()) if runs.exists() else []
+
+
+def _finished(run: Path) -> int:
+    summary = study_db_summary(run / "study.db") or []
+    return sum(n for _, n in summary)
+
+
+def _interrupted(proc: subprocess.Popen, signum: int) -> str:
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (proc.returncode, err)
+    assert "Traceback" not in err and "Error" not in err, err
+    assert len(err.strip().splitlines()) == 1 and "interrupted" in err, err
+    return err
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_as_soon_as_handled(tmp_path, signum):
+    """While the commands are still being imported: exit 130, one line, nothing written."""
+    proc = _start(SEARCH, tmp_path)
+    _wait_for(lambda: _handles(proc.pid, signal.SIGTERM), proc)
+    _interrupted(proc, signum)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_before_the_first_slice_is_stored(tmp_path, signum):
+    """Inside the first intra-op studies (Optuna's own trial bookkeeping): still one line, and
+    a run directory with no finished slice is removed, runs/ with it."""
+    proc = _start(SEARCH, tmp_path)
+    _wait_for(lambda: any((r / "study.db").exists() for r in _run_dirs(tmp_path / "runs")), proc)
+    time.sleep(0.3)  # into the studies of the first slices
+    stored = [_finished(r) for r in _run_dirs(tmp_path / "runs")]
+    err = _interrupted(proc, signum)
+    runs = _run_dirs(tmp_path / "runs")
+    if stored == [0] and not runs:
+        assert not (tmp_path / "runs").exists() and "kept" not in err
+    else:  # a slice was stored meanwhile: it is kept
+        assert len(runs) == 1 and _finished(runs[0]) >= max(stored) and "--resume" in err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_signal_after_slices_are_stored_keeps_them_and_resumes(tmp_path, signum):
+    proc = _start(SEARCH, tmp_path)
+    _wait_for(lambda: any(_finished(r) >= 1 for r in _run_dirs(tmp_path / "runs")), proc)
+    (run,) = _run_dirs(tmp_path / "runs")
+    seen = _finished(run)
+    err = _interrupted(proc, signum)
+    assert f"--resume {Path('runs') / run.name}" in err
+    assert _finished(run) >= seen  # nothing stored was lost
+    resumed = subprocess.run([sys.executable, "-m", "autotune", "search", "--resume", str(run), "--json", "--quiet",
+                              "--plots", "none"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                             capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    import json
+
+    assert json.loads(resumed.stdout)["stats"]["num_slices_resumed"] >= seen
