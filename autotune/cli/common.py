@@ -10,7 +10,7 @@ from typing import Any
 from autotune.spec.resolve import DEFAULT_CLUSTER
 
 __all__ = ["add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
-           "estimate_table"]
+           "estimate_table", "parser_defaults", "refuse_given"]
 
 
 def positive_int(text: str) -> int:
@@ -56,6 +56,24 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")
     parser.add_argument("--overlap-tp-comm", action="store_true", help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap)")
     parser.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after the backward pass, not overlapped")
+
+
+def parser_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
+    """Each option's default, by its destination (to tell which options were given)."""
+    defaults: dict[str, Any] = {}
+    for action in parser._actions:  # the first action of a destination sets its default, as argparse does
+        if action.dest != "help":
+            defaults.setdefault(action.dest, action.default)
+    return defaults
+
+
+def refuse_given(args: argparse.Namespace, defaults: dict[str, Any], dests: tuple[str, ...], why: str) -> None:
+    """Options that would be silently ignored are refused: each of ``dests`` must keep its default."""
+    from autotune.errors import AutotuneError
+
+    for dest in dests:
+        if dest in defaults and getattr(args, dest, defaults[dest]) != defaults[dest]:
+            raise AutotuneError(dest, f"--{dest.replace('_', '-')} {why}; drop it")
 
 
 def resolve_dtype(args: argparse.Namespace) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, positive_int,
-                                 print_json)
+from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, parser_defaults,
+                                 positive_int, print_json, refuse_given)
 
 PLACEMENT_FLAGS = ("weights_in", "kv_cache_in", "activations_in", "gradients_in", "optimizer_in")
 
@@ -20,6 +20,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_memory_args(parser)
     parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
     parser.set_defaults(func=run)
+    DEFAULTS.update(parser_defaults(parser))
+
+
+DEFAULTS: dict[str, object] = {}
+INFERENCE_ONLY = ("batch", "prompt_len", "output_len", "target_tpot_ms", "target_ttft_ms")
+TRAINING_ONLY = ("global_batch", "seq_len")
+DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "zero", "schedule",
+           "overlap_tp_comm", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
+
+
+def check_workload_flags(args: argparse.Namespace, defaults: dict[str, object]) -> None:
+    """Flags of the other workload kind are refused, not ignored."""
+    if args.workload == "train":
+        refuse_given(args, defaults, INFERENCE_ONLY, "is for inference workloads (--workload prefill, decode or serve)")
+    else:
+        refuse_given(args, defaults, TRAINING_ONLY, f"is for training; --workload {args.workload} takes --batch and "
+                                                   "--prompt-len")
 
 
 def add_inference_args(parser: argparse.ArgumentParser) -> None:
@@ -74,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
     from autotune.spec.presets import resolve_model
 
     require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
+    check_workload_flags(args, DEFAULTS)
+    if args.plan:
+        refuse_given(args, DEFAULTS, DEGREES, "shapes a plan built from degrees; --plan gives the whole plan")
     plan = read_plan(args.plan) if args.plan else None
     require(plan is not None or args.gpus is not None, "gpus", "give --gpus (or --plan)")
     model = resolve_model(args.model)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from autotune.cli.common import add_model_args, add_workload_args
+from autotune.cli.common import add_model_args, add_workload_args, parser_defaults
 from autotune.cli.evaluate_cmd import add_inference_args
 from autotune.cli.export_cmd import FORMATS
 
@@ -37,7 +37,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="draw the run's plots in a detached process after returning (default), before "
                              "returning (sync), or not at all")
     parser.set_defaults(func=run)
-    _DEFAULTS.update({action.dest: action.default for action in parser._actions if action.dest != "help"})
+    _DEFAULTS.update(parser_defaults(parser))
 
 
 def _progress(args: argparse.Namespace):
@@ -73,11 +73,20 @@ def _check_resume(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from autotune.cli.scenario_search import STANDALONE_RUNNERS
-    from autotune.errors import AutotuneError, require
+    from autotune.errors import AutotuneError, require, require_choice
     from autotune.search.space import load_space
 
     if args.resume:
         _check_resume(args)
+    else:
+        from autotune.cli.common import refuse_given
+        from autotune.cli.evaluate_cmd import check_workload_flags
+
+        require_choice("workload", args.workload, ("train", "prefill", "decode", "serve"))
+        check_workload_flags(args, _DEFAULTS)
+        if args.no_run_dir or args.storage:
+            refuse_given(args, _DEFAULTS, ("runs_dir",), "names where run directories go, and with "
+                         f"{'--no-run-dir' if args.no_run_dir else '--storage'} none is made")
     scenario = None if args.resume else STANDALONE_RUNNERS.get(load_space(args.space).kind)
     require(scenario is not None or not args.set, "set",
             f"--set overrides a parameter of a standalone space (e.g. --space cxl-lora); space {args.space!r} "

@@ -131,11 +131,15 @@ def _no_plan_reason(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcom
         more = (f"it needs at least {need} GPUs of {capacity} for its weights and optimizer states alone"
                 if need > problem.gpus else f"the plan with the least memory needs {least:.1f} GiB of {capacity} per GPU")
         return f"{problem.model.name} does not fit on {where} with any plan of the space: {more}"
-    dps = sorted({k.dp for k in outcomes})
     return (f"no plan of the space splits {problem.model.name} ({problem.model.num_layers} layers) over exactly {where}: "
-            f"the global batch {problem.workload.global_batch} divides among dp {', '.join(map(str, dps))}, and the "
-            f"stages' submeshes ({', '.join(map(str, search.stage_sizes(1)))} GPUs) cannot fill the rest; "
-            f"try a GPU count that divides the batch, or a power of two")
+            f"the global batch {problem.workload.global_batch} divides among dp {_few(sorted({k.dp for k in outcomes}))}, "
+            f"and no cut of the layers into stages on submeshes of {_few(search.stage_sizes(1))} GPUs fills the GPUs "
+            f"of a replica; use fewer GPUs, a count that divides the batch, or a larger batch")
+
+
+def _few(values: list[int], most: int = 8) -> str:
+    shown = ", ".join(map(str, values[:most]))
+    return shown + (f" ... {values[-1]} ({len(values)} in all)" if len(values) > most else "")
 
 
 def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None,
