@@ -79,14 +79,10 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         _check_resume(args)
     else:
-        from autotune.cli.common import refuse_given
         from autotune.cli.evaluate_cmd import check_workload_flags
 
         require_choice("workload", args.workload, ("train", "prefill", "decode", "serve"))
         check_workload_flags(args, _DEFAULTS)
-        if args.no_run_dir or args.storage:
-            refuse_given(args, _DEFAULTS, ("runs_dir",), "names where run directories go, and with "
-                         f"{'--no-run-dir' if args.no_run_dir else '--storage'} none is made")
     scenario = None if args.resume else STANDALONE_RUNNERS.get(load_space(args.space).kind)
     require(scenario is not None or not args.set, "set",
             f"--set overrides a parameter of a standalone space (e.g. --space cxl-lora); space {args.space!r} "
@@ -94,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
     if args.export and not args.resume and (scenario or args.no_run_dir or args.storage):
         raise AutotuneError("export", "--export writes into the run directory, so not with --no-run-dir, --storage "
                                       "or a standalone scenario space; run autotune export on a plan file instead")
+    if not args.resume and (args.no_run_dir or args.storage):
+        from autotune.cli.common import refuse_given
+
+        refuse_given(args, _DEFAULTS, ("runs_dir",), "names where run directories go, and with "
+                     f"{'--no-run-dir' if args.no_run_dir else '--storage'} none is made")
     if scenario is not None:
         return scenario(args)
     from autotune.search import api as search_api
