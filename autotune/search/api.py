@@ -145,22 +145,15 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     problem = SearchProblem(model=spec, workload=work, cluster=resolve_cluster(cluster, profile), gpus=gpus,
                             space=load_space(space), seed=seed, method=method)
     problem.cluster.check_gpus(gpus)
-    keep = run_dir or runs_dir or storage
     refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
-                        seed=seed, method=method) if keep else None
+                        seed=seed, method=method) if (run_dir or runs_dir or storage) else None
     from autotune.outputs.run_dir import make_run_dir
 
-    made = make_run_dir(None if storage else run_dir, None if storage else runs_dir, spec.name, gpus)  # inputs good
+    made = make_run_dir(run_dir, runs_dir, spec.name, gpus)  # every input is good: now write
     try:
         study, path = _open_study(refs, made.path, storage, study_name)
-        if storage is not None:  # shared: queue the slices, work with any workers, collect
-            from autotune.search.worker import queue_slices, wait_for_slices, work_on_queue
-
-            keys = queue_slices(study, problem)
-            if announce:
-                announce(study.study_name, storage)
-            work_on_queue(study, problem)
-            wait_for_slices(study, keys)
+        if storage is not None:
+            _solve_shared(study, problem, storage, announce)
         from autotune.search.cache import PLAN_CACHE
 
         result = run_search(problem, study=study, progress=progress, cache=PLAN_CACHE if cache else None,
@@ -171,6 +164,17 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
         if note and isinstance(err, KeyboardInterrupt):
             raise Interrupted(note) from None
         raise
+
+
+def _solve_shared(study, problem: SearchProblem, storage: str, announce) -> None:
+    """A shared search: queue the slices, work on them with any workers, wait for all."""
+    from autotune.search.worker import queue_slices, wait_for_slices, work_on_queue
+
+    keys = queue_slices(study, problem)
+    if announce:
+        announce(study.study_name, storage)
+    work_on_queue(study, problem)
+    wait_for_slices(study, keys)
 
 
 def _check_length(model, workload) -> None:
