@@ -81,6 +81,9 @@ class StagePlan:
                 f"ep x etp = {self.ep}x{self.etp} must divide the stage's {self.num_gpus} GPUs")
         require(isinstance(self.dp_shard, int) and self.dp_shard >= 0 and (self.dp_shard == 0 or self.dp % self.dp_shard == 0),
                 "stage.dp_shard", f"must be 0 (all of dp) or divide dp {self.dp}, got {self.dp_shard!r}")
+        for name in ("cache_group_layers", "cache_tile_tokens"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and not isinstance(value, bool), name, f"must be an integer, got {value!r}")
         require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
         require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
                 "cache_tile_tokens", "must be > 0 exactly when cache_group_layers > 0 (a group streams tiles)")

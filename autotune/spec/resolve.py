@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.spec.hardware import ClusterSpec
-from autotune.spec.hardware_data import apply_profile, load_cluster, load_profile
+from autotune.spec.hardware_data import apply_profile, check_profile, load_cluster, load_profile
 from autotune.spec.model import ModelSpec
 from autotune.spec.presets import default_training_shape
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
@@ -24,6 +24,8 @@ def resolve_cluster(cluster: str | Path | ClusterSpec = DEFAULT_CLUSTER,
     """A cluster by preset name, file or spec, with a measured profile applied if given."""
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     if profile is not None:
+        if isinstance(profile, dict):
+            check_profile(profile)
         data = profile if isinstance(profile, dict) else load_profile(profile)
         spec = apply_profile(spec, data)
     return spec
