@@ -119,3 +119,29 @@ def test_windowed_decode_reads_only_the_window():
     m = model_from_hf_dict({**_llama(), "model_type": "mistral", "sliding_window": 1024})
     short, long = decode_attention(m, 512.0, 2), decode_attention(m, 8192.0, 2)
     assert long["flops"] == pytest.approx(short["flops"] * 1024 / 512)
+
+
+def test_kv_cache_positions_and_tensor_parallel_shards():
+    mistral = model_from_hf_dict({**_llama(), "model_type": "mistral", "sliding_window": 1024})
+    assert (mistral.cached_positions(512.0), mistral.cached_positions(8192.0)) == (512.0, 1024.0)
+    gemma2 = model_from_hf_dict({**_llama(), "model_type": "gemma2", "head_dim": 64, "sliding_window": 1024})
+    assert gemma2.cached_positions(8192.0) == (8192 + 1024) / 2
+    assert load_preset("llama3-70b").kv_cache_shards(8) == 8
+    assert load_preset("deepseek-v3").kv_cache_shards(8) == 1  # the latent is read by every head
+
+
+def test_inference_kv_cache_size_uses_the_latent_and_the_window():
+    from autotune.api import evaluate, inference_workload
+
+    def kv_per_gpu(model, tp):
+        workload = inference_workload(model, "decode", batch=8, prompt_len=2048, output_len=64, dtype="bf16",
+                                      attention="flash")
+        estimate = evaluate(model, tp, workload=workload, tp=tp)
+        return estimate.extra["kv_cache_bytes_per_gpu"], estimate.extra["kv_cache_bytes"]
+
+    ds = _dense(load_preset("deepseek-v3")).with_changes(num_layers=4, vocab_size=1024)
+    per_gpu, total = kv_per_gpu(ds, 2)
+    assert total == 8 * (2048 + 64) * 4 * 576 * 2 and per_gpu == total  # replicated on both TP ranks
+    mistral = model_from_hf_dict({**_llama(), "model_type": "mistral", "sliding_window": 1024,
+                                  "max_position_embeddings": 4096})
+    assert kv_per_gpu(mistral, 1)[1] == 8 * 1024 * 4 * 2 * 2 * 64 * 2  # 4 layers, 2 KV heads of 64, bf16

@@ -215,8 +215,9 @@ def _p2p_s(ctx: InferenceContext, stage: StagePlan, pos: StagePosition) -> objec
 
 def _kv_bytes_per_layer(ctx: InferenceContext, stage: StagePlan, positions: float) -> object:
     """K/V bytes per GPU of one layer for one micro-batch over ``positions`` per sequence."""
-    per_token = kv_bytes_per_token_layer(ctx.tables.model, ctx.tables.act_bytes)
-    return ctx.micro_batch * positions * per_token / (stage.tp * stage.cp)
+    m = ctx.tables.model
+    per_token = kv_bytes_per_token_layer(m, ctx.tables.act_bytes)
+    return ctx.micro_batch * m.cached_positions(positions) * per_token / (m.kv_cache_shards(stage.tp) * stage.cp)
 
 
 def _memory(ctx: InferenceContext, stage: StagePlan, blocks: dict[str, BlockTimes], n: object,

@@ -241,9 +241,7 @@ def decode_attention(m: ModelSpec, context_len: float, e: int) -> dict[str, floa
     K/V of every position (windowed layers: of the last ``sliding_window`` only) and writes its
     output. MLA decodes in the absorbed form (DeepSeek-V2 sec. 2.1.3; FlashMLA): every head scores
     the cached latent and rope key (kv_lora_rank + rope) and sums the latents (kv_lora_rank)."""
-    w = m.sliding_window
-    windowed = sum(m.is_windowed_layer(i) for i in range(m.num_layers)) / m.num_layers if w else 0.0
-    positions = (1.0 - windowed) * context_len + windowed * min(context_len, w or context_len)
+    positions = m.cached_positions(context_len)
     if m.is_mla:
         flops = 2.0 * positions * m.num_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
         token = m.q_width + m.kv_lora_rank + m.qk_rope_head_dim

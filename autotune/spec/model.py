@@ -219,6 +219,21 @@ class ModelSpec:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.num_kv_heads * self.head_dim
 
+    def cached_positions(self, context_len: float) -> float:
+        """Positions one layer's KV cache holds for a sequence of ``context_len``, averaged over
+        the layers: a windowed layer keeps the last ``sliding_window`` only (Mistral 7B's rolling
+        buffer cache, Jiang et al. 2023, sec. 2)."""
+        if not self.sliding_window:
+            return float(context_len)
+        windowed = sum(self.is_windowed_layer(i) for i in range(self.num_layers)) / self.num_layers
+        return (1.0 - windowed) * context_len + windowed * min(context_len, self.sliding_window)
+
+    def kv_cache_shards(self, tp: int) -> int:
+        """Ways tensor parallelism splits the KV cache: by KV heads, except MLA's latent, which
+        every head reads, so each TP rank keeps all of it (SGLang's data-parallel attention for
+        DeepSeek, LMSYS blog 2024-12, exists to avoid that duplication)."""
+        return 1 if self.is_mla else tp
+
     def num_parameters(self) -> int:
         """All parameters, as ``transformers`` counts them (tied embeddings once)."""
         from autotune.spec.params import parameter_count
