@@ -152,9 +152,16 @@ def _attention_ops(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
             saved_bytes=qkv_in + 4.0 * a * s, sharding="split",
             bwd_flops_factor=2.5, bwd_bytes_factor=2.0,
         )]
-    # Unfused: the full s x s scores are computed and masked (a window too), one matrix per head.
+    return _unfused_attention_ops(m, s, e, model_flops / (pair_flops * s * s))
+
+
+def _unfused_attention_ops(m: ModelSpec, s: int, e: int, share: float) -> list[Operator]:
+    """The full s x s scores computed and masked (a window too), one matrix per head; ``share``
+    scales their FLOPs to model FLOPs."""
+    a = m.num_heads
+    wq, wk, wv, wo = _attention_widths(m)
+    qkv_in = s * (wq + wk + wv) * e
     qk_flops, av_flops = 2.0 * s * s * wq, 2.0 * s * s * wo
-    share = model_flops / (pair_flops * s * s)  # model FLOPs split between the two products
     scores = a * s * s * e
     mask = a * s * s * 1.0 if m.dropout else 0.0
     ops = [
