@@ -136,3 +136,40 @@ def test_encoder_decoders_and_state_space_models_are_refused(model_type, tmp_pat
     with pytest.raises(AutotuneError) as err:
         _autotune_model(config, tmp_path)
     assert err.value.field == "config.model_type" and "supported: " in str(err.value) and "mixtral" in str(err.value)
+
+
+_SMALL = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, intermediate_size=512, vocab_size=1000)
+# Small dense models of each attention variant (DeepSeek with all layers dense: the MoE part of the
+# graph is checked elsewhere).
+FLOP_CASES = {
+    "deepseek_v3": dict(_SMALL, num_key_value_heads=8, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16,
+                        qk_nope_head_dim=32, v_head_dim=48, n_routed_experts=8, num_experts_per_tok=2,
+                        first_k_dense_replace=2, moe_intermediate_size=128, n_group=1, topk_group=1),
+    "deepseek_v2": dict(_SMALL, num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=64, qk_rope_head_dim=16,
+                        qk_nope_head_dim=32, v_head_dim=48, n_routed_experts=8, num_experts_per_tok=2,
+                        first_k_dense_replace=2, moe_intermediate_size=128),
+    "gemma": dict(_SMALL, num_key_value_heads=2, head_dim=48),
+    "falcon": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000),
+    "qwen3": dict(_SMALL, num_key_value_heads=2, head_dim=64),
+}
+
+
+@pytest.mark.parametrize("model_type", list(FLOP_CASES))
+def test_forward_flops_match_the_operator_graph(model_type):
+    """Matrix-multiply FLOPs of one eager forward pass (torch's FlopCounterMode) against the
+    graph's GEMM and attention FLOPs (unfused: the full s x s scores, as eager attention computes)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from autotune.graph import model_tables
+
+    config = _config(model_type, FLOP_CASES[model_type])
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    s = 64
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.randint(0, 1000, (1, s)))
+    spec = model_from_hf_dict(config.to_dict())
+    tables = model_tables(spec, s, 4, "unfused")
+    matmul = ("gemm", "bmm", "attention")
+    layer = sum(f for kind, f in zip(tables.layer.kinds, tables.layer.flops) if kind in matmul)
+    head = sum(f for kind, f in zip(tables.head.kinds, tables.head.flops) if kind in matmul)
+    assert spec.num_layers * layer + head == pytest.approx(counter.get_total_flops(), rel=0.02)
