@@ -29,8 +29,9 @@ class ModelSpec:
 
     ``ffn_activation="swiglu"`` (or ``"geglu"``) means a gated FFN with three matrices (gate, up,
     down) of ``hidden_size x ffn_hidden_size``; the others use two. MoE layers replace the dense
-    FFN by ``num_experts`` experts of ``expert_ffn_hidden_size`` (same activation) and a router. ``layer_kind="ffn_only"`` is the
-    seed's XXL simplification: blocks of two linear layers, no attention, embeddings or head.
+    FFN by ``num_experts`` experts of ``expert_ffn_hidden_size`` (same activation) and a router.
+    ``layer_kind="ffn_only"`` is the seed's XXL simplification: blocks of two linear layers, no
+    attention, embeddings or head. ``num_parameters()`` counts what ``transformers`` builds.
     """
 
     name: str
