@@ -131,7 +131,8 @@ def test_kv_cache_positions_and_tensor_parallel_shards():
 
 
 def test_inference_kv_cache_size_uses_the_latent_and_the_window():
-    from autotune.api import evaluate, inference_workload
+    from autotune.search.evaluate import evaluate
+    from autotune.spec.resolve import inference_workload
 
     def kv_per_gpu(model, tp):
         workload = inference_workload(model, "decode", batch=8, prompt_len=2048, output_len=64, dtype="bf16",

@@ -7,7 +7,6 @@ fewer layers, said so, where building the full model is slow); the counts must a
 
 from __future__ import annotations
 
-import json
 import re
 
 import pytest

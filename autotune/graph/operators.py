@@ -276,7 +276,7 @@ def _ffn_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
 
 def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> list[Operator]:
     """Operators of one transformer layer (pre-norm) in execution order."""
-    s, e, h = seq_len, act_bytes, m.hidden_size
+    s, e = seq_len, act_bytes
     ops: list[Operator] = []
     if m.has_attention:
         ops.append(_norm("attn_norm", m, s, e))
