@@ -19,6 +19,8 @@ def test_lines_name_layers_heads_experts_and_counts():
     assert architecture_line(load_preset("llama3-8b")).endswith("FFN 14336, 8.0B params")
     assert "FFN-only" in architecture_line(load_preset("xxl-ffn"))
     assert (format_count(124_439_808), format_count(999)) == ("124.4M", "999")
+    gemma2 = load_preset("llama3-8b").with_changes(name="g", sliding_window=4096, sliding_window_every=2)
+    assert ", window 4096 on 1 of every 2 layers," in architecture_line(gemma2)
 
 
 def test_dict_carries_the_counts():

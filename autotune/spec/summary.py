@@ -24,7 +24,7 @@ def _attention_text(m: ModelSpec) -> list[str]:
         parts[1:] = [f"latent attention ({q}kv rank {m.kv_lora_rank}, rope {m.qk_rope_head_dim}, "
                      f"nope {m.qk_nope_head_dim}, v {m.v_head_dim})"]
     if m.sliding_window:
-        every = "" if m.sliding_window_every == 1 else f" on every {m.sliding_window_every}th layer"
+        every = "" if m.sliding_window_every == 1 else f" on 1 of every {m.sliding_window_every} layers"
         parts.append(f"window {m.sliding_window}{every}")
     return parts
 
