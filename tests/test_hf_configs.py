@@ -172,3 +172,15 @@ def test_forward_flops_match_the_operator_graph(model_type):
     layer = sum(f for kind, f in zip(tables.layer.kinds, tables.layer.flops) if kind in matmul)
     head = sum(f for kind, f in zip(tables.head.kinds, tables.head.flops) if kind in matmul)
     assert spec.num_layers * layer + head == pytest.approx(counter.get_total_flops(), rel=0.02)
+
+
+def test_attention_details_survive_the_config_round_trip(tmp_path):
+    """What transformers writes (layer_types, rope_parameters, renamed keys) is read back."""
+    read = lambda t: _autotune_model(_config(t, FAMILIES[t][1]), tmp_path)  # noqa: E731
+    gemma2 = read("gemma2")
+    assert (gemma2.sliding_window, gemma2.sliding_window_every, gemma2.norms_per_layer) == (4096, 2, 4)
+    assert (read("mistral").sliding_window, read("mistral").sliding_window_every) == (4096, 1)
+    assert read("mixtral").rope_theta == 1e6 and read("qwen2").qkv_bias and not read("qwen2").attn_out_bias
+    qwen3_moe = read("qwen3_moe")
+    assert (qwen3_moe.num_experts, qwen3_moe.head_dim, qwen3_moe.qk_norm) == (128, 128, "head")
+    assert read("olmoe").qk_norm == "full" and read("bloom").embedding_norm
