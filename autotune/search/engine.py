@@ -16,7 +16,6 @@ from autotune.search.baselines import baselines
 from autotune.search.cache import fingerprint
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
 from autotune.search.result import SearchResult, SearchStats
-from autotune.search.store import finished_slices, record_slice, shared_trials
 
 __all__ = ["run_search", "gpus_needed"]
 
@@ -30,7 +29,11 @@ def _round(problem: SearchProblem) -> str:
 def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
     """Slices a previous (interrupted) run of this study already finished, re-scored."""
     out = {}
-    for (dp, b), trial in (finished_slices(study, _round(problem)).items() if study is not None else ()):
+    if study is None:
+        return {}
+    from autotune.search.store import finished_slices  # Optuna only when a study is kept
+
+    for (dp, b), trial in finished_slices(study, _round(problem)).items():
         key = SliceKey(dp, b)
         plan_json = trial.user_attrs.get("plan")
         plan = Plan.from_dict(json.loads(plan_json)) if plan_json else None
@@ -102,6 +105,8 @@ def _solve_slices(problem: SearchProblem, keys: list[SliceKey], study, progress,
     for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
         outcomes[outcome.key] = outcome
         if study is not None:
+            from autotune.search.store import record_slice
+
             record_slice(study, outcome, _round(problem))
         if progress:
             progress(outcome, i + 1, len(todo))
@@ -142,6 +147,12 @@ def _few(values: list[int], most: int = 8) -> str:
     return shown + (f" ... {values[-1]} ({len(values)} in all)" if len(values) > most else "")
 
 
+def _shared_trials(study) -> int:
+    from autotune.search.store import shared_trials
+
+    return shared_trials(study)
+
+
 def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None,
                shared: bool = False, started_s: float | None = None) -> SearchResult:
     """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete.
@@ -171,7 +182,7 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
                         num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=0 if shared else resumed,
                         num_intra_op_studies=len(search.studies),
-                        num_trials=search.num_trials + (shared_trials(study) if shared else 0), best_from=source)
+                        num_trials=search.num_trials + (_shared_trials(study) if shared else 0), best_from=source)
     candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
     result = SearchResult(plan=plan, estimate=estimate, baselines=extras, stats=stats, candidates=candidates)
     if result_key is not None:
