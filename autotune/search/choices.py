@@ -8,6 +8,7 @@ the KV cache lives and a cache-aware layer grouping (autotune/cost/cache.py).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from itertools import product
 
 from autotune.cost.mesh import group_spans
@@ -59,11 +60,18 @@ def valid_stage_sizes(gpus: int, gpus_per_node: int) -> list[int]:
     """Submesh sizes a stage may take (Alpa's shapes): a slice of a node that tiles it, or whole
     nodes. Fewer GPUs than a node that do not tile it (3, 5, 6, 7 of 8) are one submesh too, and
     stages may then take unequal slices (2 + 1 of 3 GPUs): the pipeline DP makes the sizes add up."""
+    return list(_stage_sizes(gpus, gpus_per_node))
+
+
+@lru_cache(maxsize=64)
+def _stage_sizes(gpus: int, gpus_per_node: int) -> tuple[int, ...]:
     if gpus < gpus_per_node and gpus_per_node % gpus:
-        return sorted({s for s in range(1, gpus + 1) if gpus_per_node % s == 0} | {gpus})
+        return tuple(sorted({s for s in range(1, gpus + 1) if gpus_per_node % s == 0} | {gpus}))
     sizes = [s for s in range(1, min(gpus, gpus_per_node) + 1) if gpus_per_node % s == 0 and gpus % s == 0]
-    sizes += [k * gpus_per_node for k in range(2, gpus // gpus_per_node + 1) if gpus % (k * gpus_per_node) == 0]
-    return sizes
+    nodes = gpus // gpus_per_node  # whole nodes: k nodes for each divisor k >= 2 of the node count
+    small = [k for k in range(1, int(nodes**0.5) + 1) if nodes % k == 0 and gpus % gpus_per_node == 0]
+    sizes += [k * gpus_per_node for k in sorted({*small, *(nodes // k for k in small)}) if k >= 2]
+    return tuple(sizes)
 
 
 def _tp_values(space: SearchSpace, model: ModelSpec, seq_len: int, model_parallel: int, allow_cp: bool) -> list[int]:
