@@ -38,6 +38,10 @@ def _quiet_unraisable(unraisable) -> None:
 
 def install() -> None:
     """Route SIGINT and SIGTERM through :func:`_handler` (main thread only; idempotent)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal handlers can only be set there; a command run in a thread keeps Python's
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _handler)
     sys.unraisablehook = _quiet_unraisable
