@@ -106,6 +106,7 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
         require(db.is_file(), "storage", f"no study database at {str(db)!r}; give the URL autotune search printed")
         names = [n for n, _ in study_db_summary(db) or ()]  # read-only: a refused load leaves the file as it was
         require(name in names, "study", f"no study {name!r} at {url!r}; studies there: {', '.join(names) or 'none'}")
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # a trial per slice is no news; warnings still show
     storage = _storage(url, heartbeat)
     try:
         if problem is None:
