@@ -109,3 +109,25 @@ def test_signal_after_slices_are_stored_keeps_them_and_resumes(tmp_path, signum)
     import json
 
     assert json.loads(resumed.stdout)["stats"]["num_slices_resumed"] >= seen
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, delay_s", [(signal.SIGTERM, 0.05), (signal.SIGINT, 0.8), (signal.SIGTERM, 1.7),
+                                             (signal.SIGINT, 3.1)])
+def test_signal_at_other_moments_never_loses_a_stored_slice(tmp_path, signum, delay_s):
+    """Moments after the run directory appears: whatever the search was doing, exit 130 (or 0 if
+    it had finished), one line, and the slices stored before the signal are all still there."""
+    proc = _start(SEARCH, tmp_path)
+    _wait_for(lambda: bool(_run_dirs(tmp_path / "runs")), proc)
+    time.sleep(delay_s)
+    (run,) = _run_dirs(tmp_path / "runs") or [None]
+    seen = _finished(run) if run is not None else 0
+    if proc.poll() is not None:  # finished before the signal
+        assert proc.returncode == 0
+        return
+    err = _interrupted(proc, signum)
+    if run is not None and run.exists():
+        assert _finished(run) >= max(seen, 1)  # a directory is kept only for stored slices, and none is lost
+        assert "--resume" in err or (run / "plan.json").exists()
+    else:
+        assert seen == 0
