@@ -179,6 +179,13 @@ def test_search_is_no_worse_than_the_data_parallel_plan_evaluate_finds(model, gp
     assert result.estimate.step_time_s <= est.step_time_s * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("model, gpus, batch", [("2.7b", 5, 20), ("gpt3-350m", 7, 42), ("medium", 5, 8)])
+def test_interleaved_candidates_use_every_gpu(model, gpus, batch):
+    """Equal interleaved stages are offered only where they cover the GPUs (4 of 5 raised an error)."""
+    result = autotune.search(model, gpus, global_batch=batch, plots="none", cache=False)
+    assert result.plan.gpus == gpus == sum(s.num_gpus for s in result.plan.stages) and result.estimate.fits
+
+
 def test_no_plan_is_exit_1_with_the_reason(tmp_path, capsys):
     config = tmp_path / "tiny.json"
     config.write_text(json.dumps(TINY))

@@ -50,8 +50,8 @@ def _interleaved(search, key) -> Iterator[Plan]:
     num_layers = search.problem.model.num_layers
     num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
     for result in search.results(key.dp):
-        stages = search.problem.gpus // (key.dp * result.model_parallel)
-        if stages < 2 or num_layers % stages or num_mb % stages:
+        stages, spare = divmod(search.problem.gpus, key.dp * result.model_parallel)
+        if spare or stages < 2 or num_layers % stages or num_mb % stages:  # equal stages must use every GPU
             continue
         n = num_layers // stages
         vpps = [v for v in search.problem.space.vpp if v > 1 and n % v == 0]
