@@ -50,6 +50,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("recompute", "none", "performance recipes train without recomputation unless noted"),
         ("model", "Llama-style rows: RMSNorm, no biases, rotary, untied; GPT3: LayerNorm, biases, learned, tied",
          "NeMo model configs"),
+        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
+         "Megatron's account_for_embedding/loss_in_pipeline_split give the embedding and loss a layer's slot "
+         "(126 -> 128 for Llama 3.1 405B); the padding adds at most pp x vpp - 1 layers' work"),
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
         ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
@@ -111,8 +114,9 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
     """Plan fields the framework's defaults decide."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
     zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan") else 1)
+    async_tp = ("asynctp" in text.replace(" ", "") or "async tp" in text) and "vanilla tp" not in text
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
-               "overlap_tp_comm": tp > 1 and (framework == "nemo" or "async" in text)}
+               "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
     if framework == "torchtitan":
         options["reshard_after_forward"] = pp == 1
     return options
@@ -142,13 +146,16 @@ def modern_run_from_row(row: dict[str, str]):
         return Unexpressible(run_id=row["id"], regime=regime, reason=f"no cluster preset for {row['gpu']}")
     model = _model(row, framework)
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
+    vpp, schedule = _schedule(row, framework, pp)
+    if model.num_layers % (pp * vpp):  # embedding and loss take layer slots (see FRAMEWORK_DEFAULTS)
+        model = model.with_changes(num_layers=-(-model.num_layers // (pp * vpp)) * pp * vpp)
+    tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     gpus = int(row["gpus"])
     dp = int(row["dp"]) if row["dp"] else gpus // (tp * pp * cp)
     global_batch = int(row["global_batch"])
     micro_batch = int(row["micro_batch"] or 1)
     if framework == "torchtitan" and pp > 1:  # one micro-batch per stage
         micro_batch = max(1, global_batch // dp // pp)
-    vpp, schedule = _schedule(row, framework, pp)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=_precision(row),
                                 attention_impl="flash")
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
