@@ -33,8 +33,9 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (preset default)")
     parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (preset default)")
     parser.add_argument("--dtype", default=None,
-                        help="fp32, or mixed precision bf16/fp16 (fp32 master weights); default bf16, or fp32 on a "
-                             "device whose profile has no bf16 GEMM fit (CPUs)")
+                        help="fp32, or mixed precision bf16/fp16 (fp32 master weights); fp8 (FP8 GEMMs, bf16 elsewhere), "
+                             "mxfp8 or nvfp4 (Blackwell); default bf16, or fp32 on a device whose profile has no bf16 "
+                             "GEMM fit (CPUs)")
     parser.add_argument("--attention", default="flash", help="flash (fused kernel) or unfused (scores in memory, pre-2022 Megatron)")
 
 
