@@ -157,7 +157,7 @@ def modern_run_from_row(row: dict[str, str]):
     if framework == "torchtitan" and pp > 1:  # one micro-batch per stage
         micro_batch = max(1, global_batch // dp // pp)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=_precision(row),
-                                attention_impl="flash")
+                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text)
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
         num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,

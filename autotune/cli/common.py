@@ -36,6 +36,8 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
                         help="fp32, or mixed precision bf16/fp16 (fp32 master weights); fp8 (FP8 GEMMs, bf16 elsewhere), "
                              "mxfp8 or nvfp4 (Blackwell); default bf16, or fp32 on a device whose profile has no bf16 "
                              "GEMM fit (CPUs)")
+    parser.add_argument("--fp8-all-gather", action="store_true",
+                        help="with --dtype fp8/mxfp8: FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)")
     parser.add_argument("--attention", default="flash", help="flash (fused kernel) or unfused (scores in memory, pre-2022 Megatron)")
 
 

@@ -41,7 +41,6 @@ def add_sharding_args(parser: argparse.ArgumentParser) -> None:
                        help="ZeRO-3/FSDP: free gathered weights after forward, gather again in backward (default)")
     group.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_false",
                        help="ZeRO-3/FSDP: keep gathered weights for the step; gather and reduce once per step")
-    parser.add_argument("--fp8-all-gather", action="store_true", help="FSDP gathers FP8 weights (torchao float8)")
 
 
 def add_memory_args(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +61,8 @@ def _workload(args: argparse.Namespace, model: object) -> object:
 
         work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                                  attention=args.attention)
-        return replace(work, fp8_all_gather=args.fp8_all_gather) if args.fp8_all_gather else work
+        fp8_gather = getattr(args, "fp8_all_gather", False)
+        return replace(work, fp8_all_gather=True) if fp8_gather else work
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
                               output_len=args.output_len, dtype=args.dtype, attention=args.attention,
                               target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)

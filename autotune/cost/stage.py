@@ -25,7 +25,7 @@ from autotune.cost.offload import offloads, training_offload
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload
 
 __all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "stage_cost", "overlapped_exposed_s"]
 
@@ -245,7 +245,11 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
 
 
 def _gather_bytes(ctx: StageContext) -> float:
-    """Bytes per parameter in a weight all-gather: the compute dtype's."""
+    """Bytes per parameter in a weight all-gather: the compute dtype's, or the FP8 copy's when
+    FSDP gathers FP8 weights (torchao float8's enable_fsdp_float8_all_gather; its amax
+    all-reduce is one small collective per step and left out)."""
+    if getattr(ctx.workload, "fp8_all_gather", False):
+        return GEMM_OPERAND_BYTES[ctx.workload.dtype]
     return float(ctx.tables.act_bytes)
 
 
