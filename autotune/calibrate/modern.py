@@ -39,6 +39,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so", "torchtitan TP plan"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
          "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
+        ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing",
+         "PyTorch context_parallel's default rotate method and round-robin sharding"),
         ("torch.compile", "not modelled", "fused elementwise kernels are priced as separate kernels"),
     ),
     "nemo": (
@@ -47,6 +49,7 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("overlap", "grad reduce, param gather, TP comm (TP > 1) and pipeline p2p overlapped",
          "the recipes' comm overlap callbacks"),
         ("sequence parallel", "on with TP > 1", "Megatron-Core default in the recipes"),
+        ("context parallel", "ring (p2p) with causal load balancing", "Megatron-Core's default cp_comm_type"),
         ("recompute", "none", "performance recipes train without recomputation unless noted"),
         ("model", "Llama-style rows: RMSNorm, no biases, rotary, untied; GPT3: LayerNorm, biases, learned, tied",
          "NeMo model configs"),
@@ -119,6 +122,7 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
     if framework == "torchtitan":
         options["reshard_after_forward"] = pp == 1
+        options["cp_comm"] = "all_gather"
     return options
 
 

@@ -34,6 +34,8 @@ def add_inference_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_sharding_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cp-comm", default="ring",
+                        help="context-parallel exchange: ring (p2p, overlapped), all_gather or all_to_all (Ulysses)")
     parser.add_argument("--dp-shard", type=int, default=0,
                         help="HSDP: shard ZeRO/FSDP state over N data-parallel ranks, replicate over dp/N (0: all of dp)")
     group = parser.add_mutually_exclusive_group()
@@ -99,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero, schedule=args.schedule,
         overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
-        dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, **options)
+        dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm, **options)
     if args.json:
         print_json(estimate.to_dict())
     else:

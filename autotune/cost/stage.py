@@ -17,6 +17,7 @@ import numpy as np
 from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
+from autotune.cost.context_parallel import cp_layer_comm_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlapped_exposed_s, shard_groups,
                                     sharded_state_memory, zero3_microbatch_comm_s)
@@ -193,19 +194,22 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
 
 
 def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
-    """Context parallelism passes K and V around the CP ring (forward) and K, V and their
-    gradients (backward), overlapped with the attention blocks (Liu et al. 2023, Ring Attention;
-    Megatron-Core's CP)."""
+    """Context-parallel exchange per micro-batch, by the stage's variant (cost/context_parallel.py)."""
     m = ctx.tables.model
     if stage.cp <= 1 or not m.has_attention:
         return 0.0 * n
-    kv = ctx.micro_batch * ctx.tables.seq_len * 2 * m.kv_dim * ctx.tables.act_bytes / stage.tp
-    ring = collective_time_s("all_gather", kv, span, ctx.cluster)
+    tokens = ctx.micro_batch * ctx.tables.seq_len
+    width = ctx.tables.act_bytes / stage.tp
     attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
-    fwd_attn = _scalar((layer.fwd_ops_s * attn).sum(-1))
-    bwd_attn = _scalar((layer.bwd_ops_s * attn).sum(-1))
-    per_layer = np.maximum(0.0, ring - fwd_attn) + np.maximum(0.0, 2 * ring - bwd_attn)
-    return n * (per_layer + _cp_step_overhead_s(ctx, stage))
+    comm = getattr(stage, "cp_comm", "ring")
+    per_layer = cp_layer_comm_s(
+        ctx.cluster, comm, span, kv_bytes=tokens * 2 * m.kv_dim * width,
+        qkv_local_bytes=tokens / stage.cp * (m.num_heads * m.head_dim + 2 * m.kv_dim) * width,
+        out_local_bytes=tokens / stage.cp * m.num_heads * m.head_dim * width,
+        fwd_attn_s=_scalar((layer.fwd_ops_s * attn).sum(-1)), bwd_attn_s=_scalar((layer.bwd_ops_s * attn).sum(-1)),
+        recompute_forward=stage.recompute == "full")
+    overhead = 0.0 if comm == "all_to_all" else _cp_step_overhead_s(ctx, stage)
+    return n * (per_layer + overhead)
 
 
 def _cp_step_overhead_s(ctx: StageContext, stage: StagePlan) -> float:

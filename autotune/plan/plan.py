@@ -56,6 +56,7 @@ class StagePlan:
     etp: int = 1  # tensor-parallel degree inside each expert
     dp_shard: int = 0  # sharding group size inside dp (0: dp, i.e. no replication)
     reshard_after_forward: bool = True  # ZeRO-3/FSDP2: free gathered parameters after forward
+    cp_comm: str = "ring"  # context-parallel exchange: ring, all_gather or all_to_all (cost/context_parallel.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -81,6 +82,7 @@ class StagePlan:
                 f"ep x etp = {self.ep}x{self.etp} must divide the stage's {self.num_gpus} GPUs")
         require(isinstance(self.dp_shard, int) and self.dp_shard >= 0 and (self.dp_shard == 0 or self.dp % self.dp_shard == 0),
                 "stage.dp_shard", f"must be 0 (all of dp) or divide dp {self.dp}, got {self.dp_shard!r}")
+        require_choice("stage.cp_comm", self.cp_comm, ("ring", "all_gather", "all_to_all"))
         require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
         require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
                 "cache_tile_tokens", "must be > 0 exactly when cache_group_layers > 0 (a group streams tiles)")

@@ -31,7 +31,8 @@ __all__ = ["to_torchtitan", "llama_ffn_hidden", "model_parts"]
 NAME = "torchtitan"
 TARGET = "torchtitan v0.2.2 (73a0e6979, 2026-02-20): torchrun ... -m torchtitan.train --job.config_file FILE"
 PLAN_FIELDS = ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm")
-STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward")  # FSDP2/HSDP degrees
+STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm")  # FSDP2/HSDP, CP rotation
+CP_ROTATE = {"ring": "alltoall", "all_gather": "allgather"}  # its names: "alltoall" passes K/V around a ring
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
 # Llama 3 flavours of torchtitan v0.2.2 (torchtitan/models/llama3/__init__.py, llama3_args):
@@ -118,6 +119,11 @@ def _parallelism(ctx: ExportContext) -> dict:
                                                        "sequence; tp > 1 without sequence parallelism has no setting")
     table = {**_data_parallel(ctx), "tensor_parallel_degree": s.tp, "context_parallel_degree": s.cp,
              "pipeline_parallel_degree": p.pp}
+    if s.cp > 1:
+        if s.cp_comm not in CP_ROTATE:
+            raise refuse(NAME, "stages.cp_comm", "its context parallelism rotates K/V (allgather or ring); "
+                                                 "all-to-all over heads (Ulysses) has no setting")
+        table["context_parallel_rotate_method"] = CP_ROTATE[s.cp_comm]
     if s.tp > 1 and p.overlap_tp_comm:
         table["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)
     rounds = max(1, p.num_microbatches // p.pp)  # torch's ScheduleInterleaved1F1B (flex_pp) needs M % rounds == 0
