@@ -17,10 +17,10 @@ Where a source leaves settings unstated, the assumption is made here, once, for 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autotune.calibrate.modern import Unexpressible, safe_modern_run
+from autotune.calibrate.modern import ATTENTION_KERNEL_SPEED, Unexpressible, framework_of, safe_modern_run
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
@@ -44,6 +44,7 @@ class PublishedRun:
     plan: Plan
     iter_s: float
     regime: str = ""  # device | dense or moe | precision | framework (check-published groups by it)
+    attention_speed: float = 1.0  # the framework's attention kernel against the device's fitted one
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,6 +91,7 @@ def _modern_run(row: dict[str, str]) -> PublishedRun | Unexpressible:
     if isinstance(built, Unexpressible):
         return built
     model, workload, cluster, plan, regime = built
+    speed = ATTENTION_KERNEL_SPEED.get(framework_of(row), 1.0)
     try:
         load_cluster(cluster)
     except AutotuneError as err:
@@ -98,7 +100,19 @@ def _modern_run(row: dict[str, str]) -> PublishedRun | Unexpressible:
         return Unexpressible(run_id=row["id"], regime=regime,
                              reason="MoE: the operator graph has no expert layers yet (they light up when it does)")
     return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload,
-                        cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]), regime=regime)
+                        cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]), regime=regime,
+                        attention_speed=speed)
+
+
+def _with_attention_speed(cluster: ClusterSpec, speed: float) -> ClusterSpec:
+    """The cluster with its device's fused-attention fits ``speed`` times as fast."""
+    if speed == 1.0:
+        return cluster
+    device = cluster.device
+    compute = {key: (replace(fit, seconds_per_unit=fit.seconds_per_unit / speed,
+                             source=f"{fit.source}; x{speed:.3g} for the framework's kernel") if key[0] == "attention"
+                     else fit) for key, fit in device.compute.items()}
+    return cluster.with_changes(device=device.with_changes(compute=compute))
 
 
 def moe_priced() -> bool:
@@ -152,6 +166,10 @@ def check_runs(runs: list[PublishedRun], clusters: dict[str, ClusterSpec] | None
     clusters = dict(clusters or {})
     checks = []
     for run in runs:
-        cluster = clusters.setdefault(run.cluster_name, load_cluster(run.cluster_name))
+        key = (run.cluster_name, run.attention_speed)
+        if key not in clusters:
+            base = clusters.get(run.cluster_name) or load_cluster(run.cluster_name)
+            clusters[key] = _with_attention_speed(base, run.attention_speed)
+        cluster = clusters[key]
         checks.append(RunCheck(run=run, estimate=evaluate_plan(run.model, run.workload, cluster, run.plan)))
     return checks

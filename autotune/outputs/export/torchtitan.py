@@ -173,10 +173,13 @@ def to_torchtitan(plan_file: PlanFile) -> ExportResult:
     config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
               "model": {"name": "llama3", "flavor": flavor}, "training": _training(ctx),
               "parallelism": _parallelism(ctx), "activation_checkpoint": checkpoint}
-    if ctx.workload.dtype in ("fp8", "mxfp8"):  # torchao float8 / MX training on the linears
-        config["model"]["converters"] = ["float8" if ctx.workload.dtype == "fp8" else "mx"]
-        if ctx.workload.dtype == "fp8":
-            config["float8"] = {"enable_fsdp_float8_all_gather": bool(ctx.workload.fp8_all_gather)}
+    if ctx.workload.dtype == "fp8":  # torchao float8 training on the linears (tensorwise scaling)
+        config["model"]["converters"] = ["quantize.linear.float8"]
+        config["quantize"] = {"linear": {"float8": {
+            "recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": bool(ctx.workload.fp8_all_gather)}}}
+    elif ctx.workload.dtype == "mxfp8":  # torchao MX training on the linears
+        config["model"]["converters"] = ["quantize.linear.mx"]
+        config["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8"}}}
     if config["parallelism"].get("enable_async_tensor_parallel"):
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
     notes = notes + ac_notes
