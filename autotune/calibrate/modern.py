@@ -7,7 +7,7 @@ model cannot price yet is returned as :class:`Unexpressible` with the reason, ne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -42,6 +42,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing",
          "PyTorch context_parallel's default rotate method and round-robin sharding"),
+        ("selective checkpointing", "op-level (selective_op): every other matmul and all elementwise ops recomputed",
+         "activation_checkpoint.selective_ac_option defaults to op (torchtitan _op_sac policy)"),
         ("torch.compile", "not modelled", "fused elementwise kernels are priced as separate kernels"),
     ),
     "nemo": (
@@ -174,6 +176,8 @@ def modern_run_from_row(row: dict[str, str]):
         num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
         global_batch=global_batch, sequence_parallel=sp, recompute=row["recompute"] or "none",
         schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
+    if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
+        plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))
     return model, workload, cluster, plan, regime
 
 

@@ -131,11 +131,14 @@ def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
     return blocks
 
 
-def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes) -> float:
+def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, kinds: tuple = ()) -> float:
     if stage.recompute == "full":
         return _scalar(layer.fwd_s)
     if stage.recompute == "selective":
         return _scalar(layer.selective_fwd_s)
+    if stage.recompute == "selective_op":  # torchtitan's _op_sac policy: every other matmul, no attention
+        share = np.array([0.5 if k == "gemm" else 0.0 if k in ("attention", "bmm") else 1.0 for k in kinds])
+        return _scalar((layer.fwd_ops_s * share).sum(-1))
     return 0.0
 
 
@@ -244,7 +247,7 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
     groups = shard_groups(stage, span)
     traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
                             GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
-                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer))
+                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds))
     return groups, traffic
 
 
@@ -298,6 +301,11 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
                      / (stage.tp if stage.sequence_parallel else 1))
     elif stage.recompute == "selective":
         per_layer = full_layer - _scalar(layer.selective_saved_bytes)
+    elif stage.recompute == "selective_op":  # about half: half the matmul outputs, attention outputs, inputs
+        m = ctx.tables.model
+        layer_input = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
+                       / (stage.tp if stage.sequence_parallel else 1))
+        per_layer = 0.5 * (full_layer + layer_input)
     else:
         per_layer = full_layer
     saved = n * per_layer
@@ -327,7 +335,7 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_laye
     if stage.cache_group_layers:  # cache-aware layer grouping (cost/cache.py)
         blocks["layer"] = layer = training_grouped_layer(ctx, stage, layer, n)
     fwd = n * _scalar(layer.fwd_s) + sum(_scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
-    bwd = (n * (_scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer))
+    bwd = (n * (_scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds))
            + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")

@@ -12,7 +12,10 @@ __all__ = ["Plan", "StagePlan", "SCHEDULES", "RECOMPUTE", "PLAN_SCHEMA", "PLACEM
 
 PLAN_SCHEMA = "autotune.plan/1"
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+# "selective": Megatron's core-attention recomputation (Korthikanti et al. 2022); "selective_op":
+# torchtitan's op-level selective checkpointing (saves attention and every other matmul output,
+# recomputes the other matmuls and every elementwise op); "full": each layer from its input.
+RECOMPUTE = ("none", "selective", "full", "selective_op")
 # Where a tensor class lives: HBM, host DRAM over PCIe, or CXL-attached memory.
 PLACEMENTS = ("hbm", "host", "cxl")
 # Order in which the TP, CP and DP groups take ranks of a stage's submesh, innermost first

@@ -34,7 +34,7 @@ PLAN_FIELDS = ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather",
 STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm")  # FSDP2/HSDP, CP rotation
 CP_ROTATE = {"ring": "alltoall", "all_gather": "allgather"}  # its names: "alltoall" passes K/V around a ring
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
+RECOMPUTE = {"none": "none", "full": "full", "selective": "selective", "selective_op": "selective"}
 # Llama 3 flavours of torchtitan v0.2.2 (torchtitan/models/llama3/__init__.py, llama3_args):
 # dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of; vocab_size is the
 # TransformerModelArgs default 128256 except for debugmodel (model/args.py).
@@ -160,6 +160,8 @@ def _activation_checkpoint(ctx: ExportContext) -> tuple[dict, list[str]]:
     mode = RECOMPUTE[ctx.stage.recompute]
     if mode != "selective":
         return {"mode": mode}, []
+    if ctx.stage.recompute == "selective_op":  # exactly its op-level policy
+        return {"mode": "selective", "selective_ac_option": "op"}, []
     return {"mode": "selective", "selective_ac_option": "op"}, [
         "selective recomputation: torchtitan's op-level policy saves matmul and attention outputs and recomputes "
         "the rest, close to but not the same as Megatron's core-attention recomputation the estimate assumes"]
