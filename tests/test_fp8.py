@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from autotune.api import evaluate
+from autotune.search.evaluate import evaluate
 from autotune.cost.compute import block_times
 from autotune.cost.memory import state_bytes_per_param
 from autotune.errors import AutotuneError
@@ -56,7 +56,7 @@ def test_fp8_on_h100_is_faster_than_bf16_but_not_twice():
 def test_fp8_all_gather_halves_the_fsdp_gather():
     from dataclasses import replace
 
-    from autotune.api import training_workload
+    from autotune.spec.resolve import training_workload
     from autotune.spec.presets import resolve_model
     model = resolve_model("llama3-8b")
     work = training_workload(model, global_batch=8, seq_len=4096, dtype="fp8")

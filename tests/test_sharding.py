@@ -3,7 +3,7 @@ computations, when each collective runs, HSDP groups, and the ZeRO-3 behaviour o
 
 import pytest
 
-from autotune.api import evaluate
+from autotune.search.evaluate import evaluate
 from autotune.cost.comm import GroupSpan, collective_time_s
 from autotune.cost.sharding import LayerTraffic, shard_groups, sharded_state_memory, zero3_microbatch_comm_s
 from autotune.plan.plan import StagePlan
