@@ -152,8 +152,6 @@ def modern_run_from_row(row: dict[str, str]):
     if not row.get("iter_s"):
         return Unexpressible(run_id=row["id"], regime=regime, reason="no iteration time (the source gave only TFLOP/s)")
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
-    if "rowwise" in text:
-        return Unexpressible(run_id=row["id"], regime=regime, reason="float8 rowwise scaling recipe is not modelled")
     cluster = GPU_CLUSTERS.get(row["gpu"])
     if cluster is None:
         return Unexpressible(run_id=row["id"], regime=regime, reason=f"no cluster preset for {row['gpu']}")
@@ -169,7 +167,8 @@ def modern_run_from_row(row: dict[str, str]):
     micro_batch = int(row["micro_batch"] or 1)
     if framework == "torchtitan" and pp > 1:  # one micro-batch per stage
         micro_batch = max(1, global_batch // dp // pp)
-    workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=_precision(row),
+    dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
+    workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text)
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(

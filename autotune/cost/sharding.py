@@ -44,7 +44,7 @@ __all__ = ["GRAD_COMM_BYTES", "ShardGroups", "shard_groups", "zero3_microbatch_c
 # gradients in fp32 (arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16), as do
 # FSDP under torchtitan (mixed_precision_reduce float32) and composer's DEFAULT mixed precision;
 # fp16 runs reduce in fp16. FP8 recipes keep fp32 main gradients (Transformer Engine, torchao).
-GRAD_COMM_BYTES = {"fp32": 4.0, "bf16": 4.0, "fp16": 2.0, "fp8": 4.0, "mxfp8": 4.0, "nvfp4": 4.0}
+GRAD_COMM_BYTES = {"fp32": 4.0, "bf16": 4.0, "fp16": 2.0, "fp8": 4.0, "fp8_rowwise": 4.0, "mxfp8": 4.0, "nvfp4": 4.0}
 
 
 @dataclass(frozen=True)

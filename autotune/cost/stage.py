@@ -35,7 +35,7 @@ __all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "stage_cos
 # Adam step, bytes moved per parameter: read+write fp32 master, m and v (24), read the fp32
 # gradient (4), zero it (4), read it again for the global-norm clip (4), and write the 16-bit
 # weights in mixed precision (2). Memory-bound (Megatron's fused multi-tensor Adam).
-OPTIMIZER_BYTES_PER_PARAM = {"fp32": 36.0, "bf16": 38.0, "fp16": 38.0, "fp8": 38.0, "mxfp8": 38.0, "nvfp4": 38.0}
+OPTIMIZER_BYTES_PER_PARAM = {"fp32": 36.0, "bf16": 38.0, "fp16": 38.0, "fp8": 38.0, "fp8_rowwise": 38.0, "mxfp8": 38.0, "nvfp4": 38.0}
 OPTIMIZER_KERNELS = 4
 
 

@@ -14,7 +14,9 @@ __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES",
 # for Deep Learning"; Transformer Engine, torchao float8). "mxfp8": the same with a shared
 # scale per 32 elements (OCP Microscaling spec v1.0), in hardware on Blackwell. "nvfp4": FP4
 # E2M1 GEMMs with a scale per 16 elements (NVIDIA Blackwell), BF16 elsewhere.
-LOW_PRECISION_DTYPES = ("fp8", "mxfp8", "nvfp4")
+# "fp8_rowwise": FP8 with a scale per row of each operand (torchao's rowwise recipe), whose
+# GEMMs run slower than per-tensor scaling on H100.
+LOW_PRECISION_DTYPES = ("fp8", "fp8_rowwise", "mxfp8", "nvfp4")
 DTYPES = ("fp32", "bf16", "fp16", *LOW_PRECISION_DTYPES)
 # "flash": fused attention kernel, no s x s matrix in memory (FlashAttention, Dao et al. 2022).
 # "unfused": scores, softmax and dropout materialised, as Megatron-LM did before FlashAttention
@@ -22,9 +24,9 @@ DTYPES = ("fp32", "bf16", "fp16", *LOW_PRECISION_DTYPES)
 ATTENTION_IMPLS = ("flash", "unfused")
 
 # Bytes per activation element: low-precision recipes keep activations in BF16.
-_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "mxfp8": 2, "nvfp4": 2}
+_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp8_rowwise": 2, "mxfp8": 2, "nvfp4": 2}
 # Bytes per element of a GEMM operand after the cast (scales aside).
-GEMM_OPERAND_BYTES = {"fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
+GEMM_OPERAND_BYTES = {"fp8": 1.0, "fp8_rowwise": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 
 
 def bytes_per_element(dtype: str) -> int:

@@ -175,10 +175,11 @@ def to_torchtitan(plan_file: PlanFile) -> ExportResult:
     config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
               "model": {"name": "llama3", "flavor": flavor}, "training": _training(ctx),
               "parallelism": _parallelism(ctx), "activation_checkpoint": checkpoint}
-    if ctx.workload.dtype == "fp8":  # torchao float8 training on the linears (tensorwise scaling)
+    if ctx.workload.dtype in ("fp8", "fp8_rowwise"):  # torchao float8 training on the linears
         config["model"]["converters"] = ["quantize.linear.float8"]
+        recipe = "tensorwise" if ctx.workload.dtype == "fp8" else "rowwise"
         config["quantize"] = {"linear": {"float8": {
-            "recipe_name": "tensorwise", "enable_fsdp_float8_all_gather": bool(ctx.workload.fp8_all_gather)}}}
+            "recipe_name": recipe, "enable_fsdp_float8_all_gather": bool(ctx.workload.fp8_all_gather)}}}
     elif ctx.workload.dtype == "mxfp8":  # torchao MX training on the linears
         config["model"]["converters"] = ["quantize.linear.mx"]
         config["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8"}}}
