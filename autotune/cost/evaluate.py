@@ -24,9 +24,7 @@ __all__ = ["evaluate_plan", "check_plan", "stage_positions"]
 def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> None:
     """Reject plans the model, workload or cluster cannot run, naming the field."""
     cluster.check_gpus(plan.gpus)
-    require(("gemm", gemm_dtype(workload.dtype)) in cluster.device.compute, "dtype",
-            f"{cluster.device.name} cannot train in {workload.dtype}: its profile has no {gemm_dtype(workload.dtype)} "
-            f"GEMM (no such tensor cores); use bf16, or a device that has them (h100, h200, b200, gb200)")
+    cluster.device.require_dtype(gemm_dtype(workload.dtype))
     plan.check_against(model.num_layers, workload.global_batch, model.has_embeddings)
     for stage in plan.stages:
         if model.has_attention:
