@@ -26,7 +26,8 @@ def positive_int(text: str) -> int:
 def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True, model_required: bool = True) -> None:
     parser.add_argument("--model", required=model_required, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
     parser.add_argument("--gpus", type=positive_int, required=gpus_required, help="number of GPUs")
-    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, dgx-b200, gb200-nvl72, grand-teton-h100, cpu) or a cluster file")
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, dgx-b200, "
+                             "gb200-nvl72, grand-teton-h100, cpu) or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
