@@ -56,3 +56,15 @@ def test_framework_defaults_state_their_reasons():
     for framework, rows in FRAMEWORK_DEFAULTS.items():
         assert rows, framework
         assert all(setting and value and reason for setting, value, reason in rows)
+
+
+def test_check_published_cli_reports_regimes_and_assumptions(capsys):
+    from autotune.cli.main import main
+
+    assert main(["check-published"]) == 0
+    out = capsys.readouterr().out
+    assert "H100-96GB-HBM2e-500W | dense | fp8 | torchtitan" in out and "not expressible" in out
+    assert "MoE" in out and out.strip().splitlines()[-1].startswith("mean absolute error")
+    assert main(["check-published", "--assumptions"]) == 0
+    out = capsys.readouterr().out
+    assert "llm-foundry:" in out and "torchtitan:" in out and "nemo:" in out
