@@ -169,7 +169,7 @@ class DeviceProfile:
         cores: FP8 before Hopper, MXFP8/NVFP4 before Blackwell)."""
         gemm = dtype  # low-precision recipes name their GEMM format (spec.workload.gemm_dtype)
         require(("gemm", gemm) in self.compute or (dtype == "fp16" and ("gemm", "bf16") in self.compute), "dtype",
-                f"{self.name} cannot train in {dtype}: its profile has no {gemm} GEMM (no such tensor cores); "
+                f"{self.name} cannot run {dtype}: its profile has no {gemm} GEMM (no such tensor cores); "
                 f"use bf16, or a device that has them (fits for: "
                 f"{', '.join(sorted({d for (c, d) in self.compute if c == 'gemm'}))})")
 

@@ -18,6 +18,9 @@ __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES",
 # GEMMs run slower than per-tensor scaling on H100.
 LOW_PRECISION_DTYPES = ("fp8", "fp8_rowwise", "mxfp8", "nvfp4")
 DTYPES = ("fp32", "bf16", "fp16", *LOW_PRECISION_DTYPES)
+# Inference prices weights in the compute dtype: FP8/FP4 serving with pre-quantized weights (no
+# per-step casts, 1-byte weight reads) is not modelled, so those dtypes are training-only.
+INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
 # "flash": fused attention kernel, no s x s matrix in memory (FlashAttention, Dao et al. 2022).
 # "unfused": scores, softmax and dropout materialised, as Megatron-LM did before FlashAttention
 # (Narayanan et al. SC'21 used its fused scale-mask-softmax kernel).
@@ -114,7 +117,7 @@ class InferenceWorkload:
         require_choice("workload", self.kind, INFERENCE_KINDS)
         require_positive("batch", self.batch)
         require_positive("prompt_len", self.prompt_len)
-        require_choice("dtype", self.dtype, DTYPES)
+        require_choice("dtype", self.dtype, INFERENCE_DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         if self.kind != "prefill":
             require_positive("output_len", self.output_len)
