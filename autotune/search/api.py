@@ -145,6 +145,7 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     problem = SearchProblem(model=spec, workload=work, cluster=resolve_cluster(cluster, profile), gpus=gpus,
                             space=load_space(space), seed=seed, method=method)
     problem.cluster.check_gpus(gpus)
+    problem.cluster.device.require_dtype(work.dtype)  # FP8 on an A100 and the like: refused at once
     refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
                         seed=seed, method=method) if (run_dir or runs_dir or storage) else None
     from autotune.outputs.run_dir import make_run_dir
