@@ -117,6 +117,8 @@ CASES = [
     (SEARCH + ["--workload", "decode", "--global-batch", "4"], "global_batch"),
     (SEARCH + ["--workload", "generate"], "workload"),
     (SEARCH + ["--concurrency", "64"], "batch"),
+    (SEARCH + ["--seed", "99999999999999"], "seed"),
+    (["search", "--space", "cxl-lora", "--seed", "-1"], "seed"),
     (["search", "--no-run-dir", "--resume", "RUN"], "no_run_dir"),
     (["search", "--resume", "RUN", "--model", "large"], "model"),
     (["search", "--resume", "RUN", "--storage", "sqlite:///x.db"], "storage"),
@@ -187,6 +189,7 @@ CASES = [
     (["curve", "--model", "large", "--gpus", "1,2", "--runs-dir", "afile/r"], "runs_dir"),
     (["curve", "--model", "large", "--gpus", "2000000"], "gpus"),
     (["curve", "--model", "large", "--gpus", "1", "--threshold", "2"], "threshold"),
+    (["curve", "--model", "large", "--gpus", "1,2", "--seed", "-3"], "seed"),
     (["curve", "--model", "large", "--gpus", "1,2", "--global-batch", "1000000007"], "global_batch"),
     # worker, check-published
     (["worker", "--study", "s", "--storage", "bogus://nowhere"], "storage"),

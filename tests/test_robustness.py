@@ -31,6 +31,7 @@ LIBRARY_CASES = [
     ("search", dict(model=None, gpus=8), "model"),
     ("search", dict(model="large", gpus=8, seed="x"), "seed"),
     ("search", dict(model="large", gpus=8, workload="train"), "workload"),
+    ("search", dict(model="large", gpus=8, seed=2**40), "seed"),
     ("search", dict(model="large", gpus=8, no_such_option=1), "no_such_option"),
     ("search", dict(model="large", gpus=8, global_batch=0), "global_batch"),
     ("search", dict(model="large", gpus="8"), "gpus"),

@@ -79,6 +79,9 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         _check_resume(args)
     else:
+        from autotune.spec.arguments import seed_arg
+
+        seed_arg("seed", args.seed)  # the standalone scenarios seed Optuna with it too
         from autotune.cli.evaluate_cmd import check_workload_flags
 
         require_choice("workload", args.workload, ("train", "prefill", "decode", "serve"))

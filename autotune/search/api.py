@@ -105,7 +105,7 @@ def _close(study) -> None:
 
 
 SEARCH_CHECKS = {"model": A.model_arg, "gpus": A.count_arg, "cluster": A.cluster_arg, "workload": A.workload_arg,
-                  "space": A.optional_path_arg, "seed": A.int_arg, "method": A.text_arg, "profile": A.profile_arg,
+                  "space": A.optional_path_arg, "seed": A.seed_arg, "method": A.text_arg, "profile": A.profile_arg,
                   "global_batch": A.optional_count_arg, "seq_len": A.optional_count_arg, "dtype": A.text_arg,
                   "attention": A.text_arg, "run_dir": A.optional_path_arg, "runs_dir": A.optional_path_arg,
                   "storage": A.optional_text_arg, "study_name": A.optional_text_arg, "progress": A.callable_arg,

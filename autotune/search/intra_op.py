@@ -61,6 +61,7 @@ def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> 
 def _sampler(space: SearchSpace, values: dict[str, list], size: int, seed: int):
     import optuna
 
+    seed %= 2**32  # numpy's generators take 0 .. 2**32 - 1; a study's seed adds 1000 x dp to the user's
     if size <= space.grid_limit:  # the whole grid, in a seeded order
         return optuna.samplers.GridSampler(values, seed=seed)
     if space.sampler == "random":

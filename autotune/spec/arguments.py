@@ -14,7 +14,7 @@ from typing import Any
 from autotune.errors import AutotuneError, require_positive, require_type
 
 __all__ = ["entry_point", "model_arg", "cluster_arg", "profile_arg", "workload_arg", "count_arg", "optional_count_arg",
-           "int_arg", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg"]
+           "int_arg", "seed_arg", "MAX_SEED", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg"]
 
 Check = Callable[[str, Any], None]
 
@@ -55,6 +55,15 @@ def optional_count_arg(name: str, value: Any) -> None:
 
 def int_arg(name: str, value: Any) -> None:
     require_type(name, value, int, "an integer")
+
+
+MAX_SEED = 2**32 - 1  # numpy's generators (Optuna's samplers) take seeds 0 .. 2**32 - 1
+
+
+def seed_arg(name: str, value: Any) -> None:
+    require_type(name, value, int, "an integer")
+    if not 0 <= value <= MAX_SEED:
+        raise AutotuneError(name, f"must be between 0 and {MAX_SEED} (a numpy seed), got {value}")
 
 
 def bool_arg(name: str, value: Any) -> None:
