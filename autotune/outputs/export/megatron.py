@@ -99,8 +99,8 @@ def _parallel_flags(ctx: ExportContext) -> list[Flag]:
 
 def _data_parallel_flags(ctx: ExportContext) -> list[Flag]:
     p, s = ctx.plan, ctx.stage
-    if s.dp * s.cp == 1:
-        return []
+    if s.dp * s.cp == 1:  # the optimizer offload runs in the distributed optimizer, also over one rank
+        return [("--use-distributed-optimizer", None)] if s.optimizer_in == "host" else []
     flags: list[Flag] = []
     if s.zero == 1:
         flags.append(("--use-distributed-optimizer", None))
@@ -130,6 +130,10 @@ def _memory_flags(ctx: ExportContext) -> list[Flag]:
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", "1")]
     if s.optimizer_in == "host":
+        if s.zero != 1:  # OptimizerConfig: the precision-aware optimizer needs the distributed optimizer
+            raise refuse(NAME, "stages.optimizer_in", "its optimizer offload (--optimizer-cpu-offload) runs in the "
+                                                      "distributed optimizer (zero 1), not with zero "
+                                                      f"{s.zero}")
         flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", "1.0"),
                   ("--use-precision-aware-optimizer", None)]  # required by --optimizer-cpu-offload
     return flags

@@ -190,6 +190,8 @@ def _overrides(ctx: ExportContext) -> tuple[Job, list[str]]:
     job["parallelism"]["enable_sequence_parallel"] = bool(s.sequence_parallel and s.tp > 1)
     async_tp = bool(s.tp > 1 and s.sequence_parallel and ctx.plan.overlap_tp_comm)
     job["compile"] = {"enable": async_tp, "enable_async_tensor_parallel": async_tp}
+    if ctx.plan.pp > 1:  # 0.3 refuses CUDA graphs with pipelining (TrainingConfig validation)
+        job["training"]["disable_cuda_graphs"] = True
     notes = [selective_note()] if s.recompute == "selective" else []
     if ctx.workload.dtype == "bf16" and (s.dp * s.cp == 1 or s.zero == 0):
         notes.append("without FSDP, training.mixed_precision_param has no effect: torchtitan trains in "
