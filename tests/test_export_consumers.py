@@ -258,7 +258,8 @@ MEGATRON = _exports("megatron")
 # schedule, checkpoints); Megatron-Core's package has no argument parser to check them against
 # (tests/test_export.py checks them against the snapshot of megatron/training/arguments.py).
 TRAINING_ONLY = {"--micro-batch-size", "--global-batch-size", "--seq-length", "--mock-data", "--tokenizer-type",
-                 "--train-iters", "--eval-iters", "--log-throughput", "--ckpt-format", "--group-query-attention"}
+                 "--train-iters", "--eval-iters", "--log-throughput", "--ckpt-format", "--group-query-attention",
+                 "--make-vocab-size-divisible-by"}  # the script pads the vocabulary it gives GPTModel
 
 
 def _flags(text: str) -> dict[str, str | None]:
@@ -281,7 +282,7 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
                             "--num-layers", "--hidden-size", "--num-attention-heads", "--ffn-hidden-size",
                             "--num-query-groups", "--normalization", "--recompute-granularity", "--recompute-method",
                             "--recompute-num-layers", "--attention-dropout", "--hidden-dropout",
-                            "--pipeline-model-parallel-layout", "--kv-channels", "--window-size",
+                            "--pipeline-model-parallel-layout", "--kv-channels",
                             "--num-moe-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
                             "--expert-model-parallel-size", "--expert-tensor-parallel-size"),
             "ddp": ("--data-parallel-sharding-strategy", "--use-megatron-fsdp",
@@ -296,6 +297,7 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
                "--sequence-parallel": ("transformer", "sequence_parallel"),
                "--tp-comm-overlap": ("transformer", "tp_comm_overlap"),
                "--add-qkv-bias": ("transformer", "add_qkv_bias"),
+               "--qk-layernorm": ("transformer", "qk_layernorm"),
                "--ddp-bucket-size": ("ddp", "bucket_size"),
                "--max-position-embeddings": ("gpt", "max_sequence_length")}
     for flag, value in flags.items():
@@ -310,6 +312,10 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
             out["transformer"]["virtual_pipeline_model_parallel_size"] = num_layers // pp // int(value)
         elif flag == "--use-distributed-optimizer":  # arguments.py gives it to both configs
             out["ddp"]["use_distributed_optimizer"] = out["optimizer"]["use_distributed_optimizer"] = True
+        elif flag == "--window-size":  # arguments.py tuple_type
+            out["transformer"]["window_size"] = tuple(int(v) for v in value.strip("()").split(","))
+        elif flag == "--window-attn-skip-freq":  # an integer or a 0/1 list
+            out["transformer"]["window_attn_skip_freq"] = json.loads(value)
         elif flag == "--swiglu":
             out["transformer"].update(gated_linear_unit=True, activation_func=F.silu, bias_activation_fusion=False)
         elif flag == "--disable-bias-linear":
@@ -399,3 +405,66 @@ def test_counts_of_plans_loaded_by_each_consumer():
     for zero in (1, 2, 3):
         assert any(pf.plan.stages[0].zero == zero for pf, _ in DEEPSPEED.values())
 
+
+
+# Model flags: Megatron-Core builds the same attention as the spec -------------------------------
+
+# Public config.json files (huggingface.co): Mistral-7B-v0.1 (sliding window 4096) and Qwen2-7B
+# (QKV biases, RoPE base 1e6); keys as published.
+MISTRAL_7B = {"model_type": "mistral", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 32000, "hidden_act": "silu",
+              "max_position_embeddings": 32768, "rope_theta": 10000.0, "sliding_window": 4096,
+              "tie_word_embeddings": False, "rms_norm_eps": 1e-05}
+QWEN2_7B = {"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28, "num_attention_heads": 28,
+            "num_key_value_heads": 4, "intermediate_size": 18944, "vocab_size": 152064, "hidden_act": "silu",
+            "max_position_embeddings": 131072, "rope_theta": 1000000.0, "use_sliding_window": False,
+            "sliding_window": 131072, "max_window_layers": 28, "tie_word_embeddings": False, "rms_norm_eps": 1e-06}
+
+
+def _model(name: str):
+    from autotune.spec.hf_config import model_from_hf_dict
+
+    if name == "mistral-7b":
+        return model_from_hf_dict(MISTRAL_7B, name=name)
+    if name == "qwen2-7b":
+        return model_from_hf_dict(QWEN2_7B, name=name)
+    if name == "gemma2-like":  # windows on every other layer
+        return load_preset("llama3-8b").with_changes(name=name, sliding_window=4096, sliding_window_every=2)
+    return load_preset(name)
+
+
+MODELS = ["llama3-8b", "llama3-70b", "gpt3-175b", "mistral-7b", "qwen2-7b", "gemma2-like"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_megatron_core_builds_the_same_attention(megatron_core, name):
+    from megatron.core.transformer.utils import is_layer_window_attention
+
+    model = _model(name)
+    work = training_workload(model, global_batch=64, seq_len=2048)
+    plan = uniform_plan(num_layers=model.num_layers, gpus=16, tp=2, pp=2, global_batch=64, zero=1,
+                        sequence_parallel=True)
+    text = export(PlanFile(plan=plan, model=model, workload=work, cluster="dgx-h100"), "megatron").text
+    flags = _flags(text)
+    kwargs = _megatron_kwargs(flags, model.num_layers)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = megatron_core["transformer"](**kwargs["transformer"])
+    qkv_bias = model.bias if model.qkv_bias is None else model.qkv_bias
+    assert config.add_bias_linear == model.bias and (config.add_qkv_bias or config.add_bias_linear) == qkv_bias
+    assert (config.num_query_groups or config.num_attention_heads) == model.num_kv_heads
+    assert config.normalization == {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}[model.norm]
+    assert config.gated_linear_unit == (model.ffn_activation == "swiglu")
+    windowed = [i for i in range(model.num_layers)
+                if is_layer_window_attention(config.window_size, config.window_attn_skip_freq, i + 1)]
+    every = model.sliding_window_every if model.sliding_window else 0
+    assert windowed == ([i for i in range(model.num_layers) if i % every == 0] if every else [])
+    if model.sliding_window:
+        assert config.window_size == (model.sliding_window - 1, 0)
+    gpt = kwargs["gpt"]
+    assert gpt["position_embedding_type"] == {"rotary": "rope", "learned": "learned_absolute"}[model.position_embedding]
+    if model.position_embedding == "rotary":
+        assert gpt["rotary_base"] == model.rope_theta
+    assert gpt.get("share_embeddings_and_output_weights", True) == model.tied_embeddings
+    divisor = int(flags["--make-vocab-size-divisible-by"])
+    assert model.vocab_size % (divisor * 2) == 0 or divisor == 1
