@@ -12,7 +12,6 @@ next to 0.3; its files are checked against its job-config keys in tests/test_exp
 
 from __future__ import annotations
 
-import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -239,7 +238,7 @@ def test_torchtitan_builds_the_same_model_with_the_named_modules(torchtitan_llam
 
     model = torchtitan_llama3_8b
     names = {n for n, _ in model.named_modules()}
-    for pf, text in (TORCHTITAN[n] for n in TORCHTITAN if PLANS[n].model.name == "llama3-8b"):
+    for _, text in (TORCHTITAN[n] for n in TORCHTITAN if PLANS[n].model.name == "llama3-8b"):
         for line in text.splitlines():
             if line.startswith("--parallelism.module-fqns-per-model-part"):
                 parts = [p.split(",") for p in line.split()[1:]]
