@@ -108,7 +108,7 @@ def _resolve(command: str, cwd: Path) -> str:
     return command
 
 
-_NUMBER = r"(-?\d[\d,]*(?:\.\d+)?)"
+_NUMBER = r"(-?\d+(?:,\d{3})*(?:\.\d+)?)"  # 1,482,430 and 44.2; a comma after a number is text
 
 
 def _number(text: str) -> float:
@@ -123,7 +123,7 @@ def _pattern(expected: str) -> tuple[re.Pattern, list[float]]:
             regex.append(".*?")
         for i, piece in enumerate(re.split(_NUMBER, part)):
             if i % 2:
-                regex.append(r"(-?[\d,]*\d(?:\.\d+)?)")
+                regex.append(_NUMBER)
                 numbers.append(_number(piece))
             else:
                 regex.append(r"\s+".join(re.escape(word) for word in re.split(r"\s+", piece)))

@@ -158,7 +158,9 @@ def plot_timeline(plan: Plan, estimate: Estimate, path: str | Path, *, title: st
         blocks = [b for b in blocks if b.kind == "F"]
     kind = "inference (forward only)" if inference else f"{plan.schedule} schedule"
     chunks = f" x {plan.vpp} chunks" if plan.vpp > 1 else ""
-    default = f"{kind}: {plan.pp} stages x {plan.num_microbatches} micro-batches{chunks}"
+    stages = f"{plan.pp} stage" + ("s" if plan.pp != 1 else "")
+    microbatches = f"{plan.num_microbatches} micro-batch" + ("es" if plan.num_microbatches != 1 else "")
+    default = f"{kind}: {stages} x {microbatches}{chunks}"
     note = _timeline_note(plan, estimate, drawn) if (plan.pp > 1 or drawn < plan.num_microbatches) else ""
     return _save(timeline_figure(blocks, plan.pp, title=title or default, note=note), path)
 
