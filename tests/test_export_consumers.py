@@ -72,6 +72,7 @@ PLANS = {
     "tp4-sp-cp2-zero3-full": _plan(gpus=16, tp=4, cp=2, zero=3, sequence_parallel=True, recompute="full"),
     "cp4-dp2-zero2": _plan(gpus=8, cp=4, zero=2),
     "tp2-sp-dp4-zero2-async-tp": _plan(gpus=8, tp=2, zero=2, sequence_parallel=True, overlap_tp_comm=True),
+    "hsdp-dp8-shard4-zero3": _plan(gpus=8, zero=3, dp_shard=4, reshard_after_forward=False),
     "gpipe-pp2-zero1": _plan(gpus=16, tp=4, pp=2, zero=1, sequence_parallel=True, schedule="gpipe"),
     "llama3-70b-tp8-pp4-zero1": _plan("llama3-70b", gpus=64, tp=8, pp=4, zero=1, sequence_parallel=True,
                                       recompute="selective"),
@@ -216,7 +217,9 @@ def test_torchtitan_config_manager_loads_each_export(torchtitan, name):
     checkpoint = config.activation_checkpoint
     assert checkpoint is None if recompute is type(None) else type(checkpoint).__qualname__.startswith(recompute)
     assert config.parallelism.enable_sequence_parallel == (s.sequence_parallel and s.tp > 1)
-    assert (config.parallelism.fsdp_reshard_after_forward == "never") == (s.zero == 2 and s.dp * s.cp > 1)
+    keep = s.zero == 2 or not s.reshard_after_forward
+    assert (config.parallelism.fsdp_reshard_after_forward == "never") == (keep and s.zero >= 2 and s.dp * s.cp > 1)
+    assert dims.dp_shard == (s.shard_degree if s.zero >= 2 else 1)
 
 
 @pytest.fixture(scope="module")

@@ -51,9 +51,9 @@ def _check_expressible(ctx: ExportContext) -> None:
         raise refuse(NAME, "stages.sequence_parallel", "AutoTP training (tensor_parallel.autotp_size) shards linear "
                                                        "layers only; sequence parallelism of norms and activations "
                                                        "has no setting")
-    if s.recompute == "selective":
+    if s.recompute in ("selective", "selective_op"):
         raise refuse(NAME, "stages.recompute", "its activation checkpointing recomputes whole checkpointed "
-                                               "functions; selective (core-attention) recomputation has no setting")
+                                               "functions; selective recomputation has no setting")
 
 
 def _offload(ctx: ExportContext) -> dict:

@@ -22,7 +22,8 @@ parallel_dims.py, distributed/pipeline_parallel.py, config/configs.py):
 from __future__ import annotations
 
 from autotune.outputs.export.common import (
-    ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse, require_placements)
+    MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
+    require_placements)
 from autotune.plan.io import PlanFile
 from autotune.spec.model import ModelSpec
 
@@ -31,7 +32,11 @@ __all__ = ["to_torchtitan", "llama_ffn_hidden", "model_parts", "torchtitan_conte
 NAME = "torchtitan"
 TARGET = "torchtitan 0.3.0 (PyPI): torchrun ... -m torchtitan.train $(grep -v '^#' FILE)"
 PLAN_FIELDS = ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm")
+STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm")  # FSDP2/HSDP, CP rotation
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
+# torch's context parallelism (torch/distributed/tensor/experimental/_context_parallel/_attention.py)
+# all-gathers K/V unless told otherwise; 0.2 sets it (context_parallel_rotate_method), 0.3 has no setting.
+CP_COMMS = ("ring", "all_gather")
 # Llama 3 flavours (torchtitan/models/llama3/__init__.py, the same in 0.2.2 and 0.3.0): dim,
 # n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of, vocab_size; RoPE theta 500000.
 LLAMA3_FLAVORS = {
@@ -103,9 +108,11 @@ def _data_parallel(ctx: ExportContext) -> dict:
     s = ctx.stage
     if s.dp * s.cp == 1:
         return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
-    if s.zero in (2, 3):  # FSDP2 over dp x cp; ZeRO-2 keeps the gathered weights through backward
-        return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": s.dp,
-                "fsdp_reshard_after_forward": "never" if s.zero == 2 else "always"}
+    if s.zero in (2, 3):  # FSDP2 over dp x cp (HSDP: shard over dp_shard, replicate the rest);
+        # ZeRO-2 and reshard_after_forward=False keep the gathered weights through backward
+        keep = s.zero == 2 or not s.reshard_after_forward
+        return {"data_parallel_replicate_degree": s.dp // s.shard_degree, "data_parallel_shard_degree": s.shard_degree,
+                "fsdp_reshard_after_forward": "never" if keep else "always"}
     if s.zero == 1:
         raise refuse(NAME, "stages.zero", "FSDP2 shards weights, gradients and optimizer states together; "
                                           "ZeRO-1 (optimizer states only) has no setting (use zero 2 or 3)")
@@ -122,6 +129,9 @@ def _parallelism(ctx: ExportContext, head: str) -> dict:
     p, s = ctx.plan, ctx.stage
     table = {**_data_parallel(ctx), "tensor_parallel_degree": s.tp, "context_parallel_degree": s.cp,
              "pipeline_parallel_degree": p.pp}
+    if s.cp > 1 and s.cp_comm not in CP_COMMS:
+        raise refuse(NAME, "stages.cp_comm", "its context parallelism rotates K/V (allgather or ring); "
+                                             "all-to-all over heads (Ulysses) has no setting")
     rounds = max(1, p.num_microbatches // p.pp)  # torch's ScheduleInterleaved1F1B needs M % rounds == 0
     if p.schedule == "interleaved" and p.num_microbatches % rounds:
         raise refuse(NAME, "num_microbatches", f"Interleaved1F1B runs {p.num_microbatches} micro-batches in "
@@ -135,8 +145,9 @@ def _parallelism(ctx: ExportContext, head: str) -> dict:
 
 def _training(ctx: ExportContext) -> dict:
     p, s, w = ctx.plan, ctx.stage, ctx.workload
-    if w.dtype == "fp16":
-        raise refuse(NAME, "workload.dtype", "its mixed precision is bfloat16 or float32 (fp16 has no setting)")
+    if w.dtype in ("fp16", "nvfp4"):
+        raise refuse(NAME, "workload.dtype", f"its mixed precision is bfloat16 or float32, with float8/mx "
+                                             f"converters on the linears ({w.dtype} has no setting)")
     require_placements(ctx, {name: ("hbm", "host") for name in ("weights_in", "optimizer_in", "gradients_in")},
                        "its only offload is FSDP2's CPU offload of weights, gradients and optimizer states together")
     offloaded = {s.weights_in, s.optimizer_in, s.gradients_in}
@@ -147,12 +158,12 @@ def _training(ctx: ExportContext) -> dict:
     # Without pipelining torchtitan accumulates gradients over global / (local x dp) micro-batches.
     local = p.micro_batch * (p.num_microbatches if p.pp > 1 else 1)
     return {"local_batch_size": local, "global_batch_size": p.global_batch, "seq_len": w.seq_len,
-            "mixed_precision_param": "bfloat16" if w.dtype == "bf16" else "float32",
+            "mixed_precision_param": "float32" if w.dtype == "fp32" else "bfloat16",
             "mixed_precision_reduce": "float32", "enable_cpu_offload": "host" in offloaded}
 
 
 def torchtitan_context(plan_file: PlanFile, framework: str = NAME) -> ExportContext:
-    ctx = export_context(plan_file, framework, plan_fields=PLAN_FIELDS)
+    ctx = export_context(plan_file, framework, plan_fields=PLAN_FIELDS, stage_fields=STAGE_FIELDS)
     check_mesh_order(ctx)  # its mesh is [pp, dp_replicate, dp_shard, cp, tp], tp innermost
     return ctx
 
@@ -193,6 +204,13 @@ def _overrides(ctx: ExportContext) -> tuple[Job, list[str]]:
     if ctx.plan.pp > 1:  # 0.3 refuses CUDA graphs with pipelining (TrainingConfig validation)
         job["training"]["disable_cuda_graphs"] = True
     notes = [selective_note()] if s.recompute == "selective" else []
+    if s.cp > 1 and s.cp_comm == "ring":
+        notes.append("0.3 has no K/V rotation setting: torch's context parallelism all-gathers K/V, the plan "
+                      "assumed a ring (cp_comm=all_gather is what runs; torchtitan-0.2 can set the ring)")
+    if ctx.workload.dtype not in ("bf16", "fp32"):
+        raise refuse(NAME, "workload.dtype", f"0.3 sets float8/MX training in Python config functions (converters), "
+                                             f"not by an option; {ctx.workload.dtype} has none (the torchtitan-0.2 "
+                                             "TOML sets it)")
     if ctx.workload.dtype == "bf16" and (s.dp * s.cp == 1 or s.zero == 0):
         notes.append("without FSDP, training.mixed_precision_param has no effect: torchtitan trains in "
                      "training.dtype (float32 unless set to bfloat16)")
@@ -216,5 +234,6 @@ def to_torchtitan(plan_file: PlanFile) -> ExportResult:
     lines += ["--module llama3", f"--config {config}"]
     for section, table in job.items():
         lines += [_option(section, key, value) for key, value in table.items()]
-    lines.append(f"activation-checkpoint:{ctx.stage.recompute}")  # a subcommand: the last argument
+    mode = "selective" if ctx.stage.recompute == "selective_op" else ctx.stage.recompute
+    lines.append(f"activation-checkpoint:{mode}")  # a subcommand: the last argument
     return ExportResult(format="torchtitan", text="\n".join(lines) + "\n", suffix=".args", notes=tuple(notes))

@@ -22,8 +22,22 @@ from autotune.plan.io import PlanFile
 
 __all__ = ["to_torchtitan_toml"]
 
+CP_ROTATE = {"ring": "alltoall", "all_gather": "allgather"}  # its names: "alltoall" passes K/V around a ring
+
 NAME = "torchtitan 0.2"
 TARGET = "torchtitan v0.2.2 (73a0e6979, 2026-02-20): torchrun ... -m torchtitan.train --job.config_file FILE"
+
+
+def _low_precision(config: dict, workload) -> None:
+    """torchao float8 (tensorwise or rowwise) or MXFP8 training of the linear layers."""
+    if workload.dtype in ("fp8", "fp8_rowwise"):
+        config["model"]["converters"] = ["quantize.linear.float8"]
+        recipe = "tensorwise" if workload.dtype == "fp8" else "rowwise"
+        config["quantize"] = {"linear": {"float8": {
+            "recipe_name": recipe, "enable_fsdp_float8_all_gather": bool(workload.fp8_all_gather)}}}
+    elif workload.dtype == "mxfp8":
+        config["model"]["converters"] = ["quantize.linear.mx"]
+        config["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8"}}}
 
 
 def to_torchtitan_toml(plan_file: PlanFile) -> ExportResult:
@@ -40,12 +54,16 @@ def to_torchtitan_toml(plan_file: PlanFile) -> ExportResult:
                      f"TransformerModelArgs({flavor_args(ctx.model)}) to llama3_args in "
                      "torchtitan/models/llama3/__init__.py")
     job = job_sections(ctx, "output")
-    checkpoint = {"mode": s.recompute}
-    if s.recompute == "selective":
+    if s.cp > 1:
+        job["parallelism"]["context_parallel_rotate_method"] = CP_ROTATE[s.cp_comm]
+    checkpoint = {"mode": "selective" if s.recompute == "selective_op" else s.recompute}
+    if s.recompute in ("selective", "selective_op"):
         checkpoint["selective_ac_option"] = "op"
+    if s.recompute == "selective":  # selective_op is exactly its op-level policy
         notes.append(selective_note())
     config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
               "model": {"name": "llama3", "flavor": flavor}, **job, "activation_checkpoint": checkpoint}
+    _low_precision(config, ctx.workload)
     if s.tp > 1 and ctx.plan.overlap_tp_comm:
         config["parallelism"]["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
