@@ -44,6 +44,8 @@ SKIPPED = {
     # run them on small cases.
     ("docs/profiling.md", "autotune profile --quick"): "measures this machine (its output: PROVIDED)",
     ("docs/validation.md", "autotune validate"): "runs torch training steps for minutes",
+    ("docs/profiling.md", "autotune benchmark --model small --backward"):
+        "times the real model with torch (15 steps each, minutes on 2 cores; tests/test_profilers.py runs it small)",
 }
 # Commands whose exit code is not 0, and why (the page says so).
 EXIT_CODES = {("docs/models.md", "autotune evaluate --model tests/data/hf_configs/deepseek-v3.json --gpus 64"): 1}
