@@ -63,7 +63,7 @@ def _stage_estimate(index: int, plan: Plan, cost: StageCost, pos: StagePosition,
         microbatch_time_s=t.microbatch_s,
         time_s={"compute_s": t.compute_s, "tp_comm_s": t.tp_comm_s, "cp_comm_s": t.cp_comm_s,
                 "p2p_s": t.p2p_s, "zero3_comm_s": t.zero3_comm_s, "offload_s": t.offload_s,
-                "dp_comm_s": t.dp_comm_s, "optimizer_s": t.optimizer_s},
+                "dp_comm_s": t.dp_comm_s, "optimizer_s": t.optimizer_s, "ep_comm_s": t.ep_comm_s},
         memory_bytes=cost.memory.as_dict(), peak_memory_bytes=cost.memory.peak_bytes,
         inflight_microbatches=pos.inflight, fits=cost.memory.peak_bytes <= cost.memory.reserved_bytes + usable,
         fwd_s=float(cost.fwd_s), bwd_s=float(cost.bwd_s),
@@ -141,7 +141,7 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         "compute_s": b * slow.compute_s, "tp_cp_comm_s": b * (slow.tp_comm_s + slow.cp_comm_s),
         "pp_comm_s": b * slow.p2p_s, "pipeline_bubble_s": pipe_s - b * times[k],
         "dp_comm_s": b * slow.zero3_comm_s + tail.dp_comm_s, "optimizer_s": tail.optimizer_s,
-        "offload_s": b * slow.offload_s,
+        "offload_s": b * slow.offload_s, "ep_comm_s": b * slow.ep_comm_s,
     }
     usable = cluster.device.usable_memory_bytes
     stages = [_stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
@@ -152,7 +152,7 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
     reason = overflow if fits else (
         f"stage {peak_stage.index} needs {peak_stage.peak_memory_bytes / 2**30:.1f} GiB per GPU "
         f"({peak_stage.peak_memory_bytes:.0f} bytes) but {cluster.device.name} has {capacity / 2**30:.1f} GiB")
-    comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["dp_comm_s"]
+    comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["dp_comm_s"] + breakdown["ep_comm_s"]
     return Estimate(
         fits=fits and not overflow, step_time_s=step_s,
         tokens_per_s=workload.global_batch * workload.seq_len / step_s,
