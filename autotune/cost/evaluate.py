@@ -34,8 +34,18 @@ def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpe
         require(model.ffn_hidden_size % stage.tp == 0, "tp",
                 f"tp={stage.tp} must divide ffn_hidden_size {model.ffn_hidden_size}")
         require(workload.seq_len % stage.cp == 0, "cp", f"cp={stage.cp} must divide seq_len {workload.seq_len}")
+        _check_experts(model, stage)
     require(workload.seq_len <= model.max_seq_len, "seq_len",
             f"{workload.seq_len} exceeds the model's maximum sequence length {model.max_seq_len}")
+
+
+def _check_experts(model: ModelSpec, stage) -> None:
+    if not model.is_moe:
+        require(stage.ep == 1 and stage.etp == 1, "ep", f"{model.name} has no experts: ep and etp must be 1")
+        return
+    require(model.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {model.num_experts} experts")
+    require(model.expert_ffn_hidden_size % stage.etp == 0, "etp",
+            f"etp={stage.etp} must divide the expert width {model.expert_ffn_hidden_size}")
 
 
 def stage_positions(plan: Plan, gpus_per_node: int) -> list[StagePosition]:
