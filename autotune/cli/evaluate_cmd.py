@@ -83,7 +83,8 @@ def run(args: argparse.Namespace) -> int:
         tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch,
         recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero, schedule=args.schedule,
         overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
-        cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens, **options)
+        cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
+        ep=args.ep, etp=args.etp, **options)
     if args.json:
         print_json(estimate.to_dict())
     else:
