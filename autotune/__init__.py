@@ -23,7 +23,7 @@ __all__ = [
 ]
 
 _WHERE = {
-    "evaluate": "autotune.api", "resume": "autotune.search_api",
+    "evaluate": "autotune.search.evaluate", "resume": "autotune.search.api",
     "scaling_curve": "autotune.search.curve", "AutotuneError": "autotune.errors", "ModelSpec": "autotune.spec.model",
     "TrainingWorkload": "autotune.spec.workload", "Plan": "autotune.plan.plan", "StagePlan": "autotune.plan.plan",
     "Estimate": "autotune.cost.estimate", "SearchResult": "autotune.search.result",
@@ -33,8 +33,8 @@ _WHERE = {
 
 
 def search(*args: Any, **kwargs: Any) -> Any:
-    """The fastest plan that fits (see autotune.search_api.search for the arguments)."""
-    from autotune.search_api import search as run
+    """The fastest plan that fits (see autotune.search.api.search for the arguments)."""
+    from autotune.search.api import search as run
 
     return run(*args, **kwargs)
 

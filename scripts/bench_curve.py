@@ -40,7 +40,7 @@ def main() -> None:
     parser.add_argument("--model", default="large")
     parser.add_argument("--cluster", default="dgx-h100")
     args = parser.parse_args()
-    import autotune.search_api  # noqa: F401  (imports are not part of a query)
+    import autotune.search.api  # noqa: F401  (imports are not part of a query)
 
     cold_s, cold_hits, cold_misses, cold = timed_query(args.model, args.cluster, FIRST)
     warm_s, warm_hits, warm_misses, warm = timed_query(args.model, args.cluster, FIRST)

@@ -33,7 +33,7 @@ def cli_wall_s(repeats: int) -> list[float]:
 
 
 def library_s(model, gpus: int, cluster: str, method: str, workload=None) -> tuple[float, object]:
-    from autotune.search_api import search
+    from autotune.search.api import search
 
     start = time.perf_counter()
     result = search(model, gpus, cluster=cluster, method=method, workload=workload)

@@ -16,7 +16,7 @@ import json
 import os
 import sys
 
-from autotune.api import resolve_cluster
+from autotune.spec.resolve import resolve_cluster
 from autotune.validate.probe import machine_slowdown
 from autotune.validate.report import format_table, report_dict
 from autotune.validate.runner import ValidateOptions

@@ -17,7 +17,7 @@ from autotune.errors import AutotuneError
 from autotune.outputs.curve_report import curve_table, plan_summary
 from autotune.outputs.plots import curve_figure
 from autotune.search.curve import parse_gpu_list
-from autotune.search_api import search
+from autotune.search.api import search
 
 
 @pytest.fixture(scope="module")

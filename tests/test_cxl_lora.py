@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autotune.errors import AutotuneError
-from autotune.search.cxl_lora import (constraint_values, format_solution, parse_overrides, problem_from_space,
+from autotune.scenarios.cxl_lora import (constraint_values, format_solution, parse_overrides, problem_from_space,
                                       solve_cxl_lora, solve_exhaustive, solve_space, stage_times, throughput)
 
 SPACE = tomllib.loads((Path(__file__).resolve().parents[1] / "search_spaces" / "cxl-lora.toml").read_text())
@@ -53,7 +53,7 @@ def test_negative_stage2_time_is_reported_clamped():
     p = problem_from_space(SPACE)
     raw = stage_times(p, 4096.0, 64.0, 0.0)["T_CXL_S2"]
     assert raw < 0  # the seed's formula as written: -4 b2 r / BW
-    from autotune.search.cxl_lora import _solution
+    from autotune.scenarios.cxl_lora import _solution
     sol = _solution(p, "check", 4096, 64, 0, 1)
     assert sol.times_s["T_CXL_S2"] == 0.0 and sol.times_s["T_CXL_S2_as_written"] == pytest.approx(raw)
 

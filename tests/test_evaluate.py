@@ -2,7 +2,7 @@
 
 import pytest
 
-import autotune.api as api
+import autotune as api
 from autotune.cost.estimate import BREAKDOWN_KEYS, MEMORY_KEYS
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.api import training_workload
+from autotune.spec.resolve import training_workload
 from autotune.cli.export_cmd import FORMATS as CLI_FORMATS
 from autotune.cli.main import main
 from autotune.errors import AutotuneError

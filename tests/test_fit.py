@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-from autotune.api import evaluate, resolve_cluster
+from autotune.search.evaluate import evaluate
+from autotune.spec.resolve import resolve_cluster
 from autotune.calibrate.fit import (FitError, FitLimits, Measurement, collective_features, fit_alpha_beta,
                                     fit_linear)
 from autotune.calibrate.fit_report import format_fit_report

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-import autotune.api as api
+import autotune as api
+from autotune.spec.resolve import inference_workload
 from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -150,7 +151,7 @@ def test_prompt_longer_than_the_model_allows():
 
 def test_unreachable_serving_target_says_what_the_best_plan_reaches():
     model = load_preset("llama3-8b")
-    work = api.inference_workload(model, "serve", batch=8, prompt_len=256, output_len=16, target_tpot_s=1e-6)
+    work = inference_workload(model, "serve", batch=8, prompt_len=256, output_len=16, target_tpot_s=1e-6)
     with pytest.raises(AutotuneError) as err:
         api.evaluate(model, 2, workload=work, tp=2, micro_batch=8)
     assert err.value.field == "target_tpot_s"
@@ -159,7 +160,7 @@ def test_unreachable_serving_target_says_what_the_best_plan_reaches():
 
 def test_reachable_target_passes():
     model = load_preset("llama3-8b")
-    work = api.inference_workload(model, "serve", batch=8, prompt_len=256, output_len=16, target_tpot_s=1.0)
+    work = inference_workload(model, "serve", batch=8, prompt_len=256, output_len=16, target_tpot_s=1.0)
     est = api.evaluate(model, 2, workload=work, tp=2, micro_batch=8)
     assert est.extra["meets_targets"] == 1.0
 

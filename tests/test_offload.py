@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-import autotune.api as api
+import autotune as api
 from autotune.cost.evaluate import evaluate_plan
 from autotune.cost.offload import streamed_exposed_s, transfer_s
 from autotune.errors import AutotuneError

@@ -13,7 +13,7 @@ import pytest
 import tomli_w
 
 from autotune.search.cache import PLAN_CACHE
-from autotune.search_api import search
+from autotune.search.api import search
 from autotune.spec.presets import resolve_model
 
 BASE = {"model": "small", "gpus": 4}

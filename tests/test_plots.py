@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from autotune.api import evaluate
+from autotune.search.evaluate import evaluate
 from autotune.cost.pipeline import inflight_microbatches, pipeline_time_s
 from autotune.outputs.plots import (
     MEMORY_CLASSES, memory_figure, pareto_front, plot_history, plot_memory, plot_pareto, plot_timeline,
@@ -135,11 +135,11 @@ def test_pareto_front_matches_brute_force():
         assert [points[i][1] for i in front] == sorted(points[i][1] for i in front)
 
 
-# Plots of a search's run directory (autotune.search_outputs, called by autotune.search_api).
+# Plots of a search's run directory (autotune.outputs.search_run, called by autotune.search.api).
 
 @pytest.fixture(scope="module")
 def search_run(tmp_path_factory):
-    from autotune.search_api import search
+    from autotune.search.api import search
 
     run = tmp_path_factory.mktemp("runs") / "run"
     return run, search("small", 4, run_dir=run, cache=False)
@@ -154,7 +154,7 @@ def _run_study(run):
 
 
 def test_a_search_run_directory_has_the_plots_its_report_names(search_run):
-    from autotune.search_outputs import PLOT_FILES
+    from autotune.outputs.search_run import PLOT_FILES
 
     run, result = search_run
     assert result.run_dir == str(run)
@@ -168,7 +168,8 @@ def test_a_search_run_directory_has_the_plots_its_report_names(search_run):
 
 
 def test_run_plots_draw_the_plan_study_and_the_candidates(search_run):
-    from autotune.search_outputs import pareto_points, slice_history
+    from autotune.outputs.search_run import pareto_points
+    from autotune.search.store import slice_history
 
     run, result = search_run
     history = slice_history(_run_study(run))
@@ -215,7 +216,7 @@ def test_the_run_study_opens_in_optuna_dashboard(search_run):
 
 def test_a_plotting_failure_is_one_line_and_keeps_the_run(tmp_path, monkeypatch, capsys):
     import autotune.outputs.plots as plots
-    from autotune.search_api import search
+    from autotune.search.api import search
 
     def broken(*args, **kwargs):
         raise RuntimeError("no fonts here")

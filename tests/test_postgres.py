@@ -203,7 +203,7 @@ def test_search_with_workers_survives_a_killed_worker(postgres_url, tmp_path):
     from optuna.trial import TrialState
 
     from autotune.search.store import finished_slices
-    from autotune.search_api import search
+    from autotune.search.api import search
 
     study, result, workers, killed, done_at_kill = _run_shared_search(postgres_url, "cli-kill", tmp_path)
     trials = {t.number: t for t in study.get_trials()}

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import autotune.search_api as search_api
+from autotune.search import api as search_api
 from autotune.errors import AutotuneError
 from autotune.search.driver import SearchProblem, SliceSearch
 from autotune.search.space import load_space
-from autotune.api import resolve_cluster, training_workload
+from autotune.spec.resolve import resolve_cluster, training_workload
 from autotune.spec.model import ModelSpec
 from autotune.spec.presets import load_preset
 

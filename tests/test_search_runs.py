@@ -1,7 +1,6 @@
 """Run directories, resume after interruption, shared studies, and the CLI's error handling."""
 
 import json
-import os
 import signal
 import sqlite3
 import subprocess
@@ -11,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import autotune.search_api as search_api
+from autotune.search import api as search_api
 from autotune.errors import AutotuneError
 
 

@@ -24,7 +24,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from autotune.api import resolve_cluster  # noqa: E402
+from autotune.spec.resolve import resolve_cluster  # noqa: E402
 from autotune.validate.probe import machine_slowdown  # noqa: E402
 from autotune.validate.report import format_table  # noqa: E402
 from autotune.validate.runner import ValidateOptions  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from autotune.api import resolve_cluster  # noqa: E402
+from autotune.spec.resolve import resolve_cluster  # noqa: E402
 from autotune.cli.main import main  # noqa: E402
 from autotune.plan.builders import uniform_plan  # noqa: E402
 from autotune.plan.io import write_plan_file  # noqa: E402

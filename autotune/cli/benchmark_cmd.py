@@ -48,12 +48,12 @@ def _rows(data: dict[str, Any]) -> list[str]:
 
 def _predicted(args: argparse.Namespace, spec: Any, seq_len: int) -> tuple[Any, tuple[float, float]]:
     """The predicting device and its (forward, backward) seconds for the benchmarked batch."""
-    from autotune.api import resolve_cluster
+    from autotune.spec.resolve import DEFAULT_CLUSTER, resolve_cluster
     from autotune.calibrate.passes import model_pass_s
     from autotune.graph.table import model_tables
     from autotune.spec.workload import bytes_per_element
 
-    cluster = resolve_cluster(args.cluster or ("dgx-h100" if args.device.startswith("cuda") else "cpu"), args.profile)
+    cluster = resolve_cluster(args.cluster or (DEFAULT_CLUSTER if args.device.startswith("cuda") else "cpu"), args.profile)
     tables = model_tables(spec, seq_len, bytes_per_element(args.dtype), "flash")
     return cluster.device, model_pass_s(tables, cluster.device, args.dtype, args.batch)
 

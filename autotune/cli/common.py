@@ -7,6 +7,8 @@ import json
 import sys
 from typing import Any
 
+from autotune.spec.resolve import DEFAULT_CLUSTER
+
 __all__ = ["add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
            "estimate_table"]
 
@@ -24,7 +26,7 @@ def positive_int(text: str) -> int:
 def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True, model_required: bool = True) -> None:
     parser.add_argument("--model", required=model_required, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
     parser.add_argument("--gpus", type=positive_int, required=gpus_required, help="number of GPUs")
-    parser.add_argument("--cluster", default="dgx-h100", help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, cpu) or a cluster file")
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, cpu) or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -63,7 +65,7 @@ def resolve_dtype(args: argparse.Namespace) -> str:
     profile refuses bf16 fits whose throughput depends on layout; see docs/profiling.md)."""
     if args.dtype is not None:
         return args.dtype
-    from autotune.api import resolve_cluster
+    from autotune.spec.resolve import resolve_cluster
     from autotune.errors import AutotuneError
 
     device = resolve_cluster(args.cluster, getattr(args, "profile", None)).device  # its errors are the user's

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from autotune.cli.common import add_workload_args, print_json, resolve_dtype
+from autotune.spec.resolve import DEFAULT_CLUSTER
 
 EXAMPLES = """examples:
   autotune curve --model large --gpus 1,2,4,8,16,32,64,128,256,512
@@ -26,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="preset name or path to a Hugging Face config.json")
     parser.add_argument("--gpus", required=True, help="comma-separated GPU counts, e.g. 1,2,4,8,16")
-    parser.add_argument("--cluster", default="dgx-h100", help="cluster preset or a cluster file")
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
     add_workload_args(parser)
     parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")

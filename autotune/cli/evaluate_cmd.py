@@ -41,7 +41,7 @@ def add_memory_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _workload(args: argparse.Namespace, model: object) -> object:
-    from autotune.api import inference_workload, training_workload
+    from autotune.spec.resolve import inference_workload, training_workload
     from autotune.cli.common import resolve_dtype
 
     args.dtype = resolve_dtype(args)
@@ -68,7 +68,7 @@ def inference_lines(estimate: object) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from autotune.api import evaluate
+    from autotune.search.evaluate import evaluate
     from autotune.errors import require, require_choice
     from autotune.plan.io import read_plan
     from autotune.spec.presets import resolve_model

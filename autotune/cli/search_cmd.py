@@ -58,17 +58,18 @@ def run(args: argparse.Namespace) -> int:
     import signal
 
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
-    cxl_lora = args.space == "cxl-lora" or (args.space.endswith(".toml") and "cxl" in args.space)
-    if args.export and not args.resume and (cxl_lora or args.no_run_dir or args.storage):
+    from autotune.cli.scenario_search import STANDALONE_RUNNERS
+    from autotune.search.space import load_space
+
+    scenario = None if args.resume else STANDALONE_RUNNERS.get(load_space(args.space).kind)
+    if args.export and not args.resume and (scenario or args.no_run_dir or args.storage):
         from autotune.errors import AutotuneError
 
         raise AutotuneError("export", "--export writes into the run directory, so not with --no-run-dir, --storage "
-                                      "or the cxl-lora space; run autotune export on a plan file instead")
-    if cxl_lora:
-        from autotune.cli.cxl_lora_cli import run_cxl_lora
-
-        return run_cxl_lora(args)
-    from autotune import search_api
+                                      "or a standalone scenario space; run autotune export on a plan file instead")
+    if scenario is not None:
+        return scenario(args)
+    from autotune.search import api as search_api
 
     progress = _progress(args)
     result = (search_api.resume(args.resume, progress=progress, plots=args.plots) if args.resume
@@ -98,7 +99,7 @@ def _new_search(args: argparse.Namespace, progress):
     """Validate everything, then make the run directory, then search (nothing half-written)."""
     from pathlib import Path
 
-    from autotune import search_api
+    from autotune.search import api as search_api
     from autotune.cli.evaluate_cmd import _workload
     from autotune.errors import require
     from autotune.spec.presets import resolve_model

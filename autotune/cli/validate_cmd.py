@@ -48,7 +48,7 @@ def _report_path(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     import os
 
-    from autotune.api import resolve_cluster
+    from autotune.spec.resolve import resolve_cluster
     from autotune.plan.io import atomic_write_text
     from autotune.validate.report import format_table, report_dict
     from autotune.validate.runner import ValidateOptions, default_world, read_case, validate_cases

@@ -16,7 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from autotune.cli.common import print_json
-    from autotune.search_api import work
+    from autotune.search.api import work
 
     solved = work(args.study, args.storage)
     if args.json:

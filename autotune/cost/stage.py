@@ -8,7 +8,6 @@ optimizer. The pipeline module combines stages with the schedule's formula.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache

@@ -15,7 +15,7 @@ __all__ = ["rescore"]
 
 def rescore(target: str | Path) -> tuple[PlanFile, Estimate]:
     """(plan file, estimate) of a run directory or plan file, scored now."""
-    from autotune.api import resolve_cluster
+    from autotune.spec.resolve import resolve_cluster
     from autotune.spec.hardware_data import cluster_from_dict
 
     plan_file = read_plan_file(target)

@@ -24,7 +24,7 @@ from autotune.cost.cache import PERSISTING_FRACTION, cache_tier, layer_weight_by
 from autotune.cost.estimate import Estimate
 from autotune.cost.inference import inference_tables
 from autotune.plan.plan import Plan
-from autotune.scenarios.serving import Scored, best_plan, plan_label, score_plans, uniform_inference_plans
+from autotune.search.serving import Scored, best_plan, plan_label, score_plans, uniform_inference_plans
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.model import ModelSpec
@@ -113,7 +113,7 @@ def _explain(winner: Row, other: Row) -> str:
 
 def _searched(model: ModelSpec, workload: InferenceWorkload, phase: str) -> Row:
     """The plan `autotune search` finds for this reading (stage DP + intra-op Optuna)."""
-    from autotune.search_api import search
+    from autotune.search.api import search
 
     result = search(model, GPUS, cluster=CLUSTER, workload=workload)
     return Row(name="searched", workload=phase, plan=result.plan, estimate=result.estimate)

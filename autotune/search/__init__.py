@@ -1,2 +1,2 @@
 """The search: inter-operator stage DP and intra-operator Optuna studies (the library entry
-points are ``autotune.search(...)`` and ``autotune.resume(...)`` in autotune.search_api)."""
+points are ``autotune.search(...)`` and ``autotune.resume(...)`` in autotune.search.api)."""

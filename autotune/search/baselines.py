@@ -51,7 +51,7 @@ def _first_fitting(candidates: Iterator[tuple[Plan, Estimate] | None]) -> tuple[
 def _best_inference(problem, **degrees: int) -> tuple[Plan | None, Estimate | None]:
     """Inference: the best micro-batch and KV placement (with the least KV share off HBM that
     fits) for pinned degrees, as the seed scenario scores its named plans."""
-    from autotune.scenarios.serving import best_plan, score_plans, uniform_inference_plans
+    from autotune.search.serving import best_plan, score_plans, uniform_inference_plans
 
     scored = score_plans(problem.model, problem.workload, problem.cluster,
                          uniform_inference_plans(problem.model, problem.workload, problem.gpus, **degrees))

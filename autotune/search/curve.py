@@ -63,7 +63,7 @@ def parse_gpu_list(text: str) -> list[int]:
 
 
 def _point(gpus: int, search_kwargs: dict) -> tuple[Plan | None, Estimate | None, str]:
-    from autotune.search_api import search
+    from autotune.search.api import search
 
     try:
         result = search(gpus=gpus, **search_kwargs)
@@ -80,11 +80,11 @@ def scaling_curve(model: Any, gpus: Sequence[int], *, efficiency_threshold: floa
     counts = sorted(set(gpus))
     require(bool(counts) and all(isinstance(c, int) and c > 0 for c in counts), "gpus",
             f"GPU counts must be positive integers, got {list(gpus)}")
-    from autotune.api import resolve_cluster
+    from autotune.spec.resolve import DEFAULT_CLUSTER, resolve_cluster
     from autotune.spec.presets import resolve_model
 
     spec = resolve_model(model)
-    cluster = resolve_cluster(search_kwargs.get("cluster", "dgx-h100"))
+    cluster = resolve_cluster(search_kwargs.get("cluster", DEFAULT_CLUSTER))
     for count in counts:
         cluster.check_gpus(count)  # a count the cluster cannot form is bad input, before any work
     results = [(count, *_point(count, {**search_kwargs, "model": spec})) for count in counts]

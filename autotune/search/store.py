@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 from autotune.errors import AutotuneError, require
 
 __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "queued_params", "slice_attrs",
-           "slice_value", "PROBLEM_ATTR", "HEARTBEAT_S", "NO_FIT_VALUE", "heartbeat_settings"]
+           "slice_value", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S", "NO_FIT_VALUE", "heartbeat_settings"]
 
 PROBLEM_ATTR = "problem"
 HEARTBEAT_S = 5  # seconds between heartbeats of a running trial; $AUTOTUNE_HEARTBEAT_S overrides
@@ -157,3 +157,24 @@ def queued_params(study: optuna.Study, trial: optuna.Trial) -> dict | None:
         if frozen.number == trial.number:
             return frozen.system_attrs.get("fixed_params")
     return None
+
+
+def slice_history(study) -> list[tuple[int, float | None]]:
+    """(order solved, step time s) of the plan study's slice trials; None where the slice was
+    pruned by its bound, failed, or nothing of it fits."""
+    trials = [t for t in study.get_trials(deepcopy=False) if "dp" in t.params and t.datetime_complete is not None]
+    trials.sort(key=lambda t: (t.datetime_complete, t.number))
+    return [(i + 1, t.value if t.value is not None and math.isfinite(t.value) and t.value < NO_FIT_VALUE else None)
+            for i, t in enumerate(trials)]
+
+
+def slice_points(study) -> list[dict[str, Any]]:
+    """Each solved slice's best fitting plan with its throughput and memory (for Pareto plots)."""
+    points = []
+    for trial in study.get_trials(deepcopy=False):
+        attrs = trial.user_attrs
+        if attrs.get("fits") and attrs.get("plan"):
+            points.append({"tokens_per_s": attrs["tokens_per_s"],
+                           "peak_memory_bytes_per_gpu": attrs["peak_memory_bytes_per_gpu"],
+                           "plan": json.loads(attrs["plan"])})
+    return points

@@ -13,7 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from autotune.api import DEFAULT_CLUSTER, resolve_cluster, training_workload
+from autotune.spec.resolve import DEFAULT_CLUSTER, resolve_cluster, training_workload
 from autotune.errors import AutotuneError
 from autotune.plan.io import model_from_dict, plan_file_dict, workload_from_dict
 from autotune.search.driver import SearchProblem
@@ -68,7 +68,8 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
     if run_dir is None:
         return result
     from autotune.outputs.run_dir import write_run
-    from autotune.search_outputs import report_for, write_search_plots
+    from autotune.outputs.search_run import report_for, write_search_plots
+    from autotune.search.store import slice_history, slice_points
 
     result = SearchResult(plan=result.plan, estimate=result.estimate, baselines=result.baselines,
                           stats=result.stats, candidates=result.candidates, run_dir=str(run_dir))
@@ -76,12 +77,15 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
                                cluster=refs["cluster"], profile=None, estimate=result.estimate.to_dict())
     plan_file["profile"] = refs["profile"]
     report = report_for(problem, result)
-    write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs}, report=report)
+    history = slice_history(study) if study is not None else []
+    points = slice_points(study) if study is not None else []
+    write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs, "slice_history": history,
+                                                    "slice_points": points}, report=report)
     _close(study)  # SQLite folds its write-ahead log back into study.db
     if plots == "sync":
-        write_search_plots(run_dir, result, study, report=report)  # last: a plotting failure cannot lose the run
+        write_search_plots(run_dir, result, history, report=report)  # last: a plotting failure cannot lose the run
     elif plots == "background":
-        from autotune.search_outputs import plots_in_background
+        from autotune.outputs.search_run import plots_in_background
 
         plots_in_background(run_dir)
     return result

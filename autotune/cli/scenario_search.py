@@ -1,4 +1,5 @@
-"""``autotune search --space cxl-lora``: seed 000's GPU + CXL LoRA problem (autotune/search/cxl_lora.py)."""
+"""Standalone search spaces (a space file whose `kind` names a scenario, not parallel plans):
+``autotune search --space cxl-lora`` solves seed 000's GPU + CXL LoRA problem (autotune/scenarios/cxl_lora.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 def run_cxl_lora(args: argparse.Namespace) -> int:
     """Optuna under constraints (``--method optuna``, checked against exhaustive enumeration when
     the grid is small enough) or the enumeration alone (``--method exhaustive``)."""
-    from autotune.search.cxl_lora import (MAX_EXHAUSTIVE_PAIRS, format_solution, parse_overrides, problem_from_space,
+    from autotune.scenarios.cxl_lora import (MAX_EXHAUSTIVE_PAIRS, format_solution, parse_overrides, problem_from_space,
                                           solve_cxl_lora, solve_exhaustive)
     from autotune.search.space import load_space
 
@@ -20,3 +21,7 @@ def run_cxl_lora(args: argparse.Namespace) -> int:
         solutions.append(solve_exhaustive(problem))
     print(format_solution(problem, solutions, as_json=args.json))
     return 0
+
+
+# Space kinds (the ``kind`` key of a space file) that are standalone scenarios, not parallel plans.
+STANDALONE_RUNNERS = {"cxl-lora": run_cxl_lora}

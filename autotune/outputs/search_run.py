@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 from autotune.outputs.report import report_markdown
 
-__all__ = ["report_for", "context_lines", "pareto_points", "slice_history", "write_search_plots", "PLOT_FILES",
+__all__ = ["report_for", "context_lines", "pareto_points", "write_search_plots", "PLOT_FILES",
            "render_run_plots", "plots_in_background"]
 
 # The run directory's plots and what each shows (listed in report.md).
@@ -41,30 +40,14 @@ def pareto_points(result) -> list[tuple[float, float, str]]:
                      if b.estimate is not None and b.estimate.fits]
 
 
-def slice_history(study) -> list[tuple[int, float | None]]:
-    """(order solved, step time s) of the plan study's slice trials; None where the slice was
-    pruned by its bound, failed, or nothing of it fits (the study's value 1e30)."""
-    from autotune.search.store import NO_FIT_VALUE
-
-    trials = [t for t in study.get_trials(deepcopy=False) if "dp" in t.params and t.datetime_complete is not None]
-    trials.sort(key=lambda t: (t.datetime_complete, t.number))
-    return [(i + 1, t.value if t.value is not None and math.isfinite(t.value) and t.value < NO_FIT_VALUE else None)
-            for i, t in enumerate(trials)]
-
-
-def _saved_points(run_dir: Path, record: dict, study) -> list[tuple[float, float, str]]:
-    """Pareto points of a finished run from its study (each slice's best plan) and search.json."""
-    import json
-
+def _record_points(record: dict) -> list[tuple[float, float, str]]:
+    """Pareto points of a finished run from search.json: each slice's best plan (as the search
+    recorded them from its study) and the baselines."""
     from autotune.outputs.curve_report import plan_summary
     from autotune.plan.plan import Plan
 
-    points = []
-    for trial in (study.get_trials(deepcopy=False) if study is not None else ()):
-        attrs = trial.user_attrs
-        if attrs.get("fits") and attrs.get("plan"):
-            points.append((attrs["tokens_per_s"], attrs["peak_memory_bytes_per_gpu"],
-                           plan_summary(Plan.from_dict(json.loads(attrs["plan"])))))
+    points = [(p["tokens_per_s"], p["peak_memory_bytes_per_gpu"], plan_summary(Plan.from_dict(p["plan"])))
+              for p in record.get("slice_points", ())]
     for baseline in record.get("baselines", ()):
         e = baseline.get("estimate")
         if e and e.get("fits"):
@@ -73,20 +56,16 @@ def _saved_points(run_dir: Path, record: dict, study) -> list[tuple[float, float
 
 
 def render_run_plots(run_dir: str | Path) -> list[str]:
-    """Draw a finished run's plots from its files (plan.json, search.json, study.db) and add
+    """Draw a finished run's plots from its files (plan.json, search.json) and add
     them to report.md: what ``plots_in_background`` runs after the search has returned."""
-    import optuna
-
     from autotune.outputs.plots import write_run_plots
     from autotune.outputs.rescore import rescore
-    from autotune.outputs.run_dir import load_search_record, study_url
+    from autotune.outputs.run_dir import load_search_record
 
     path, record = load_search_record(run_dir)
     plan_file, estimate = rescore(path)
-    summaries = optuna.get_all_study_summaries(study_url(path)) if (path / "study.db").exists() else []
-    study = optuna.load_study(study_name=summaries[0].study_name, storage=study_url(path)) if summaries else None
-    paths = write_run_plots(path, plan=plan_file.plan, estimate=estimate, candidates=_saved_points(path, record, study),
-                            history=slice_history(study) if study is not None else (),
+    paths = write_run_plots(path, plan=plan_file.plan, estimate=estimate, candidates=_record_points(record),
+                            history=[tuple(h) for h in record.get("slice_history", ())],
                             history_axes={"maximize": False, "ylabel": "step time (s)",
                                           "xlabel": "slice (in the order solved)"})
     names = [name for name in PLOT_FILES if name in paths]
@@ -100,7 +79,7 @@ def plots_in_background(run_dir: Path) -> None:
     import subprocess
 
     log = open(run_dir / "plots.log", "w")  # noqa: SIM115  (kept open by the child process)
-    subprocess.Popen([sys.executable, "-m", "autotune.search_outputs", str(run_dir)], stdin=subprocess.DEVNULL,
+    subprocess.Popen([sys.executable, "-m", "autotune.outputs.search_run", str(run_dir)], stdin=subprocess.DEVNULL,
                      stdout=log, stderr=log, start_new_session=True)
 
 
@@ -111,7 +90,7 @@ def _add_plot_section(run_dir: Path, report: str, names: list[str]) -> None:
     atomic_write_text(run_dir / "report.md", report + "\n".join(section) + "\n")
 
 
-def write_search_plots(run_dir: Path, result, study, *, report: str) -> list[str]:
+def write_search_plots(run_dir: Path, result, history, *, report: str) -> list[str]:
     """timeline.png, memory.png, pareto.png and history.png into ``run_dir``, then report.md again
     with a section naming them. Called after the run's records are written: a plotting failure
     is one line on stderr and the run stays complete."""
@@ -119,7 +98,7 @@ def write_search_plots(run_dir: Path, result, study, *, report: str) -> list[str
 
     try:
         paths = write_run_plots(run_dir, plan=result.plan, estimate=result.estimate, candidates=pareto_points(result),
-                                history=slice_history(study) if study is not None else (),
+                                history=history,
                                 history_axes={"maximize": False, "ylabel": "step time (s)",
                                               "xlabel": "slice (in the order solved)"})
     except Exception as err:  # noqa: BLE001  (any plotting error: the plan and report are already written)
@@ -130,6 +109,6 @@ def write_search_plots(run_dir: Path, result, study, *, report: str) -> list[str
     return [f"{name}.png" for name in names]
 
 
-if __name__ == "__main__":  # python -m autotune.search_outputs RUN_DIR: draw a run's plots
+if __name__ == "__main__":  # python -m autotune.outputs.search_run RUN_DIR: draw a run's plots
     render_run_plots(sys.argv[1])
     Path(sys.argv[1], "plots.log").unlink(missing_ok=True)  # kept only when drawing failed
