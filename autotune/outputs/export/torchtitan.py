@@ -22,7 +22,8 @@ from __future__ import annotations
 import tomli_w
 
 from autotune.outputs.export.common import (
-    ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse, require_placements)
+    MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
+    require_placements)
 from autotune.plan.io import PlanFile
 from autotune.spec.model import ModelSpec
 
@@ -108,6 +109,31 @@ def _data_parallel(ctx: ExportContext) -> dict:
     return {"data_parallel_replicate_degree": s.dp, "data_parallel_shard_degree": 1}
 
 
+def _moe_flavor(model: ModelSpec) -> tuple[str, str, list[str]]:
+    """torchtitan v0.2.2's registry models with routed experts: deepseek_v3 (latent attention)
+    and qwen3 (grouped-query attention, QK-norm); a flavour of this shape must be registered."""
+    name = "deepseek_v3" if model.is_mla else "qwen3"
+    return name, model.name, [
+        f"register a {name} flavor \"{model.name}\" with {model.num_experts} experts, top-{model.num_experts_per_token}, "
+        f"expert width {model.expert_ffn_hidden_size} and this model's dimensions in torchtitan/models/{name}/"
+        "__init__.py" + ("" if model.is_mla else "; its qwen3 model adds QK-norm, which this spec may not have")]
+
+
+def _expert_parallel(ctx: ExportContext) -> dict:
+    """expert_parallel_degree and expert_tensor_parallel_degree (parallel_dims.py): etp is 1 or tp;
+    ep borrows ranks from dp_shard x cp, and from tp too when etp is 1."""
+    s = ctx.stage
+    if not ctx.model.is_moe:
+        return {}
+    if s.etp not in (1, s.tp):
+        raise refuse(NAME, "stages.etp", f"its expert tensor parallelism is 1 or tp={s.tp}, got etp={s.etp}")
+    borrow = s.dp * s.cp * (s.tp if s.etp == 1 else 1)
+    if borrow % s.ep:
+        raise refuse(NAME, "stages.ep", f"ep={s.ep} must divide the {borrow} ranks it borrows from "
+                                        "dp_shard x cp" + (" x tp" if s.etp == 1 else ""))
+    return {"expert_parallel_degree": s.ep, "expert_tensor_parallel_degree": s.etp}
+
+
 def _parallelism(ctx: ExportContext) -> dict:
     p, s = ctx.plan, ctx.stage
     if s.tp > 1 and not s.sequence_parallel:
@@ -117,6 +143,7 @@ def _parallelism(ctx: ExportContext) -> dict:
              "pipeline_parallel_degree": p.pp}
     if s.tp > 1 and p.overlap_tp_comm:
         table["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)
+    table.update(_expert_parallel(ctx))
     rounds = max(1, p.num_microbatches // p.pp)  # torch's ScheduleInterleaved1F1B (flex_pp) needs M % rounds == 0
     if p.schedule == "interleaved" and p.num_microbatches % rounds:
         raise refuse(NAME, "num_microbatches", f"Interleaved1F1B runs {p.num_microbatches} micro-batches in "
@@ -156,12 +183,12 @@ def _activation_checkpoint(ctx: ExportContext) -> tuple[dict, list[str]]:
 
 
 def to_torchtitan(plan_file: PlanFile) -> ExportResult:
-    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS)
+    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp"))
     check_mesh_order(ctx)  # its mesh is [pp, dp_replicate, dp_shard, cp, tp], tp innermost
-    flavor, notes = _flavor(ctx.model)
+    name, flavor, notes = _moe_flavor(ctx.model) if ctx.model.is_moe else ("llama3", *_flavor(ctx.model))
     checkpoint, ac_notes = _activation_checkpoint(ctx)
     config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
-              "model": {"name": "llama3", "flavor": flavor}, "training": _training(ctx),
+              "model": {"name": name, "flavor": flavor}, "training": _training(ctx),
               "parallelism": _parallelism(ctx), "activation_checkpoint": checkpoint}
     if config["parallelism"].get("enable_async_tensor_parallel"):
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
