@@ -34,7 +34,8 @@ from autotune.cost.compute import op_coefficients
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 
-__all__ = ["ExpertLayerCost", "expert_layer_cost", "load_imbalance", "moe_layer_split", "expert_spans"]
+__all__ = ["ExpertLayerCost", "expert_layer_cost", "load_imbalance", "moe_layer_split", "expert_spans",
+           "experts_hit_share"]
 
 
 def moe_layer_split(tables: ModelTables, stage: StagePlan, num_layers=None) -> tuple:
@@ -91,11 +92,21 @@ class ExpertLayerCost:
     saved_bytes: object  # activations the experts keep for backward
     buffer_bytes: object  # dispatch buffers live during the layer
     imbalance: object
-    rows_per_expert: object  # routed rows per local expert (mean, before imbalance)
+    rows_per_expert: object  # routed rows per active local expert (mean, before imbalance)
+    active_experts: object  # local experts at least one token is routed to (their weights are read)
 
 
-def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local: int, etp: int):
-    """(forward, backward) seconds of the expert ops for ``rows_busy`` routed rows on one GPU."""
+def experts_hit_share(tokens, m):
+    """Expected share of the experts that ``tokens`` tokens, each picking top-k of E, reach at
+    least once: 1 - (1 - k/E)^tokens (each expert is missed by a token with probability 1 - k/E,
+    independently across tokens). Decode batches reach few experts and read only their weights."""
+    tokens = np.asarray(tokens, dtype=float)
+    return 1.0 - (1.0 - m.num_experts_per_token / m.num_experts) ** tokens
+
+
+def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local, etp: int):
+    """(forward, backward) seconds of the expert ops for ``rows_busy`` routed rows on one GPU
+    spread over ``n_local`` experts (the local experts reached, possibly fractional on average)."""
     t = tables.experts
     coef = op_coefficients(t, device, dtype)
     rows_per_seq = tables.seq_len * tables.model.num_experts_per_token
@@ -137,8 +148,10 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     rows = np.asarray(ctx.micro_batch, dtype=float) * tables.seq_len * m.num_experts_per_token / (stage.tp * stage.cp)
     imbalance = load_imbalance(rows, stage.ep, getattr(ctx.workload, "expert_load_imbalance", 0.0))
     rows_busy = rows * imbalance
-    n_local = m.num_experts // stage.ep
-    fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_local, stage.etp)
+    # distinct tokens that can reach this GPU's experts: its EP group's, gathered over etp
+    tokens = rows / m.num_experts_per_token * stage.ep * stage.etp
+    n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
+    fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp)
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
     saved = float(tables.experts.saved_bytes.sum()) * scale
@@ -148,7 +161,7 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
         fwd_s=_plain(fwd), bwd_s=_plain(bwd), comm_s=_plain(comm), recompute_comm_s=_plain(fwd_comm),
         params_per_gpu=float(tables.experts.params.sum()) / (stage.ep * stage.etp),
         saved_bytes=_plain(saved), buffer_bytes=_plain(buffers), imbalance=_plain(imbalance),
-        rows_per_expert=_plain(rows * stage.etp / n_local))
+        rows_per_expert=_plain(rows * stage.etp / n_active), active_experts=_plain(n_active))
 
 
 def _plain(x):

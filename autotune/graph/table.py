@@ -126,6 +126,10 @@ class ModelTables:
         extra = sum(t.num_params for t in (self.embedding, self.head) if t is not None)
         return int(round(self._layers_sum("params", share))) + extra
 
+    def layers_model_flops(self) -> float:
+        """Forward model FLOPs of all transformer layers for one sequence."""
+        return self._layers_sum("model_flops")
+
     def model_flops_per_sequence(self) -> float:
         """Forward + backward model FLOPs of one sequence (3x forward, no recomputation); an MoE
         layer counts the FLOPs of the experts each token is routed to."""
