@@ -20,8 +20,9 @@ from torch import nn
 from autotune.errors import require
 from autotune.validate.job import LEARNING_RATE, RunConfig
 from autotune.validate.model import build_model
+from autotune.validate.moe_model import expert_parameters, shard_experts
 from autotune.validate.parallelize import (apply_data_parallel, apply_recompute, apply_tensor_parallel, carve_chunk,
-                                           half_dtype, pipeline_chunks)
+                                           expert_groups, half_dtype, pipeline_chunks)
 
 __all__ = ["Trainer", "build_trainer", "check_runnable", "step_batch", "run_device"]
 
@@ -42,6 +43,10 @@ def check_runnable(config: RunConfig) -> None:
                 "every stage needs the same sequence_parallel to run")
         for name in ("weights_in", "optimizer_in", "activations_in"):
             require(getattr(stage, name) == "hbm", name, "offloading is not in the reference runner; use 'hbm'")
+        require(stage.ep == first.ep and stage.etp == 1, "ep", "every stage needs the same ep, and etp 1, to run")
+        if stage.ep > 1:
+            require(stage.tp == 1 and stage.zero == 0, "ep", "expert parallelism runs in the reference runner "
+                    "with tp 1 and zero 0 (DDP beside expert-parallel weights)")
 
 
 def step_batch(config: RunConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +81,7 @@ class Trainer:
     autocast_dtype: torch.dtype | None = None
     sync_grads: bool = True
     tied: tuple | None = None  # (process group, parameter) of an embedding tied across stages
+    experts: tuple | None = None  # (expert-DP group, expert parameters, dp) under expert parallelism
 
     def set_dropout(self, on: bool) -> None:
         for module in self.modules:
@@ -105,6 +111,8 @@ class Trainer:
             loss = self._pipeline_step(inputs, targets) if self.schedule else self._accumulate(inputs, targets)
         if self.tied is not None:
             _sum_tied_gradient(*self.tied)
+        if self.experts is not None and self.sync_grads:
+            _sync_expert_gradients(*self.experts)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss
@@ -127,6 +135,16 @@ class Trainer:
                 loss.backward()
             total += _local(loss).detach()
         return total
+
+
+def _sync_expert_gradients(group: object, params: list, dp: int) -> None:
+    """Each expert's owner holds the gradient from the tokens of its EP group; summing over
+    the expert-DP group covers all dp replicas, and 1/dp makes it the mean loss's gradient,
+    as DDP's average does for the other parameters (Megatron-Core's expert-DP reduction)."""
+    for param in params:
+        if param.grad is not None:
+            dist.all_reduce(param.grad, group=group)
+            param.grad.div_(dp)
 
 
 def _sum_tied_gradient(group: object, param: torch.Tensor) -> None:
@@ -204,6 +222,12 @@ def build_trainer(config: RunConfig) -> Trainer:
     stage = plan.stages[pp_rank]
     # Initialised on the CPU from the seed (the same numbers on every rank and device), then moved.
     full = build_model(spec, attention_impl=config.workload.attention_impl, seed=config.seed).to(run_device(config))
+    experts = None
+    if stage.ep > 1:  # keep this rank's experts; DDP leaves them to the expert-DP reduction
+        ep_group, ep_rank, edp_group = expert_groups(mesh, stage.ep)
+        shard_experts(full, ep_group, ep_rank, stage.ep)
+    ignore = tuple(n for n, p in full.named_parameters() if n.split(".")[-1].startswith("experts_")) \
+        if stage.ep > 1 else ()
     chunks = pipeline_chunks(plan, pp_rank)
     half = half_dtype(config.workload.dtype)
     modules = []
@@ -214,10 +238,13 @@ def build_trainer(config: RunConfig) -> Trainer:
         apply_recompute(part, stage.recompute)
         if plan.dp > 1:
             part = apply_data_parallel(part, mesh["dp"], zero=stage.zero, bucket_bytes=config.bucket_bytes,
-                                       tp=stage.tp, compute_dtype=half)
+                                       tp=stage.tp, compute_dtype=half,
+                                       ignore=tuple(n for n in ignore if n in dict(part.named_parameters())))
         modules.append(part)
     del full
     params = [p for module in modules for p in module.parameters()]
+    if stage.ep > 1:
+        experts = (edp_group, [p for module in modules for p in expert_parameters(module)], plan.dp)
     dp_group = mesh["dp"].get_group()
     optimizer = _optimizer(params, stage.zero == 1 and plan.dp > 1, dp_group)
     fsdp = plan.dp > 1 and (stage.zero >= 2 or stage.tp > 1)
@@ -225,4 +252,5 @@ def build_trainer(config: RunConfig) -> Trainer:
     return Trainer(config=config, modules=modules, optimizer=optimizer, dp_rank=dp_rank, dp_group=dp_group,
                    schedule=_schedule(config, modules, chunks, mesh["pp"].get_group()) if plan.pp > 1 else None,
                    first_stage=chunks[0].index == 0, tp_enabled=stage.tp > 1 and spec.has_embeddings,
-                   autocast_dtype=None if fsdp else half, sync_grads=config.fault != "skip_grad_sync", tied=tied)
+                   autocast_dtype=None if fsdp else half, sync_grads=config.fault != "skip_grad_sync", tied=tied,
+                   experts=experts)
