@@ -19,6 +19,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_degree_args(parser)
     add_memory_args(parser)
     parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
+    parser.add_argument("--expert-load-imbalance", type=float, default=0.0,
+                        help="MoE: the busiest expert-parallel rank's tokens over the mean, as measured "
+                             "(default 0: the floor of unskewed routing, docs/moe.md)")
     parser.set_defaults(func=run)
 
 
@@ -46,8 +49,11 @@ def _workload(args: argparse.Namespace, model: object) -> object:
 
     args.dtype = resolve_dtype(args)
     if args.workload == "train":
-        return training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
+        from dataclasses import replace
+
+        work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                                  attention=args.attention)
+        return replace(work, expert_load_imbalance=args.expert_load_imbalance)
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
                               output_len=args.output_len, dtype=args.dtype, attention=args.attention,
                               target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
