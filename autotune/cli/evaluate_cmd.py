@@ -53,7 +53,7 @@ def _workload(args: argparse.Namespace, model: object) -> object:
 
         work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                                  attention=args.attention)
-        return replace(work, expert_load_imbalance=args.expert_load_imbalance)
+        return replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0))
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
                               output_len=args.output_len, dtype=args.dtype, attention=args.attention,
                               target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
