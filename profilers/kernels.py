@@ -23,10 +23,14 @@ import torch.nn.functional as F
 from autotune.calibrate.fit import Measurement
 from profilers.timing import time_call
 
-__all__ = ["SweepConfig", "SweepResult", "gemm_sweep", "bmm_sweep", "attention_sweep", "memory_sweep",
-           "TORCH_DTYPES"]
+__all__ = ["SweepConfig", "SweepResult", "gemm_sweep", "fp8_gemm_sweep", "bmm_sweep", "attention_sweep",
+           "memory_sweep", "TORCH_DTYPES", "FP8_SCALINGS"]
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# FP8 GEMM "dtypes" -> how torch._scaled_mm scales its e4m3 operands: one float32 scale per
+# tensor (Transformer Engine's delayed scaling) or one per row of A and column of B (the
+# row-wise recipe of torchao's float8 training). GEMMs only: attention and bmm stay in bf16.
+FP8_SCALINGS = {"fp8": "tensorwise", "fp8_rowwise": "rowwise"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +87,9 @@ def _randn(shape: tuple[int, ...], cfg: SweepConfig, dtype: torch.dtype, grad: b
 
 def gemm_sweep(cfg: SweepConfig, dtype: str) -> SweepResult:
     """Dense matmuls in the three layouts a linear layer runs: forward x W^T, input gradient
-    dY W, weight gradient dY^T X."""
+    dY W, weight gradient dY^T X. FP8 dtypes go to :func:`fp8_gemm_sweep`."""
+    if dtype in FP8_SCALINGS:
+        return fp8_gemm_sweep(cfg, dtype)
     tdt = TORCH_DTYPES[dtype]
 
     def make(m: int, k: int, n: int, layout: str) -> Callable:
@@ -102,6 +108,28 @@ def gemm_sweep(cfg: SweepConfig, dtype: str) -> SweepResult:
     layouts = ("nt", "nn", "tn")
     points = ((f"{m}x{k}x{n} {layouts[i % 3]}", 2.0 * m * k * n, make(m, k, n, layouts[i % 3]))
               for i, (m, k, n) in enumerate(shapes))
+    return _run_points(cfg, f"gemm/{dtype}", points)
+
+
+def fp8_gemm_sweep(cfg: SweepConfig, dtype: str = "fp8") -> SweepResult:
+    """FP8 (e4m3) GEMMs through ``torch._scaled_mm`` with a bf16 output, in the forward layout
+    x W^T only: cuBLASLt's FP8 kernels take A row-major and B column-major, so FP8 training
+    materialises transposed copies for the gradient GEMMs. Work counted as 2mkn FLOPs."""
+    scaling = FP8_SCALINGS[dtype]
+    fp8 = torch.float8_e4m3fn
+
+    def make(m: int, k: int, n: int) -> Callable:
+        def build() -> Callable:
+            a = _randn((m, k), cfg, torch.bfloat16).to(fp8)
+            b = _randn((n, k), cfg, torch.bfloat16).to(fp8).t()  # (k, n), column-major
+            shape_a, shape_b = ((m, 1), (1, n)) if scaling == "rowwise" else ((), ())
+            scale_a = torch.ones(shape_a, device=cfg.device, dtype=torch.float32)
+            scale_b = torch.ones(shape_b, device=cfg.device, dtype=torch.float32)
+            return lambda: torch._scaled_mm(a, b, scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
+        return build
+
+    shapes = sorted(cfg.gemm_shapes, key=lambda s: s[0] * s[1] * s[2])
+    points = ((f"{m}x{k}x{n} nt {scaling}", 2.0 * m * k * n, make(m, k, n)) for m, k, n in shapes)
     return _run_points(cfg, f"gemm/{dtype}", points)
 
 

@@ -20,10 +20,11 @@ import torch
 from autotune.calibrate.profile_io import HostInfo, ProfileData
 from autotune.errors import require
 from profilers.collectives import CollectiveConfig, run_collectives
-from profilers.kernels import SweepConfig, SweepResult, attention_sweep, bmm_sweep, gemm_sweep, memory_sweep
+from profilers.kernels import (FP8_SCALINGS, SweepConfig, SweepResult, attention_sweep, bmm_sweep, gemm_sweep,
+                               memory_sweep)
 from profilers.timing import resolve_device
 
-__all__ = ["ProfileOptions", "measure_profile", "host_info", "sweep_config", "collective_configs"]
+__all__ = ["ProfileOptions", "measure_profile", "host_info", "sweep_config", "sweep_steps", "collective_configs"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -31,7 +32,7 @@ class ProfileOptions:
     device: str = "cpu"
     quick: bool = False
     threads: int = 1
-    dtypes: tuple[str, ...] | None = None  # default: fp32, bf16 on CPU; bf16, fp16, fp32 on GPUs
+    dtypes: tuple[str, ...] | None = None  # default: fp32, bf16 on CPU; bf16, fp16, fp32 (+ fp8) on GPUs
     world_sizes: tuple[int, ...] | None = None  # collective group sizes; () skips collectives
     workers_per_node: int = 4  # CPU: the machine's memory is shared by this many workers
     aliases: tuple[str, ...] = ()
@@ -143,17 +144,31 @@ def host_info(device: torch.device, options: ProfileOptions, backend: str | None
                     **common)
 
 
+def sweep_steps(dtypes: tuple[str, ...]) -> list[tuple[str, Callable[[SweepConfig, str], SweepResult], str]]:
+    """(name, sweep, dtype) in the order they run; FP8 is swept for GEMMs only."""
+    unfused = [d for d in dtypes if d not in FP8_SCALINGS]
+    steps = [(f"gemm/{d}", gemm_sweep, d) for d in dtypes] + [(f"attention/{d}", attention_sweep, d) for d in unfused]
+    return steps + [(f"bmm/{d}", bmm_sweep, d) for d in unfused] + [("memory", memory_sweep, "fp32")]
+
+
 def _kernel_sweeps(cfg: SweepConfig, dtypes: tuple[str, ...], say: Callable[[str], None]) -> SweepResult:
     result = SweepResult()
-    steps = [(f"gemm/{d}", gemm_sweep, d) for d in dtypes] + [(f"attention/{d}", attention_sweep, d) for d in dtypes]
-    steps += [(f"bmm/{d}", bmm_sweep, d) for d in dtypes] + [("memory", memory_sweep, "fp32")]
-    for name, sweep, dtype in steps:
+    for name, sweep, dtype in sweep_steps(dtypes):
         start = time.perf_counter()
         part = sweep(cfg, dtype)
         say(f"{name}: {len(part.measurements)} points in {time.perf_counter() - start:.1f} s"
             + (f", {len(part.failures)} failed" if part.failures else ""))
         result.extend(part)
     return result
+
+
+def _default_dtypes(device: torch.device) -> tuple[str, ...]:
+    """bf16, fp16, fp32 on GPUs, plus FP8 GEMMs where the GPU has FP8 tensor cores (compute
+    capability 8.9: Ada, Hopper and later); fp32, bf16 on CPUs."""
+    if device.type != "cuda":
+        return ("fp32", "bf16")
+    fp8 = tuple(FP8_SCALINGS) if torch.cuda.get_device_capability(device) >= (8, 9) else ()
+    return ("bf16", "fp16", "fp32") + fp8
 
 
 def measure_profile(options: ProfileOptions, say: Callable[[str], None] = lambda _: None) -> ProfileData:
@@ -164,7 +179,7 @@ def measure_profile(options: ProfileOptions, say: Callable[[str], None] = lambda
     torch.set_num_threads(options.threads)
     backend = "nccl" if device.type == "cuda" else "gloo"
     host = host_info(device, options, backend)
-    dtypes = options.dtypes or (("bf16", "fp16", "fp32") if device.type == "cuda" else ("fp32", "bf16"))
+    dtypes = options.dtypes or _default_dtypes(device)
     clock = options.kernel_clock(device)
     say(f"kernels timed with the {clock} clock")
     kernels = _kernel_sweeps(sweep_config(device, options.quick, clock), dtypes, say)

@@ -84,3 +84,8 @@ def test_inter_op_dp_loads_neither_torch_nor_optuna():
 
 def test_evaluate_loads_neither_torch_nor_optuna():
     assert _loaded_after("import autotune; autotune.evaluate('large', 16)") == set()
+
+
+def test_search_without_a_study_loads_neither_optuna_nor_torch():
+    # the default space's stage spaces are small enough to enumerate: no Optuna trial per choice
+    assert _loaded_after("import autotune; autotune.search(model='small', gpus=4)") == set()

@@ -50,6 +50,26 @@ def test_gemm_sweep_counts_2mkn_flops_in_all_layouts():
     assert all(m.group == "gemm/fp32" and m.median_s > 0 for m in result.measurements)
 
 
+@pytest.mark.parametrize("dtype, scaling", [("fp8", "tensorwise"), ("fp8_rowwise", "rowwise")])
+def test_fp8_gemm_sweep_counts_2mkn_flops_with_its_scaling(dtype, scaling):
+    result = gemm_sweep(TINY, dtype)
+    assert not result.failures
+    assert sorted(m.amount for m in result.measurements) == sorted(2.0 * m * k * n for m, k, n in TINY.gemm_shapes)
+    assert all(m.group == f"gemm/{dtype}" and m.label.endswith(f"nt {scaling}") for m in result.measurements)
+
+
+def test_profile_cli_takes_fp8_dtypes_for_gemms_only():
+    import argparse
+
+    from autotune.cli.profile_cmd import _dtypes
+
+    assert _dtypes("bf16,fp8,fp8_rowwise") == ("bf16", "fp8", "fp8_rowwise")
+    with pytest.raises(argparse.ArgumentTypeError):
+        _dtypes("fp4")
+    steps = [name for name, _, _ in measure.sweep_steps(("bf16", "fp8"))]
+    assert steps == ["gemm/bf16", "gemm/fp8", "attention/bf16", "bmm/bf16", "memory"]
+
+
 def test_attention_counts_causal_flops_forward_and_backward():
     result = attention_sweep(TINY, "fp32")
     fwd = {m.label.split()[0]: m.amount for m in result.measurements if m.label.endswith("fwd")}

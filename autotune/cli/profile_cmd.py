@@ -18,10 +18,14 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
+# fp8 / fp8_rowwise: e4m3 GEMMs with tensor-wise / row-wise scales (profilers.kernels.FP8_SCALINGS).
+_DTYPES = ("fp32", "bf16", "fp16", "fp8", "fp8_rowwise")
+
+
 def _dtypes(text: str) -> tuple[str, ...]:
     names = tuple(x.strip() for x in text.split(",") if x.strip())
-    if not names or any(n not in ("fp32", "bf16", "fp16") for n in names):
-        raise argparse.ArgumentTypeError(f"must be comma-separated fp32, bf16, fp16; got {text!r}")
+    if not names or any(n not in _DTYPES for n in names):
+        raise argparse.ArgumentTypeError(f"must be comma-separated {', '.join(_DTYPES)}; got {text!r}")
     return names
 
 
@@ -42,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="collective group sizes, e.g. 2,4 (default: 2 quick, 2,4 full on CPU; all GPUs on CUDA)")
     parser.add_argument("--no-collectives", action="store_true", help="skip the collective benchmarks")
     parser.add_argument("--dtypes", type=_dtypes, default=None,
-                        help="compute dtypes to sweep, e.g. fp32,bf16 (default: fp32,bf16 on CPU; bf16,fp16,fp32 on CUDA)")
+                        help="compute dtypes to sweep, e.g. fp32,bf16; fp8 and fp8_rowwise sweep FP8 GEMMs only (default: "
+                             "fp32,bf16 on CPU; bf16,fp16,fp32 on CUDA, plus fp8,fp8_rowwise on FP8 GPUs)")
     parser.add_argument("--workers-per-node", type=positive_int, default=4,
                         help="CPU: worker processes sharing the machine's memory (default 4)")
     parser.add_argument("--clock", choices=("auto", "wall", "cpu"), default="auto",

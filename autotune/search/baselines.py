@@ -59,15 +59,27 @@ def _best_inference(problem, **degrees: int) -> tuple[Plan | None, Estimate | No
     return (best.plan, best.estimate) if best else (None, None)
 
 
+def _micro_batches(problem, dp: int) -> list[int]:
+    """The space's micro-batch sizes that divide a replica's share of the global batch."""
+    batch = problem.workload.global_batch
+    per_replica = batch // dp if dp and batch % dp == 0 else 0
+    return [b for b in problem.space.micro_batch if per_replica and per_replica % b == 0]
+
+
+def _tuned(problem, *, tp: int, pp: int, zeros: tuple[int, ...] = (1,)) -> tuple[Plan | None, Estimate | None]:
+    """Pinned degrees with the micro-batch, recomputation and ZeRO stage a person would tune
+    before comparing (the search gets them too, so a baseline gets them as well)."""
+    dp = problem.gpus // (tp * pp) if problem.gpus % (tp * pp) == 0 else 0
+    return _first_fitting(_score(problem, tp=tp, pp=pp, zero=z, recompute=r, micro_batch=b)
+                          for z in zeros for r in _RECOMPUTE_ORDER for b in _micro_batches(problem, dp))
+
+
 def _data_parallel(problem) -> Baseline:
     per_replica = problem.workload.global_batch // problem.gpus if problem.workload.global_batch % problem.gpus == 0 else 0
     if not _training(problem):
         plan, est = _best_inference(problem, tp=1, pp=1) if per_replica else (None, None)
     else:
-        options = (_score(problem, dp=problem.gpus, zero=z, recompute=r, micro_batch=b)
-                   for z in (0, 1, 3) for r in _RECOMPUTE_ORDER for b in problem.space.micro_batch
-                   if per_replica and per_replica % b == 0)
-        plan, est = _first_fitting(options)
+        plan, est = _tuned(problem, tp=1, pp=1, zeros=(0, 1, 3))
     note = "" if per_replica else f"the global batch does not divide among {problem.gpus} replicas"
     return Baseline(name="data-parallel", description="pure data parallel (DDP, ZeRO-1) or ZeRO-3/FSDP, best micro-batch and recomputation",
                     plan=plan, estimate=est, note=note)
@@ -101,12 +113,11 @@ def _megatron(problem) -> Baseline:
                                 plan=plan, estimate=est)
             last = scored or last
             continue
-        for recompute in ("selective", "full"):
-            scored = _score(problem, tp=tp, pp=pp, zero=1, recompute=recompute, micro_batch=1)
-            if scored and scored[1].fits:
-                return Baseline(name="megatron-rule", description=f"{_tp_words(tp)}, smallest PP that fits (PP={pp}), DP the rest",
-                                plan=scored[0], estimate=scored[1])
-            last = scored or last
+        plan, est = _tuned(problem, tp=tp, pp=pp)
+        if est is not None and est.fits:
+            return Baseline(name="megatron-rule", description=f"{_tp_words(tp)}, smallest PP that fits (PP={pp}), DP the rest, "
+                            "best micro-batch and recomputation", plan=plan, estimate=est)
+        last = (plan, est) if plan is not None else last
     return Baseline(name="megatron-rule", description=f"{_tp_words(tp)}, smallest PP that fits, DP the rest",
                     plan=last[0] if last else None, estimate=last[1] if last else None,
                     note="no pipeline depth fits")
@@ -116,7 +127,7 @@ def _seed_tp8_pp2(problem) -> Baseline | None:
     if problem.gpus != 16:
         return None
     if _training(problem):
-        plan, est = _first_fitting(_score(problem, tp=8, pp=2, zero=1, recompute=r, micro_batch=1) for r in _RECOMPUTE_ORDER)
+        plan, est = _tuned(problem, tp=8, pp=2)
     else:
         plan, est = _best_inference(problem, tp=8, pp=2)
     if plan is None:

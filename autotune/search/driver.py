@@ -144,7 +144,10 @@ class SliceSearch:
                                extra=self._inference_values(dp, model_parallel))
         if not values:
             return None
-        if p.method == "exhaustive":
+        size = math.prod(len(v) for v in values.values())
+        if p.method == "exhaustive" or size <= p.space.grid_limit:
+            # A space this small is enumerated outright: scoring a choice costs less than an
+            # Optuna trial, and the grid is exact (the sampled study is for larger spaces).
             choices = enumerate_choices(p.space, model_parallel, values, training="recompute" in values)
             costs = tuple(choice_costs(ctx, c) for c in choices)
             self.num_trials += len(costs)

@@ -16,7 +16,6 @@ from autotune.search.baselines import baselines
 from autotune.search.cache import fingerprint
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
 from autotune.search.result import SearchResult, SearchStats
-from autotune.search.store import finished_slices, record_slice
 
 __all__ = ["run_search", "gpus_needed"]
 
@@ -30,7 +29,11 @@ def _round(problem: SearchProblem) -> str:
 def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
     """Slices a previous (interrupted) run of this study already finished, re-scored."""
     out = {}
-    for (dp, b), trial in (finished_slices(study, _round(problem)).items() if study is not None else ()):
+    if study is None:
+        return {}
+    from autotune.search.store import finished_slices  # Optuna only when a study is kept
+
+    for (dp, b), trial in finished_slices(study, _round(problem)).items():
         key = SliceKey(dp, b)
         plan_json = trial.user_attrs.get("plan")
         plan = Plan.from_dict(json.loads(plan_json)) if plan_json else None
@@ -99,6 +102,8 @@ def _solve_slices(problem: SearchProblem, keys: list[SliceKey], study, progress,
     for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
         outcomes[outcome.key] = outcome
         if study is not None:
+            from autotune.search.store import record_slice
+
             record_slice(study, outcome, _round(problem))
         if progress:
             progress(outcome, i + 1, len(todo))

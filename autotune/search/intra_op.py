@@ -16,16 +16,12 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-import optuna
 
 from autotune.search.choices import StageChoice, make_choice
 from autotune.search.space import SearchSpace
 from autotune.search.tables import ChoiceCosts, SliceContext, choice_costs
 
 __all__ = ["IntraOpResult", "optimize_stage", "expert_choices"]
-
-optuna.logging.set_verbosity(optuna.logging.WARNING)
-
 
 @dataclass(frozen=True, kw_only=True)
 class IntraOpResult:
@@ -62,7 +58,9 @@ def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> 
     return value, float(need.min() / capacity - 1.0)
 
 
-def _sampler(space: SearchSpace, values: dict[str, list], size: int, seed: int) -> optuna.samplers.BaseSampler:
+def _sampler(space: SearchSpace, values: dict[str, list], size: int, seed: int):
+    import optuna
+
     if size <= space.grid_limit:  # the whole grid, in a seeded order
         return optuna.samplers.GridSampler(values, seed=seed)
     if space.sampler == "random":
@@ -73,6 +71,9 @@ def _sampler(space: SearchSpace, values: dict[str, list], size: int, seed: int) 
 def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list], model_parallel: int,
                    seed: int) -> IntraOpResult:
     """Run the intra-op study of one (model-parallel size, dp) problem."""
+    import optuna  # here, not at import: small spaces are enumerated without it (autotune.search.driver)
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     size = math.prod(len(v) for v in values.values())
     training = "recompute" in values
     capacity = ctx.cluster.device.memory_bytes
@@ -82,7 +83,7 @@ def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list
             study.enqueue_trial(params, skip_if_exists=True)
     evaluated: dict[StageChoice, ChoiceCosts] = {}
 
-    def objective(trial: optuna.Trial) -> float:
+    def objective(trial) -> float:
         params = {k: trial.suggest_categorical(k, v) for k, v in values.items()}
         choice = make_choice(space, model_parallel, params, training)
         if choice not in evaluated:

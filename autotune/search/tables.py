@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.cost.stage import StageContext, StagePosition, stage_cost
+from autotune.cost.contract import StageCostModel, phase_cost_models
+from autotune.cost.stage import StagePosition
 from autotune.errors import AutotuneError
 from autotune.graph.table import ModelTables
 from autotune.search.choices import StageChoice
@@ -62,25 +63,10 @@ def positions_needed(ctx: SliceContext, stage_gpus: int) -> list[int]:
     return [FIRST, LAST] + ([MIDDLE] if stages >= 3 else [])
 
 
-def _phase_costers(ctx: SliceContext) -> list[tuple[float, object, object]]:
-    """(weight, stage-cost function, its context) per phase of the workload: training is one
-    phase; serving is the prefill plus ``decode_steps`` decode steps (static batching)."""
-    micro = np.array(ctx.micro_batches)[:, None]
-    if getattr(ctx.workload, "kind", "train") == "train":
-        stage_ctx = StageContext(tables=ctx.tables, workload=ctx.workload, cluster=ctx.cluster, micro_batch=micro,
-                                 num_microbatches=ctx.num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm)
-        return [(1.0, stage_cost, stage_ctx)]
-    from autotune.cost.inference import inference_context, inference_stage_cost
-    from autotune.cost.inference_plan import workload_phases
-
-    w = ctx.workload
-    out = []
-    for phase in workload_phases(w):
-        weight = 1.0 if (phase == "prefill" or w.kind == "decode") else float(w.decode_steps)
-        phase_ctx = inference_context(ctx.tables.model, w, ctx.cluster, phase, micro_batch=micro,
-                                      num_microbatches=ctx.num_microbatches)
-        out.append((weight, inference_stage_cost, phase_ctx))
-    return out
+def _phase_costers(ctx: SliceContext) -> list[tuple[float, StageCostModel]]:
+    """(weight, cost model) per phase of the workload (autotune.cost.contract)."""
+    return phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, micro_batch=np.array(ctx.micro_batches)[:, None],
+                             num_microbatches=ctx.num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm)
 
 
 # A stage's HBM is affine in the micro-batches it holds (offload staging buffers add a constant),
@@ -97,8 +83,8 @@ def _stage_arrays(costers, stage, pos: StagePosition, n: np.ndarray) -> tuple[np
     """Weighted time, tail, HBM without and per in-flight micro-batch, over the phases."""
     time = tail = base = per = 0.0
     both = StagePosition(inflight=_NONE_AND_ONE, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node)
-    for weight, cost_fn, phase_ctx in costers:
-        cost = cost_fn(phase_ctx, stage, both, num_layers=n)
+    for weight, model in costers:
+        cost = model.stage_cost(stage, both, num_layers=n)
         time = time + weight * _at_one(cost.time.microbatch_s)
         tail = tail + weight * _at_one(cost.time.step_tail_s)
         peak = np.broadcast_to(cost.memory.peak_bytes, (2,) + np.shape(_at_one(cost.time.microbatch_s)))

@@ -1,0 +1,77 @@
+"""The cost model's one interface: price a stage (its layers, submesh and choice) at a pipeline
+position -> time, memory and their breakdown (:class:`~autotune.cost.stage.StageCost`).
+
+Training (autotune.cost.stage) and inference (autotune.cost.inference) implement it; the
+search and ``evaluate`` ask :func:`phase_cost_models` for the weighted phases of a workload
+instead of testing its kind, and one contract suite (tests/test_cost_contract.py) runs
+against every implementation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from autotune.cost.inference import InferenceContext, inference_context, inference_stage_cost
+from autotune.cost.stage import StageContext, StageCost, StagePosition, stage_cost
+from autotune.graph.table import ModelTables
+from autotune.plan.plan import StagePlan
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.workload import InferenceWorkload, TrainingWorkload
+
+__all__ = ["StageCostModel", "TrainingCostModel", "InferenceCostModel", "phase_cost_models"]
+
+
+@runtime_checkable
+class StageCostModel(Protocol):
+    """Prices one pipeline stage.
+
+    ``stage_cost(stage, position, num_layers=None)``: the time of one micro-batch through
+    ``stage`` (``time.microbatch_s``) and what it adds once per step (``time.step_tail_s``),
+    its peak memory per GPU with ``position.inflight`` micro-batches held, parameters per GPU
+    and kernel times. ``num_layers`` (a number or a numpy array) overrides the stage's layer
+    count, so one call prices every layer count; the context's micro-batch may be an array
+    too, and every returned quantity broadcasts over both. Pure: no I/O, no state.
+    """
+
+    def stage_cost(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageCost: ...
+
+
+@dataclass(frozen=True)
+class TrainingCostModel:
+    """A training step's forward, backward, gradient sync and optimizer (autotune.cost.stage)."""
+
+    context: StageContext
+
+    def stage_cost(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageCost:
+        return stage_cost(self.context, stage, position, num_layers=num_layers)
+
+
+@dataclass(frozen=True)
+class InferenceCostModel:
+    """One prefill pass or one decode step (autotune.cost.inference)."""
+
+    context: InferenceContext
+
+    def stage_cost(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageCost:
+        return inference_stage_cost(self.context, stage, position, num_layers=num_layers)
+
+
+def phase_cost_models(tables: ModelTables, workload: TrainingWorkload | InferenceWorkload, cluster: ClusterSpec, *,
+                      micro_batch: object, num_microbatches: object,
+                      overlap_tp_comm: bool = False) -> list[tuple[float, StageCostModel]]:
+    """(weight, cost model) per phase of a step: training is one phase; serving is the prefill
+    plus ``decode_steps`` decode steps (static batching); prefill and decode are one each."""
+    if isinstance(workload, TrainingWorkload):
+        context = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=micro_batch,
+                               num_microbatches=num_microbatches, overlap_tp_comm=overlap_tp_comm)
+        return [(1.0, TrainingCostModel(context))]
+    from autotune.cost.inference_plan import workload_phases
+
+    out: list[tuple[float, StageCostModel]] = []
+    for phase in workload_phases(workload):
+        weight = 1.0 if (phase == "prefill" or workload.kind == "decode") else float(workload.decode_steps)
+        context = inference_context(tables.model, workload, cluster, phase, micro_batch=micro_batch,
+                                    num_microbatches=num_microbatches)
+        out.append((weight, InferenceCostModel(context)))
+    return out
