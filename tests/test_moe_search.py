@@ -22,6 +22,9 @@ def test_mixtral_on_64_gpus_searches_to_expert_parallelism_that_fits():
     assert all(s.ep > 1 for s in result.plan.stages)
     assert all(MIXTRAL_8X7B.num_experts % s.ep == 0 for s in result.plan.stages)
     assert est.breakdown["ep_comm_s"] > 0
+    from autotune.outputs.report import plan_table
+    header, first = plan_table(result.plan, est)[:2]
+    assert header.split()[6:8] == ["ep", "etp"] and first.split()[6] == str(result.plan.stages[0].ep)
     # without expert parallelism every GPU holds all 46.7B parameters' experts: it cannot fit one stage
     single = autotune.evaluate(MIXTRAL_8X7B, 64, tp=1, pp=1, micro_batch=1, recompute="full", zero=1)
     assert not single.fits
