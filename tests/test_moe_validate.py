@@ -33,6 +33,29 @@ def test_torch_moe_flops_match_the_analytic_graph(changes):
     assert counter.get_total_flops() == pytest.approx(analytic, rel=0.02)
 
 
+@pytest.mark.parametrize("changes", [{}, {"router": "topk_softmax", "ffn_activation": "gelu", "num_layers": 6,
+                                      "moe_layer_frequency": 2}])
+def test_traced_moe_graph_matches_the_analytic_graph(changes):
+    from profilers.trace import trace_module
+    spec = tiny_moe(**changes)
+    traced = trace_module(build_model(spec, device="meta"), (torch.zeros(1, 128, dtype=torch.long, device="meta"),))
+    tables = model_tables(spec, 128, 4)
+    assert traced.model_flops == pytest.approx(tables.model_flops_per_sequence() / 3, rel=0.02)
+    assert traced.num_params == tables.num_params
+
+
+def test_traced_form_computes_what_the_per_expert_form_does():
+    from autotune.validate.moe_model import _gates
+    spec = tiny_moe(first_k_dense_layers=0)
+    layer = build_model(spec).layers["0"].feed_forward
+    tokens = torch.randn(16, spec.hidden_size)
+    with torch.no_grad():
+        eager = layer(tokens[None])[0]
+        weights, idx = _gates(layer.router(tokens), spec.num_experts_per_token, spec.router)
+        gathered = (layer._gathered(tokens, idx) * weights[..., None]).sum(1) + layer.shared(tokens)
+    assert torch.allclose(gathered, eager, atol=1e-6)
+
+
 def test_moe_layer_routes_each_token_on_its_own():
     from autotune.validate.moe_model import MoEFeedForward
     spec = tiny_moe(first_k_dense_layers=0)

@@ -67,6 +67,9 @@ class MoEFeedForward(nn.Module):
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])
         weights, idx = _gates(self.router(tokens).float(), self.k, self.router_kind)
+        if torch.compiler.is_compiling() and self.ep_group is None:  # torch.export: static shapes
+            y = (self._gathered(tokens, idx) * weights[..., None].to(tokens.dtype)).sum(1)
+            return (y + self.shared(tokens) if self.shared is not None else y).reshape(shape)
         flat = idx.reshape(-1)
         order = flat.argsort(stable=True)  # routed rows grouped by expert
         rows = tokens[order // self.k]
@@ -97,6 +100,17 @@ class MoEFeedForward(nn.Module):
         out = self._local(got[regroup], recv.sum(0).tolist())
         back = torch.empty_like(out).index_copy(0, regroup, out)
         return all_to_all_single(rows.new_empty(rows.shape), back, send_split, recv_split, group=self.ep_group)
+
+    def _gathered(self, tokens: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """(tokens, k, hidden) expert outputs with static shapes, for tracing: each routed row
+        times its expert's gathered weights, one batched matmul per projection. The same FLOPs
+        as the dropless per-expert matmuls (2 x rows x in x out each); the gathered weights make
+        its traced memory larger than a real run's."""
+        rows = tokens.repeat_interleave(self.k, 0)[:, None, :]
+        chosen = idx.reshape(-1)
+        gate = torch.bmm(rows, self.experts_w3[chosen]) if self.experts_w3 is not None else None
+        hidden = _activate(torch.bmm(rows, self.experts_w1[chosen]), gate, self.activation)
+        return torch.bmm(hidden, self.experts_w2[chosen]).reshape(tokens.shape[0], self.k, -1)
 
     def _local(self, rows: torch.Tensor, counts: list[int]) -> torch.Tensor:
         outs, start = [], 0
