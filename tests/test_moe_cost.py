@@ -110,3 +110,12 @@ def test_mixed_dense_and_moe_layers_count_exactly():
     m = tiny_moe(num_layers=6, first_k_dense_layers=2, moe_layer_frequency=2)
     est = _plan(m, 2, ep=2, seq_len=128)
     assert est.fits and est.breakdown["ep_comm_s"] > 0
+
+
+def test_tensor_parallel_moe_training_needs_sequence_parallelism():
+    w = TrainingWorkload(global_batch=64, seq_len=1024)
+    stage = StagePlan(layers=(0, 32), has_embedding=True, has_head=True, num_gpus=8, tp=2, cp=1, dp=4,
+                      sequence_parallel=False, ep=4)
+    with pytest.raises(AutotuneError) as err:
+        evaluate_plan(MIXTRAL_8X7B, w, CLUSTER, Plan(gpus=8, micro_batch=1, num_microbatches=16, stages=(stage,)))
+    assert err.value.field == "sequence_parallel"

@@ -34,15 +34,18 @@ def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpe
         require(model.ffn_hidden_size % stage.tp == 0, "tp",
                 f"tp={stage.tp} must divide ffn_hidden_size {model.ffn_hidden_size}")
         require(workload.seq_len % stage.cp == 0, "cp", f"cp={stage.cp} must divide seq_len {workload.seq_len}")
-        _check_experts(model, stage)
+        _check_experts(model, stage, training=getattr(workload, "kind", "train") == "train")
     require(workload.seq_len <= model.max_seq_len, "seq_len",
             f"{workload.seq_len} exceeds the model's maximum sequence length {model.max_seq_len}")
 
 
-def _check_experts(model: ModelSpec, stage) -> None:
+def _check_experts(model: ModelSpec, stage, training: bool) -> None:
     if not model.is_moe:
         require(stage.ep == 1 and stage.etp == 1, "ep", f"{model.name} has no experts: ep and etp must be 1")
         return
+    # Megatron-Core (TransformerConfig) requires it, and the MoE cost assumes each TP rank routes its own tokens
+    require(not training or stage.tp == 1 or stage.sequence_parallel, "sequence_parallel",
+            f"a mixture of experts with tp={stage.tp} needs sequence parallelism in training")
     require(model.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {model.num_experts} experts")
     require(model.expert_ffn_hidden_size % stage.etp == 0, "etp",
             f"etp={stage.etp} must divide the expert width {model.expert_ffn_hidden_size}")
