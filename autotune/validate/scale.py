@@ -125,8 +125,10 @@ def _expert_degrees(model: ModelSpec, stage, stage_gpus: int, notes: list[str]) 
     ep = max(e for e in range(1, stage_gpus + 1) if stage_gpus % e == 0 and model.num_experts % e == 0
              and e <= stage.ep)
     out = {"ep": ep, "etp": 1}
-    if (ep, 1) != (stage.ep, stage.etp):
-        notes.append(f"expert degrees ep {stage.ep} -> {ep}, etp {stage.etp} -> 1")
+    changed = [f"{name} {old} -> {value}" for name, old, value in (("ep", stage.ep, ep), ("etp", stage.etp, 1))
+               if old != value]
+    if changed:
+        notes.append("expert degrees " + ", ".join(changed))
     if ep > 1 and stage.zero:
         out["zero"] = 0
         notes.append(f"zero {stage.zero} -> 0: the reference runner runs expert parallelism beside DDP")
@@ -159,6 +161,8 @@ def scale_case(model: ModelSpec, workload: TrainingWorkload, plan: Plan, target:
     stage0 = plan.stages[0]
     degrees = {"dp": plan.dp, "tp": stage0.tp, "pp": plan.pp}
     new = scaled_degrees(degrees, target.world)
+    if model.is_moe and new["tp"] > 1:  # the reference runner's MoE layers have no TP plan
+        new = {**new, "dp": new["dp"] * new["tp"], "tp": 1}
     notes = _notes_for(plan, degrees, new)
     if new["pp"] < plan.pp:
         plan = _merge_stages(plan, new["pp"])

@@ -44,9 +44,11 @@ def check_runnable(config: RunConfig) -> None:
         for name in ("weights_in", "optimizer_in", "activations_in"):
             require(getattr(stage, name) == "hbm", name, "offloading is not in the reference runner; use 'hbm'")
         require(stage.ep == first.ep and stage.etp == 1, "ep", "every stage needs the same ep, and etp 1, to run")
+        require(not config.model.is_moe or stage.tp == 1, "tp", "the reference runner's MoE layers have no "
+                "tensor-parallel plan; use tp 1")
         if stage.ep > 1:
-            require(stage.tp == 1 and stage.zero == 0, "ep", "expert parallelism runs in the reference runner "
-                    "with tp 1 and zero 0 (DDP beside expert-parallel weights)")
+            require(stage.zero == 0, "zero", "expert parallelism runs in the reference runner with zero 0 "
+                    "(DDP beside expert-parallel weights)")
 
 
 def step_batch(config: RunConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
