@@ -88,3 +88,16 @@ def test_cli_validates_an_expert_parallel_plan(tmp_path, capsys):
     for key in ("predicted_step_time_s", "measured_step_time_s", "predicted_peak_memory_bytes",
                 "measured_peak_memory_bytes"):
         assert row[key] is not None
+
+
+def test_scaling_an_expert_parallel_plan_keeps_experts_and_shrinks_ep():
+    from autotune.validate.scale import parse_scale, scale_case
+    plan = uniform_plan(num_layers=32, gpus=64, tp=2, micro_batch=1, global_batch=256, sequence_parallel=True,
+                        ep=8, zero=1)
+    case = scale_case(MIXTRAL_8X7B, TrainingWorkload(global_batch=256, seq_len=4096), plan,
+                      parse_scale("hidden=64,layers=4,seq=64,vocab=128,microbatches=2", world=2))
+    stage = case.plan.stages[0]
+    assert (stage.tp, stage.dp, stage.ep, stage.zero) == (1, 2, 2, 0)  # tp folded into dp; DDP beside experts
+    assert case.model.num_experts == 8 and case.model.num_experts_per_token == 2
+    assert case.model.expert_ffn_hidden_size == 14336 * case.model.hidden_size // 4096
+    assert any("ep 8 -> 2" in note for note in case.notes) and any("zero 1 -> 0" in note for note in case.notes)
