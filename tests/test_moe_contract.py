@@ -23,7 +23,7 @@ def moe_model(monkeypatch):
     monkeypatch.setattr(contract, "MODEL", MOE)
 
 
-def test_the_suite_prices_the_moe_model(kind):
+def test_the_suite_prices_the_moe_model(kind):  # noqa: F811 (the imported fixture)
     for _, model in contract._models(kind):
         assert model.context.tables.moe_layer is not None
         assert model.stage_cost(contract._stage(), contract.MIDDLE).time.ep_comm_s >= 0

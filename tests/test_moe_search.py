@@ -1,6 +1,5 @@
 """MoE plans: the search picks expert parallelism, plans round-trip, evaluate --ep/--etp."""
 
-import json
 import subprocess
 import sys
 
