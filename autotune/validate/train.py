@@ -215,6 +215,32 @@ def _schedule(config: RunConfig, modules: list[nn.Module], chunks: list, pp_grou
     return cls(stages[0], n_microbatches=n, loss_fn=_loss)
 
 
+def _expert_parallel(full: nn.Module, mesh, ep: int) -> tuple:
+    """Keep this rank's experts of ``full``: (expert-DP group, names DDP leaves to it), or
+    (None, ()) without expert parallelism."""
+    if ep <= 1:
+        return None, ()
+    ep_group, ep_rank, edp_group = expert_groups(mesh, ep)
+    shard_experts(full, ep_group, ep_rank, ep)
+    return edp_group, tuple(n for n, _ in full.named_parameters() if n.split(".")[-1].startswith("experts_"))
+
+
+def _chunk_modules(config: RunConfig, full: nn.Module, chunks: list, mesh, stage, ignore: tuple) -> list[nn.Module]:
+    plan, half = config.plan, half_dtype(config.workload.dtype)
+    modules = []
+    for chunk in chunks:
+        part = carve_chunk(full, chunk) if plan.pp > 1 else full
+        if stage.tp > 1:
+            apply_tensor_parallel(part, mesh["tp"], sequence_parallel=stage.sequence_parallel)
+        apply_recompute(part, stage.recompute)
+        if plan.dp > 1:
+            names = dict(part.named_parameters())
+            part = apply_data_parallel(part, mesh["dp"], zero=stage.zero, bucket_bytes=config.bucket_bytes,
+                                       tp=stage.tp, compute_dtype=half, ignore=tuple(n for n in ignore if n in names))
+        modules.append(part)
+    return modules
+
+
 def build_trainer(config: RunConfig) -> Trainer:
     """Build this rank's part of the plan (the process group must be initialised)."""
     check_runnable(config)
@@ -224,29 +250,12 @@ def build_trainer(config: RunConfig) -> Trainer:
     stage = plan.stages[pp_rank]
     # Initialised on the CPU from the seed (the same numbers on every rank and device), then moved.
     full = build_model(spec, attention_impl=config.workload.attention_impl, seed=config.seed).to(run_device(config))
-    experts = None
-    if stage.ep > 1:  # keep this rank's experts; DDP leaves them to the expert-DP reduction
-        ep_group, ep_rank, edp_group = expert_groups(mesh, stage.ep)
-        shard_experts(full, ep_group, ep_rank, stage.ep)
-    ignore = tuple(n for n, p in full.named_parameters() if n.split(".")[-1].startswith("experts_")) \
-        if stage.ep > 1 else ()
+    edp_group, ignore = _expert_parallel(full, mesh, stage.ep)  # DDP leaves experts to the expert-DP reduction
     chunks = pipeline_chunks(plan, pp_rank)
-    half = half_dtype(config.workload.dtype)
-    modules = []
-    for chunk in chunks:
-        part = carve_chunk(full, chunk) if plan.pp > 1 else full
-        if stage.tp > 1:
-            apply_tensor_parallel(part, mesh["tp"], sequence_parallel=stage.sequence_parallel)
-        apply_recompute(part, stage.recompute)
-        if plan.dp > 1:
-            part = apply_data_parallel(part, mesh["dp"], zero=stage.zero, bucket_bytes=config.bucket_bytes,
-                                       tp=stage.tp, compute_dtype=half,
-                                       ignore=tuple(n for n in ignore if n in dict(part.named_parameters())))
-        modules.append(part)
+    modules = _chunk_modules(config, full, chunks, mesh, stage, ignore)
     del full
     params = [p for module in modules for p in module.parameters()]
-    if stage.ep > 1:
-        experts = (edp_group, [p for module in modules for p in expert_parameters(module)], plan.dp)
+    experts = (edp_group, [p for m in modules for p in expert_parameters(m)], plan.dp) if ignore else None
     dp_group = mesh["dp"].get_group()
     optimizer = _optimizer(params, stage.zero == 1 and plan.dp > 1, dp_group)
     fsdp = plan.dp > 1 and (stage.zero >= 2 or stage.tp > 1)
@@ -254,5 +263,5 @@ def build_trainer(config: RunConfig) -> Trainer:
     return Trainer(config=config, modules=modules, optimizer=optimizer, dp_rank=dp_rank, dp_group=dp_group,
                    schedule=_schedule(config, modules, chunks, mesh["pp"].get_group()) if plan.pp > 1 else None,
                    first_stage=chunks[0].index == 0, tp_enabled=stage.tp > 1 and spec.has_embeddings,
-                   autocast_dtype=None if fsdp else half, sync_grads=config.fault != "skip_grad_sync", tied=tied,
-                   experts=experts)
+                   autocast_dtype=None if fsdp else half_dtype(config.workload.dtype),
+                   sync_grads=config.fault != "skip_grad_sync", tied=tied, experts=experts)
