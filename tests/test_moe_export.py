@@ -74,3 +74,17 @@ def test_deepspeed_refuses_expert_parallelism_with_the_reason():
     with pytest.raises(AutotuneError) as err:
         export_plan(_pf(gpus=8, zero=1, ep=8), "deepspeed")
     assert err.value.field == "stages.ep" and "deepspeed.moe" in err.value.message
+
+
+def test_deepspeed_exports_an_moe_model_without_expert_parallelism_with_a_note():
+    text = export_plan(_pf(gpus=8, zero=1), "deepspeed")
+    assert "train_batch_size" in text
+    from autotune.outputs.export import export
+    result = export(_pf(gpus=8, zero=1), "deepspeed")
+    assert any("deepspeed.moe.layer.MoE" in note for note in result.notes)
+
+
+def test_torchtitan_refuses_expert_tp_other_than_1_or_tp():
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_pf(gpus=16, tp=4, sequence_parallel=True, zero=3, ep=2, etp=2), "torchtitan")
+    assert err.value.field == "stages.etp"
