@@ -88,3 +88,14 @@ def test_torchtitan_refuses_expert_tp_other_than_1_or_tp():
     with pytest.raises(AutotuneError) as err:
         export_plan(_pf(gpus=16, tp=4, sequence_parallel=True, zero=3, ep=2, etp=2), "torchtitan")
     assert err.value.field == "stages.etp"
+
+
+def test_megatron_qk_norm_per_head_and_refusals():
+    from autotune.spec.presets import load_preset
+    qwen = load_preset("qwen3-30b-a3b")
+    flags = megatron_flags(export_plan(_pf(qwen, gpus=8, ep=8), "megatron"))
+    _check_documented(flags)
+    assert "--qk-layernorm" in flags and flags["--kv-channels"] == "128" and flags["--num-experts"] == "128"
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_pf(load_preset("olmoe-1b-7b"), gpus=8, ep=8), "megatron")
+    assert err.value.field == "model.qk_norm"

@@ -46,3 +46,19 @@ def test_routed_expert_flops_count_top_k_rows():
     moe_flops = model_tables(m, s, 2).model_flops_per_sequence()
     dense_flops = model_tables(dense, s, 2).model_flops_per_sequence()
     assert moe_flops - dense_flops == pytest.approx(3 * 32 * 2.0 * s * 4096 * 8, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b",
+                                  "olmoe-1b-7b"])
+def test_graph_counts_equal_the_spec_counts_for_moe_presets(name):
+    from autotune.spec.presets import load_preset
+    model = load_preset(name)
+    tables = model_tables(model, 1024, 2)
+    assert tables.num_params == model.num_parameters()
+    assert tables.num_active_params == model.num_active_parameters()
+
+
+def test_shared_expert_gate_is_in_the_graph():
+    gated = tiny_moe(shared_expert_gate=True)
+    assert model_tables(gated, 128, 2).num_params == gated.num_parameters()
+    assert model_tables(gated, 128, 2).num_params - model_tables(tiny_moe(), 128, 2).num_params == 3 * 64

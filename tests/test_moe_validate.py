@@ -34,7 +34,7 @@ def test_torch_moe_flops_match_the_analytic_graph(changes):
 
 
 @pytest.mark.parametrize("changes", [{}, {"router": "topk_softmax", "ffn_activation": "gelu", "num_layers": 6,
-                                      "moe_layer_frequency": 2}])
+                                      "moe_layer_frequency": 2}, {"shared_expert_gate": True}])
 def test_traced_moe_graph_matches_the_analytic_graph(changes):
     from profilers.trace import trace_module
     spec = tiny_moe(**changes)
@@ -52,7 +52,7 @@ def test_traced_form_computes_what_the_per_expert_form_does():
     with torch.no_grad():
         eager = layer(tokens[None])[0]
         weights, idx = _gates(layer.router(tokens), spec.num_experts_per_token, spec.router)
-        gathered = (layer._gathered(tokens, idx) * weights[..., None]).sum(1) + layer.shared(tokens)
+        gathered = layer._with_shared((layer._gathered(tokens, idx) * weights[..., None]).sum(1), tokens)
     assert torch.allclose(gathered, eager, atol=1e-6)
 
 

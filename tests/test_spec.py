@@ -74,7 +74,7 @@ def test_malformed_and_unreadable_configs(tmp_path):
     with pytest.raises(AutotuneError, match="cannot read"):
         resolve_model(str(tmp_path / "missing.json"))
     bad.write_text(json.dumps({"model_type": "llama", "hidden_size": 128, "num_attention_heads": 4, "vocab_size": 10}))
-    with pytest.raises(AutotuneError, match="num_layers"):
+    with pytest.raises(AutotuneError, match="num_hidden_layers"):
         resolve_model(str(bad))
 
 

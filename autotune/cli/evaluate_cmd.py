@@ -78,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     from autotune.errors import require, require_choice
     from autotune.plan.io import read_plan
     from autotune.spec.presets import resolve_model
+    from autotune.spec.summary import architecture_dict, architecture_line
 
     require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
     plan = read_plan(args.plan) if args.plan else None
@@ -92,8 +93,9 @@ def run(args: argparse.Namespace) -> int:
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
         ep=args.ep, etp=args.etp, **options)
     if args.json:
-        print_json(estimate.to_dict())
+        print_json({**estimate.to_dict(), "model": architecture_dict(model)})
     else:
+        print(architecture_line(model))
         print(estimate_table(estimate))
         if args.workload != "train":
             print(inference_lines(estimate))

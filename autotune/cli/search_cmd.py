@@ -158,10 +158,15 @@ def _has_finished_slices(run_dir) -> bool:
 def _print(args: argparse.Namespace, result, exported: dict | None = None) -> int:
     from autotune.cli.common import print_json
     from autotune.outputs.report import plan_table, summary_text, why_it_wins
+    from autotune.spec.summary import architecture_dict, architecture_line
 
+    model = _searched_model(args, result)
     if args.json:
-        print_json({**result.to_dict(), **({"export": exported} if exported else {})})
+        described = {"model": architecture_dict(model)} if model is not None else {}
+        print_json({**result.to_dict(), **described, **({"export": exported} if exported else {})})
         return 0
+    if model is not None:
+        print(architecture_line(model))
     capacity = result.estimate.memory_capacity_bytes
     print("\n".join(plan_table(result.plan, result.estimate)))
     print("\n".join(summary_text(result.plan, result.estimate, capacity)))
@@ -180,3 +185,16 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
     if exported and exported["path"]:
         print(f"{exported['format']} config: {exported['path']}")
     return 0
+
+
+def _searched_model(args: argparse.Namespace, result):
+    """The model searched: from --model, or from the resumed run's plan file."""
+    if getattr(args, "model", None) and not args.resume:
+        from autotune.spec.presets import resolve_model
+
+        return resolve_model(args.model)
+    if result.run_dir:
+        from autotune.plan.io import read_plan_file
+
+        return read_plan_file(result.run_dir).model
+    return None

@@ -29,6 +29,7 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.offload import inference_offload, offloads
 from autotune.cost.stage import StageCost, StagePosition, StageTime
 from autotune.errors import require
+from autotune.graph.operators import decode_attention, qkv_proj_width
 from autotune.graph.table import ModelTables, OpTable, model_tables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
@@ -65,8 +66,9 @@ def _set_op(table: OpTable, name: str, **values: float) -> OpTable:
 def decode_layer_table(model: ModelSpec, context_len: float, act_bytes: int) -> OpTable:
     """One layer for one new token per sequence attending over ``context_len`` positions.
 
-    Attention per token: QK^T and AV over the context, 2 * context * hidden FLOPs each; it reads
-    the token's Q, K, V and the K/V history (flash-decoding; Dao et al. 2023) and writes its output.
+    Attention per token: QK^T and AV over the context; it reads the token's Q, K, V and the K/V
+    history (flash-decoding; Dao et al. 2023) and writes its output (see graph.decode_attention:
+    sliding windows and latent attention included).
     """
     return _decode_attention(model_tables(model, 1, act_bytes, "flash").layer, model, context_len, act_bytes)
 
@@ -74,11 +76,9 @@ def decode_layer_table(model: ModelSpec, context_len: float, act_bytes: int) -> 
 def _decode_attention(base: OpTable, model: ModelSpec, context_len: float, act_bytes: int) -> OpTable:
     if not model.has_attention:
         return base
-    h, kv = model.hidden_size, model.kv_dim
-    flops = 4.0 * context_len * h
-    return _set_op(base, "attention", flops=flops, model_flops=flops,
-                   in_bytes=(h + 2 * kv + 2 * context_len * kv) * act_bytes, out_bytes=h * act_bytes,
-                   bwd_flops_factor=0.0)
+    cost = decode_attention(model, context_len, act_bytes)
+    return _set_op(base, "attention", flops=cost["flops"], model_flops=cost["flops"],
+                   in_bytes=cost["in_bytes"], out_bytes=cost["out_bytes"], bwd_flops_factor=0.0)
 
 
 def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str) -> ModelTables:
@@ -98,8 +98,8 @@ def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str) 
 
 
 def kv_bytes_per_token_layer(model: ModelSpec, act_bytes: int) -> float:
-    """K and V of one token in one layer (whole, before TP splits the heads)."""
-    return 2.0 * model.kv_dim * act_bytes
+    """K and V of one token in one layer (whole, before TP splits the heads); MLA's latent."""
+    return float(model.kv_cache_elements_per_token_per_layer()) * act_bytes
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -150,7 +150,7 @@ def _kv_out_share(table: OpTable, model: ModelSpec) -> np.ndarray:
     """Share of each operator's output that must reach HBM: K and V of the QKV projection."""
     share = np.zeros(len(table))
     if "qkv_proj" in table.names:
-        share[table.names.index("qkv_proj")] = 2.0 * model.kv_dim / (model.hidden_size + 2.0 * model.kv_dim)
+        share[table.names.index("qkv_proj")] = model.kv_cache_elements_per_token_per_layer() / qkv_proj_width(model)
     return share
 
 
@@ -220,8 +220,9 @@ def _p2p_s(ctx: InferenceContext, stage: StagePlan, pos: StagePosition) -> objec
 
 def _kv_bytes_per_layer(ctx: InferenceContext, stage: StagePlan, positions: float) -> object:
     """K/V bytes per GPU of one layer for one micro-batch over ``positions`` per sequence."""
-    per_token = kv_bytes_per_token_layer(ctx.tables.model, ctx.tables.act_bytes)
-    return ctx.micro_batch * positions * per_token / (stage.tp * stage.cp)
+    m = ctx.tables.model
+    per_token = kv_bytes_per_token_layer(m, ctx.tables.act_bytes)
+    return ctx.micro_batch * m.cached_positions(positions) * per_token / (m.kv_cache_shards(stage.tp) * stage.cp)
 
 
 def _memory(ctx: InferenceContext, stage: StagePlan, blocks: dict[str, BlockTimes], n: object,

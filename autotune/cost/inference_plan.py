@@ -103,9 +103,9 @@ def _kv_cache_bytes_per_gpu(model: ModelSpec, workload: InferenceWorkload, plan:
     """The largest KV cache one GPU holds, wherever it lives (HBM, host or CXL)."""
     if not model.has_attention:
         return 0.0
-    per_seq = workload.max_context_len * kv_bytes_per_token_layer(model, workload.activation_bytes)
+    per_seq = model.cached_positions(workload.max_context_len) * kv_bytes_per_token_layer(model, workload.activation_bytes)
     per_replica = plan.micro_batch * plan.num_microbatches
-    return max(s.num_layers * per_replica * per_seq / (s.tp * s.cp) for s in plan.stages)
+    return max(s.num_layers * per_replica * per_seq / (model.kv_cache_shards(s.tp) * s.cp) for s in plan.stages)
 
 
 def _metrics(model: ModelSpec, workload: InferenceWorkload, plan: Plan, phases: dict[str, _Phase],
@@ -114,7 +114,7 @@ def _metrics(model: ModelSpec, workload: InferenceWorkload, plan: Plan, phases: 
               "serve": workload.batch * workload.output_len}[workload.kind]
     extra = {"tps": tokens / total_s, "time_per_token_s": total_s / tokens, "tokens": float(tokens),
              "kv_cache_bytes_per_gpu": _kv_cache_bytes_per_gpu(model, workload, plan),
-             "kv_cache_bytes": workload.batch * workload.max_context_len * model.num_layers
+             "kv_cache_bytes": workload.batch * model.cached_positions(workload.max_context_len) * model.num_layers
              * kv_bytes_per_token_layer(model, workload.activation_bytes),
              "decode_steps": float(workload.decode_steps)}
     if "prefill" in phases:

@@ -14,7 +14,8 @@ One sequence of ``s`` tokens, ``k`` experts per token out of ``E``, expert width
   gradient of the probabilities needs the expert outputs, so they are saved
   (d(sum_k p_k y_k)/dp_k = y_k);
 * ``shared_up`` / ``shared_act`` / ``shared_down``: shared experts as one dense FFN of
-  ``num_shared_experts x shared width`` (DeepSeekMoE, Dai et al. 2024), tensor-parallel.
+  ``num_shared_experts x shared width`` (DeepSeekMoE, Dai et al. 2024), tensor-parallel, and
+  Qwen2-MoE's ``shared_gate`` (hidden -> 1) that scales it.
 
 Router and top-k count as FLOPs of the model (the router GEMM is a matmul every token runs).
 """
@@ -60,8 +61,7 @@ def _permute(m: ModelSpec, s: int, e: int, name: str) -> Operator:
 def _expert_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     """Routed experts over all ``s k`` routed rows; params are those of all ``E`` experts."""
     n, k, h, f = m.num_experts, m.num_experts_per_token, m.hidden_size, m.expert_ffn_hidden_size
-    gated = m.ffn_activation == "swiglu"
-    up_width = 2 * f if gated else f
+    up_width = 2 * f if m.is_gated_ffn else f
     rows, bias = s * k, ffn_has_bias(m)
     up = _linear("expert_up", rows, h, up_width, e, "expert", bias)
     down = _linear("expert_down", rows, f, h, e, "expert", bias)
@@ -77,10 +77,11 @@ def _shared_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     if m.num_shared_experts == 0:
         return []
     h, f = m.hidden_size, m.num_shared_experts * m.shared_expert_ffn_hidden_size
-    gated = m.ffn_activation == "swiglu"
-    up_width = 2 * f if gated else f
+    up_width = 2 * f if m.is_gated_ffn else f
     bias = ffn_has_bias(m)
     ops = [_linear("shared_up", s, h, up_width, e, "column", bias)]
+    if m.shared_expert_gate:  # Qwen2-MoE: sigmoid(x w) scales the shared expert's output
+        ops.append(_linear("shared_gate", s, h, 1, e, "replicated", False))
     if m.ffn_activation != "none":
         ops.append(_elementwise("shared_act", s, f, e, reads=up_width / f, writes=1.0,
                                 saved=s * up_width * e, sharding="split"))

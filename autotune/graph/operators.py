@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # networkx is imported when a graph is built, not by the cost
 from autotune.spec.model import ModelSpec
 
 __all__ = ["Operator", "SHARDINGS", "TP_SPLIT", "OP_KINDS", "layer_graph", "embedding_graph", "head_graph", "operators",
-           "layer_operators", "embedding_operators", "head_operators"]
+           "layer_operators", "embedding_operators", "head_operators", "attention_operators", "attended_pairs",
+           "qkv_proj_width", "decode_attention"]
 
 # How tensor parallelism (Megatron-LM, Shoeybi et al. 2019) splits an operator:
 #   column: weight split by output features (QKV, FFN up/gate, logits over the vocabulary);
@@ -70,13 +71,15 @@ class Operator:
     selective_dropped_bytes: float = 0.0  # part of saved_bytes not kept under selective recomputation
 
 
-def _norm(name: str, m: ModelSpec, s: int, e: int) -> Operator:
+def _norm(name: str, m: ModelSpec, s: int, e: int, width: int = 0, *, sharding: str = "replicated",
+          params: int | None = None) -> Operator:
     # LayerNorm/RMSNorm: read x, write y; saves its input (Korthikanti: 2sbh per norm).
+    w = width or m.hidden_size
     return Operator(
-        name=name, kind="norm", flops=5.0 * s * m.hidden_size, model_flops=0.0,
-        act_in_bytes=s * m.hidden_size * e, act_out_bytes=s * m.hidden_size * e,
-        weight_bytes=m.hidden_size * e, params=m.hidden_size * (2 if m.norm == "layernorm" else 1),
-        saved_bytes=s * m.hidden_size * e, sharding="replicated",
+        name=name, kind="norm", flops=5.0 * s * w, model_flops=0.0,
+        act_in_bytes=s * w * e, act_out_bytes=s * w * e,
+        weight_bytes=w * e, params=w * (2 if m.norm == "layernorm" else 1) if params is None else params,
+        saved_bytes=s * w * e, sharding=sharding,
     )
 
 
@@ -112,29 +115,64 @@ def _residual(name: str, m: ModelSpec, s: int, e: int) -> Operator:
     return _elementwise(name, s, m.hidden_size, e, reads=2.0, writes=1.0 + extra, saved=mask)
 
 
+def attended_pairs(m: ModelSpec, s: int) -> float:
+    """(query, key) pairs a causal kernel computes for one sequence, averaged over the layers:
+    s^2 / 2 on full-attention layers; on sliding-window layers each query sees at most ``w``
+    keys, s w - w^2 / 2 pairs for s > w (Beltagy et al. 2020, Longformer sec. 3; Mistral 7B's
+    window, Jiang et al. 2023 sec. 2)."""
+    full = s * s / 2.0
+    w = m.sliding_window
+    if not w or s <= w:
+        return full
+    windowed = sum(m.is_windowed_layer(i) for i in range(m.num_layers)) / m.num_layers
+    return (1.0 - windowed) * full + windowed * (s * w - w * w / 2.0)
+
+
+def _attention_widths(m: ModelSpec) -> tuple[int, int, int, int]:
+    """(Q, K, V, output) widths entering the attention kernel. MLA trains in the decompressed
+    form: every head gets its own key (nope + shared rope part) and value (DeepSeek-V2 sec. 2.1.2)."""
+    if m.is_mla:
+        return m.q_width, m.q_width, m.attn_out_width, m.attn_out_width
+    return m.q_width, m.kv_dim, m.kv_dim, m.attn_out_width
+
+
 def _attention_ops(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
-    h, a, kv = m.hidden_size, m.num_heads, m.kv_dim
-    full_flops = 2.0 * s * s * h  # one of QK^T or AV over all s x s pairs (model-FLOPs convention)
-    qkv_in = s * (h + 2 * kv) * e
+    a = m.num_heads
+    wq, wk, wv, wo = _attention_widths(m)
+    pair_flops = 2.0 * (wq + wo)  # QK^T and AV for one (query, key) pair, summed over heads
+    executed = attended_pairs(m, s)
+    # Model-FLOPs convention: twice the causal pairs (s^2 without a window, as Megatron counts).
+    model_flops = pair_flops * 2.0 * executed
+    qkv_in = s * (wq + wk + wv) * e
     if impl == "flash":
-        # One fused kernel (FlashAttention): causal masking skips about half of the s x s blocks,
-        # nothing s x s touches HBM; it saves Q, K, V and fp32 row statistics (its output is
-        # saved once, as the output projection's input). Backward recomputes the scores:
-        # 2.5x forward FLOPs (Dao 2023, FlashAttention-2 sec. 3).
+        # One fused kernel (FlashAttention): causal masking skips about half of the s x s blocks
+        # (a window skips the blocks outside it), nothing s x s touches HBM; it saves Q, K, V and
+        # fp32 row statistics (its output is saved once, as the output projection's input).
+        # Backward recomputes the scores: 2.5x forward FLOPs (Dao 2023, FlashAttention-2 sec. 3).
         return [Operator(
-            name="attention", kind="attention", flops=full_flops, model_flops=2 * full_flops,
-            act_in_bytes=qkv_in, act_out_bytes=s * h * e, weight_bytes=0.0, params=0,
+            name="attention", kind="attention", flops=pair_flops * executed, model_flops=model_flops,
+            act_in_bytes=qkv_in, act_out_bytes=s * wo * e, weight_bytes=0.0, params=0,
             saved_bytes=qkv_in + 4.0 * a * s, sharding="split",
             bwd_flops_factor=2.5, bwd_bytes_factor=2.0,
         )]
-    scores = a * s * s * e  # one s x s matrix per head
+    return _unfused_attention_ops(m, s, e, model_flops / (pair_flops * s * s))
+
+
+def _unfused_attention_ops(m: ModelSpec, s: int, e: int, share: float) -> list[Operator]:
+    """The full s x s scores computed and masked (a window too), one matrix per head; ``share``
+    scales their FLOPs to model FLOPs."""
+    a = m.num_heads
+    wq, wk, wv, wo = _attention_widths(m)
+    qkv_in = s * (wq + wk + wv) * e
+    qk_flops, av_flops = 2.0 * s * s * wq, 2.0 * s * s * wo
+    scores = a * s * s * e
     mask = a * s * s * 1.0 if m.dropout else 0.0
     ops = [
         # Selective recomputation (Korthikanti sec. 5) redoes QK^T, softmax, dropout and the
         # product with V from the kept Q, K and V, and drops the s x s tensors.
-        Operator(name="attn_scores", kind="bmm", flops=full_flops, model_flops=full_flops,
-                 act_in_bytes=s * (h + kv) * e, act_out_bytes=scores, weight_bytes=0.0,
-                 params=0, saved_bytes=s * (h + 2 * kv) * e, sharding="split", bwd_flops_factor=2.0,
+        Operator(name="attn_scores", kind="bmm", flops=qk_flops, model_flops=qk_flops * share,
+                 act_in_bytes=s * (wq + wk) * e, act_out_bytes=scores, weight_bytes=0.0,
+                 params=0, saved_bytes=qkv_in, sharding="split", bwd_flops_factor=2.0,
                  bwd_bytes_factor=2.0, bwd_kernels=2, selective_recompute=True),
         # Megatron's fused scale-mask-softmax: read scores, write probabilities (saved: 2as^2b).
         Operator(name="softmax", kind="elementwise", flops=0.0, model_flops=0.0,
@@ -147,12 +185,81 @@ def _attention_ops(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
                             act_in_bytes=scores, act_out_bytes=scores + mask, weight_bytes=0.0,
                             params=0, saved_bytes=mask, sharding="split", selective_recompute=True,
                             selective_dropped_bytes=mask))
-    ops.append(Operator(name="attn_context", kind="bmm", flops=full_flops, model_flops=full_flops,
-                        act_in_bytes=scores + s * kv * e, act_out_bytes=s * h * e,
+    ops.append(Operator(name="attn_context", kind="bmm", flops=av_flops, model_flops=av_flops * share,
+                        act_in_bytes=scores + s * wv * e, act_out_bytes=s * wo * e,
                         weight_bytes=0.0, params=0, saved_bytes=scores,
                         sharding="split", bwd_flops_factor=2.0, bwd_bytes_factor=2.0,
                         bwd_kernels=2, selective_recompute=True, selective_dropped_bytes=scores))
     return ops
+
+
+def _bias(m: ModelSpec, which: str) -> bool:
+    value = getattr(m, which)
+    return m.bias if value is None else value
+
+
+def qkv_proj_width(m: ModelSpec) -> int:
+    """Output width of the ``qkv_proj`` operator: Q, K and V; under MLA the fused down
+    projections (query latent, KV latent and the shared rope key)."""
+    if m.is_mla:
+        return m.q_lora_rank + m.kv_lora_rank + m.qk_rope_head_dim
+    return m.q_width + 2 * m.kv_dim
+
+
+def _mla_projections(m: ModelSpec, s: int, e: int) -> list[Operator]:
+    """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, sec. 2.1): x is compressed to a
+    query latent (q_lora_rank) and a joint KV latent (kv_lora_rank) plus one rope key shared by the
+    heads; RMSNorms on the latents; up projections give every head's query, key (nope part) and
+    value. The down projections are small and kept whole on every TP rank, as Megatron-Core's MLA
+    does; the up projections are column-parallel over heads."""
+    h, bias = m.hidden_size, _bias(m, "qkv_bias")
+    ops = [_linear("qkv_proj", s, h, qkv_proj_width(m), e, "replicated", bias),
+           _norm("latent_norm", m, s, e, m.q_lora_rank + m.kv_lora_rank,
+                 params=m.q_lora_rank + m.kv_lora_rank)]  # RMSNorm: one scale per feature
+    if m.q_lora_rank:
+        ops.append(_linear("q_up", s, m.q_lora_rank, m.q_width, e, "column", False))
+    else:
+        ops.append(_linear("q_proj", s, h, m.q_width, e, "column", False))
+    ops.append(_linear("kv_up", s, m.kv_lora_rank, m.num_heads * (m.qk_nope_head_dim + m.v_head_dim), e,
+                       "column", False))
+    return ops
+
+
+def attention_operators(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
+    """The attention branch after its input norm: projections, QK norms, the attention kernel,
+    the output projection (and Gemma 2's norm of the branch output)."""
+    h = m.hidden_size
+    if m.is_mla:
+        ops = _mla_projections(m, s, e)
+    else:
+        ops = [_linear("qkv_proj", s, h, qkv_proj_width(m), e, "column", _bias(m, "qkv_bias"))]
+        if m.qk_norm != "none":  # Qwen3: RMSNorm per head (weights shared by heads); OLMoE: over Q and K
+            width = m.q_width + m.kv_dim
+            params = 2 * m.head_dim if m.qk_norm == "head" else width
+            ops.append(_norm("qk_norm", m, s, e, width, sharding="split",
+                             params=params * (2 if m.norm == "layernorm" else 1)))
+    ops.extend(_attention_ops(m, s, e, impl))
+    ops.append(_linear("out_proj", s, m.attn_out_width, h, e, "row", _bias(m, "attn_out_bias")))
+    if m.norms_per_layer == 4:  # sandwich norms (Gemma 2 report, sec. 2.2)
+        ops.append(_norm("post_attn_norm", m, s, e))
+    return ops
+
+
+def decode_attention(m: ModelSpec, context_len: float, e: int) -> dict[str, float]:
+    """FLOPs and bytes of the attention kernel for one new token over ``context_len`` cached
+    positions (flash-decoding, Dao et al. 2023): it reads the token's Q (and K, V), the cached
+    K/V of every position (windowed layers: of the last ``sliding_window`` only) and writes its
+    output. MLA decodes in the absorbed form (DeepSeek-V2 sec. 2.1.3; FlashMLA): every head scores
+    the cached latent and rope key (kv_lora_rank + rope) and sums the latents (kv_lora_rank)."""
+    positions = m.cached_positions(context_len)
+    if m.is_mla:
+        flops = 2.0 * positions * m.num_heads * (2 * m.kv_lora_rank + m.qk_rope_head_dim)
+        token = m.q_width + m.kv_lora_rank + m.qk_rope_head_dim
+    else:
+        flops = 2.0 * positions * (m.q_width + m.attn_out_width)
+        token = m.q_width + 2 * m.kv_dim
+    cached = positions * m.kv_cache_elements_per_token_per_layer()
+    return {"flops": flops, "in_bytes": (token + cached) * e, "out_bytes": m.attn_out_width * e}
 
 
 def _ffn_ops(m: ModelSpec, s: int, e: int, moe_layer: bool = False) -> list[Operator]:
@@ -161,17 +268,16 @@ def _ffn_ops(m: ModelSpec, s: int, e: int, moe_layer: bool = False) -> list[Oper
 
         return moe_ffn_operators(m, s, e)
     h, f = m.hidden_size, m.ffn_hidden_size
-    gated = m.ffn_activation == "swiglu"
+    gated = m.is_gated_ffn
     up_width = 2 * f if gated else f
-    bias = m.bias if m.ffn_bias is None else m.ffn_bias
-    ops = [_linear("ffn_up", s, h, up_width, e, "column", bias)]
+    ops = [_linear("ffn_up", s, h, up_width, e, "column", _bias(m, "ffn_bias"))]
     if m.ffn_activation != "none":
         # Activation reads the up projection (both halves when gated) and writes f; it saves its
         # input (Korthikanti: the GeLU input 8sbh), which the down projection's input is not
         # when gated, so the down projection saves its own input too.
         ops.append(_elementwise("ffn_act", s, f, e, reads=up_width / f, writes=1.0,
                                 saved=s * up_width * e, sharding="split"))
-    ops.append(_linear("ffn_down", s, f, h, e, "row", bias))
+    ops.append(_linear("ffn_down", s, f, h, e, "row", _bias(m, "ffn_bias")))
     return ops
 
 
@@ -179,16 +285,17 @@ def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: 
                     moe_layer: bool = False) -> list[Operator]:
     """Operators of one transformer layer (pre-norm) in execution order; ``moe_layer``: its FFN
     is the mixture of experts (graph/moe_ops.py)."""
-    s, e, h = seq_len, act_bytes, m.hidden_size
+    s, e = seq_len, act_bytes
     ops: list[Operator] = []
     if m.has_attention:
         ops.append(_norm("attn_norm", m, s, e))
-        ops.append(_linear("qkv_proj", s, h, h + 2 * m.kv_dim, e, "column", m.bias))
-        ops.extend(_attention_ops(m, s, e, attention_impl))
-        ops.append(_linear("out_proj", s, h, h, e, "row", m.bias))
+        ops.extend(attention_operators(m, s, e, attention_impl))
         ops.append(_residual("attn_residual", m, s, e))
-        ops.append(_norm("ffn_norm", m, s, e))
+        if m.norms_per_layer > 1:  # Falcon-7B's parallel block feeds attention and FFN one norm
+            ops.append(_norm("ffn_norm", m, s, e))
         ops.extend(_ffn_ops(m, s, e, moe_layer))
+        if m.norms_per_layer == 4:
+            ops.append(_norm("post_ffn_norm", m, s, e))
         ops.append(_residual("ffn_residual", m, s, e))
     else:
         ops.extend(_ffn_ops(m, s, e, moe_layer))
@@ -216,6 +323,8 @@ def embedding_operators(m: ModelSpec, seq_len: int, act_bytes: int) -> list[Oper
                             act_in_bytes=2.0 * s * h * e, act_out_bytes=s * h * e,
                             weight_bytes=0.0, params=m.max_seq_len * h, saved_bytes=0.0,
                             sharding="replicated"))
+    if m.embedding_norm:  # BLOOM normalises the embedding output
+        ops.append(_norm("embedding_norm", m, s, e))
     if m.dropout:
         ops.append(_elementwise("embedding_dropout", s, h, e, reads=1.0, writes=1.0 + 1.0 / e,
                                 saved=s * h * 1.0))

@@ -1,4 +1,9 @@
-"""Read a Hugging Face ``config.json`` (GPT-2, GPT-NeoX, BLOOM and Llama key styles)."""
+"""Read a Hugging Face ``config.json`` into a :class:`ModelSpec`, by its ``model_type``.
+
+The families and the keys each reads live in :mod:`autotune.spec.hf_families`; this module reads
+the file, type-checks every value it takes (a wrong type names its key), and refuses model types
+it does not know (encoder-decoders, state-space models, ...) with the list of those it does.
+"""
 
 from __future__ import annotations
 
@@ -8,16 +13,90 @@ from pathlib import Path
 from autotune.errors import AutotuneError
 from autotune.spec.model import ModelSpec
 
-__all__ = ["model_from_hf_config", "model_from_hf_dict"]
+__all__ = ["ConfigReader", "model_from_hf_config", "model_from_hf_dict", "supported_model_types"]
 
-# The first key present wins; each tuple lists the spellings the supported families use.
-_KEYS = {
-    "num_layers": ("num_hidden_layers", "n_layer", "num_layers"),
-    "hidden_size": ("hidden_size", "n_embd", "n_embed", "d_model"),
-    "num_heads": ("num_attention_heads", "n_head", "num_heads"),
-    "vocab_size": ("vocab_size",),
-}
-_ACTIVATIONS = {"silu": "swiglu", "swiglu": "swiglu", "relu": "relu"}
+_MISSING = object()
+
+
+class ConfigReader:
+    """Typed access to a config dict: the first of several spellings present (and not null) wins."""
+
+    def __init__(self, data: dict) -> None:
+        self.data = data
+
+    def _first(self, keys: tuple[str, ...]) -> tuple[str, object]:
+        for key in keys:
+            value = self.data.get(key)
+            if value is not None:
+                return key, value
+        return keys[0], None
+
+    def has(self, *keys: str) -> bool:
+        return self._first(keys)[1] is not None
+
+    def int(self, *keys: str, default: object = _MISSING) -> int:
+        key, value = self._first(keys)
+        if value is None:
+            if default is _MISSING:
+                raise AutotuneError("model", f"config.json has no {keys[0]} (expected one of: {', '.join(keys)})")
+            return default  # type: ignore[return-value]
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise AutotuneError(f"config.{key}", f"must be an integer, got {value!r}")
+        return value
+
+    def float(self, *keys: str, default: float) -> float:
+        key, value = self._first(keys)
+        if value is None:
+            return default
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise AutotuneError(f"config.{key}", f"must be a number, got {value!r}")
+        return float(value)
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise AutotuneError(f"config.{key}", f"must be true or false, got {value!r}")
+        return value
+
+    def str(self, *keys: str, default: str) -> str:
+        key, value = self._first(keys)
+        if value is None:
+            return default
+        if not isinstance(value, str):
+            raise AutotuneError(f"config.{key}", f"must be a string, got {value!r}")
+        return value
+
+    def int_list(self, key: str) -> list[int]:
+        value = self.data.get(key)
+        if value is None:
+            return []
+        if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            raise AutotuneError(f"config.{key}", f"must be a list of integers, got {value!r}")
+        return value
+
+    def str_list(self, key: str) -> list[str] | None:
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise AutotuneError(f"config.{key}", f"must be a list of strings, got {value!r}")
+        return value
+
+    def dict(self, key: str) -> dict:
+        value = self.data.get(key)
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise AutotuneError(f"config.{key}", f"must be an object, got {value!r}")
+        return value
+
+
+def supported_model_types() -> list[str]:
+    from autotune.spec.hf_families import FAMILIES
+
+    return sorted(FAMILIES)
 
 
 def model_from_hf_config(path: Path) -> ModelSpec:
@@ -30,56 +109,28 @@ def model_from_hf_config(path: Path) -> ModelSpec:
         raise AutotuneError("model", f"{str(path)!r} is not valid JSON ({err})") from None
     if not isinstance(data, dict):
         raise AutotuneError("model", f"{str(path)!r} must hold a JSON object of config keys")
-    return model_from_hf_dict(data, name=Path(path).stem if Path(path).stem != "config" else Path(path).parent.name or "config")
-
-
-def _get(data: dict, field: str) -> int:
-    for key in _KEYS[field]:
-        value = data.get(key)
-        if value is not None:
-            if not isinstance(value, int) or isinstance(value, bool):
-                raise AutotuneError(f"config.{key}", f"must be an integer, got {value!r}")
-            return value
-    raise AutotuneError("model", f"config.json has no {field} (expected one of: {', '.join(_KEYS[field])})")
-
-
-def _family(data: dict) -> str:
-    model_type = str(data.get("model_type", "")).lower()
-    if model_type in {"gpt2", "gpt_neox", "bloom", "llama", "mistral", "qwen2"}:
-        return model_type
-    if "n_embd" in data or "n_layer" in data:
-        return "gpt2"
-    return "llama" if "num_key_value_heads" in data else "gpt_neox"
+    stem = Path(path).stem
+    return model_from_hf_dict(data, name=stem if stem != "config" else Path(path).parent.name or "config")
 
 
 def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
     """Build a spec from an already-parsed config dict."""
-    family = _family(data)
-    hidden = _get(data, "hidden_size")
-    heads = _get(data, "num_heads")
-    act_name = str(data.get("hidden_act", data.get("activation_function", "gelu"))).lower()
-    activation = _ACTIVATIONS.get(act_name, "gelu")
-    if family in {"llama", "mistral", "qwen2"}:
-        activation = "swiglu"
-    ffn = data.get("intermediate_size") or data.get("n_inner") or data.get("ffn_hidden_size")
-    if ffn is None:
-        ffn = 4 * hidden  # GPT-2 and BLOOM leave it implicit: 4 x hidden
-    max_seq = (data.get("max_position_embeddings") or data.get("n_positions")
-               or data.get("seq_length") or 2048)  # BLOOM (ALiBi) has no position limit: 2048
-    tied_default = family in {"gpt2", "bloom"}
-    return ModelSpec(
-        name=str(data.get("_name_or_path") or name).split("/")[-1] or name,
-        num_layers=_get(data, "num_layers"),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=int(data.get("num_key_value_heads") or heads),
-        ffn_hidden_size=int(ffn),
-        ffn_activation=activation,
-        vocab_size=_get(data, "vocab_size"),
-        max_seq_len=int(max_seq),
-        tied_embeddings=bool(data.get("tie_word_embeddings", tied_default)),
-        norm="rmsnorm" if family in {"llama", "mistral", "qwen2"} else "layernorm",
-        bias=family in {"gpt2", "gpt_neox", "bloom"},
-        position_embedding={"gpt2": "learned", "bloom": "alibi"}.get(family, "rotary"),
-        source=f"Hugging Face config.json ({family} key style)",
-    )
+    from autotune.spec.hf_families import FAMILIES
+
+    model_type = data.get("model_type")
+    supported = ", ".join(supported_model_types())
+    if not isinstance(model_type, str) or model_type not in FAMILIES:
+        what = "no model_type" if model_type is None else f"{model_type!r} is not supported"
+        kind = _unsupported_kind(data)
+        raise AutotuneError("config.model_type", f"{what}{kind}; supported: {supported}")
+    fields = FAMILIES[model_type](ConfigReader(data))
+    label = str(data.get("_name_or_path") or name).rstrip("/").split("/")[-1] or name
+    return ModelSpec(name=label, source=f"Hugging Face config.json (model_type {model_type})", **fields)
+
+
+def _unsupported_kind(data: dict) -> str:
+    if data.get("is_encoder_decoder"):
+        return " (an encoder-decoder model; autotune plans decoder-only transformers)"
+    if "state_size" in data or "ssm_cfg" in data or "d_state" in data:
+        return " (a state-space model; autotune plans transformers)"
+    return ""

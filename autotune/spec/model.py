@@ -6,24 +6,32 @@ from dataclasses import dataclass, replace
 
 from autotune.errors import require, require_choice, require_positive
 
-__all__ = ["ModelSpec", "FFN_ACTIVATIONS", "LAYER_KINDS", "NORMS", "POSITION_EMBEDDINGS", "ROUTERS"]
+__all__ = ["ModelSpec", "FFN_ACTIVATIONS", "GATED_ACTIVATIONS", "LAYER_KINDS", "NORMS", "POSITION_EMBEDDINGS",
+           "QK_NORMS", "ROUTERS"]
 
-FFN_ACTIVATIONS = ("gelu", "swiglu", "relu", "none")
+# swiglu and geglu (Gemma) are gated: three matrices (gate, up, down); the others two.
+FFN_ACTIVATIONS = ("gelu", "swiglu", "geglu", "relu", "none")
+GATED_ACTIVATIONS = ("swiglu", "geglu")
 LAYER_KINDS = ("decoder", "ffn_only")
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned", "rotary", "alibi", "none")
 # How a token's experts are chosen: softmax over all experts then top-k (Switch, Qwen-MoE),
 # top-k logits then softmax over those (Mixtral), sigmoid scores with top-k (DeepSeek-V3).
 ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_topk")
+# Norms of queries and keys before RoPE: none, one per head of head_dim (Qwen3), or over the
+# whole projection width (OLMoE).
+QK_NORMS = ("none", "head", "full")
 
 
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """Shape of a decoder-only transformer.
 
-    ``ffn_activation="swiglu"`` means a gated FFN with three matrices (gate, up, down) of
-    ``hidden_size x ffn_hidden_size``; the others use two. ``layer_kind="ffn_only"`` is the
-    seed's XXL simplification: blocks of two linear layers, no attention, embeddings or head.
+    ``ffn_activation="swiglu"`` (or ``"geglu"``) means a gated FFN with three matrices (gate, up,
+    down) of ``hidden_size x ffn_hidden_size``; the others use two. MoE layers replace the dense
+    FFN by ``num_experts`` experts of ``expert_ffn_hidden_size`` (same activation) and a router.
+    ``layer_kind="ffn_only"`` is the seed's XXL simplification: blocks of two linear layers, no
+    attention, embeddings or head. ``num_parameters()`` counts what ``transformers`` builds.
     """
 
     name: str
@@ -65,13 +73,24 @@ class ModelSpec:
     first_k_dense_layers: int = 0  # the first k layers keep a dense FFN (DeepSeek)
     moe_layer_frequency: int = 1  # after those, every n-th layer is MoE
     router: str = "softmax_topk"
+    mlp_only_layers: tuple[int, ...] = ()  # further layers that keep a dense FFN (Qwen-MoE mlp_only_layers)
+    shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) scales the shared expert (Qwen2-MoE)
+    # Norm details that change the parameter count.
+    qk_norm: str = "none"
+    norms_per_layer: int = 2  # 1: Falcon-7B's parallel block shares one; 4: Gemma 2's sandwich norms
+    embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
 
     def __post_init__(self) -> None:
+        if isinstance(self.mlp_only_layers, list):  # from TOML or JSON
+            object.__setattr__(self, "mlp_only_layers", tuple(self.mlp_only_layers))
         require(bool(self.name), "model.name", "must be a non-empty string")
         require_choice("model.layer_kind", self.layer_kind, LAYER_KINDS)
         require_choice("model.ffn_activation", self.ffn_activation, FFN_ACTIVATIONS)
         require_choice("model.norm", self.norm, NORMS)
         require_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
+        require_choice("model.qk_norm", self.qk_norm, QK_NORMS)
+        require(self.norms_per_layer in (1, 2, 4), "model.norms_per_layer",
+                f"must be 1 (parallel block), 2 (pre-norm) or 4 (sandwich), got {self.norms_per_layer!r}")
         for field in ("num_layers", "hidden_size", "ffn_hidden_size", "max_seq_len"):
             require_positive(f"model.{field}", getattr(self, field))
         self._check_moe()
@@ -101,9 +120,18 @@ class ModelSpec:
             require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f"model.{field}",
                     f"must be a non-negative integer, got {value!r}")
         require_positive("model.moe_layer_frequency", self.moe_layer_frequency)
+        require(isinstance(self.mlp_only_layers, tuple)
+                and all(isinstance(i, int) and 0 <= i < self.num_layers for i in self.mlp_only_layers),
+                "model.mlp_only_layers", f"must list layer indices in 0..{self.num_layers - 1}, got {self.mlp_only_layers!r}")
+        if self.kv_lora_rank:
+            require(self.qk_rope_head_dim > 0 and self.qk_nope_head_dim > 0 and self.v_head_dim > 0,
+                    "model.kv_lora_rank", "latent attention needs qk_rope_head_dim, qk_nope_head_dim and v_head_dim > 0")
+        else:
+            require(self.q_lora_rank == 0, "model.q_lora_rank", "a low-rank query path needs kv_lora_rank > 0 (MLA)")
         require_positive("model.sliding_window_every", self.sliding_window_every)
         if self.num_experts == 0:
-            require(self.num_experts_per_token == 0 and self.num_shared_experts == 0, "model.num_experts",
+            require(self.num_experts_per_token == 0 and self.num_shared_experts == 0 and not self.shared_expert_gate,
+                    "model.num_experts",
                     "a dense model (num_experts 0) has no top-k or shared experts; set num_experts > 0")
             return
         require(1 <= self.num_experts_per_token <= self.num_experts, "model.num_experts_per_token",
@@ -124,7 +152,7 @@ class ModelSpec:
 
     def is_moe_layer(self, layer: int) -> bool:
         """Layer ``layer`` (0-based) has routed experts: past the first-k dense ones, every n-th."""
-        if not self.is_moe or layer < self.first_k_dense_layers:
+        if not self.is_moe or layer < self.first_k_dense_layers or layer in self.mlp_only_layers:
             return False
         return (layer - self.first_k_dense_layers) % self.moe_layer_frequency == 0
 
@@ -149,12 +177,75 @@ class ModelSpec:
     def head_dim(self) -> int:
         if not self.has_attention:
             return 0
+        if self.is_mla and not self.head_dim_size:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
         return self.head_dim_size or self.hidden_size // self.num_heads
 
     @property
     def kv_dim(self) -> int:
         """Width of K (and of V): ``num_kv_heads * head_dim``, smaller than hidden under GQA."""
         return self.num_kv_heads * self.head_dim if self.has_attention else 0
+
+    @property
+    def is_gated_ffn(self) -> bool:
+        return self.ffn_activation in GATED_ACTIVATIONS
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Width of one query/key head: nope + rope parts under MLA, else head_dim."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def v_head_width(self) -> int:
+        """Width of one value head (MLA's v_head_dim, else head_dim)."""
+        return self.v_head_dim if self.is_mla else self.head_dim
+
+    @property
+    def q_width(self) -> int:
+        """Width of all query heads (the QK^T contraction summed over heads)."""
+        return self.num_heads * self.qk_head_dim if self.has_attention else 0
+
+    @property
+    def attn_out_width(self) -> int:
+        """Width of the attention output, the input of the output projection."""
+        return self.num_heads * self.v_head_width if self.has_attention else 0
+
+    def kv_cache_elements_per_token_per_layer(self) -> int:
+        """Elements one token keeps in one layer's KV cache: the compressed latent and the shared
+        rope key under MLA (DeepSeek-V2 paper, sec. 2.1.2, Table 1: (d_c + d_h^R) per layer), else
+        K and V of every KV head (GQA/MQA shrink it; Ainslie et al. 2023)."""
+        if not self.has_attention:
+            return 0
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim
+
+    def cached_positions(self, context_len: float) -> float:
+        """Positions one layer's KV cache holds for a sequence of ``context_len``, averaged over
+        the layers: a windowed layer keeps the last ``sliding_window`` only (Mistral 7B's rolling
+        buffer cache, Jiang et al. 2023, sec. 2)."""
+        if not self.sliding_window:
+            return float(context_len)
+        windowed = sum(self.is_windowed_layer(i) for i in range(self.num_layers)) / self.num_layers
+        return (1.0 - windowed) * context_len + windowed * min(context_len, self.sliding_window)
+
+    def kv_cache_shards(self, tp: int) -> int:
+        """Ways tensor parallelism splits the KV cache: by KV heads, except MLA's latent, which
+        every head reads, so each TP rank keeps all of it (SGLang's data-parallel attention for
+        DeepSeek, LMSYS blog 2024-12, exists to avoid that duplication)."""
+        return 1 if self.is_mla else tp
+
+    def num_parameters(self) -> int:
+        """All parameters, as ``transformers`` counts them (tied embeddings once)."""
+        from autotune.spec.params import parameter_count
+
+        return parameter_count(self)
+
+    def num_active_parameters(self) -> int:
+        """Parameters one token uses: routed experts count top-k of num_experts."""
+        from autotune.spec.params import parameter_count
+
+        return parameter_count(self, active=True)
 
     def with_changes(self, **changes: object) -> "ModelSpec":
         """A copy with some fields changed (validated again)."""

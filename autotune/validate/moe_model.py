@@ -23,8 +23,8 @@ __all__ = ["MoEFeedForward", "shard_experts", "expert_parameters"]
 
 
 def _activate(up: torch.Tensor, gate: torch.Tensor | None, activation: str) -> torch.Tensor:
-    if gate is not None:
-        return F.silu(up) * gate
+    if gate is not None:  # swiglu, or geglu
+        return (F.silu(up) if activation == "swiglu" else F.gelu(up)) * gate
     return {"gelu": F.gelu, "relu": F.relu}.get(activation, lambda t: t)(up)
 
 
@@ -52,14 +52,15 @@ class MoEFeedForward(nn.Module):
         self.num_experts = n
         self.router = nn.Linear(h, n, bias=False)
         self.experts_w1 = nn.Parameter(torch.empty(n, h, f))
-        self.experts_w3 = nn.Parameter(torch.empty(n, h, f)) if spec.ffn_activation == "swiglu" else None
+        self.experts_w3 = nn.Parameter(torch.empty(n, h, f)) if spec.is_gated_ffn else None
         self.experts_w2 = nn.Parameter(torch.empty(n, f, h))
         self.shared = None
         if spec.num_shared_experts:
             width = spec.num_shared_experts * spec.shared_expert_ffn_hidden_size
             self.shared = FeedForward(spec.with_changes(ffn_hidden_size=width, num_experts=0, num_experts_per_token=0,
                                                         num_shared_experts=0, shared_expert_ffn_hidden_size=0,
-                                                        first_k_dense_layers=0))
+                                                        first_k_dense_layers=0, shared_expert_gate=False))
+        self.shared_gate = nn.Linear(h, 1, bias=False) if spec.shared_expert_gate else None
         self.ep_group = None  # set by shard_experts
         self.ep_size = 1
 
@@ -69,7 +70,7 @@ class MoEFeedForward(nn.Module):
         weights, idx = _gates(self.router(tokens).float(), self.k, self.router_kind)
         if torch.compiler.is_compiling() and self.ep_group is None:  # torch.export: static shapes
             y = (self._gathered(tokens, idx) * weights[..., None].to(tokens.dtype)).sum(1)
-            return (y + self.shared(tokens) if self.shared is not None else y).reshape(shape)
+            return self._with_shared(y, tokens).reshape(shape)
         flat = idx.reshape(-1)
         order = flat.argsort(stable=True)  # routed rows grouped by expert
         rows = tokens[order // self.k]
@@ -77,9 +78,15 @@ class MoEFeedForward(nn.Module):
         out = self._experts(rows, counts)
         gated = out * weights.reshape(-1)[order, None].to(out.dtype)
         y = torch.zeros_like(tokens).index_add(0, order // self.k, gated)
-        if self.shared is not None:
-            y = y + self.shared(tokens)
-        return y.reshape(shape)
+        return self._with_shared(y, tokens).reshape(shape)
+
+    def _with_shared(self, y: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        if self.shared is None:
+            return y
+        shared = self.shared(tokens)
+        if self.shared_gate is not None:
+            shared = torch.sigmoid(self.shared_gate(tokens)) * shared
+        return y + shared
 
     def _experts(self, rows: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
         if self.ep_group is None:

@@ -9,6 +9,7 @@ names checked against tests/data/frameworks/megatron_arguments.tsv):
   (number of shared experts x each one's width).
 - Routers: softmax after top-k is Megatron's default; ``--moe-router-pre-softmax`` puts the
   softmax before top-k; ``--moe-router-score-function sigmoid`` scores with a sigmoid.
+- ``--qk-layernorm``: a norm over each head's queries and keys (Qwen3's per-head norm).
 - ``--window-size (left,right)``: a query attends ``left`` earlier positions and itself (a
   window of W tokens is ``(W-1,0)``); ``--window-attn-skip-freq`` takes a list, 1 for a windowed
   layer and 0 for full attention.
@@ -89,6 +90,14 @@ def attention_detail_flags(m: ModelSpec) -> list[Flag]:
                                          f"biases (qkv {qkv}, output {out}, FFN {ffn}) do not follow it")
     if qkv and not m.bias:
         flags.append(("--add-qkv-bias", None))
+    if m.norms_per_layer != 2:
+        raise refuse(NAME, "model.norms_per_layer", f"its GPT layer has two pre-norms; {m.norms_per_layer} norms per "
+                                                    "layer (a parallel block, or sandwich norms) have no setting")
+    if m.qk_norm == "full":
+        raise refuse(NAME, "model.qk_norm", "--qk-layernorm normalises each head; a norm over the whole Q and K "
+                                            "width (OLMoE) has no setting")
+    if m.qk_norm == "head":  # Qwen3: a norm per head before RoPE
+        flags.append(("--qk-layernorm", None))
     if m.is_mla:  # DeepSeek's multi-head latent attention (q_lora_rank 0: no low-rank query path)
         flags += [("--multi-latent-attention", None), ("--kv-lora-rank", str(m.kv_lora_rank)),
                   ("--qk-head-dim", str(m.qk_nope_head_dim)), ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),

@@ -1,0 +1,186 @@
+"""Hugging Face configs of every supported family: autotune's parameter counts against the model
+``transformers`` builds from the same config on the meta device (no memory, no weights).
+
+Configs are written by transformers' own config classes at the published dimensions (a few with
+fewer layers, said so, where building the full model is slow); the counts must agree within 0.5%.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.spec.hf_config import model_from_hf_config, model_from_hf_dict, supported_model_types
+
+transformers = pytest.importorskip("transformers")
+torch = pytest.importorskip("torch")
+
+# model_type -> (label, published dimensions as config keys). Sources: the released config.json
+# files of each model on the Hugging Face hub.
+FAMILIES = {
+    "llama": ("Llama-3-8B", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                 num_key_value_heads=8, intermediate_size=14336, vocab_size=128256,
+                                 max_position_embeddings=8192, rope_theta=500000.0)),
+    "mistral": ("Mistral-7B-v0.1", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                        num_key_value_heads=8, intermediate_size=14336, vocab_size=32000,
+                                        sliding_window=4096)),
+    "mixtral": ("Mixtral-8x7B", dict(hidden_size=4096, num_hidden_layers=32, num_attention_heads=32,
+                                     num_key_value_heads=8, intermediate_size=14336, vocab_size=32000,
+                                     num_local_experts=8, num_experts_per_tok=2, rope_theta=1e6,
+                                     max_position_embeddings=32768, sliding_window=None)),
+    "qwen2": ("Qwen2-7B", dict(hidden_size=3584, num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+                               intermediate_size=18944, vocab_size=152064, rope_theta=1e6)),
+    "qwen2_moe": ("Qwen1.5-MoE-A2.7B", dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
+                                            num_key_value_heads=16, intermediate_size=5632, moe_intermediate_size=1408,
+                                            shared_expert_intermediate_size=5632, num_experts=60,
+                                            num_experts_per_tok=4, vocab_size=151936)),
+    "qwen3": ("Qwen3-8B", dict(hidden_size=4096, num_hidden_layers=36, num_attention_heads=32, num_key_value_heads=8,
+                               head_dim=128, intermediate_size=12288, vocab_size=151936, rope_theta=1e6)),
+    "qwen3_moe": ("Qwen3-30B-A3B", dict(hidden_size=2048, num_hidden_layers=48, num_attention_heads=32,
+                                        num_key_value_heads=4, head_dim=128, intermediate_size=6144,
+                                        moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8,
+                                        vocab_size=151936, max_position_embeddings=40960, rope_theta=1e6)),
+    "deepseek_v2": ("DeepSeek-V2-Lite", dict(hidden_size=2048, num_hidden_layers=27, num_attention_heads=16,
+                                             num_key_value_heads=16, intermediate_size=10944, q_lora_rank=None,
+                                             kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                                             v_head_dim=128, n_routed_experts=64, num_experts_per_tok=6,
+                                             n_shared_experts=2, moe_intermediate_size=1408, first_k_dense_replace=1,
+                                             vocab_size=102400, max_position_embeddings=163840)),
+    "deepseek_v3": ("DeepSeek-V3", dict(hidden_size=7168, num_hidden_layers=61, num_attention_heads=128,
+                                        num_key_value_heads=128, intermediate_size=18432, q_lora_rank=1536,
+                                        kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128,
+                                        n_routed_experts=256, num_experts_per_tok=8, n_shared_experts=1,
+                                        moe_intermediate_size=2048, first_k_dense_replace=3, n_group=8, topk_group=4,
+                                        vocab_size=129280, max_position_embeddings=163840)),
+    "gemma": ("Gemma-7B", dict(hidden_size=3072, num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=16,
+                               head_dim=256, intermediate_size=24576, vocab_size=256000)),
+    "gemma2": ("Gemma-2-9B", dict(hidden_size=3584, num_hidden_layers=42, num_attention_heads=16,
+                                  num_key_value_heads=8, head_dim=256, intermediate_size=14336, vocab_size=256000,
+                                  sliding_window=4096)),
+    "phi3": ("Phi-3-mini-4k", dict(hidden_size=3072, num_hidden_layers=32, num_attention_heads=32,
+                                   num_key_value_heads=32, intermediate_size=8192, vocab_size=32064)),
+    "falcon": ("Falcon-7B", dict(hidden_size=4544, num_hidden_layers=32, num_attention_heads=71, vocab_size=65024,
+                                 multi_query=True, parallel_attn=True, bias=False, new_decoder_architecture=False)),
+    "gpt2": ("GPT-2", dict(n_embd=768, n_layer=12, n_head=12, vocab_size=50257, n_positions=1024)),
+    "gpt_neox": ("Pythia-1.4B", dict(hidden_size=2048, num_hidden_layers=24, num_attention_heads=16,
+                                     intermediate_size=8192, vocab_size=50304)),
+    "bloom": ("BLOOM-560M", dict(hidden_size=1024, n_layer=24, n_head=16, vocab_size=250880)),
+    "olmoe": ("OLMoE-1B-7B", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=16,
+                                  num_key_value_heads=16, intermediate_size=1024, num_experts=64,
+                                  num_experts_per_tok=8, vocab_size=50304, max_position_embeddings=4096)),
+}
+# Further structural variants: Falcon-40B's new decoder architecture (8 of its 60 layers), Qwen MoE
+# with dense layers and a sparse step, Gemma 2 with fewer layers.
+VARIANTS = {
+    "falcon-40b-8l": ("falcon", dict(hidden_size=8192, num_hidden_layers=8, num_attention_heads=128, num_kv_heads=8,
+                                     new_decoder_architecture=True, vocab_size=65024, parallel_attn=True)),
+    "qwen2-moe-sparse-step": ("qwen2_moe", dict(hidden_size=1024, num_hidden_layers=8, num_attention_heads=8,
+                                                num_key_value_heads=4, intermediate_size=2816, moe_intermediate_size=512,
+                                                shared_expert_intermediate_size=1024, num_experts=16,
+                                                num_experts_per_tok=2, decoder_sparse_step=2, mlp_only_layers=[3],
+                                                vocab_size=32000)),
+    "llama-biases-tied": ("llama", dict(hidden_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                                        num_key_value_heads=2, head_dim=96, intermediate_size=2816, vocab_size=32000,
+                                        attention_bias=True, mlp_bias=True, tie_word_embeddings=True)),
+}
+
+
+def _config(model_type: str, keys: dict):
+    return transformers.AutoConfig.for_model(model_type, **keys)
+
+
+def _meta_counts(config) -> tuple[int, int]:
+    """(total parameters, parameters a token uses) of the model transformers builds; the active
+    count removes the unused (E - k) / E share of every routed-expert tensor."""
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(config)
+    total = sum(p.numel() for p in model.parameters())
+    experts = sum(p.numel() for n, p in model.named_parameters() if re.search(r"\.experts\.", n))
+    count = getattr(config, "num_local_experts", None) or getattr(config, "num_experts", None) \
+        or getattr(config, "n_routed_experts", None) or 0
+    top_k = getattr(config, "num_experts_per_tok", 0) or 0
+    unused = experts * (count - top_k) // count if count else 0
+    return total, total - unused
+
+
+def _autotune_model(config, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(config.to_json_string(use_diff=False))
+    return model_from_hf_config(path)
+
+
+CASES = [(t, label, keys) for t, (label, keys) in FAMILIES.items()] + \
+        [(t, label, keys) for label, (t, keys) in VARIANTS.items()]
+
+
+@pytest.mark.parametrize("model_type, label, keys", CASES, ids=[c[1] for c in CASES])
+def test_parameter_counts_match_transformers(model_type, label, keys, tmp_path):
+    config = _config(model_type, keys)
+    total, active = _meta_counts(config)
+    model = _autotune_model(config, tmp_path)
+    assert model.num_parameters() == pytest.approx(total, rel=5e-3), label
+    assert model.num_active_parameters() == pytest.approx(active, rel=5e-3), label
+    assert model.is_moe == (active < total)
+
+
+def test_every_supported_family_is_tested():
+    assert set(FAMILIES) == set(supported_model_types())
+
+
+@pytest.mark.parametrize("model_type", ["t5", "bart", "mamba"])
+def test_encoder_decoders_and_state_space_models_are_refused(model_type, tmp_path):
+    config = _config(model_type, {})
+    with pytest.raises(AutotuneError) as err:
+        _autotune_model(config, tmp_path)
+    assert err.value.field == "config.model_type" and "supported: " in str(err.value) and "mixtral" in str(err.value)
+
+
+_SMALL = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, intermediate_size=512, vocab_size=1000)
+# Small dense models of each attention variant (DeepSeek with all layers dense: the MoE part of the
+# graph is checked elsewhere).
+FLOP_CASES = {
+    "deepseek_v3": dict(_SMALL, num_key_value_heads=8, q_lora_rank=96, kv_lora_rank=64, qk_rope_head_dim=16,
+                        qk_nope_head_dim=32, v_head_dim=48, n_routed_experts=8, num_experts_per_tok=2,
+                        first_k_dense_replace=2, moe_intermediate_size=128, n_group=1, topk_group=1),
+    "deepseek_v2": dict(_SMALL, num_key_value_heads=8, q_lora_rank=None, kv_lora_rank=64, qk_rope_head_dim=16,
+                        qk_nope_head_dim=32, v_head_dim=48, n_routed_experts=8, num_experts_per_tok=2,
+                        first_k_dense_replace=2, moe_intermediate_size=128),
+    "gemma": dict(_SMALL, num_key_value_heads=2, head_dim=48),
+    "falcon": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000),
+    "qwen3": dict(_SMALL, num_key_value_heads=2, head_dim=64),
+}
+
+
+@pytest.mark.parametrize("model_type", list(FLOP_CASES))
+def test_forward_flops_match_the_operator_graph(model_type):
+    """Matrix-multiply FLOPs of one eager forward pass (torch's FlopCounterMode) against the
+    graph's GEMM and attention FLOPs (unfused: the full s x s scores, as eager attention computes)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from autotune.graph import model_tables
+
+    config = _config(model_type, FLOP_CASES[model_type])
+    model = transformers.AutoModelForCausalLM.from_config(config, attn_implementation="eager").eval()
+    s = 64
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.randint(0, 1000, (1, s)))
+    spec = model_from_hf_dict(config.to_dict())
+    tables = model_tables(spec, s, 4, "unfused")
+    matmul = ("gemm", "bmm", "attention")
+    layer = sum(f for kind, f in zip(tables.layer.kinds, tables.layer.flops) if kind in matmul)
+    head = sum(f for kind, f in zip(tables.head.kinds, tables.head.flops) if kind in matmul)
+    assert spec.num_layers * layer + head == pytest.approx(counter.get_total_flops(), rel=0.02)
+
+
+def test_attention_details_survive_the_config_round_trip(tmp_path):
+    """What transformers writes (layer_types, rope_parameters, renamed keys) is read back."""
+    read = lambda t: _autotune_model(_config(t, FAMILIES[t][1]), tmp_path)  # noqa: E731
+    gemma2 = read("gemma2")
+    assert (gemma2.sliding_window, gemma2.sliding_window_every, gemma2.norms_per_layer) == (4096, 2, 4)
+    assert (read("mistral").sliding_window, read("mistral").sliding_window_every) == (4096, 1)
+    assert read("mixtral").rope_theta == 1e6 and read("qwen2").qkv_bias and not read("qwen2").attn_out_bias
+    qwen3_moe = read("qwen3_moe")
+    assert (qwen3_moe.num_experts, qwen3_moe.head_dim, qwen3_moe.qk_norm) == (128, 128, "head")
+    assert read("olmoe").qk_norm == "full" and read("bloom").embedding_norm
