@@ -18,6 +18,8 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study's INFO lines are not the CLI's output
+
 from autotune.errors import AutotuneError, require
 
 __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "queued_params", "slice_attrs",
