@@ -216,16 +216,23 @@ def _schedule(config: RunConfig, modules: list[nn.Module], chunks: list, pp_grou
 
 
 def _expert_parallel(full: nn.Module, mesh, ep: int) -> tuple:
-    """Keep this rank's experts of ``full``: (expert-DP group, names DDP leaves to it), or
-    (None, ()) without expert parallelism."""
+    """Keep this rank's experts of ``full``: (expert-DP group, True), or (None, False) without
+    expert parallelism."""
     if ep <= 1:
-        return None, ()
+        return None, False
     ep_group, ep_rank, edp_group = expert_groups(mesh, ep)
     shard_experts(full, ep_group, ep_rank, ep)
-    return edp_group, tuple(n for n, _ in full.named_parameters() if n.split(".")[-1].startswith("experts_"))
+    return edp_group, True
 
 
-def _chunk_modules(config: RunConfig, full: nn.Module, chunks: list, mesh, stage, ignore: tuple) -> list[nn.Module]:
+def _expert_names(module: nn.Module) -> tuple[str, ...]:
+    """Names of the routed experts' weights, as the (possibly wrapped) module calls them now."""
+    return tuple(n for n, _ in module.named_parameters() if n.split(".")[-1].startswith("experts_"))
+
+
+def _chunk_modules(config: RunConfig, full: nn.Module, chunks: list, mesh, stage, experts_apart: bool) -> list[nn.Module]:
+    """Each chunk carved, tensor-parallel, recomputed and wrapped for data parallelism; with
+    expert parallelism DDP leaves the experts (named after recomputation's wrapping) alone."""
     plan, half = config.plan, half_dtype(config.workload.dtype)
     modules = []
     for chunk in chunks:
@@ -234,9 +241,8 @@ def _chunk_modules(config: RunConfig, full: nn.Module, chunks: list, mesh, stage
             apply_tensor_parallel(part, mesh["tp"], sequence_parallel=stage.sequence_parallel)
         apply_recompute(part, stage.recompute)
         if plan.dp > 1:
-            names = dict(part.named_parameters())
-            part = apply_data_parallel(part, mesh["dp"], zero=stage.zero, bucket_bytes=config.bucket_bytes,
-                                       tp=stage.tp, compute_dtype=half, ignore=tuple(n for n in ignore if n in names))
+            part = apply_data_parallel(part, mesh["dp"], zero=stage.zero, bucket_bytes=config.bucket_bytes, tp=stage.tp,
+                                       compute_dtype=half, ignore=_expert_names(part) if experts_apart else ())
         modules.append(part)
     return modules
 
@@ -250,12 +256,12 @@ def build_trainer(config: RunConfig) -> Trainer:
     stage = plan.stages[pp_rank]
     # Initialised on the CPU from the seed (the same numbers on every rank and device), then moved.
     full = build_model(spec, attention_impl=config.workload.attention_impl, seed=config.seed).to(run_device(config))
-    edp_group, ignore = _expert_parallel(full, mesh, stage.ep)  # DDP leaves experts to the expert-DP reduction
+    edp_group, experts_apart = _expert_parallel(full, mesh, stage.ep)  # experts: the expert-DP reduction
     chunks = pipeline_chunks(plan, pp_rank)
-    modules = _chunk_modules(config, full, chunks, mesh, stage, ignore)
+    modules = _chunk_modules(config, full, chunks, mesh, stage, experts_apart)
     del full
     params = [p for module in modules for p in module.parameters()]
-    experts = (edp_group, [p for m in modules for p in expert_parameters(m)], plan.dp) if ignore else None
+    experts = (edp_group, [p for m in modules for p in expert_parameters(m)], plan.dp) if experts_apart else None
     dp_group = mesh["dp"].get_group()
     optimizer = _optimizer(params, stage.zero == 1 and plan.dp > 1, dp_group)
     fsdp = plan.dp > 1 and (stage.zero >= 2 or stage.tp > 1)
