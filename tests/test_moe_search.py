@@ -59,3 +59,15 @@ def test_evaluate_refuses_expert_degrees_that_do_not_fit_the_stage(flags, field)
 def test_evaluate_refuses_ep_on_a_dense_model():
     out = _cli("evaluate", "--model", "large", "--gpus", "16", "--ep", "2")
     assert out.returncode == 2 and "no experts" in out.stderr
+
+
+def test_evaluate_with_a_measured_imbalance_is_slower():
+    import json
+
+    args = ["evaluate", "--model", "mixtral-8x7b", "--gpus", "16", "--pp", "2", "--ep", "8", "--recompute", "full",
+            "--zero", "1", "--json"]
+    plain, skewed = _cli(*args), _cli(*args, "--expert-load-imbalance", "1.5")
+    assert plain.returncode == 0 and skewed.returncode == 0, plain.stderr + skewed.stderr
+    a, b = json.loads(plain.stdout), json.loads(skewed.stdout)
+    assert b["step_time_s"] > a["step_time_s"] and b["breakdown"]["ep_comm_s"] > a["breakdown"]["ep_comm_s"]
+    assert a["model"]["num_parameters"] == 46_702_792_704

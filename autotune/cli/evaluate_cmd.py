@@ -16,12 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(parser, gpus_required=False)
     add_workload_args(parser)
     add_inference_args(parser)
+    add_moe_args(parser)
     add_degree_args(parser)
     add_memory_args(parser)
     parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
-    parser.add_argument("--expert-load-imbalance", type=float, default=0.0,
-                        help="MoE: the busiest expert-parallel rank's tokens over the mean, as measured "
-                             "(default 0: the floor of unskewed routing, docs/moe.md)")
     parser.set_defaults(func=run)
 
 
@@ -33,6 +31,12 @@ def add_inference_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-len", type=int, default=0, help="decode/serve: tokens generated per sequence")
     parser.add_argument("--target-tpot-ms", type=float, default=0.0, help="serve: time-per-output-token target")
     parser.add_argument("--target-ttft-ms", type=float, default=0.0, help="serve: time-to-first-token target")
+
+
+def add_moe_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--expert-load-imbalance", type=float, default=0.0,
+                        help="MoE: the busiest expert-parallel rank's tokens over the mean, as measured "
+                             "(default 0: the floor of unskewed routing, docs/moe.md)")
 
 
 def add_memory_args(parser: argparse.ArgumentParser) -> None:
