@@ -18,9 +18,9 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study's INFO lines are not the CLI's output
-
 from autotune.errors import AutotuneError, require
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study's INFO lines are not the CLI's output
 
 __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "queued_params", "slice_attrs",
            "slice_value", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S", "NO_FIT_VALUE", "heartbeat_settings"]
