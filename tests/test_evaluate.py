@@ -64,7 +64,7 @@ def test_plans_round_trip_through_json_and_rescore_identically():
     (dict(gpus=8, tp=1, pp=1, global_batch=12, micro_batch=1), "global_batch"),
     (dict(gpus=8, tp=1, micro_batch=3), "micro_batch"),
     (dict(gpus=16, tp=16), "tp"),
-    (dict(gpus=8, dtype="fp8"), "dtype"),
+    (dict(gpus=8, dtype="int4"), "dtype"),
     (dict(gpus=8, recompute="some"), "recompute"),
     (dict(gpus=12), "gpus"),
     (dict(gpus=8, cluster="dgx-x"), "cluster"),

@@ -378,3 +378,22 @@ def test_search_export_needs_a_run_directory(tmp_path, cli, extra):
     code, _, err = cli("search", "--model", "small", "--gpus", "4", "--runs-dir", str(tmp_path), "--export",
                        "megatron", *extra)
     assert code == 2 and err.count("\n") == 1 and "export" in err and not list(tmp_path.iterdir())
+
+
+def test_torchtitan_hsdp_reshard_cp_rotation_and_float8():
+    pf = plan_file(gpus=64, cp=2, zero=3, dp_shard=4, reshard_after_forward=False, cp_comm="all_gather",
+                   dtype="fp8", global_batch=64, seq_len=8192)
+    pf = replace(pf, workload=replace(pf.workload, fp8_all_gather=True))
+    config = tomllib.loads(export_plan(pf, "torchtitan"))
+    par = config["parallelism"]
+    assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (4, 8)
+    assert par["fsdp_reshard_after_forward"] == "never" and par["context_parallel_rotate_method"] == "allgather"
+    assert config["model"]["converters"] == ["quantize.linear.float8"]
+    assert config["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+    for key, value in flatten(config).items():
+        assert key in TORCHTITAN, f"{key} is not a torchtitan v0.2.2 job-config key"
+        assert not TORCHTITAN[key][1] or str(value) in TORCHTITAN[key][1], key
+    # Megatron-LM and DeepSpeed have no HSDP setting here: refused, not dropped
+    for fmt in ("megatron", "deepspeed"):
+        with pytest.raises(AutotuneError, match="dp_shard|reshard|cp_comm|dtype"):
+            export(plan_file(gpus=64, zero=3, dp_shard=4, global_batch=64), fmt)

@@ -4,31 +4,72 @@ from __future__ import annotations
 
 import argparse
 
+SHIPPED = ("published_runs.csv", "modern_runs.csv")
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("check-published", help="compare predictions with published training runs",
-                                   description="Predict each run of a published-runs CSV and print the errors.")
-    parser.add_argument("runs", nargs="?", default=None, help="CSV with the columns of tests/data/published_runs.csv (default: the shipped one)")
+                                   description="Predict each run of published-runs CSVs and print the errors by "
+                                               "regime (device, dense/moe, precision, framework).")
+    parser.add_argument("runs", nargs="*", default=None,
+                        help="CSVs with the columns of tests/data/published_runs.csv or modern_runs.csv "
+                             "(default: both shipped ones)")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--runs-detail", action="store_true", help="print every run, not only the regimes")
+    parser.add_argument("--assumptions", action="store_true",
+                        help="print the framework defaults assumed for empty cells, then exit")
     parser.set_defaults(func=run)
+
+
+def _assumptions() -> None:
+    from autotune.calibrate.modern import FRAMEWORK_DEFAULTS
+
+    for framework, rows in FRAMEWORK_DEFAULTS.items():
+        print(f"{framework}:")
+        for setting, value, reason in rows:
+            print(f"  {setting:28s} {value}  ({reason})")
 
 
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune.calibrate import check_runs, load_published_runs
+    from autotune.calibrate.published import check_published
+    from autotune.calibrate.regimes import errors_by_regime, overall_error
     from autotune.cli.common import print_json
 
-    path = args.runs or Path(__file__).resolve().parents[2] / "tests" / "data" / "published_runs.csv"
-    checks = check_runs(load_published_runs(path))
-    errors = [abs(c.error) for c in checks]
-    if args.json:
-        print_json({"runs": [{"id": c.run.run_id, "published_iter_s": c.run.iter_s,
-                              "predicted_step_time_s": c.estimate.step_time_s, "error": c.error} for c in checks],
-                    "mean_abs_error": sum(errors) / len(errors), "max_abs_error": max(errors)})
+    if args.assumptions:
+        _assumptions()
         return 0
-    print(f"{'run':15s} {'published':>10s} {'predicted':>10s} {'error':>8s}")
-    for c in checks:
-        print(f"{c.run.run_id:15s} {c.run.iter_s:10.3f} {c.estimate.step_time_s:10.3f} {100 * c.error:+7.1f}%")
-    print(f"mean absolute error {100 * sum(errors) / len(errors):.1f}%, worst {100 * max(errors):.1f}%")
+    data = Path(__file__).resolve().parents[2] / "tests" / "data"
+    paths = args.runs or [data / name for name in SHIPPED]
+    checks, skipped = [], []
+    for path in paths:
+        got, left = check_published(path)
+        checks += got
+        skipped += left
+    regimes = errors_by_regime(checks)
+    total = overall_error(checks)
+    if args.json:
+        print_json({"runs": [{"id": c.run.run_id, "regime": c.run.regime, "published_iter_s": c.run.iter_s,
+                              "predicted_step_time_s": c.estimate.step_time_s, "error": c.error} for c in checks],
+                    "regimes": [vars(r) for r in regimes],
+                    "not_expressible": [vars(s) for s in skipped],
+                    "mean_abs_error": total.mean_abs_error, "max_abs_error": total.worst_abs_error})
+        return 0
+    if args.runs_detail:
+        print(f"{'run':15s} {'published':>10s} {'predicted':>10s} {'error':>8s}")
+        for c in checks:
+            print(f"{c.run.run_id:15s} {c.run.iter_s:10.3f} {c.estimate.step_time_s:10.3f} {100 * c.error:+7.1f}%")
+    print(f"{'regime (device | arch | precision | framework)':58s} {'n':>3s} {'mean':>7s} {'bias':>7s} {'worst':>7s}")
+    for r in regimes + [total]:
+        print(f"{r.regime:58s} {r.num_runs:3d} {100 * r.mean_abs_error:6.1f}% {100 * r.mean_signed_error:+6.1f}% "
+              f"{100 * r.worst_abs_error:6.1f}% ({r.worst_run})")
+    if skipped:
+        print(f"not expressible: {len(skipped)} rows")
+        reasons: dict[str, list[str]] = {}
+        for s in skipped:
+            reasons.setdefault(s.reason, []).append(s.run_id)
+        for reason, ids in reasons.items():
+            print(f"  {len(ids):3d}  {reason} ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})")
+    print(f"mean absolute error {100 * total.mean_abs_error:.1f}%, worst {100 * total.worst_abs_error:.1f}%")
     return 0

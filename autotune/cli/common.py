@@ -26,7 +26,8 @@ def positive_int(text: str) -> int:
 def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True, model_required: bool = True) -> None:
     parser.add_argument("--model", required=model_required, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
     parser.add_argument("--gpus", type=positive_int, required=gpus_required, help="number of GPUs")
-    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, cpu) or a cluster file")
+    parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, dgx-b200, "
+                             "gb200-nvl72, grand-teton-h100, cpu) or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -35,8 +36,11 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--global-batch", type=positive_int, default=None, help="sequences per step (preset default)")
     parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (preset default)")
     parser.add_argument("--dtype", default=None,
-                        help="fp32, or mixed precision bf16/fp16 (fp32 master weights); default bf16, or fp32 on a "
-                             "device whose profile has no bf16 GEMM fit (CPUs)")
+                        help="fp32, or mixed precision bf16/fp16 (fp32 master weights); fp8 (FP8 GEMMs, bf16 elsewhere), "
+                             "fp8_rowwise, mxfp8 or nvfp4 (Blackwell); default bf16, or fp32 on a device whose profile has no bf16 "
+                             "GEMM fit (CPUs)")
+    parser.add_argument("--fp8-all-gather", action="store_true",
+                        help="with --dtype fp8/mxfp8: FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)")
     parser.add_argument("--attention", default="flash", help="flash (fused kernel) or unfused (scores in memory, pre-2022 Megatron)")
 
 

@@ -19,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_moe_args(parser)
     add_degree_args(parser)
     add_memory_args(parser)
+    add_sharding_args(parser)
     parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
     parser.set_defaults(func=run)
 
@@ -31,6 +32,18 @@ def add_inference_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output-len", type=int, default=0, help="decode/serve: tokens generated per sequence")
     parser.add_argument("--target-tpot-ms", type=float, default=0.0, help="serve: time-per-output-token target")
     parser.add_argument("--target-ttft-ms", type=float, default=0.0, help="serve: time-to-first-token target")
+
+
+def add_sharding_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cp-comm", default="ring",
+                        help="context-parallel exchange: ring (p2p, overlapped), all_gather or all_to_all (Ulysses)")
+    parser.add_argument("--dp-shard", type=int, default=0,
+                        help="HSDP: shard ZeRO/FSDP state over N data-parallel ranks, replicate over dp/N (0: all of dp)")
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--reshard-after-forward", dest="reshard_after_forward", action="store_true", default=True,
+                       help="ZeRO-3/FSDP: free gathered weights after forward, gather again in backward (default)")
+    group.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_false",
+                       help="ZeRO-3/FSDP: keep gathered weights for the step; gather and reduce once per step")
 
 
 def add_moe_args(parser: argparse.ArgumentParser) -> None:
@@ -57,7 +70,9 @@ def _workload(args: argparse.Namespace, model: object) -> object:
 
         work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                                  attention=args.attention)
-        return replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0))
+        work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0))
+        fp8_gather = getattr(args, "fp8_all_gather", False)
+        return replace(work, fp8_all_gather=True) if fp8_gather else work
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
                               output_len=args.output_len, dtype=args.dtype, attention=args.attention,
                               target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
@@ -95,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
         recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero, schedule=args.schedule,
         overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
+        dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
         ep=args.ep, etp=args.etp, **options)
     if args.json:
         print_json({**estimate.to_dict(), "model": architecture_dict(model)})

@@ -18,6 +18,7 @@ import numpy as np
 
 from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile
+from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
 
 __all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role"]
 
@@ -51,8 +52,8 @@ def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coeff
     lat_c, spf, lat_m, spb = (np.zeros(len(table)) for _ in range(4))
     for i, (kind, name) in enumerate(zip(table.kinds, table.names)):
         op_class = _COMPUTE_CLASS.get(kind)
-        if op_class is not None:
-            fit = device.regression(op_class, dtype)
+        if op_class is not None:  # low-precision recipes run only the GEMMs in the low format
+            fit = device.regression(op_class, gemm_dtype(dtype) if op_class == "gemm" else compute_dtype(dtype))
             lat_c[i], spf[i] = fit.latency_s, fit.seconds_per_unit
         memory = device.memory_regression(memory_role(kind, name))
         lat_m[i], spb[i] = memory.latency_s, memory.seconds_per_unit
@@ -111,6 +112,22 @@ def op_amounts(table: OpTable, micro_batch: object, tp: object, cp: object, sequ
     )
 
 
+def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts) -> tuple:
+    """Casting and scaling for low-precision GEMMs, as separate memory-bound kernels: each
+    GEMM's input and weight are read in BF16 and written in the low format and transposed
+    (amax, cast and transpose fused, as Transformer Engine's cast_transpose does) before the
+    forward GEMM, and the output gradient likewise before the backward GEMMs (Micikevicius et
+    al. 2022, sec. 4; per-tensor current scaling reads the tensor once for its amax inside
+    the same kernel). Bytes per BF16 byte: (2 + 2 x operand bytes) / 2."""
+    is_gemm = np.array([k == "gemm" for k in table.kinds], dtype=float)
+    per_bf16_byte = (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0
+    fwd_bytes = (amounts.act_in_bytes + amounts.weight_bytes) * per_bf16_byte
+    bwd_bytes = amounts.act_out_bytes * per_bf16_byte
+    fwd = is_gemm * (2 * coef.lat_m + fwd_bytes * coef.spb)
+    bwd = is_gemm * (coef.lat_m + bwd_bytes * coef.spb)
+    return fwd, bwd
+
+
 def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: object,
                 tp: object, cp: object, sequence_parallel: object) -> BlockTimes:
     """Forward and backward time of a block for ``micro_batch`` sequences per replica.
@@ -130,6 +147,9 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
                            table.bwd_kernels * coef.lat_c + flops * table.bwd_flops_factor * coef.spf, 0.0)
     bwd_memory = table.bwd_kernels * coef.lat_m + (act * table.bwd_bytes_factor + 2.0 * weights) * coef.spb
     bwd = np.maximum(bwd_compute, bwd_memory)
+    if dtype in GEMM_OPERAND_BYTES:
+        fwd_cast, bwd_cast = _cast_s(table, coef, dtype, amounts)
+        fwd, bwd = fwd + fwd_cast, bwd + bwd_cast
     saved_split = np.where(table.saved_split, t, np.where(sp, t, 1.0))
     saved = table.saved_bytes * b / (saved_split * c)
     dropped = table.selective_dropped_bytes * b / (saved_split * c)

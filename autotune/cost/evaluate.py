@@ -16,7 +16,7 @@ from autotune.graph.table import ModelTables, model_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec, DeviceProfile
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.workload import TrainingWorkload, gemm_dtype
 
 __all__ = ["evaluate_plan", "check_plan", "stage_positions"]
 
@@ -24,6 +24,7 @@ __all__ = ["evaluate_plan", "check_plan", "stage_positions"]
 def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> None:
     """Reject plans the model, workload or cluster cannot run, naming the field."""
     cluster.check_gpus(plan.gpus)
+    cluster.device.require_dtype(gemm_dtype(workload.dtype))
     plan.check_against(model.num_layers, workload.global_batch, model.has_embeddings)
     for stage in plan.stages:
         if model.has_attention:

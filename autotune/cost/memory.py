@@ -1,7 +1,7 @@
 """Bytes per GPU of one pipeline stage: weights, gradients, optimizer states, activations.
 
 Mixed precision keeps 16-bit weights, fp32 gradient buffers, fp32 master weights and two fp32
-Adam moments: 2 + 4 + 4 + 8 = 18 bytes per parameter (Megatron-LM's ``main_grad`` buffers;
+Adam moments: 2 + 4 + 4 + 8 = 18 bytes per parameter (19 under FP8: the FP8 weight copy) (Megatron-LM's ``main_grad`` buffers;
 Korthikanti et al. 2022 sec. 2); fp32 training keeps 4 + 4 + 8 = 16. ZeRO stage 1 shards the
 master weights and moments over the data-parallel ranks, stage 2 also the gradients, stage 3
 also the weights (Rajbhandari et al. 2020, Fig. 1). Context-parallel ranks hold the same weights,
@@ -11,6 +11,8 @@ so ZeRO shards over dp x cp, as Megatron-Core's distributed optimizer does.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from autotune.spec.workload import GEMM_OPERAND_BYTES
 
 __all__ = ["StateBytes", "state_bytes_per_param", "StageMemory", "sharded_state_bytes"]
 
@@ -26,9 +28,12 @@ class StateBytes:
 
 
 def state_bytes_per_param(dtype: str) -> StateBytes:
+    """Low-precision recipes add the GEMM-format copy of each weight, kept for the step
+    (Transformer Engine caches it across micro-batches; 1 byte in FP8, 0.5 in FP4)."""
     if dtype == "fp32":
         return StateBytes(weights=4.0, gradients=4.0, master=0.0, moments=8.0)
-    return StateBytes(weights=2.0, gradients=4.0, master=4.0, moments=8.0)
+    low = GEMM_OPERAND_BYTES.get(dtype, 0.0)
+    return StateBytes(weights=2.0 + low, gradients=4.0, master=4.0, moments=8.0)
 
 
 @dataclass(frozen=True, kw_only=True)

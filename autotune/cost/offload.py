@@ -36,7 +36,7 @@ OFF_HBM = ("host", "cxl")
 # CPU Adam step (DeepSpeed's CPU-Adam, Ren et al. 2021 sec. 5.1), bytes per parameter in the
 # tier's memory: the fp32 gradient read twice (global-norm clip, step) 8, fp32 master, m and v
 # read and written 24, and in mixed precision the 16-bit weight copy written 2.
-CPU_ADAM_BYTES_PER_PARAM = {"fp32": 32.0, "bf16": 34.0, "fp16": 34.0}
+CPU_ADAM_BYTES_PER_PARAM = {"fp32": 32.0, "bf16": 34.0, "fp16": 34.0, "fp8": 34.0, "fp8_rowwise": 34.0, "mxfp8": 34.0, "nvfp4": 34.0}
 
 
 def tier_path(cluster: ClusterSpec, placement: str) -> tuple[LinkLevel, MemoryTier]:

@@ -8,7 +8,6 @@ optimizer. The pipeline module combines stages with the schedule's formula.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -17,27 +16,26 @@ import numpy as np
 from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
-from autotune.cost.memory import StageMemory, sharded_state_bytes
+from autotune.cost.context_parallel import cp_layer_comm_s
+from autotune.cost.memory import StageMemory
+from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlapped_exposed_s, shard_groups,
+                                    sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload
 
 __all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "stage_cost", "overlapped_exposed_s"]
 
 # Stage costs take the layer count as a number or a numpy array: the search scores every layer
 # count of a stage in one call (time and memory are affine in it, the gradient sync is not).
 
-# Bytes per gradient element in the data-parallel reduction. Megatron-LM reduces bf16 runs'
-# gradients in fp32 (arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16) and fp16
-# runs' in fp16.
-GRAD_COMM_BYTES = {"fp32": 4.0, "bf16": 4.0, "fp16": 2.0}
 # Adam step, bytes moved per parameter: read+write fp32 master, m and v (24), read the fp32
 # gradient (4), zero it (4), read it again for the global-norm clip (4), and write the 16-bit
 # weights in mixed precision (2). Memory-bound (Megatron's fused multi-tensor Adam).
-OPTIMIZER_BYTES_PER_PARAM = {"fp32": 36.0, "bf16": 38.0, "fp16": 38.0}
+OPTIMIZER_BYTES_PER_PARAM = {"fp32": 36.0, "bf16": 38.0, "fp16": 38.0, "fp8": 38.0, "fp8_rowwise": 38.0, "mxfp8": 38.0, "nvfp4": 38.0}
 OPTIMIZER_KERNELS = 4
 
 
@@ -108,29 +106,6 @@ def _scalar(x: np.ndarray):
     return float(x) if x.ndim == 0 else x
 
 
-def overlapped_exposed_s(total_bytes, collective: Callable, window_s, bucket_bytes: float, overlap: bool):
-    """Exposed time of a bucketed collective that overlaps a compute window.
-
-    Seed 002's DDP model: with per-call overhead o and bandwidth w, n buckets leave
-    n*o + s/(n*w) after the backward pass, optimal at bucket size sqrt(s*w*o). Generalised:
-    buckets start as compute produces them, so the exposed part is the larger of the last
-    bucket and the communication the window cannot hold. Arrays broadcast.
-    """
-    total = np.asarray(total_bytes, dtype=float)
-    if not overlap:
-        exposed = collective(total)
-    else:
-        safe = np.maximum(total, 1.0)
-        overhead_s = collective(1.0)
-        per_byte_s = np.maximum((collective(safe) - overhead_s) / safe, 1e-30)
-        bucket = bucket_bytes or np.sqrt(safe * overhead_s / per_byte_s)
-        num_buckets = np.maximum(1.0, np.ceil(safe / np.maximum(bucket, 1.0)))
-        bucket_s = collective(safe / num_buckets)
-        exposed = np.maximum(bucket_s, num_buckets * bucket_s - window_s * (num_buckets - 1) / num_buckets)
-    exposed = np.where(total > 0, exposed, 0.0)
-    return float(exposed) if exposed.ndim == 0 else exposed
-
-
 @lru_cache(maxsize=4096)
 def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool) -> BlockTimes:
     """Block times depend on (micro-batch, tp, cp, sp) only: a search reuses them across the
@@ -157,11 +132,14 @@ def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
     return blocks
 
 
-def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes) -> float:
+def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, kinds: tuple = ()) -> float:
     if stage.recompute == "full":
         return _scalar(layer.fwd_s)
     if stage.recompute == "selective":
         return _scalar(layer.selective_fwd_s)
+    if stage.recompute == "selective_op":  # torchtitan's _op_sac policy: every other matmul, no attention
+        share = np.array([0.5 if k == "gemm" else 0.0 if k in ("attention", "bmm") else 1.0 for k in kinds])
+        return _scalar((layer.fwd_ops_s * share).sum(-1))
     return 0.0
 
 
@@ -220,19 +198,22 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
 
 
 def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
-    """Context parallelism passes K and V around the CP ring (forward) and K, V and their
-    gradients (backward), overlapped with the attention blocks (Liu et al. 2023, Ring Attention;
-    Megatron-Core's CP)."""
+    """Context-parallel exchange per micro-batch, by the stage's variant (cost/context_parallel.py)."""
     m = ctx.tables.model
     if stage.cp <= 1 or not m.has_attention:
         return 0.0 * n
-    kv = ctx.micro_batch * ctx.tables.seq_len * 2 * m.kv_dim * ctx.tables.act_bytes / stage.tp
-    ring = collective_time_s("all_gather", kv, span, ctx.cluster)
+    tokens = ctx.micro_batch * ctx.tables.seq_len
+    width = ctx.tables.act_bytes / stage.tp
     attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
-    fwd_attn = _scalar((layer.fwd_ops_s * attn).sum(-1))
-    bwd_attn = _scalar((layer.bwd_ops_s * attn).sum(-1))
-    per_layer = np.maximum(0.0, ring - fwd_attn) + np.maximum(0.0, 2 * ring - bwd_attn)
-    return n * (per_layer + _cp_step_overhead_s(ctx, stage))
+    comm = getattr(stage, "cp_comm", "ring")
+    per_layer = cp_layer_comm_s(
+        ctx.cluster, comm, span, kv_bytes=tokens * 2 * m.kv_dim * width,
+        qkv_local_bytes=tokens / stage.cp * (m.num_heads * m.head_dim + 2 * m.kv_dim) * width,
+        out_local_bytes=tokens / stage.cp * m.num_heads * m.head_dim * width,
+        fwd_attn_s=_scalar((layer.fwd_ops_s * attn).sum(-1)), bwd_attn_s=_scalar((layer.bwd_ops_s * attn).sum(-1)),
+        recompute_forward=stage.recompute == "full")
+    overhead = 0.0 if comm == "all_to_all" else _cp_step_overhead_s(ctx, stage)
+    return n * (per_layer + overhead)
 
 
 def _cp_step_overhead_s(ctx: StageContext, stage: StagePlan) -> float:
@@ -262,43 +243,46 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
     return np.maximum(0.0, total - compute_s) if ctx.overlap_p2p_comm else total + 0.0 * compute_s
 
 
+def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes):
+    """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py)."""
+    groups = shard_groups(stage, span)
+    traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
+                            GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
+                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds))
+    return groups, traffic
+
+
+def _gather_bytes(ctx: StageContext) -> float:
+    """Bytes per parameter in a weight all-gather: the compute dtype's, or the FP8 copy's when
+    FSDP gathers FP8 weights (torchao float8's enable_fsdp_float8_all_gather; its amax
+    all-reduce is one small collective per step and left out)."""
+    if getattr(ctx.workload, "fp8_all_gather", False):
+        return GEMM_OPERAND_BYTES[ctx.workload.dtype]
+    return float(ctx.tables.act_bytes)
+
+
 def _zero3_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
-    """ZeRO-3/FSDP gathers each layer's weights before its forward and backward and
-    reduce-scatters its gradients, prefetching one layer ahead (Zhao et al. 2023, PyTorch FSDP
-    sec. 3.3): per layer only what compute does not cover is exposed, plus the first gather."""
+    """Exposed ZeRO-3/FSDP traffic per micro-batch (cost/sharding.py)."""
     if stage.zero < 3 or span.size <= 1:
         return 0.0 * n
-    cl, dtype = ctx.cluster, ctx.workload.dtype
-    params = _scalar(layer.params_per_gpu)
-    gather = collective_time_s("all_gather", params * ctx.tables.act_bytes, span, cl)
-    scatter = collective_time_s("reduce_scatter", params * GRAD_COMM_BYTES[dtype], span, cl)
-    fwd, bwd = _scalar(layer.fwd_s), _scalar(layer.bwd_s)
-    per_layer = np.maximum(0.0, gather - fwd) + np.maximum(0.0, gather + scatter - bwd)
-    if not ctx.overlap_param_gather:  # no prefetch overlap: every gather and scatter is exposed
-        per_layer = 2 * gather + scatter + 0.0 * fwd
-    return gather + n * per_layer
+    _, traffic = _sharding(ctx, stage, span, layer)
+    return zero3_microbatch_comm_s(stage, traffic, n, ctx.overlap_param_gather)
 
 
-def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, params, fwd_s, bwd_s):
-    """Gradient sync over dp x cp after the last micro-batch's backward, bucketed and
-    overlapped with it; ZeRO-1/2 then gather the updated 16-bit weights, overlapped with the
-    next step's forward when ``overlap_param_gather``. ZeRO-2 reduce-scatters every micro-batch
-    (gradients are not kept whole); ZeRO-3's traffic is per micro-batch (_zero3_comm_s)."""
-    if span.size <= 1 or stage.zero >= 3:
+def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n, params, fwd_s, bwd_s):
+    """Exposed data-parallel traffic per step (cost/sharding.py)."""
+    if span.size <= 1:
         return 0.0 * params
-    cl, dtype = ctx.cluster, ctx.workload.dtype
-    grad_bytes = params * GRAD_COMM_BYTES[dtype]
-    op = "all_reduce" if stage.zero == 0 else "reduce_scatter"
-    reduce = lambda nbytes: collective_time_s(op, nbytes, span, cl)  # noqa: E731
-    exposed = overlapped_exposed_s(grad_bytes, reduce, bwd_s, ctx.grad_bucket_bytes, ctx.overlap_grad_reduce)
-    if stage.zero == 2:
-        exposed *= ctx.num_microbatches
-    if stage.zero >= 1:
-        weight_bytes = params * ctx.tables.act_bytes
-        gather = lambda nbytes: collective_time_s("all_gather", nbytes, span, cl)  # noqa: E731
-        exposed += overlapped_exposed_s(weight_bytes, gather, fwd_s, ctx.grad_bucket_bytes,
-                                        ctx.overlap_param_gather)
-    return exposed
+    groups, t = _sharding(ctx, stage, span, layer)
+    first_gather = 0.0
+    if stage.zero >= 3 and not stage.reshard_after_forward:  # once per step, prefetched a layer ahead
+        first_gather = t.gather_s + n * np.maximum(0.0, t.gather_s - t.fwd_s) if ctx.overlap_param_gather \
+            else n * t.gather_s
+    return dp_step_comm_s(ctx.cluster, stage, groups, params=params, fwd_s=fwd_s, bwd_s=bwd_s,
+                          num_microbatches=ctx.num_microbatches, gather_bytes_per_param=_gather_bytes(ctx),
+                          grad_bytes_per_param=GRAD_COMM_BYTES[ctx.workload.dtype],
+                          bucket_bytes=ctx.grad_bucket_bytes, overlap_grad=ctx.overlap_grad_reduce,
+                          overlap_gather=ctx.overlap_param_gather, first_gather_s=first_gather)
 
 
 def _optimizer_s(ctx: StageContext, stage: StagePlan, params, shards: int):
@@ -318,6 +302,11 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
                      / (stage.tp if stage.sequence_parallel else 1))
     elif stage.recompute == "selective":
         per_layer = full_layer - _scalar(layer.selective_saved_bytes)
+    elif stage.recompute == "selective_op":  # about half: half the matmul outputs, attention outputs, inputs
+        m = ctx.tables.model
+        layer_input = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
+                       / (stage.tp if stage.sequence_parallel else 1))
+        per_layer = 0.5 * (full_layer + layer_input)
     else:
         per_layer = full_layer
     saved = n * per_layer
@@ -351,19 +340,19 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_laye
     if stage.cache_group_layers:  # cache-aware layer grouping (cost/cache.py)
         blocks["layer"] = layer = training_grouped_layer(ctx, stage, layer, n)
     fwd = n * _scalar(layer.fwd_s) + sum(_scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
-    bwd = (n * (_scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer))
+    bwd = (n * (_scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds))
            + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
-    shards = stage.dp * stage.cp
+    shards = stage.shard_degree * stage.cp
     time = StageTime(
         compute_s=fwd + bwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], layer, n),
         cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer, n), p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
         zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n), offload_s=0.0 * n,
-        dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], params, fwd, bwd),
+        dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd),
         optimizer_s=_optimizer_s(ctx, stage, params, shards),
     )
-    weights, grads, optim = sharded_state_bytes(params, ctx.workload.dtype, stage.zero, shards)
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx))
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,

@@ -12,7 +12,10 @@ __all__ = ["Plan", "StagePlan", "SCHEDULES", "RECOMPUTE", "PLAN_SCHEMA", "PLACEM
 
 PLAN_SCHEMA = "autotune.plan/1"
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
-RECOMPUTE = ("none", "selective", "full")
+# "selective": Megatron's core-attention recomputation (Korthikanti et al. 2022); "selective_op":
+# torchtitan's op-level selective checkpointing (saves attention and every other matmul output,
+# recomputes the other matmuls and every elementwise op); "full": each layer from its input.
+RECOMPUTE = ("none", "selective", "full", "selective_op")
 # Where a tensor class lives: HBM, host DRAM over PCIe, or CXL-attached memory.
 PLACEMENTS = ("hbm", "host", "cxl")
 # Order in which the TP, CP and DP groups take ranks of a stage's submesh, innermost first
@@ -56,6 +59,7 @@ class StagePlan:
     etp: int = 1  # tensor-parallel degree inside each expert
     dp_shard: int = 0  # sharding group size inside dp (0: dp, i.e. no replication)
     reshard_after_forward: bool = True  # ZeRO-3/FSDP2: free gathered parameters after forward
+    cp_comm: str = "ring"  # context-parallel exchange: ring, all_gather or all_to_all (cost/context_parallel.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -81,6 +85,7 @@ class StagePlan:
                 f"ep x etp = {self.ep}x{self.etp} must divide the stage's {self.num_gpus} GPUs")
         require(isinstance(self.dp_shard, int) and self.dp_shard >= 0 and (self.dp_shard == 0 or self.dp % self.dp_shard == 0),
                 "stage.dp_shard", f"must be 0 (all of dp) or divide dp {self.dp}, got {self.dp_shard!r}")
+        require_choice("stage.cp_comm", self.cp_comm, ("ring", "all_gather", "all_to_all"))
         require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
         require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
                 "cache_tile_tokens", "must be > 0 exactly when cache_group_layers > 0 (a group streams tiles)")

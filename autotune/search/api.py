@@ -128,6 +128,7 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     problem = SearchProblem(model=spec, workload=work, cluster=resolve_cluster(cluster, profile), gpus=gpus,
                             space=load_space(space), seed=seed, method=method)
     problem.cluster.check_gpus(gpus)
+    problem.cluster.device.require_dtype(work.dtype)  # FP8 on an A100 and the like: refused at once
     study, path = _open_study(refs, run_dir, storage, study_name)
     if storage is not None:  # shared: queue the slices, work with any workers, collect
         from autotune.search.worker import queue_slices, wait_for_slices, work_on_queue

@@ -17,9 +17,9 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
 __all__ = ["StageChoice", "valid_stage_sizes", "choice_values", "enumerate_choices", "make_choice",
-           "choice_params", "OFFLOADS"]
+           "choice_params", "OFFLOADS", "SHARDINGS"]
 
-TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload")
+TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload", "sharding")
 INFERENCE_PARAMS = ("tp", "mesh_order", "kv_cache", "grouping")
 # Training offload options: StagePlan placements (ZeRO-Offload keeps optimizer states and
 # gradients in host memory, Ren et al. 2021; ZeRO-Infinity also the weights, Rajbhandari et al. 2021).
@@ -28,6 +28,12 @@ OFFLOADS = {
     "optimizer": {"optimizer_in": "host", "gradients_in": "host"},
     "optimizer+weights": {"optimizer_in": "host", "gradients_in": "host", "weights_in": "host"},
 }
+
+# How ZeRO/FSDP state is sharded (cost/sharding.py): "full" over all of dp, weights resharded
+# after forward (FSDP's default); "keep": weights kept gathered for the step, gradients reduced
+# once (FSDP2 reshard_after_forward=False); "node": HSDP, sharded over the stage's data-parallel
+# ranks inside one node and replicated across nodes.
+SHARDINGS = ("full", "keep", "node")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,8 +113,31 @@ def choice_values(space: SearchSpace, model: ModelSpec, workload: object, cluste
         return {"tp": tps, "mesh_order": orders, **(extra or {"kv_cache": ["hbm"], "grouping": ["off"]}), **experts}
     zeros = [z for z in space.zero if dp * (model_parallel // min(tps)) > 1 or z == 0] or [0]
     offload = list(space.offload) if not model.is_moe else ["none"]  # not modelled for MoE stages
-    return {"tp": tps, "recompute": list(space.recompute), "zero": zeros, "mesh_order": orders,
-            "offload": offload, **experts}
+    values = {"tp": tps, "recompute": list(space.recompute), "zero": zeros, "mesh_order": orders,
+              "offload": offload, **experts}
+    node = _node_shard(model_parallel, dp, cluster.gpus_per_node)
+    shardings = [s if s != "node" else f"hsdp:{node}" for s in space.sharding if s != "node" or node]
+    if len(shardings) > 1:
+        values["sharding"] = shardings
+    return values
+
+
+def _node_shard(model_parallel: int, dp: int, gpus_per_node: int) -> int:
+    """The HSDP shard degree that keeps a shard group inside a node (0 when that is all of dp)."""
+    per_node = max(1, gpus_per_node // model_parallel)
+    return per_node if per_node < dp and dp % per_node == 0 else 0
+
+
+def _sharding(params: dict) -> dict[str, object]:
+    """StagePlan fields of a sharding value ("full", "keep", or "hsdp:N" from choice_values);
+    they only mean something with ZeRO 3 (keep) or ZeRO >= 1 (hsdp)."""
+    name = str(params.get("sharding", "full"))
+    zero = int(params.get("zero", 0))
+    if name == "keep" and zero >= 3:
+        return {"reshard_after_forward": False}
+    if name.startswith("hsdp:") and zero >= 1:
+        return {"dp_shard": int(name.split(":")[1])}
+    return {}
 
 
 def _expert_values(space: SearchSpace, model: ModelSpec, stage_gpus: int) -> dict[str, list]:
@@ -123,6 +152,7 @@ def _expert_values(space: SearchSpace, model: ModelSpec, stage_gpus: int) -> dic
 
 def _placements(params: dict) -> dict[str, object]:
     out = dict(OFFLOADS[params.get("offload", "none")])
+    out.update(_sharding(params))
     kv = str(params.get("kv_cache", "hbm"))
     if kv != "hbm":
         tier, share = kv.split(":")

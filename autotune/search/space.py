@@ -39,6 +39,7 @@ class SearchSpace:
     n_trials: int
     sampler: str
     grid_max: int = 0  # stage spaces of at most this many choices are enumerated (0: n_trials)
+    sharding: tuple[str, ...] = ("full",)  # ZeRO/FSDP variants (search/choices.py SHARDINGS)
     ep: tuple[int, ...] = (1,)  # expert-parallel degrees (mixture-of-experts models only)
     etp: tuple[int, ...] = (1,)  # expert tensor-parallel degrees (at most the stage's tp)
     kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
@@ -62,6 +63,9 @@ class SearchSpace:
         from autotune.search.choices import OFFLOADS
         for value in self.offload + self.offload_fallback:
             require_choice("space.offload", value, tuple(OFFLOADS))
+        from autotune.search.choices import SHARDINGS
+        for value in self.sharding:
+            require_choice("space.sharding", value, SHARDINGS)
         for value in self.kv_cache:
             tier, _, share = value.partition(":")
             require(value == "hbm" or (tier in ("host", "cxl") and share.replace(".", "", 1).isdigit()
@@ -112,7 +116,8 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
             max_stages=int(pipe["max_stages"]), max_units_for_uneven_submeshes=int(pipe["max_units_for_uneven_submeshes"]),
             uniform_stages=bool(pipe.get("uniform_stages", False)),
             n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")),
-            grid_max=int(opt.get("grid_max", 0)), ep=tuple(stage.get("ep", [1])), etp=tuple(stage.get("etp", [1])),
+            grid_max=int(opt.get("grid_max", 0)), sharding=tuple(stage.get("sharding", ["full"])),
+            ep=tuple(stage.get("ep", [1])), etp=tuple(stage.get("etp", [1])),
             raw=tuple(data.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None

@@ -164,6 +164,15 @@ class DeviceProfile:
         raise AutotuneError("dtype", f"{self.name} has no compute regression for {op_class}/{dtype}; "
                                      f"its profile fits {', '.join(have) or 'no dtype'}")
 
+    def require_dtype(self, dtype: str) -> None:
+        """Refuse a training dtype whose GEMMs this device has no fit for (no such tensor
+        cores: FP8 before Hopper, MXFP8/NVFP4 before Blackwell)."""
+        gemm = dtype  # low-precision recipes name their GEMM format (spec.workload.gemm_dtype)
+        require(("gemm", gemm) in self.compute or (dtype == "fp16" and ("gemm", "bf16") in self.compute), "dtype",
+                f"{self.name} cannot run {dtype}: its profile has no {gemm} GEMM (no such tensor cores); "
+                f"use bf16, or a device that has them (fits for: "
+                f"{', '.join(sorted({d for (c, d) in self.compute if c == 'gemm'}))})")
+
     def memory_regression(self, role: str) -> Regression:
         """The per-byte fit pricing memory-bound operators of ``role`` (``stream`` or one of
         MEMORY_KERNEL_ROLES): its own measured fit where the profile has one, else ``memory``."""

@@ -7,19 +7,43 @@ from dataclasses import dataclass
 from autotune.errors import require, require_choice, require_positive
 
 __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES", "ATTENTION_IMPLS",
-           "bytes_per_element"]
+           "bytes_per_element", "LOW_PRECISION_DTYPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype"]
 
-DTYPES = ("fp32", "bf16", "fp16")
+# "fp8": FP8 GEMMs (E4M3 forward, E5M2 or E4M3 gradients) with per-tensor scales, BF16
+# everywhere else, FP32 master weights and gradients (Micikevicius et al. 2022, "FP8 Formats
+# for Deep Learning"; Transformer Engine, torchao float8). "mxfp8": the same with a shared
+# scale per 32 elements (OCP Microscaling spec v1.0), in hardware on Blackwell. "nvfp4": FP4
+# E2M1 GEMMs with a scale per 16 elements (NVIDIA Blackwell), BF16 elsewhere.
+# "fp8_rowwise": FP8 with a scale per row of each operand (torchao's rowwise recipe), whose
+# GEMMs run slower than per-tensor scaling on H100.
+LOW_PRECISION_DTYPES = ("fp8", "fp8_rowwise", "mxfp8", "nvfp4")
+DTYPES = ("fp32", "bf16", "fp16", *LOW_PRECISION_DTYPES)
+# Inference prices weights in the compute dtype: FP8/FP4 serving with pre-quantized weights (no
+# per-step casts, 1-byte weight reads) is not modelled, so those dtypes are training-only.
+INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
 # "flash": fused attention kernel, no s x s matrix in memory (FlashAttention, Dao et al. 2022).
 # "unfused": scores, softmax and dropout materialised, as Megatron-LM did before FlashAttention
 # (Narayanan et al. SC'21 used its fused scale-mask-softmax kernel).
 ATTENTION_IMPLS = ("flash", "unfused")
 
-_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+# Bytes per activation element: low-precision recipes keep activations in BF16.
+_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp8_rowwise": 2, "mxfp8": 2, "nvfp4": 2}
+# Bytes per element of a GEMM operand after the cast (scales aside).
+GEMM_OPERAND_BYTES = {"fp8": 1.0, "fp8_rowwise": 1.0, "mxfp8": 1.0, "nvfp4": 0.5}
 
 
 def bytes_per_element(dtype: str) -> int:
     return _BYTES[dtype]
+
+
+def gemm_dtype(dtype: str) -> str:
+    """The dtype dense matmuls run in (the device's GEMM fit for it prices them)."""
+    return dtype
+
+
+def compute_dtype(dtype: str) -> str:
+    """The dtype of everything but the GEMMs: BF16 under the low-precision recipes."""
+    return "bf16" if dtype in LOW_PRECISION_DTYPES else dtype
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -29,6 +53,7 @@ class TrainingWorkload:
     ``dtype="fp32"`` trains in full precision. ``bf16``/``fp16`` are mixed precision: half
     precision weights and activations, fp32 master weights, fp32 gradient accumulation and
     Adam states (Micikevicius et al. 2018; Megatron-LM keeps fp32 ``main_grad`` buffers).
+    ``fp8``/``mxfp8``/``nvfp4`` run the GEMMs in that format and keep BF16 otherwise.
     """
 
     global_batch: int
@@ -36,11 +61,14 @@ class TrainingWorkload:
     dtype: str = "bf16"
     attention_impl: str = "flash"
     kind: str = "train"
+    fp8_all_gather: bool = False  # FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)
     # Mixture of experts: the busiest expert-parallel rank's routed tokens over the mean. 0: the
     # floor of unskewed routing (cost/moe.py load_imbalance); >= 1: a measured max/mean.
     expert_load_imbalance: float = 0.0
 
     def __post_init__(self) -> None:
+        require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
+                f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)
         require_positive("seq_len", self.seq_len)
         require(isinstance(self.expert_load_imbalance, (int, float)) and (self.expert_load_imbalance == 0
@@ -95,7 +123,7 @@ class InferenceWorkload:
         require_choice("workload", self.kind, INFERENCE_KINDS)
         require_positive("batch", self.batch)
         require_positive("prompt_len", self.prompt_len)
-        require_choice("dtype", self.dtype, DTYPES)
+        require_choice("dtype", self.dtype, INFERENCE_DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         if self.kind != "prefill":
             require_positive("output_len", self.output_len)

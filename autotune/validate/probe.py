@@ -20,7 +20,7 @@ __all__ = ["machine_slowdown", "PROBE_GEMM"]
 PROBE_GEMM = (512, 768, 768)  # (m, k, n): in the CPU profile's sweep, 7.6 ms on one core
 
 
-def _probe_worker(barrier: object, queue: object, repeats: int) -> None:
+def _probe_worker(barrier: object, queue: object, repeats: int, clock: str = "wall") -> None:
     import torch
 
     from profilers.timing import time_call
@@ -29,16 +29,19 @@ def _probe_worker(barrier: object, queue: object, repeats: int) -> None:
     m, k, n = PROBE_GEMM
     a, b = torch.randn(m, k), torch.randn(k, n)
     barrier.wait(timeout=120)
-    timing = time_call(lambda: torch.mm(a, b), device=torch.device("cpu"), warmup=5, repeats=repeats, clock="wall")
+    timing = time_call(lambda: torch.mm(a, b), device=torch.device("cpu"), warmup=5, repeats=repeats, clock=clock)
     queue.put(statistics.median(timing.samples_s))
 
 
-def machine_slowdown(device: DeviceProfile, processes: int = 2, repeats: int = 100) -> float:
+def machine_slowdown(device: DeviceProfile, processes: int = 2, repeats: int = 100, clock: str = "wall") -> float:
     """Measured / profiled time of the probe GEMM with ``processes`` workers running it at
-    once (the slowest worker's median); 1.0 is the machine as profiled."""
+    once (the slowest worker's median); 1.0 is the machine as profiled. ``clock="cpu"`` times
+    the workers' own CPU time: the slowdown of the host (clocks, a busy hypervisor, caches and
+    memory bandwidth shared with neighbours) without the time other processes held the core,
+    which is what divides step times taken net of run-queue wait."""
     context = mp.get_context("spawn")
     barrier, queue = context.Barrier(processes), context.Queue()
-    workers = [context.Process(target=_probe_worker, args=(barrier, queue, repeats), daemon=True)
+    workers = [context.Process(target=_probe_worker, args=(barrier, queue, repeats, clock), daemon=True)
                for _ in range(processes)]
     for worker in workers:
         worker.start()

@@ -49,9 +49,9 @@ def _check_expressible(ctx: ExportContext) -> None:
     if s.tp > 1 and (s.sequence_parallel or s.zero == 3):
         raise refuse(NAME, "stages.tp", "AutoTP training (tensor_parallel.autotp_size) shards linear layers only, "
                                         "without sequence parallelism, and asserts ZeRO <= 2")
-    if s.recompute == "selective":
+    if s.recompute in ("selective", "selective_op"):
         raise refuse(NAME, "stages.recompute", "its activation checkpointing recomputes whole checkpointed "
-                                               "functions; selective (core-attention) recomputation has no setting")
+                                               "functions; selective recomputation has no setting")
 
 
 def _offload(ctx: ExportContext) -> dict:

@@ -126,6 +126,9 @@ def _memory_flags(ctx: ExportContext) -> list[Flag]:
                        "(--optimizer-cpu-offload); it has no training offload of weights or activations that "
                        "works with pipelining and recomputation, and no CXL placement")
     flags: list[Flag] = []
+    if s.recompute == "selective_op":
+        raise refuse(NAME, "stages.recompute", "torchtitan's op-level selective checkpointing has no flag "
+                                               "(--recompute-granularity selective recomputes core attention)")
     if s.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
     elif s.recompute == "full":

@@ -32,8 +32,10 @@ __all__ = ["to_torchtitan", "llama_ffn_hidden", "model_parts"]
 NAME = "torchtitan"
 TARGET = "torchtitan v0.2.2 (73a0e6979, 2026-02-20): torchrun ... -m torchtitan.train --job.config_file FILE"
 PLAN_FIELDS = ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm")
+STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm")  # FSDP2/HSDP, CP rotation
+CP_ROTATE = {"ring": "alltoall", "all_gather": "allgather"}  # its names: "alltoall" passes K/V around a ring
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-RECOMPUTE = {"none": "none", "full": "full", "selective": "selective"}
+RECOMPUTE = {"none": "none", "full": "full", "selective": "selective", "selective_op": "selective"}
 # Llama 3 flavours of torchtitan v0.2.2 (torchtitan/models/llama3/__init__.py, llama3_args):
 # dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of; vocab_size is the
 # TransformerModelArgs default 128256 except for debugmodel (model/args.py).
@@ -94,9 +96,11 @@ def _data_parallel(ctx: ExportContext) -> dict:
     s = ctx.stage
     if s.dp * s.cp == 1:
         return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": 1}
-    if s.zero in (2, 3):  # FSDP2 over dp x cp; ZeRO-2 keeps the gathered weights through backward
-        return {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": s.dp,
-                "fsdp_reshard_after_forward": "never" if s.zero == 2 else "always"}
+    if s.zero in (2, 3):  # FSDP2 over dp x cp (HSDP: shard over dp_shard, replicate the rest);
+        # ZeRO-2 and reshard_after_forward=False keep the gathered weights through backward
+        keep = s.zero == 2 or not s.reshard_after_forward
+        return {"data_parallel_replicate_degree": s.dp // s.shard_degree, "data_parallel_shard_degree": s.shard_degree,
+                "fsdp_reshard_after_forward": "never" if keep else "always"}
     if s.zero == 1:
         raise refuse(NAME, "stages.zero", "FSDP2 shards weights, gradients and optimizer states together; "
                                           "ZeRO-1 (optimizer states only) has no setting (use zero 2 or 3)")
@@ -141,6 +145,11 @@ def _parallelism(ctx: ExportContext) -> dict:
                                                        "sequence; tp > 1 without sequence parallelism has no setting")
     table = {**_data_parallel(ctx), "tensor_parallel_degree": s.tp, "context_parallel_degree": s.cp,
              "pipeline_parallel_degree": p.pp}
+    if s.cp > 1:
+        if s.cp_comm not in CP_ROTATE:
+            raise refuse(NAME, "stages.cp_comm", "its context parallelism rotates K/V (allgather or ring); "
+                                                 "all-to-all over heads (Ulysses) has no setting")
+        table["context_parallel_rotate_method"] = CP_ROTATE[s.cp_comm]
     if s.tp > 1 and p.overlap_tp_comm:
         table["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)
     table.update(_expert_parallel(ctx))
@@ -157,8 +166,9 @@ def _parallelism(ctx: ExportContext) -> dict:
 
 def _training(ctx: ExportContext) -> dict:
     p, s, w = ctx.plan, ctx.stage, ctx.workload
-    if w.dtype == "fp16":
-        raise refuse(NAME, "workload.dtype", "its mixed precision is bfloat16 or float32 (fp16 has no setting)")
+    if w.dtype in ("fp16", "nvfp4"):
+        raise refuse(NAME, "workload.dtype", f"its mixed precision is bfloat16 or float32, with float8/mx "
+                                             f"converters on the linears ({w.dtype} has no setting)")
     require_placements(ctx, {name: ("hbm", "host") for name in ("weights_in", "optimizer_in", "gradients_in")},
                        "its only offload is FSDP2's CPU offload of weights, gradients and optimizer states together")
     offloaded = {s.weights_in, s.optimizer_in, s.gradients_in}
@@ -169,7 +179,7 @@ def _training(ctx: ExportContext) -> dict:
     # Without pipelining torchtitan accumulates gradients over global / (local x dp) micro-batches.
     local = p.micro_batch * (p.num_microbatches if p.pp > 1 else 1)
     return {"local_batch_size": local, "global_batch_size": p.global_batch, "seq_len": w.seq_len,
-            "mixed_precision_param": "bfloat16" if w.dtype == "bf16" else "float32",
+            "mixed_precision_param": "float32" if w.dtype == "fp32" else "bfloat16",
             "mixed_precision_reduce": "float32", "enable_cpu_offload": "host" in offloaded}
 
 
@@ -177,19 +187,29 @@ def _activation_checkpoint(ctx: ExportContext) -> tuple[dict, list[str]]:
     mode = RECOMPUTE[ctx.stage.recompute]
     if mode != "selective":
         return {"mode": mode}, []
+    if ctx.stage.recompute == "selective_op":  # exactly its op-level policy
+        return {"mode": "selective", "selective_ac_option": "op"}, []
     return {"mode": "selective", "selective_ac_option": "op"}, [
         "selective recomputation: torchtitan's op-level policy saves matmul and attention outputs and recomputes "
         "the rest, close to but not the same as Megatron's core-attention recomputation the estimate assumes"]
 
 
 def to_torchtitan(plan_file: PlanFile) -> ExportResult:
-    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp"))
+    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=STAGE_FIELDS + ("ep", "etp"))
     check_mesh_order(ctx)  # its mesh is [pp, dp_replicate, dp_shard, cp, tp], tp innermost
     name, flavor, notes = _moe_flavor(ctx.model) if ctx.model.is_moe else ("llama3", *_flavor(ctx.model))
     checkpoint, ac_notes = _activation_checkpoint(ctx)
     config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
               "model": {"name": name, "flavor": flavor}, "training": _training(ctx),
               "parallelism": _parallelism(ctx), "activation_checkpoint": checkpoint}
+    if ctx.workload.dtype in ("fp8", "fp8_rowwise"):  # torchao float8 training on the linears
+        config["model"]["converters"] = ["quantize.linear.float8"]
+        recipe = "tensorwise" if ctx.workload.dtype == "fp8" else "rowwise"
+        config["quantize"] = {"linear": {"float8": {
+            "recipe_name": recipe, "enable_fsdp_float8_all_gather": bool(ctx.workload.fp8_all_gather)}}}
+    elif ctx.workload.dtype == "mxfp8":  # torchao MX training on the linears
+        config["model"]["converters"] = ["quantize.linear.mx"]
+        config["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8"}}}
     if config["parallelism"].get("enable_async_tensor_parallel"):
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
     notes = notes + ac_notes

@@ -1,0 +1,188 @@
+"""Modern published runs (``tests/data/modern_runs.csv``): FSDP, FP8, MoE, newer GPUs.
+
+Each row names its framework; where a cell is empty the framework's defaults are assumed,
+once per framework, in ``FRAMEWORK_DEFAULTS`` below (setting, value, reason). A row the cost
+model cannot price yet is returned as :class:`Unexpressible` with the reason, never guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from autotune.errors import AutotuneError
+from autotune.plan.builders import uniform_plan
+from autotune.spec.model import ModelSpec
+from autotune.spec.workload import TrainingWorkload
+
+__all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "Unexpressible", "framework_of", "modern_run_from_row"]
+
+# (setting, value assumed, why). Printed by ``autotune check-published --assumptions``.
+FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
+    "llm-foundry": (
+        ("sharding", "zero 3, reshard after forward", "FSDP1 FULL_SHARD in every benchmark yaml (scripts/train/benchmarking)"),
+        ("gradient reduce", "reduce-scatter every micro-batch", "FSDP1 reduces each backward; composer uses no no_sync under FULL_SHARD"),
+        ("precision", "bf16 gathers, fp32 gradient reduce", "composer mixed_precision DEFAULT: param bf16, reduce fp32"),
+        ("model", "GPT: LayerNorm, biases, learned positions, tied embeddings, no dropout",
+         "MPT benchmark configs; the NumParams column matches biases and learned positions"),
+        ("attention", "Triton FlashAttention at 1/1.8 of FlashAttention-2's speed",
+         "submit_benchmarks.py defaults attn_impl to triton; FA2 is 1.3-2.5x faster (Dao 2023, sec. 4.1)"),
+        ("micro-batches", "global_batch / (micro_batch x dp)", "GradAccum column of the source table"),
+    ),
+    "torchtitan": (
+        ("sharding", "zero 3 (FSDP2); reshard after forward unless pipelined",
+         "parallelize_llama: reshard_after_forward = not pp_enabled"),
+        ("gradient reduce", "every micro-batch; once per step when pipelined",
+         "torch.distributed.pipelining turns gradient sync and resharding off but for the last micro-batch"),
+        ("precision", "bf16 params, fp32 gradient reduce", "torchtitan mixed_precision_reduce = float32"),
+        ("model", "Llama: RMSNorm, no biases, rotary, untied embeddings", "torchtitan llama3 model"),
+        ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
+        ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
+        ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so", "torchtitan TP plan"),
+        ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
+         "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
+        ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing",
+         "PyTorch context_parallel's default rotate method and round-robin sharding"),
+        ("selective checkpointing", "op-level (selective_op): every other matmul and all elementwise ops recomputed",
+         "activation_checkpoint.selective_ac_option defaults to op (torchtitan _op_sac policy)"),
+        ("torch.compile", "not modelled", "fused elementwise kernels are priced as separate kernels"),
+    ),
+    "nemo": (
+        ("sharding", "zero 1 (distributed optimizer); zero 3 = Megatron-FSDP where the FSDP column is set",
+         "NeMo/Megatron-Bridge performance recipes"),
+        ("overlap", "grad reduce, param gather, TP comm (TP > 1) and pipeline p2p overlapped",
+         "the recipes' comm overlap callbacks"),
+        ("sequence parallel", "on with TP > 1", "Megatron-Core default in the recipes"),
+        ("context parallel", "ring (p2p) with causal load balancing", "Megatron-Core's default cp_comm_type"),
+        ("recompute", "none", "performance recipes train without recomputation unless noted"),
+        ("model", "Llama-style rows: RMSNorm, no biases, rotary, untied; GPT3: LayerNorm, biases, learned, tied",
+         "NeMo model configs"),
+        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
+         "Megatron's account_for_embedding/loss_in_pipeline_split give the embedding and loss a layer's slot "
+         "(126 -> 128 for Llama 3.1 405B); the padding adds at most pp x vpp - 1 layers' work"),
+        ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
+        ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
+        ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+    ),
+}
+
+# Speed of each framework's attention kernel against the device's fitted one (FlashAttention-2
+# on A100/H100, cuDNN on Blackwell). llm-foundry's benchmark sweep runs attn_impl "triton"
+# (scripts/train/benchmarking/submit_benchmarks.py): FlashAttention in Triton, which
+# FlashAttention-2 beats by 1.3-2.5x (Dao 2023, sec. 4.1); the geometric mean 1.8 is taken.
+ATTENTION_KERNEL_SPEED = {"llm-foundry": 1 / 1.8}
+
+# Which cluster preset (or shipped cluster) each GPU column names.
+GPU_CLUSTERS = {
+    "A100-40GB": "dgx-a100-40gb", "A100-80GB": "dgx-a100-80gb", "A100-SXM4-80GB": "dgx-a100-80gb",
+    "H100-80GB": "dgx-h100", "H100-SXM5-80GB": "dgx-h100", "H200": "dgx-h200",
+    "H100-96GB-HBM2e-500W": "grand-teton-h100", "B200": "dgx-b200", "GB200": "gb200-nvl72-64",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Unexpressible:
+    """A published row the cost model cannot price (yet), and why."""
+
+    run_id: str
+    regime: str
+    reason: str
+
+
+def framework_of(row: dict[str, str]) -> str:
+    name = row.get("framework", "").lower()
+    for key in FRAMEWORK_DEFAULTS:
+        if key in name:
+            return key
+    return "megatron" if not name else name.split()[0]
+
+
+def _model(row: dict[str, str], framework: str) -> ModelSpec:
+    act = {"relu2": "relu"}.get(row["ffn_act"] or "gelu", row["ffn_act"] or "gelu")
+    llama = act == "swiglu"
+    moe = row.get("arch") == "moe"
+    vocab = int(row["vocab"] or 51200)
+    return ModelSpec(
+        name=row["model"], num_layers=int(row["layers"]), hidden_size=int(row["hidden"]),
+        num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"] or row["heads"]),
+        ffn_hidden_size=int(row["ffn"]), ffn_activation=act, vocab_size=vocab,
+        max_seq_len=int(row["seq"]), tied_embeddings=not llama, dropout=False,
+        norm="rmsnorm" if llama else "layernorm", bias=not llama,
+        position_embedding="rotary" if llama else "learned", source=row["source"],
+        num_experts=int(row["num_experts"]) if moe else 0,
+        num_experts_per_token=int(row["top_k"]) if moe else 0,
+        expert_ffn_hidden_size=int(row["expert_ffn"]) if moe else 0,
+    )
+
+
+def _precision(row: dict[str, str]) -> str:
+    return row.get("precision") or row.get("dtype") or "bf16"
+
+
+def regime_of(row: dict[str, str]) -> str:
+    return f"{row['gpu']} | {row.get('arch') or 'dense'} | {_precision(row)} | {framework_of(row)}"
+
+
+def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict:
+    """Plan fields the framework's defaults decide."""
+    text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
+    zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan") else 1)
+    async_tp = ("asynctp" in text.replace(" ", "") or "async tp" in text) and "vanilla tp" not in text
+    options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
+               "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
+    if framework == "torchtitan":
+        options["reshard_after_forward"] = pp == 1
+        options["cp_comm"] = "all_gather"
+    return options
+
+
+def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | None]:
+    """(vpp, schedule): the row's vpp, torchtitan's interleaved tables at 2 stages per rank."""
+    if row["vpp"]:
+        vpp = int(row["vpp"])
+        return vpp, ("interleaved" if vpp > 1 else None)
+    if framework == "torchtitan" and pp > 1 and "interleaved" in row["source"].lower():
+        return 2, "interleaved"
+    return 1, None
+
+
+def modern_run_from_row(row: dict[str, str]):
+    """(model, workload, cluster name, plan) of one modern row, or an Unexpressible."""
+    framework = framework_of(row)
+    regime = regime_of(row)
+    if not row.get("iter_s"):
+        return Unexpressible(run_id=row["id"], regime=regime, reason="no iteration time (the source gave only TFLOP/s)")
+    text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
+    cluster = GPU_CLUSTERS.get(row["gpu"])
+    if cluster is None:
+        return Unexpressible(run_id=row["id"], regime=regime, reason=f"no cluster preset for {row['gpu']}")
+    model = _model(row, framework)
+    tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
+    vpp, schedule = _schedule(row, framework, pp)
+    if model.num_layers % (pp * vpp):  # embedding and loss take layer slots (see FRAMEWORK_DEFAULTS)
+        model = model.with_changes(num_layers=-(-model.num_layers // (pp * vpp)) * pp * vpp)
+    tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
+    gpus = int(row["gpus"])
+    dp = int(row["dp"]) if row["dp"] else gpus // (tp * pp * cp)
+    global_batch = int(row["global_batch"])
+    micro_batch = int(row["micro_batch"] or 1)
+    if framework == "torchtitan" and pp > 1:  # one micro-batch per stage
+        micro_batch = max(1, global_batch // dp // pp)
+    dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
+    workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
+                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text)
+    sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
+    plan = uniform_plan(
+        num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
+        global_batch=global_batch, sequence_parallel=sp, recompute=row["recompute"] or "none",
+        schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
+    if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
+        plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))
+    return model, workload, cluster, plan, regime
+
+
+def safe_modern_run(row: dict[str, str]):
+    """As :func:`modern_run_from_row`, a row the specs reject becoming Unexpressible."""
+    try:
+        return modern_run_from_row(row)
+    except AutotuneError as err:
+        return Unexpressible(run_id=row["id"], regime=regime_of(row), reason=f"{err.field}: {err.message}")

@@ -1,0 +1,64 @@
+"""Context parallelism for long sequences (autotune/cost/context_parallel.py): the ring, all-gather
+and all-to-all (Ulysses) exchanges against hand computations, and activation memory at 32k-128k."""
+
+import pytest
+
+from autotune.cost.comm import GroupSpan, collective_time_s
+from autotune.cost.context_parallel import cp_layer_comm_s
+from autotune.errors import AutotuneError
+from autotune.search.evaluate import evaluate
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.presets import load_preset
+
+CLUSTER = load_cluster("dgx-h100")
+SPAN = GroupSpan(4, 1)
+
+
+def _comm(kind, fwd, bwd, recompute=False):
+    return cp_layer_comm_s(CLUSTER, kind, SPAN, kv_bytes=4e9, qkv_local_bytes=3e9, out_local_bytes=1e9,
+                           fwd_attn_s=fwd, bwd_attn_s=bwd, recompute_forward=recompute)
+
+
+def test_ring_hides_behind_attention_unless_the_link_is_slower():
+    ring = collective_time_s("all_gather", 4e9, SPAN, CLUSTER)
+    assert _comm("ring", fwd=10.0, bwd=25.0) == 0.0
+    assert _comm("ring", fwd=0.0, bwd=0.0) == pytest.approx(3 * ring)  # K,V forward; K,V and grads backward
+    fwd = ring / 2
+    assert _comm("ring", fwd=fwd, bwd=0.0) == pytest.approx((ring - fwd) + 2 * ring)
+    assert _comm("ring", fwd=0.0, bwd=0.0, recompute=True) == pytest.approx(4 * ring)
+
+
+def test_all_gather_hides_only_behind_the_local_chunk():
+    gather = collective_time_s("all_gather", 4e9, SPAN, CLUSTER)
+    scatter = collective_time_s("reduce_scatter", 4e9, SPAN, CLUSTER)
+    fwd, bwd = 4 * gather, 4 * (gather + scatter)  # the local chunk is a quarter of the attention (cp 4)
+    assert _comm("all_gather", fwd=fwd, bwd=bwd) == pytest.approx(0.0, abs=1e-12)
+    assert _comm("all_gather", fwd=fwd / 2, bwd=0.0) == pytest.approx(gather / 2 + gather + scatter)
+
+
+def test_ulysses_all_to_alls_are_on_the_critical_path():
+    one = collective_time_s("all_to_all", 3e9, SPAN, CLUSTER) + collective_time_s("all_to_all", 1e9, SPAN, CLUSTER)
+    assert _comm("all_to_all", fwd=100.0, bwd=100.0) == pytest.approx(2 * one)
+    with pytest.raises(ValueError):
+        _comm("bogus", 1.0, 1.0)
+
+
+def _long(seq, cp, gpus=8, **kw):
+    model = load_preset("llama3-8b").with_changes(max_seq_len=131072)  # Llama 3.1's context
+    return evaluate(model, gpus, cluster="dgx-h100", cp=cp, dp=gpus // cp, global_batch=gpus // cp, seq_len=seq,
+                    micro_batch=1, zero=3, recompute="full", dtype="bf16", **kw)
+
+
+def test_long_context_variants_and_memory():
+    # CP over two nodes at 32k: the ring still hides behind attention, the all-gather only
+    # behind the local chunk; Ulysses pays its all-to-alls but runs no partial kernels to merge
+    comm = {c: _long(32768, 16, gpus=16, cp_comm=c).breakdown["tp_cp_comm_s"]
+            for c in ("ring", "all_gather", "all_to_all")}
+    assert comm["ring"] < comm["all_gather"] and comm["all_to_all"] > 0, comm
+    # activation memory grows linearly with the sequence (flash attention) and shrinks with cp
+    mem = {seq: _long(seq, 4).memory_breakdown["activations_bytes"] for seq in (32768, 65536, 131072)}
+    assert mem[65536] == pytest.approx(2 * mem[32768], rel=0.02)
+    assert mem[131072] == pytest.approx(4 * mem[32768], rel=0.02)
+    assert _long(131072, 8).memory_breakdown["activations_bytes"] == pytest.approx(mem[131072] / 2, rel=0.02)
+    with pytest.raises(AutotuneError):
+        _long(32768, 2, cp_comm="ulysses")

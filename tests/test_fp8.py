@@ -1,0 +1,97 @@
+"""Low-precision training (fp8, mxfp8, nvfp4) and the Blackwell presets."""
+
+import subprocess
+import sys
+
+import pytest
+
+from autotune.search.evaluate import evaluate
+from autotune.cost.compute import block_times
+from autotune.cost.memory import state_bytes_per_param
+from autotune.errors import AutotuneError
+from autotune.graph.operators import Operator, _chain
+from autotune.graph.table import OpTable
+from autotune.spec.hardware import DeviceProfile, MemoryTier, Regression
+from autotune.spec.hardware_data import load_cluster
+
+
+def _device():
+    return DeviceProfile(
+        name="toy8", kind="gpu", peak_flops={"bf16": 100e12, "fp8": 200e12},
+        tiers=(MemoryTier(name="hbm", capacity_bytes=80e9, bandwidth_bytes_per_s=2e12, latency_s=0),),
+        compute={("gemm", "bf16"): Regression(latency_s=10e-6, seconds_per_unit=1 / 50e12),
+                 ("gemm", "fp8"): Regression(latency_s=10e-6, seconds_per_unit=1 / 100e12)},
+        memory=Regression(latency_s=2e-6, seconds_per_unit=1 / 1e12), reserved_bytes=1e9, provenance="test")
+
+
+def test_fp8_gemm_uses_the_fp8_fit_plus_cast_kernels_by_hand():
+    gemm = Operator(name="g", kind="gemm", flops=1e12, model_flops=1e12, act_in_bytes=1e9, act_out_bytes=1e9,
+                    weight_bytes=0.5e9, params=0.25e9, saved_bytes=0, sharding="column", bwd_flops_factor=2,
+                    bwd_kernels=2)
+    table = OpTable.from_graph(_chain([gemm]))
+    bf16 = block_times(table, _device(), "bf16", micro_batch=1, tp=1, cp=1, sequence_parallel=False)
+    fp8 = block_times(table, _device(), "fp8", micro_batch=1, tp=1, cp=1, sequence_parallel=False)
+    assert bf16.fwd_ops_s == pytest.approx([10e-6 + 1e12 / 50e12])
+    # fp8 GEMM 10us + 1e12/100e12; casts: input and weight read in bf16, written in fp8 and
+    # transposed: (1e9 + 0.5e9) x 2 bytes per bf16 byte... (2 + 2 x 1) / 2 = 2 -> 3e9 bytes, 2 kernels
+    assert fp8.fwd_ops_s == pytest.approx([10e-6 + 1e12 / 100e12 + 2 * 2e-6 + 3e9 / 1e12])
+    # backward: 2 GEMMs at the fp8 rate, the output gradient cast (1e9 x 2 bytes, 1 kernel)
+    assert fp8.bwd_ops_s == pytest.approx([2 * 10e-6 + 2e12 / 100e12 + 2e-6 + 2e9 / 1e12])
+
+
+def test_fp8_keeps_a_weight_copy_and_fp32_master_state():
+    bf16, fp8, fp4 = (state_bytes_per_param(d) for d in ("bf16", "fp8", "nvfp4"))
+    assert (fp8.weights, fp8.gradients, fp8.master, fp8.moments) == (3.0, 4.0, 4.0, 8.0)
+    assert fp4.weights == 2.5 and bf16.weights == 2.0
+
+
+def test_fp8_on_h100_is_faster_than_bf16_but_not_twice():
+    kw = dict(cluster="dgx-h100", tp=8, global_batch=64, seq_len=8192, micro_batch=1, recompute="none")
+    bf16 = evaluate("llama3-70b", 64, dtype="bf16", zero=1, **kw)
+    fp8 = evaluate("llama3-70b", 64, dtype="fp8", zero=1, **kw)
+    assert 1.15 < bf16.step_time_s / fp8.step_time_s < 2.0
+    assert fp8.peak_memory_bytes_per_gpu > bf16.peak_memory_bytes_per_gpu  # the FP8 weight copies
+
+
+def test_fp8_all_gather_halves_the_fsdp_gather():
+    from dataclasses import replace
+
+    from autotune.spec.resolve import training_workload
+    from autotune.spec.presets import resolve_model
+    model = resolve_model("llama3-8b")
+    work = training_workload(model, global_batch=8, seq_len=4096, dtype="fp8")
+    kw = dict(cluster="dgx-h100", zero=3, micro_batch=1, overlap_param_gather=False)
+    bf16_gather = evaluate(model, 8, workload=work, **kw).breakdown["dp_comm_s"]
+    fp8_gather = evaluate(model, 8, workload=replace(work, fp8_all_gather=True), **kw).breakdown["dp_comm_s"]
+    assert fp8_gather < 0.8 * bf16_gather
+    with pytest.raises(AutotuneError):
+        replace(training_workload(model, dtype="bf16"), fp8_all_gather=True)
+
+
+def test_fp8_refused_on_a100_in_one_line():
+    proc = subprocess.run([sys.executable, "-m", "autotune", "evaluate", "--model", "llama3-8b", "--gpus", "8",
+                           "--cluster", "dgx-a100-80gb", "--dtype", "fp8"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "fp8" in lines[0] and "A100" in lines[0], proc.stderr
+
+
+def test_block_scaled_formats_need_blackwell():
+    with pytest.raises(AutotuneError, match="mxfp8"):
+        evaluate("llama3-8b", 8, cluster="dgx-h100", dtype="mxfp8", global_batch=8, seq_len=4096)
+    b200 = evaluate("llama3-8b", 8, cluster="dgx-b200", dtype="mxfp8", global_batch=8, seq_len=4096)
+    nvfp4 = evaluate("llama3-8b", 8, cluster="dgx-b200", dtype="nvfp4", global_batch=8, seq_len=4096)
+    h100 = evaluate("llama3-8b", 8, cluster="dgx-h100", dtype="fp8", global_batch=8, seq_len=4096)
+    assert nvfp4.step_time_s < b200.step_time_s < h100.step_time_s
+
+
+def test_blackwell_presets():
+    nvl72 = load_cluster("gb200-nvl72")
+    assert nvl72.gpus_per_node == 72 and nvl72.device.peak("fp8") == 5.0e15
+    dgx = load_cluster("dgx-b200")
+    assert dgx.gpus_per_node == 8 and dgx.intra_node.bandwidth_bytes_per_s == 680e9
+    for cluster in (nvl72, dgx):
+        assert all(fit.source for fit in cluster.device.compute.values())
+    nvl72.check_gpus(72)
+    with pytest.raises(AutotuneError):
+        nvl72.check_gpus(100)
