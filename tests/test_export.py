@@ -98,7 +98,9 @@ PLANS = {
 EXPORTED = {
     "megatron": ["tp4-pp4-vpp2-zero1-selective", "tp8-pp2-cp2-zero3-full", "tp2-dp4-zero2-full",
                  "tp2-sp-dp4-zero2-selective-async", "dp16-zero0"],
-    "torchtitan": ["tp8-pp2-cp2-zero3-full", "dp8-zero3-offload", "tp2-sp-dp4-zero2-selective-async", "dp16-zero0"],
+    "torchtitan": ["tp8-pp2-cp2-zero3-full", "dp8-zero3-offload", "tp2-sp-dp4-zero2-selective-async", "dp16-zero0",
+                   "tp2-dp4-zero2-full"],  # 0.3 has tp without sequence parallelism
+    "torchtitan-0.2": ["tp8-pp2-cp2-zero3-full", "dp8-zero3-offload", "tp2-sp-dp4-zero2-selective-async", "dp16-zero0"],
     "deepspeed": ["dp8-zero3-offload", "tp2-dp4-zero2-full", "dp16-zero0"],
 }
 
@@ -172,17 +174,17 @@ def test_megatron_interleaved_micro_batch_groups():
         export(plan_file(gpus=32, tp=8, pp=4, vpp=2, sequence_parallel=True, global_batch=2), "megatron")
 
 
-@pytest.mark.parametrize("name", EXPORTED["torchtitan"])
-def test_torchtitan_keys_are_documented_with_valid_values(name):
-    for key, value in flatten(tomllib.loads(export_plan(plan_file(**PLANS[name]), "torchtitan"))).items():
+@pytest.mark.parametrize("name", EXPORTED["torchtitan-0.2"])
+def test_torchtitan_02_keys_are_documented_with_valid_values(name):
+    for key, value in flatten(tomllib.loads(export_plan(plan_file(**PLANS[name]), "torchtitan-0.2"))).items():
         assert key in TORCHTITAN, f"{key} is not a torchtitan v0.2.2 job-config key"
         choices = TORCHTITAN[key][1]
         assert not choices or str(value) in choices, f"{key} = {value!r} not in {choices}"
 
 
-def test_torchtitan_maps_the_plan():
+def test_torchtitan_02_maps_the_plan():
     pf = plan_file(**PLANS["tp8-pp2-cp2-zero3-full"])
-    config = tomllib.loads(export_plan(pf, "torchtitan"))
+    config = tomllib.loads(export_plan(pf, "torchtitan-0.2"))
     par, train = config["parallelism"], config["training"]
     assert (par["tensor_parallel_degree"], par["context_parallel_degree"], par["pipeline_parallel_degree"],
             par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (8, 2, 2, pf.plan.dp, 1)
@@ -197,7 +199,7 @@ def test_torchtitan_maps_the_plan():
 
 def test_torchtitan_interleaved_parts_loop_over_ranks():
     pf = with_layer_counts(plan_file(gpus=32, tp=8, pp=4, vpp=2, sequence_parallel=True, zero=3), [4, 12, 8, 8])
-    par = tomllib.loads(export_plan(pf, "torchtitan"))["parallelism"]
+    par = tomllib.loads(export_plan(pf, "torchtitan-0.2"))["parallelism"]
     assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
     sizes = [sum(m.startswith("layers.") for m in part) for part in par["module_fqns_per_model_part"]]
     assert [sizes[r] + sizes[4 + r] for r in range(4)] == [4, 12, 8, 8]  # part c*pp + r runs on rank r
@@ -209,16 +211,19 @@ def test_torchtitan_flavour_for_other_llama_shapes():
     work = training_workload(spec, global_batch=8, seq_len=1024)
     pf = PlanFile(plan=uniform_plan(num_layers=4, gpus=8, global_batch=8, zero=3), model=spec, workload=work,
                   cluster="dgx-h100")
-    result = export(pf, "torchtitan")
+    result = export(pf, "torchtitan-0.2")
     assert tomllib.loads(result.text)["model"]["flavor"] == "llama-mini"
-    args = dict(re.findall(r"(\w+)=([\d.]+)", result.notes[0]))
-    assert llama_ffn_hidden(int(args["dim"]), int(args["multiple_of"]), float(args["ffn_dim_multiplier"])) == 2816
+    for note in (result.notes[0], export(pf, "torchtitan").notes[0]):
+        args = dict(re.findall(r"(\w+)=([\d.]+)", note))
+        assert llama_ffn_hidden(int(args["dim"]), int(args["multiple_of"]), float(args["ffn_dim_multiplier"])) == 2816
+    assert "--config llama3_llama_mini" in export(pf, "torchtitan").text
 
 
 @pytest.mark.parametrize("name", EXPORTED["deepspeed"])
 def test_deepspeed_keys_are_documented_with_valid_values(name):
     pf = plan_file(**PLANS[name])
     config = json.loads(export_plan(pf, "deepspeed"))
+    assert "DeepSpeed 0.19" in config.pop("_autotune")["target"]
     for key, value in flatten(config).items():
         assert key in DEEPSPEED, f"{key} is not a documented DeepSpeed config key"
         choices = DEEPSPEED[key][1]
@@ -255,12 +260,16 @@ def test_stages_on_submeshes_of_different_sizes_are_refused(fmt):
 @pytest.mark.parametrize("fmt, pf, field", [
     ("deepspeed", plan_file(gpus=16, tp=8, pp=2, sequence_parallel=True), "stages"),
     ("deepspeed", plan_file(gpus=16, tp=8, cp=2, sequence_parallel=True), "stages.cp"),
-    ("deepspeed", plan_file(gpus=16, tp=8, sequence_parallel=True), "stages.tp"),
+    ("deepspeed", plan_file(gpus=16, tp=8, sequence_parallel=True), "stages.sequence_parallel"),
     ("deepspeed", plan_file(gpus=8, recompute="selective"), "stages.recompute"),
     ("deepspeed", plan_file(gpus=8, zero=2, weights_in="host"), "stages.weights_in"),
     ("torchtitan", plan_file(gpus=16, zero=1), "stages.zero"),
     ("torchtitan", plan_file(gpus=16, tp=2, pp=2, zero=0, sequence_parallel=True), "stages.zero"),
-    ("torchtitan", plan_file(gpus=16, tp=2, zero=3, sequence_parallel=False), "stages.sequence_parallel"),
+    ("torchtitan-0.2", plan_file(gpus=16, tp=2, zero=3, sequence_parallel=False), "stages.sequence_parallel"),
+    ("torchtitan-0.2", plan_file(gpus=16, zero=1), "stages.zero"),
+    ("torchtitan", plan_file("llama3-8b", gpus=8, zero=3).__class__(
+        plan=plan_file(gpus=8, zero=3).plan, model=load_preset("llama3-8b").with_changes(rope_theta=10000.0),
+        workload=plan_file(gpus=8, zero=3).workload, cluster="dgx-h100"), "model"),
     ("torchtitan", plan_file(gpus=16, zero=3, dtype="fp16"), "workload.dtype"),
     ("torchtitan", plan_file("large", gpus=8, zero=3), "model"),
     ("megatron", plan_file("xxl-ffn", gpus=8, tp=8, global_batch=4), "model.layer_kind"),
@@ -330,8 +339,10 @@ def test_the_other_sample_plans_are_refused(fmt):
 
 def test_tp_comm_overlap_maps_to_async_tp_and_tp_comm_overlap():
     pf = plan_file(**PLANS["tp2-sp-dp4-zero2-selective-async"])
-    config = tomllib.loads(export_plan(pf, "torchtitan"))
+    config = tomllib.loads(export_plan(pf, "torchtitan-0.2"))
     assert config["parallelism"]["enable_async_tensor_parallel"] and config["compile"]["enable"]
+    args = export_plan(pf, "torchtitan").splitlines()
+    assert "--compile.enable" in args and "--compile.enable-async-tensor-parallel" in args
     assert "--tp-comm-overlap" in megatron_flags(export_plan(pf, "megatron"))
 
 
@@ -384,7 +395,7 @@ def test_torchtitan_hsdp_reshard_cp_rotation_and_float8():
     pf = plan_file(gpus=64, cp=2, zero=3, dp_shard=4, reshard_after_forward=False, cp_comm="all_gather",
                    dtype="fp8", global_batch=64, seq_len=8192)
     pf = replace(pf, workload=replace(pf.workload, fp8_all_gather=True))
-    config = tomllib.loads(export_plan(pf, "torchtitan"))
+    config = tomllib.loads(export_plan(pf, "torchtitan-0.2"))
     par = config["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (4, 8)
     assert par["fsdp_reshard_after_forward"] == "never" and par["context_parallel_rotate_method"] == "allgather"
@@ -397,3 +408,9 @@ def test_torchtitan_hsdp_reshard_cp_rotation_and_float8():
     for fmt in ("megatron", "deepspeed"):
         with pytest.raises(AutotuneError, match="dp_shard|reshard|cp_comm|dtype"):
             export(plan_file(gpus=64, zero=3, dp_shard=4, global_batch=64), fmt)
+    # torchtitan 0.3: HSDP and reshard as options, float8 only in Python config functions
+    bf16 = plan_file(gpus=64, cp=2, zero=3, dp_shard=4, reshard_after_forward=False, global_batch=64, seq_len=8192)
+    args = export_plan(bf16, "torchtitan").splitlines()
+    assert "--parallelism.data-parallel-shard-degree 4" in args and "--parallelism.fsdp-reshard-after-forward never" in args
+    with pytest.raises(AutotuneError, match="workload.dtype"):
+        export(pf, "torchtitan")

@@ -4,6 +4,7 @@ cost model's pipeline formulas), the drawn geometry, and real PNG files."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 import struct
 
 import pytest
@@ -176,7 +177,8 @@ def test_run_plots_draw_the_plan_study_and_the_candidates(search_run):
     assert [n for n, _ in history] == list(range(1, result.stats.num_slices + 1))
     values = [v for _, v in history if v is not None]
     assert 0 < len(values) <= result.stats.num_slices_solved  # pruned slices have no value
-    points = pareto_points(result)
+    candidates, baselines = pareto_points(result)
+    points = candidates + baselines
     fitting = [e for _, e in result.candidates if e.fits] + [b.estimate for b in result.baselines
                                                               if b.estimate is not None and b.estimate.fits]
     assert sorted(p[:2] for p in points) == sorted((e.tokens_per_s, e.peak_memory_bytes_per_gpu) for e in fitting)
@@ -228,3 +230,63 @@ def test_a_plotting_failure_is_one_line_and_keeps_the_run(tmp_path, monkeypatch,
     kept = {p.name for p in (tmp_path / "run").iterdir() if not p.name.startswith("study.db-")}  # -wal, -shm: open
     assert kept == {"plan.json", "search.json", "report.md", "study.db"}
     assert "## Plots" not in (tmp_path / "run" / "report.md").read_text() and result.run_dir == str(tmp_path / "run")
+
+
+# Readable at scale: a summarised timeline, an inference timeline and memory plot, a Pareto plot
+# with the chosen plan and baselines marked and labels that do not overlap.
+
+def test_a_long_interleaved_timeline_is_summarised_with_bubble_and_step_time(tmp_path):
+    from autotune.outputs.plots import drawn_microbatches
+
+    plan = uniform_plan(num_layers=96, gpus=64, tp=8, pp=8, vpp=4, micro_batch=1, global_batch=48,
+                        sequence_parallel=True, recompute="selective")
+    estimate = evaluate("gpt3-175b", plan=plan, global_batch=48, seq_len=2048)
+    assert plan.num_microbatches == 48 and drawn_microbatches(plan) == 16
+    path = plot_timeline(plan, estimate, tmp_path / "t.png")
+    fwd, bwd = stage_pass_times_s(plan, estimate)
+    blocks = simulate_schedule(fwd, bwd, 16, plan.schedule, plan.vpp)
+    fig = timeline_figure(blocks, plan.pp, note="x")
+    bars = [c for c in fig.axes[0].collections if c.get_gid() == "blocks"]
+    assert sum(len(c.get_paths()) for c in bars) == 8 * 16 * 2 * 4
+    from autotune.outputs.plots import _timeline_note
+
+    note = _timeline_note(plan, estimate, 16)
+    share = 100 * estimate.breakdown["pipeline_bubble_s"] / estimate.step_time_s
+    assert "16 of 48 micro-batches" in note and f"{share:.1f}%" in note and f"{estimate.step_time_s:.3g} s" in note
+    assert path.exists()
+
+
+def test_inference_plots_have_no_backward_and_label_the_kv_cache():
+    from autotune.spec.presets import load_preset
+    from autotune.spec.resolve import inference_workload
+
+    plan = uniform_plan(num_layers=32, gpus=8, tp=2, pp=2, micro_batch=4, global_batch=16)
+    work = inference_workload(load_preset("llama3-8b"), "decode", batch=16, prompt_len=512, output_len=64)
+    estimate = evaluate("llama3-8b", plan=plan, workload=work)
+    from autotune.outputs.plots import _is_inference
+
+    assert _is_inference(estimate)
+    ax = memory_figure(estimate).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "KV cache + activations" in labels and "gradients" not in labels and "optimizer states" not in labels
+
+
+def test_pareto_marks_the_chosen_plan_and_baselines_without_overlapping_labels(tmp_path, monkeypatch):
+    from autotune.outputs import plots
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or Path(path))
+    rng = random.Random(1)
+    points = [(1e5 * (1 + rng.random()), 2**30 * (10 + 60 * rng.random()), f"plan {i}") for i in range(60)]
+    points += [(2e5 + i, 2**30 * (30 + 0.01 * i), f"close {i}") for i in range(6)]  # a tight cluster
+    plots.plot_pareto(points, tmp_path / "p.png", chosen=points[-1], baselines=[(1.2e5, 2**30 * 40, "megatron-rule"),
+                                                                                  (1.1e5, 2**30 * 45, "data-parallel")])
+    (fig,) = figures
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert {"chosen plan", "baseline megatron-rule", "baseline data-parallel", "Pareto front"} <= set(legend)
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in ax.texts]
+    assert boxes and all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    key = next(t for t in fig.texts if t.get_gid() == "pareto-key").get_text()
+    assert "*: close 5" in key and key.count("\n") - 1 >= len(ax.texts) >= 3  # a crowded label is left out

@@ -7,21 +7,24 @@ import sys
 
 from autotune.cli.common import print_json
 
-FORMATS = ("megatron", "torchtitan", "deepspeed")  # autotune.outputs.export.FORMATS, without importing it
+FORMATS = ("megatron", "torchtitan", "torchtitan-0.2", "deepspeed")  # autotune.outputs.export.FORMATS, without importing it
 
 EXAMPLES = """examples:
   autotune export runs/20260101-120000-llama3-8b-64 --format megatron
-  autotune export plan.json --format torchtitan --out llama3_8b.toml
+  autotune export plan.json --format torchtitan --out llama3_8b.args
+  autotune export plan.json --format torchtitan-0.2 --out llama3_8b.toml
   autotune export plan.json --format deepspeed --json
 
 A plan the framework cannot run (stages of different sizes, an unsupported ZeRO stage or
-offload...) is refused with the reason, exit code 2.
+offload...) is refused with the reason, exit code 2. Targets: Megatron-LM main (flags for
+pretrain_gpt.py), torchtitan 0.3 (options for torchtitan.train; torchtitan-0.2: the TOML job
+file of 0.2.x), DeepSpeed 0.19 (JSON). Each file says which version it is for.
 """
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "export", help="write a plan as Megatron-LM flags, a torchtitan TOML or a DeepSpeed JSON config",
+        "export", help="write a plan as Megatron-LM flags, torchtitan options (0.3) or TOML (0.2), or a DeepSpeed JSON config",
         description="Write a plan as a config of the framework you train with.", epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("plan", metavar="RUN|PLAN", help="a run directory or a plan file (plan.json)")

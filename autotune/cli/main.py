@@ -38,17 +38,53 @@ exit codes: 0 ok, 1 negative answer (e.g. the plan does not fit), 2 bad input, 1
 """
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions and examples as written; each option's help ends with its default, unless
+    the help already names it or the option is a switch (off unless given)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (not action.option_strings or "default" in text.lower() or default is None or default is argparse.SUPPRESS
+                or default == [] or default == ()
+                or isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction, argparse._HelpAction,
+                                       argparse._VersionAction))):
+            return text
+        shown = ",".join(map(str, default)) if isinstance(default, (list, tuple)) else default
+        return f"{text} (default: {str(shown).replace('%', '%%')})"
+
+
 class _Parser(argparse.ArgumentParser):
-    """Argument errors as one line and exit code 2, like every other bad input."""
+    """Argument errors as one line and exit code 2, like every other bad input. Every parser
+    shows option defaults in its help (:class:`_HelpFormatter`)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs["formatter_class"] = _HelpFormatter
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 
 
+def _version() -> str:
+    """The installed distribution's version, else the source tree's pyproject.toml."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("autotune")
+    except metadata.PackageNotFoundError:
+        import tomllib
+        from pathlib import Path
+
+        pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+        return tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.exists() else "unknown"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autotune", description="Auto-parallel planner for transformer training and inference.",
-                     epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+                     epilog=EXAMPLES)
+    parser.add_argument("--version", action="version", version=f"autotune {_version()}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module_name in COMMANDS.values():
         importlib.import_module(module_name).register(subparsers)

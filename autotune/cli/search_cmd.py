@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 
 from autotune.cli.common import add_model_args, add_workload_args
@@ -156,15 +157,31 @@ def _has_finished_slices(run_dir) -> bool:
         return False
 
 
+def _plots_status(args: argparse.Namespace, result) -> dict | None:
+    """Where the run's plots stand when the command returns: "written" (--plots sync), "pending"
+    (drawn by a detached process: a script waits for the files), or None (no run directory, or
+    --plots none)."""
+    from autotune.outputs.search_run import PLOT_FILES
+
+    if not result.run_dir or args.plots == "none" or getattr(result, "extra", {}).get("scenario"):
+        return None
+    run = Path(result.run_dir)
+    if args.plots == "sync":
+        return {"state": "written", "files": [str(run / f"{n}.png") for n in PLOT_FILES if (run / f"{n}.png").exists()]}
+    return {"state": "pending", "files": [str(run / f"{n}.png") for n in PLOT_FILES], "log": str(run / "plots.log")}
+
+
 def _print(args: argparse.Namespace, result, exported: dict | None = None) -> int:
     from autotune.cli.common import print_json
     from autotune.outputs.report import plan_table, summary_text, why_it_wins
     from autotune.spec.summary import architecture_dict, architecture_line
 
     model = _searched_model(args, result)
+    plots = _plots_status(args, result)
     if args.json:
         described = {"model": architecture_dict(model)} if model is not None else {}
-        print_json({**result.to_dict(), **described, **({"export": exported} if exported else {})})
+        print_json({**result.to_dict(), **described, **({"export": exported} if exported else {}),
+                    **({"plots": plots} if plots else {})})
         return 0
     if model is not None:
         print(architecture_line(model))
@@ -183,6 +200,9 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
           f"in {s.wall_time_s:.2f} s")
     if result.run_dir:
         print(f"run directory: {result.run_dir}")
+    if plots and plots["state"] == "pending":
+        names = ", ".join(Path(f).name for f in plots["files"])
+        print(f"plots: {names} are being drawn in the background (errors go to plots.log)")
     if exported and exported["path"]:
         print(f"{exported['format']} config: {exported['path']}")
     return 0

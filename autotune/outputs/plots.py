@@ -17,7 +17,7 @@ from autotune.cost.estimate import Estimate
 from autotune.outputs.schedule import Block, simulate_schedule
 from autotune.plan.plan import Plan
 
-__all__ = ["stage_pass_times_s", "timeline_figure", "plot_timeline", "memory_figure", "plot_memory", "pareto_front",
+__all__ = ["stage_pass_times_s", "timeline_figure", "plot_timeline", "drawn_microbatches", "memory_figure", "plot_memory", "pareto_front",
            "plot_pareto", "plot_history", "curve_figure", "plot_curve", "write_run_plots", "MEMORY_CLASSES"]
 
 # Stacked memory classes (Estimate memory keys) and their labels; offloaded bytes are not in HBM.
@@ -79,19 +79,21 @@ def _shade(color: str, chunk: int, num_chunks: int) -> tuple[float, ...]:
     return tuple(c + (1.0 - c) * mix for c in to_rgb(color))
 
 
-def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = "") -> Any:
+def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = "", note: str = "") -> Any:
     """Stages (rows) x time: one bar per forward and backward of each micro-batch (and chunk,
-    lighter for later chunks)."""
+    lighter for later chunks); ``note`` is written in a box on the axes. A forward-only schedule
+    (inference) has no backward bars or legend entry."""
     from matplotlib.patches import Patch
 
     span = max(b.end_s for b in blocks)
     scale, unit = _time_unit(span)
     num_chunks = 1 + max(b.chunk for b in blocks)
+    kinds = [k for k in ("F", "B") if any(b.kind == k for b in blocks)]
     edge_pt = 0.5 if len(blocks) <= 120 * num_stages else 0.0  # white gaps would hide bars of a pixel or two
-    fig = _figure(10.0, 1.4 + 0.45 * num_stages, top_in=0.6)
+    fig = _figure(10.0, 1.4 + 0.45 * num_stages + (0.35 if note else 0.0), top_in=0.6 + (0.35 if note else 0.0))
     ax = fig.add_subplot()
     for stage in range(num_stages):
-        for kind in ("F", "B"):
+        for kind in kinds:
             mine = [b for b in blocks if b.stage == stage and b.kind == kind]
             colors = [_shade(_COLORS[kind], b.chunk, num_chunks) for b in mine]
             bars = ax.broken_barh([(b.start_s * scale, (b.end_s - b.start_s) * scale) for b in mine],
@@ -105,30 +107,81 @@ def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = ""
     ax.set_ylim(num_stages - 0.5, -0.5)
     ax.set_yticks(range(num_stages), [f"stage {i}" for i in range(num_stages)])
     ax.set_xlabel(f"time ({unit})")
-    ax.legend(handles=[Patch(color=_COLORS["F"], label="forward"), Patch(color=_COLORS["B"], label="backward")],
+    labels = {"F": "forward", "B": "backward"}
+    ax.legend(handles=[Patch(color=_COLORS[k], label=labels[k]) for k in kinds],
               loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, fontsize=8, frameon=False)
     ax.set_title(title or "pipeline timeline", loc="left")
+    if note:
+        fig.text(0.5 / fig.get_figwidth(), 1.0 - 0.12 / fig.get_figheight(), note, fontsize=8, va="top", ha="left",
+                 bbox={"boxstyle": "round", "facecolor": "#F4F4F4", "edgecolor": "#BBBBBB"}, gid="timeline-note")
     return fig
 
 
+MAX_DRAWN_MICROBATCHES = 16  # per stage and chunk: above, the timeline shows a few and says so
+
+
+def drawn_microbatches(plan: Plan) -> int:
+    """Micro-batches the timeline draws: all while each row stays readable, else enough for the
+    warm-up, a stretch of the steady state and the cool-down (a multiple of pp when interleaved)."""
+    m = plan.num_microbatches
+    if m * plan.vpp <= 2 * MAX_DRAWN_MICROBATCHES:
+        return m
+    k = max(2 * plan.pp, 8) if plan.vpp == 1 else 2 * plan.pp
+    return min(m, k)
+
+
+def _is_inference(estimate: Estimate) -> bool:
+    return "kv_cache_bytes_per_gpu" in estimate.extra
+
+
+def _timeline_note(plan: Plan, estimate: Estimate, drawn: int) -> str:
+    bubble_s = estimate.breakdown.get("pipeline_bubble_s", 0.0)
+    step = estimate.step_time_s
+    parts = [f"step {step:.3g} s", f"pipeline bubble {bubble_s:.3g} s ({100 * bubble_s / step:.1f}% of the step)"]
+    if drawn < plan.num_microbatches:
+        parts.insert(0, f"{drawn} of {plan.num_microbatches} micro-batches drawn (the steady state repeats)")
+    return "; ".join(parts) + " [estimate]"
+
+
 def plot_timeline(plan: Plan, estimate: Estimate, path: str | Path, *, title: str = "") -> Path:
-    """The plan's pipeline schedule with the estimate's stage times, as a PNG."""
-    fwd, bwd = stage_pass_times_s(plan, estimate)
-    blocks = simulate_schedule(fwd, bwd, plan.num_microbatches, plan.schedule, plan.vpp)
-    default = f"{plan.schedule} schedule: {plan.pp} stages x {plan.num_microbatches} micro-batches"
-    return _save(timeline_figure(blocks, plan.pp, title=title or default), path)
+    """The plan's pipeline schedule with the estimate's stage times, as a PNG; an inference plan
+    runs forward passes only. Many micro-batches are summarised (:func:`drawn_microbatches`)
+    with the step time and bubble share written on the plot."""
+    inference = _is_inference(estimate)
+    if inference:
+        fwd, bwd = [s.microbatch_time_s for s in estimate.stages], [0.0] * plan.pp
+    else:
+        fwd, bwd = stage_pass_times_s(plan, estimate)
+    drawn = drawn_microbatches(plan)
+    blocks = simulate_schedule(fwd, bwd, drawn, plan.schedule, plan.vpp)
+    if inference:
+        blocks = [b for b in blocks if b.kind == "F"]
+    kind = "inference (forward only)" if inference else f"{plan.schedule} schedule"
+    chunks = f" x {plan.vpp} chunks" if plan.vpp > 1 else ""
+    stages = f"{plan.pp} stage" + ("s" if plan.pp != 1 else "")
+    microbatches = f"{plan.num_microbatches} micro-batch" + ("es" if plan.num_microbatches != 1 else "")
+    default = f"{kind}: {stages} x {microbatches}{chunks}"
+    note = _timeline_note(plan, estimate, drawn) if (plan.pp > 1 or drawn < plan.num_microbatches) else ""
+    return _save(timeline_figure(blocks, plan.pp, title=title or default, note=note), path)
 
 
 def memory_figure(estimate: Estimate, *, title: str = "") -> Any:
-    """Memory per GPU of each stage, stacked by class, against the device's capacity."""
+    """Memory per GPU of each stage, stacked by class, against the device's capacity; classes
+    every stage leaves empty are left out, and an inference estimate's activations are its KV
+    cache (with the activations of the micro-batch in flight)."""
     stages = estimate.stages
     width_in = max(5.0, 1.5 + 0.5 * len(stages)) + 1.6  # the legend right of the axes
     fig = _figure(width_in, 4.0, right_in=1.75)
     ax = fig.add_subplot()
     x = list(range(len(stages)))
     bottom = [0.0] * len(stages)
-    for key, label in MEMORY_CLASSES:
+    labels = dict(MEMORY_CLASSES)
+    if _is_inference(estimate):
+        labels["activations_bytes"] = "KV cache + activations"
+    for key, label in labels.items():
         heights = [s.memory_bytes.get(key, 0.0) / _GIB for s in stages]
+        if not any(heights):
+            continue
         ax.bar(x, heights, bottom=bottom, label=label)
         bottom = [b + h for b, h in zip(bottom, heights)]
     ax.axhline(estimate.memory_capacity_bytes / _GIB, color="crimson", linestyle="--",
@@ -141,7 +194,7 @@ def memory_figure(estimate: Estimate, *, title: str = "") -> Any:
     ax.set_xlabel("pipeline stage")
     ax.set_ylabel("GiB per GPU")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_title(title or "memory per stage")
+    ax.set_title(title or ("memory per stage (inference)" if _is_inference(estimate) else "memory per stage"))
     return fig
 
 
@@ -162,19 +215,49 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
-def plot_pareto(points: Sequence[tuple[float, float, str]], path: str | Path, *,
-                capacity_bytes: float = 0.0, title: str = "") -> Path:
-    """Candidates as (tokens/s, peak memory bytes per GPU, label); the Pareto front is marked."""
-    fig = _figure(7.0, 4.5)
+Point = tuple[float, float, str]  # (tokens/s, peak memory bytes per GPU, label)
+_BASELINE_MARKERS = ("s", "D", "^", "v", "P", "X")
+
+
+def _place_labels(ax: Any, xy: Sequence[tuple[float, float]], texts: Sequence[str]) -> None:
+    """Short labels next to points, each at the first of eight offsets where it overlaps no label
+    placed before (pixel boxes); a label with no free place is left out of the axes (the key
+    beside the plot still lists it)."""
+    fig = ax.figure
+    fig.canvas.draw()  # the axes transform needs the final limits
+    taken: list[Any] = []
+    offsets = [(4, 4), (4, -10), (-14, 4), (-14, -10), (4, 12), (-14, 12), (4, -18), (-14, -18)]
+    renderer = fig.canvas.get_renderer()
+    for (x, y), text in zip(xy, texts):
+        for dx, dy in offsets:
+            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
+                                fontweight="bold")
+            box = label.get_window_extent(renderer).expanded(1.1, 1.2)
+            if not any(box.overlaps(other) for other in taken):
+                taken.append(box)
+                break
+            label.remove()
+
+
+def plot_pareto(points: Sequence[Point], path: str | Path, *, capacity_bytes: float = 0.0, title: str = "",
+                chosen: Point | None = None, baselines: Sequence[Point] = ()) -> Path:
+    """Each slice's best plan as a grey point, the Pareto front in red with numbered points (the
+    key right of the axes says which plan each number is), the chosen plan as a star and each
+    baseline with its own marker, named in the legend."""
+    fig = _figure(10.0, 5.0, right_in=3.6)
     ax = fig.add_subplot()
-    mem = [p[1] / _GIB for p in points]
-    tput = [p[0] for p in points]
-    ax.scatter(mem, tput, s=12, color="#999999", label="candidates")
-    front = pareto_front([(p[0], p[1]) for p in points])
-    ax.plot([mem[i] for i in front], [tput[i] for i in front], "o-", color="#C44E52", drawstyle="steps-post",
-            label="Pareto front")
-    for i in front[:12]:
-        ax.annotate(points[i][2], (mem[i], tput[i]), fontsize=6, xytext=(3, 3), textcoords="offset points")
+    gib = lambda p: p[1] / _GIB  # noqa: E731
+    ax.scatter([gib(p) for p in points], [p[0] for p in points], s=12, color="#999999", label="each slice's best plan")
+    front = [points[i] for i in pareto_front([(p[0], p[1]) for p in points])]
+    if front:
+        ax.plot([gib(p) for p in front], [p[0] for p in front], "o-", color="#C44E52", drawstyle="steps-post",
+                markersize=4, label="Pareto front")
+    for i, b in enumerate(baselines):
+        ax.scatter([gib(b)], [b[0]], s=45, marker=_BASELINE_MARKERS[i % len(_BASELINE_MARKERS)], zorder=3,
+                   edgecolors="black", linewidths=0.5, label=f"baseline {b[2]}")
+    if chosen is not None:
+        ax.scatter([gib(chosen)], [chosen[0]], s=160, marker="*", color="#F2B701", edgecolors="black", linewidths=0.6,
+                   zorder=4, label="chosen plan")
     if capacity_bytes > 0:
         ax.axvline(capacity_bytes / _GIB, color="crimson", linestyle="--", label="capacity")
     from matplotlib.ticker import EngFormatter
@@ -182,7 +265,15 @@ def plot_pareto(points: Sequence[tuple[float, float, str]], path: str | Path, *,
     ax.yaxis.set_major_formatter(EngFormatter())  # 1.2M, not an offset label under the title
     ax.set_xlabel("peak memory per GPU (GiB)")
     ax.set_ylabel("tokens/s")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
+    shown = front[:9]
+    _place_labels(ax, [(gib(p), p[0]) for p in shown], [str(i + 1) for i in range(len(shown))])
+    key = [f"{i + 1}: {p[2]}" for i, p in enumerate(shown)]
+    if chosen is not None:
+        key.append(f"*: {chosen[2]}")
+    if key:
+        fig.text(1.0 - 3.5 / fig.get_figwidth(), 0.1, "Pareto front\n" + "\n".join(key), fontsize=6.5, va="bottom",
+                 ha="left", family="monospace", gid="pareto-key")
     ax.set_title(title or "throughput against memory")
     return _save(fig, path)
 
@@ -258,16 +349,20 @@ def plot_curve(curve: Any, path: str | Path, *, title: str = "") -> Path:
 
 
 def write_run_plots(run_dir: str | Path, *, plan: Plan, estimate: Estimate,
-                    candidates: Sequence[tuple[float, float, str]] = (),
+                    candidates: Sequence[Point] = (), baselines: Sequence[Point] = (),
                     history: Sequence[tuple[int, float | None]] = (),
                     history_axes: dict[str, Any] | None = None) -> dict[str, Path]:
     """The run directory's plots: timeline.png, memory.png, and pareto.png / history.png when
     candidates / trials are given (``history_axes``: plot_history's maximize, xlabel, ylabel)."""
+    from autotune.outputs.curve_report import plan_summary
+
     run = Path(run_dir)
     paths = {"timeline": plot_timeline(plan, estimate, run / "timeline.png"),
              "memory": plot_memory(estimate, run / "memory.png")}
     if candidates:
-        paths["pareto"] = plot_pareto(candidates, run / "pareto.png", capacity_bytes=estimate.memory_capacity_bytes)
+        chosen = (estimate.tokens_per_s, estimate.peak_memory_bytes_per_gpu, plan_summary(plan))
+        paths["pareto"] = plot_pareto(candidates, run / "pareto.png", capacity_bytes=estimate.memory_capacity_bytes,
+                                      chosen=chosen, baselines=baselines)
     if history:
         paths["history"] = plot_history(history, run / "history.png", **(history_axes or {}))
     return paths

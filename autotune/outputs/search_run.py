@@ -30,29 +30,30 @@ def report_for(problem, result) -> str:
                            baselines=result.baselines, context=context_lines(problem), stats=vars(result.stats))
 
 
-def pareto_points(result) -> list[tuple[float, float, str]]:
-    """(tokens/s, peak memory bytes per GPU, label) of each slice's best plan and of the
+def pareto_points(result) -> tuple[list[tuple[float, float, str]], list[tuple[float, float, str]]]:
+    """(tokens/s, peak memory bytes per GPU, label) of each slice's best plan, and of the
     baselines, those that fit."""
     from autotune.outputs.curve_report import plan_summary
 
     points = [(e.tokens_per_s, e.peak_memory_bytes_per_gpu, plan_summary(p)) for p, e in result.candidates if e.fits]
-    return points + [(b.estimate.tokens_per_s, b.estimate.peak_memory_bytes_per_gpu, b.name) for b in result.baselines
-                     if b.estimate is not None and b.estimate.fits]
+    return points, [(b.estimate.tokens_per_s, b.estimate.peak_memory_bytes_per_gpu, b.name) for b in result.baselines
+                    if b.estimate is not None and b.estimate.fits]
 
 
-def _record_points(record: dict) -> list[tuple[float, float, str]]:
+def _record_points(record: dict) -> tuple[list[tuple[float, float, str]], list[tuple[float, float, str]]]:
     """Pareto points of a finished run from search.json: each slice's best plan (as the search
-    recorded them from its study) and the baselines."""
+    recorded them from its study), and the baselines."""
     from autotune.outputs.curve_report import plan_summary
     from autotune.plan.plan import Plan
 
     points = [(p["tokens_per_s"], p["peak_memory_bytes_per_gpu"], plan_summary(Plan.from_dict(p["plan"])))
               for p in record.get("slice_points", ())]
+    baselines = []
     for baseline in record.get("baselines", ()):
         e = baseline.get("estimate")
         if e and e.get("fits"):
-            points.append((e["tokens_per_s"], e["peak_memory_bytes_per_gpu"], baseline["name"]))
-    return points
+            baselines.append((e["tokens_per_s"], e["peak_memory_bytes_per_gpu"], baseline["name"]))
+    return points, baselines
 
 
 def render_run_plots(run_dir: str | Path) -> list[str]:
@@ -64,7 +65,8 @@ def render_run_plots(run_dir: str | Path) -> list[str]:
 
     path, record = load_search_record(run_dir)
     plan_file, estimate = rescore(path)
-    paths = write_run_plots(path, plan=plan_file.plan, estimate=estimate, candidates=_record_points(record),
+    candidates, baselines = _record_points(record)
+    paths = write_run_plots(path, plan=plan_file.plan, estimate=estimate, candidates=candidates, baselines=baselines,
                             history=[tuple(h) for h in record.get("slice_history", ())],
                             history_axes={"maximize": False, "ylabel": "step time (s)",
                                           "xlabel": "slice (in the order solved)"})
@@ -97,7 +99,9 @@ def write_search_plots(run_dir: Path, result, history, *, report: str) -> list[s
     from autotune.outputs.plots import write_run_plots
 
     try:
-        paths = write_run_plots(run_dir, plan=result.plan, estimate=result.estimate, candidates=pareto_points(result),
+        candidates, baselines = pareto_points(result)
+        paths = write_run_plots(run_dir, plan=result.plan, estimate=result.estimate, candidates=candidates,
+                                baselines=baselines,
                                 history=history,
                                 history_axes={"maximize": False, "ylabel": "step time (s)",
                                               "xlabel": "slice (in the order solved)"})

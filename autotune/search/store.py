@@ -15,15 +15,17 @@ import warnings
 from typing import Any
 
 import optuna
-from optuna.distributions import IntDistribution
+from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune.errors import AutotuneError, require
+from autotune.plan.plan import RECOMPUTE, SCHEDULES
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study's INFO lines are not the CLI's output
 
 __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "queued_params", "slice_attrs",
-           "slice_value", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S", "NO_FIT_VALUE", "heartbeat_settings"]
+           "slice_value", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S", "heartbeat_settings",
+           "plan_choice_attrs", "memory_constraint", "CONSTRAINTS_KEY", "FINISHED_STATES"]
 
 PROBLEM_ATTR = "problem"
 HEARTBEAT_S = 5  # seconds between heartbeats of a running trial; $AUTOTUNE_HEARTBEAT_S overrides
@@ -83,6 +85,7 @@ def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
 def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: bool = False) -> optuna.Study:
     """Create (with ``problem``) or load (without) the plan study ``name`` at ``url``."""
     storage = _storage(url, heartbeat)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)  # no "A new study created" line on stderr
     try:
         if problem is None:
             study = optuna.load_study(study_name=name, storage=storage)
@@ -104,37 +107,109 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
 
 def slice_attrs(outcome) -> dict[str, Any]:
     est = outcome.estimate
-    return {"plan": json.dumps(outcome.plan.to_dict()) if outcome.plan else None,
-            "fits": bool(est.fits) if est else False, "lower_bound_s": outcome.lower_bound_s,
-            "tokens_per_s": est.tokens_per_s if est else 0.0,
-            "peak_memory_bytes_per_gpu": est.peak_memory_bytes_per_gpu if est else 0.0}
+    attrs = {"plan": json.dumps(outcome.plan.to_dict()) if outcome.plan else None,
+             "fits": bool(est.fits) if est else False, "lower_bound_s": outcome.lower_bound_s,
+             "tokens_per_s": est.tokens_per_s if est else 0.0,
+             "peak_memory_bytes_per_gpu": est.peak_memory_bytes_per_gpu if est else 0.0}
+    if est is not None and not est.fits:
+        attrs["no_fit_reason"] = est.reason or "over memory"
+    elif est is None and not outcome.pruned:
+        attrs["no_fit_reason"] = "no plan of this slice could be built"
+    return {**attrs, **plan_choice_attrs(outcome.plan)}
 
 
-NO_FIT_VALUE = 1e30  # the value of a slice with no fitting plan (a trial value must be finite)
+def _joined(values: list) -> Any:
+    """One value when every stage has it, else the stages' values joined with '/'."""
+    return values[0] if len(set(values)) == 1 else "/".join(str(v) for v in values)
 
 
-def slice_value(outcome) -> float:
-    value = outcome.step_time_s
-    return value if math.isfinite(value) else NO_FIT_VALUE
+def plan_choice_attrs(plan) -> dict[str, Any]:
+    """The intra-op choices of a slice's best plan (tp, cp, zero, recomputation...), one value
+    each, or the stages' values joined with '/' where stages differ: trial user attributes a
+    person filters by in optuna-dashboard."""
+    if plan is None:
+        return {}
+    stages = plan.stages
+    attrs: dict[str, Any] = {"pp": plan.pp, "vpp": plan.vpp, "schedule": plan.schedule,
+                             "num_microbatches": plan.num_microbatches}
+    for name in ("tp", "cp", "zero", "recompute", "sequence_parallel", "mesh_order"):
+        attrs[name] = _joined([getattr(s, name) for s in stages])
+    attrs["layers_per_stage"] = "/".join(str(s.num_layers) for s in stages)
+    offload = sorted({f"{n[:-3]}:{getattr(s, n)}" for s in stages for n in _PLACEMENTS if getattr(s, n, "hbm") != "hbm"})
+    attrs["offload"] = ",".join(offload) or "none"
+    return attrs
+
+
+_PLACEMENTS = ("weights_in", "optimizer_in", "gradients_in", "activations_in")
+CONSTRAINTS_KEY = "constraints"  # Optuna's (and optuna-dashboard's) system attribute of constraint values
+
+
+def memory_constraint(outcome) -> list[float] | None:
+    """Optuna constraint values of a slice: GiB of its best plan's peak memory over the GPU's
+    capacity (<= 0: feasible); None when the slice has no plan."""
+    est = outcome.estimate
+    if est is None:
+        return None
+    over_gib = (est.peak_memory_bytes_per_gpu - est.memory_capacity_bytes) / 2**30
+    if not est.fits and over_gib <= 0:
+        over_gib = 1.0  # it fails for another reason (no_fit_reason says which): still infeasible
+    return [over_gib]
+
+
+def slice_value(outcome) -> float | None:
+    """The trial value: the best plan's step time, also for an infeasible slice (its plan's
+    step time were memory no object); None when no plan was built."""
+    est = outcome.estimate
+    if est is None or not math.isfinite(est.step_time_s):
+        return None
+    return est.step_time_s
 
 
 BASE_ROUND = "base"  # slices of the space as given; "offload" marks the fallback round
+_CHOICE_DISTRIBUTIONS = {"pp": IntDistribution(1, 1 << 20), "vpp": IntDistribution(1, 1 << 10),
+                         "tp": IntDistribution(1, 1 << 20), "cp": IntDistribution(1, 1 << 20),
+                         "zero": IntDistribution(0, 3), "schedule": CategoricalDistribution(SCHEDULES),
+                         "recompute": CategoricalDistribution(RECOMPUTE)}
+
+
+def _choice_params(outcome) -> dict[str, Any]:
+    """Plan choices that are one value for the whole plan, as Optuna parameters (slice and
+    importance plots); choices that differ between stages stay user attributes only."""
+    attrs = plan_choice_attrs(outcome.plan)
+    params = {}
+    for name, dist in _CHOICE_DISTRIBUTIONS.items():
+        value = attrs.get(name)
+        if isinstance(dist, IntDistribution) and isinstance(value, int) and not isinstance(value, bool):
+            params[name] = value
+        elif isinstance(dist, CategoricalDistribution) and value in dist.choices:
+            params[name] = value
+    return params
 
 
 def record_slice(study: optuna.Study, outcome, round_name: str = BASE_ROUND) -> None:
-    """Commit one solved (or bound-pruned) slice as a finished trial."""
-    state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE
+    """Commit one solved slice: COMPLETE with its best plan's step time (infeasible, by an
+    Optuna constraint, when that plan does not fit), PRUNED when its bound ruled it out, FAIL
+    when no plan of it could be built. Never a stand-in value."""
+    value = None if outcome.pruned else slice_value(outcome)
+    state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE if value is not None else TrialState.FAIL
+    params = {"dp": outcome.key.dp, "micro_batch": outcome.key.micro_batch, **_choice_params(outcome)}
+    constraint = None if outcome.pruned else memory_constraint(outcome)
     trial = optuna.trial.create_trial(
-        params={"dp": outcome.key.dp, "micro_batch": outcome.key.micro_batch}, distributions=_DISTRIBUTIONS,
-        value=None if outcome.pruned else slice_value(outcome), state=state,
-        user_attrs={**slice_attrs(outcome), "round": round_name})
+        params=params, distributions={k: {**_DISTRIBUTIONS, **_CHOICE_DISTRIBUTIONS}[k] for k in params},
+        value=value, state=state, user_attrs={**slice_attrs(outcome), "round": round_name},
+        system_attrs={CONSTRAINTS_KEY: constraint} if constraint is not None else {})
     study.add_trial(trial)
+
+
+FINISHED_STATES = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
 
 
 def finished_slices(study: optuna.Study, round_name: str = BASE_ROUND) -> dict[tuple[int, int], optuna.trial.FrozenTrial]:
     """Finished slice trials of one search round by (dp, micro_batch); a slice counts once."""
     out: dict[tuple[int, int], optuna.trial.FrozenTrial] = {}
-    for trial in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+    for trial in study.get_trials(deepcopy=False, states=FINISHED_STATES):
+        if trial.state == TrialState.FAIL and "no_fit_reason" not in trial.user_attrs:
+            continue  # a crash or a dead worker, not a solved slice
         if "dp" in trial.params and trial.user_attrs.get("round", BASE_ROUND) == round_name:
             out.setdefault((trial.params["dp"], trial.params["micro_batch"]), trial)
     return out
@@ -161,12 +236,16 @@ def queued_params(study: optuna.Study, trial: optuna.Trial) -> dict | None:
     return None
 
 
+def _feasible(trial) -> bool:
+    return all(c <= 0 for c in trial.system_attrs.get(CONSTRAINTS_KEY) or ())
+
+
 def slice_history(study) -> list[tuple[int, float | None]]:
     """(order solved, step time s) of the plan study's slice trials; None where the slice was
-    pruned by its bound, failed, or nothing of it fits."""
+    pruned by its bound, failed, or nothing of it fits (infeasible)."""
     trials = [t for t in study.get_trials(deepcopy=False) if "dp" in t.params and t.datetime_complete is not None]
     trials.sort(key=lambda t: (t.datetime_complete, t.number))
-    return [(i + 1, t.value if t.value is not None and math.isfinite(t.value) and t.value < NO_FIT_VALUE else None)
+    return [(i + 1, t.value if t.value is not None and math.isfinite(t.value) and _feasible(t) else None)
             for i, t in enumerate(trials)]
 
 

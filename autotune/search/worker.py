@@ -17,7 +17,9 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
-from autotune.search.store import HEARTBEAT_S, enqueue_slices, finished_slices, queued_params, slice_value, slice_attrs
+from autotune.search.store import (
+    CONSTRAINTS_KEY, HEARTBEAT_S, enqueue_slices, finished_slices, memory_constraint, queued_params, slice_attrs,
+    slice_value)
 
 __all__ = ["work_on_queue", "wait_for_slices", "queue_slices"]
 
@@ -33,9 +35,13 @@ def _objective(study: optuna.Study, search: SliceSearch, on_done):
         outcome = SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=0.0)
         for name, value in slice_attrs(outcome).items():
             trial.set_user_attr(name, value)
+        constraint = memory_constraint(outcome)
+        if constraint is not None:  # the list form optuna-dashboard reads (store.record_slice writes the same)
+            trial.storage.set_trial_system_attr(trial._trial_id, CONSTRAINTS_KEY, constraint)
         if on_done:
             on_done(outcome)
-        return slice_value(outcome)
+        value = slice_value(outcome)
+        return float("nan") if value is None else value  # nan: Optuna marks the trial FAIL (no plan built)
     return objective
 
 

@@ -1,5 +1,5 @@
-"""Plans as configs of the frameworks users train with: Megatron-LM flags, a torchtitan TOML job
-config, a DeepSpeed JSON config. A plan a framework cannot run is refused with the reason
+"""Plans as configs of the frameworks users train with: Megatron-LM flags, torchtitan 0.3 options
+(or a torchtitan 0.2 TOML job file), a DeepSpeed JSON config. A plan a framework cannot run is refused with the reason
 (:class:`autotune.errors.AutotuneError`)."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ from autotune.outputs.export.common import ExportResult
 from autotune.outputs.export.deepspeed import to_deepspeed
 from autotune.outputs.export.megatron import to_megatron
 from autotune.outputs.export.torchtitan import to_torchtitan
+from autotune.outputs.export.torchtitan_toml import to_torchtitan_toml
 from autotune.plan.io import PlanFile, atomic_write_text
 
 __all__ = ["FORMATS", "ExportResult", "export", "export_plan", "write_export"]
 
 _EXPORTERS: dict[str, Callable[[PlanFile], ExportResult]] = {
-    "megatron": to_megatron, "torchtitan": to_torchtitan, "deepspeed": to_deepspeed}
+    "megatron": to_megatron, "torchtitan": to_torchtitan, "torchtitan-0.2": to_torchtitan_toml,
+    "deepspeed": to_deepspeed}
 FORMATS = tuple(_EXPORTERS)
 
 
@@ -28,7 +30,7 @@ def export(plan_file: PlanFile, fmt: str) -> ExportResult:
 
 
 def export_plan(plan_file: PlanFile, fmt: str) -> str:
-    """The text of the ``fmt`` config (shell flags, TOML or JSON)."""
+    """The text of the ``fmt`` config (command-line options, TOML or JSON)."""
     return export(plan_file, fmt).text
 
 

@@ -1,8 +1,9 @@
 """A plan as a DeepSpeed JSON config (``deepspeed.initialize(config=...)``).
 
-Target: DeepSpeed v0.16.5 (2025-02-21). Keys are the ones docs/_pages/config-json.md documents,
-plus ``tensor_parallel.autotp_size`` (AutoTP training, deepspeed/runtime/tensor_parallel/config.py)
-(tests/data/frameworks/deepspeed_config_keys.tsv).
+Target: DeepSpeed 0.19.8 (PyPI). Keys are the ones docs/_pages/config-json.md documents, plus
+``tensor_parallel.autotp_size`` (AutoTP training, deepspeed/runtime/tensor_parallel/config.py);
+tests load every export with DeepSpeed's own ``DeepSpeedConfig`` given the data-parallel size
+(tests/test_export_consumers.py).
 
 The JSON file alone cannot express, so these are refused:
 
@@ -10,11 +11,15 @@ The JSON file alone cannot express, so these are refused:
   num_stages=...)``), and its pipeline engine refuses ZeRO-2 and ZeRO-3 (runtime/pipe/engine.py);
 - context parallelism: DeepSpeed's sequence parallelism is Ulysses (all-to-all over heads, set
   up in the model code), not ring context parallelism;
-- tensor parallelism with sequence parallelism, or with ZeRO-3: AutoTP shards the linear layers
-  only and asserts ZeRO <= 2 (runtime/engine.py);
+- tensor parallelism with sequence parallelism: AutoTP shards the linear layers only (norms and
+  activations stay whole). AutoTP with ZeRO-3 is supported since 0.18 (runtime/engine.py
+  partitions AutoTP shards over the data-parallel group), so tp > 1 goes with any ZeRO stage;
 - selective recomputation: DeepSpeed recomputes whole checkpointed functions.
 
 ``train_batch_size`` = micro-batch x gradient accumulation x data-parallel degree.
+
+JSON has no comments, so the file states its target and plan under ``"_autotune"``, a key
+DeepSpeed does not read (the tests check it is the only such key).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from autotune.plan.io import PlanFile
 __all__ = ["to_deepspeed"]
 
 NAME = "DeepSpeed"
-TARGET = "DeepSpeed v0.16.5 (38327e07f6cd, 2025-02-21) JSON config"
+TARGET = "DeepSpeed 0.19.8 (PyPI) JSON config, deepspeed.initialize(config=FILE)"
+VERSION = "0.19.8"
 PLAN_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm", "overlap_p2p_comm")
 
 
@@ -46,9 +52,10 @@ def _check_expressible(ctx: ExportContext) -> None:
     if s.cp > 1:
         raise refuse(NAME, "stages.cp", "its sequence parallelism is Ulysses (all-to-all over heads, set up in model "
                                         "code), not ring context parallelism")
-    if s.tp > 1 and (s.sequence_parallel or s.zero == 3):
-        raise refuse(NAME, "stages.tp", "AutoTP training (tensor_parallel.autotp_size) shards linear layers only, "
-                                        "without sequence parallelism, and asserts ZeRO <= 2")
+    if s.tp > 1 and s.sequence_parallel:
+        raise refuse(NAME, "stages.sequence_parallel", "AutoTP training (tensor_parallel.autotp_size) shards linear "
+                                                       "layers only; sequence parallelism of norms and activations "
+                                                       "has no setting")
     if s.recompute in ("selective", "selective_op"):
         raise refuse(NAME, "stages.recompute", "its activation checkpointing recomputes whole checkpointed "
                                                "functions; selective recomputation has no setting")
@@ -121,7 +128,8 @@ def to_deepspeed(plan_file: PlanFile) -> ExportResult:
     ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp"))
     _check_expressible(ctx)
     check_mesh_order(ctx)  # AutoTP groups consecutive ranks (tp innermost)
-    config = _config(ctx)
-    notes = [*header_lines(ctx, TARGET), *_notes(ctx)]
+    header = header_lines(ctx, TARGET)
+    config = {"_autotune": {"plan": header[0], "target": TARGET}, **_config(ctx)}
+    notes = [*header, *_notes(ctx)]
     return ExportResult(format="deepspeed", text=json.dumps(config, indent=2) + "\n", suffix=".json",
                         notes=tuple(notes), notes_in_text=False)

@@ -101,8 +101,8 @@ def _parallel_flags(ctx: ExportContext) -> list[Flag]:
 
 def _data_parallel_flags(ctx: ExportContext) -> list[Flag]:
     p, s = ctx.plan, ctx.stage
-    if s.dp * s.cp == 1:
-        return []
+    if s.dp * s.cp == 1:  # the optimizer offload runs in the distributed optimizer, also over one rank
+        return [("--use-distributed-optimizer", None)] if s.optimizer_in == "host" else []
     flags: list[Flag] = []
     if s.zero == 1:
         flags.append(("--use-distributed-optimizer", None))
@@ -135,6 +135,10 @@ def _memory_flags(ctx: ExportContext) -> list[Flag]:
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", "1")]
     if s.optimizer_in == "host":
+        if s.zero != 1:  # OptimizerConfig: the precision-aware optimizer needs the distributed optimizer
+            raise refuse(NAME, "stages.optimizer_in", "its optimizer offload (--optimizer-cpu-offload) runs in the "
+                                                      "distributed optimizer (zero 1), not with zero "
+                                                      f"{s.zero}")
         flags += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", "1.0"),
                   ("--use-precision-aware-optimizer", None)]  # required by --optimizer-cpu-offload
     return flags
@@ -156,13 +160,66 @@ def _model_flags(ctx: ExportContext) -> list[Flag]:
         flags += [("--group-query-attention", None), ("--num-query-groups", str(m.num_kv_heads))]
     flags += _ACTIVATION[m.ffn_activation]
     flags += [("--normalization", _NORM[m.norm]), ("--position-embedding-type", _POSITION[m.position_embedding])]
-    if not m.bias:
-        flags.append(("--disable-bias-linear", None))
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights", None))
     if not m.dropout:
         flags += [("--attention-dropout", "0.0"), ("--hidden-dropout", "0.0")]
-    return flags + attention_detail_flags(m) + moe_model_flags(m)
+    return flags + _attention_flags(ctx) + attention_detail_flags(m) + moe_model_flags(m) + _vocab_flags(ctx)
+
+
+def _bias_flags(m) -> list[Flag]:
+    """Megatron has one switch for every linear bias (--disable-bias-linear) and one to add QKV
+    biases back (--add-qkv-bias, Qwen2)."""
+    qkv, out, ffn = (m.bias if v is None else v for v in (m.qkv_bias, m.attn_out_bias, m.ffn_bias))
+    if out != ffn or (qkv != out and not qkv and out):
+        raise refuse(NAME, "model.bias", f"it sets linear biases all on or all off, plus QKV biases; the model has "
+                                         f"qkv={qkv}, attention output={out}, FFN={ffn}")
+    flags: list[Flag] = [] if out else [("--disable-bias-linear", None)]
+    return flags + ([("--add-qkv-bias", None)] if qkv and not out else [])
+
+
+def _window_flags(m) -> list[Flag]:
+    """Sliding windows: --window-size (left, right) in tokens before and after the query, so a
+    window of W tokens including the query is (W - 1, 0); --window-attn-skip-freq says which
+    layers (Megatron-Core transformer/utils.py is_layer_window_attention: with an integer N, the
+    1-based layers not divisible by N; or a 0/1 list, 1 = windowed)."""
+    if not m.sliding_window:
+        return []
+    flags: list[Flag] = [("--window-size", f"{m.sliding_window - 1},0")]
+    n = m.sliding_window_every
+    if n == 2:
+        flags.append(("--window-attn-skip-freq", "2"))  # 1-based odd layers = 0-based layers 0, 2, 4, ...
+    elif n > 2:
+        pattern = ",".join("1" if i % n == 0 else "0" for i in range(m.num_layers))
+        flags.append(("--window-attn-skip-freq", f"[{pattern}]"))
+    return flags
+
+
+def _attention_flags(ctx: ExportContext) -> list[Flag]:
+    """What Megatron needs to build the same attention: RoPE base (its default is 10000, Llama 3
+    uses 500000), head width, biases, per-head QK norm and sliding windows."""
+    m = ctx.model
+    flags = _bias_flags(m)
+    if m.position_embedding == "rotary":
+        if not float(m.rope_theta).is_integer():  # --rotary-base is an integer option
+            raise refuse(NAME, "model.rope_theta", f"--rotary-base takes an integer, the model's base is {m.rope_theta}")
+        flags.append(("--rotary-base", str(int(m.rope_theta))))
+    if m.head_dim_size and m.head_dim_size * m.num_heads != m.hidden_size:
+        flags.append(("--kv-channels", str(m.head_dim_size)))
+    if m.qk_norm == "head":
+        flags.append(("--qk-layernorm", None))
+    elif m.qk_norm != "none":
+        raise refuse(NAME, "model.qk_norm", f"its QK norm (--qk-layernorm) is per head; the model normalises {m.qk_norm}")
+    return flags + _window_flags(m)
+
+
+def _vocab_flags(ctx: ExportContext) -> list[Flag]:
+    """Megatron pads the vocabulary to a multiple of --make-vocab-size-divisible-by x tp (default
+    128 x tp; arguments.py _vocab_size_with_padding); the largest power of two that leaves this
+    vocabulary as it is, else 1 (padded to a multiple of tp, noted)."""
+    tp, vocab = ctx.stage.tp, ctx.model.vocab_size
+    divisor = next((d for d in (128, 64, 32, 16, 8, 4, 2, 1) if vocab % (d * tp) == 0), 1)
+    return [("--make-vocab-size-divisible-by", str(divisor))]
 
 
 def _step_flags(ctx: ExportContext) -> list[Flag]:
@@ -195,6 +252,11 @@ def _notes(ctx: ExportContext) -> list[str]:
                      "groups keep more micro-batches in flight than the estimate (which assumes groups of pp)")
     if ctx.plan.overlap_tp_comm and s.sequence_parallel and s.tp > 1:
         notes.append("--tp-comm-overlap needs Transformer Engine (--transformer-impl transformer_engine, the default)")
+    vocab = ctx.model.vocab_size
+    if vocab % s.tp:
+        padded = -(-vocab // s.tp) * s.tp
+        notes.append(f"Megatron pads the vocabulary of {vocab} to {padded} (a multiple of tp={s.tp}); the estimate "
+                     f"counts {vocab}")
     return notes
 
 

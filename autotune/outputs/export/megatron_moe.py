@@ -1,4 +1,4 @@
-"""Megatron-LM flags for mixture-of-experts layers and the attention details of modern models.
+"""Megatron-LM flags for mixture-of-experts layers and latent attention.
 
 Option names and semantics from megatron/training/arguments.py (the commit megatron.py targets;
 names checked against tests/data/frameworks/megatron_arguments.tsv):
@@ -9,10 +9,6 @@ names checked against tests/data/frameworks/megatron_arguments.tsv):
   (number of shared experts x each one's width).
 - Routers: softmax after top-k is Megatron's default; ``--moe-router-pre-softmax`` puts the
   softmax before top-k; ``--moe-router-score-function sigmoid`` scores with a sigmoid.
-- ``--qk-layernorm``: a norm over each head's queries and keys (Qwen3's per-head norm).
-- ``--window-size (left,right)``: a query attends ``left`` earlier positions and itself (a
-  window of W tokens is ``(W-1,0)``); ``--window-attn-skip-freq`` takes a list, 1 for a windowed
-  layer and 0 for full attention.
 """
 
 from __future__ import annotations
@@ -69,44 +65,18 @@ def moe_model_flags(m: ModelSpec) -> list[Flag]:
     return flags
 
 
-def _bias(m: ModelSpec, value: bool | None) -> bool:
-    return m.bias if value is None else value
-
-
 def attention_detail_flags(m: ModelSpec) -> list[Flag]:
-    """RoPE base, explicit head width, QKV bias and sliding windows (GQA is in megatron.py)."""
-    flags: list[Flag] = []
-    if m.position_embedding == "rotary":
-        theta = float(m.rope_theta)
-        if not theta.is_integer():
-            raise refuse(NAME, "model.rope_theta", f"--rotary-base takes an integer, got {m.rope_theta}")
-        flags.append(("--rotary-base", str(int(theta))))
-    if m.head_dim_size and m.head_dim_size * m.num_heads != m.hidden_size:
-        flags.append(("--kv-channels", str(m.head_dim_size)))
-    qkv, out, ffn = _bias(m, m.qkv_bias), _bias(m, m.attn_out_bias), _bias(m, m.ffn_bias)
-    if (out, ffn) != (m.bias, m.bias) or (m.bias and not qkv):
-        raise refuse(NAME, "model.bias", "Megatron sets one bias switch for all linear layers "
-                                         "(--disable-bias-linear) plus --add-qkv-bias; this model's "
-                                         f"biases (qkv {qkv}, output {out}, FFN {ffn}) do not follow it")
-    if qkv and not m.bias:
-        flags.append(("--add-qkv-bias", None))
+    """Latent attention, and the layer shapes Megatron's GPT layer cannot build (the RoPE base,
+    head width, biases, QK norm and windows are in megatron.py)."""
     if m.norms_per_layer != 2:
         raise refuse(NAME, "model.norms_per_layer", f"its GPT layer has two pre-norms; {m.norms_per_layer} norms per "
                                                     "layer (a parallel block, or sandwich norms) have no setting")
-    if m.qk_norm == "full":
-        raise refuse(NAME, "model.qk_norm", "--qk-layernorm normalises each head; a norm over the whole Q and K "
-                                            "width (OLMoE) has no setting")
-    if m.qk_norm == "head":  # Qwen3: a norm per head before RoPE
-        flags.append(("--qk-layernorm", None))
-    if m.is_mla:  # DeepSeek's multi-head latent attention (q_lora_rank 0: no low-rank query path)
-        flags += [("--multi-latent-attention", None), ("--kv-lora-rank", str(m.kv_lora_rank)),
-                  ("--qk-head-dim", str(m.qk_nope_head_dim)), ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
-                  ("--v-head-dim", str(m.v_head_dim))]
-        if m.q_lora_rank:
-            flags.append(("--q-lora-rank", str(m.q_lora_rank)))
-    if m.sliding_window:
-        flags.append(("--window-size", f"({m.sliding_window - 1},0)"))
-        if m.sliding_window_every > 1:
-            flags.append(("--window-attn-skip-freq",
-                          layer_pattern([int(m.is_windowed_layer(i)) for i in range(m.num_layers)])))
+    if not m.is_mla:
+        return []
+    # DeepSeek's multi-head latent attention (q_lora_rank 0: no low-rank query path)
+    flags: list[Flag] = [("--multi-latent-attention", None), ("--kv-lora-rank", str(m.kv_lora_rank)),
+                         ("--qk-head-dim", str(m.qk_nope_head_dim)), ("--qk-pos-emb-head-dim", str(m.qk_rope_head_dim)),
+                         ("--v-head-dim", str(m.v_head_dim))]
+    if m.q_lora_rank:
+        flags.append(("--q-lora-rank", str(m.q_lora_rank)))
     return flags

@@ -1,25 +1,25 @@
-"""A plan as a torchtitan TOML job config (``--job.config_file``).
+"""A plan as a torchtitan job: what both targets share, and the current target (torchtitan 0.3).
 
-Target: torchtitan v0.2.2 (2026-02-20), the last release that reads TOML; its main branch moved to
-Python config functions on 2026-02-23 with the same field names. Keys and choices are checked
-against torchtitan/config/job_config.py of v0.2.2 (tests/data/frameworks/torchtitan_job_config_keys.tsv).
+torchtitan 0.3.0 (PyPI, 2026) dropped TOML job files: a job is a Python config function from a
+model's ``config_registry`` chosen with ``--module``/``--config``, with ``--section.key value``
+overrides parsed by tyro (torchtitan/config/manager.py). This export is that argument list, one
+option per line with ``#`` comments, run as
+``torchrun --nproc_per_node 8 -m torchtitan.train $(grep -v '^#' export-torchtitan.args)``.
+The 0.2.x TOML file is the ``torchtitan-0.2`` format (:mod:`.torchtitan_toml`).
 
-What torchtitan v0.2.2 does, and so what this export can express
-(torchtitan/models/llama3/infra/parallelize.py, distributed/parallel_dims.py, pipeline_parallel.py):
+What torchtitan does, and so what the export can express (models/llama3, distributed/
+parallel_dims.py, distributed/pipeline_parallel.py, config/configs.py):
 
-- Models come from a registry by ``[model] name`` and ``flavor``; the dense one is Llama 3
-  (RMSNorm, SwiGLU, RoPE, no biases, untied output). Other architectures are refused.
-- Tensor parallelism always shards norms along the sequence (Megatron's sequence parallelism).
+- Models come from a registry by name and flavour; the dense one is Llama 3 (RMSNorm, SwiGLU,
+  RoPE base 500000, no biases, untied output). Other architectures are refused.
 - Data parallelism is FSDP2 over ``data_parallel_shard_degree`` x cp (ZeRO-3, or ZeRO-2 with
-  ``fsdp_reshard_after_forward = "never"``) or DDP over ``data_parallel_replicate_degree``, the
+  ``fsdp_reshard_after_forward = never``) or DDP over ``data_parallel_replicate_degree``, the
   latter only when it is the only parallelism. ZeRO-1 has no switch.
-- Pipeline stages are listed as module names per model part; with ``Interleaved1F1B`` part
+- Pipeline stages are lists of module names per model part; with ``Interleaved1F1B`` part
   ``c * pp + r`` is chunk ``c`` of rank ``r`` ("loop" style).
 """
 
 from __future__ import annotations
-
-import tomli_w
 
 from autotune.outputs.export.common import (
     MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
@@ -27,28 +27,33 @@ from autotune.outputs.export.common import (
 from autotune.plan.io import PlanFile
 from autotune.spec.model import ModelSpec
 
-__all__ = ["to_torchtitan", "llama_ffn_hidden", "model_parts"]
+__all__ = ["to_torchtitan", "llama_ffn_hidden", "model_parts", "torchtitan_context", "llama_flavor", "Job"]
 
 NAME = "torchtitan"
-TARGET = "torchtitan v0.2.2 (73a0e6979, 2026-02-20): torchrun ... -m torchtitan.train --job.config_file FILE"
+TARGET = "torchtitan 0.3.0 (PyPI): torchrun ... -m torchtitan.train $(grep -v '^#' FILE)"
 PLAN_FIELDS = ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm")
 STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm")  # FSDP2/HSDP, CP rotation
-CP_ROTATE = {"ring": "alltoall", "all_gather": "allgather"}  # its names: "alltoall" passes K/V around a ring
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
-RECOMPUTE = {"none": "none", "full": "full", "selective": "selective", "selective_op": "selective"}
-# Llama 3 flavours of torchtitan v0.2.2 (torchtitan/models/llama3/__init__.py, llama3_args):
-# dim, n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of; vocab_size is the
-# TransformerModelArgs default 128256 except for debugmodel (model/args.py).
+# torch's context parallelism (torch/distributed/tensor/experimental/_context_parallel/_attention.py)
+# all-gathers K/V unless told otherwise; 0.2 sets it (context_parallel_rotate_method), 0.3 has no setting.
+CP_COMMS = ("ring", "all_gather")
+# Llama 3 flavours (torchtitan/models/llama3/__init__.py, the same in 0.2.2 and 0.3.0): dim,
+# n_layers, n_heads, n_kv_heads, ffn_dim_multiplier, multiple_of, vocab_size; RoPE theta 500000.
 LLAMA3_FLAVORS = {
     "debugmodel": (256, 6, 16, 16, None, 256, 2048),
     "8B": (4096, 32, 32, 8, 1.3, 1024, 128256),
     "70B": (8192, 80, 64, 8, 1.3, 4096, 128256),
     "405B": (16384, 126, 128, 8, 1.2, 4096, 128256),
 }
+LLAMA3_ROPE_THETA = 500000.0
+# torchtitan 0.3.0 config functions of those flavours (models/llama3/config_registry.py).
+CONFIG_FUNCTIONS = {"debugmodel": "llama3_debugmodel", "8B": "llama3_8b", "70B": "llama3_70b", "405B": "llama3_405b"}
+
+Job = dict  # section -> {key: value}, the torchtitan job both renderers write
 
 
 def llama_ffn_hidden(dim: int, multiple_of: int, ffn_dim_multiplier: float | None) -> int:
-    """FFN width of torchtitan's Llama FeedForward (llama3/model/model.py): 2/3 of 4 x dim,
+    """FFN width of torchtitan's Llama feed-forward (compute_ffn_hidden_dim): 2/3 of 4 x dim,
     times the multiplier, rounded up to ``multiple_of``."""
     hidden = int(2 * (4 * dim) / 3)
     if ffn_dim_multiplier is not None:
@@ -56,31 +61,38 @@ def llama_ffn_hidden(dim: int, multiple_of: int, ffn_dim_multiplier: float | Non
     return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
 
 
-def _flavor(model: ModelSpec) -> tuple[str, list[str]]:
-    """The registry flavour of ``model``, or its name and a note on registering it."""
+def llama_flavor(model: ModelSpec) -> str | None:
+    """The registry flavour of ``model`` (None: no flavour of this shape); refuses non-Llama models."""
     llama_like = (model.has_attention and model.ffn_activation == "swiglu" and model.norm == "rmsnorm"
-                  and model.position_embedding == "rotary" and not model.bias and not model.tied_embeddings)
+                  and model.position_embedding == "rotary" and not model.bias and not model.tied_embeddings
+                  and not model.qkv_bias and not model.sliding_window and not model.num_experts
+                  and not model.kv_lora_rank and model.rope_theta == LLAMA3_ROPE_THETA)
     if not llama_like:
-        raise refuse(NAME, "model", f"its dense model is Llama (RMSNorm, SwiGLU, RoPE, no bias, untied output); "
-                                    f"{model.name} has {model.norm}, {model.ffn_activation}, "
-                                    f"{model.position_embedding} positions, bias={model.bias}, "
+        raise refuse(NAME, "model", f"its dense model is Llama 3 (RMSNorm, SwiGLU, RoPE base 500000, no bias, "
+                                    f"full attention, untied output); {model.name} has {model.norm}, "
+                                    f"{model.ffn_activation}, {model.position_embedding} positions "
+                                    f"(base {model.rope_theta:g}), bias={model.bias}, qkv_bias={model.qkv_bias}, "
+                                    f"window={model.sliding_window}, experts={model.num_experts}, "
                                     f"tied={model.tied_embeddings}")
     shape = (model.hidden_size, model.num_layers, model.num_heads, model.num_kv_heads, model.ffn_hidden_size,
              model.vocab_size)
     for name, (dim, layers, heads, kv, mult, multiple, vocab) in LLAMA3_FLAVORS.items():
         if shape == (dim, layers, heads, kv, llama_ffn_hidden(dim, multiple, mult), vocab):
-            return name, []
+            return name
+    return None
+
+
+def flavor_args(model: ModelSpec) -> str:
+    """The shape of ``model`` as torchtitan Llama arguments, for a note on registering it."""
     base = int(2 * (4 * model.hidden_size) / 3)
-    args = (f"dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
+    return (f"dim={model.hidden_size}, n_layers={model.num_layers}, n_heads={model.num_heads}, "
             f"n_kv_heads={model.num_kv_heads}, vocab_size={model.vocab_size}, "
             f"ffn_dim_multiplier={model.ffn_hidden_size / base!r}, multiple_of={model.ffn_hidden_size}")
-    return model.name, [f"torchtitan v0.2.2 has no llama3 flavor of this shape: add "
-                        f"\"{model.name}\": TransformerModelArgs({args}) to llama3_args in "
-                        "torchtitan/models/llama3/__init__.py"]
 
 
-def model_parts(layer_counts: tuple[int, ...], vpp: int) -> list[list[str]]:
-    """Module names of each model part (pp x vpp parts, "loop" order) of torchtitan's Llama."""
+def model_parts(layer_counts: tuple[int, ...], vpp: int, head: str = "lm_head") -> list[list[str]]:
+    """Module names of each model part (pp x vpp parts, "loop" order) of torchtitan's Llama;
+    the output projection is ``lm_head`` in 0.3 and ``output`` in 0.2."""
     pp = len(layer_counts)
     parts, first = [], 0
     for k in range(pp * vpp):
@@ -88,7 +100,7 @@ def model_parts(layer_counts: tuple[int, ...], vpp: int) -> list[list[str]]:
         parts.append([f"layers.{i}" for i in range(first, first + n)])
         first += n
     parts[0].insert(0, "tok_embeddings")
-    parts[-1] += ["norm", "output"]
+    parts[-1] += ["norm", head]
     return parts
 
 
@@ -113,54 +125,21 @@ def _data_parallel(ctx: ExportContext) -> dict:
     return {"data_parallel_replicate_degree": s.dp, "data_parallel_shard_degree": 1}
 
 
-def _moe_flavor(model: ModelSpec) -> tuple[str, str, list[str]]:
-    """torchtitan v0.2.2's registry models with routed experts: deepseek_v3 (latent attention)
-    and qwen3 (grouped-query attention, QK-norm); a flavour of this shape must be registered."""
-    name = "deepseek_v3" if model.is_mla else "qwen3"
-    return name, model.name, [
-        f"register a {name} flavor \"{model.name}\" with {model.num_experts} experts, top-{model.num_experts_per_token}, "
-        f"expert width {model.expert_ffn_hidden_size} and this model's dimensions in torchtitan/models/{name}/"
-        "__init__.py" + ("" if model.is_mla else "; its qwen3 model adds QK-norm, which this spec may not have")]
-
-
-def _expert_parallel(ctx: ExportContext) -> dict:
-    """expert_parallel_degree and expert_tensor_parallel_degree (parallel_dims.py): etp is 1 or tp;
-    ep borrows ranks from dp_shard x cp, and from tp too when etp is 1."""
-    s = ctx.stage
-    if not ctx.model.is_moe:
-        return {}
-    if s.etp not in (1, s.tp):
-        raise refuse(NAME, "stages.etp", f"its expert tensor parallelism is 1 or tp={s.tp}, got etp={s.etp}")
-    borrow = s.dp * s.cp * (s.tp if s.etp == 1 else 1)
-    if borrow % s.ep:
-        raise refuse(NAME, "stages.ep", f"ep={s.ep} must divide the {borrow} ranks it borrows from "
-                                        "dp_shard x cp" + (" x tp" if s.etp == 1 else ""))
-    return {"expert_parallel_degree": s.ep, "expert_tensor_parallel_degree": s.etp}
-
-
-def _parallelism(ctx: ExportContext) -> dict:
+def _parallelism(ctx: ExportContext, head: str) -> dict:
     p, s = ctx.plan, ctx.stage
-    if s.tp > 1 and not s.sequence_parallel:
-        raise refuse(NAME, "stages.sequence_parallel", "its tensor parallelism always shards norms along the "
-                                                       "sequence; tp > 1 without sequence parallelism has no setting")
     table = {**_data_parallel(ctx), "tensor_parallel_degree": s.tp, "context_parallel_degree": s.cp,
              "pipeline_parallel_degree": p.pp}
-    if s.cp > 1:
-        if s.cp_comm not in CP_ROTATE:
-            raise refuse(NAME, "stages.cp_comm", "its context parallelism rotates K/V (allgather or ring); "
-                                                 "all-to-all over heads (Ulysses) has no setting")
-        table["context_parallel_rotate_method"] = CP_ROTATE[s.cp_comm]
-    if s.tp > 1 and p.overlap_tp_comm:
-        table["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)
-    table.update(_expert_parallel(ctx))
-    rounds = max(1, p.num_microbatches // p.pp)  # torch's ScheduleInterleaved1F1B (flex_pp) needs M % rounds == 0
+    if s.cp > 1 and s.cp_comm not in CP_COMMS:
+        raise refuse(NAME, "stages.cp_comm", "its context parallelism rotates K/V (allgather or ring); "
+                                             "all-to-all over heads (Ulysses) has no setting")
+    rounds = max(1, p.num_microbatches // p.pp)  # torch's ScheduleInterleaved1F1B needs M % rounds == 0
     if p.schedule == "interleaved" and p.num_microbatches % rounds:
         raise refuse(NAME, "num_microbatches", f"Interleaved1F1B runs {p.num_microbatches} micro-batches in "
                                                f"{rounds} equal rounds, which do not divide them")
     if p.pp > 1:
         table.update(pipeline_parallel_schedule=SCHEDULES[p.schedule],
                      pipeline_parallel_microbatch_size=p.micro_batch,
-                     module_fqns_per_model_part=model_parts(ctx.layer_counts, p.vpp))
+                     module_fqns_per_model_part=model_parts(ctx.layer_counts, p.vpp, head))
     return table
 
 
@@ -183,35 +162,78 @@ def _training(ctx: ExportContext) -> dict:
             "mixed_precision_reduce": "float32", "enable_cpu_offload": "host" in offloaded}
 
 
-def _activation_checkpoint(ctx: ExportContext) -> tuple[dict, list[str]]:
-    mode = RECOMPUTE[ctx.stage.recompute]
-    if mode != "selective":
-        return {"mode": mode}, []
-    if ctx.stage.recompute == "selective_op":  # exactly its op-level policy
-        return {"mode": "selective", "selective_ac_option": "op"}, []
-    return {"mode": "selective", "selective_ac_option": "op"}, [
-        "selective recomputation: torchtitan's op-level policy saves matmul and attention outputs and recomputes "
-        "the rest, close to but not the same as Megatron's core-attention recomputation the estimate assumes"]
+def torchtitan_context(plan_file: PlanFile, framework: str = NAME) -> ExportContext:
+    ctx = export_context(plan_file, framework, plan_fields=PLAN_FIELDS, stage_fields=STAGE_FIELDS)
+    check_mesh_order(ctx)  # its mesh is [pp, dp_replicate, dp_shard, cp, tp], tp innermost
+    return ctx
+
+
+def job_sections(ctx: ExportContext, head: str) -> Job:
+    """The sections both targets set: training and parallelism (keys as in both releases)."""
+    return {"training": _training(ctx), "parallelism": _parallelism(ctx, head)}
+
+
+def selective_note() -> str:
+    return ("selective recomputation: torchtitan's op-level policy saves matmul and attention outputs and recomputes "
+            "the rest, close to but not the same as Megatron's core-attention recomputation the estimate assumes")
+
+
+def _value(value) -> list[str]:
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, list):  # list[list[str]]: one comma-joined argument per part
+        return [",".join(part) for part in value]
+    return [str(value)]
+
+
+def _option(section: str, key: str, value) -> str:
+    name = f"--{section}.{key.replace('_', '-')}"
+    if isinstance(value, bool):
+        return name if value else f"--{section}.no-{key.replace('_', '-')}"
+    return " ".join([name, *_value(value)])
+
+
+def _overrides(ctx: ExportContext) -> tuple[Job, list[str]]:
+    """Every section the plan sets, stated even where it equals the config function's default
+    (the 70B and 405B functions set tp 8, compile and Float8 of their own)."""
+    s = ctx.stage
+    job = job_sections(ctx, "lm_head")
+    job["parallelism"]["enable_sequence_parallel"] = bool(s.sequence_parallel and s.tp > 1)
+    async_tp = bool(s.tp > 1 and s.sequence_parallel and ctx.plan.overlap_tp_comm)
+    job["compile"] = {"enable": async_tp, "enable_async_tensor_parallel": async_tp}
+    if ctx.plan.pp > 1:  # 0.3 refuses CUDA graphs with pipelining (TrainingConfig validation)
+        job["training"]["disable_cuda_graphs"] = True
+    notes = [selective_note()] if s.recompute == "selective" else []
+    if s.cp > 1 and s.cp_comm == "ring":
+        notes.append("0.3 has no K/V rotation setting: torch's context parallelism all-gathers K/V, the plan "
+                      "assumed a ring (cp_comm=all_gather is what runs; torchtitan-0.2 can set the ring)")
+    if ctx.workload.dtype not in ("bf16", "fp32"):
+        raise refuse(NAME, "workload.dtype", f"0.3 sets float8/MX training in Python config functions (converters), "
+                                             f"not by an option; {ctx.workload.dtype} has none (the torchtitan-0.2 "
+                                             "TOML sets it)")
+    if ctx.workload.dtype == "bf16" and (s.dp * s.cp == 1 or s.zero == 0):
+        notes.append("without FSDP, training.mixed_precision_param has no effect: torchtitan trains in "
+                     "training.dtype (float32 unless set to bfloat16)")
+    return job, notes
 
 
 def to_torchtitan(plan_file: PlanFile) -> ExportResult:
-    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=STAGE_FIELDS + ("ep", "etp"))
-    check_mesh_order(ctx)  # its mesh is [pp, dp_replicate, dp_shard, cp, tp], tp innermost
-    name, flavor, notes = _moe_flavor(ctx.model) if ctx.model.is_moe else ("llama3", *_flavor(ctx.model))
-    checkpoint, ac_notes = _activation_checkpoint(ctx)
-    config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
-              "model": {"name": name, "flavor": flavor}, "training": _training(ctx),
-              "parallelism": _parallelism(ctx), "activation_checkpoint": checkpoint}
-    if ctx.workload.dtype in ("fp8", "fp8_rowwise"):  # torchao float8 training on the linears
-        config["model"]["converters"] = ["quantize.linear.float8"]
-        recipe = "tensorwise" if ctx.workload.dtype == "fp8" else "rowwise"
-        config["quantize"] = {"linear": {"float8": {
-            "recipe_name": recipe, "enable_fsdp_float8_all_gather": bool(ctx.workload.fp8_all_gather)}}}
-    elif ctx.workload.dtype == "mxfp8":  # torchao MX training on the linears
-        config["model"]["converters"] = ["quantize.linear.mx"]
-        config["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8"}}}
-    if config["parallelism"].get("enable_async_tensor_parallel"):
-        config["compile"] = {"enable": True, "components": ["model", "loss"]}
-    notes = notes + ac_notes
-    header = "".join(f"# {line}\n" for line in header_lines(ctx, TARGET) + [f"note: {n}" for n in notes])
-    return ExportResult(format="torchtitan", text=header + tomli_w.dumps(config), suffix=".toml", notes=tuple(notes))
+    ctx = torchtitan_context(plan_file)
+    flavor = llama_flavor(ctx.model)
+    job, notes = _overrides(ctx)
+    if flavor is None:
+        config = f"llama3_{ctx.model.name.replace('-', '_').replace('.', '_')}"
+        notes.insert(0, f"torchtitan 0.3 has no llama3 flavour of this shape: add a flavour with {flavor_args(ctx.model)} "
+                        f"to llama3_configs (torchtitan/models/llama3/__init__.py) and a config function {config} "
+                        "to models/llama3/config_registry.py")
+    else:
+        config = CONFIG_FUNCTIONS[flavor]
+        if flavor == "405B":
+            notes.append("llama3_405b converts linear layers to Float8; the estimate is for the workload's dtype")
+    lines = [f"# {line}" for line in header_lines(ctx, TARGET) + [f"note: {n}" for n in notes]]
+    lines += ["--module llama3", f"--config {config}"]
+    for section, table in job.items():
+        lines += [_option(section, key, value) for key, value in table.items()]
+    mode = "selective" if ctx.stage.recompute == "selective_op" else ctx.stage.recompute
+    lines.append(f"activation-checkpoint:{mode}")  # a subcommand: the last argument
+    return ExportResult(format="torchtitan", text="\n".join(lines) + "\n", suffix=".args", notes=tuple(notes))
