@@ -18,8 +18,9 @@ def test_published_runs_fit_in_memory(data_dir):
 
 
 # What the cost model reaches on every expressible row of both shipped CSVs (the target is
-# mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/validation.md).
-ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.125, 0.53
+# mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md).
+# The 16 MoE rows are priced since the graph has routed experts (mean 36%, predicted too fast).
+ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.15, 0.64
 
 
 def test_modern_runs_every_row_is_priced_or_says_why(data_dir):
@@ -64,7 +65,7 @@ def test_check_published_cli_reports_regimes_and_assumptions(capsys):
     assert main(["check-published"]) == 0
     out = capsys.readouterr().out
     assert "H100-96GB-HBM2e-500W | dense | fp8 | torchtitan" in out and "not expressible" in out
-    assert "MoE" in out and out.strip().splitlines()[-1].startswith("mean absolute error")
+    assert "| moe |" in out and out.strip().splitlines()[-1].startswith("mean absolute error")
     assert main(["check-published", "--assumptions"]) == 0
     out = capsys.readouterr().out
     assert "llm-foundry:" in out and "torchtitan:" in out and "nemo:" in out

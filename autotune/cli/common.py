@@ -60,6 +60,8 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")
     parser.add_argument("--overlap-tp-comm", action="store_true", help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap)")
     parser.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after the backward pass, not overlapped")
+    parser.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree (MoE; divides the experts)")
+    parser.add_argument("--etp", type=positive_int, default=1, help="tensor-parallel degree inside each expert (MoE)")
 
 
 def parser_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:

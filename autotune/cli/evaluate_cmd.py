@@ -16,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(parser, gpus_required=False)
     add_workload_args(parser)
     add_inference_args(parser)
+    add_moe_args(parser)
     add_degree_args(parser)
     add_memory_args(parser)
     add_sharding_args(parser)
@@ -62,6 +63,12 @@ def add_sharding_args(parser: argparse.ArgumentParser) -> None:
                        help="ZeRO-3/FSDP: keep gathered weights for the step; gather and reduce once per step")
 
 
+def add_moe_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--expert-load-imbalance", type=float, default=0.0,
+                        help="MoE: the busiest expert-parallel rank's tokens over the mean, as measured "
+                             "(default 0: the floor of unskewed routing, docs/moe.md)")
+
+
 def add_memory_args(parser: argparse.ArgumentParser) -> None:
     for name in PLACEMENT_FLAGS:
         flag = "--" + name.replace("_", "-")
@@ -80,6 +87,7 @@ def _workload(args: argparse.Namespace, model: object) -> object:
 
         work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                                  attention=args.attention)
+        work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0))
         fp8_gather = getattr(args, "fp8_all_gather", False)
         return replace(work, fp8_all_gather=True) if fp8_gather else work
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
@@ -122,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero, schedule=args.schedule,
         overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
-        dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm, **options)
+        dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
+        ep=args.ep, etp=args.etp, **options)
     if args.json:
         print_json({**estimate.to_dict(), "model": architecture_dict(model)})
     else:

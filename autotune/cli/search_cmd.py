@@ -7,7 +7,7 @@ from pathlib import Path
 import sys
 
 from autotune.cli.common import add_model_args, add_workload_args, parser_defaults
-from autotune.cli.evaluate_cmd import add_inference_args
+from autotune.cli.evaluate_cmd import add_inference_args, add_moe_args
 from autotune.cli.export_cmd import FORMATS
 
 
@@ -19,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_args(parser, gpus_required=False, model_required=False)
     add_workload_args(parser)
     add_inference_args(parser)
+    add_moe_args(parser)
     parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a parameter of a standalone space (e.g. --space cxl-lora --set d=1024)")

@@ -31,9 +31,9 @@ def memory_role(kind: str, name: str) -> str:
     Cross-entropy is a log-softmax over the vocabulary plus a gather, so softmax's fit prices it."""
     if kind == "norm":
         return "norm"
-    if name == "ffn_act":
+    if name in ("ffn_act", "expert_act", "shared_act"):
         return "activation"
-    if name == "softmax" or kind == "loss":
+    if name in ("softmax", "router_topk") or kind == "loss":
         return "softmax"
     return "stream"
 

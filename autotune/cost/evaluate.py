@@ -35,8 +35,21 @@ def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpe
         require(model.ffn_hidden_size % stage.tp == 0, "tp",
                 f"tp={stage.tp} must divide ffn_hidden_size {model.ffn_hidden_size}")
         require(workload.seq_len % stage.cp == 0, "cp", f"cp={stage.cp} must divide seq_len {workload.seq_len}")
+        _check_experts(model, stage, training=getattr(workload, "kind", "train") == "train")
     require(workload.seq_len <= model.max_seq_len, "seq_len",
             f"{workload.seq_len} exceeds the model's maximum sequence length {model.max_seq_len}")
+
+
+def _check_experts(model: ModelSpec, stage, training: bool) -> None:
+    if not model.is_moe:
+        require(stage.ep == 1 and stage.etp == 1, "ep", f"{model.name} has no experts: ep and etp must be 1")
+        return
+    # Megatron-Core (TransformerConfig) requires it, and the MoE cost assumes each TP rank routes its own tokens
+    require(not training or stage.tp == 1 or stage.sequence_parallel, "sequence_parallel",
+            f"a mixture of experts with tp={stage.tp} needs sequence parallelism in training")
+    require(model.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {model.num_experts} experts")
+    require(model.expert_ffn_hidden_size % stage.etp == 0, "etp",
+            f"etp={stage.etp} must divide the expert width {model.expert_ffn_hidden_size}")
 
 
 def stage_positions(plan: Plan, gpus_per_node: int) -> list[StagePosition]:
@@ -64,7 +77,7 @@ def _stage_estimate(index: int, plan: Plan, cost: StageCost, pos: StagePosition,
         microbatch_time_s=t.microbatch_s,
         time_s={"compute_s": t.compute_s, "tp_comm_s": t.tp_comm_s, "cp_comm_s": t.cp_comm_s,
                 "p2p_s": t.p2p_s, "zero3_comm_s": t.zero3_comm_s, "offload_s": t.offload_s,
-                "dp_comm_s": t.dp_comm_s, "optimizer_s": t.optimizer_s},
+                "dp_comm_s": t.dp_comm_s, "optimizer_s": t.optimizer_s, "ep_comm_s": t.ep_comm_s},
         memory_bytes=cost.memory.as_dict(), peak_memory_bytes=cost.memory.peak_bytes,
         inflight_microbatches=pos.inflight, fits=cost.memory.peak_bytes <= cost.memory.reserved_bytes + usable,
         fwd_s=float(cost.fwd_s), bwd_s=float(cost.bwd_s),
@@ -142,7 +155,7 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         "compute_s": b * slow.compute_s, "tp_cp_comm_s": b * (slow.tp_comm_s + slow.cp_comm_s),
         "pp_comm_s": b * slow.p2p_s, "pipeline_bubble_s": pipe_s - b * times[k],
         "dp_comm_s": b * slow.zero3_comm_s + tail.dp_comm_s, "optimizer_s": tail.optimizer_s,
-        "offload_s": b * slow.offload_s,
+        "offload_s": b * slow.offload_s, "ep_comm_s": b * slow.ep_comm_s,
     }
     usable = cluster.device.usable_memory_bytes
     stages = [_stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
@@ -153,7 +166,7 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
     reason = overflow if fits else (
         f"stage {peak_stage.index} needs {peak_stage.peak_memory_bytes / 2**30:.1f} GiB per GPU "
         f"({peak_stage.peak_memory_bytes:.0f} bytes) but {cluster.device.name} has {capacity / 2**30:.1f} GiB")
-    comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["dp_comm_s"]
+    comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["dp_comm_s"] + breakdown["ep_comm_s"]
     return Estimate(
         fits=fits and not overflow, step_time_s=step_s,
         tokens_per_s=workload.global_batch * workload.seq_len / step_s,

@@ -70,7 +70,10 @@ def decode_layer_table(model: ModelSpec, context_len: float, act_bytes: int) -> 
     history (flash-decoding; Dao et al. 2023) and writes its output (see graph.decode_attention:
     sliding windows and latent attention included).
     """
-    base = model_tables(model, 1, act_bytes, "flash").layer
+    return _decode_attention(model_tables(model, 1, act_bytes, "flash").layer, model, context_len, act_bytes)
+
+
+def _decode_attention(base: OpTable, model: ModelSpec, context_len: float, act_bytes: int) -> OpTable:
     if not model.has_attention:
         return base
     cost = decode_attention(model, context_len, act_bytes)
@@ -88,6 +91,8 @@ def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str) 
         layer = base.layer
     else:
         base, layer = one, decode_layer_table(model, workload.mean_decode_context_len, e)
+        if one.moe_layer is not None:  # an MoE layer's attention decodes the same way
+            base = replace(base, moe_layer=_decode_attention(one.moe_layer, model, workload.mean_decode_context_len, e))
     head = None if one.head is None else _select(one.head, np.array([k != "loss" for k in one.head.kinds]))
     return replace(base, layer=layer, head=head)
 
@@ -239,6 +244,10 @@ def inference_stage_cost(ctx: InferenceContext, stage: StagePlan, pos: StagePosi
     stage's memory with ``pos.inflight`` micro-batches cached. ``num_layers`` (a number or an
     array) overrides the stage's layer count, as in stage_cost."""
     check_inference_stage(stage, ctx.phase)
+    if ctx.tables.moe_layer is not None:  # mixture of experts: cost/inference_moe.py
+        from autotune.cost.inference_moe import moe_inference_stage_cost  # it imports this module
+
+        return moe_inference_stage_cost(ctx, stage, pos, num_layers)
     n = stage.num_layers if num_layers is None else num_layers
     blocks = _blocks(ctx, stage, n)
     layer = blocks["layer"]

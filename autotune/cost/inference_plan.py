@@ -72,7 +72,7 @@ def _breakdown(costs: list[StageCost], num_microbatches: int, step_s: float, rep
     t, scale = costs[k].time, repeats * num_microbatches
     out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     out.update(compute_s=scale * t.compute_s, tp_cp_comm_s=scale * (t.tp_comm_s + t.cp_comm_s),
-               pp_comm_s=scale * t.p2p_s, offload_s=scale * t.offload_s,
+               pp_comm_s=scale * t.p2p_s, offload_s=scale * t.offload_s, ep_comm_s=scale * t.ep_comm_s,
                pipeline_bubble_s=repeats * (step_s - num_microbatches * t.microbatch_s))
     return out
 
@@ -96,7 +96,7 @@ def _forward_flops_per_sequence(ctx: InferenceContext) -> float:
     """Model FLOPs of one pass of one sequence (the full-attention convention of training MFU)."""
     t = ctx.tables
     blocks = [b for b in (t.embedding, t.head) if b is not None]
-    return float(t.model.num_layers * t.layer.model_flops.sum() + sum(b.model_flops.sum() for b in blocks))
+    return float(t.layers_model_flops() + sum(b.model_flops.sum() for b in blocks))
 
 
 def _kv_cache_bytes_per_gpu(model: ModelSpec, workload: InferenceWorkload, plan: Plan) -> float:
@@ -157,7 +157,7 @@ def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, clust
                   f"{cluster.device.name} has {cluster.device.memory_bytes / 2**30:.1f} GiB")
     flops = sum(p.repeats * workload.batch * _forward_flops_per_sequence(p.ctx) for p in phases.values())
     extra = _metrics(model, workload, plan, phases, total_s)
-    comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["offload_s"]
+    comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["offload_s"] + breakdown["ep_comm_s"]
     return Estimate(
         fits=not reason, step_time_s=total_s, tokens_per_s=extra["tps"],
         tflops_per_gpu=flops / total_s / plan.gpus / 1e12,

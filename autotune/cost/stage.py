@@ -79,10 +79,12 @@ class StageTime:
     offload_s: float
     dp_comm_s: float
     optimizer_s: float
+    ep_comm_s: float = 0.0  # per micro-batch: expert-parallel all-to-all and expert-TP collectives (cost/moe.py)
 
     @property
     def microbatch_s(self) -> float:
-        return self.compute_s + self.tp_comm_s + self.cp_comm_s + self.p2p_s + self.zero3_comm_s + self.offload_s
+        return (self.compute_s + self.tp_comm_s + self.cp_comm_s + self.p2p_s + self.zero3_comm_s + self.offload_s
+                + self.ep_comm_s)
 
     @property
     def step_tail_s(self) -> float:
@@ -327,6 +329,10 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_laye
     ``num_layers`` (a number or an array) overrides the stage's own layer count; with an array
     every field of the result is an array over it.
     """
+    if ctx.tables.moe_layer is not None:  # mixture of experts: cost/moe_stage.py
+        from autotune.cost.moe_stage import moe_stage_cost  # it imports this module
+
+        return moe_stage_cost(ctx, stage, pos, num_layers)
     blocks = _blocks(ctx, stage)
     layer = blocks["layer"]
     spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)

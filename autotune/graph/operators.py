@@ -34,9 +34,11 @@ __all__ = ["Operator", "SHARDINGS", "TP_SPLIT", "OP_KINDS", "layer_graph", "embe
 #   vocab:  the embedding table split by vocabulary rows; input and output whole.
 #   replicated: norms, residual adds, dropout: whole on every rank, unless sequence
 #           parallelism (Korthikanti et al. 2022) splits their tokens.
+#   expert: routed experts (graph/moe_ops.py): weights split over ep x etp, not TP; tokens
+#           split like "split" (each rank routes its own tokens); priced by cost/moe.py.
 # Whole tensors of column/row ops and all tensors of replicated ops are split by sequence
 # parallelism when saved for backward; context parallelism splits every activation's tokens.
-SHARDINGS = ("column", "row", "split", "vocab", "replicated")
+SHARDINGS = ("column", "row", "split", "vocab", "replicated", "expert")
 # (input split, output split, saved split) by TP, per sharding
 TP_SPLIT = {
     "column": (False, True, False),
@@ -44,6 +46,7 @@ TP_SPLIT = {
     "split": (True, True, True),
     "vocab": (False, False, False),
     "replicated": (False, False, False),
+    "expert": (True, True, True),
 }
 OP_KINDS = ("gemm", "bmm", "attention", "elementwise", "norm", "embedding", "loss")
 
@@ -259,7 +262,11 @@ def decode_attention(m: ModelSpec, context_len: float, e: int) -> dict[str, floa
     return {"flops": flops, "in_bytes": (token + cached) * e, "out_bytes": m.attn_out_width * e}
 
 
-def _ffn_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
+def _ffn_ops(m: ModelSpec, s: int, e: int, moe_layer: bool = False) -> list[Operator]:
+    if moe_layer:
+        from autotune.graph.moe_ops import moe_ffn_operators  # it imports this module
+
+        return moe_ffn_operators(m, s, e)
     h, f = m.hidden_size, m.ffn_hidden_size
     gated = m.is_gated_ffn
     up_width = 2 * f if gated else f
@@ -274,8 +281,10 @@ def _ffn_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     return ops
 
 
-def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> list[Operator]:
-    """Operators of one transformer layer (pre-norm) in execution order."""
+def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash",
+                    moe_layer: bool = False) -> list[Operator]:
+    """Operators of one transformer layer (pre-norm) in execution order; ``moe_layer``: its FFN
+    is the mixture of experts (graph/moe_ops.py)."""
     s, e = seq_len, act_bytes
     ops: list[Operator] = []
     if m.has_attention:
@@ -284,18 +293,19 @@ def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: 
         ops.append(_residual("attn_residual", m, s, e))
         if m.norms_per_layer > 1:  # Falcon-7B's parallel block feeds attention and FFN one norm
             ops.append(_norm("ffn_norm", m, s, e))
-        ops.extend(_ffn_ops(m, s, e))
+        ops.extend(_ffn_ops(m, s, e, moe_layer))
         if m.norms_per_layer == 4:
             ops.append(_norm("post_ffn_norm", m, s, e))
         ops.append(_residual("ffn_residual", m, s, e))
     else:
-        ops.extend(_ffn_ops(m, s, e))
+        ops.extend(_ffn_ops(m, s, e, moe_layer))
     return ops
 
 
-def layer_graph(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> nx.DiGraph:
+def layer_graph(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash",
+                moe_layer: bool = False) -> nx.DiGraph:
     """One transformer layer as a DiGraph: the operator chain plus the residual edges."""
-    graph = _chain(layer_operators(m, seq_len, act_bytes, attention_impl))
+    graph = _chain(layer_operators(m, seq_len, act_bytes, attention_impl, moe_layer))
     if m.has_attention:  # residual connections skip their branch
         graph.add_edge("input", "attn_residual")
         graph.add_edge("attn_residual", "ffn_residual")

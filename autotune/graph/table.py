@@ -80,7 +80,13 @@ class OpTable:
 
 @dataclass(frozen=True, eq=False)
 class ModelTables:
-    """The three block tables of a model at one sequence length and activation dtype."""
+    """The block tables of a model at one sequence length and activation dtype.
+
+    ``layer`` is a dense layer. A mixture-of-experts model adds ``moe_layer`` (an MoE layer
+    without its routed experts: attention, router, permutation, shared experts) and
+    ``experts`` (the routed experts' grouped GEMMs over all routed rows, weights of all
+    experts), which cost/moe.py prices under expert parallelism.
+    """
 
     model: ModelSpec
     seq_len: int
@@ -89,16 +95,45 @@ class ModelTables:
     layer: OpTable
     embedding: OpTable | None
     head: OpTable | None
+    moe_layer: OpTable | None = None
+    experts: OpTable | None = None
+
+    def layer_counts(self, first: int = 0, end: int | None = None) -> tuple[int, int]:
+        """(dense layers, MoE layers) among layers ``[first, end)``."""
+        end = self.model.num_layers if end is None else end
+        moe = sum(self.model.is_moe_layer(i) for i in range(first, end)) if self.moe_layer is not None else 0
+        return end - first - moe, moe
+
+    def _layers_sum(self, attr: str, expert_share: float = 1.0) -> float:
+        dense, moe = self.layer_counts()
+        total = dense * float(getattr(self.layer, attr).sum())
+        if moe:
+            total += moe * (float(getattr(self.moe_layer, attr).sum())
+                            + expert_share * float(getattr(self.experts, attr).sum()))
+        return total
 
     @property
     def num_params(self) -> int:
         """All parameters (tied embeddings counted once)."""
         extra = sum(t.num_params for t in (self.embedding, self.head) if t is not None)
-        return self.model.num_layers * self.layer.num_params + extra
+        return int(round(self._layers_sum("params"))) + extra
+
+    @property
+    def num_active_params(self) -> int:
+        """Parameters one token uses: top-k of the routed experts (all of a dense model)."""
+        m = self.model
+        share = m.num_experts_per_token / m.num_experts if m.is_moe else 1.0
+        extra = sum(t.num_params for t in (self.embedding, self.head) if t is not None)
+        return int(round(self._layers_sum("params", share))) + extra
+
+    def layers_model_flops(self) -> float:
+        """Forward model FLOPs of all transformer layers for one sequence."""
+        return self._layers_sum("model_flops")
 
     def model_flops_per_sequence(self) -> float:
-        """Forward + backward model FLOPs of one sequence (3x forward, no recomputation)."""
-        fwd = self.model.num_layers * self.layer.model_flops.sum()
+        """Forward + backward model FLOPs of one sequence (3x forward, no recomputation); an MoE
+        layer counts the FLOPs of the experts each token is routed to."""
+        fwd = self._layers_sum("model_flops")
         for table in (self.embedding, self.head):
             if table is not None:
                 fwd += table.model_flops.sum()
@@ -109,9 +144,15 @@ class ModelTables:
 def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> ModelTables:
     """Build (and cache) the block tables; specs are frozen and hashable."""
     layer = OpTable.from_operators(layer_operators(model, seq_len, act_bytes, attention_impl))
+    moe_layer = experts = None
+    if model.is_moe:
+        ops = layer_operators(model, seq_len, act_bytes, attention_impl, moe_layer=True)
+        moe_layer = OpTable.from_operators([op for op in ops if op.sharding != "expert"])
+        experts = OpTable.from_operators([op for op in ops if op.sharding == "expert"])
     embedding = head = None
     if model.has_embeddings:
         embedding = OpTable.from_operators(embedding_operators(model, seq_len, act_bytes))
         head = OpTable.from_operators(head_operators(model, seq_len, act_bytes))
     return ModelTables(model=model, seq_len=seq_len, act_bytes=act_bytes,
-                       attention_impl=attention_impl, layer=layer, embedding=embedding, head=head)
+                       attention_impl=attention_impl, layer=layer, embedding=embedding, head=head,
+                       moe_layer=moe_layer, experts=experts)

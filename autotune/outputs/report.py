@@ -18,13 +18,16 @@ def _s(seconds: float) -> str:
 
 def plan_table(plan: Plan, estimate: Estimate | None = None) -> list[str]:
     """One line per stage: layers, GPUs and intra-op choices (and memory if known)."""
-    lines = [f"{'stage':>5} {'layers':>9} {'gpus':>5} {'tp':>3} {'cp':>3} {'dp':>4} {'sp':>3} "
+    experts = any(s.ep > 1 or s.etp > 1 for s in plan.stages)  # MoE columns only where used
+    lines = [f"{'stage':>5} {'layers':>9} {'gpus':>5} {'tp':>3} {'cp':>3} {'dp':>4} "
+             + (f"{'ep':>3} {'etp':>3} " if experts else "") + f"{'sp':>3} "
              f"{'recompute':>9} {'zero':>4} {'mesh order':>10}" + ("  memory/GPU" if estimate else "")]
     for i, s in enumerate(plan.stages):
         extra = f"  {_gib(estimate.stages[i].peak_memory_bytes)}" if estimate and estimate.stages else ""
         tags = ("E" if s.has_embedding else "") + ("H" if s.has_head else "")
         lines.append(f"{i:>5} {f'{s.layers[0]}-{s.layers[1] - 1}':>9}{tags:2s}{s.num_gpus:>4} {s.tp:>3} {s.cp:>3} "
-                     f"{s.dp:>4} {'on' if s.sequence_parallel else '-':>3} {s.recompute:>9} {s.zero:>4} "
+                     f"{s.dp:>4} " + (f"{s.ep:>3} {s.etp:>3} " if experts else "")
+                     + f"{'on' if s.sequence_parallel else '-':>3} {s.recompute:>9} {s.zero:>4} "
                      f"{s.mesh_order:>10}{extra}")
     return lines
 
@@ -44,7 +47,8 @@ def _dominant_differences(best: Estimate, other: Estimate) -> list[str]:
     parts = []
     for key, label in (("pipeline_bubble_s", "pipeline bubble"), ("tp_cp_comm_s", "exposed TP/CP communication"),
                        ("dp_comm_s", "exposed data-parallel/ZeRO communication"), ("compute_s", "compute (incl. recomputation)"),
-                       ("pp_comm_s", "pipeline sends"), ("optimizer_s", "optimizer step"), ("offload_s", "offload transfers")):
+                       ("pp_comm_s", "pipeline sends"), ("optimizer_s", "optimizer step"), ("offload_s", "offload transfers"),
+                       ("ep_comm_s", "exposed expert-parallel all-to-all")):
         delta = other.breakdown.get(key, 0.0) - best.breakdown.get(key, 0.0)
         if abs(delta) > 0.02 * best.step_time_s:
             parts.append((delta, f"{label} {_s(best.breakdown.get(key, 0.0))} vs {_s(other.breakdown.get(key, 0.0))}"))

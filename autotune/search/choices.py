@@ -49,13 +49,15 @@ class StageChoice:
     zero: int
     mesh_order: str
     placements: tuple[tuple[str, object], ...] = ()
+    ep: int = 1
+    etp: int = 1
 
     def stage_plan(self, *, dp: int, layers: tuple[int, int] = (0, 1), has_embedding: bool = False,
                    has_head: bool = False) -> StagePlan:
         return StagePlan(layers=layers, has_embedding=has_embedding, has_head=has_head,
                          num_gpus=self.tp * self.cp * dp, tp=self.tp, cp=self.cp, dp=dp,
                          sequence_parallel=self.sequence_parallel, recompute=self.recompute, zero=self.zero,
-                         mesh_order=self.mesh_order, **dict(self.placements))
+                         mesh_order=self.mesh_order, ep=self.ep, etp=self.etp, **dict(self.placements))
 
 
 def choice_params(workload: object) -> tuple[str, ...]:
@@ -117,11 +119,13 @@ def choice_values(space: SearchSpace, model: ModelSpec, workload: object, cluste
     if not tps:
         return {}
     orders = _distinct_orders(space, tps, model_parallel, dp, cluster.gpus_per_node)
+    experts = _expert_values(space, model, model_parallel * dp)
     if not training:
-        return {"tp": tps, "mesh_order": orders, **(extra or {"kv_cache": ["hbm"], "grouping": ["off"]})}
+        return {"tp": tps, "mesh_order": orders, **(extra or {"kv_cache": ["hbm"], "grouping": ["off"]}), **experts}
     zeros = [z for z in space.zero if dp * (model_parallel // min(tps)) > 1 or z == 0] or [0]
+    offload = list(space.offload) if not model.is_moe else ["none"]  # not modelled for MoE stages
     values = {"tp": tps, "recompute": list(space.recompute), "zero": zeros, "mesh_order": orders,
-              "offload": list(space.offload)}
+              "offload": offload, **experts}
     node = _node_shard(model_parallel, dp, cluster.gpus_per_node)
     shardings = [s if s != "node" else f"hsdp:{node}" for s in space.sharding if s != "node" or node]
     if len(shardings) > 1:
@@ -147,6 +151,16 @@ def _sharding(params: dict) -> dict[str, object]:
     return {}
 
 
+def _expert_values(space: SearchSpace, model: ModelSpec, stage_gpus: int) -> dict[str, list]:
+    """Expert-parallel choices of an MoE model (none for a dense one): ep dividing the experts
+    and, with etp, the stage's GPUs; the largest ep first (the expert starting points use it)."""
+    if not model.is_moe:
+        return {}
+    etps = [t for t in space.etp if model.expert_ffn_hidden_size % t == 0 and stage_gpus % t == 0] or [1]
+    eps = sorted((e for e in space.ep if model.num_experts % e == 0 and stage_gpus % e == 0), reverse=True) or [1]
+    return {"ep": eps, "etp": etps}
+
+
 def _placements(params: dict) -> dict[str, object]:
     out = dict(OFFLOADS[params.get("offload", "none")])
     out.update(_sharding(params))
@@ -164,9 +178,13 @@ def _placements(params: dict) -> dict[str, object]:
 def make_choice(space: SearchSpace, model_parallel: int, params: dict, training: bool = True) -> StageChoice:
     tp = int(params["tp"])
     sp = training and tp > 1 and space.sequence_parallel[0] != "off"
+    # etp above tp folds to tp; an ep x etp that does not divide the stage is refused by StagePlan
+    # and scored as not fitting (search/tables.py)
+    ep, etp = int(params.get("ep", 1)), min(int(params.get("etp", 1)), tp)
     return StageChoice(tp=tp, cp=model_parallel // tp, sequence_parallel=sp,
                        recompute=str(params.get("recompute", "none")), zero=int(params.get("zero", 0)),
-                       mesh_order=str(params["mesh_order"]), placements=tuple(sorted(_placements(params).items())))
+                       mesh_order=str(params["mesh_order"]), placements=tuple(sorted(_placements(params).items())),
+                       ep=ep, etp=etp)
 
 
 def enumerate_choices(space: SearchSpace, model_parallel: int, values: dict[str, list], training: bool = True) -> list[StageChoice]:

@@ -40,13 +40,15 @@ class SearchSpace:
     sampler: str
     grid_max: int = 0  # stage spaces of at most this many choices are enumerated (0: n_trials)
     sharding: tuple[str, ...] = ("full",)  # ZeRO/FSDP variants (search/choices.py SHARDINGS)
+    ep: tuple[int, ...] = (1,)  # expert-parallel degrees (mixture-of-experts models only)
+    etp: tuple[int, ...] = (1,)  # expert tensor-parallel degrees (at most the stage's tp)
     kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
     raw: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind != "parallel":
             return
-        for name in ("micro_batch", "vpp", "tp", "cp"):
+        for name in ("micro_batch", "vpp", "tp", "cp", "ep", "etp"):
             values = getattr(self, name)
             require(len(values) > 0 and all(isinstance(v, int) and v > 0 for v in values), f"space.{name}",
                     f"needs positive integers, got {list(values)}")
@@ -115,6 +117,7 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
             uniform_stages=bool(pipe.get("uniform_stages", False)),
             n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")),
             grid_max=int(opt.get("grid_max", 0)), sharding=tuple(stage.get("sharding", ["full"])),
+            ep=tuple(stage.get("ep", [1])), etp=tuple(stage.get("etp", [1])),
             raw=tuple(data.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None

@@ -22,6 +22,8 @@ from optuna.trial import TrialState
 from autotune.errors import AutotuneError, require
 from autotune.plan.plan import RECOMPUTE, SCHEDULES
 
+optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study's INFO lines are not the CLI's output
+
 __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "queued_params", "slice_attrs",
            "slice_value", "shared_trials", "TRIALS_ATTR", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S",
            "heartbeat_settings", "plan_choice_attrs", "memory_constraint", "CONSTRAINTS_KEY", "FINISHED_STATES"]

@@ -106,11 +106,11 @@ def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
     arrays = {k: np.full(shape, np.inf) for k in ("time", "tail", "base", "per")}
     for index in positions_needed(ctx, size):
         emb, head, neighbors = POSITIONS[index]
-        stage = choice.stage_plan(dp=ctx.dp, has_embedding=emb, has_head=head)
         pos = StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter)
-        try:
+        try:  # a choice this stage cannot take (a cache group that does not fit, ep x etp not dividing it)
+            stage = choice.stage_plan(dp=ctx.dp, has_embedding=emb, has_head=head)
             values = _stage_arrays(costers, stage, pos, n)
-        except AutotuneError:  # a choice this stage cannot take (a cache group that does not fit)
+        except AutotuneError:
             continue
         for key, value in zip(("time", "tail", "base", "per"), values):
             arrays[key][:, 1:, index] = value

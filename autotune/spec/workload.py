@@ -63,6 +63,9 @@ class TrainingWorkload:
     attention_impl: str = "flash"
     kind: str = "train"
     fp8_all_gather: bool = False  # FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)
+    # Mixture of experts: the busiest expert-parallel rank's routed tokens over the mean. 0: the
+    # floor of unskewed routing (cost/moe.py load_imbalance); >= 1: a measured max/mean.
+    expert_load_imbalance: float = 0.0
 
     def __post_init__(self) -> None:
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
@@ -71,6 +74,9 @@ class TrainingWorkload:
         require_positive("seq_len", self.seq_len)
         check_limit("global_batch", self.global_batch, "global_batch")
         check_limit("seq_len", self.seq_len, "seq_len")
+        require(isinstance(self.expert_load_imbalance, (int, float)) and (self.expert_load_imbalance == 0
+                or self.expert_load_imbalance >= 1), "expert_load_imbalance",
+                f"must be 0 (model it) or a max/mean load >= 1, got {self.expert_load_imbalance!r}")
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require(self.kind == "train", "workload", "TrainingWorkload.kind is always 'train'")

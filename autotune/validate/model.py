@@ -123,14 +123,19 @@ class FeedForward(nn.Module):
 class TransformerBlock(nn.Module):
     """Pre-norm block; an ``ffn_only`` block (the seed's XXL) is its feed-forward alone."""
 
-    def __init__(self, spec: ModelSpec, attention_impl: str, dropout_p: float) -> None:
+    def __init__(self, spec: ModelSpec, attention_impl: str, dropout_p: float, layer: int = 0) -> None:
         super().__init__()
         self.has_attention = spec.has_attention
         if self.has_attention:
             self.attention_norm = _norm(spec)
             self.attention = Attention(spec, attention_impl, dropout_p)
             self.ffn_norm = _norm(spec)
-        self.feed_forward = FeedForward(spec)
+        if spec.is_moe_layer(layer):  # routed experts (validate/moe_model.py)
+            from autotune.validate.moe_model import MoEFeedForward
+
+            self.feed_forward = MoEFeedForward(spec)
+        else:
+            self.feed_forward = FeedForward(spec)
         self.dropout = nn.Dropout(dropout_p)
 
     def forward(self, x: torch.Tensor, rope: torch.Tensor | None = None) -> torch.Tensor:
@@ -155,7 +160,7 @@ class Transformer(nn.Module):
         learned = has_emb and spec.position_embedding == "learned"
         self.pos_embeddings = nn.Embedding(spec.max_seq_len, spec.hidden_size) if learned else None
         self.emb_dropout = nn.Dropout(dropout_p)
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec, attention_impl, dropout_p)
+        self.layers = nn.ModuleDict({str(i): TransformerBlock(spec, attention_impl, dropout_p, i)
                                      for i in range(spec.num_layers)})
         self.norm = _norm(spec) if has_emb else None
         self.output = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False) if has_emb else None
@@ -180,7 +185,7 @@ class Transformer(nn.Module):
     def _init_std(self, name: str, param: torch.Tensor, residual_std: float) -> float:
         if not self.spec.has_attention:  # no residual path or norms: LeCun's 1/sqrt(fan_in) keeps the scale
             return 1.0 / math.sqrt(param.shape[-1])
-        return residual_std if name.endswith(("wo.weight", "w2.weight")) else INIT_STD
+        return residual_std if name.endswith(("wo.weight", "w2.weight", "experts_w2")) else INIT_STD
 
     def _tie(self) -> None:
         if self.spec.tied_embeddings and self.tok_embeddings is not None and self.output is not None:

@@ -28,7 +28,7 @@ from autotune.errors import AutotuneError
 from autotune.plan.plan import Plan
 
 __all__ = ["Chunk", "pipeline_chunks", "carve_chunk", "apply_tensor_parallel", "apply_recompute",
-           "apply_data_parallel", "half_dtype"]
+           "apply_data_parallel", "half_dtype", "expert_groups"]
 
 
 @dataclass(frozen=True)
@@ -170,9 +170,31 @@ def half_dtype(dtype: str) -> torch.dtype | None:
     return {"bf16": torch.bfloat16, "fp16": torch.float16}.get(dtype)
 
 
+def expert_groups(mesh, ep: int) -> tuple:
+    """(EP group, rank in it, expert-DP group) of this rank: each data-parallel group of the
+    (pp, dp, tp=1) mesh splits into consecutive EP groups of ``ep`` ranks, and ranks at the same
+    place in them form the expert data-parallel groups (Megatron-Core's expert rank order,
+    tp-ep-dp). Every rank creates every group, in the same order."""
+    import torch.distributed as dist
+
+    grid = mesh.mesh.movedim(mesh.mesh_dim_names.index("dp"), -1)
+    rows = grid.reshape(-1, grid.shape[-1]).tolist()
+    me, mine = dist.get_rank(), (None, 0, None)
+    for row in rows:
+        ep_sets = [row[i:i + ep] for i in range(0, len(row), ep)]
+        edp_sets = [row[j::ep] for j in range(ep)]
+        ep_made = [dist.new_group(ranks=r) for r in ep_sets]
+        edp_made = [dist.new_group(ranks=r) for r in edp_sets]
+        if me in row:
+            i = row.index(me)
+            mine = (ep_made[i // ep], i % ep, edp_made[i % ep])
+    return mine
+
+
 def apply_data_parallel(model: nn.Module, dp_mesh, *, zero: int, bucket_bytes: float, tp: int,
-                        compute_dtype: torch.dtype | None) -> nn.Module:
-    """Wrap a chunk for data parallelism over ``dp_mesh``; returns the module to run."""
+                        compute_dtype: torch.dtype | None, ignore: tuple[str, ...] = ()) -> nn.Module:
+    """Wrap a chunk for data parallelism over ``dp_mesh``; returns the module to run.
+    ``ignore``: parameters DDP leaves alone (expert-parallel weights, synchronised over edp)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     policy = MixedPrecisionPolicy(param_dtype=compute_dtype, reduce_dtype=torch.float32 if compute_dtype else None)
     if zero >= 2:
@@ -190,6 +212,8 @@ def apply_data_parallel(model: nn.Module, dp_mesh, *, zero: int, bucket_bytes: f
         replicate(model, mesh=dp_mesh, mp_policy=policy)
         return model
     from torch.nn.parallel import DistributedDataParallel
+    if ignore:
+        DistributedDataParallel._set_params_and_buffers_to_ignore_for_model(model, list(ignore))
     # Gradients as views into the buckets: one gradient copy, like Megatron's contiguous grad buffer.
     return DistributedDataParallel(model, process_group=dp_mesh.get_group(), bucket_cap_mb=bucket_bytes / 2**20,
                                    gradient_as_bucket_view=True)

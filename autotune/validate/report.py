@@ -32,6 +32,8 @@ def plan_label(plan: Any) -> str:
         parts.append(f"dp{plan.dp}")
     if stage.tp > 1:
         parts.append(f"tp{stage.tp}" + ("-sp" if stage.sequence_parallel else ""))
+    if stage.ep > 1 or stage.etp > 1:
+        parts.append(f"ep{stage.ep}" + (f"-etp{stage.etp}" if stage.etp > 1 else ""))
     if plan.pp > 1:
         parts.append(f"pp{plan.pp}-{plan.schedule}" + (f"-v{plan.vpp}" if plan.vpp > 1 else ""))
     if stage.zero:

@@ -98,6 +98,43 @@ def _scaled_model(model: ModelSpec, target: ScaleTarget, tp: int, seq: int) -> M
                               ffn_hidden_size=ffn, vocab_size=vocab, max_seq_len=seq)
 
 
+# Routed experts kept when scaling an MoE model down (its top-k is kept, up to this many).
+MAX_SCALED_EXPERTS = 8
+
+
+def _scaled_experts(model: ModelSpec, scaled: ModelSpec) -> ModelSpec:
+    """Expert widths scaled with the hidden size, at most MAX_SCALED_EXPERTS experts, and one
+    leading dense layer if the model has any (so the scaled model still mixes both kinds)."""
+    if not model.is_moe:
+        return scaled
+    ratio = scaled.hidden_size / model.hidden_size
+    experts = min(model.num_experts, MAX_SCALED_EXPERTS)
+    shared = _round_to(ratio * model.shared_expert_ffn_hidden_size, 8) if model.num_shared_experts else 0
+    return scaled.with_changes(num_experts=experts, num_experts_per_token=min(model.num_experts_per_token, experts),
+                               expert_ffn_hidden_size=_round_to(ratio * model.expert_ffn_hidden_size, 8),
+                               shared_expert_ffn_hidden_size=shared,
+                               first_k_dense_layers=min(model.first_k_dense_layers, 1),
+                               moe_layer_frequency=min(model.moe_layer_frequency, max(1, scaled.num_layers - 1)))
+
+
+def _expert_degrees(model: ModelSpec, stage, stage_gpus: int, notes: list[str]) -> dict:
+    """ep shrunk to divide the scaled experts and stage, etp 1, and the reference runner's DDP
+    (zero 0, tp 1 beside expert parallelism)."""
+    if not model.is_moe:
+        return {}
+    ep = max(e for e in range(1, stage_gpus + 1) if stage_gpus % e == 0 and model.num_experts % e == 0
+             and e <= stage.ep)
+    out = {"ep": ep, "etp": 1}
+    changed = [f"{name} {old} -> {value}" for name, old, value in (("ep", stage.ep, ep), ("etp", stage.etp, 1))
+               if old != value]
+    if changed:
+        notes.append("expert degrees " + ", ".join(changed))
+    if ep > 1 and stage.zero:
+        out["zero"] = 0
+        notes.append(f"zero {stage.zero} -> 0: the reference runner runs expert parallelism beside DDP")
+    return out
+
+
 def _stage_layers(plan: Plan, total: int) -> list[int]:
     """Each stage's share of ``total`` layers, a positive multiple of vpp."""
     vpp = plan.vpp
@@ -124,13 +161,15 @@ def scale_case(model: ModelSpec, workload: TrainingWorkload, plan: Plan, target:
     stage0 = plan.stages[0]
     degrees = {"dp": plan.dp, "tp": stage0.tp, "pp": plan.pp}
     new = scaled_degrees(degrees, target.world)
+    if model.is_moe and new["tp"] > 1:  # the reference runner's MoE layers have no TP plan
+        new = {**new, "dp": new["dp"] * new["tp"], "tp": 1}
     notes = _notes_for(plan, degrees, new)
     if new["pp"] < plan.pp:
         plan = _merge_stages(plan, new["pp"])
     seq = min(workload.seq_len, target.seq)
     scaled_model = _scaled_model(model, target, new["tp"], seq)
     layers = _stage_layers(plan, max(target.layers, plan.pp * plan.vpp))
-    scaled_model = scaled_model.with_changes(num_layers=sum(layers))
+    scaled_model = _scaled_experts(model, scaled_model.with_changes(num_layers=sum(layers)))
     micro = min(plan.micro_batch, target.micro_batch)
     count = min(plan.num_microbatches, target.microbatches)
     if plan.pp > 1 and plan.num_microbatches >= plan.pp:
@@ -140,10 +179,11 @@ def scale_case(model: ModelSpec, workload: TrainingWorkload, plan: Plan, target:
         notes.append(f"dtype {workload.dtype} -> fp32: the local profile has no {workload.dtype} fits")
     scaled_workload = replace(workload, global_batch=micro * count * new["dp"], seq_len=seq, dtype=dtype)
     stages, first = [], 0
+    experts = _expert_degrees(scaled_model, plan.stages[0], new["tp"] * new["dp"], notes)
     for stage, count_layers in zip(plan.stages, layers):
         stages.append(replace(stage, layers=(first, first + count_layers), tp=new["tp"], dp=new["dp"], cp=1,
                               num_gpus=new["tp"] * new["dp"], sequence_parallel=stage.sequence_parallel and new["tp"] > 1,
-                              weights_in="hbm", optimizer_in="hbm", activations_in="hbm"))
+                              weights_in="hbm", optimizer_in="hbm", activations_in="hbm", **experts))
         first += count_layers
     scaled_plan = replace(plan, gpus=new["tp"] * new["dp"] * new["pp"], micro_batch=micro, num_microbatches=count,
                           stages=tuple(stages), grad_bucket_bytes=0.0)

@@ -20,8 +20,9 @@ from torch import nn
 from autotune.errors import require
 from autotune.validate.job import LEARNING_RATE, RunConfig
 from autotune.validate.model import build_model
+from autotune.validate.moe_model import expert_parameters, shard_experts
 from autotune.validate.parallelize import (apply_data_parallel, apply_recompute, apply_tensor_parallel, carve_chunk,
-                                           half_dtype, pipeline_chunks)
+                                           expert_groups, half_dtype, pipeline_chunks)
 
 __all__ = ["Trainer", "build_trainer", "check_runnable", "step_batch", "run_device"]
 
@@ -42,6 +43,12 @@ def check_runnable(config: RunConfig) -> None:
                 "every stage needs the same sequence_parallel to run")
         for name in ("weights_in", "optimizer_in", "activations_in"):
             require(getattr(stage, name) == "hbm", name, "offloading is not in the reference runner; use 'hbm'")
+        require(stage.ep == first.ep and stage.etp == 1, "ep", "every stage needs the same ep, and etp 1, to run")
+        require(not config.model.is_moe or stage.tp == 1, "tp", "the reference runner's MoE layers have no "
+                "tensor-parallel plan; use tp 1")
+        if stage.ep > 1:
+            require(stage.zero == 0, "zero", "expert parallelism runs in the reference runner with zero 0 "
+                    "(DDP beside expert-parallel weights)")
 
 
 def step_batch(config: RunConfig, step: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -76,6 +83,7 @@ class Trainer:
     autocast_dtype: torch.dtype | None = None
     sync_grads: bool = True
     tied: tuple | None = None  # (process group, parameter) of an embedding tied across stages
+    experts: tuple | None = None  # (expert-DP group, expert parameters, dp) under expert parallelism
 
     def set_dropout(self, on: bool) -> None:
         for module in self.modules:
@@ -105,6 +113,8 @@ class Trainer:
             loss = self._pipeline_step(inputs, targets) if self.schedule else self._accumulate(inputs, targets)
         if self.tied is not None:
             _sum_tied_gradient(*self.tied)
+        if self.experts is not None and self.sync_grads:
+            _sync_expert_gradients(*self.experts)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         return loss
@@ -127,6 +137,16 @@ class Trainer:
                 loss.backward()
             total += _local(loss).detach()
         return total
+
+
+def _sync_expert_gradients(group: object, params: list, dp: int) -> None:
+    """Each expert's owner holds the gradient from the tokens of its EP group; summing over
+    the expert-DP group covers all dp replicas, and 1/dp makes it the mean loss's gradient,
+    as DDP's average does for the other parameters (Megatron-Core's expert-DP reduction)."""
+    for param in params:
+        if param.grad is not None:
+            dist.all_reduce(param.grad, group=group)
+            param.grad.div_(dp)
 
 
 def _sum_tied_gradient(group: object, param: torch.Tensor) -> None:
@@ -195,6 +215,38 @@ def _schedule(config: RunConfig, modules: list[nn.Module], chunks: list, pp_grou
     return cls(stages[0], n_microbatches=n, loss_fn=_loss)
 
 
+def _expert_parallel(full: nn.Module, mesh, ep: int) -> tuple:
+    """Keep this rank's experts of ``full``: (expert-DP group, True), or (None, False) without
+    expert parallelism."""
+    if ep <= 1:
+        return None, False
+    ep_group, ep_rank, edp_group = expert_groups(mesh, ep)
+    shard_experts(full, ep_group, ep_rank, ep)
+    return edp_group, True
+
+
+def _expert_names(module: nn.Module) -> tuple[str, ...]:
+    """Names of the routed experts' weights, as the (possibly wrapped) module calls them now."""
+    return tuple(n for n, _ in module.named_parameters() if n.split(".")[-1].startswith("experts_"))
+
+
+def _chunk_modules(config: RunConfig, full: nn.Module, chunks: list, mesh, stage, experts_apart: bool) -> list[nn.Module]:
+    """Each chunk carved, tensor-parallel, recomputed and wrapped for data parallelism; with
+    expert parallelism DDP leaves the experts (named after recomputation's wrapping) alone."""
+    plan, half = config.plan, half_dtype(config.workload.dtype)
+    modules = []
+    for chunk in chunks:
+        part = carve_chunk(full, chunk) if plan.pp > 1 else full
+        if stage.tp > 1:
+            apply_tensor_parallel(part, mesh["tp"], sequence_parallel=stage.sequence_parallel)
+        apply_recompute(part, stage.recompute)
+        if plan.dp > 1:
+            part = apply_data_parallel(part, mesh["dp"], zero=stage.zero, bucket_bytes=config.bucket_bytes, tp=stage.tp,
+                                       compute_dtype=half, ignore=_expert_names(part) if experts_apart else ())
+        modules.append(part)
+    return modules
+
+
 def build_trainer(config: RunConfig) -> Trainer:
     """Build this rank's part of the plan (the process group must be initialised)."""
     check_runnable(config)
@@ -204,20 +256,12 @@ def build_trainer(config: RunConfig) -> Trainer:
     stage = plan.stages[pp_rank]
     # Initialised on the CPU from the seed (the same numbers on every rank and device), then moved.
     full = build_model(spec, attention_impl=config.workload.attention_impl, seed=config.seed).to(run_device(config))
+    edp_group, experts_apart = _expert_parallel(full, mesh, stage.ep)  # experts: the expert-DP reduction
     chunks = pipeline_chunks(plan, pp_rank)
-    half = half_dtype(config.workload.dtype)
-    modules = []
-    for chunk in chunks:
-        part = carve_chunk(full, chunk) if plan.pp > 1 else full
-        if stage.tp > 1:
-            apply_tensor_parallel(part, mesh["tp"], sequence_parallel=stage.sequence_parallel)
-        apply_recompute(part, stage.recompute)
-        if plan.dp > 1:
-            part = apply_data_parallel(part, mesh["dp"], zero=stage.zero, bucket_bytes=config.bucket_bytes,
-                                       tp=stage.tp, compute_dtype=half)
-        modules.append(part)
+    modules = _chunk_modules(config, full, chunks, mesh, stage, experts_apart)
     del full
     params = [p for module in modules for p in module.parameters()]
+    experts = (edp_group, [p for m in modules for p in expert_parameters(m)], plan.dp) if experts_apart else None
     dp_group = mesh["dp"].get_group()
     optimizer = _optimizer(params, stage.zero == 1 and plan.dp > 1, dp_group)
     fsdp = plan.dp > 1 and (stage.zero >= 2 or stage.tp > 1)
@@ -225,4 +269,5 @@ def build_trainer(config: RunConfig) -> Trainer:
     return Trainer(config=config, modules=modules, optimizer=optimizer, dp_rank=dp_rank, dp_group=dp_group,
                    schedule=_schedule(config, modules, chunks, mesh["pp"].get_group()) if plan.pp > 1 else None,
                    first_stage=chunks[0].index == 0, tp_enabled=stage.tp > 1 and spec.has_embeddings,
-                   autocast_dtype=None if fsdp else half, sync_grads=config.fault != "skip_grad_sync", tied=tied)
+                   autocast_dtype=None if fsdp else half_dtype(config.workload.dtype),
+                   sync_grads=config.fault != "skip_grad_sync", tied=tied, experts=experts)

@@ -27,7 +27,8 @@ from __future__ import annotations
 import json
 
 from autotune.outputs.export.common import (
-    ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse, require_placements)
+    MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
+    require_placements)
 from autotune.plan.io import PlanFile
 
 __all__ = ["to_deepspeed"]
@@ -40,6 +41,10 @@ PLAN_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
 
 def _check_expressible(ctx: ExportContext) -> None:
     p, s = ctx.plan, ctx.stage
+    if ctx.model.is_moe and (s.ep > 1 or s.etp > 1):
+        raise refuse(NAME, "stages.ep", "its JSON config has no expert-parallel setting: experts and their "
+                                        "ep_size are built in model code (deepspeed.moe.layer.MoE), and it has "
+                                        "no tensor parallelism inside experts")
     if p.pp > 1:
         raise refuse(NAME, "stages", f"pp={p.pp}: its pipeline stages are built in code "
                                      "(deepspeed.pipe.PipelineModule), "
@@ -107,6 +112,9 @@ def _notes(ctx: ExportContext) -> list[str]:
     s = ctx.stage
     notes = ["the model shape and data are in your training script; "
              "this config sets batch, precision, ZeRO and offload"]
+    if ctx.model.is_moe:
+        notes.append(f"mixture of experts: build each MoE layer with deepspeed.moe.layer.MoE(num_experts="
+                     f"{ctx.model.num_experts}, k={ctx.model.num_experts_per_token}, ep_size=1) in the model code")
     if s.tp > 1:
         notes.append(f"AutoTP: call deepspeed.tp_model_init(model, tp_size={s.tp}, dtype=...) "
                      "before deepspeed.initialize")
@@ -117,7 +125,7 @@ def _notes(ctx: ExportContext) -> list[str]:
 
 
 def to_deepspeed(plan_file: PlanFile) -> ExportResult:
-    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS)
+    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp"))
     _check_expressible(ctx)
     check_mesh_order(ctx)  # AutoTP groups consecutive ranks (tp innermost)
     header = header_lines(ctx, TARGET)

@@ -22,7 +22,9 @@ from __future__ import annotations
 from autotune.cost.stage import GRAD_COMM_BYTES
 from autotune.errors import AutotuneError
 from autotune.outputs.export.common import (
-    ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse, require_placements)
+    MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
+    require_placements)
+from autotune.outputs.export.megatron_moe import attention_detail_flags, expert_parallel_flags, moe_model_flags
 from autotune.outputs.schedule import interleaved_group_size
 from autotune.plan.io import PlanFile
 
@@ -94,7 +96,7 @@ def _parallel_flags(ctx: ExportContext) -> list[Flag]:
             flags.append(("--tp-comm-overlap", None))
     if p.pp > 1 and not p.overlap_p2p_comm:
         flags.append(("--no-overlap-p2p-communication", None))
-    return flags + _split_flags(ctx) + _interleave_flags(ctx)
+    return flags + expert_parallel_flags(ctx) + _split_flags(ctx) + _interleave_flags(ctx)
 
 
 def _data_parallel_flags(ctx: ExportContext) -> list[Flag]:
@@ -162,7 +164,7 @@ def _model_flags(ctx: ExportContext) -> list[Flag]:
         flags.append(("--untie-embeddings-and-output-weights", None))
     if not m.dropout:
         flags += [("--attention-dropout", "0.0"), ("--hidden-dropout", "0.0")]
-    return flags + _attention_flags(ctx) + _vocab_flags(ctx)
+    return flags + _attention_flags(ctx) + attention_detail_flags(m) + moe_model_flags(m) + _vocab_flags(ctx)
 
 
 def _bias_flags(m) -> list[Flag]:
@@ -259,7 +261,7 @@ def _notes(ctx: ExportContext) -> list[str]:
 
 
 def to_megatron(plan_file: PlanFile) -> ExportResult:
-    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS)
+    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp"))
     check_mesh_order(ctx)  # Megatron-Core's rank order tp-cp-ep-dp-pp, fixed
     groups = [("parallelism", _parallel_flags(ctx)), ("data parallelism and sharding", _data_parallel_flags(ctx)),
               ("recomputation and offload", _memory_flags(ctx)), ("model", _model_flags(ctx)),

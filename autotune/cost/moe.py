@@ -1,0 +1,169 @@
+"""Mixture-of-experts layers under expert parallelism: the routed experts' time, all-to-all and state.
+
+Layout (Megatron-Core's MoE "parallel folding", Liu et al. 2025, arXiv 2504.14960): attention
+uses the stage's tp x cp x dp; the same GPUs form etp x ep x edp for the experts, etp innermost.
+Each GPU routes its own tokens (``b s / (tp cp)`` per micro-batch, sequence parallel under TP),
+so the expert work of a stage divides by tp x cp whatever ep and etp are; each GPU holds
+``E / ep`` experts, each cut ``etp`` ways.
+
+* Grouped GEMMs: each local expert's GEMM is priced by the device's GEMM roofline with M = the
+  rows that expert receives (the fit's latency term per expert group: tiles of a small group
+  waste most of a wave) and its weights read from HBM, so few tokens per expert turn the
+  experts memory-bound (Gale et al. 2023, MegaBlocks sec. 5: grouped GEMM efficiency falls with
+  tokens per expert).
+* Dispatch and combine: an all-to-all over the EP group of the routed rows, ``tokens x top-k x
+  hidden`` bytes per rank each way, forward and backward (Megatron-Core's alltoall dispatcher),
+  priced on the levels the EP group crosses (cost/comm.py); exposed (no overlap modelled).
+* Load imbalance: the busiest EP rank sets the pace; its rows, time and buffers are the mean
+  times ``imbalance`` (see :func:`load_imbalance`).
+* Expert TP (etp > 1): the rows an EP rank receives are all-gathered over etp before the
+  experts and reduce-scattered after (forward and backward), like sequence parallelism.
+* State: expert weights, gradients and optimizer states split over ep x etp; their gradients
+  are reduced, and ZeRO shards them, over the expert data-parallel group edp (not dp).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from autotune.cost.comm import GroupSpan, collective_time_s
+from autotune.cost.compute import op_coefficients
+from autotune.graph.table import ModelTables
+from autotune.plan.plan import StagePlan
+
+__all__ = ["ExpertLayerCost", "expert_layer_cost", "load_imbalance", "moe_layer_split", "expert_spans",
+           "experts_hit_share"]
+
+
+def moe_layer_split(tables: ModelTables, stage: StagePlan, num_layers=None) -> tuple:
+    """(dense layers, MoE layers) of a stage. With ``num_layers`` given (the search scores every
+    layer count at once, wherever the stage starts) the model's MoE share is applied to it; a
+    plan's own stage counts its layers exactly."""
+    if tables.moe_layer is None:
+        return (stage.num_layers if num_layers is None else num_layers), 0
+    if num_layers is None:
+        return tables.layer_counts(*stage.layers)
+    share = tables.layer_counts()[1] / tables.model.num_layers
+    return num_layers * (1.0 - share), num_layers * share
+
+
+def _span(ranks: list[int], gpus_per_node: int) -> GroupSpan:
+    nodes = {r // gpus_per_node for r in ranks}
+    return GroupSpan(len(ranks) // len(nodes), len(nodes))
+
+
+def expert_spans(stage: StagePlan, gpus_per_node: int, first_gpu: int = 0) -> dict[str, GroupSpan]:
+    """Spans of the etp, ep and edp groups holding the stage's first rank, etp innermost
+    (Megatron-Core's expert rank order tp-ep-dp)."""
+    etp, ep = stage.etp, stage.ep
+    return {"etp": _span([first_gpu + i for i in range(etp)], gpus_per_node),
+            "ep": _span([first_gpu + i * etp for i in range(ep)], gpus_per_node),
+            "edp": _span([first_gpu + i * etp * ep for i in range(stage.edp)], gpus_per_node)}
+
+
+def load_imbalance(rows_per_rank, ep: int, override: float = 0.0):
+    """Busiest EP rank's routed rows over the mean.
+
+    ``override`` >= 1 is a measured max/mean (a learned router's skew). Otherwise the floor of
+    routing without skew (uniform, or Megatron's --moe-router-force-load-balancing): ``ep``
+    ranks each send ``r`` rows to uniformly chosen ranks, and the fullest of ``ep`` bins gets
+    about ``r + sqrt(2 r ln ep)`` (balls into bins, Raab & Steger 1998, heavily loaded case).
+    """
+    if override >= 1.0:
+        return override + 0.0 * np.asarray(rows_per_rank, dtype=float)
+    if ep <= 1:
+        return 1.0 + 0.0 * np.asarray(rows_per_rank, dtype=float)
+    r = np.maximum(np.asarray(rows_per_rank, dtype=float), 1.0)
+    return 1.0 + np.sqrt(2.0 * math.log(ep) / r)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ExpertLayerCost:
+    """One MoE layer's routed experts on the busiest GPU, per micro-batch (arrays broadcast)."""
+
+    fwd_s: object  # expert kernels, forward
+    bwd_s: object  # expert kernels, backward
+    comm_s: object  # dispatch + combine all-to-all and expert-TP collectives, forward and backward
+    recompute_comm_s: object  # the forward collectives again under full recomputation
+    params_per_gpu: float
+    saved_bytes: object  # activations the experts keep for backward
+    buffer_bytes: object  # dispatch buffers live during the layer
+    imbalance: object
+    rows_per_expert: object  # routed rows per active local expert (mean, before imbalance)
+    active_experts: object  # local experts at least one token is routed to (their weights are read)
+
+
+def experts_hit_share(tokens, m):
+    """Expected share of the experts that ``tokens`` tokens, each picking top-k of E, reach at
+    least once: 1 - (1 - k/E)^tokens (each expert is missed by a token with probability 1 - k/E,
+    independently across tokens). Decode batches reach few experts and read only their weights."""
+    tokens = np.asarray(tokens, dtype=float)
+    return 1.0 - (1.0 - m.num_experts_per_token / m.num_experts) ** tokens
+
+
+def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local, etp: int):
+    """(forward, backward) seconds of the expert ops for ``rows_busy`` routed rows on one GPU
+    spread over ``n_local`` experts (the local experts reached, possibly fractional on average)."""
+    t = tables.experts
+    coef = op_coefficients(t, device, dtype)
+    rows_per_seq = tables.seq_len * tables.model.num_experts_per_token
+    fwd = bwd = 0.0
+    for i, kind in enumerate(t.kinds):
+        scale = rows_busy / rows_per_seq  # sequences' worth of rows on this GPU
+        flops, act = t.flops[i] * scale, (t.in_bytes[i] + t.out_bytes[i]) * scale
+        if kind == "gemm":  # one group per local expert: roofline with M = its rows
+            w = t.weight_bytes[i] / (tables.model.num_experts * etp)
+            f_e, a_e = flops / n_local, act / n_local
+            fwd = fwd + n_local * np.maximum(coef.lat_c[i] + f_e * coef.spf[i], coef.lat_m[i] + (a_e + w) * coef.spb[i])
+            bwd = bwd + n_local * np.maximum(2 * coef.lat_c[i] + 2 * f_e * coef.spf[i],
+                                             2 * coef.lat_m[i] + (a_e * t.bwd_bytes_factor[i] + 2 * w) * coef.spb[i])
+        else:  # the activation over all local rows, one kernel each way
+            fwd = fwd + coef.lat_m[i] + act * coef.spb[i]
+            bwd = bwd + coef.lat_m[i] + act * t.bwd_bytes_factor[i] * coef.spb[i]
+    return fwd, bwd
+
+
+def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
+    """(all collectives of one layer fwd+bwd, the forward ones) in seconds."""
+    m, e = ctx.tables.model, ctx.tables.act_bytes
+    nbytes = rows_busy * m.hidden_size * e  # the routed rows a rank sends (and, busiest, receives)
+    a2a = collective_time_s("all_to_all", nbytes, spans["ep"], ctx.cluster)
+    fwd = 2 * a2a  # dispatch and combine
+    if stage.etp > 1:
+        gathered = nbytes * stage.etp
+        fwd = fwd + collective_time_s("all_gather", gathered, spans["etp"], ctx.cluster) \
+            + collective_time_s("reduce_scatter", gathered, spans["etp"], ctx.cluster)
+    return 2 * fwd, fwd
+
+
+def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerCost:
+    """The routed experts of one MoE layer for ``ctx`` (a StageContext or InferenceContext-like
+    object with tables, cluster, workload and micro_batch)."""
+    tables = ctx.tables
+    m = tables.model
+    spans = expert_spans(stage, ctx.cluster.gpus_per_node, first_gpu)
+    rows = np.asarray(ctx.micro_batch, dtype=float) * tables.seq_len * m.num_experts_per_token / (stage.tp * stage.cp)
+    imbalance = load_imbalance(rows, stage.ep, getattr(ctx.workload, "expert_load_imbalance", 0.0))
+    rows_busy = rows * imbalance
+    # distinct tokens that can reach this GPU's experts: its EP group's, gathered over etp
+    tokens = rows / m.num_experts_per_token * stage.ep * stage.etp
+    n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
+    fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp)
+    comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
+    scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
+    saved = float(tables.experts.saved_bytes.sum()) * scale
+    # send and receive buffers of the permuted rows, and the etp-gathered rows
+    buffers = rows_busy * m.hidden_size * tables.act_bytes * (2.0 + (stage.etp if stage.etp > 1 else 0.0))
+    return ExpertLayerCost(
+        fwd_s=_plain(fwd), bwd_s=_plain(bwd), comm_s=_plain(comm), recompute_comm_s=_plain(fwd_comm),
+        params_per_gpu=float(tables.experts.params.sum()) / (stage.ep * stage.etp),
+        saved_bytes=_plain(saved), buffer_bytes=_plain(buffers), imbalance=_plain(imbalance),
+        rows_per_expert=_plain(rows * stage.etp / n_active), active_experts=_plain(n_active))
+
+
+def _plain(x):
+    x = np.asarray(x, dtype=float)
+    return float(x) if x.ndim == 0 else x

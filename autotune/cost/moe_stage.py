@@ -1,0 +1,138 @@
+"""Time and memory of a pipeline stage of a mixture-of-experts model (training).
+
+The stage's dense layers are priced as in cost/stage.py; its MoE layers are the non-expert part
+(attention, router, permutation, shared experts: the ``moe_layer`` table, parallel like a dense
+layer) plus the routed experts under expert parallelism (cost/moe.py). Non-expert parameters
+are synchronised and sharded over dp x cp, expert parameters over the expert data-parallel
+group edp (Megatron-Core's distributed optimizer keeps a separate expert-DP buffer).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import SimpleNamespace
+
+import numpy as np
+
+from autotune.cost import stage as st
+from autotune.cost.comm import collective_time_s
+from autotune.cost.memory import StageMemory
+from autotune.cost.sharding import sharded_state_memory
+from autotune.cost.mesh import group_spans
+from autotune.cost.moe import ExpertLayerCost, expert_layer_cost, expert_spans, moe_layer_split
+from autotune.errors import require
+from autotune.plan.plan import StagePlan
+
+__all__ = ["moe_stage_cost"]
+
+
+def _tp_layer_share(ctx) -> float:
+    """TP collectives of an MoE layer relative to a dense layer's two pairs: attention's pair,
+    plus the shared experts' pair; the routed experts exchange tokens by all-to-all instead
+    (Megatron-Core's alltoall dispatcher on sequence-parallel tokens)."""
+    return (1.0 + (1.0 if ctx.tables.model.num_shared_experts else 0.0)) / 2.0
+
+
+def _expert_zero3_s(ctx, stage: StagePlan, span, ex: ExpertLayerCost, fwd_layer, bwd_layer, n_moe):
+    """ZeRO-3 over edp for the expert weights: gather before forward and backward, scatter the
+    gradients, prefetched one layer ahead (as _zero3_comm_s)."""
+    if stage.zero < 3 or span.size <= 1:
+        return 0.0 * n_moe
+    gather = collective_time_s("all_gather", ex.params_per_gpu * st._gather_bytes(ctx), span, ctx.cluster)
+    scatter = collective_time_s("reduce_scatter", ex.params_per_gpu * st.GRAD_COMM_BYTES[ctx.workload.dtype],
+                                span, ctx.cluster)
+    per_layer = np.maximum(0.0, gather - fwd_layer) + np.maximum(0.0, gather + scatter - bwd_layer)
+    return n_moe * per_layer
+
+
+def _expert_block(ex: ExpertLayerCost):
+    """The routed experts of one layer in the shape cost/sharding.py's traffic reads."""
+    return SimpleNamespace(params_per_gpu=ex.params_per_gpu, fwd_s=ex.fwd_s, bwd_s=ex.bwd_s, selective_fwd_s=0.0)
+
+
+def _expert_stage(stage: StagePlan) -> StagePlan:
+    """The stage as its expert weights see it: sharded over edp (no HSDP split, no cp)."""
+    return replace(stage, dp=stage.edp, tp=stage.ep * stage.etp, cp=1, dp_shard=0)
+
+
+def _saved_moe_layer(ctx, stage: StagePlan, moe, ex: ExpertLayerCost):
+    """Activation bytes one MoE layer keeps per micro-batch under the stage's recomputation."""
+    m = ctx.tables.model
+    layer_input = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
+                   / (stage.tp if stage.sequence_parallel else 1))
+    full = st._scalar(moe.saved_bytes) + ex.saved_bytes
+    if stage.recompute == "full":  # only the layer input (Korthikanti sec. 4.3)
+        return layer_input
+    if stage.recompute == "selective_op":  # about half, as cost/stage.py's _activation_bytes
+        return 0.5 * (full + layer_input)
+    return full - st._scalar(moe.selective_saved_bytes) if stage.recompute == "selective" else full
+
+
+def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe):
+    """(forward, backward incl. recomputation) kernel seconds of one micro-batch."""
+    dense = blocks["layer"]
+    others_fwd = sum(st._scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
+    others_bwd = sum(st._scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
+    # full: the experts again; torchtitan's op-level policy: every other matmul (cost/stage.py)
+    expert_recompute = {"full": 1.0, "selective_op": 0.5}.get(stage.recompute, 0.0) * ex.fwd_s
+    fwd = n_dense * st._scalar(dense.fwd_s) + n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s) + others_fwd
+    bwd = (n_dense * (st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer.kinds))
+           + n_moe * (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer.kinds)
+                      + ex.bwd_s + expert_recompute)
+           + others_bwd)
+    return fwd, bwd
+
+
+def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe, params, pos):
+    gather = st._gather_bytes(ctx)
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather)
+    e_weights, e_grads, e_optim = sharded_state_memory(n_moe * ex.params_per_gpu, ctx.workload.dtype,
+                                                       _expert_stage(stage), gather)
+    saved, temporary = st._activation_bytes(ctx, stage, blocks, n_dense)
+    saved = saved + n_moe * _saved_moe_layer(ctx, stage, moe, ex)
+    moe_temp = st._scalar(moe.saved_bytes) + ex.saved_bytes + ex.buffer_bytes
+    if stage.zero >= 3:
+        moe_temp = moe_temp + 2 * (st._scalar(moe.params_per_gpu) + ex.params_per_gpu) * ctx.tables.act_bytes
+    return StageMemory(
+        weights_bytes=weights + e_weights, gradients_bytes=grads + e_grads,
+        optimizer_states_bytes=optim + e_optim, activations_bytes=saved * pos.inflight,
+        temporary_bytes=np.maximum(temporary, moe_temp), reserved_bytes=ctx.cluster.device.reserved_bytes)
+
+
+def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
+    """cost/stage.py's StageCost for a stage of an MoE model."""
+    m = ctx.tables.model
+    require(m.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {m.num_experts} experts")
+    require(m.expert_ffn_hidden_size % stage.etp == 0, "etp",
+            f"etp={stage.etp} must divide the expert width {m.expert_ffn_hidden_size}")
+    require(not st.offloads(stage) and not stage.cache_group_layers, "stage",
+            "offload and cache grouping are not modelled for mixture-of-experts stages")
+    blocks = st._blocks(ctx, stage)
+    moe = st._block(ctx, ctx.tables.moe_layer, stage)
+    dense = blocks["layer"]
+    spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
+    ex_spans = expert_spans(stage, ctx.cluster.gpus_per_node, pos.first_gpu)
+    n_dense, n_moe = moe_layer_split(ctx.tables, stage, num_layers)
+    ex = expert_layer_cost(ctx, stage, pos.first_gpu)
+    fwd, bwd = _kernel_times(ctx, stage, blocks, moe, ex, n_dense, n_moe)
+    params = n_dense * st._scalar(dense.params_per_gpu) + n_moe * st._scalar(moe.params_per_gpu) + sum(
+        st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
+    expert_params = n_moe * ex.params_per_gpu
+    ep_comm = n_moe * (ex.comm_s + (ex.recompute_comm_s if stage.recompute == "full" else 0.0))
+    zero3 = (st._zero3_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense)
+             + st._zero3_comm_s(ctx, stage, spans["dp_cp"], moe, n_moe)
+             + _expert_zero3_s(ctx, stage, ex_spans["edp"], ex, ex.fwd_s, ex.bwd_s, n_moe))
+    time = st.StageTime(
+        compute_s=fwd + bwd,
+        tp_comm_s=st._tp_comm_s(ctx, stage, spans["tp"], dense, n_dense + n_moe * _tp_layer_share(ctx)),
+        cp_comm_s=st._cp_comm_s(ctx, stage, spans["cp"], dense, n_dense + n_moe),
+        p2p_s=st._p2p_s(ctx, stage, pos, fwd + bwd), zero3_comm_s=zero3, offload_s=0.0 * fwd,
+        dp_comm_s=(st._dp_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense + n_moe, params, fwd, bwd)
+                   + st._dp_comm_s(ctx, _expert_stage(stage), ex_spans["edp"], _expert_block(ex), n_moe,
+                                   expert_params, fwd, bwd)),
+        optimizer_s=(st._optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp)
+                     + st._optimizer_s(ctx, stage, expert_params, stage.edp)),
+        ep_comm_s=ep_comm,
+    )
+    memory = _memory(ctx, stage, blocks, moe, ex, n_dense, n_moe, params, pos)
+    return st.StageCost(time=time, memory=memory, params_per_gpu=params + expert_params, fwd_s=fwd, bwd_s=bwd)

@@ -1,0 +1,92 @@
+"""MoE plans exported: Megatron-LM expert and model flags, torchtitan's expert degrees, DeepSpeed's refusal."""
+
+import pytest
+
+from autotune.errors import AutotuneError
+from autotune.outputs.export import export_plan
+from autotune.outputs.export.megatron_moe import layer_pattern
+from autotune.plan.builders import uniform_plan
+from autotune.plan.io import PlanFile
+from autotune.spec.workload import TrainingWorkload
+from moe_models import MIXTRAL_8X7B, tiny_moe
+from test_export import MEGATRON, megatron_flags
+
+
+def _pf(model=MIXTRAL_8X7B, **degrees):
+    work = TrainingWorkload(global_batch=64, seq_len=min(4096, model.max_seq_len))
+    plan = uniform_plan(num_layers=model.num_layers, global_batch=64, **degrees)
+    return PlanFile(plan=plan, model=model, workload=work, cluster="dgx-h100")
+
+
+def _check_documented(flags):
+    for flag, value in flags.items():
+        assert flag in MEGATRON, f"{flag} is not a Megatron-LM option"
+        kind, choices = MEGATRON[flag]
+        assert (value is None) == (kind == "switch"), f"{flag}: switch/value mismatch ({value!r})"
+        assert not choices or value in choices, f"{flag} {value} not in {choices}"
+
+
+def test_megatron_mixtral_expert_flags():
+    pf = _pf(gpus=16, tp=2, sequence_parallel=True, zero=1, ep=4, etp=1)
+    flags = megatron_flags(export_plan(pf, "megatron"))
+    _check_documented(flags)
+    assert flags["--num-experts"] == "8" and flags["--moe-router-topk"] == "2"
+    assert flags["--expert-model-parallel-size"] == "4" and flags["--expert-tensor-parallel-size"] == "1"
+    assert flags["--moe-ffn-hidden-size"] == "14336" and flags["--moe-layer-freq"] == "1"
+    assert flags["--moe-token-dispatcher-type"] == "alltoall" and "--moe-grouped-gemm" in flags
+    assert flags["--moe-router-score-function"] == "softmax" and "--moe-router-pre-softmax" not in flags
+    assert flags["--rotary-base"] == "1000000" and flags["--num-query-groups"] == "8"
+    assert "--moe-shared-expert-intermediate-size" not in flags
+
+
+def test_megatron_first_dense_layers_shared_experts_and_modern_attention():
+    m = tiny_moe(num_layers=6, first_k_dense_layers=2, num_shared_experts=2, router="sigmoid_topk",
+                 qkv_bias=True, sliding_window=64, sliding_window_every=2, head_dim_size=32)
+    flags = megatron_flags(export_plan(_pf(m, gpus=4, ep=2), "megatron"))
+    _check_documented(flags)
+    assert eval(flags["--moe-layer-freq"]) == [0, 0, 1, 1, 1, 1]  # Megatron evaluates the list expression
+    assert flags["--moe-shared-expert-intermediate-size"] == str(2 * 32)
+    assert flags["--moe-router-score-function"] == "sigmoid"
+    assert "--add-qkv-bias" in flags and "--disable-bias-linear" in flags
+    assert flags["--window-size"] == "63,0" and flags["--window-attn-skip-freq"] == "2"  # megatron.py's windows
+    assert flags["--kv-channels"] == "32"
+
+
+def test_layer_pattern_run_lengths():
+    assert layer_pattern([0, 0, 0, 1, 1]) == "([0]*3+[1]*2)"
+    assert eval(layer_pattern([1, 0, 1])) == [1, 0, 1]
+
+
+def test_torchtitan_refuses_mixture_of_experts_with_the_reason():
+    # its exports build torchtitan's Llama 3 (autotune/outputs/export/torchtitan.py)
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_pf(gpus=16, tp=2, sequence_parallel=True, zero=3), "torchtitan")
+    assert err.value.field == "model" and "experts=8" in err.value.message
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_pf(gpus=16, tp=2, sequence_parallel=True, zero=3, ep=8), "torchtitan")
+    assert err.value.field == "stages.ep"
+
+
+def test_deepspeed_refuses_expert_parallelism_with_the_reason():
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_pf(gpus=8, zero=1, ep=8), "deepspeed")
+    assert err.value.field == "stages.ep" and "deepspeed.moe" in err.value.message
+
+
+def test_deepspeed_exports_an_moe_model_without_expert_parallelism_with_a_note():
+    text = export_plan(_pf(gpus=8, zero=1), "deepspeed")
+    assert "train_batch_size" in text
+    from autotune.outputs.export import export
+    result = export(_pf(gpus=8, zero=1), "deepspeed")
+    assert any("deepspeed.moe.layer.MoE" in note for note in result.notes)
+
+
+def test_megatron_qk_norm_per_head_and_refusals():
+    from autotune.spec.presets import load_preset
+    qwen = load_preset("qwen3-30b-a3b")
+    flags = megatron_flags(export_plan(_pf(qwen, gpus=8, ep=8), "megatron"))
+    _check_documented(flags)
+    assert "--qk-layernorm" in flags and flags["--kv-channels"] == "128" and flags["--num-experts"] == "128"
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_pf(load_preset("olmoe-1b-7b"), gpus=8, ep=8), "megatron")
+    assert err.value.field == "model.qk_norm"
