@@ -76,6 +76,11 @@ PLANS = {
     "gpipe-pp2-zero1": _plan(gpus=16, tp=4, pp=2, zero=1, sequence_parallel=True, schedule="gpipe"),
     "llama3-70b-tp8-pp4-zero1": _plan("llama3-70b", gpus=64, tp=8, pp=4, zero=1, sequence_parallel=True,
                                       recompute="selective"),
+    # mixtures of experts (expert parallelism folded into dp, as Megatron-Core lays it out)
+    "mixtral-8x7b-tp2-sp-pp2-ep8": _plan("mixtral-8x7b", gpus=64, tp=2, pp=2, zero=1, sequence_parallel=True, ep=8,
+                                         recompute="full"),
+    "qwen3-30b-a3b-pp2-ep8": _plan("qwen3-30b-a3b", gpus=16, pp=2, zero=1, ep=8),
+    "deepseek-v3-pp16-ep16-mla": _plan("deepseek-v3", gpus=256, pp=16, zero=1, ep=16, recompute="full"),
 }
 
 
@@ -301,6 +306,16 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
                "--add-qkv-bias": ("transformer", "add_qkv_bias"),
                "--qk-layernorm": ("transformer", "qk_layernorm"),
                "--ddp-bucket-size": ("ddp", "bucket_size"),
+               "--num-experts": ("transformer", "num_moe_experts"),
+               "--moe-router-score-function": ("transformer", "moe_router_score_function"),
+               "--moe-router-load-balancing-type": ("transformer", "moe_router_load_balancing_type"),
+               "--moe-token-dispatcher-type": ("transformer", "moe_token_dispatcher_type"),
+               "--moe-router-pre-softmax": ("transformer", "moe_router_pre_softmax"),
+               "--moe-grouped-gemm": ("transformer", "moe_grouped_gemm"),
+               "--moe-shared-expert-intermediate-size": ("transformer", "moe_shared_expert_intermediate_size"),
+               "--kv-lora-rank": ("transformer", "kv_lora_rank"), "--q-lora-rank": ("transformer", "q_lora_rank"),
+               "--qk-head-dim": ("transformer", "qk_head_dim"), "--qk-pos-emb-head-dim": ("transformer", "qk_pos_emb_head_dim"),
+               "--v-head-dim": ("transformer", "v_head_dim"),
                "--max-position-embeddings": ("gpt", "max_sequence_length")}
     for flag, value in flags.items():
         parsed = True if value is None else _number(value)
@@ -316,6 +331,10 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
             out["ddp"]["use_distributed_optimizer"] = out["optimizer"]["use_distributed_optimizer"] = True
         elif flag == "--window-size":  # arguments.py tuple_type
             out["transformer"]["window_size"] = tuple(int(v) for v in value.strip("()").split(","))
+        elif flag == "--moe-layer-freq":  # arguments.py moe_freq_type: an integer or a Python list expression
+            out["transformer"]["moe_layer_freq"] = _number(value) if value.isdigit() else eval(value, {})  # noqa: S307
+        elif flag == "--multi-latent-attention":  # arguments.py then builds MLATransformerConfig
+            out["transformer_class"] = "mla"
         elif flag == "--window-attn-skip-freq":  # an integer or a 0/1 list
             out["transformer"]["window_attn_skip_freq"] = json.loads(value)
         elif flag == "--swiglu":
@@ -354,7 +373,8 @@ def megatron_core():
     ddp = _framework("megatron.core.distributed")
     optimizer = _framework("megatron.core.optimizer")
     gpt = _framework("megatron.core.models.gpt")
-    return {"transformer": transformer.TransformerConfig, "ddp": ddp.DistributedDataParallelConfig,
+    return {"transformer": transformer.TransformerConfig, "mla": transformer.MLATransformerConfig,
+            "ddp": ddp.DistributedDataParallelConfig,
             "optimizer": optimizer.OptimizerConfig, "gpt": gpt.GPTModel}
 
 
@@ -370,7 +390,8 @@ def test_megatron_core_configs_take_each_export(megatron_core, name):
     assert set(kwargs["gpt"]) <= gpt_args, set(kwargs["gpt"]) - gpt_args
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        made = {group: megatron_core[group](**kwargs[group]) for group in ("transformer", "ddp")}
+        config_class = megatron_core["mla" if kwargs.pop("transformer_class", None) == "mla" else "transformer"]
+        made = {"transformer": config_class(**kwargs["transformer"]), "ddp": megatron_core["ddp"](**kwargs["ddp"])}
         try:
             megatron_core["optimizer"](**kwargs["optimizer"])
         except TypeError:  # its precision-aware checks asserted; then it reads Transformer Engine's version
@@ -379,6 +400,15 @@ def test_megatron_core_configs_take_each_export(megatron_core, name):
     config, plan, s = made["transformer"], pf.plan, pf.plan.stages[0]
     assert (config.tensor_model_parallel_size, config.pipeline_model_parallel_size, config.context_parallel_size) == \
         (s.tp, plan.pp, s.cp)
+    if pf.model.is_moe:  # the experts Megatron-Core builds are the model's, laid out as planned
+        m = pf.model
+        assert (config.num_moe_experts, config.moe_router_topk, config.moe_ffn_hidden_size) == \
+            (m.num_experts, m.num_experts_per_token, m.expert_ffn_hidden_size)
+        assert (config.expert_model_parallel_size, config.expert_tensor_parallel_size) == (s.ep, s.etp)
+        pattern = config.moe_layer_freq if isinstance(config.moe_layer_freq, list) else \
+            [int(i % config.moe_layer_freq == 0) for i in range(m.num_layers)]
+        assert pattern == [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
+        assert isinstance(config, megatron_core["mla"]) == m.is_mla
     assert (config.virtual_pipeline_model_parallel_size or 1) == plan.vpp
     assert config.num_layers == pf.model.num_layers and config.num_query_groups in (None, pf.model.num_kv_heads)
     assert config.recompute_granularity == (None if s.recompute == "none" else s.recompute)
