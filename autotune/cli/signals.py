@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-__all__ = ["install", "received", "EXIT_INTERRUPTED"]
+__all__ = ["install", "received", "finish", "EXIT_INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 _received: list[int] = []
@@ -50,3 +50,17 @@ def install() -> None:
 def received() -> bool:
     """Whether SIGINT or SIGTERM has arrived in this process."""
     return bool(_received)
+
+
+def finish(code: int) -> int:
+    """``code``, or, after a signal, leave at once with exit 130: interpreter shutdown (thread
+    joins, atexit hooks of libraries) can meet the interrupt again, and Python then ends itself
+    by SIGINT (exit -2) instead of 130. Everything finished is committed by then."""
+    if _received:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(EXIT_INTERRUPTED)
+    return code
