@@ -88,8 +88,9 @@ def test_signal_before_the_first_slice_is_stored(tmp_path, signum):
     runs = _run_dirs(tmp_path / "runs")
     if stored == [0] and not runs:
         assert not (tmp_path / "runs").exists() and "kept" not in err
-    else:  # a slice was stored meanwhile: it is kept
-        assert len(runs) == 1 and _finished(runs[0]) >= max(stored) and "--resume" in err
+    else:  # a slice was stored meanwhile: it is kept (the resume hint is asserted where slices are
+        # known to be stored when the signal lands; here the search may already be writing its outputs)
+        assert len(runs) == 1 and _finished(runs[0]) >= max(stored)
 
 
 @pytest.mark.slow

@@ -105,11 +105,18 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         code = int(args.func(args) or 0)
     except BaseException as err:  # noqa: BLE001  (every outcome becomes an exit code and at most one line)
-        return signals.finish(_exit_code(command, err, signals))
+        return _exit_code(command, err, signals)
     if signals.received():  # the interrupt was swallowed somewhere, but the user asked to stop
         sys.stderr.write(f"{command}: interrupted\n")
-        return signals.finish(signals.EXIT_INTERRUPTED)
+        return signals.EXIT_INTERRUPTED
     return code
+
+
+def entry() -> int:
+    """The console script: :func:`main`, then after a signal leave at once (signals.finish)."""
+    from autotune.cli import signals
+
+    return signals.finish(main())
 
 
 def _exit_code(command: str, err: BaseException, signals) -> int:
