@@ -18,7 +18,10 @@ import pytest
 
 from autotune.outputs.run_dir import study_db_summary
 
-pytestmark = pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
+# exclusive: under pytest-xdist no other test runs meanwhile (tests/conftest.py), so the moments
+# the signals land at are those of a search with the machine to itself, as in a serial run.
+pytestmark = [pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)"),
+              pytest.mark.exclusive]
 
 ROOT = Path(__file__).resolve().parent.parent
 SEARCH = ["search", "--model", "gpt3-13b", "--gpus", "64", "--quiet", "--plots", "none"]

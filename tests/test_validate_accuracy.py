@@ -27,6 +27,10 @@ from autotune.validate.report import format_table, spearman  # noqa: E402
 from autotune.validate.runner import ValidateOptions  # noqa: E402
 from autotune.validate.suite import best_of_rounds, run_suite, suite_figures, with_suite_steps  # noqa: E402
 
+# Step times are measured: under pytest-xdist no other test runs meanwhile (tests/conftest.py).
+pytestmark = pytest.mark.exclusive
+
+
 @pytest.fixture(scope="module")
 def suite():
     cluster = resolve_cluster("cpu")
