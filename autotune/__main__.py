@@ -2,8 +2,8 @@ import sys
 
 from autotune.cli import signals
 
-signals.install()  # before the (slower) imports of the commands: a signal at any moment is handled
-try:
+try:  # install inside the try: a signal may land as soon as its handler is set, still in install()
+    signals.install()  # before the (slower) imports of the commands: a signal at any moment is handled
     from autotune.cli.main import main
 except KeyboardInterrupt:
     sys.stderr.write("autotune: interrupted\n")

@@ -94,9 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from autotune.cli import signals
 
-    signals.install()
     command = "autotune"
     try:
+        signals.install()  # inside the try: a signal may land as soon as its handler is set
         parser = build_parser()
         args = parser.parse_args(argv)
         command = f"autotune {args.command}" if getattr(args, "command", None) else command
