@@ -38,6 +38,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
         ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
         ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so", "torchtitan TP plan"),
+        ("sequence-parallel layout", "batch-first: each TP gather and reduce-scatter copies its buffer once",
+         "DTensor redistributes Shard(1) through functional collectives that cat tp chunks when the dim is not 0"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
          "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing",
@@ -185,7 +187,8 @@ def modern_run_from_row(row: dict[str, str]):
         micro_batch = max(1, global_batch // dp // pp)
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
-                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text)
+                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text,
+                                sp_batch_first=framework == "torchtitan")
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
         num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,

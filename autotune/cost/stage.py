@@ -179,7 +179,8 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
-        one = collective_time_s("all_gather", act, span, cl) + collective_time_s("reduce_scatter", act, span, cl)
+        one = (collective_time_s("all_gather", act, span, cl) + collective_time_s("reduce_scatter", act, span, cl)
+               + 2 * _sp_layout_copy_s(ctx, act))
     else:
         one = collective_time_s("all_reduce", act, span, cl)
     if ctx.overlap_tp_comm and stage.sequence_parallel:
@@ -195,6 +196,18 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         loss_ar = collective_time_s("all_reduce", tokens * 4.0, span, cl)
         total += one + 3 * loss_ar  # logits input gradient; max, sum-exp and target logit
     return total
+
+
+def _sp_layout_copy_s(ctx: StageContext, act) -> float:
+    """A batch-first sequence-parallel collective's layout copy: PyTorch's functional collectives
+    gather along dim 0, so a gather along the sequence (dim 1) is followed by a cat of the tp chunks
+    and a reduce-scatter preceded by one (torch.distributed._functional_collectives, all_gather_tensor
+    and reduce_scatter_tensor with gather/scatter dim != 0): the whole buffer read and written once.
+    Megatron's sequence-first [s, b, h] activations gather along dim 0 and copy nothing."""
+    if not getattr(ctx.workload, "sp_batch_first", False):
+        return 0.0
+    device = ctx.cluster.device
+    return device.memory.time_s(2.0 * act) / device.kernel_efficiency
 
 
 def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
