@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.cost.estimate import BREAKDOWN_KEYS, Estimate, InferenceMetrics
-from autotune.cost.evaluate import _stage_estimate, _uncertainty_pct, check_plan, stage_positions
+from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
 from autotune.cost.inference import (InferenceContext, check_inference_stage, inference_context,
                                      inference_stage_cost, kv_bytes_per_token_layer)
 from autotune.cost.offload import tier_overflow
@@ -145,7 +145,7 @@ def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, clust
     breakdown = {key: sum(p.breakdown[key] for p in phases.values()) for key in BREAKDOWN_KEYS}
     costs = _peak_costs(phases)
     usable = cluster.device.usable_memory_bytes
-    stages = [_stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
+    stages = [stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
     peak = max(stages, key=lambda s: s.peak_memory_bytes)
     overflow = next((r for r in (tier_overflow(c.memory, cluster) for c in costs) if r), "")
     reason = overflow
@@ -161,7 +161,7 @@ def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, clust
         mfu=flops / (total_s * plan.gpus * cluster.device.peak(workload.dtype)),
         peak_memory_bytes_per_gpu=peak.peak_memory_bytes, memory_capacity_bytes=cluster.device.memory_bytes,
         breakdown=breakdown, memory_breakdown=dict(peak.memory_bytes),
-        uncertainty_pct=_uncertainty_pct(cluster, workload.dtype, 1.0 - comm / total_s, comm / total_s),
+        uncertainty_pct=uncertainty_pct(cluster, workload.dtype, 1.0 - comm / total_s, comm / total_s),
         model_flops_per_step=flops, stages=tuple(stages), reason=reason, inference=metrics)
 
 
