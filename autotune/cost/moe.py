@@ -124,7 +124,7 @@ def _cast_s(coef, i: int, dtype: str, in_bytes, out_bytes, weight_bytes) -> tupl
 
 
 def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local, etp: int,
-                      microbatches: int = 1):
+                      microbatches=1.0):
     """(forward, backward) seconds of the expert ops for ``rows_busy`` routed rows on one GPU
     spread over ``n_local`` experts (the local experts reached, possibly fractional on average),
     one of ``microbatches`` micro-batches of a step."""
@@ -195,7 +195,7 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     tokens = rows / m.num_experts_per_token * stage.ep * stage.etp
     n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
     fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp,
-                                 max(1, int(getattr(ctx, "num_microbatches", 1))))
+                                 np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0))
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
     saved = float(tables.experts.saved_bytes.sum()) * scale
