@@ -22,6 +22,7 @@ from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traff
                                     sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
+from autotune.cost.recompute import has_variant, variant_stage_cost
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
@@ -329,6 +330,8 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_laye
     ``num_layers`` (a number or an array) overrides the stage's own layer count; with an array
     every field of the result is an array over it.
     """
+    if has_variant(stage):  # FP8 GEMMs or partial recomputation on this stage (cost/recompute.py)
+        return variant_stage_cost(stage_cost, ctx, stage, pos, num_layers)
     if ctx.tables.moe_layer is not None:  # mixture of experts: cost/moe_stage.py
         from autotune.cost.moe_stage import moe_stage_cost  # it imports this module
 

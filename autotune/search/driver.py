@@ -18,11 +18,11 @@ from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.graph.table import model_tables
 from autotune.plan.plan import Plan
-from autotune.search.choices import choice_values, enumerate_choices, valid_stage_sizes
+from autotune.search.choices import choice_values, valid_stage_sizes
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.intra_op import IntraOpResult, optimize_stage
+from autotune.search.intra_op import IntraOpResult, stage_study
 from autotune.search.space import SearchSpace
-from autotune.search.tables import SliceContext, best_by_inflight, choice_costs
+from autotune.search.tables import SliceContext, best_by_inflight
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
@@ -144,15 +144,9 @@ class SliceSearch:
                                extra=self._inference_values(dp, model_parallel))
         if not values:
             return None
-        size = math.prod(len(v) for v in values.values())
-        if p.method == "exhaustive" or size <= p.space.grid_limit:
-            # A space this small is enumerated outright: scoring a choice costs less than an
-            # Optuna trial, and the grid is exact (the sampled study is for larger spaces).
-            choices = enumerate_choices(p.space, model_parallel, values, training="recompute" in values)
-            costs = tuple(choice_costs(ctx, c) for c in choices)
-            self.num_trials += len(costs)
-            return IntraOpResult(model_parallel=model_parallel, dp=dp, costs=costs, num_trials=len(costs))
-        result = optimize_stage(ctx, p.space, values, model_parallel, seed=p.seed + 1000 * dp + model_parallel)
+        # small spaces enumerated, larger ones sampled by Optuna, partial recomputation vectorised
+        result = stage_study(ctx, p.space, values, model_parallel, seed=p.seed + 1000 * dp + model_parallel,
+                             exhaustive=p.method == "exhaustive")
         self.num_trials += result.num_trials
         return result
 
