@@ -19,8 +19,9 @@ import time
 from autotune.errors import AutotuneError
 from autotune.search import api
 
-# (model, GPUs, cluster, global batch or None for the model's default): kept small enough for
-# the exhaustive search to finish in seconds, the last ones larger.
+# (model, GPUs, cluster, global batch or None for the model's default[, sequence length]): kept
+# small enough for the exhaustive search to finish in seconds, the last ones larger. llama3-8b
+# runs 2048-token sequences unless the case says otherwise.
 CASES = [
     ("small", 1, "dgx-h100", 16), ("small", 2, "dgx-h100", 16), ("small", 4, "dgx-a100-80gb", 16),
     ("small", 8, "dgx-h100", 32), ("small", 2, "dgx-a100-40gb", 32), ("small", 4, "dgx-h200", 32),
@@ -33,16 +34,26 @@ CASES = [
     ("large", 1, "dgx-h100", 16), ("large", 2, "dgx-a100-40gb", 16), ("large", 4, "dgx-h100", 32),
     ("2.7b", 2, "dgx-a100-80gb", 8), ("2.7b", 4, "dgx-h100", 16), ("xl", 4, "dgx-h100", 16),
     ("llama3-8b", 8, "dgx-h100", 16), ("large", 16, "dgx-h100", None),
+    # memory-bound: long sequences, where the best plans recompute some layers, use FP8 or offload activations
+    ("llama3-8b", 2, "dgx-h100", 4, 4096), ("llama3-8b", 4, "dgx-a100-80gb", 8, 8192), ("llama3-8b", 4, "dgx-h100", 8, 8192),
 ]
 TOLERANCE = 0.005  # the default's step time may exceed the exhaustive optimum by this share
 
 
-def _timed(model: str, gpus: int, cluster: str, batch: int | None, method: str):
-    seq = 2048 if model == "llama3-8b" else None
+def _timed(model: str, gpus: int, cluster: str, batch: int | None, method: str, seq: int | None = None):
+    seq = seq or (2048 if model == "llama3-8b" else None)
     start = time.perf_counter()
     result = api.search(model, gpus, cluster=cluster, global_batch=batch, seq_len=seq, space="rich", method=method,
                         cache=False)
     return result, time.perf_counter() - start
+
+
+def _knobs(plan) -> str:
+    """The rich space's per-stage choices the default plan took (partial recomputation, FP8, offload)."""
+    parts = {f"recompute full:{s.recompute_layers}" for s in plan.stages if s.recompute_layers}
+    parts |= {"fp8" for s in plan.stages if s.fp8} | {"activations in host" for s in plan.stages if s.activations_in != "hbm"}
+    parts |= {f"zero {s.zero}" for s in plan.stages if s.zero == 2}
+    return ", ".join(sorted(parts)) or "-"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,11 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=int, default=len(CASES), help="run the first N cases")
     args = parser.parse_args(argv)
     agree, rows = 0, []
-    print(f"{'case':34} {'default ms':>11} {'exhaust. ms':>11} {'agree':>5} {'default s':>9} {'exhaust. s':>10} {'ratio':>6}")
-    for model, gpus, cluster, batch in CASES[:args.cases]:
+    print(f"{'case':43} {'default ms':>11} {'exhaust. ms':>11} {'agree':>5} {'default s':>9} {'exhaust. s':>10} {'ratio':>6}  default plan's rich knobs")
+    for model, gpus, cluster, batch, *seq in CASES[:args.cases]:
         try:
-            default, t_default = _timed(model, gpus, cluster, batch, "optuna")
-            exhaustive, t_exhaustive = _timed(model, gpus, cluster, batch, "exhaustive")
+            default, t_default = _timed(model, gpus, cluster, batch, "optuna", *seq)
+            exhaustive, t_exhaustive = _timed(model, gpus, cluster, batch, "exhaustive", *seq)
         except AutotuneError as err:  # a case with no plan counts as not agreeing
             print(f"{model}/{gpus} {cluster}: {err}", flush=True)
             rows.append((0.0, 1.0))
@@ -63,9 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         ok = a <= b * (1 + TOLERANCE)
         agree += ok
         rows.append((t_exhaustive, t_default))
-        name = f"{model}/{gpus} {cluster} gb={batch or 'default'}"
-        print(f"{name:34} {a * 1e3:11.3f} {b * 1e3:11.3f} {'yes' if ok else 'NO':>5} {t_default:9.2f} "
-              f"{t_exhaustive:10.2f} {t_exhaustive / t_default:6.1f}", flush=True)
+        name = f"{model}/{gpus} {cluster} gb={batch or 'default'}" + (f" seq={seq[0]}" if seq else "")
+        print(f"{name:43} {a * 1e3:11.3f} {b * 1e3:11.3f} {'yes' if ok else 'NO':>5} {t_default:9.2f} "
+              f"{t_exhaustive:10.2f} {t_exhaustive / t_default:6.1f}  {_knobs(default.plan)}", flush=True)
     largest = max(rows)  # the case whose exhaustive search took longest
     total_e, total_d = sum(r[0] for r in rows), sum(r[1] for r in rows)
     print(f"agreeing cases (within {TOLERANCE:.1%}): {agree} of {len(rows)}")
