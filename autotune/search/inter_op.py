@@ -141,24 +141,24 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     path = []
     if N == 0 or num_stages * N < L:
         return np.inf, num_stages, path
+    combine, table = (np.maximum, tables.time) if bottleneck else (np.add, tables.cost)
+    capped = np.where(tables.time[0, :, 1:N + 1] <= t_max, table[0, :, 1:N + 1], np.inf)  # (R, N, k)
+    capped[:, ~tables.gather_ok[1:N + 1]] = np.inf  # stages running past the last layer
+    later_index = tables.gather[1:N + 1]  # (N, k) -> k + n
     prev = np.full(L + 1, np.inf)
     prev[L] = -np.inf if bottleneck else 0.0
-    combine, table = (np.maximum, tables.time) if bottleneck else (np.add, tables.cost)
-    n = np.arange(1, N + 1)[:, None]
+    no_submesh = np.zeros((L + 1, 1), dtype=int)
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
-        k = np.arange(lo, hi)[None, :]
-        time, cost = tables.time[0, r, 1:N + 1, lo:hi], table[0, r, 1:N + 1, lo:hi]
-        later = prev[np.minimum(k + n, L)]
-        total = combine(np.where((time <= t_max) & (k + n <= L), cost, np.inf), later)  # (N, k)
+        total = combine(capped[r, :, lo:hi], prev[later_index[:, lo:hi]])  # (N, k)
         arg = np.argmin(total, axis=0)
         prev = np.full(L + 1, np.inf)
         prev[lo:hi] = total[arg, np.arange(hi - lo)]
         if keep_path:  # same layout as the general path, with a single unit column
             column = np.zeros((L + 1, 1), dtype=int)
             column[lo:hi, 0] = arg + 1
-            path.append((np.zeros((L + 1, 1), dtype=int), column, r))
+            path.append((no_submesh, column, r))
     return prev[0], num_stages, path
 
 
