@@ -138,7 +138,7 @@ def test_inference_kv_cache_size_uses_the_latent_and_the_window():
         workload = inference_workload(model, "decode", batch=8, prompt_len=2048, output_len=64, dtype="bf16",
                                       attention="flash")
         estimate = evaluate(model, tp, workload=workload, tp=tp)
-        return estimate.extra["kv_cache_bytes_per_gpu"], estimate.extra["kv_cache_bytes"]
+        return estimate.inference.kv_cache_bytes_per_gpu, estimate.inference.kv_cache_bytes
 
     ds = _dense(load_preset("deepseek-v3")).with_changes(num_layers=4, vocab_size=1024)
     per_gpu, total = kv_per_gpu(ds, 2)

@@ -30,13 +30,13 @@ def test_kv_cache_bytes_are_gqa_aware():
     model = load_preset("llama3-8b")
     work = InferenceWorkload(kind="decode", batch=4, prompt_len=1000, output_len=24)
     est = evaluate_plan(model, work, H100, _plan(model, 1, 4, micro_batch=4))
-    assert est.extra["kv_cache_bytes"] == 4 * 1024 * 32 * 4096
+    assert est.inference.kv_cache_bytes == 4 * 1024 * 32 * 4096
     mha = model.with_changes(num_kv_heads=32)
     est_mha = evaluate_plan(mha, work, H100, _plan(mha, 1, 4, micro_batch=4))
-    assert est_mha.extra["kv_cache_bytes"] == 4 * est.extra["kv_cache_bytes"]
+    assert est_mha.inference.kv_cache_bytes == 4 * est.inference.kv_cache_bytes
     # tp=2 halves what each GPU holds (the KV heads are split)
     est_tp = evaluate_plan(model, work, H100, _plan(model, 2, 4, tp=2, micro_batch=4))
-    assert est_tp.extra["kv_cache_bytes_per_gpu"] == est.extra["kv_cache_bytes"] / 2
+    assert est_tp.inference.kv_cache_bytes_per_gpu == est.inference.kv_cache_bytes / 2
 
 
 def test_decode_step_is_memory_bound_on_weights_and_kv_cache():
@@ -53,8 +53,8 @@ def test_decode_step_is_memory_bound_on_weights_and_kv_cache():
     seconds_per_byte = device.memory.seconds_per_unit / device.kernel_efficiency
     lower = (weights + kv) * seconds_per_byte
     assert lower < est.breakdown["compute_s"] < lower * 1.2  # the rest: kernel launches, activations
-    assert est.extra["tpot_s"] == pytest.approx(est.breakdown["compute_s"] + est.breakdown["tp_cp_comm_s"])
-    assert est.extra["tps"] == pytest.approx(batch / est.extra["tpot_s"])
+    assert est.inference.tpot_s == pytest.approx(est.breakdown["compute_s"] + est.breakdown["tp_cp_comm_s"])
+    assert est.inference.tps == pytest.approx(batch / est.inference.tpot_s)
 
 
 def test_prefill_is_compute_bound():
@@ -69,9 +69,9 @@ def test_prefill_is_compute_bound():
     attn = batch * layers * 2 * s * s * h * H100.device.regression("attention", "bf16").seconds_per_unit / eff / 8
     compute = est.breakdown["compute_s"]
     assert gemm + attn < compute < 1.15 * (gemm + attn)
-    assert est.extra["ttft_s"] == est.step_time_s
-    assert est.extra["tps"] == pytest.approx(batch * s / est.step_time_s)
-    assert "tpot_s" not in est.extra
+    assert est.inference.ttft_s == est.step_time_s
+    assert est.inference.tps == pytest.approx(batch * s / est.step_time_s)
+    assert est.inference.tpot_s is None
 
 
 def test_pipeline_formulas_prefill_and_decode():
@@ -83,8 +83,8 @@ def test_pipeline_formulas_prefill_and_decode():
     assert pre.step_time_s == pytest.approx(sum(times) + (b - 1) * max(times))
     dec = evaluate_plan(model, InferenceWorkload(kind="decode", batch=32, prompt_len=1024, output_len=3), H100, plan)
     times = [s.microbatch_time_s for s in dec.stages]
-    assert dec.extra["tpot_s"] == pytest.approx(max(sum(times), b * max(times)))
-    assert dec.step_time_s == pytest.approx(3 * dec.extra["tpot_s"])
+    assert dec.inference.tpot_s == pytest.approx(max(sum(times), b * max(times)))
+    assert dec.step_time_s == pytest.approx(3 * dec.inference.tpot_s)
     assert sum(dec.breakdown.values()) == pytest.approx(dec.step_time_s)
 
 
@@ -92,9 +92,9 @@ def test_serve_is_prefill_then_decode():
     model = load_preset("llama3-8b")
     work = InferenceWorkload(kind="serve", batch=16, prompt_len=512, output_len=64)
     est = evaluate_plan(model, work, H100, _plan(model, 2, 16, tp=2, micro_batch=16))
-    assert est.step_time_s == pytest.approx(est.extra["ttft_s"] + 63 * est.extra["tpot_s"])
-    assert est.extra["tps"] == pytest.approx(16 * 64 / est.step_time_s)
-    assert est.extra["time_per_token_s"] == pytest.approx(1 / est.extra["tps"])
+    assert est.step_time_s == pytest.approx(est.inference.ttft_s + 63 * est.inference.tpot_s)
+    assert est.inference.tps == pytest.approx(16 * 64 / est.step_time_s)
+    assert est.inference.time_per_token_s == pytest.approx(1 / est.inference.tps)
     assert sum(est.breakdown.values()) == pytest.approx(est.step_time_s)
 
 
@@ -103,7 +103,7 @@ def test_longer_context_costs_more_decode_time():
     plan = _plan(model, 1, 8, micro_batch=8)
     short, long = (evaluate_plan(model, InferenceWorkload(kind="decode", batch=8, prompt_len=p, output_len=8), H100, plan)
                    for p in (512, 4096))
-    assert long.extra["tpot_s"] > short.extra["tpot_s"]
+    assert long.inference.tpot_s > short.inference.tpot_s
     assert long.peak_memory_bytes_per_gpu > short.peak_memory_bytes_per_gpu
 
 
@@ -162,7 +162,7 @@ def test_reachable_target_passes():
     model = load_preset("llama3-8b")
     work = inference_workload(model, "serve", batch=8, prompt_len=256, output_len=16, target_tpot_s=1.0)
     est = api.evaluate(model, 2, workload=work, tp=2, micro_batch=8)
-    assert est.extra["meets_targets"] == 1.0
+    assert est.inference.meets_targets is True
 
 
 def run_cli(*args):

@@ -110,7 +110,7 @@ def test_kv_cache_share_trades_hbm_for_link_time():
     hbm = evaluate_plan(model, work, H100, uniform_plan(num_layers=16, gpus=16, tp=8, pp=2, micro_batch=32,
                                                         global_batch=128))
     assert not hbm.fits and ests[0].fits
-    assert ests[0].extra["tps"] > 10 * ests[2].extra["tps"]
+    assert ests[0].inference.tps > 10 * ests[2].inference.tps
 
 
 def test_zero_bandwidth_tier_in_a_cluster_file_is_bad_input(tmp_path):

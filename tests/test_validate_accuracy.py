@@ -67,10 +67,12 @@ def test_every_plan_runs_matches_numerics_and_memory(suite):
 # machine kind with other processes holding 1.4 of its 2 cores (normalised mean |error| 19%,
 # Spearman 0.71): collectives then wait for a peer that is off its core, which neither the
 # run-queue accounting nor the probe sees.
-# OPEN REGRESSION (issue 12's note): the merged tree predicts these CPU runs about 30% too fast
-# on a quiet machine (normalised mean |error| 30.7%, Spearman 0.71, probe slowdown 1.0; the
-# single-process plan itself -27%), where the tree before the round measured 7% and 0.94. Until
-# it is found, the targets only catch gross breakage and a lost ranking; the figures print.
+# Wide targets (issue 12's note): on the host of a later session the merged tree measured 30.7%
+# mean |error| and Spearman 0.71. Not a code regression: the predictions of the six plans are the
+# same as the tree that measured 7% / 0.94 (commit cf3cc03; FSDP 420 vs 424 ms), and that tree's
+# runner measured the same times there (single process 1.00 s vs 0.73 s predicted). The host ran
+# slower than profiled, and the probe that should divide that out read 1.2-1.6 within a minute, so
+# until the probe is steadier the targets only catch gross breakage and a lost ranking.
 QUIET_CORES = 0.25
 QUIET_TARGETS = (40.0, 0.6)  # mean |error| %, Spearman
 BUSY_TARGETS = (40.0, 0.6)

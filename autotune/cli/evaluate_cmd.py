@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, parser_defaults,
                                  positive_int, print_json, refuse_given)
+
+if TYPE_CHECKING:
+    from autotune.cost.estimate import Estimate
 
 PLACEMENT_FLAGS = ("weights_in", "kv_cache_in", "activations_in", "gradients_in", "optimizer_in")
 
@@ -95,17 +99,17 @@ def _workload(args: argparse.Namespace, model: object) -> object:
                               target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
 
 
-def inference_lines(estimate: object) -> str:
+def inference_lines(estimate: "Estimate") -> str:
     """TPS, TPOT, TTFT and the KV cache of an inference estimate."""
     from autotune.cli.common import fmt_bytes, fmt_s
 
-    extra = estimate.extra
-    lines = [f"TPS            {extra['tps']:,.0f} tokens/s   (1/TPS {fmt_s(extra['time_per_token_s'])})"]
-    if "tpot_s" in extra:
-        lines.append(f"TPOT           {fmt_s(extra['tpot_s'])} per output token")
-    if "ttft_s" in extra:
-        lines.append(f"TTFT           {fmt_s(extra['ttft_s'])} (the batch's prefill)")
-    lines.append(f"KV cache       {fmt_bytes(extra['kv_cache_bytes_per_gpu'])} per GPU, {fmt_bytes(extra['kv_cache_bytes'])} in all")
+    metrics = estimate.inference
+    lines = [f"TPS            {metrics.tps:,.0f} tokens/s   (1/TPS {fmt_s(metrics.time_per_token_s)})"]
+    if metrics.tpot_s is not None:
+        lines.append(f"TPOT           {fmt_s(metrics.tpot_s)} per output token")
+    if metrics.ttft_s is not None:
+        lines.append(f"TTFT           {fmt_s(metrics.ttft_s)} (the batch's prefill)")
+    lines.append(f"KV cache       {fmt_bytes(metrics.kv_cache_bytes_per_gpu)} per GPU, {fmt_bytes(metrics.kv_cache_bytes)} in all")
     return "\n".join(lines)
 
 

@@ -183,7 +183,7 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
     capacity = result.estimate.memory_capacity_bytes
     print("\n".join(plan_table(result.plan, result.estimate)))
     print("\n".join(summary_text(result.plan, result.estimate, capacity)))
-    if "tps" in result.estimate.extra:
+    if result.estimate.inference is not None:
         from autotune.cli.evaluate_cmd import inference_lines
 
         print(inference_lines(result.estimate))

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["Estimate", "StageEstimate", "BREAKDOWN_KEYS", "MEMORY_KEYS"]
+__all__ = ["Estimate", "StageEstimate", "InferenceMetrics", "BREAKDOWN_KEYS", "MEMORY_KEYS"]
 
 BREAKDOWN_KEYS = ("compute_s", "tp_cp_comm_s", "pp_comm_s", "pipeline_bubble_s", "dp_comm_s",
                   "optimizer_s", "offload_s", "ep_comm_s")
@@ -56,6 +56,41 @@ class StageEstimate:
 
 
 @dataclass(frozen=True, kw_only=True)
+class InferenceMetrics:
+    """What an inference workload is judged by. ``tpot_s`` is None without a decode phase and
+    ``ttft_s`` None without a prefill phase; ``time_per_token_s`` is 1 / ``tps`` (the seed
+    experiment's "TPOT"); ``meets_targets`` says whether the workload's TPOT/TTFT targets hold."""
+
+    tokens: float
+    tps: float
+    time_per_token_s: float
+    kv_cache_bytes_per_gpu: float
+    kv_cache_bytes: float
+    decode_steps: int
+    meets_targets: bool
+    ttft_s: float | None = None
+    tpot_s: float | None = None
+
+    def __post_init__(self) -> None:
+        _plain(self, ("tokens", "tps", "time_per_token_s", "kv_cache_bytes_per_gpu", "kv_cache_bytes"), float)
+        _plain(self, ("decode_steps",), int)
+        _plain(self, ("meets_targets",), bool)
+        for name in ("ttft_s", "tpot_s"):
+            if getattr(self, name) is not None:
+                _plain(self, (name,), float)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON keys of an inference estimate (``prefill_s`` kept beside ``ttft_s``)."""
+        data = {name: getattr(self, name) for name in ("tps", "time_per_token_s", "tokens", "kv_cache_bytes_per_gpu",
+                                                       "kv_cache_bytes", "decode_steps", "meets_targets")}
+        if self.ttft_s is not None:
+            data["ttft_s"] = data["prefill_s"] = self.ttft_s
+        if self.tpot_s is not None:
+            data["tpot_s"] = self.tpot_s
+        return data
+
+
+@dataclass(frozen=True, kw_only=True)
 class Estimate:
     """Predicted step time, throughput and memory of a plan.
 
@@ -79,7 +114,7 @@ class Estimate:
     model_flops_per_step: float
     stages: tuple[StageEstimate, ...] = ()
     reason: str = ""  # why it does not fit (empty when it fits)
-    extra: Mapping[str, float] = field(default_factory=dict)  # workload-specific metrics
+    inference: InferenceMetrics | None = None  # inference workloads only
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "breakdown", _floats(self.breakdown))
@@ -87,7 +122,6 @@ class Estimate:
         _plain(self, ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes_per_gpu",
                       "memory_capacity_bytes", "uncertainty_pct", "model_flops_per_step"), float)
         _plain(self, ("fits",), bool)
-        object.__setattr__(self, "extra", MappingProxyType(dict(self.extra)))
         object.__setattr__(self, "stages", tuple(self.stages))
 
     def to_dict(self, *, stages: bool = True) -> dict[str, Any]:
@@ -98,7 +132,7 @@ class Estimate:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "breakdown": dict(self.breakdown), "memory_breakdown": dict(self.memory_breakdown),
             "uncertainty_pct": self.uncertainty_pct, "model_flops_per_step": self.model_flops_per_step,
-            "reason": self.reason, **dict(self.extra),
+            "reason": self.reason, **(self.inference.to_dict() if self.inference else {}),
         }
         if stages:
             data["stages"] = [s.to_dict() for s in self.stages]

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from autotune.cost.estimate import BREAKDOWN_KEYS, Estimate
-from autotune.cost.evaluate import _stage_estimate, _uncertainty_pct, check_plan, stage_positions
+from autotune.cost.estimate import BREAKDOWN_KEYS, Estimate, InferenceMetrics
+from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
 from autotune.cost.inference import (InferenceContext, check_inference_stage, inference_context,
                                      inference_stage_cost, kv_bytes_per_token_layer)
 from autotune.cost.offload import tier_overflow
@@ -109,22 +109,19 @@ def _kv_cache_bytes_per_gpu(model: ModelSpec, workload: InferenceWorkload, plan:
 
 
 def _metrics(model: ModelSpec, workload: InferenceWorkload, plan: Plan, phases: dict[str, _Phase],
-             total_s: float) -> dict[str, float]:
+             total_s: float) -> InferenceMetrics:
     tokens = {"prefill": workload.batch * workload.prompt_len, "decode": workload.batch * workload.decode_steps,
               "serve": workload.batch * workload.output_len}[workload.kind]
-    extra = {"tps": tokens / total_s, "time_per_token_s": total_s / tokens, "tokens": float(tokens),
-             "kv_cache_bytes_per_gpu": _kv_cache_bytes_per_gpu(model, workload, plan),
-             "kv_cache_bytes": workload.batch * model.cached_positions(workload.max_context_len) * model.num_layers
-             * kv_bytes_per_token_layer(model, workload.activation_bytes),
-             "decode_steps": float(workload.decode_steps)}
-    if "prefill" in phases:
-        extra["ttft_s"] = extra["prefill_s"] = phases["prefill"].step_s
-    if "decode" in phases:
-        extra["tpot_s"] = phases["decode"].step_s
-    missed = [name for name, key in (("target_tpot_s", "tpot_s"), ("target_ttft_s", "ttft_s"))
-              if getattr(workload, name) and extra.get(key, 0.0) > getattr(workload, name)]
-    extra["meets_targets"] = 0.0 if missed else 1.0
-    return extra
+    ttft_s = phases["prefill"].step_s if "prefill" in phases else None
+    tpot_s = phases["decode"].step_s if "decode" in phases else None
+    missed = [target for target, reached in ((workload.target_tpot_s, tpot_s), (workload.target_ttft_s, ttft_s))
+              if target and (reached or 0.0) > target]
+    return InferenceMetrics(
+        tokens=tokens, tps=tokens / total_s, time_per_token_s=total_s / tokens,
+        kv_cache_bytes_per_gpu=_kv_cache_bytes_per_gpu(model, workload, plan),
+        kv_cache_bytes=workload.batch * model.cached_positions(workload.max_context_len) * model.num_layers
+        * kv_bytes_per_token_layer(model, workload.activation_bytes),
+        decode_steps=workload.decode_steps, meets_targets=not missed, ttft_s=ttft_s, tpot_s=tpot_s)
 
 
 def _peak_costs(phases: dict[str, _Phase]) -> list[StageCost]:
@@ -136,9 +133,9 @@ def _peak_costs(phases: dict[str, _Phase]) -> list[StageCost]:
 def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, plan: Plan) -> Estimate:
     """Predict time, TPS, TPOT, TTFT and memory of ``plan`` for an inference workload.
 
-    ``step_time_s`` is the whole workload (prefill plus every decode step); ``extra`` holds
-    ``tps``, ``tpot_s`` (decode, serve), ``ttft_s`` (prefill, serve), ``time_per_token_s``
-    (1 / TPS, the seed experiment's "TPOT"), the KV cache bytes and ``meets_targets``.
+    ``step_time_s`` is the whole workload (prefill plus every decode step); ``inference``
+    holds TPS, TPOT (decode, serve), TTFT (prefill, serve), the KV cache and whether the
+    serving targets hold.
     """
     check_inference_plan(model, workload, cluster, plan)
     cluster = cluster.for_gpus(plan.gpus)  # as evaluate_plan: CPU workers sharing cores run slower
@@ -148,7 +145,7 @@ def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, clust
     breakdown = {key: sum(p.breakdown[key] for p in phases.values()) for key in BREAKDOWN_KEYS}
     costs = _peak_costs(phases)
     usable = cluster.device.usable_memory_bytes
-    stages = [_stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
+    stages = [stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
     peak = max(stages, key=lambda s: s.peak_memory_bytes)
     overflow = next((r for r in (tier_overflow(c.memory, cluster) for c in costs) if r), "")
     reason = overflow
@@ -156,16 +153,16 @@ def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, clust
         reason = (f"stage {peak.index} needs {peak.peak_memory_bytes / 2**30:.1f} GiB per GPU but "
                   f"{cluster.device.name} has {cluster.device.memory_bytes / 2**30:.1f} GiB")
     flops = sum(p.repeats * workload.batch * _forward_flops_per_sequence(p.ctx) for p in phases.values())
-    extra = _metrics(model, workload, plan, phases, total_s)
+    metrics = _metrics(model, workload, plan, phases, total_s)
     comm = breakdown["tp_cp_comm_s"] + breakdown["pp_comm_s"] + breakdown["offload_s"] + breakdown["ep_comm_s"]
     return Estimate(
-        fits=not reason, step_time_s=total_s, tokens_per_s=extra["tps"],
+        fits=not reason, step_time_s=total_s, tokens_per_s=metrics.tps,
         tflops_per_gpu=flops / total_s / plan.gpus / 1e12,
         mfu=flops / (total_s * plan.gpus * cluster.device.peak(workload.dtype)),
         peak_memory_bytes_per_gpu=peak.peak_memory_bytes, memory_capacity_bytes=cluster.device.memory_bytes,
         breakdown=breakdown, memory_breakdown=dict(peak.memory_bytes),
-        uncertainty_pct=_uncertainty_pct(cluster, workload.dtype, 1.0 - comm / total_s, comm / total_s),
-        model_flops_per_step=flops, stages=tuple(stages), reason=reason, extra=extra)
+        uncertainty_pct=uncertainty_pct(cluster, workload.dtype, 1.0 - comm / total_s, comm / total_s),
+        model_flops_per_step=flops, stages=tuple(stages), reason=reason, inference=metrics)
 
 
 def require_targets(estimate: Estimate, workload: InferenceWorkload, best: str = "") -> None:
@@ -173,7 +170,7 @@ def require_targets(estimate: Estimate, workload: InferenceWorkload, best: str =
     say what the best plan found reaches."""
     for name, key, label in (("target_tpot_s", "tpot_s", "per output token"), ("target_ttft_s", "ttft_s", "to the first token")):
         target = getattr(workload, name)
-        reached = estimate.extra.get(key)
+        reached = getattr(estimate.inference, key) if estimate.inference else None
         if target and reached is not None and reached > target:
             raise AutotuneError(name, f"the plan takes {reached * 1e3:.3f} ms {label}, above the target "
                                 f"{target * 1e3:.3f} ms" + (f"; {best}" if best else ""))

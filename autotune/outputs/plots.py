@@ -131,7 +131,7 @@ def drawn_microbatches(plan: Plan) -> int:
 
 
 def _is_inference(estimate: Estimate) -> bool:
-    return "kv_cache_bytes_per_gpu" in estimate.extra
+    return estimate.inference is not None
 
 
 def _timeline_note(plan: Plan, estimate: Estimate, drawn: int) -> str:

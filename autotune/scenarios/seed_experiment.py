@@ -53,7 +53,7 @@ class Row:
 
     @property
     def tps(self) -> float:
-        return self.estimate.extra["tps"]
+        return self.estimate.inference.tps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +67,7 @@ class SeedComparison:
 def _best_for(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, **degrees: int) -> Scored:
     """The best fitting plan with these degrees (or, if none fits, the fastest, marked by fits=False)."""
     scored = score_plans(model, workload, cluster, uniform_inference_plans(model, workload, GPUS, **degrees))
-    return best_plan(scored) or max(scored, key=lambda s: s.estimate.extra["tps"])
+    return best_plan(scored) or max(scored, key=lambda s: s.estimate.inference.tps)
 
 
 def _bound(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec) -> str:
@@ -163,8 +163,8 @@ def format_markdown(result: SeedComparison) -> str:
         for r in rows:
             e = r.estimate
             lines.append(f"| {r.name} | {plan_label(r.plan)} | {'yes' if e.fits else 'no'} | {r.tps:,.0f} | "
-                         f"{_fmt_ms(e.extra['time_per_token_s'])} | {_fmt_ms(e.extra.get('tpot_s'))} | "
-                         f"{_fmt_ms(e.extra.get('ttft_s'))} | {e.peak_memory_bytes_per_gpu / 2**30:.1f} | "
+                         f"{_fmt_ms(e.inference.time_per_token_s)} | {_fmt_ms(e.inference.tpot_s)} | "
+                         f"{_fmt_ms(e.inference.ttft_s)} | {e.peak_memory_bytes_per_gpu / 2**30:.1f} | "
                          + " | ".join(f"{e.breakdown[k]:.4g}" for k in keys) + " |")
         lines += ["", f"Why: {result.why[phase]}", ""]
     return "\n".join(lines)

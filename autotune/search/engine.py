@@ -56,7 +56,8 @@ def gpus_needed(problem: SearchProblem) -> int:
 
 def _meets_targets(outcome: SliceOutcome) -> bool:
     """Serving targets (TPOT, TTFT) of an inference workload, when it has them."""
-    return bool(outcome.estimate is not None and outcome.estimate.extra.get("meets_targets", 1.0))
+    return bool(outcome.estimate is not None and (outcome.estimate.inference is None
+                                                   or outcome.estimate.inference.meets_targets))
 
 
 def _best(outcomes: dict[SliceKey, SliceOutcome]) -> SliceOutcome | None:
@@ -72,7 +73,7 @@ def _missed_targets(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcom
 
         w = problem.workload
         metric = "tpot_s" if w.target_tpot_s else "ttft_s"
-        closest = min(fitting, key=lambda o: o.estimate.extra.get(metric, o.step_time_s))
+        closest = min(fitting, key=lambda o: getattr(o.estimate.inference, metric, None) or o.step_time_s)
         try:
             require_targets(closest.estimate, w, f"no plan of the search meets it; this is the lowest "
                                                 f"{metric[:-2].upper()} among the {len(fitting)} slices' best plans")

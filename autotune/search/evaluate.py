@@ -69,7 +69,7 @@ def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | 
                             sequence_parallel=(tp > 1 and work.kind == "train") if sequence_parallel is None else sequence_parallel,
                             recompute=recompute, zero=zero, has_embeddings=spec.has_embeddings, **plan_options)
     estimate = evaluate_plan(spec, work, cluster_spec, plan)
-    if work.kind != "train" and not estimate.extra.get("meets_targets", 1.0):
+    if estimate.inference is not None and not estimate.inference.meets_targets:
         from autotune.search.serving import best_plan_note  # enumerates plans: only when needed
         require_targets(estimate, work, best_plan_note(spec, work, cluster_spec, plan.gpus))
     return estimate

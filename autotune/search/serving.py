@@ -98,7 +98,7 @@ def best_plan(scored: list[Scored]) -> Scored | None:
     fitting = [s for s in scored if s.estimate.fits]
     if not fitting:
         return None
-    return max(fitting, key=lambda s: (s.estimate.extra["meets_targets"], s.estimate.extra["tps"]))
+    return max(fitting, key=lambda s: (s.estimate.inference.meets_targets, s.estimate.inference.tps))
 
 
 def plan_label(plan: Plan) -> str:
@@ -118,7 +118,8 @@ def best_plan_note(model: ModelSpec, workload: InferenceWorkload, cluster: Clust
     best = best_plan(score_plans(model, workload, cluster, uniform_inference_plans(model, workload, gpus)))
     if best is None:
         return f"no uniform plan on {gpus} GPUs fits"
-    reached = ", ".join(f"{key[:-2].upper()} {best.estimate.extra[key] * 1e3:.3f} ms" for key in ("tpot_s", "ttft_s")
-                        if key in best.estimate.extra)
-    verdict = "meets the targets" if best.estimate.extra["meets_targets"] else "misses them too"
+    metrics = best.estimate.inference
+    reached = ", ".join(f"{key[:-2].upper()} {getattr(metrics, key) * 1e3:.3f} ms" for key in ("tpot_s", "ttft_s")
+                        if getattr(metrics, key) is not None)
+    verdict = "meets the targets" if metrics.meets_targets else "misses them too"
     return f"the best uniform plan on {gpus} GPUs ({plan_label(best.plan)}) reaches {reached} and {verdict}"

@@ -8,7 +8,8 @@ from autotune.errors import require, require_choice, require_positive
 from autotune.spec.limits import check_limit
 
 __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES", "ATTENTION_IMPLS",
-           "bytes_per_element", "LOW_PRECISION_DTYPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype"]
+           "bytes_per_element", "LOW_PRECISION_DTYPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype",
+           "Workload", "is_training"]
 
 # "fp8": FP8 GEMMs (E4M3 forward, E5M2 or E4M3 gradients) with per-tensor scales, BF16
 # everywhere else, FP32 master weights and gradients (Micikevicius et al. 2022, "FP8 Formats
@@ -165,3 +166,11 @@ class InferenceWorkload:
     def mean_decode_context_len(self) -> float:
         """Positions a decode step attends over, averaged over the steps: P+1 ... P+steps."""
         return self.prompt_len + (self.decode_steps + 1) / 2.0
+
+
+Workload = TrainingWorkload | InferenceWorkload
+
+
+def is_training(workload: Workload) -> bool:
+    """Whether ``workload`` is a training step (the type says it, not a kind string)."""
+    return isinstance(workload, TrainingWorkload)

@@ -25,6 +25,8 @@ from torch.utils.checkpoint import checkpoint
 from autotune.errors import require, require_choice
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import ATTENTION_IMPLS
+from autotune.validate.feed_forward import FeedForward
+from autotune.validate.moe_model import MoEFeedForward
 
 __all__ = ["Transformer", "TransformerBlock", "Attention", "FeedForward", "build_model", "DEFAULT_DROPOUT_P",
            "ROPE_THETA"]
@@ -99,27 +101,6 @@ class Attention(nn.Module):
         return probs @ v
 
 
-class FeedForward(nn.Module):
-    """``w2(act(w1 x))``, or SwiGLU ``w2(silu(w1 x) * w3 x)`` (Shazeer 2020)."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        super().__init__()
-        self.activation = spec.ffn_activation
-        self.w1 = nn.Linear(spec.hidden_size, spec.ffn_hidden_size, bias=spec.bias)
-        self.w2 = nn.Linear(spec.ffn_hidden_size, spec.hidden_size, bias=spec.bias)
-        self.w3 = nn.Linear(spec.hidden_size, spec.ffn_hidden_size, bias=spec.bias) if self.activation == "swiglu" else None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        up = self.w1(x)
-        if self.w3 is not None:
-            up = F.silu(up) * self.w3(x)
-        elif self.activation == "gelu":
-            up = F.gelu(up)
-        elif self.activation == "relu":
-            up = F.relu(up)
-        return self.w2(up)
-
-
 class TransformerBlock(nn.Module):
     """Pre-norm block; an ``ffn_only`` block (the seed's XXL) is its feed-forward alone."""
 
@@ -131,8 +112,6 @@ class TransformerBlock(nn.Module):
             self.attention = Attention(spec, attention_impl, dropout_p)
             self.ffn_norm = _norm(spec)
         if spec.is_moe_layer(layer):  # routed experts (validate/moe_model.py)
-            from autotune.validate.moe_model import MoEFeedForward
-
             self.feed_forward = MoEFeedForward(spec)
         else:
             self.feed_forward = FeedForward(spec)

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from autotune.spec.model import ModelSpec
+from autotune.validate.feed_forward import FeedForward
 
 __all__ = ["MoEFeedForward", "shard_experts", "expert_parameters"]
 
@@ -45,8 +46,6 @@ class MoEFeedForward(nn.Module):
 
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
-        from autotune.validate.model import FeedForward  # it imports this module
-
         h, f, n = spec.hidden_size, spec.expert_ffn_hidden_size, spec.num_experts
         self.k, self.router_kind, self.activation = spec.num_experts_per_token, spec.router, spec.ffn_activation
         self.num_experts = n
