@@ -58,3 +58,16 @@ def test_a_run_directory_study_is_written_without_optuna_and_resumes(tmp_path, m
     again = resume(run, plots="none")
     assert again.stats.num_slices_resumed == first.stats.num_slices
     assert again.estimate.step_time_s == pytest.approx(first.estimate.step_time_s)
+
+
+def test_an_unusable_template_falls_back_to_optuna(tmp_path, monkeypatch):
+    """With no cache directory to keep the template in, the run's study is made by Optuna."""
+    from autotune.search.api import search
+
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(blocked / "cache"))
+    run = tmp_path / "run"
+    result = search("small", 4, run_dir=run, cache=False, plots="none")
+    loaded = optuna.load_study(study_name=study_db_summary(run / "study.db")[0][0], storage=f"sqlite:///{run / 'study.db'}")
+    assert len(loaded.get_trials()) == result.stats.num_slices

@@ -210,9 +210,14 @@ def _open_study(refs, run_dir, storage, study_name):
 
     path = Path(run_dir) if run_dir else None
     if storage is None and not (path / STUDY_FILE).exists():  # a new run: written without loading Optuna
+        import sqlite3
+
         from autotune.search.study_file import StudyFile
 
-        return StudyFile(path / STUDY_FILE, study_name or study_name_for(refs), refs), path
+        try:
+            return StudyFile(path / STUDY_FILE, study_name or study_name_for(refs), refs), path
+        except (OSError, sqlite3.Error):  # no usable template (an unwritable cache, say): through Optuna
+            (path / STUDY_FILE).unlink(missing_ok=True)
     url = storage or study_url(path)
     from autotune.search.store import open_study
 
