@@ -21,10 +21,11 @@ def _comm(kind, fwd, bwd, recompute=False):
 
 def test_ring_hides_behind_attention_unless_the_link_is_slower():
     ring = collective_time_s("all_gather", 4e9, SPAN, CLUSTER)
-    assert _comm("ring", fwd=10.0, bwd=25.0) == 0.0
+    # hidden: only the attention's slowdown beside the exchange shows (18.9%, Lee et al. 2025; NVLink: share 1)
+    assert _comm("ring", fwd=10.0, bwd=25.0) == pytest.approx(0.189 * 3 * ring)
     assert _comm("ring", fwd=0.0, bwd=0.0) == pytest.approx(3 * ring)  # K,V forward; K,V and grads backward
     fwd = ring / 2
-    assert _comm("ring", fwd=fwd, bwd=0.0) == pytest.approx((ring - fwd) + 2 * ring)
+    assert _comm("ring", fwd=fwd, bwd=0.0) == pytest.approx((ring - fwd) + 0.189 * fwd + 2 * ring)
     assert _comm("ring", fwd=0.0, bwd=0.0, recompute=True) == pytest.approx(4 * ring)
 
 
@@ -32,8 +33,9 @@ def test_all_gather_hides_only_behind_the_local_chunk():
     gather = collective_time_s("all_gather", 4e9, SPAN, CLUSTER)
     scatter = collective_time_s("reduce_scatter", 4e9, SPAN, CLUSTER)
     fwd, bwd = 4 * gather, 4 * (gather + scatter)  # the local chunk is a quarter of the attention (cp 4)
-    assert _comm("all_gather", fwd=fwd, bwd=bwd) == pytest.approx(0.0, abs=1e-12)
-    assert _comm("all_gather", fwd=fwd / 2, bwd=0.0) == pytest.approx(gather / 2 + gather + scatter)
+    assert _comm("all_gather", fwd=fwd, bwd=bwd) == pytest.approx(0.189 * (2 * gather + scatter))
+    assert _comm("all_gather", fwd=fwd / 2, bwd=0.0) == pytest.approx(gather / 2 + 0.189 * gather / 2
+                                                                      + gather + scatter)
 
 
 def test_ulysses_all_to_alls_are_on_the_critical_path():

@@ -81,6 +81,11 @@ PLANS = {
                                          recompute="full"),
     "qwen3-30b-a3b-pp2-ep8": _plan("qwen3-30b-a3b", gpus=16, pp=2, zero=1, ep=8),
     "deepseek-v3-pp16-ep16-mla": _plan("deepseek-v3", gpus=256, pp=16, zero=1, ep=16, recompute="full"),
+    # torchtitan's FSDP2 expert parallelism (ep borrows dp_shard x tp ranks)
+    "qwen3-30b-a3b-ep8-zero3": _plan("qwen3-30b-a3b", gpus=16, zero=3, ep=8),
+    "qwen3-30b-a3b-tp2-sp-pp2-ep16-zero3": _plan("qwen3-30b-a3b", gpus=32, tp=2, pp=2, zero=3, sequence_parallel=True,
+                                                 ep=16),
+    "deepseek-v3-pp8-ep32-zero3": _plan("deepseek-v3", gpus=256, pp=8, zero=3, ep=32, recompute="full"),
 }
 
 
@@ -214,6 +219,7 @@ def test_torchtitan_config_manager_loads_each_export(torchtitan, name):
     plan, s = pf.plan, pf.plan.stages[0]
     dims = parallel_dims.from_config(config.parallelism, world_size=plan.gpus)  # its mesh check
     assert (dims.tp, dims.cp, dims.pp, dims.dp_shard * dims.dp_replicate) == (s.tp, s.cp, plan.pp, s.dp)
+    assert dims.ep == s.ep and (dims.dp_shard * dims.cp * dims.tp) % dims.ep == 0  # efsdp x ep covers the dense region
     train = config.training
     assert train.global_batch_size == plan.global_batch and train.seq_len == pf.workload.seq_len
     assert train.global_batch_size % (train.local_batch_size * s.dp) == 0
@@ -258,6 +264,48 @@ def test_torchtitan_builds_the_same_model_with_the_named_modules(torchtitan_llam
     assert abs(ours - params) / params < 0.001, (ours, params)
 
 
+def _torchtitan_model(config):
+    import torch
+
+    with torch.device("meta"):
+        return config.model_spec.model.build()
+
+
+_TITAN_ROUTERS = {"topk_softmax": ("softmax", True), "softmax_topk": ("softmax", False), "sigmoid_topk": ("sigmoid", True)}
+
+
+@pytest.mark.parametrize("name", sorted(n for n in TORCHTITAN if PLANS[n].model.is_moe))
+def test_torchtitan_builds_the_planned_mixture_of_experts(torchtitan, name):
+    """The config function an MoE export names builds the spec's model: parameters within 0.5%,
+    the same experts, top-k and router, and every module the pipeline parts name."""
+    manager, _ = torchtitan
+    pf, text = TORCHTITAN[name]
+    m = pf.model
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        config = manager().parse_args(_arguments(text))
+    layers = config.model_spec.model.layers
+    assert len(layers) == m.num_layers
+    assert [getattr(layer, "moe", None) is not None for layer in layers] == [m.is_moe_layer(i) for i in range(m.num_layers)]
+    moe = next(layer.moe for layer in layers if getattr(layer, "moe", None) is not None)
+    router = moe.router
+    assert (moe.num_experts, router.top_k) == (m.num_experts, m.num_experts_per_token)
+    assert (router.score_func, router.route_norm) == _TITAN_ROUTERS[m.router]
+    assert router.route_scale == m.router_scaling_factor
+    assert (router.num_expert_groups or 0, router.num_limited_groups or 0) == (m.router_groups, m.router_group_topk)
+    model = _torchtitan_model(config)
+    params = sum(p.numel() for p in model.parameters())
+    assert abs(m.num_parameters() - params) / params < 0.005, (m.num_parameters(), params)
+    names = {n for n, _ in model.named_modules()}
+    for line in text.splitlines():
+        if line.startswith("--parallelism.module-fqns-per-model-part"):
+            assert {mod for part in line.split()[1:] for mod in part.split(",")} <= names
+
+
+def test_torchtitan_loads_moe_exports():
+    assert sum(PLANS[n].model.is_moe for n in TORCHTITAN) >= 3, sorted(TORCHTITAN)
+
+
 # Megatron-Core ------------------------------------------------------------------------------------
 
 MEGATRON = _exports("megatron")
@@ -291,7 +339,9 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
                             "--recompute-num-layers", "--attention-dropout", "--hidden-dropout",
                             "--pipeline-model-parallel-layout", "--kv-channels",
                             "--num-moe-experts", "--moe-router-topk", "--moe-ffn-hidden-size",
-                            "--expert-model-parallel-size", "--expert-tensor-parallel-size"),
+                            "--expert-model-parallel-size", "--expert-tensor-parallel-size",
+                            "--moe-router-topk-scaling-factor", "--moe-router-num-groups", "--moe-router-group-topk",
+                            "--moe-router-enable-expert-bias", "--rope-type"),
             "ddp": ("--data-parallel-sharding-strategy", "--use-megatron-fsdp",
                     "--overlap-grad-reduce", "--overlap-param-gather"),
             "optimizer": ("--optimizer-cpu-offload", "--optimizer-offload-fraction", "--use-precision-aware-optimizer",
@@ -316,7 +366,15 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
                "--kv-lora-rank": ("transformer", "kv_lora_rank"), "--q-lora-rank": ("transformer", "q_lora_rank"),
                "--qk-head-dim": ("transformer", "qk_head_dim"), "--qk-pos-emb-head-dim": ("transformer", "qk_pos_emb_head_dim"),
                "--v-head-dim": ("transformer", "v_head_dim"),
-               "--max-position-embeddings": ("gpt", "max_sequence_length")}
+               "--max-position-embeddings": ("gpt", "max_sequence_length"),
+               "--rotary-seq-len-interpolation-factor": ("gpt", "seq_len_interpolation_factor"),
+               "--use-rope-scaling": ("gpt", "rope_scaling"), "--rope-scaling-factor": ("gpt", "rope_scaling_factor")}
+    # YaRN: MLATransformerConfig fields under latent attention; else the config attributes
+    # argument_utils._apply_yarn_config_from_args sets (out["yarn"], set after construction)
+    mla = "--multi-latent-attention" in flags
+    out["yarn"] = {}
+    yarn = {"--rotary-scaling-factor": "rotary_scaling_factor", "--mscale": "mscale", "--mscale-all-dim": "mscale_all_dim",
+            "--yarn-original-max-position-embeddings": None, "--yarn-beta-fast": None, "--yarn-beta-slow": None}
     for flag, value in flags.items():
         parsed = True if value is None else _number(value)
         group = next((g for g, names in same.items() if flag in names), None)
@@ -324,6 +382,11 @@ def _megatron_kwargs(flags: dict, num_layers: int) -> dict[str, dict]:
             out[group][flag[2:].replace("-", "_")] = parsed
         elif flag in renamed:
             out[renamed[flag][0]][renamed[flag][1]] = parsed
+        elif flag in yarn:
+            if mla and yarn[flag]:
+                out["transformer"][yarn[flag]] = parsed
+            else:
+                out["yarn"]["yarn_" + (yarn[flag] or flag[len("--yarn-"):].replace("-", "_"))] = parsed
         elif flag == "--num-layers-per-virtual-pipeline-stage":
             pp = int(flags["--pipeline-model-parallel-size"])
             out["transformer"]["virtual_pipeline_model_parallel_size"] = num_layers // pp // int(value)
@@ -409,6 +472,15 @@ def test_megatron_core_configs_take_each_export(megatron_core, name):
             [int(i % config.moe_layer_freq == 0) for i in range(m.num_layers)]
         assert pattern == [int(m.is_moe_layer(i)) for i in range(m.num_layers)]
         assert isinstance(config, megatron_core["mla"]) == m.is_mla
+        assert config.moe_router_score_function == ("sigmoid" if m.router == "sigmoid_topk" else "softmax")
+        assert config.moe_router_pre_softmax == (m.router == "softmax_topk")  # softmax_topk: not renormalised
+        assert (config.moe_router_topk_scaling_factor or 1.0) == m.router_scaling_factor
+        assert (config.moe_router_num_groups or 0, config.moe_router_group_topk or 0) == \
+            (m.router_groups, m.router_group_topk)
+        if m.is_mla:  # MLATransformerConfig defaults to YaRN: the export says which RoPE it is
+            assert config.rope_type == ("yarn" if m.rope_scaling == "yarn" else "rope")
+            assert m.rope_scaling == "none" or (config.rotary_scaling_factor, config.mscale, config.mscale_all_dim) == \
+                (m.rope_scaling_factor, m.rope_mscale, m.rope_mscale_all_dim)
     assert (config.virtual_pipeline_model_parallel_size or 1) == plan.vpp
     assert config.num_layers == pf.model.num_layers and config.num_query_groups in (None, pf.model.num_kv_heads)
     assert config.recompute_granularity == (None if s.recompute == "none" else s.recompute)

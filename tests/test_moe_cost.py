@@ -119,3 +119,40 @@ def test_tensor_parallel_moe_training_needs_sequence_parallelism():
     with pytest.raises(AutotuneError) as err:
         evaluate_plan(MIXTRAL_8X7B, w, CLUSTER, Plan(gpus=8, micro_batch=1, num_microbatches=16, stages=(stage,)))
     assert err.value.field == "sequence_parallel"
+
+
+def _fp8_ctx(dtype, micro_batch=1, num_microbatches=1):
+    w = TrainingWorkload(global_batch=256, seq_len=4096, dtype=dtype)
+    return StageContext(tables=model_tables(MIXTRAL_8X7B, 4096, 2), workload=w, cluster=CLUSTER.for_gpus(8),
+                        micro_batch=micro_batch, num_microbatches=num_microbatches)
+
+
+def test_low_precision_experts_pay_the_casts_of_their_operands():
+    """FP8 grouped GEMMs cast the routed rows, the output gradient and the local weights, as
+    the dense GEMMs' casts are priced (cost/compute.py); TE casts the weights once per step."""
+    from autotune.cost.moe import _cast_s
+    from autotune.cost.compute import op_coefficients
+
+    ctx = _fp8_ctx("fp8")
+    coef = op_coefficients(ctx.tables.experts, CLUSTER.device, "fp8")
+    assert _cast_s(coef, 0, "bf16", 1e9, 1e9, 1e9) == (0.0, 0.0)
+    small, large = _cast_s(coef, 0, "fp8", 1e8, 1e8, 0.0), _cast_s(coef, 0, "fp8", 1e9, 1e9, 0.0)
+    assert 9.0 < (large[0] - 2 * coef.lat_m[0]) / (small[0] - 2 * coef.lat_m[0]) < 11.0  # bytes-proportional
+    once = expert_layer_cost(_fp8_ctx("fp8", num_microbatches=1), _stage(8, ep=8))
+    amortised = expert_layer_cost(_fp8_ctx("fp8", num_microbatches=16), _stage(8, ep=8))
+    assert amortised.fwd_s < once.fwd_s and amortised.bwd_s == pytest.approx(once.bwd_s)
+
+
+def test_dispatcher_gathers_counts_and_waits_on_the_host_each_forward():
+    """Megatron-Core's alltoall dispatcher all-gathers the token counts and synchronises before
+    the all-to-all: a forward-only cost with ep > 1, none without expert parallelism."""
+    from autotune.cost.moe import _dispatch_metadata_s, expert_spans as spans_of
+
+    ctx = _ctx()
+    assert _dispatch_metadata_s(ctx, _stage(8, ep=1), spans_of(_stage(8, ep=1), 8)) == 0.0
+    stage = _stage(8, ep=8)
+    meta = _dispatch_metadata_s(ctx, stage, spans_of(stage, 8))
+    assert meta >= CLUSTER.device.memory.latency_s + CLUSTER.intra_node.latency_s
+    ex = expert_layer_cost(ctx, stage)
+    # forward and backward move the rows twice each; the metadata is paid in the forward only
+    assert ex.comm_s == pytest.approx(2 * ex.recompute_comm_s - meta)

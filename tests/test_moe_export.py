@@ -57,14 +57,47 @@ def test_layer_pattern_run_lengths():
     assert eval(layer_pattern([1, 0, 1])) == [1, 0, 1]
 
 
-def test_torchtitan_refuses_mixture_of_experts_with_the_reason():
-    # its exports build torchtitan's Llama 3 (autotune/outputs/export/torchtitan.py)
-    with pytest.raises(AutotuneError) as err:
-        export_plan(_pf(gpus=16, tp=2, sequence_parallel=True, zero=3), "torchtitan")
-    assert err.value.field == "model" and "experts=8" in err.value.message
+def test_torchtitan_refuses_an_moe_model_it_has_no_config_function_for():
+    # torchtitan 0.3 builds Qwen3-30B-A3B and DeepSeek-V3 16B/671B MoE models, no Mixtral (torchtitan_moe.py)
     with pytest.raises(AutotuneError) as err:
         export_plan(_pf(gpus=16, tp=2, sequence_parallel=True, zero=3, ep=8), "torchtitan")
-    assert err.value.field == "stages.ep"
+    assert err.value.field == "model" and "qwen3_30b_a3b" in err.value.message and "8 experts" in err.value.message
+
+
+def _qwen_pf(**degrees):
+    from autotune.spec.presets import load_preset
+    return _pf(load_preset("qwen3-30b-a3b"), **degrees)
+
+
+def _titan_options(text):
+    words = [w for line in text.splitlines() if line and not line.startswith("#") for w in line.split()]
+    return {w: words[i + 1] if i + 1 < len(words) else None for i, w in enumerate(words) if w.startswith("--")}
+
+
+def test_torchtitan_exports_expert_parallelism_of_qwen3_moe():
+    options = _titan_options(export_plan(_qwen_pf(gpus=16, zero=3, ep=8), "torchtitan"))
+    assert options["--module"] == "qwen3" and options["--config"] == "qwen3_30b_a3b"
+    assert options["--parallelism.expert-parallel-degree"] == "8"
+    # ep borrows tp ranks: tp 2 x dp_shard 8 = 16 ranks hold 2 x 8 EP groups
+    options = _titan_options(export_plan(_qwen_pf(gpus=16, tp=2, sequence_parallel=True, zero=3, ep=16), "torchtitan"))
+    assert options["--parallelism.expert-parallel-degree"] == "16" and options["--parallelism.tensor-parallel-degree"] == "2"
+
+
+@pytest.mark.parametrize("degrees, field", [
+    (dict(gpus=16, tp=2, sequence_parallel=True, zero=3, ep=4, etp=2), "stages.etp"),  # 0.3 has no expert TP
+    (dict(gpus=16, tp=2, sequence_parallel=True, zero=3), "stages.etp"),  # ep 1: experts follow tp, etp must be 2
+    (dict(gpus=16, zero=3, dp_shard=2, ep=4), "stages.ep"),  # ep 4 does not divide dp_shard 2 x cp x tp
+])
+def test_torchtitan_refuses_expert_layouts_it_cannot_build(degrees, field):
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_qwen_pf(**degrees), "torchtitan")
+    assert err.value.field == field, err.value
+
+
+def test_torchtitan_0_2_toml_still_refuses_moe():
+    with pytest.raises(AutotuneError) as err:
+        export_plan(_qwen_pf(gpus=16, zero=3, ep=8), "torchtitan-0.2")
+    assert err.value.field == "model"
 
 
 def test_deepspeed_refuses_expert_parallelism_with_the_reason():

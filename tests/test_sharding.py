@@ -30,12 +30,15 @@ def test_hsdp_group_sizes(dp, dp_shard, shard, replicate):
 
 def test_zero3_microbatch_exposure_by_hand():
     # per layer: gather 3, reduce 2, forward 1, backward 4 (seconds). Forward exposes 3 - 1 = 2,
-    # backward 3 + 2 - 4 = 1; plus the first gather: 3 + n * 3.
-    t = LayerTraffic(gather_s=3.0, reduce_s=2.0, fwd_s=1.0, bwd_s=4.0)
+    # backward 3 + 2 - 4 = 1; plus the first gather: 3 + n * 3. share 0: no contention.
+    t = LayerTraffic(gather_s=3.0, reduce_s=2.0, fwd_s=1.0, bwd_s=4.0, share=0.0)
     assert zero3_microbatch_comm_s(_stage(8), t, 5, overlap=True) == pytest.approx(3 + 5 * 3)
     assert zero3_microbatch_comm_s(_stage(8), t, 5, overlap=False) == pytest.approx(5 * (2 * 3 + 2))
+    # the compute beside the hidden traffic slows by 18.9% (Lee et al. 2025): 1 s forward, 4 s backward
+    contended = LayerTraffic(gather_s=3.0, reduce_s=2.0, fwd_s=1.0, bwd_s=4.0)
+    assert zero3_microbatch_comm_s(_stage(8), contended, 5, overlap=True) == pytest.approx(3 + 5 * (3 + 0.189 * 5))
     # compute covers everything: only the first gather shows
-    fast = LayerTraffic(gather_s=0.5, reduce_s=0.5, fwd_s=1.0, bwd_s=4.0)
+    fast = LayerTraffic(gather_s=0.5, reduce_s=0.5, fwd_s=1.0, bwd_s=4.0, share=0.0)
     assert zero3_microbatch_comm_s(_stage(8), fast, 5, overlap=True) == pytest.approx(0.5)
     # no resharding: nothing per micro-batch (gathered once per step instead)
     assert zero3_microbatch_comm_s(_stage(8, reshard=False), t, 5, overlap=True) == 0.0

@@ -14,7 +14,7 @@ from autotune.plan.builders import uniform_plan
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import TrainingWorkload
 
-__all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "Unexpressible", "framework_of", "modern_run_from_row"]
+__all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGER_ELEMENTWISE", "Unexpressible", "runs_eager", "framework_of", "modern_run_from_row"]
 
 # (setting, value assumed, why). Printed by ``autotune check-published --assumptions``.
 FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -38,13 +38,17 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
         ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
         ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so", "torchtitan TP plan"),
+        ("sequence-parallel layout", "batch-first: each TP gather and reduce-scatter copies its buffer once",
+         "DTensor redistributes Shard(1) through functional collectives that cat tp chunks when the dim is not 0"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
          "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing",
          "PyTorch context_parallel's default rotate method and round-robin sharding"),
         ("selective checkpointing", "op-level (selective_op): every other matmul and all elementwise ops recomputed",
          "activation_checkpoint.selective_ac_option defaults to op (torchtitan _op_sac policy)"),
-        ("torch.compile", "not modelled", "fused elementwise kernels are priced as separate kernels"),
+        ("torch.compile", "as the compile column; empty = off (torchtitan's default)",
+         "compiled rows price each norm and activation as one fused kernel; eager rows as the unfused "
+         "ops of torchtitan's RMSNorm and SwiGLU (EAGER_ELEMENTWISE)"),
     ),
     "nemo": (
         ("sharding", "zero 1 (distributed optimizer); zero 3 = Megatron-FSDP where the FSDP column is set",
@@ -71,6 +75,15 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
 # FlashAttention-2 beats by 1.3-2.5x (Dao 2023, sec. 4.1); the geometric mean 1.8 is taken.
 ATTENTION_KERNEL_SPEED = {"llm-foundry": 1 / 1.8}
 
+# Eager PyTorch runs a norm or an activation as several kernels, each streaming the whole tensor
+# through HBM, where the cost model's operators are one fused kernel (read x, write y): per role,
+# (bytes moved / the fused kernel's, kernels launched). Counted from torchtitan's RMSNorm
+# (torchtitan/models/norms.py: x.float(), pow, mean, rsqrt, mul, type_as, * weight: 20 B read and
+# 16 B written per bf16 element against 2 + 2 fused, 7 launches) and its SwiGLU
+# (silu(w1 x) * w3 x: silu r2 w2 plus mul r4 w2 = 10 B per element of the FFN width against the
+# fused 6 B, 2 launches). torch.compile fuses both back (Inductor), so compiled rows keep 1.
+EAGER_ELEMENTWISE = {"norm": (36.0 / 4.0, 7), "activation": (10.0 / 6.0, 2)}
+
 # Which cluster preset (or shipped cluster) each GPU column names.
 GPU_CLUSTERS = {
     "A100-40GB": "dgx-a100-40gb", "A100-80GB": "dgx-a100-80gb", "A100-SXM4-80GB": "dgx-a100-80gb",
@@ -86,6 +99,11 @@ class Unexpressible:
     run_id: str
     regime: str
     reason: str
+
+
+def runs_eager(row: dict[str, str]) -> bool:
+    """Whether the row ran eager PyTorch elementwise kernels (torchtitan without torch.compile)."""
+    return framework_of(row) == "torchtitan" and (row.get("compile") or "no").lower() != "yes"
 
 
 def framework_of(row: dict[str, str]) -> str:
@@ -169,7 +187,8 @@ def modern_run_from_row(row: dict[str, str]):
         micro_batch = max(1, global_batch // dp // pp)
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
-                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text)
+                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text,
+                                sp_batch_first=framework == "torchtitan")
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
         num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,

@@ -20,7 +20,8 @@ import csv
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autotune.calibrate.modern import ATTENTION_KERNEL_SPEED, Unexpressible, framework_of, safe_modern_run
+from autotune.calibrate.modern import (ATTENTION_KERNEL_SPEED, EAGER_ELEMENTWISE, Unexpressible, framework_of, runs_eager,
+                                      safe_modern_run)
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
@@ -45,6 +46,7 @@ class PublishedRun:
     iter_s: float
     regime: str = ""  # device | dense or moe | precision | framework (check-published groups by it)
     attention_speed: float = 1.0  # the framework's attention kernel against the device's fitted one
+    eager_elementwise: bool = False  # norms and activations as eager PyTorch's unfused kernels
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,18 +103,27 @@ def _modern_run(row: dict[str, str]) -> PublishedRun | Unexpressible:
                              reason="MoE: the operator graph has no expert layers yet (they light up when it does)")
     return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload,
                         cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]), regime=regime,
-                        attention_speed=speed)
+                        attention_speed=speed, eager_elementwise=runs_eager(row))
 
 
-def _with_attention_speed(cluster: ClusterSpec, speed: float) -> ClusterSpec:
-    """The cluster with its device's fused-attention fits ``speed`` times as fast."""
-    if speed == 1.0:
+def _with_framework_kernels(cluster: ClusterSpec, speed: float, eager: bool) -> ClusterSpec:
+    """The cluster with its device's fused-attention fits ``speed`` times as fast and, for eager
+    runs, its norm and activation kernels moving and launching what eager PyTorch does
+    (EAGER_ELEMENTWISE)."""
+    if speed == 1.0 and not eager:
         return cluster
     device = cluster.device
     compute = {key: (replace(fit, seconds_per_unit=fit.seconds_per_unit / speed,
                              source=f"{fit.source}; x{speed:.3g} for the framework's kernel") if key[0] == "attention"
                      else fit) for key, fit in device.compute.items()}
-    return cluster.with_changes(device=device.with_changes(compute=compute))
+    kernels = dict(device.memory_kernels)
+    if eager:
+        for role, (bytes_ratio, launches) in EAGER_ELEMENTWISE.items():
+            fit = device.memory_regression(role)
+            kernels[role] = replace(fit, latency_s=fit.latency_s * launches,
+                                    seconds_per_unit=fit.seconds_per_unit * bytes_ratio,
+                                    source=f"{fit.source}; eager PyTorch: x{bytes_ratio:.3g} bytes, {launches} kernels")
+    return cluster.with_changes(device=device.with_changes(compute=compute, memory_kernels=kernels))
 
 
 def moe_priced() -> bool:
@@ -165,10 +176,10 @@ def check_runs(runs: list[PublishedRun], clusters: dict[str, ClusterSpec] | None
     clusters = dict(clusters or {})
     checks = []
     for run in runs:
-        key = (run.cluster_name, run.attention_speed)
+        key = (run.cluster_name, run.attention_speed, run.eager_elementwise)
         if key not in clusters:
             base = clusters.get(run.cluster_name) or load_cluster(run.cluster_name)
-            clusters[key] = _with_attention_speed(base, run.attention_speed)
+            clusters[key] = _with_framework_kernels(base, run.attention_speed, run.eager_elementwise)
         cluster = clusters[key]
         checks.append(RunCheck(run=run, estimate=evaluate_plan(run.model, run.workload, cluster, run.plan)))
     return checks

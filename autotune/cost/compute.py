@@ -112,15 +112,22 @@ def op_amounts(table: OpTable, micro_batch: object, tp: object, cp: object, sequ
     )
 
 
+_CAST_BYTES_PER_BF16_BYTE = {"fp8_rowwise": 4.0}  # see _cast_s
+
+
 def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts) -> tuple:
     """Casting and scaling for low-precision GEMMs, as separate memory-bound kernels: each
     GEMM's input and weight are read in BF16 and written in the low format and transposed
     (amax, cast and transpose fused, as Transformer Engine's cast_transpose does) before the
     forward GEMM, and the output gradient likewise before the backward GEMMs (Micikevicius et
     al. 2022, sec. 4; per-tensor current scaling reads the tensor once for its amax inside
-    the same kernel). Bytes per BF16 byte: (2 + 2 x operand bytes) / 2."""
+    the same kernel). Bytes per BF16 byte: (2 + 2 x operand bytes) / 2. Row-wise scaling
+    (``fp8_rowwise``, torchao's axiswise recipe) scales each GEMM operand along its reduction
+    dimension, so every operand is cast twice, once per axis: along the rows the amax and the
+    cast fuse (read 2, write 1), along the columns a reduction pass precedes the cast (read 2,
+    then read 2 and write 1): 8 bytes per element, 4 per BF16 byte."""
     is_gemm = np.array([k == "gemm" for k in table.kinds], dtype=float)
-    per_bf16_byte = (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0
+    per_bf16_byte = _CAST_BYTES_PER_BF16_BYTE.get(dtype, (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0)
     fwd_bytes = (amounts.act_in_bytes + amounts.weight_bytes) * per_bf16_byte
     bwd_bytes = amounts.act_out_bytes * per_bf16_byte
     fwd = is_gemm * (2 * coef.lat_m + fwd_bytes * coef.spb)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from autotune.cost.comm import GroupSpan, collective_time_s
+from autotune.cost.sharding import overlap_penalty_s, rate_share
 from autotune.spec.hardware import ClusterSpec
 
 __all__ = ["CP_COMMS", "cp_layer_comm_s"]
@@ -39,15 +40,16 @@ def cp_layer_comm_s(cluster: ClusterSpec, cp_comm: str, span: GroupSpan, *, kv_b
     ``fwd_attn_s``/``bwd_attn_s``: this rank's attention kernels; ``recompute_forward``: full
     recomputation repeats the forward exchange."""
     cp = span.size
+    share = rate_share(span, cluster)
     if cp_comm == "ring":
         ring = collective_time_s("all_gather", kv_bytes, span, cluster)  # cp - 1 chunk hops in all
-        fwd = np.maximum(0.0, ring - fwd_attn_s)
-        bwd = np.maximum(0.0, 2 * ring - bwd_attn_s)
+        fwd = np.maximum(0.0, ring - fwd_attn_s) + overlap_penalty_s(ring, fwd_attn_s, share)
+        bwd = np.maximum(0.0, 2 * ring - bwd_attn_s) + overlap_penalty_s(2 * ring, bwd_attn_s, share)
     elif cp_comm == "all_gather":
         gather = collective_time_s("all_gather", kv_bytes, span, cluster)
         scatter = collective_time_s("reduce_scatter", kv_bytes, span, cluster)
-        fwd = np.maximum(0.0, gather - fwd_attn_s / cp)
-        bwd = np.maximum(0.0, gather + scatter - bwd_attn_s / cp)
+        fwd = np.maximum(0.0, gather - fwd_attn_s / cp) + overlap_penalty_s(gather, fwd_attn_s / cp, share)
+        bwd = np.maximum(0.0, gather + scatter - bwd_attn_s / cp) + overlap_penalty_s(gather + scatter, bwd_attn_s / cp, share)
     elif cp_comm == "all_to_all":
         one = (collective_time_s("all_to_all", qkv_local_bytes, span, cluster)
                + collective_time_s("all_to_all", out_local_bytes, span, cluster))

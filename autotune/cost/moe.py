@@ -6,6 +6,8 @@ Each GPU routes its own tokens (``b s / (tp cp)`` per micro-batch, sequence para
 so the expert work of a stage divides by tp x cp whatever ep and etp are; each GPU holds
 ``E / ep`` experts, each cut ``etp`` ways.
 
+* Low-precision recipes (FP8, MXFP8, NVFP4) cast each grouped GEMM's operands as the dense
+  GEMMs' casts are priced (cost/compute.py): memory-bound kernels over the routed rows.
 * Grouped GEMMs: each local expert's GEMM is priced by the device's GEMM roofline with M = the
   rows that expert receives (the fit's latency term per expert group: tiles of a small group
   waste most of a wave) and its weights read from HBM, so few tokens per expert turn the
@@ -13,7 +15,8 @@ so the expert work of a stage divides by tp x cp whatever ep and etp are; each G
   tokens per expert).
 * Dispatch and combine: an all-to-all over the EP group of the routed rows, ``tokens x top-k x
   hidden`` bytes per rank each way, forward and backward (Megatron-Core's alltoall dispatcher),
-  priced on the levels the EP group crosses (cost/comm.py); exposed (no overlap modelled).
+  priced on the levels the EP group crosses (cost/comm.py); exposed (no overlap modelled). Each
+  forward first gathers the token counts and waits on the host for them (_dispatch_metadata_s).
 * Load imbalance: the busiest EP rank sets the pace; its rows, time and buffers are the mean
   times ``imbalance`` (see :func:`load_imbalance`).
 * Expert TP (etp > 1): the rows an EP rank receives are all-gathered over etp before the
@@ -33,6 +36,7 @@ from autotune.cost.comm import GroupSpan, collective_time_s
 from autotune.cost.compute import op_coefficients
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
+from autotune.spec.workload import GEMM_OPERAND_BYTES
 
 __all__ = ["ExpertLayerCost", "expert_layer_cost", "load_imbalance", "moe_layer_split", "expert_spans",
            "experts_hit_share"]
@@ -104,9 +108,26 @@ def experts_hit_share(tokens, m):
     return 1.0 - (1.0 - m.num_experts_per_token / m.num_experts) ** tokens
 
 
-def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local, etp: int):
+def _cast_s(coef, i: int, dtype: str, in_bytes, out_bytes, weight_bytes) -> tuple:
+    """(forward, backward) seconds of casting one grouped GEMM's operands to a low-precision
+    format, as cost/compute.py's _cast_s prices a dense GEMM (Transformer Engine's fused amax,
+    cast and transpose, Micikevicius et al. 2022 sec. 4): the routed rows and the local experts'
+    weights before the forward, the output gradient before the backward; one kernel per operand
+    for all the groups (TE's grouped linear quantizes the split inputs in one multi-tensor call).
+    ``weight_bytes`` is the share of one micro-batch: TE casts the weights on the first
+    micro-batch of a step and reuses them (``is_first_microbatch``, te.pytorch module base)."""
+    if dtype not in GEMM_OPERAND_BYTES:
+        return 0.0, 0.0
+    per_bf16_byte = (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0
+    fwd = 2 * coef.lat_m[i] + (in_bytes + weight_bytes) * per_bf16_byte * coef.spb[i]
+    return fwd, coef.lat_m[i] + out_bytes * per_bf16_byte * coef.spb[i]
+
+
+def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local, etp: int,
+                      microbatches=1.0):
     """(forward, backward) seconds of the expert ops for ``rows_busy`` routed rows on one GPU
-    spread over ``n_local`` experts (the local experts reached, possibly fractional on average)."""
+    spread over ``n_local`` experts (the local experts reached, possibly fractional on average),
+    one of ``microbatches`` micro-batches of a step."""
     t = tables.experts
     coef = op_coefficients(t, device, dtype)
     rows_per_seq = tables.seq_len * tables.model.num_experts_per_token
@@ -120,10 +141,31 @@ def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_loca
             fwd = fwd + n_local * np.maximum(coef.lat_c[i] + f_e * coef.spf[i], coef.lat_m[i] + (a_e + w) * coef.spb[i])
             bwd = bwd + n_local * np.maximum(2 * coef.lat_c[i] + 2 * f_e * coef.spf[i],
                                              2 * coef.lat_m[i] + (a_e * t.bwd_bytes_factor[i] + 2 * w) * coef.spb[i])
+            cast_fwd, cast_bwd = _cast_s(coef, i, dtype, t.in_bytes[i] * scale, t.out_bytes[i] * scale,
+                                         n_local * w / microbatches)
+            fwd, bwd = fwd + cast_fwd, bwd + cast_bwd
         else:  # the activation over all local rows, one kernel each way
             fwd = fwd + coef.lat_m[i] + act * coef.spb[i]
             bwd = bwd + coef.lat_m[i] + act * t.bwd_bytes_factor[i] * coef.spb[i]
     return fwd, bwd
+
+
+_COUNT_BYTES = 8.0  # int64 tokens-per-expert counts (token_dispatcher.py: routing_map.sum(dim=0).long())
+
+
+def _dispatch_metadata_s(ctx, stage: StagePlan, spans: dict) -> float:
+    """Forward-only cost of Megatron-Core's alltoall dispatcher learning the split sizes each MoE
+    layer (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.preprocess):
+    the E token counts all-gathered over the EP group, copied to the host, and a host wait
+    (``d2h_event.synchronize()`` at ``before_ep_alltoall``) before the all-to-all can be issued.
+    The wait empties the GPU's queue, so at least one kernel launch is exposed after it: priced
+    as the device's measured fixed cost of a small kernel (its memory regression's latency).
+    A lower bound: host (Python) time between the wait and the next launch is not modelled."""
+    if stage.ep * stage.etp <= 1:
+        return 0.0
+    counts = collective_time_s("all_gather", ctx.tables.model.num_experts * _COUNT_BYTES * stage.ep,
+                               spans["ep"], ctx.cluster)
+    return counts + ctx.cluster.device.memory.latency_s
 
 
 def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
@@ -136,7 +178,8 @@ def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
         gathered = nbytes * stage.etp
         fwd = fwd + collective_time_s("all_gather", gathered, spans["etp"], ctx.cluster) \
             + collective_time_s("reduce_scatter", gathered, spans["etp"], ctx.cluster)
-    return 2 * fwd, fwd
+    metadata = _dispatch_metadata_s(ctx, stage, spans)  # forward only: backward reuses the splits
+    return 2 * fwd + metadata, fwd + metadata
 
 
 def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerCost:
@@ -151,7 +194,8 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     # distinct tokens that can reach this GPU's experts: its EP group's, gathered over etp
     tokens = rows / m.num_experts_per_token * stage.ep * stage.etp
     n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
-    fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp)
+    fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp,
+                                 np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0))
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
     saved = float(tables.experts.saved_bytes.sum()) * scale

@@ -37,8 +37,33 @@ from autotune.cost.memory import state_bytes_per_param
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["GRAD_COMM_BYTES", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s", "dp_step_comm_s",
-           "sharded_state_memory", "overlapped_exposed_s"]
+__all__ = ["GRAD_COMM_BYTES", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
+           "dp_step_comm_s", "sharded_state_memory", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
+
+# Compute that runs while a collective is in flight is slower: the collective's kernels hold SMs
+# (NCCL runs one thread block per channel) and share HBM bandwidth. Lee et al. 2025 ("Characterizing
+# Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning", arXiv 2507.03114)
+# measured an average computational slowdown of 18.9% (max 40%) on 4-GPU NVLink nodes of A100 and
+# H100 (GPT, Llama layers).
+OVERLAP_COMPUTE_SLOWDOWN = 0.189
+
+
+def overlap_penalty_s(comm_s, window_s, rate_share=1.0):
+    """Seconds the overlapped compute loses: the slowdown over the compute that runs beside the
+    collective, scaled by ``rate_share``, the collective's per-GPU data rate over NVLink's (the rate
+    the 18.9% was measured at): SM and HBM contention grow with the bytes per second it moves."""
+    return OVERLAP_COMPUTE_SLOWDOWN * rate_share * np.minimum(comm_s, window_s)
+
+
+def rate_share(span: GroupSpan, cluster: ClusterSpec) -> float:
+    """A collective's per-GPU data rate over the intra-node link's (1 inside a node): across nodes
+    the slower of an NVLink hop and the node's NICs shared by its ``n_intra`` members (cost/comm.py)."""
+    intra, inter = cluster.intra_node, cluster.inter_node
+    if span.size <= 1 or span.n_inter == 1:
+        return 1.0
+    per_byte = inter.beta_s_per_byte if span.n_intra == 1 else max(intra.beta_s_per_byte,
+                                                                  inter.beta_s_per_byte / span.n_intra)
+    return min(1.0, intra.beta_s_per_byte / per_byte) if per_byte > 0 else 1.0
 
 # Bytes per gradient element in the data-parallel reduction. Megatron-LM reduces bf16 runs'
 # gradients in fp32 (arguments.py forces accumulate_allreduce_grads_in_fp32 for bf16), as do
@@ -80,13 +105,15 @@ def _reduce_fn(op: str, groups: ShardGroups, cluster: ClusterSpec) -> Callable:
     return reduce
 
 
-def overlapped_exposed_s(total_bytes, collective: Callable, window_s, bucket_bytes: float, overlap: bool):
+def overlapped_exposed_s(total_bytes, collective: Callable, window_s, bucket_bytes: float, overlap: bool,
+                         share: float = 1.0):
     """Exposed time of a bucketed collective that overlaps a compute window.
 
     Seed 002's DDP model: with per-call overhead o and bandwidth w, n buckets leave
     n*o + s/(n*w) after the backward pass, optimal at bucket size sqrt(s*w*o). Generalised:
     buckets start as compute produces them, so the exposed part is the larger of the last
-    bucket and the communication the window cannot hold. Arrays broadcast.
+    bucket and the communication the window cannot hold; the compute beside the hidden part
+    slows (overlap_penalty_s, ``share``: the collective's rate_share). Arrays broadcast.
     """
     total = np.asarray(total_bytes, dtype=float)
     if not overlap:
@@ -99,6 +126,7 @@ def overlapped_exposed_s(total_bytes, collective: Callable, window_s, bucket_byt
         num_buckets = np.maximum(1.0, np.ceil(safe / np.maximum(bucket, 1.0)))
         bucket_s = collective(safe / num_buckets)
         exposed = np.maximum(bucket_s, num_buckets * bucket_s - window_s * (num_buckets - 1) / num_buckets)
+        exposed = exposed + overlap_penalty_s(num_buckets * bucket_s - exposed, window_s, share)
     exposed = np.where(total > 0, exposed, 0.0)
     return float(exposed) if exposed.ndim == 0 else exposed
 
@@ -111,13 +139,15 @@ class LayerTraffic:
     reduce_s: float
     fwd_s: float
     bwd_s: float  # backward incl. recomputation
+    share: float = 1.0  # the shard group's rate_share (overlap contention)
 
 
 def layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params, gather_bytes_per_param: float,
                   grad_bytes_per_param: float, fwd_s, bwd_s) -> LayerTraffic:
     gather = collective_time_s("all_gather", params * gather_bytes_per_param, groups.shard, cluster)
     reduce = _reduce_fn("reduce_scatter", groups, cluster)(params * grad_bytes_per_param)
-    return LayerTraffic(gather_s=gather, reduce_s=reduce, fwd_s=fwd_s, bwd_s=bwd_s)
+    return LayerTraffic(gather_s=gather, reduce_s=reduce, fwd_s=fwd_s, bwd_s=bwd_s,
+                        share=rate_share(groups.shard, cluster))
 
 
 def zero3_microbatch_comm_s(stage: StagePlan, traffic: LayerTraffic, n, overlap: bool):
@@ -130,6 +160,8 @@ def zero3_microbatch_comm_s(stage: StagePlan, traffic: LayerTraffic, n, overlap:
     if not overlap:
         return n * (2 * t.gather_s + t.reduce_s) + 0.0 * t.fwd_s
     per_layer = np.maximum(0.0, t.gather_s - t.fwd_s) + np.maximum(0.0, t.gather_s + t.reduce_s - t.bwd_s)
+    per_layer = (per_layer + overlap_penalty_s(t.gather_s, t.fwd_s, t.share)
+                 + overlap_penalty_s(t.gather_s + t.reduce_s, t.bwd_s, t.share))
     return t.gather_s + n * per_layer
 
 
@@ -149,15 +181,17 @@ def dp_step_comm_s(cluster: ClusterSpec, stage: StagePlan, groups: ShardGroups, 
         whole = GroupSpan(groups.shard.n_intra * groups.replicate.n_intra,
                           groups.shard.n_inter * groups.replicate.n_inter)
         reduce = lambda nbytes: collective_time_s("all_reduce", nbytes, whole, cluster)  # noqa: E731
-        return overlapped_exposed_s(grad_bytes, reduce, bwd_s, bucket_bytes, overlap_grad)
+        return overlapped_exposed_s(grad_bytes, reduce, bwd_s, bucket_bytes, overlap_grad, rate_share(whole, cluster))
     reduce = _reduce_fn("reduce_scatter", groups, cluster)
-    exposed = overlapped_exposed_s(grad_bytes, reduce, bwd_s, bucket_bytes, overlap_grad)
+    share = rate_share(groups.shard, cluster)
+    exposed = overlapped_exposed_s(grad_bytes, reduce, bwd_s, bucket_bytes, overlap_grad, share)
     if stage.zero == 2:
         exposed = exposed * num_microbatches
     if stage.zero >= 3:  # gathered once per step, before the first forward
         return exposed + first_gather_s
     gather = lambda nbytes: collective_time_s("all_gather", nbytes, groups.shard, cluster)  # noqa: E731
-    return exposed + overlapped_exposed_s(params * gather_bytes_per_param, gather, fwd_s, bucket_bytes, overlap_gather)
+    return exposed + overlapped_exposed_s(params * gather_bytes_per_param, gather, fwd_s, bucket_bytes, overlap_gather,
+                                          share)
 
 
 def sharded_state_memory(params, dtype: str, stage: StagePlan, gather_bytes_per_param: float):

@@ -18,8 +18,8 @@ from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlapped_exposed_s, shard_groups,
-                                    sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s, overlapped_exposed_s,
+                                    shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
 from autotune.graph.table import ModelTables
@@ -155,7 +155,8 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
     chunks pipelined against its neighbouring GEMM (forward) and the dgrad/wgrad GEMMs
     (backward), as Transformer Engine's userbuffers do (Wang et al. 2022, "Overlap
     communication with dependent computation via decomposition"). The first chunk stays
-    exposed."""
+    exposed. No overlap contention (overlap_penalty_s): userbuffers' ring exchange and PyTorch's
+    async TP move the chunks with copy engines, not SM kernels, beside compute-bound GEMMs."""
     names = ctx.tables.layer.names
     exposed = 0.0
     for op, gemm in _TP_PAIRS:
@@ -179,7 +180,8 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
-        one = collective_time_s("all_gather", act, span, cl) + collective_time_s("reduce_scatter", act, span, cl)
+        one = (collective_time_s("all_gather", act, span, cl) + collective_time_s("reduce_scatter", act, span, cl)
+               + 2 * _sp_layout_copy_s(ctx, act))
     else:
         one = collective_time_s("all_reduce", act, span, cl)
     if ctx.overlap_tp_comm and stage.sequence_parallel:
@@ -195,6 +197,18 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         loss_ar = collective_time_s("all_reduce", tokens * 4.0, span, cl)
         total += one + 3 * loss_ar  # logits input gradient; max, sum-exp and target logit
     return total
+
+
+def _sp_layout_copy_s(ctx: StageContext, act) -> float:
+    """A batch-first sequence-parallel collective's layout copy: PyTorch's functional collectives
+    gather along dim 0, so a gather along the sequence (dim 1) is followed by a cat of the tp chunks
+    and a reduce-scatter preceded by one (torch.distributed._functional_collectives, all_gather_tensor
+    and reduce_scatter_tensor with gather/scatter dim != 0): the whole buffer read and written once.
+    Megatron's sequence-first [s, b, h] activations gather along dim 0 and copy nothing."""
+    if not getattr(ctx.workload, "sp_batch_first", False):
+        return 0.0
+    device = ctx.cluster.device
+    return device.memory.time_s(2.0 * act) / device.kernel_efficiency
 
 
 def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
@@ -240,7 +254,10 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
     nbytes = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
     link = ctx.cluster.inter_node if pos.p2p_inter_node else ctx.cluster.intra_node
     total = pos.neighbors * 2 * ctx.vpp * level_time_s("send_recv", nbytes, 2, link)
-    return np.maximum(0.0, total - compute_s) if ctx.overlap_p2p_comm else total + 0.0 * compute_s
+    if ctx.overlap_p2p_comm:
+        share = min(1.0, ctx.cluster.intra_node.beta_s_per_byte / link.beta_s_per_byte) if link.beta_s_per_byte else 1.0
+        return np.maximum(0.0, total - compute_s) + overlap_penalty_s(total, compute_s, share)
+    return total + 0.0 * compute_s
 
 
 def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes):
@@ -276,8 +293,9 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     groups, t = _sharding(ctx, stage, span, layer)
     first_gather = 0.0
     if stage.zero >= 3 and not stage.reshard_after_forward:  # once per step, prefetched a layer ahead
-        first_gather = t.gather_s + n * np.maximum(0.0, t.gather_s - t.fwd_s) if ctx.overlap_param_gather \
-            else n * t.gather_s
+        first_gather = (t.gather_s + n * (np.maximum(0.0, t.gather_s - t.fwd_s)
+                                          + overlap_penalty_s(t.gather_s, t.fwd_s, t.share))
+                        if ctx.overlap_param_gather else n * t.gather_s)
     return dp_step_comm_s(ctx.cluster, stage, groups, params=params, fwd_s=fwd_s, bwd_s=bwd_s,
                           num_microbatches=ctx.num_microbatches, gather_bytes_per_param=_gather_bytes(ctx),
                           grad_bytes_per_param=GRAD_COMM_BYTES[ctx.workload.dtype],

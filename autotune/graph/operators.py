@@ -343,11 +343,13 @@ def head_operators(m: ModelSpec, seq_len: int, act_bytes: int) -> list[Operator]
         logits = Operator(**{**logits.__dict__, "params": 0})  # shares the embedding matrix
     # Megatron's vocab-parallel cross entropy works in fp32: it reads the logits, writes an fp32
     # copy, exponentiates in place and reduces (about three fp32 passes) and keeps the fp32
-    # softmax for backward.
+    # softmax for backward. Backward (its autograd backward, then the fp32 cast's): read the saved
+    # softmax and write the gradient (4 + 4), scale it by the loss gradient in place (4 + 4),
+    # cast it to the 16-bit logits gradient (4 + e): as many bytes as forward, for e = 2.
     loss = Operator(name="cross_entropy", kind="loss", flops=0.0, model_flops=0.0,
                     act_in_bytes=s * v * (e + 8.0), act_out_bytes=s * v * 4.0,
                     weight_bytes=0.0, params=0, saved_bytes=s * v * 4.0, sharding="split",
-                    bwd_bytes_factor=(4.0 + e) / (e + 12.0))
+                    bwd_bytes_factor=1.0)
     return [_norm("final_norm", m, s, e), logits, loss]
 
 

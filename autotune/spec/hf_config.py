@@ -95,6 +95,7 @@ class ConfigReader:
 
 def supported_model_types() -> list[str]:
     from autotune.spec.hf_families import FAMILIES
+    from autotune.spec.hf_rope_router import rope_scaling_fields, router_fields
 
     return sorted(FAMILIES)
 
@@ -116,6 +117,7 @@ def model_from_hf_config(path: Path) -> ModelSpec:
 def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
     """Build a spec from an already-parsed config dict."""
     from autotune.spec.hf_families import FAMILIES
+    from autotune.spec.hf_rope_router import rope_scaling_fields, router_fields
 
     model_type = data.get("model_type")
     supported = ", ".join(supported_model_types())
@@ -123,7 +125,12 @@ def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
         what = "no model_type" if model_type is None else f"{model_type!r} is not supported"
         kind = _unsupported_kind(data)
         raise AutotuneError("config.model_type", f"{what}{kind}; supported: {supported}")
-    fields = FAMILIES[model_type](ConfigReader(data))
+    reader = ConfigReader(data)
+    fields = FAMILIES[model_type](reader)
+    if fields.get("position_embedding") == "rotary":
+        fields.update(rope_scaling_fields(reader, max_positions=int(fields["max_seq_len"])))
+    if fields.get("num_experts"):
+        fields.update(router_fields(reader, model_type))
     label = str(data.get("_name_or_path") or name).rstrip("/").split("/")[-1] or name
     return ModelSpec(name=label, source=f"Hugging Face config.json (model_type {model_type})", **fields)
 

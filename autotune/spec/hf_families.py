@@ -107,7 +107,7 @@ def _mixtral(r: ConfigReader) -> Fields:
     experts, top_k = r.int("num_local_experts", "num_experts", default=8), r.int("num_experts_per_tok", default=2)
     _check_moe(r, "num_local_experts", experts, top_k)
     return {**f, **window_pattern(r, f["num_layers"]), "num_experts": experts, "num_experts_per_token": top_k,
-            "expert_ffn_hidden_size": f["ffn_hidden_size"] if experts else 0, "router": "topk_softmax"}
+            "expert_ffn_hidden_size": f["ffn_hidden_size"] if experts else 0}
 
 
 def _qwen_windows(r: ConfigReader, num_layers: int) -> Fields:
@@ -137,7 +137,7 @@ def _qwen_moe(r: ConfigReader, f: Fields, *, shared: bool) -> Fields:
     n = f["num_layers"]
     moe = [i for i in range(n) if experts and i not in dense and (i + 1) % step == 0]
     out: Fields = {"num_experts": 0} if not moe else {
-        "num_experts": experts, "num_experts_per_token": top_k, "router": "softmax_topk",
+        "num_experts": experts, "num_experts_per_token": top_k,
         "expert_ffn_hidden_size": r.int("moe_intermediate_size", default=1408 if shared else 768),
         **moe_layer_pattern(moe, n)}
     width = r.int("shared_expert_intermediate_size", default=5632) if shared else 0
@@ -207,12 +207,11 @@ def _deepseek(r: ConfigReader, *, version: int) -> Fields:
     moe = [i for i in range(n) if experts and i >= first_k and i % freq == 0]
     if not moe:
         return {**f, "num_experts": 0}
-    scoring = r.str("scoring_func", default="sigmoid" if version == 3 else "softmax")
     shared = r.int("n_shared_experts", default=1 if version == 3 else 2)
     width = r.int("moe_intermediate_size", default=2048 if version == 3 else 1407)
     return {**f, "num_experts": experts, "num_experts_per_token": top_k, "expert_ffn_hidden_size": width,
             "num_shared_experts": shared, "shared_expert_ffn_hidden_size": width if shared else 0,
-            "router": "sigmoid_topk" if scoring == "sigmoid" else "softmax_topk", **moe_layer_pattern(moe, n)}
+            **moe_layer_pattern(moe, n)}  # the router: hf_rope_router.py
 
 
 def _check_groups(r: ConfigReader, experts: int, top_k: int) -> None:

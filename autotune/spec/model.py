@@ -8,7 +8,7 @@ from autotune.errors import require, require_choice, require_positive
 from autotune.spec.limits import check_limit
 
 __all__ = ["ModelSpec", "FFN_ACTIVATIONS", "GATED_ACTIVATIONS", "LAYER_KINDS", "NORMS", "POSITION_EMBEDDINGS",
-           "QK_NORMS", "ROUTERS"]
+           "QK_NORMS", "ROPE_SCALINGS", "ROUTERS"]
 
 # swiglu and geglu (Gemma) are gated: three matrices (gate, up, down); the others two.
 FFN_ACTIVATIONS = ("gelu", "swiglu", "geglu", "relu", "none")
@@ -16,9 +16,16 @@ GATED_ACTIVATIONS = ("swiglu", "geglu")
 LAYER_KINDS = ("decoder", "ffn_only")
 NORMS = ("layernorm", "rmsnorm")
 POSITION_EMBEDDINGS = ("learned", "rotary", "alibi", "none")
-# How a token's experts are chosen: softmax over all experts then top-k (Switch, Qwen-MoE),
-# top-k logits then softmax over those (Mixtral), sigmoid scores with top-k (DeepSeek-V3).
+# How a token's experts are chosen and weighted: softmax over all experts then top-k, the k
+# probabilities kept as they are (Switch, DeepSeek-V2, Qwen-MoE/OLMoE with norm_topk_prob false);
+# top-k logits then softmax over those, i.e. the top-k probabilities renormalised to sum to 1
+# (Mixtral, Qwen3-MoE/OLMoE with norm_topk_prob true); sigmoid scores, top-k, renormalised
+# (DeepSeek-V3). Each is then scaled by ``router_scaling_factor``.
 ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_topk")
+# RoPE frequency scaling for long context (transformers' rope_scaling / rope_parameters rope_type):
+# position interpolation ("linear", Chen et al. 2023), Llama 3.1's band-wise "llama3", YaRN
+# (Peng et al. 2023, DeepSeek-V2/V3).
+ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
 # Norms of queries and keys before RoPE: none, one per head of head_dim (Qwen3), or over the
 # whole projection width (OLMoE).
 QK_NORMS = ("none", "head", "full")
@@ -59,6 +66,15 @@ class ModelSpec:
     sliding_window: int = 0  # tokens each query sees on windowed layers (0: full attention)
     sliding_window_every: int = 1  # every n-th layer is windowed (Gemma 2 alternates: 2)
     rope_theta: float = 10000.0
+    rope_scaling: str = "none"  # one of ROPE_SCALINGS
+    rope_scaling_factor: float = 1.0  # context extension factor
+    rope_original_max_positions: int = 0  # the pre-training context the scaling extends (llama3, yarn)
+    rope_low_freq_factor: float = 1.0  # llama3: wavelengths above original/low are divided by the factor
+    rope_high_freq_factor: float = 4.0  # llama3: wavelengths below original/high are kept
+    rope_beta_fast: float = 32.0  # yarn: the ramp's bounds in rotations
+    rope_beta_slow: float = 1.0
+    rope_mscale: float = 1.0  # yarn: attention temperature coefficients (DeepSeek's mscale, mscale_all_dim)
+    rope_mscale_all_dim: float = 0.0
     # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank 0 means not MLA.
     q_lora_rank: int = 0  # 0: queries projected directly (no low-rank query path)
     kv_lora_rank: int = 0
@@ -74,6 +90,10 @@ class ModelSpec:
     first_k_dense_layers: int = 0  # the first k layers keep a dense FFN (DeepSeek)
     moe_layer_frequency: int = 1  # after those, every n-th layer is MoE
     router: str = "softmax_topk"
+    router_scaling_factor: float = 1.0  # routed weights times this (DeepSeek's routed_scaling_factor)
+    router_groups: int = 0  # group-limited routing: experts in this many groups (DeepSeek n_group; 0: off)
+    router_group_topk: int = 0  # groups a token's experts may come from (DeepSeek topk_group)
+    router_expert_bias: bool = False  # aux-loss-free balancing bias added to the scores for selection only
     mlp_only_layers: tuple[int, ...] = ()  # further layers that keep a dense FFN (Qwen-MoE mlp_only_layers)
     shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) scales the shared expert (Qwen2-MoE)
     # Norm details that change the parameter count.
@@ -99,6 +119,7 @@ class ModelSpec:
             check_limit(f"model.{field}", getattr(self, field), "width")
         check_limit("model.vocab_size", self.vocab_size, "vocab_size")
         self._check_moe()
+        self._check_rope()
         if self.layer_kind == "ffn_only":
             return
         require_positive("model.vocab_size", self.vocab_size)
@@ -116,8 +137,31 @@ class ModelSpec:
             f"{self.num_kv_heads} KV heads do not divide {self.num_heads} query heads",
         )
 
+    def _check_rope(self) -> None:
+        require_choice("model.rope_scaling", self.rope_scaling, ROPE_SCALINGS)
+        require_positive("model.rope_theta", self.rope_theta, integer=False)
+        if self.rope_scaling == "none":
+            return
+        require(self.rope_scaling_factor >= 1.0, "model.rope_scaling_factor",
+                f"must be >= 1 (a context extension), got {self.rope_scaling_factor!r}")
+        if self.rope_scaling == "llama3":
+            require(self.rope_high_freq_factor > self.rope_low_freq_factor > 0, "model.rope_high_freq_factor",
+                    f"must exceed rope_low_freq_factor > 0, got {self.rope_high_freq_factor!r} and "
+                    f"{self.rope_low_freq_factor!r}")
+        if self.rope_scaling in ("llama3", "yarn"):
+            require_positive("model.rope_original_max_positions", self.rope_original_max_positions)
+
     def _check_moe(self) -> None:
         require_choice("model.router", self.router, ROUTERS)
+        require(isinstance(self.router_scaling_factor, (int, float)) and self.router_scaling_factor > 0,
+                "model.router_scaling_factor", f"must be > 0, got {self.router_scaling_factor!r}")
+        for field in ("router_groups", "router_group_topk"):
+            value = getattr(self, field)
+            require(isinstance(value, int) and value >= 0, f"model.{field}", f"must be >= 0, got {value!r}")
+        if self.router_groups:
+            require(self.num_experts % self.router_groups == 0 and 1 <= self.router_group_topk <= self.router_groups,
+                    "model.router_groups", f"{self.router_groups} groups must divide the {self.num_experts} experts "
+                    f"and router_group_topk ({self.router_group_topk}) be 1..{self.router_groups}")
         for field in ("num_experts", "num_experts_per_token", "expert_ffn_hidden_size", "num_shared_experts",
                       "shared_expert_ffn_hidden_size", "first_k_dense_layers", "head_dim_size", "sliding_window",
                       "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim"):

@@ -64,6 +64,9 @@ class TrainingWorkload:
     attention_impl: str = "flash"
     kind: str = "train"
     fp8_all_gather: bool = False  # FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)
+    # Sequence-parallel activations are batch-first (DTensor, torchtitan): each TP all-gather along the
+    # sequence copies the gathered buffer and each reduce-scatter its input (PyTorch functional collectives)
+    sp_batch_first: bool = False
     # Mixture of experts: the busiest expert-parallel rank's routed tokens over the mean. 0: the
     # floor of unskewed routing (cost/moe.py load_imbalance); >= 1: a measured max/mean.
     expert_load_imbalance: float = 0.0

@@ -49,6 +49,7 @@ class MoEFeedForward(nn.Module):
         h, f, n = spec.hidden_size, spec.expert_ffn_hidden_size, spec.num_experts
         self.k, self.router_kind, self.activation = spec.num_experts_per_token, spec.router, spec.ffn_activation
         self.num_experts = n
+        self.scale = float(spec.router_scaling_factor)  # DeepSeek's routed_scaling_factor
         self.router = nn.Linear(h, n, bias=False)
         self.experts_w1 = nn.Parameter(torch.empty(n, h, f))
         self.experts_w3 = nn.Parameter(torch.empty(n, h, f)) if spec.is_gated_ffn else None
@@ -67,6 +68,7 @@ class MoEFeedForward(nn.Module):
         shape = x.shape
         tokens = x.reshape(-1, shape[-1])
         weights, idx = _gates(self.router(tokens).float(), self.k, self.router_kind)
+        weights = weights * self.scale
         if torch.compiler.is_compiling() and self.ep_group is None:  # torch.export: static shapes
             y = (self._gathered(tokens, idx) * weights[..., None].to(tokens.dtype)).sum(1)
             return self._with_shared(y, tokens).reshape(shape)

@@ -24,7 +24,8 @@ from autotune.errors import AutotuneError
 from autotune.outputs.export.common import (
     MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
     require_placements)
-from autotune.outputs.export.megatron_moe import attention_detail_flags, expert_parallel_flags, moe_model_flags
+from autotune.outputs.export.megatron_moe import (
+    attention_detail_flags, expert_parallel_flags, moe_model_flags, position_embedding_type)
 from autotune.outputs.schedule import interleaved_group_size
 from autotune.plan.io import PlanFile
 
@@ -159,7 +160,8 @@ def _model_flags(ctx: ExportContext) -> list[Flag]:
     if m.num_kv_heads != m.num_heads:
         flags += [("--group-query-attention", None), ("--num-query-groups", str(m.num_kv_heads))]
     flags += _ACTIVATION[m.ffn_activation]
-    flags += [("--normalization", _NORM[m.norm]), ("--position-embedding-type", _POSITION[m.position_embedding])]
+    position = position_embedding_type(m) or _POSITION[m.position_embedding]
+    flags += [("--normalization", _NORM[m.norm]), ("--position-embedding-type", position)]
     if not m.tied_embeddings:
         flags.append(("--untie-embeddings-and-output-weights", None))
     if not m.dropout:

@@ -24,6 +24,7 @@ from __future__ import annotations
 from autotune.outputs.export.common import (
     MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
     require_placements)
+from autotune.outputs.export.torchtitan_moe import expert_parallelism, moe_config
 from autotune.plan.io import PlanFile
 from autotune.spec.model import ModelSpec
 
@@ -32,7 +33,8 @@ __all__ = ["to_torchtitan", "llama_ffn_hidden", "model_parts", "torchtitan_conte
 NAME = "torchtitan"
 TARGET = "torchtitan 0.3.0 (PyPI): torchrun ... -m torchtitan.train $(grep -v '^#' FILE)"
 PLAN_FIELDS = ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm")
-STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm")  # FSDP2/HSDP, CP rotation
+STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm",  # FSDP2/HSDP, CP rotation
+                "ep", "etp")  # expert parallelism (torchtitan_moe.py)
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
 # torch's context parallelism (torch/distributed/tensor/experimental/_context_parallel/_attention.py)
 # all-gathers K/V unless told otherwise; 0.2 sets it (context_parallel_rotate_method), 0.3 has no setting.
@@ -136,6 +138,10 @@ def _parallelism(ctx: ExportContext, head: str) -> dict:
     if p.schedule == "interleaved" and p.num_microbatches % rounds:
         raise refuse(NAME, "num_microbatches", f"Interleaved1F1B runs {p.num_microbatches} micro-batches in "
                                                f"{rounds} equal rounds, which do not divide them")
+    if ctx.model.is_moe:
+        table.update(expert_parallelism(ctx, table["data_parallel_shard_degree"]))
+    elif s.ep != 1 or s.etp != 1:
+        raise refuse(NAME, "stages.ep", f"a dense model has no experts to place (ep={s.ep}, etp={s.etp})")
     if p.pp > 1:
         table.update(pipeline_parallel_schedule=SCHEDULES[p.schedule],
                      pipeline_parallel_microbatch_size=p.micro_batch,
@@ -201,7 +207,9 @@ def _overrides(ctx: ExportContext) -> tuple[Job, list[str]]:
     job["parallelism"]["enable_sequence_parallel"] = bool(s.sequence_parallel and s.tp > 1)
     async_tp = bool(s.tp > 1 and s.sequence_parallel and ctx.plan.overlap_tp_comm)
     job["compile"] = {"enable": async_tp, "enable_async_tensor_parallel": async_tp}
-    if ctx.plan.pp > 1:  # 0.3 refuses CUDA graphs with pipelining (TrainingConfig validation)
+    # 0.3 refuses CUDA graphs with pipelining, and with its standard all-to-all expert dispatcher,
+    # which synchronises with the host for the token counts (Trainer.Config._validate_cuda_graphs)
+    if ctx.plan.pp > 1 or s.ep > 1:
         job["training"]["disable_cuda_graphs"] = True
     notes = [selective_note()] if s.recompute == "selective" else []
     if s.cp > 1 and s.cp_comm == "ring":
@@ -217,10 +225,11 @@ def _overrides(ctx: ExportContext) -> tuple[Job, list[str]]:
     return job, notes
 
 
-def to_torchtitan(plan_file: PlanFile) -> ExportResult:
-    ctx = torchtitan_context(plan_file)
+def _config_function(ctx: ExportContext, notes: list[str]) -> tuple[str, str]:
+    """(module, config function) for ``--module``/``--config``; notes what a user must add."""
+    if ctx.model.is_moe:
+        return moe_config(ctx.model)
     flavor = llama_flavor(ctx.model)
-    job, notes = _overrides(ctx)
     if flavor is None:
         config = f"llama3_{ctx.model.name.replace('-', '_').replace('.', '_')}"
         notes.insert(0, f"torchtitan 0.3 has no llama3 flavour of this shape: add a flavour with {flavor_args(ctx.model)} "
@@ -230,8 +239,17 @@ def to_torchtitan(plan_file: PlanFile) -> ExportResult:
         config = CONFIG_FUNCTIONS[flavor]
         if flavor == "405B":
             notes.append("llama3_405b converts linear layers to Float8; the estimate is for the workload's dtype")
+    return "llama3", config
+
+
+def to_torchtitan(plan_file: PlanFile) -> ExportResult:
+    ctx = torchtitan_context(plan_file)
+    notes: list[str] = []
+    module, config = _config_function(ctx, notes)  # the model first: an unknown one is refused for that
+    job, more = _overrides(ctx)
+    notes += more
     lines = [f"# {line}" for line in header_lines(ctx, TARGET) + [f"note: {n}" for n in notes]]
-    lines += ["--module llama3", f"--config {config}"]
+    lines += [f"--module {module}", f"--config {config}"]
     for section, table in job.items():
         lines += [_option(section, key, value) for key, value in table.items()]
     mode = "selective" if ctx.stage.recompute == "selective_op" else ctx.stage.recompute
