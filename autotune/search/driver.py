@@ -95,6 +95,8 @@ class SliceSearch:
     cache: object | None = None
     studies: dict[tuple[int, int], IntraOpResult] = field(default_factory=dict)
     num_trials: int = 0
+    # best_by_inflight tables by (result, micro-batch index, micro-batches): the deepest made so far
+    inflight_tables: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         w = self.problem.workload
@@ -223,11 +225,28 @@ def dp_inputs(search: SliceSearch, key: SliceKey, results: list[IntraOpResult], 
     """Stacked stage tables of several submesh sizes for the DP: (time, tail, choice index)."""
     b_index = search.micro_batches(key.dp).index(key.micro_batch)
     num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
-    parts = [best_by_inflight(list(r.costs), b_index, num_mb, max_inflight, search.capacity) for r in results]
+    parts = [_inflight_tables(search, r, b_index, num_mb, max_inflight) for r in results]
     time = np.stack([p[0] for p in parts])
     tail = np.stack([p[1] for p in parts])
     index = np.stack([p[2] for p in parts])
     return time, tail, index, num_mb
+
+
+def _inflight_tables(search: SliceSearch, result: IntraOpResult, b_index: int, num_mb: int, max_inflight: int):
+    """best_by_inflight of one study, reused: the tables for depth R are the first R + 1 of a
+    deeper one (each in-flight count is scored on its own). Depth-1 tables (slice bounds) are
+    kept; deeper ones only for the slice being solved (they are large)."""
+    key = (id(result), b_index, num_mb)
+    memo = search.inflight_tables
+    if max_inflight > 1 and memo.get("deep_slice") != (result.dp, b_index, num_mb):
+        for k in [k for k, v in memo.items() if k != "deep_slice" and v[1] > 1]:
+            del memo[k]
+        memo["deep_slice"] = (result.dp, b_index, num_mb)
+    found = memo.get(key)
+    if found is None or found[0] is not result or found[1] < max_inflight:
+        found = (result, max_inflight, best_by_inflight(list(result.costs), b_index, num_mb, max_inflight, search.capacity))
+        memo[key] = found
+    return tuple(a[..., : max_inflight + 1] for a in found[2])
 
 
 def _equal_stage_bound_s(search: SliceSearch, key: SliceKey, result: IntraOpResult, num_mb: int) -> float:

@@ -29,7 +29,7 @@ def _round(problem: SearchProblem) -> str:
 def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
     """Slices a previous (interrupted) run of this study already finished, re-scored."""
     out = {}
-    if study is None:
+    if study is None or hasattr(study, "records"):  # none, or a new StudyFile (autotune.search.study_file)
         return {}
     from autotune.search.store import finished_slices  # Optuna only when a study is kept
 
@@ -105,7 +105,9 @@ def _solve_slices(problem: SearchProblem, keys: list[SliceKey], study, progress,
     best_s = lambda: (b.step_time_s if (b := _best(outcomes)) else math.inf)  # noqa: E731
     for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
         outcomes[outcome.key] = outcome
-        if study is not None:
+        if hasattr(study, "records"):  # a StudyFile: plain sqlite3
+            study.record(outcome, _round(problem))
+        elif study is not None:
             from autotune.search.store import record_slice
 
             record_slice(study, outcome, _round(problem))
