@@ -7,7 +7,8 @@ from autotune.cost.inference_plan import evaluate_inference_plan
 from autotune.cost.offload import tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
-from autotune.cost.stage import StageContext, StageCost, StagePosition, stage_cost
+from autotune.cost.contract import stage_cost
+from autotune.cost.stage import StageContext, StageCost, StagePosition
 from autotune.graph.table import ModelTables, model_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec

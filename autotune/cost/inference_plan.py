@@ -22,8 +22,8 @@ from dataclasses import dataclass, replace
 
 from autotune.cost.estimate import BREAKDOWN_KEYS, Estimate, InferenceMetrics
 from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
-from autotune.cost.inference import (InferenceContext, check_inference_stage, inference_context,
-                                     inference_stage_cost, kv_bytes_per_token_layer)
+from autotune.cost.contract import inference_stage_cost
+from autotune.cost.inference import InferenceContext, check_inference_stage, inference_context, kv_bytes_per_token_layer
 from autotune.cost.offload import tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.stage import StageCost
