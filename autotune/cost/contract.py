@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from autotune.cost.inference import InferenceContext, check_inference_stage, dense_inference_stage_cost, inference_context
+from autotune.cost.inference import (InferenceContext, check_inference_stage, dense_inference_stage_cost, inference_context,
+                                     workload_phases)
 from autotune.cost.inference_moe import moe_inference_stage_cost
 from autotune.cost.moe_stage import moe_stage_cost
 from autotune.cost.recompute import has_variant, variant_stage_cost
@@ -88,7 +89,6 @@ def phase_cost_models(tables: ModelTables, workload: TrainingWorkload | Inferenc
         context = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=micro_batch,
                                num_microbatches=num_microbatches, overlap_tp_comm=overlap_tp_comm)
         return [(1.0, TrainingCostModel(context))]
-    from autotune.cost.inference_plan import workload_phases
 
     out: list[tuple[float, StageCostModel]] = []
     for phase in workload_phases(workload):

@@ -37,7 +37,8 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.workload import InferenceWorkload
 
 __all__ = ["PHASES", "InferenceContext", "inference_context", "inference_tables", "decode_layer_table",
-           "dense_inference_stage_cost", "check_inference_stage", "kv_bytes_per_token_layer"]
+           "dense_inference_stage_cost", "check_inference_stage", "kv_bytes_per_token_layer",
+           "workload_phases"]
 
 PHASES = ("prefill", "decode")
 
@@ -131,6 +132,12 @@ def inference_context(model: ModelSpec, workload: InferenceWorkload, cluster: Cl
                       micro_batch: object, num_microbatches: object) -> InferenceContext:
     return InferenceContext(tables=inference_tables(model, workload, phase), workload=workload, cluster=cluster,
                             phase=phase, micro_batch=micro_batch, num_microbatches=num_microbatches)
+
+
+def workload_phases(workload: InferenceWorkload) -> tuple[str, ...]:
+    """The phases an inference workload runs: prefill unless it is decode alone, decode when it has steps."""
+    phases = () if workload.kind == "decode" else ("prefill",)
+    return phases + (("decode",) if workload.decode_steps > 0 else ())
 
 
 def check_inference_stage(stage: StagePlan, phase: str) -> None:

@@ -23,6 +23,7 @@ from autotune.search.result import SearchResult
 from autotune.search.space import load_space
 from autotune.spec.hardware_data import cluster_names, load_profile
 from autotune.spec.presets import resolve_model
+from autotune.spec.workload import is_training
 
 __all__ = ["search", "resume", "work", "problem_refs", "problem_from_refs", "study_name_for"]
 
@@ -198,7 +199,7 @@ def _check_length(model, workload) -> None:
     from autotune.errors import require
 
     longest = getattr(workload, "max_context_len", workload.seq_len)
-    field = "seq_len" if getattr(workload, "kind", "train") == "train" else "prompt_len"
+    field = "seq_len" if is_training(workload) else "prompt_len"
     require(longest <= model.max_seq_len, field,
             f"{longest} positions exceed {model.name}'s maximum sequence length {model.max_seq_len}")
 

@@ -13,31 +13,16 @@ from itertools import product
 
 from autotune.cost.mesh import group_spans
 from autotune.plan.plan import StagePlan
-from autotune.search.space import SearchSpace
+from autotune.search.space import OFFLOADS, SHARDINGS, SearchSpace
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
+from autotune.spec.workload import is_training
 
 __all__ = ["StageChoice", "valid_stage_sizes", "choice_values", "enumerate_choices", "make_choice",
            "choice_params", "OFFLOADS", "SHARDINGS"]
 
 TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload", "sharding", "fp8", "recompute_layers")
 INFERENCE_PARAMS = ("tp", "mesh_order", "kv_cache", "grouping")
-# Training offload options: StagePlan placements (ZeRO-Offload keeps optimizer states and
-# gradients in host memory, Ren et al. 2021; ZeRO-Infinity also the weights, Rajbhandari et al. 2021).
-OFFLOADS = {
-    "none": {},
-    "optimizer": {"optimizer_in": "host", "gradients_in": "host"},
-    "optimizer+weights": {"optimizer_in": "host", "gradients_in": "host", "weights_in": "host"},
-    # every saved activation to host memory and back for backward (cost/offload.py; torch's
-    # save_on_cpu hooks, DeepSpeed cpu_checkpointing); the cost model has no partial share
-    "activations": {"activations_in": "host"},
-}
-
-# How ZeRO/FSDP state is sharded (cost/sharding.py): "full" over all of dp, weights resharded
-# after forward (FSDP's default); "keep": weights kept gathered for the step, gradients reduced
-# once (FSDP2 reshard_after_forward=False); "node": HSDP, sharded over the stage's data-parallel
-# ranks inside one node and replicated across nodes.
-SHARDINGS = ("full", "keep", "node")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +57,7 @@ class StageChoice:
 
 
 def choice_params(workload: object) -> tuple[str, ...]:
-    return TRAINING_PARAMS if getattr(workload, "kind", "train") == "train" else INFERENCE_PARAMS
+    return TRAINING_PARAMS if is_training(workload) else INFERENCE_PARAMS
 
 
 def valid_stage_sizes(gpus: int, gpus_per_node: int) -> list[int]:
@@ -125,7 +110,7 @@ def choice_values(space: SearchSpace, model: ModelSpec, workload: object, cluste
                   model_parallel: int, dp: int, extra: dict[str, list] | None = None) -> dict[str, list]:
     """Optuna's distributions for a stage with ``model_parallel = tp * cp`` GPUs per replica;
     ``extra`` supplies workload-specific lists (the inference KV and grouping options)."""
-    training = getattr(workload, "kind", "train") == "train"
+    training = is_training(workload)
     tps = _tp_values(space, model, workload.seq_len, model_parallel, allow_cp=training or workload.kind == "prefill")
     if not tps:
         return {}

@@ -16,6 +16,7 @@ from autotune.search.baselines import baselines
 from autotune.search.cache import fingerprint
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
 from autotune.search.result import SearchResult, SearchStats
+from autotune.spec.workload import is_training
 
 __all__ = ["run_search", "gpus_needed"]
 
@@ -68,7 +69,7 @@ def _best(outcomes: dict[SliceKey, SliceOutcome]) -> SliceOutcome | None:
 def _missed_targets(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcome]) -> None:
     """When plans fit but none meets the serving targets, say what the fastest one reaches."""
     fitting = [o for o in outcomes.values() if math.isfinite(o.step_time_s)]
-    if fitting and getattr(problem.workload, "kind", "train") != "train":
+    if fitting and not is_training(problem.workload):
         from autotune.cost.inference_plan import require_targets
 
         w = problem.workload
@@ -92,7 +93,7 @@ def plan_in_space(plan: Plan, space) -> bool:
 
 def _can_fall_back(problem: SearchProblem) -> bool:
     space = problem.space
-    return (getattr(problem.workload, "kind", "train") == "train" and bool(space.offload_fallback)
+    return (is_training(problem.workload) and bool(space.offload_fallback)
             and set(space.offload_fallback) != set(space.offload))
 
 

@@ -11,7 +11,24 @@ from typing import Any
 from autotune.errors import AutotuneError, closest, require, require_choice
 from autotune.plan.plan import MESH_ORDERS, RECOMPUTE
 
-__all__ = ["SearchSpace", "load_space", "space_names"]
+__all__ = ["SearchSpace", "load_space", "space_names", "OFFLOADS", "SHARDINGS"]
+
+# Training offload options: StagePlan placements (ZeRO-Offload keeps optimizer states and
+# gradients in host memory, Ren et al. 2021; ZeRO-Infinity also the weights, Rajbhandari et al. 2021).
+OFFLOADS = {
+    "none": {},
+    "optimizer": {"optimizer_in": "host", "gradients_in": "host"},
+    "optimizer+weights": {"optimizer_in": "host", "gradients_in": "host", "weights_in": "host"},
+    # every saved activation to host memory and back for backward (cost/offload.py; torch's
+    # save_on_cpu hooks, DeepSpeed cpu_checkpointing); the cost model has no partial share
+    "activations": {"activations_in": "host"},
+}
+
+# How ZeRO/FSDP state is sharded (cost/sharding.py): "full" over all of dp, weights resharded
+# after forward (FSDP's default); "keep": weights kept gathered for the step, gradients reduced
+# once (FSDP2 reshard_after_forward=False); "node": HSDP, sharded over the stage's data-parallel
+# ranks inside one node and replicated across nodes.
+SHARDINGS = ("full", "keep", "node")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,10 +80,8 @@ class SearchSpace:
             require_choice("space.mesh_order", value, MESH_ORDERS)
         for value in self.sequence_parallel:
             require_choice("space.sequence_parallel", value, ("auto", "on", "off"))
-        from autotune.search.choices import OFFLOADS
         for value in self.offload + self.offload_fallback:
             require_choice("space.offload", value, tuple(OFFLOADS))
-        from autotune.search.choices import SHARDINGS
         for value in self.sharding:
             require_choice("space.sharding", value, SHARDINGS)
         for value in self.fp8:

@@ -16,7 +16,7 @@ from autotune.errors import AutotuneError
 from autotune.plan.io import PlanFile
 from autotune.plan.plan import Plan, StagePlan
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.workload import TrainingWorkload, is_training
 
 __all__ = ["ExportResult", "ExportContext", "export_context", "refuse", "check_mesh_order", "require_placements",
            "header_lines", "MAPPED_STAGE_FIELDS", "recompute_block_count", "recompute_frequency"]
@@ -129,7 +129,7 @@ def export_context(plan_file: PlanFile, framework: str, *, plan_fields: Iterable
         raise AutotuneError("plan", f"exporting to {framework} needs a plan file with its model and workload "
                                     "(a run's plan.json); this one holds a bare plan")
     workload = plan_file.workload
-    if getattr(workload, "kind", "train") != "train":
+    if not is_training(workload):
         raise refuse(framework, "workload.kind", f"the exports are training configs, the plan is for {workload.kind!r}")
     plan, model = plan_file.plan, plan_file.model
     plan.check_against(model.num_layers, workload.global_batch, model.has_embeddings)
