@@ -95,7 +95,8 @@ def test_training_grouping_changes_the_forward_only():
     plain, grouped = (evaluate_plan(SMALL, work, H100, p) for p in plans)
     assert grouped.breakdown["compute_s"] != plain.breakdown["compute_s"]
     assert grouped.peak_memory_bytes_per_gpu == plain.peak_memory_bytes_per_gpu
-    from autotune.cost.stage import StageContext, StagePosition, stage_cost
+    from autotune.cost.contract import stage_cost
+    from autotune.cost.stage import StageContext, StagePosition
     from autotune.graph.table import model_tables
 
     ctx = StageContext(tables=model_tables(SMALL, 512, 2), workload=work, cluster=H100, micro_batch=2, num_microbatches=8)

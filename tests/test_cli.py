@@ -26,6 +26,18 @@ def test_evaluate_table(capsys):
     assert "step time" in capsys.readouterr().out
 
 
+def test_evaluate_states_every_default_it_assumed(capsys):
+    """Issue 14 item 6: a micro-batch of 1 the user never chose is printed with the result."""
+    assert main(["evaluate", "--model", "large", "--gpus", "8", "--tp", "2", "--zero", "1", "--json"]) == 0
+    assumed = json.loads(capsys.readouterr().out)["assumed"]
+    assert assumed["micro_batch"] == 1 and assumed["recompute"] == "none" and assumed["dp"] == 4
+    assert assumed["sequence_parallel"] == "on" and assumed["global_batch"] > 0 and assumed["dtype"] == "bf16"
+    assert "tp" not in assumed and "zero" not in assumed  # given, so not assumed
+    assert main(["evaluate", "--model", "large", "--gpus", "8", "--micro-batch", "4"]) == 0
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("assumed")][0]
+    assert "recompute none" in line and "micro-batch" not in line
+
+
 @pytest.mark.parametrize("args, needle", [
     (["--model", "nosuch", "--gpus", "8"], "model"),
     (["--model", "large", "--gpus", "8", "--tp", "3"], "gpus"),

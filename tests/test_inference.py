@@ -212,7 +212,8 @@ def test_stage_cost_broadcasts_over_micro_batches_and_layer_counts(kind, group):
     # equal the scalar evaluation of that (micro-batch, layer count).
     import numpy as np
 
-    from autotune.cost.inference import inference_context, inference_stage_cost
+    from autotune.cost.contract import inference_stage_cost
+    from autotune.cost.inference import inference_context
     from autotune.cost.stage import StagePosition
     from autotune.plan.plan import StagePlan
 

@@ -87,3 +87,41 @@ def test_uneven_first_stage_when_the_embedding_is_heavy():
     tail = np.zeros_like(time)
     solution = solve_pipeline(time, tail, np.array([1]), 2, 8, 4)
     assert [c.num_layers for c in solution.stages] == [1, 3]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_branch_and_bound_matches_every_cap_on_deep_pipelines(seed):
+    """Beyond brute force's reach (16-28 layers): the branch and bound (which skips caps
+    below the least slowest stage and between a plan's slowest stage and its cap) finds the
+    objective of trying every candidate cap with the capped least-sum DP."""
+    from autotune.search.inter_op import _combine, _min_sum, _min_sum_uniform, _Tables
+
+    rng = np.random.default_rng(100 + seed)
+    L, b = int(rng.integers(16, 29)), int(rng.integers(2, 12))
+    uniform = seed % 2 == 0
+    units = np.array([2]) if uniform else np.array([1, 2])
+    total_units = 2 * int(rng.integers(2, 5))
+    max_stages = total_units
+    R = min(b, max_stages)
+    time, tail = random_case(rng, len(units), L, R, inf_share=0.05)
+    solution = solve_pipeline(time, tail, units, total_units, b, max_stages)
+    tables = _Tables(time, tail)
+    if uniform:
+        solve = lambda cap: _min_sum_uniform(tables, total_units // 2, b, cap, True)  # noqa: E731
+        trace_units, trace_total = np.array([0]), 0
+    else:
+        solve = lambda cap: _min_sum(tables, units, total_units, b, max_stages, cap, True)  # noqa: E731
+        trace_units, trace_total = units, total_units
+    from autotune.search.inter_op import _objective, _trace
+
+    best = np.inf
+    for cap in np.unique(tables.time[np.isfinite(tables.time)]):
+        total, best_j, path = solve(cap)
+        if np.isfinite(total):
+            cuts = _trace(path, best_j, trace_units, trace_total)
+            best = min(best, _objective(time, tail, cuts, L, b))
+            assert _objective(time, tail, cuts, L, b) >= _combine("pipeline", total, 0.0, b)
+    if not np.isfinite(best):
+        assert solution is None
+    else:
+        assert solution.objective_s == pytest.approx(best, rel=1e-12)

@@ -89,3 +89,25 @@ def test_evaluate_loads_neither_torch_nor_optuna():
 def test_search_without_a_study_loads_neither_optuna_nor_torch():
     # the default space's stage spaces are small enough to enumerate: no Optuna trial per choice
     assert _loaded_after("import autotune; autotune.search(model='small', gpus=4)") == set()
+
+
+def _runtime_imports(tree: ast.AST) -> list[ast.ImportFrom]:
+    """Every ``from autotune... import`` that runs (module level or inside a function), leaving
+    out ``if TYPE_CHECKING:`` blocks, which only the type checker reads."""
+    skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+               for child in node.body for n in ast.walk(child)}
+    return [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and id(n) not in skipped
+            and n.module and n.module.startswith("autotune")]
+
+
+def test_no_import_cycle_between_modules_even_inside_functions():
+    modules = {".".join(("autotune", *p.relative_to(ROOT).with_suffix("").parts)).removesuffix(".__init__"): p
+               for p in ROOT.rglob("*.py")}
+    graph = nx.DiGraph()
+    for name, path in modules.items():
+        if name == "autotune":
+            continue  # the lazy public API names everything
+        for node in _runtime_imports(ast.parse(path.read_text())):
+            targets = [f"{node.module}.{a.name}" for a in node.names if f"{node.module}.{a.name}" in modules]
+            graph.add_edges_from((name, t) for t in (targets or [node.module]))
+    assert [c for c in nx.simple_cycles(graph) if len(c) > 1] == []

@@ -128,19 +128,56 @@ def run(args: argparse.Namespace) -> int:
     require(plan is not None or args.gpus is not None, "gpus", "give --gpus (or --plan)")
     model = resolve_model(args.model)
     options = {name: getattr(args, name) for name in PLACEMENT_FLAGS}
+    dtype_given = args.dtype is not None
+    workload = _workload(args, model)
     estimate = evaluate(
-        model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=_workload(args, model),
+        model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=workload,
         tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch,
         recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero, schedule=args.schedule,
         overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
         dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
         ep=args.ep, etp=args.etp, **options)
+    assumed = assumed_defaults(args, workload, plan_given=plan is not None, dtype_given=dtype_given)
     if args.json:
-        print_json({**estimate.to_dict(), "model": architecture_dict(model)})
+        print_json({**estimate.to_dict(), "model": architecture_dict(model), "assumed": assumed})
     else:
         print(architecture_line(model))
         print(estimate_table(estimate))
         if args.workload != "train":
             print(inference_lines(estimate))
-    return 0 if estimate.fits else 1  # a plan that does not fit is a negative answer (README)
+        if assumed:
+            print("assumed (not given): " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in assumed.items())
+                  + "; give the flags to change them, or let autotune search choose the plan")
+    return 0 if estimate.fits else 1
+
+
+# Plan options evaluate fills in when they are not given (issue 14, item 6: a silent micro-batch
+# of 1 can make a plan look ten times slower than it is).
+_ASSUMED_PLAN = ("micro_batch", "recompute", "zero", "pp", "cp", "vpp", "dp", "schedule", "sequence_parallel")
+
+
+def assumed_defaults(args: argparse.Namespace, workload, *, plan_given: bool, dtype_given: bool) -> dict[str, object]:
+    """Every default the evaluation used for an option the user did not give, as used (the
+    data-parallel degree as the GPUs left over, sequence parallelism as decided for the TP)."""
+    given = lambda name: getattr(args, name, None) != DEFAULTS.get(name)  # noqa: E731
+    out: dict[str, object] = {}
+    if not plan_given:
+        training_only = () if workload.kind == "train" else ("recompute", "zero", "vpp", "schedule")
+        for name in _ASSUMED_PLAN:
+            if not given(name) and name not in training_only:
+                out[name] = getattr(args, name)
+        if "dp" in out:
+            out["dp"] = args.gpus // (args.tp * args.pp * args.cp)  # the rest of the GPUs
+        if "schedule" in out:
+            out["schedule"] = "interleaved" if args.vpp > 1 else "1f1b"
+        if "sequence_parallel" in out:
+            out["sequence_parallel"] = "on" if args.tp > 1 and workload.kind == "train" else "off"
+    if not given("cluster"):
+        out["cluster"] = args.cluster
+    for name in ("global_batch", "seq_len") if workload.kind == "train" else ("batch", "prompt_len"):
+        if not given(name):
+            out[name] = getattr(workload, name)
+    if not dtype_given:
+        out["dtype"] = workload.dtype
+    return out  # a plan that does not fit is a negative answer (README)

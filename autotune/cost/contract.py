@@ -12,14 +12,37 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from autotune.cost.inference import InferenceContext, inference_context, inference_stage_cost
-from autotune.cost.stage import StageContext, StageCost, StagePosition, stage_cost
+from autotune.cost.inference import (InferenceContext, check_inference_stage, dense_inference_stage_cost, inference_context,
+                                     workload_phases)
+from autotune.cost.inference_moe import moe_inference_stage_cost
+from autotune.cost.moe_stage import moe_stage_cost
+from autotune.cost.recompute import has_variant, variant_stage_cost
+from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
-__all__ = ["StageCostModel", "TrainingCostModel", "InferenceCostModel", "phase_cost_models"]
+__all__ = ["StageCostModel", "TrainingCostModel", "InferenceCostModel", "phase_cost_models", "stage_cost",
+           "inference_stage_cost"]
+
+
+def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
+    """A training stage's time and memory: FP8 or partial recomputation (cost/recompute.py)
+    blends the plain stage's costs, MoE stages go to cost/moe_stage.py, dense ones to cost/stage.py."""
+    if has_variant(stage):
+        return variant_stage_cost(stage_cost, ctx, stage, pos, num_layers)
+    if ctx.tables.moe_layer is not None:
+        return moe_stage_cost(ctx, stage, pos, num_layers)
+    return dense_stage_cost(ctx, stage, pos, num_layers)
+
+
+def inference_stage_cost(ctx: InferenceContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
+    """One prefill micro-batch or decode step through a stage: MoE stages go to cost/inference_moe.py."""
+    if ctx.tables.moe_layer is not None:
+        check_inference_stage(stage, ctx.phase)
+        return moe_inference_stage_cost(ctx, stage, pos, num_layers)
+    return dense_inference_stage_cost(ctx, stage, pos, num_layers)
 
 
 @runtime_checkable
@@ -66,7 +89,6 @@ def phase_cost_models(tables: ModelTables, workload: TrainingWorkload | Inferenc
         context = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=micro_batch,
                                num_microbatches=num_microbatches, overlap_tp_comm=overlap_tp_comm)
         return [(1.0, TrainingCostModel(context))]
-    from autotune.cost.inference_plan import workload_phases
 
     out: list[tuple[float, StageCostModel]] = []
     for phase in workload_phases(workload):

@@ -7,12 +7,13 @@ from autotune.cost.inference_plan import evaluate_inference_plan
 from autotune.cost.offload import tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
-from autotune.cost.stage import StageContext, StageCost, StagePosition, stage_cost
+from autotune.cost.contract import stage_cost
+from autotune.cost.stage import StageContext, StageCost, StagePosition
 from autotune.graph.table import ModelTables, model_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.workload import TrainingWorkload, is_training
 
 __all__ = ["evaluate_plan", "check_plan", "stage_positions"]
 
@@ -20,7 +21,7 @@ __all__ = ["evaluate_plan", "check_plan", "stage_positions"]
 def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> Estimate:
     """Predict step time and memory of ``plan`` for a training step, or for an inference
     workload (prefill, decode, serve: autotune/cost/inference_plan.py)."""
-    if getattr(workload, "kind", "train") != "train":
+    if not is_training(workload):
         return evaluate_inference_plan(model, workload, cluster, plan)
     check_plan(model, workload, cluster, plan)
     cluster = cluster.for_gpus(plan.gpus)  # CPU workers sharing cores run slower

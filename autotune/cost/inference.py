@@ -7,7 +7,7 @@ memory bandwidth (Pope et al. 2022, "Efficiently Scaling Transformer Inference",
 roofline of seed 003 finds it without special cases). The KV cache holds, per layer and token,
 K and V of ``num_kv_heads * head_dim`` each (GQA shrinks it; Ainslie et al. 2023).
 
-``inference_stage_cost`` returns the StageCost of autotune/cost/stage.py, so the search's stage
+``dense_inference_stage_cost`` returns the StageCost of autotune/cost/stage.py, so the search's stage
 DP can plan inference as it plans training: ``time.microbatch_s`` is one micro-batch's pass
 (prefill) or one decode step of it; ``memory.activations_bytes`` is the KV cache of one
 micro-batch times ``pos.inflight`` (for inference: every micro-batch of the replica, whose
@@ -37,7 +37,8 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.workload import InferenceWorkload
 
 __all__ = ["PHASES", "InferenceContext", "inference_context", "inference_tables", "decode_layer_table",
-           "inference_stage_cost", "check_inference_stage", "kv_bytes_per_token_layer"]
+           "dense_inference_stage_cost", "check_inference_stage", "kv_bytes_per_token_layer",
+           "workload_phases"]
 
 PHASES = ("prefill", "decode")
 
@@ -131,6 +132,12 @@ def inference_context(model: ModelSpec, workload: InferenceWorkload, cluster: Cl
                       micro_batch: object, num_microbatches: object) -> InferenceContext:
     return InferenceContext(tables=inference_tables(model, workload, phase), workload=workload, cluster=cluster,
                             phase=phase, micro_batch=micro_batch, num_microbatches=num_microbatches)
+
+
+def workload_phases(workload: InferenceWorkload) -> tuple[str, ...]:
+    """The phases an inference workload runs: prefill unless it is decode alone, decode when it has steps."""
+    phases = () if workload.kind == "decode" else ("prefill",)
+    return phases + (("decode",) if workload.decode_steps > 0 else ())
 
 
 def check_inference_stage(stage: StagePlan, phase: str) -> None:
@@ -239,15 +246,12 @@ def _memory(ctx: InferenceContext, stage: StagePlan, blocks: dict[str, BlockTime
                        reserved_bytes=ctx.cluster.device.reserved_bytes)
 
 
-def inference_stage_cost(ctx: InferenceContext, stage: StagePlan, pos: StagePosition, num_layers: object = None) -> StageCost:
-    """Time of one micro-batch (prefill) or one decode step of it through ``stage``, and the
-    stage's memory with ``pos.inflight`` micro-batches cached. ``num_layers`` (a number or an
-    array) overrides the stage's layer count, as in stage_cost."""
+def dense_inference_stage_cost(ctx: InferenceContext, stage: StagePlan, pos: StagePosition,
+                               num_layers: object = None) -> StageCost:
+    """Time of one micro-batch (prefill) or one decode step of it through a dense ``stage``, and
+    the stage's memory with ``pos.inflight`` micro-batches cached. ``num_layers`` (a number or an
+    array) overrides the stage's layer count, as in stage_cost (autotune.cost.contract)."""
     check_inference_stage(stage, ctx.phase)
-    if ctx.tables.moe_layer is not None:  # mixture of experts: cost/inference_moe.py
-        from autotune.cost.inference_moe import moe_inference_stage_cost  # it imports this module
-
-        return moe_inference_stage_cost(ctx, stage, pos, num_layers)
     n = stage.num_layers if num_layers is None else num_layers
     blocks = _blocks(ctx, stage, n)
     layer = blocks["layer"]

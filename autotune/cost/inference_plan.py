@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 
 from autotune.cost.estimate import BREAKDOWN_KEYS, Estimate, InferenceMetrics
 from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
-from autotune.cost.inference import (InferenceContext, check_inference_stage, inference_context,
-                                     inference_stage_cost, kv_bytes_per_token_layer)
+from autotune.cost.contract import inference_stage_cost
+from autotune.cost.inference import (InferenceContext, check_inference_stage, inference_context, kv_bytes_per_token_layer,
+                                     workload_phases)
 from autotune.cost.offload import tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.stage import StageCost
@@ -34,11 +35,6 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.workload import InferenceWorkload
 
 __all__ = ["evaluate_inference_plan", "check_inference_plan", "require_targets", "workload_phases"]
-
-
-def workload_phases(workload: InferenceWorkload) -> tuple[str, ...]:
-    phases = () if workload.kind == "decode" else ("prefill",)
-    return phases + (("decode",) if workload.decode_steps > 0 else ())
 
 
 def check_inference_plan(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, plan: Plan) -> None:

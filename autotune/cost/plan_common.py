@@ -16,7 +16,7 @@ from autotune.graph.table import ModelTables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec, DeviceProfile
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import TrainingWorkload, gemm_dtype
+from autotune.spec.workload import TrainingWorkload, gemm_dtype, is_training
 
 __all__ = ["check_plan", "stage_positions", "stage_estimate", "uncertainty_pct"]
 
@@ -35,7 +35,7 @@ def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpe
         require(model.ffn_hidden_size % stage.tp == 0, "tp",
                 f"tp={stage.tp} must divide ffn_hidden_size {model.ffn_hidden_size}")
         require(workload.seq_len % stage.cp == 0, "cp", f"cp={stage.cp} must divide seq_len {workload.seq_len}")
-        _check_experts(model, stage, training=getattr(workload, "kind", "train") == "train")
+        _check_experts(model, stage, training=is_training(workload))
     require(workload.seq_len <= model.max_seq_len, "seq_len",
             f"{workload.seq_len} exceeds the model's maximum sequence length {model.max_seq_len}")
 

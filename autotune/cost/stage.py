@@ -27,7 +27,7 @@ from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload
 
-__all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "stage_cost", "overlapped_exposed_s"]
+__all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "dense_stage_cost", "overlapped_exposed_s"]
 
 # Stage costs take the layer count as a number or a numpy array: the search scores every layer
 # count of a stage in one call (time and memory are affine in it, the gradient sync is not).
@@ -341,16 +341,13 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
     return saved, temporary
 
 
-def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
-    """Time and memory of ``stage`` at ``pos`` in a plan sharing ``ctx``.
+def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
+    """Time and memory of a dense ``stage`` at ``pos`` in a plan sharing ``ctx`` (the training
+    entry, autotune.cost.contract.stage_cost, sends MoE stages and variants elsewhere).
 
     ``num_layers`` (a number or an array) overrides the stage's own layer count; with an array
     every field of the result is an array over it.
     """
-    if ctx.tables.moe_layer is not None:  # mixture of experts: cost/moe_stage.py
-        from autotune.cost.moe_stage import moe_stage_cost  # it imports this module
-
-        return moe_stage_cost(ctx, stage, pos, num_layers)
     blocks = _blocks(ctx, stage)
     layer = blocks["layer"]
     spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)

@@ -22,7 +22,7 @@ Router and top-k count as FLOPs of the model (the router GEMM is a matmul every 
 
 from __future__ import annotations
 
-from autotune.graph.operators import Operator, _elementwise, _linear
+from autotune.graph.operator import Operator, _elementwise, _linear
 from autotune.spec.model import ModelSpec
 
 __all__ = ["moe_ffn_operators", "EXPERT_OPS", "ffn_has_bias"]

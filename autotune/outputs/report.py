@@ -16,19 +16,25 @@ def _s(seconds: float) -> str:
     return f"{seconds:.3f} s" if seconds >= 1 else f"{seconds * 1e3:.1f} ms"
 
 
+def _recompute(stage) -> str:
+    """full:N when only the first N layers of the stage are recomputed."""
+    return f"{stage.recompute}:{stage.recompute_layers}" if stage.recompute_layers else stage.recompute
+
+
 def plan_table(plan: Plan, estimate: Estimate | None = None) -> list[str]:
     """One line per stage: layers, GPUs and intra-op choices (and memory if known)."""
     experts = any(s.ep > 1 or s.etp > 1 for s in plan.stages)  # MoE columns only where used
+    fp8 = any(s.fp8 for s in plan.stages)
     lines = [f"{'stage':>5} {'layers':>9} {'gpus':>5} {'tp':>3} {'cp':>3} {'dp':>4} "
              + (f"{'ep':>3} {'etp':>3} " if experts else "") + f"{'sp':>3} "
-             f"{'recompute':>9} {'zero':>4} {'mesh order':>10}" + ("  memory/GPU" if estimate else "")]
+             f"{'recompute':>9} {'zero':>4} {'mesh order':>10}" + (" fp8" if fp8 else "") + ("  memory/GPU" if estimate else "")]
     for i, s in enumerate(plan.stages):
         extra = f"  {_gib(estimate.stages[i].peak_memory_bytes)}" if estimate and estimate.stages else ""
         tags = ("E" if s.has_embedding else "") + ("H" if s.has_head else "")
         lines.append(f"{i:>5} {f'{s.layers[0]}-{s.layers[1] - 1}':>9}{tags:2s}{s.num_gpus:>4} {s.tp:>3} {s.cp:>3} "
                      f"{s.dp:>4} " + (f"{s.ep:>3} {s.etp:>3} " if experts else "")
-                     + f"{'on' if s.sequence_parallel else '-':>3} {s.recompute:>9} {s.zero:>4} "
-                     f"{s.mesh_order:>10}{extra}")
+                     + f"{'on' if s.sequence_parallel else '-':>3} {_recompute(s):>9} {s.zero:>4} "
+                     f"{s.mesh_order:>10}" + (f" {'on' if s.fp8 else '-':>3}" if fp8 else "") + extra)
     return lines
 
 

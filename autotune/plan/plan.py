@@ -60,6 +60,11 @@ class StagePlan:
     dp_shard: int = 0  # sharding group size inside dp (0: dp, i.e. no replication)
     reshard_after_forward: bool = True  # ZeRO-3/FSDP2: free gathered parameters after forward
     cp_comm: str = "ring"  # context-parallel exchange: ring, all_gather or all_to_all (cost/context_parallel.py)
+    # with recompute="full": recompute only the first N layers of the stage, the rest keep all
+    # activations (Megatron-LM --recompute-method block --recompute-num-layers N); 0: every layer.
+    # N >= the stage's layers recomputes them all, as Megatron does (cost/recompute.py).
+    recompute_layers: int = 0
+    fp8: bool = False  # this stage's GEMMs in FP8 (per-tensor scales) under a BF16 workload (cost/recompute.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -89,6 +94,12 @@ class StagePlan:
             value = getattr(self, name)
             require(isinstance(value, int) and not isinstance(value, bool), name, f"must be an integer, got {value!r}")
         require_choice("stage.cp_comm", self.cp_comm, ("ring", "all_gather", "all_to_all"))
+        require(isinstance(self.recompute_layers, int) and not isinstance(self.recompute_layers, bool)
+                and self.recompute_layers >= 0, "stage.recompute_layers",
+                f"must be a whole number >= 0 (0: every layer), got {self.recompute_layers!r}")
+        require(self.recompute_layers == 0 or self.recompute == "full", "stage.recompute_layers",
+                f"counts layers of full recomputation; recompute={self.recompute!r} needs 0")
+        require(isinstance(self.fp8, bool), "stage.fp8", f"must be true or false, got {self.fp8!r}")
         require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
         require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
                 "cache_tile_tokens", "must be > 0 exactly when cache_group_layers > 0 (a group streams tiles)")

@@ -23,6 +23,7 @@ from autotune.search.result import SearchResult
 from autotune.search.space import load_space
 from autotune.spec.hardware_data import cluster_names, load_profile
 from autotune.spec.presets import resolve_model
+from autotune.spec.workload import is_training
 
 __all__ = ["search", "resume", "work", "problem_refs", "problem_from_refs", "study_name_for"]
 
@@ -75,7 +76,6 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
         return result
     from autotune.outputs.run_dir import write_run
     from autotune.outputs.search_run import report_for, write_search_plots
-    from autotune.search.store import slice_history, slice_points
 
     result = SearchResult(plan=result.plan, estimate=result.estimate, baselines=result.baselines,
                           stats=result.stats, candidates=result.candidates, run_dir=str(run_dir))
@@ -83,8 +83,7 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
                                cluster=refs["cluster"], profile=None, estimate=result.estimate.to_dict())
     plan_file["profile"] = refs["profile"]
     report = report_for(problem, result)
-    history = slice_history(study) if study is not None else []
-    points = slice_points(study) if study is not None else []
+    history, points = _history_and_points(study)
     write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs, "slice_history": history,
                                                     "slice_points": points}, report=report)
     _close(study)  # SQLite folds its write-ahead log back into study.db
@@ -97,7 +96,24 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
     return result
 
 
+def _history_and_points(study) -> tuple[list, list]:
+    from autotune.search.study_file import StudyFile
+
+    if study is None:
+        return [], []
+    if isinstance(study, StudyFile):
+        return study.history(), study.points()
+    from autotune.search.store import slice_history, slice_points
+
+    return slice_history(study), slice_points(study)
+
+
 def _close(study) -> None:
+    from autotune.search.study_file import StudyFile
+
+    if isinstance(study, StudyFile):
+        study.close()
+        return
     storage = getattr(study, "_storage", None)
     engine = getattr(getattr(storage, "_backend", storage), "engine", None)
     if engine is not None:
@@ -183,7 +199,7 @@ def _check_length(model, workload) -> None:
     from autotune.errors import require
 
     longest = getattr(workload, "max_context_len", workload.seq_len)
-    field = "seq_len" if getattr(workload, "kind", "train") == "train" else "prompt_len"
+    field = "seq_len" if is_training(workload) else "prompt_len"
     require(longest <= model.max_seq_len, field,
             f"{longest} positions exceed {model.name}'s maximum sequence length {model.max_seq_len}")
 
@@ -191,11 +207,21 @@ def _check_length(model, workload) -> None:
 def _open_study(refs, run_dir, storage, study_name):
     if refs is None:
         return None, None
-    from autotune.outputs.run_dir import study_url
-    from autotune.search.store import open_study
+    from autotune.outputs.run_dir import STUDY_FILE, study_url
 
     path = Path(run_dir) if run_dir else None
+    if storage is None and not (path / STUDY_FILE).exists():  # a new run: written without loading Optuna
+        import sqlite3
+
+        from autotune.search.study_file import StudyFile
+
+        try:
+            return StudyFile(path / STUDY_FILE, study_name or study_name_for(refs), refs), path
+        except (OSError, sqlite3.Error):  # no usable template (an unwritable cache, say): through Optuna
+            (path / STUDY_FILE).unlink(missing_ok=True)
     url = storage or study_url(path)
+    from autotune.search.store import open_study
+
     return open_study(url, study_name or study_name_for(refs), refs, heartbeat=storage is not None), path
 
 

@@ -7,8 +7,10 @@ from collections.abc import Iterator
 import numpy as np
 
 from autotune.plan.plan import Plan, StagePlan
+from autotune.search.cuts import dp_inputs, solve_cuts
 from autotune.search.inter_op import FIRST, LAST, MIDDLE, SINGLE
 from autotune.search.intra_op import IntraOpResult
+from autotune.spec.workload import is_training
 
 __all__ = ["build_plans"]
 
@@ -45,7 +47,6 @@ def _from_solution(search, key, group: list[IntraOpResult], solution, index: np.
 
 def _interleaved(search, key) -> Iterator[Plan]:
     """Equal stages of equal layer counts with vpp model chunks per rank (Megatron's layout)."""
-    from autotune.search.driver import dp_inputs
 
     num_layers = search.problem.model.num_layers
     num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
@@ -71,9 +72,8 @@ def _interleaved(search, key) -> Iterator[Plan]:
 
 def build_plans(search, key, prune_above: float = float("inf")) -> Iterator[Plan]:
     """Candidate plans of one slice: the DP's cuts (1F1B) and interleaved layouts."""
-    from autotune.search.driver import solve_cuts
 
     for group, solution, index in solve_cuts(search, key, prune_above):
         yield _from_solution(search, key, group, solution, index)
-    if getattr(search.problem.workload, "kind", "train") == "train":
+    if is_training(search.problem.workload):
         yield from _interleaved(search, key)

@@ -11,6 +11,7 @@ from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.plan.plan import Plan
 from autotune.search.result import Baseline
+from autotune.spec.workload import is_training
 
 __all__ = ["baselines"]
 
@@ -18,7 +19,7 @@ _RECOMPUTE_ORDER = ("none", "selective", "full")
 
 
 def _training(problem) -> bool:
-    return getattr(problem.workload, "kind", "train") == "train"
+    return is_training(problem.workload)
 
 
 def _score(problem, **degrees) -> tuple[Plan, Estimate] | None:

@@ -13,28 +13,16 @@ from itertools import product
 
 from autotune.cost.mesh import group_spans
 from autotune.plan.plan import StagePlan
-from autotune.search.space import SearchSpace
+from autotune.search.space import OFFLOADS, SHARDINGS, SearchSpace
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
+from autotune.spec.workload import is_training
 
 __all__ = ["StageChoice", "valid_stage_sizes", "choice_values", "enumerate_choices", "make_choice",
            "choice_params", "OFFLOADS", "SHARDINGS"]
 
-TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload", "sharding")
+TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload", "sharding", "fp8", "recompute_layers")
 INFERENCE_PARAMS = ("tp", "mesh_order", "kv_cache", "grouping")
-# Training offload options: StagePlan placements (ZeRO-Offload keeps optimizer states and
-# gradients in host memory, Ren et al. 2021; ZeRO-Infinity also the weights, Rajbhandari et al. 2021).
-OFFLOADS = {
-    "none": {},
-    "optimizer": {"optimizer_in": "host", "gradients_in": "host"},
-    "optimizer+weights": {"optimizer_in": "host", "gradients_in": "host", "weights_in": "host"},
-}
-
-# How ZeRO/FSDP state is sharded (cost/sharding.py): "full" over all of dp, weights resharded
-# after forward (FSDP's default); "keep": weights kept gathered for the step, gradients reduced
-# once (FSDP2 reshard_after_forward=False); "node": HSDP, sharded over the stage's data-parallel
-# ranks inside one node and replicated across nodes.
-SHARDINGS = ("full", "keep", "node")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,17 +39,25 @@ class StageChoice:
     placements: tuple[tuple[str, object], ...] = ()
     ep: int = 1
     etp: int = 1
+    recompute_layers: int = 0  # with recompute "full": the first N layers of the stage only (0: all)
+    fp8: bool = False
 
-    def stage_plan(self, *, dp: int, layers: tuple[int, int] = (0, 1), has_embedding: bool = False,
+    def stage_plan(self, *, dp: int, layers: tuple[int, int] | None = None, has_embedding: bool = False,
                    has_head: bool = False) -> StagePlan:
-        return StagePlan(layers=layers, has_embedding=has_embedding, has_head=has_head,
+        """The stage on ``layers``; without them a one-layer stage that the cost tables price for
+        every layer count, keeping ``recompute_layers`` as it is (N >= a stage's layers is all)."""
+        count = self.recompute_layers
+        if layers is not None and count >= layers[1] - layers[0]:
+            count = 0  # every layer of this stage: plain full recomputation
+        return StagePlan(layers=layers or (0, 1), has_embedding=has_embedding, has_head=has_head,
                          num_gpus=self.tp * self.cp * dp, tp=self.tp, cp=self.cp, dp=dp,
                          sequence_parallel=self.sequence_parallel, recompute=self.recompute, zero=self.zero,
-                         mesh_order=self.mesh_order, ep=self.ep, etp=self.etp, **dict(self.placements))
+                         mesh_order=self.mesh_order, ep=self.ep, etp=self.etp, recompute_layers=count,
+                         fp8=self.fp8, **dict(self.placements))
 
 
 def choice_params(workload: object) -> tuple[str, ...]:
-    return TRAINING_PARAMS if getattr(workload, "kind", "train") == "train" else INFERENCE_PARAMS
+    return TRAINING_PARAMS if is_training(workload) else INFERENCE_PARAMS
 
 
 def valid_stage_sizes(gpus: int, gpus_per_node: int) -> list[int]:
@@ -114,7 +110,7 @@ def choice_values(space: SearchSpace, model: ModelSpec, workload: object, cluste
                   model_parallel: int, dp: int, extra: dict[str, list] | None = None) -> dict[str, list]:
     """Optuna's distributions for a stage with ``model_parallel = tp * cp`` GPUs per replica;
     ``extra`` supplies workload-specific lists (the inference KV and grouping options)."""
-    training = getattr(workload, "kind", "train") == "train"
+    training = is_training(workload)
     tps = _tp_values(space, model, workload.seq_len, model_parallel, allow_cp=training or workload.kind == "prefill")
     if not tps:
         return {}
@@ -130,7 +126,20 @@ def choice_values(space: SearchSpace, model: ModelSpec, workload: object, cluste
     shardings = [s if s != "node" else f"hsdp:{node}" for s in space.sharding if s != "node" or node]
     if len(shardings) > 1:
         values["sharding"] = shardings
-    return values
+    return {**values, **_variant_values(space, model, workload, cluster)}
+
+
+def _variant_values(space: SearchSpace, model: ModelSpec, workload: object, cluster: ClusterSpec) -> dict[str, list]:
+    """FP8 on or off (a BF16 workload on a device with an FP8 GEMM rate), and partial full
+    recomputation: 0 (every layer) or the first N of a stage's layers, 1 <= N < the model's."""
+    out: dict[str, list] = {}
+    if True in space.fp8 and workload.dtype == "bf16" and "fp8" in cluster.device.peak_flops:
+        out["fp8"] = sorted(set(space.fp8))
+    if space.recompute_layers and "full" in space.recompute:
+        top = model.num_layers
+        counts = range(1, top) if space.recompute_layers == ("all",) else space.recompute_layers
+        out["recompute_layers"] = [0] + sorted({int(k) for k in counts if 0 < int(k) < top})
+    return out
 
 
 def _node_shard(model_parallel: int, dp: int, gpus_per_node: int) -> int:
@@ -181,10 +190,12 @@ def make_choice(space: SearchSpace, model_parallel: int, params: dict, training:
     # etp above tp folds to tp; an ep x etp that does not divide the stage is refused by StagePlan
     # and scored as not fitting (search/tables.py)
     ep, etp = int(params.get("ep", 1)), min(int(params.get("etp", 1)), tp)
-    return StageChoice(tp=tp, cp=model_parallel // tp, sequence_parallel=sp,
-                       recompute=str(params.get("recompute", "none")), zero=int(params.get("zero", 0)),
-                       mesh_order=str(params["mesh_order"]), placements=tuple(sorted(_placements(params).items())),
-                       ep=ep, etp=etp)
+    recompute = str(params.get("recompute", "none"))
+    count = int(params.get("recompute_layers", 0)) if recompute == "full" else 0
+    return StageChoice(tp=tp, cp=model_parallel // tp, sequence_parallel=sp, recompute=recompute,
+                       zero=int(params.get("zero", 0)), mesh_order=str(params["mesh_order"]),
+                       placements=tuple(sorted(_placements(params).items())), ep=ep, etp=etp,
+                       recompute_layers=count, fp8=bool(params.get("fp8", False)))
 
 
 def enumerate_choices(space: SearchSpace, model_parallel: int, values: dict[str, list], training: bool = True) -> list[StageChoice]:

@@ -18,13 +18,15 @@ from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.graph.table import model_tables
 from autotune.plan.plan import Plan
-from autotune.search.choices import choice_values, enumerate_choices, valid_stage_sizes
-from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.intra_op import IntraOpResult, optimize_stage
+from autotune.search.assemble import build_plans
+from autotune.search.choices import choice_values, valid_stage_sizes
+from autotune.search.cuts import dp_inputs
+from autotune.search.intra_op import IntraOpResult, stage_study
 from autotune.search.space import SearchSpace
-from autotune.search.tables import SliceContext, best_by_inflight, choice_costs
+from autotune.search.tables import SliceContext
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
+from autotune.spec.workload import is_training
 
 __all__ = ["SearchProblem", "SliceKey", "SliceOutcome", "SliceSearch", "plan_slices"]
 
@@ -71,7 +73,7 @@ def micro_batch_sizes(problem: SearchProblem, dp: int) -> tuple[int, ...]:
     the weights once per micro-batch, so serving favours large ones)."""
     per_replica = problem.workload.global_batch // dp
     sizes = {b for b in problem.space.micro_batch if per_replica % b == 0}
-    if getattr(problem.workload, "kind", "train") != "train":
+    if not is_training(problem.workload):
         sizes |= {1 << k for k in range(per_replica.bit_length()) if per_replica % (1 << k) == 0} | {per_replica}
     return tuple(sorted(sizes))
 
@@ -95,6 +97,8 @@ class SliceSearch:
     cache: object | None = None
     studies: dict[tuple[int, int], IntraOpResult] = field(default_factory=dict)
     num_trials: int = 0
+    # best_by_inflight tables by (result, micro-batch index, micro-batches): the deepest made so far
+    inflight_tables: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         w = self.problem.workload
@@ -144,22 +148,16 @@ class SliceSearch:
                                extra=self._inference_values(dp, model_parallel))
         if not values:
             return None
-        size = math.prod(len(v) for v in values.values())
-        if p.method == "exhaustive" or size <= p.space.grid_limit:
-            # A space this small is enumerated outright: scoring a choice costs less than an
-            # Optuna trial, and the grid is exact (the sampled study is for larger spaces).
-            choices = enumerate_choices(p.space, model_parallel, values, training="recompute" in values)
-            costs = tuple(choice_costs(ctx, c) for c in choices)
-            self.num_trials += len(costs)
-            return IntraOpResult(model_parallel=model_parallel, dp=dp, costs=costs, num_trials=len(costs))
-        result = optimize_stage(ctx, p.space, values, model_parallel, seed=p.seed + 1000 * dp + model_parallel)
+        # small spaces enumerated, larger ones sampled by Optuna, partial recomputation vectorised
+        result = stage_study(ctx, p.space, values, model_parallel, seed=p.seed + 1000 * dp + model_parallel,
+                             exhaustive=p.method == "exhaustive")
         self.num_trials += result.num_trials
         return result
 
     def _inference_values(self, dp: int, model_parallel: int) -> dict[str, list] | None:
         """KV-cache placements the cluster has tiers for, and the cache groupings that fit."""
         p = self.problem
-        if getattr(p.workload, "kind", "train") == "train":
+        if is_training(p.workload):
             return None
         kv = [o for o in p.space.kv_cache if o == "hbm" or (o.startswith("cxl") and p.cluster.cxl_link is not None)
               or o.startswith("host")]
@@ -209,8 +207,6 @@ class SliceSearch:
             yield SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=bound)
 
     def solve_slice(self, key: SliceKey, prune_above: float = math.inf) -> tuple[Plan | None, Estimate | None]:
-        from autotune.search.assemble import build_plans
-
         best: tuple[Plan | None, Estimate | None] = (None, None)
         for plan in build_plans(self, key, prune_above):
             estimate = evaluate_plan(self.problem.model, self.problem.workload, self.problem.cluster, plan)
@@ -223,62 +219,3 @@ def _better(a: Estimate, b: Estimate) -> bool:
     if a.fits != b.fits:
         return a.fits
     return a.step_time_s < b.step_time_s if a.fits else a.peak_memory_bytes_per_gpu < b.peak_memory_bytes_per_gpu
-
-
-def dp_inputs(search: SliceSearch, key: SliceKey, results: list[IntraOpResult], max_inflight: int):
-    """Stacked stage tables of several submesh sizes for the DP: (time, tail, choice index)."""
-    b_index = search.micro_batches(key.dp).index(key.micro_batch)
-    num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
-    parts = [best_by_inflight(list(r.costs), b_index, num_mb, max_inflight, search.capacity) for r in results]
-    time = np.stack([p[0] for p in parts])
-    tail = np.stack([p[1] for p in parts])
-    index = np.stack([p[2] for p in parts])
-    return time, tail, index, num_mb
-
-
-def _equal_stage_bound_s(search: SliceSearch, key: SliceKey, result: IntraOpResult, num_mb: int) -> float:
-    """Equal submeshes: S = U/m stages, the slowest holds at least ceil(L/S) layers."""
-    stages = search.problem.gpus // (key.dp * result.model_parallel)
-    layers = -(-search.problem.model.num_layers // max(stages, 1))
-    time, _, _, _ = dp_inputs(search, key, [result], 1)
-    return num_mb * float(np.min(time[0, layers, :, 1])) if layers < time.shape[1] else math.inf
-
-
-def solve_cuts(search: SliceSearch, key: SliceKey, prune_above: float = math.inf
-               ) -> list[tuple[list[IntraOpResult], PipelineSolution, np.ndarray]]:
-    """DP solutions of a slice: one over all submesh sizes when the pipeline is small, else one
-    per submesh size (equal stage sizes), skipping sizes whose bound cannot beat ``prune_above``."""
-    results = search.results(key.dp)
-    if not results:
-        return []
-    units = search.problem.gpus // key.dp
-    space = search.problem.space
-    num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
-    max_stages = min(space.max_stages, search.problem.model.num_layers, units)
-    if units <= space.max_units_for_uneven_submeshes:
-        groups = [results]
-    else:
-        groups = [[r] for r in results if units % r.model_parallel == 0 and units // r.model_parallel <= max_stages
-                  and _equal_stage_bound_s(search, key, r, num_mb) < prune_above]
-    training = getattr(search.problem.workload, "kind", "train") == "train"
-    objective = "pipeline" if training or search.problem.workload.kind != "decode" else "rounds"
-    depth = min(num_mb, max_stages) if training else num_mb
-    if space.uniform_stages:  # one choice for every stage: a DP per choice, keep the best
-        groups = [[_single(r, i)] for g in groups for r in g for i in range(len(r.costs))]
-    out = []
-    for group in groups:
-        time, tail, index, _ = dp_inputs(search, key, group, depth)
-        sizes = np.array([r.model_parallel for r in group])
-        solution = solve_pipeline(time, tail, sizes, units, num_mb, max_stages, objective=objective,
-                                  inflight_all=not training)
-        if solution is not None:
-            out.append((group, solution, index))
-    if space.uniform_stages and out:
-        out = [min(out, key=lambda item: item[1].objective_s)]
-    return out
-
-
-def _single(result: IntraOpResult, choice_index: int) -> IntraOpResult:
-    """The study's result narrowed to one of its choices (for plans whose stages share it)."""
-    return IntraOpResult(model_parallel=result.model_parallel, dp=result.dp, costs=(result.costs[choice_index],),
-                         num_trials=0)

@@ -16,6 +16,7 @@ from autotune.search.baselines import baselines
 from autotune.search.cache import fingerprint
 from autotune.search.driver import SearchProblem, SliceKey, SliceOutcome, SliceSearch, plan_slices
 from autotune.search.result import SearchResult, SearchStats
+from autotune.spec.workload import is_training
 
 __all__ = ["run_search", "gpus_needed"]
 
@@ -29,7 +30,7 @@ def _round(problem: SearchProblem) -> str:
 def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
     """Slices a previous (interrupted) run of this study already finished, re-scored."""
     out = {}
-    if study is None:
+    if study is None or hasattr(study, "records"):  # none, or a new StudyFile (autotune.search.study_file)
         return {}
     from autotune.search.store import finished_slices  # Optuna only when a study is kept
 
@@ -68,7 +69,7 @@ def _best(outcomes: dict[SliceKey, SliceOutcome]) -> SliceOutcome | None:
 def _missed_targets(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcome]) -> None:
     """When plans fit but none meets the serving targets, say what the fastest one reaches."""
     fitting = [o for o in outcomes.values() if math.isfinite(o.step_time_s)]
-    if fitting and getattr(problem.workload, "kind", "train") != "train":
+    if fitting and not is_training(problem.workload):
         from autotune.cost.inference_plan import require_targets
 
         w = problem.workload
@@ -92,7 +93,7 @@ def plan_in_space(plan: Plan, space) -> bool:
 
 def _can_fall_back(problem: SearchProblem) -> bool:
     space = problem.space
-    return (getattr(problem.workload, "kind", "train") == "train" and bool(space.offload_fallback)
+    return (is_training(problem.workload) and bool(space.offload_fallback)
             and set(space.offload_fallback) != set(space.offload))
 
 
@@ -105,7 +106,9 @@ def _solve_slices(problem: SearchProblem, keys: list[SliceKey], study, progress,
     best_s = lambda: (b.step_time_s if (b := _best(outcomes)) else math.inf)  # noqa: E731
     for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
         outcomes[outcome.key] = outcome
-        if study is not None:
+        if hasattr(study, "records"):  # a StudyFile: plain sqlite3
+            study.record(outcome, _round(problem))
+        elif study is not None:
             from autotune.search.store import record_slice
 
             record_slice(study, outcome, _round(problem))

@@ -68,39 +68,55 @@ class _Tables:
         n_idx = np.broadcast_to(np.arange(num_layers + 1)[:, None], valid.shape)
         # time[m, n, p, r] -> [m, r, n, k]
         self.time = np.where(valid[None, None], time_s[:, n_idx, pos, :].transpose(0, 3, 1, 2), np.inf)
-        tail = tail_s[:, n_idx, pos, :].transpose(0, 3, 1, 2)
-        is_first = (np.arange(num_layers + 1) == 0)[None, None, None, :]
-        self.cost = self.time + np.where(is_first, np.nan_to_num(tail, posinf=0.0), 0.0)
+        # the first stage (k = 0: FIRST, or SINGLE when it holds every layer) adds the step's tail
+        tail = tail_s[:, :, FIRST, :].transpose(0, 2, 1).copy()  # [m, r, n]
+        tail[:, :, num_layers] = tail_s[:, num_layers, SINGLE, :]
+        self.cost = self.time.copy()
+        self.cost[..., 0] += np.nan_to_num(tail, posinf=0.0)
         self.num_layers = num_layers
         shift = np.arange(num_layers + 1)[:, None] + np.arange(num_layers + 1)[None, :]
         self.gather = np.minimum(shift, num_layers)  # (n, k) -> k + n
         self.gather_ok = shift <= num_layers
+        # least stage time of each layer count n over submeshes, in-flight depths and starts
+        self.least_time_by_n = self.time.min(axis=(0, 1, 3))
+
+    def max_layers(self, t_max: float) -> int:
+        """The most layers a stage under the cap can hold (0: none fits)."""
+        fits = np.flatnonzero(self.least_time_by_n <= t_max)
+        return int(fits[-1]) if fits.size else 0
 
 
 def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
-             t_max: float, keep_path: bool = False, inflight_all: bool = False):
+             t_max: float, keep_path: bool = False, inflight_all: bool = False, bottleneck: bool = False):
     """min over j of H_j[0, U]: least sum of (capped) stage costs using every unit.
 
-    H_j[k, u] = min over (m, n) of cost[m, n at k] + H_{j-1}[k + n, u - units[m]].
+    H_j[k, u] = min over (m, n) of cost[m, n at k] + H_{j-1}[k + n, u - units[m]], n only up to
+    the most layers a stage under the cap can hold (larger n cost inf: the same minimum).
+    ``bottleneck``: the least slowest-stage time instead (max of stage times for the sum).
     """
     L, max_r = tables.num_layers, tables.time.shape[1] - 1
+    N = tables.max_layers(t_max)
     prev = np.full((L + 1, total_units + 1), np.inf)
-    prev[L, 0] = 0.0
-    capped = np.where(tables.time <= t_max, tables.cost, np.inf)  # (M, R, n, k)
+    prev[L, 0] = -np.inf if bottleneck else 0.0
     best, best_j, path = np.inf, 0, []
+    if N == 0:
+        return best, best_j, path
+    combine, table = (np.maximum, tables.time) if bottleneck else (np.add, tables.cost)
+    capped = np.where(tables.time[:, :, 1:N + 1] <= t_max, table[:, :, 1:N + 1], np.inf)  # (M, R, N, k)
+    gather, gather_ok = tables.gather[1:N + 1], tables.gather_ok[1:N + 1, :, None]
+    shifted = np.full((len(units), N, L + 1, total_units + 1), np.inf)
     for j in range(1, max_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
-        later = np.where(tables.gather_ok[..., None], prev[tables.gather], np.inf)  # (n, k, U)
-        shifted = np.full((len(units),) + later.shape, np.inf)
+        later = np.where(gather_ok, prev[gather], np.inf)  # (N, k, U)
         for m, unit in enumerate(units):
-            if unit < later.shape[2]:
-                shifted[m, :, :, unit:] = later[:, :, : later.shape[2] - unit]
-        total = capped[:, r, :, :, None] + shifted  # (M, n, k, U)
+            if unit <= total_units:
+                shifted[m, :, :, unit:] = later[:, :, : total_units + 1 - unit]
+        total = combine(capped[:, r, :, :, None], shifted)  # (M, N, k, U)
         flat = total.reshape(-1, L + 1, total_units + 1)
         arg = np.argmin(flat, axis=0)
         prev = np.take_along_axis(flat, arg[None], axis=0)[0]
         if keep_path:
-            path.append((arg // (L + 1), arg % (L + 1), r))
+            path.append((arg // N, arg % N + 1, r))
         if prev[0, total_units] < best:
             best, best_j = prev[0, total_units], j
         if not np.isfinite(prev).any():
@@ -115,20 +131,34 @@ def _inflight(j: int, num_microbatches: int, max_r: int, inflight_all: bool) -> 
 
 
 def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_max: float, keep_path: bool = False,
-                     inflight_all: bool = False):
-    """Exactly ``num_stages`` stages on one submesh size: the unit count is the stage count."""
+                     inflight_all: bool = False, bottleneck: bool = False):
+    """Exactly ``num_stages`` stages on one submesh size: the unit count is the stage count.
+    Stage j from the end starts at a layer k with L - j * N <= k <= L - j (N: the most layers
+    under the cap), and stage counts n run up to N only; other entries are inf.
+    ``bottleneck``: the least slowest-stage time instead of the least sum."""
     L, max_r = tables.num_layers, tables.time.shape[1] - 1
-    prev = np.full(L + 1, np.inf)
-    prev[L] = 0.0
+    N = tables.max_layers(t_max)
     path = []
+    if N == 0 or num_stages * N < L:
+        return np.inf, num_stages, path
+    combine, table = (np.maximum, tables.time) if bottleneck else (np.add, tables.cost)
+    capped = np.where(tables.time[0, :, 1:N + 1] <= t_max, table[0, :, 1:N + 1], np.inf)  # (R, N, k)
+    capped[:, ~tables.gather_ok[1:N + 1]] = np.inf  # stages running past the last layer
+    later_index = tables.gather[1:N + 1]  # (N, k) -> k + n
+    prev = np.full(L + 1, np.inf)
+    prev[L] = -np.inf if bottleneck else 0.0
+    no_submesh = np.zeros((L + 1, 1), dtype=int)
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
-        cost = np.where(tables.time[0, r] <= t_max, tables.cost[0, r], np.inf)  # (n, k)
-        total = cost + np.where(tables.gather_ok, prev[tables.gather], np.inf)
+        lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
+        total = combine(capped[r, :, lo:hi], prev[later_index[:, lo:hi]])  # (N, k)
         arg = np.argmin(total, axis=0)
-        prev = np.take_along_axis(total, arg[None], axis=0)[0]
+        prev = np.full(L + 1, np.inf)
+        prev[lo:hi] = total[arg, np.arange(hi - lo)]
         if keep_path:  # same layout as the general path, with a single unit column
-            path.append((np.zeros((L + 1, 1), dtype=int), arg[:, None], r))
+            column = np.zeros((L + 1, 1), dtype=int)
+            column[lo:hi, 0] = arg + 1
+            path.append((no_submesh, column, r))
     return prev[0], num_stages, path
 
 
@@ -168,12 +198,14 @@ def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...
     return float(_combine(kind, sum(times) + tail, max(times), b))
 
 
-def _branch_and_bound(solve, caps: np.ndarray, floor: float, best: float, best_cuts, objective, b: int,
+def _branch_and_bound(solve, caps: np.ndarray, floor: float, best: float, best_cuts, objective, slowest, b: int,
                       units: np.ndarray, total_units: int, kind: str = "pipeline"):
     """Search the cap on the slowest stage: an interval of caps [i, j] whose least stage-time
     sum is at least f (F is non-increasing in the cap) holds plans whose slowest stage is at
     least caps[i], so its objective is at least combine(f, caps[i]). Intervals are solved at
-    their top cap, best bound first, until no bound beats the best."""
+    their top cap, best bound first, until no bound beats the best. A solve at caps[j] whose
+    plan's slowest stage takes t settles every cap in [t, caps[j]] (that plan is the least sum
+    under each of them), so its interval continues below t."""
     heap = [(_combine(kind, floor, caps[0], b), 0, len(caps) - 1, floor)] if len(caps) else []
     while heap:
         bound, i, j, f = heapq.heappop(heap)
@@ -186,11 +218,12 @@ def _branch_and_bound(solve, caps: np.ndarray, floor: float, best: float, best_c
         value = objective(cuts)
         if value < best:
             best, best_cuts = value, cuts
-        if i < j:
-            mid = (i + j - 1) // 2
+        top = min(j, int(np.searchsorted(caps, slowest(cuts), side="left"))) - 1  # caps below the plan's slowest stage
+        if i <= top:
+            mid = (i + top - 1) // 2
             heapq.heappush(heap, (_combine(kind, total, caps[i], b), i, mid, total))
-            if mid + 1 <= j - 1:
-                heapq.heappush(heap, (_combine(kind, total, caps[mid + 1], b), mid + 1, j - 1, total))
+            if mid + 1 <= top:
+                heapq.heappush(heap, (_combine(kind, total, caps[mid + 1], b), mid + 1, top, total))
     return best, best_cuts
 
 
@@ -207,11 +240,12 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
         if total_units % units[0] or total_units // units[0] > max_stages:
             return None
         stages = total_units // int(units[0])
-        solve = lambda t, keep=False: _min_sum_uniform(tables, stages, num_microbatches, t, keep, inflight_all)  # noqa: E731
+        solve = lambda t, keep=False, least_max=False: _min_sum_uniform(  # noqa: E731
+            tables, stages, num_microbatches, t, keep, inflight_all, least_max)
         units, total_units = np.array([0]), 0  # the traceback then never moves off unit column 0
     else:
-        solve = lambda t, keep=False: _min_sum(tables, units, total_units, num_microbatches, max_stages, t, keep,  # noqa: E731
-                                               inflight_all)
+        solve = lambda t, keep=False, least_max=False: _min_sum(  # noqa: E731
+            tables, units, total_units, num_microbatches, max_stages, t, keep, inflight_all, least_max)
     floor, best_j, path = solve(np.inf, True)
     if not np.isfinite(floor):
         return None
@@ -219,8 +253,9 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     score = lambda cuts: _objective(time_s, tail_s, cuts, num_layers, num_microbatches, objective)  # noqa: E731
     best = score(best_cuts)
     if num_microbatches > 1:
-        bottleneck = max(_stage_times(time_s, best_cuts, num_layers))
-        caps = np.unique(tables.time[np.isfinite(tables.time) & (tables.time < bottleneck)])
-        best, best_cuts = _branch_and_bound(solve, caps, floor, best, best_cuts, score, num_microbatches,
+        slowest = lambda cuts: max(_stage_times(time_s, cuts, num_layers))  # noqa: E731
+        least = solve(np.inf, least_max=True)[0]  # no plan's slowest stage is faster: lower caps have no plan
+        caps = np.unique(tables.time[(tables.time >= least) & (tables.time < slowest(best_cuts))])
+        best, best_cuts = _branch_and_bound(solve, caps, floor, best, best_cuts, score, slowest, num_microbatches,
                                             units, total_units, objective)
     return PipelineSolution(objective_s=best, stages=best_cuts)

@@ -8,20 +8,27 @@ Optuna constraint (``trial.set_constraint``, feasible when <= 0). Expert choices
 first. A space of at most ``grid_max`` choices is enumerated by Optuna's grid sampler (a choice
 costs less to score than a TPE suggestion), so such problems are solved exactly; larger ones
 by seeded TPE with ``n_trials`` trials, deterministic per seed.
+
+Partial recomputation (``recompute_layers``: full recomputation of the first N layers of a
+stage) is not searched choice by choice: its cost is the interpolation
+``none + min(N, n) / n * (full - none)`` of the stage's costs without and with full
+recomputation (autotune/cost/recompute.py), so every count is scored from those two tables at
+once, vectorised (:func:`with_partial_recompute`). ``--method exhaustive`` prices every count
+through the cost model instead (:func:`stage_study`).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autotune.search.choices import StageChoice, make_choice
+from autotune.search.choices import StageChoice, enumerate_choices, make_choice
 from autotune.search.space import SearchSpace
 from autotune.search.tables import ChoiceCosts, SliceContext, choice_costs
 
-__all__ = ["IntraOpResult", "optimize_stage", "expert_choices"]
+__all__ = ["IntraOpResult", "optimize_stage", "expert_choices", "stage_study", "with_partial_recompute"]
 
 @dataclass(frozen=True, kw_only=True)
 class IntraOpResult:
@@ -97,3 +104,61 @@ def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list
     study.optimize(objective, n_trials=n_trials)
     return IntraOpResult(model_parallel=model_parallel, dp=ctx.dp, costs=tuple(evaluated.values()),
                          num_trials=len(study.trials))
+
+
+def _enumerated(ctx: SliceContext, space: SearchSpace, values: dict[str, list], model_parallel: int) -> IntraOpResult:
+    """Every distinct choice of ``values`` priced by the cost model (no Optuna trial each)."""
+    choices = enumerate_choices(space, model_parallel, values, training="recompute" in values)
+    costs = tuple(choice_costs(ctx, c) for c in choices)
+    return IntraOpResult(model_parallel=model_parallel, dp=ctx.dp, costs=costs, num_trials=len(costs))
+
+
+def stage_study(ctx: SliceContext, space: SearchSpace, values: dict[str, list], model_parallel: int, seed: int,
+                exhaustive: bool = False) -> IntraOpResult:
+    """The stage choices of one (model-parallel size, dp) problem: all of them priced one by one
+    (``exhaustive``), or the space without partial-recomputation counts enumerated (at most
+    ``grid_limit`` choices) or sampled by Optuna, then every count scored vectorised."""
+    if exhaustive:
+        return _enumerated(ctx, space, values, model_parallel)
+    counts = [k for k in values.get("recompute_layers", []) if k > 0]
+    base = {k: v for k, v in values.items() if k != "recompute_layers"}
+    if math.prod(len(v) for v in base.values()) <= space.grid_limit:
+        result = _enumerated(ctx, space, base, model_parallel)
+    else:
+        result = optimize_stage(ctx, space, base, model_parallel, seed)
+    return with_partial_recompute(ctx, result, counts) if counts else result
+
+
+def _blend(none: np.ndarray, full: np.ndarray, f: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """none + f (full - none) where the count is below the layer count n, inf elsewhere (there
+    the count is every layer: plain full recomputation, already a choice)."""
+    with np.errstate(invalid="ignore"):
+        out = none + f * (full - none)
+    return np.where(counted & np.isfinite(none) & np.isfinite(full), out, np.inf)
+
+
+def with_partial_recompute(ctx: SliceContext, result: IntraOpResult, counts: list[int]) -> IntraOpResult:
+    """``result`` plus, for each full-recomputation choice, the same choice recomputing only
+    the first N layers of its stage for every N in ``counts``, interpolated between the choice
+    and its no-recomputation twin (priced here when the study did not)."""
+    by_choice = {c.choice: c for c in result.costs}
+    extra, trials = [], 0
+    n = np.arange(result.costs[0].time_s.shape[1], dtype=float)[None, :, None] if result.costs else None
+    for full in [c for c in result.costs if c.choice.recompute == "full" and c.choice.recompute_layers == 0]:
+        twin = replace(full.choice, recompute="none")
+        if twin not in by_choice:
+            by_choice[twin] = choice_costs(ctx, twin)
+            extra.append(by_choice[twin])
+            trials += 1
+        none = by_choice[twin]
+        for k in counts:
+            counted = n > k
+            with np.errstate(divide="ignore", invalid="ignore"):
+                f = np.where(counted, k / np.maximum(n, 1.0), 1.0)
+            extra.append(ChoiceCosts(
+                choice=replace(full.choice, recompute_layers=k),
+                time_s=_blend(none.time_s, full.time_s, f, counted), tail_s=_blend(none.tail_s, full.tail_s, f, counted),
+                mem_base_bytes=_blend(none.mem_base_bytes, full.mem_base_bytes, f, counted),
+                mem_per_microbatch_bytes=_blend(none.mem_per_microbatch_bytes, full.mem_per_microbatch_bytes, f, counted)))
+    return IntraOpResult(model_parallel=result.model_parallel, dp=result.dp, costs=result.costs + tuple(extra),
+                         num_trials=result.num_trials + trials)

@@ -11,7 +11,24 @@ from typing import Any
 from autotune.errors import AutotuneError, closest, require, require_choice
 from autotune.plan.plan import MESH_ORDERS, RECOMPUTE
 
-__all__ = ["SearchSpace", "load_space", "space_names"]
+__all__ = ["SearchSpace", "load_space", "space_names", "OFFLOADS", "SHARDINGS"]
+
+# Training offload options: StagePlan placements (ZeRO-Offload keeps optimizer states and
+# gradients in host memory, Ren et al. 2021; ZeRO-Infinity also the weights, Rajbhandari et al. 2021).
+OFFLOADS = {
+    "none": {},
+    "optimizer": {"optimizer_in": "host", "gradients_in": "host"},
+    "optimizer+weights": {"optimizer_in": "host", "gradients_in": "host", "weights_in": "host"},
+    # every saved activation to host memory and back for backward (cost/offload.py; torch's
+    # save_on_cpu hooks, DeepSpeed cpu_checkpointing); the cost model has no partial share
+    "activations": {"activations_in": "host"},
+}
+
+# How ZeRO/FSDP state is sharded (cost/sharding.py): "full" over all of dp, weights resharded
+# after forward (FSDP's default); "keep": weights kept gathered for the step, gradients reduced
+# once (FSDP2 reshard_after_forward=False); "node": HSDP, sharded over the stage's data-parallel
+# ranks inside one node and replicated across nodes.
+SHARDINGS = ("full", "keep", "node")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +59,9 @@ class SearchSpace:
     sharding: tuple[str, ...] = ("full",)  # ZeRO/FSDP variants (search/choices.py SHARDINGS)
     ep: tuple[int, ...] = (1,)  # expert-parallel degrees (mixture-of-experts models only)
     etp: tuple[int, ...] = (1,)  # expert tensor-parallel degrees (at most the stage's tp)
+    fp8: tuple[bool, ...] = (False,)  # FP8 GEMMs per stage, where the device and a bf16 workload allow
+    # partial full recomputation per stage: ("all",) every count 1 .. layers - 1, or the counts to try
+    recompute_layers: tuple[int | str, ...] = ()
     kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
     raw: tuple[tuple[str, Any], ...] = ()
 
@@ -60,12 +80,17 @@ class SearchSpace:
             require_choice("space.mesh_order", value, MESH_ORDERS)
         for value in self.sequence_parallel:
             require_choice("space.sequence_parallel", value, ("auto", "on", "off"))
-        from autotune.search.choices import OFFLOADS
         for value in self.offload + self.offload_fallback:
             require_choice("space.offload", value, tuple(OFFLOADS))
-        from autotune.search.choices import SHARDINGS
         for value in self.sharding:
             require_choice("space.sharding", value, SHARDINGS)
+        for value in self.fp8:
+            require(isinstance(value, bool), "space.fp8", f"needs true/false values, got {list(self.fp8)}")
+        counts = self.recompute_layers
+        require(counts in ((), ("all",)) or all(isinstance(k, int) and not isinstance(k, bool) and k > 0 for k in counts),
+                "space.recompute_layers", f'"all" or positive layer counts, got {list(counts)!r}')
+        require(not counts or "full" in self.recompute, "space.recompute_layers",
+                "counts layers of full recomputation: add \"full\" to recompute")
         for value in self.kv_cache:
             tier, _, share = value.partition(":")
             require(value == "hbm" or (tier in ("host", "cxl") and share.replace(".", "", 1).isdigit()
@@ -118,9 +143,15 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
             n_trials=int(opt["n_trials"]), sampler=str(opt.get("sampler", "tpe")),
             grid_max=int(opt.get("grid_max", 0)), sharding=tuple(stage.get("sharding", ["full"])),
             ep=tuple(stage.get("ep", [1])), etp=tuple(stage.get("etp", [1])),
+            fp8=tuple(stage.get("fp8", [False])), recompute_layers=_counts(stage.get("recompute_layers", [])),
             raw=tuple(data.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None
+
+
+def _counts(value: Any) -> tuple:
+    """recompute_layers: "all" or a list of counts."""
+    return ("all",) if value == "all" else tuple(value) if isinstance(value, list) else (value,)
 
 
 def load_space(name_or_path: str | Path = "default") -> SearchSpace:

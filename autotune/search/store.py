@@ -20,7 +20,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune.errors import AutotuneError, require
-from autotune.plan.plan import RECOMPUTE, SCHEDULES
+from autotune.search.study_file import (BASE_ROUND, CATEGORICAL_PARAMS, CONSTRAINTS_KEY, INT_PARAMS, choice_params,
+                                        memory_constraint, plan_choice_attrs, slice_attrs, slice_value)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # a study's INFO lines are not the CLI's output
 
@@ -31,7 +32,7 @@ __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "q
 PROBLEM_ATTR = "problem"
 HEARTBEAT_S = 5  # seconds between heartbeats of a running trial; $AUTOTUNE_HEARTBEAT_S overrides
 GRACE_S = 20  # seconds without a heartbeat before a trial's process counts as dead; $AUTOTUNE_GRACE_S overrides
-_DISTRIBUTIONS = {"dp": IntDistribution(1, 1 << 20), "micro_batch": IntDistribution(1, 1 << 20)}
+_DISTRIBUTIONS = {k: IntDistribution(*INT_PARAMS[k]) for k in ("dp", "micro_batch")}
 
 
 def heartbeat_settings() -> tuple[int, int]:
@@ -131,85 +132,8 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
         raise AutotuneError("study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
 
 
-def slice_attrs(outcome) -> dict[str, Any]:
-    est = outcome.estimate
-    attrs = {"plan": json.dumps(outcome.plan.to_dict()) if outcome.plan else None,
-             "fits": bool(est.fits) if est else False, "lower_bound_s": outcome.lower_bound_s,
-             "tokens_per_s": est.tokens_per_s if est else 0.0,
-             "peak_memory_bytes_per_gpu": est.peak_memory_bytes_per_gpu if est else 0.0}
-    if est is not None and not est.fits:
-        attrs["no_fit_reason"] = est.reason or "over memory"
-    elif est is None and not outcome.pruned:
-        attrs["no_fit_reason"] = "no plan of this slice could be built"
-    return {**attrs, **plan_choice_attrs(outcome.plan)}
-
-
-def _joined(values: list) -> Any:
-    """One value when every stage has it, else the stages' values joined with '/'."""
-    return values[0] if len(set(values)) == 1 else "/".join(str(v) for v in values)
-
-
-def plan_choice_attrs(plan) -> dict[str, Any]:
-    """The intra-op choices of a slice's best plan (tp, cp, zero, recomputation...), one value
-    each, or the stages' values joined with '/' where stages differ: trial user attributes a
-    person filters by in optuna-dashboard."""
-    if plan is None:
-        return {}
-    stages = plan.stages
-    attrs: dict[str, Any] = {"pp": plan.pp, "vpp": plan.vpp, "schedule": plan.schedule,
-                             "num_microbatches": plan.num_microbatches}
-    for name in ("tp", "cp", "zero", "recompute", "sequence_parallel", "mesh_order"):
-        attrs[name] = _joined([getattr(s, name) for s in stages])
-    attrs["layers_per_stage"] = "/".join(str(s.num_layers) for s in stages)
-    offload = sorted({f"{n[:-3]}:{getattr(s, n)}" for s in stages for n in _PLACEMENTS if getattr(s, n, "hbm") != "hbm"})
-    attrs["offload"] = ",".join(offload) or "none"
-    return attrs
-
-
-_PLACEMENTS = ("weights_in", "optimizer_in", "gradients_in", "activations_in")
-CONSTRAINTS_KEY = "constraints"  # Optuna's (and optuna-dashboard's) system attribute of constraint values
-
-
-def memory_constraint(outcome) -> list[float] | None:
-    """Optuna constraint values of a slice: GiB of its best plan's peak memory over the GPU's
-    capacity (<= 0: feasible); None when the slice has no plan."""
-    est = outcome.estimate
-    if est is None:
-        return None
-    over_gib = (est.peak_memory_bytes_per_gpu - est.memory_capacity_bytes) / 2**30
-    if not est.fits and over_gib <= 0:
-        over_gib = 1.0  # it fails for another reason (no_fit_reason says which): still infeasible
-    return [over_gib]
-
-
-def slice_value(outcome) -> float | None:
-    """The trial value: the best plan's step time, also for an infeasible slice (its plan's
-    step time were memory no object); None when no plan was built."""
-    est = outcome.estimate
-    if est is None or not math.isfinite(est.step_time_s):
-        return None
-    return est.step_time_s
-
-
-BASE_ROUND = "base"  # slices of the space as given; "offload" marks the fallback round
-_CHOICE_DISTRIBUTIONS = {"pp": IntDistribution(1, 1 << 20), "vpp": IntDistribution(1, 1 << 10),
-                         "tp": IntDistribution(1, 1 << 20), "cp": IntDistribution(1, 1 << 20),
-                         "zero": IntDistribution(0, 3), "schedule": CategoricalDistribution(SCHEDULES),
-                         "recompute": CategoricalDistribution(RECOMPUTE)}
-
-
-def _choice_params(outcome) -> dict[str, Any]:
-    """Plan choices that are one value for the whole plan, as Optuna parameters (slice and
-    importance plots); choices that differ between stages stay user attributes only."""
-    attrs = plan_choice_attrs(outcome.plan)
-    params = {}
-    for name, dist in _CHOICE_DISTRIBUTIONS.items():
-        value = attrs.get(name)
-        if isinstance(dist, IntDistribution) and isinstance(value, int) and not isinstance(value, bool):
-            params[name] = value
-        elif isinstance(dist, CategoricalDistribution) and value in dist.choices:
-            params[name] = value
-    return params
+_CHOICE_DISTRIBUTIONS = {**{k: IntDistribution(*INT_PARAMS[k]) for k in ("pp", "vpp", "tp", "cp", "zero")},
+                         **{k: CategoricalDistribution(v) for k, v in CATEGORICAL_PARAMS.items()}}
 
 
 def record_slice(study: optuna.Study, outcome, round_name: str = BASE_ROUND) -> None:
@@ -218,7 +142,7 @@ def record_slice(study: optuna.Study, outcome, round_name: str = BASE_ROUND) -> 
     when no plan of it could be built. Never a stand-in value."""
     value = None if outcome.pruned else slice_value(outcome)
     state = TrialState.PRUNED if outcome.pruned else TrialState.COMPLETE if value is not None else TrialState.FAIL
-    params = {"dp": outcome.key.dp, "micro_batch": outcome.key.micro_batch, **_choice_params(outcome)}
+    params = {"dp": outcome.key.dp, "micro_batch": outcome.key.micro_batch, **choice_params(outcome)}
     constraint = None if outcome.pruned else memory_constraint(outcome)
     trial = optuna.trial.create_trial(
         params=params, distributions={k: {**_DISTRIBUTIONS, **_CHOICE_DISTRIBUTIONS}[k] for k in params},

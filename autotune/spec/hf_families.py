@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from autotune.errors import AutotuneError
-from autotune.spec.hf_config import ConfigReader
+from autotune.spec.hf_reader import ConfigReader
 
 __all__ = ["FAMILIES", "moe_layer_pattern", "window_pattern"]
 

@@ -24,7 +24,7 @@ with the keys of transformers' modeling_rope_utils.py: ``factor``, ``original_ma
 from __future__ import annotations
 
 from autotune.errors import AutotuneError
-from autotune.spec.hf_config import ConfigReader
+from autotune.spec.hf_reader import ConfigReader
 
 __all__ = ["router_fields", "rope_scaling_fields"]
 

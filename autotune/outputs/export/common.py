@@ -16,10 +16,10 @@ from autotune.errors import AutotuneError
 from autotune.plan.io import PlanFile
 from autotune.plan.plan import Plan, StagePlan
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.workload import TrainingWorkload, is_training
 
 __all__ = ["ExportResult", "ExportContext", "export_context", "refuse", "check_mesh_order", "require_placements",
-           "header_lines", "MAPPED_STAGE_FIELDS"]
+           "header_lines", "MAPPED_STAGE_FIELDS", "recompute_block_count", "recompute_frequency"]
 
 # Fields every exporter maps: the pipeline split, the degrees and the batch.
 CORE_PLAN_FIELDS = frozenset({"gpus", "micro_batch", "num_microbatches", "stages", "schedule", "vpp"})
@@ -29,7 +29,7 @@ MAPPED_STAGE_FIELDS = ("sequence_parallel", "recompute", "zero", "mesh_order", "
                        "gradients_in", "activations_in")
 # Fields that may differ between stages; every other stage field must be the same on all stages,
 # since none of the three frameworks sets degrees, recomputation or sharding per stage.
-PER_STAGE_FIELDS = frozenset({"layers", "has_embedding", "has_head"})
+PER_STAGE_FIELDS = frozenset({"layers", "has_embedding", "has_head", "recompute_layers"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +86,41 @@ def _check_uniform(framework: str, stages: tuple[StagePlan, ...]) -> None:
                          f"{f.name} to every pipeline stage (stages on submeshes of one size and shape)")
 
 
+def _recomputed(stage: StagePlan) -> int:
+    """Layers of the stage that full recomputation covers (all of them when recompute_layers is 0)."""
+    return stage.recompute_layers or stage.num_layers if stage.recompute == "full" else 0
+
+
+def recompute_block_count(ctx: ExportContext) -> int:
+    """Megatron-LM's --recompute-num-layers N with --recompute-method block: each pipeline rank
+    recomputes its first min(N, layers) layers (per model chunk when interleaved). 0: the
+    plan recomputes every layer (or none); refused when no one N gives every stage's count."""
+    stages, vpp = ctx.plan.stages, ctx.plan.vpp
+    if all(s.recompute_layers == 0 for s in stages):
+        return 0
+    n = max(s.recompute_layers for s in stages)
+    if n % vpp == 0 and all(_recomputed(s) == min(n, s.num_layers) for s in stages):
+        return n // vpp
+    raise refuse(ctx.framework, "stages.recompute_layers",
+                 f"it recomputes the first N layers of every stage (of every model chunk) with one N; the stages "
+                 f"recompute {[_recomputed(s) for s in stages]} of {list(ctx.layer_counts)} layers (vpp {vpp})")
+
+
+def recompute_frequency(ctx: ExportContext) -> int:
+    """torchtitan's selective AC frequency f (activation_checkpoint.selective_ac_option = f): every
+    f-th transformer block of a rank is fully checkpointed, floor(layers / f) of them; 0 when
+    the plan recomputes every layer (or none); refused when no f gives every stage's count."""
+    stages = ctx.plan.stages
+    if all(s.recompute_layers == 0 for s in stages):
+        return 0
+    for f in range(2, max(ctx.layer_counts) + 1):
+        if all(s.num_layers // f == _recomputed(s) for s in stages):
+            return f
+    raise refuse(ctx.framework, "stages.recompute_layers",
+                 f"its selective AC checkpoints every f-th block (floor(layers / f) per rank); no f gives the "
+                 f"stages' counts {[_recomputed(s) for s in stages]} of {list(ctx.layer_counts)} layers")
+
+
 def export_context(plan_file: PlanFile, framework: str, *, plan_fields: Iterable[str],
                    stage_fields: Iterable[str] = MAPPED_STAGE_FIELDS) -> ExportContext:
     """Check ``plan_file`` for export; ``plan_fields``/``stage_fields`` are the ones the exporter maps
@@ -94,7 +129,7 @@ def export_context(plan_file: PlanFile, framework: str, *, plan_fields: Iterable
         raise AutotuneError("plan", f"exporting to {framework} needs a plan file with its model and workload "
                                     "(a run's plan.json); this one holds a bare plan")
     workload = plan_file.workload
-    if getattr(workload, "kind", "train") != "train":
+    if not is_training(workload):
         raise refuse(framework, "workload.kind", f"the exports are training configs, the plan is for {workload.kind!r}")
     plan, model = plan_file.plan, plan_file.model
     plan.check_against(model.num_layers, workload.global_batch, model.has_embeddings)

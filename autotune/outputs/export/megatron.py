@@ -22,8 +22,8 @@ from __future__ import annotations
 from autotune.cost.stage import GRAD_COMM_BYTES
 from autotune.errors import AutotuneError
 from autotune.outputs.export.common import (
-    MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines, refuse,
-    require_placements)
+    MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines,
+    recompute_block_count, refuse, require_placements)
 from autotune.outputs.export.megatron_moe import (
     attention_detail_flags, expert_parallel_flags, moe_model_flags, position_embedding_type)
 from autotune.outputs.schedule import interleaved_group_size
@@ -132,6 +132,9 @@ def _memory_flags(ctx: ExportContext) -> list[Flag]:
                                                "(--recompute-granularity selective recomputes core attention)")
     if s.recompute == "selective":
         flags.append(("--recompute-granularity", "selective"))
+    elif s.recompute == "full" and (count := recompute_block_count(ctx)):  # the first N layers of each stage
+        flags += [("--recompute-granularity", "full"), ("--recompute-method", "block"),
+                  ("--recompute-num-layers", str(count))]
     elif s.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", "1")]
@@ -232,6 +235,8 @@ def _step_flags(ctx: ExportContext) -> list[Flag]:
                          ("--attention-backend", "flash" if w.attention_impl == "flash" else "unfused")]
     if w.dtype in ("bf16", "fp16"):
         flags.append((f"--{w.dtype}", None))
+    if ctx.stage.fp8 and w.dtype == "bf16":  # FP8 GEMMs, E4M3 forward / E5M2 gradients, per-tensor (delayed) scales
+        flags.append(("--fp8-format", "hybrid"))
     return flags
 
 
@@ -263,7 +268,7 @@ def _notes(ctx: ExportContext) -> list[str]:
 
 
 def to_megatron(plan_file: PlanFile) -> ExportResult:
-    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp"))
+    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp", "recompute_layers", "fp8"))
     check_mesh_order(ctx)  # Megatron-Core's rank order tp-cp-ep-dp-pp, fixed
     groups = [("parallelism", _parallel_flags(ctx)), ("data parallelism and sharding", _data_parallel_flags(ctx)),
               ("recomputation and offload", _memory_flags(ctx)), ("model", _model_flags(ctx)),

@@ -168,8 +168,8 @@ def _training(ctx: ExportContext) -> dict:
             "mixed_precision_reduce": "float32", "enable_cpu_offload": "host" in offloaded}
 
 
-def torchtitan_context(plan_file: PlanFile, framework: str = NAME) -> ExportContext:
-    ctx = export_context(plan_file, framework, plan_fields=PLAN_FIELDS, stage_fields=STAGE_FIELDS)
+def torchtitan_context(plan_file: PlanFile, framework: str = NAME, extra_fields: tuple[str, ...] = ()) -> ExportContext:
+    ctx = export_context(plan_file, framework, plan_fields=PLAN_FIELDS, stage_fields=STAGE_FIELDS + extra_fields)
     check_mesh_order(ctx)  # its mesh is [pp, dp_replicate, dp_shard, cp, tp], tp innermost
     return ctx
 

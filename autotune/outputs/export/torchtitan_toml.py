@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import tomli_w
 
-from autotune.outputs.export.common import ExportResult, header_lines, refuse
+from autotune.outputs.export.common import ExportResult, header_lines, recompute_frequency, refuse
 from autotune.outputs.export.torchtitan import (
     flavor_args, job_sections, llama_flavor, selective_note, torchtitan_context)
 from autotune.plan.io import PlanFile
@@ -28,20 +28,22 @@ NAME = "torchtitan 0.2"
 TARGET = "torchtitan v0.2.2 (73a0e6979, 2026-02-20): torchrun ... -m torchtitan.train --job.config_file FILE"
 
 
-def _low_precision(config: dict, workload) -> None:
-    """torchao float8 (tensorwise or rowwise) or MXFP8 training of the linear layers."""
-    if workload.dtype in ("fp8", "fp8_rowwise"):
+def _low_precision(config: dict, workload, fp8_stages: bool = False) -> None:
+    """torchao float8 (tensorwise or rowwise) or MXFP8 training of the linear layers; FP8
+    stages of a bf16 plan are the tensorwise recipe (per-tensor scales)."""
+    dtype = "fp8" if fp8_stages and workload.dtype == "bf16" else workload.dtype
+    if dtype in ("fp8", "fp8_rowwise"):
         config["model"]["converters"] = ["quantize.linear.float8"]
-        recipe = "tensorwise" if workload.dtype == "fp8" else "rowwise"
+        recipe = "tensorwise" if dtype == "fp8" else "rowwise"
         config["quantize"] = {"linear": {"float8": {
             "recipe_name": recipe, "enable_fsdp_float8_all_gather": bool(workload.fp8_all_gather)}}}
-    elif workload.dtype == "mxfp8":
+    elif dtype == "mxfp8":
         config["model"]["converters"] = ["quantize.linear.mx"]
         config["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8"}}}
 
 
 def to_torchtitan_toml(plan_file: PlanFile) -> ExportResult:
-    ctx = torchtitan_context(plan_file, NAME)
+    ctx = torchtitan_context(plan_file, NAME, extra_fields=("recompute_layers", "fp8"))
     s = ctx.stage
     if s.tp > 1 and not s.sequence_parallel:
         raise refuse(NAME, "stages.sequence_parallel", "its tensor parallelism always shards norms along the "
@@ -59,11 +61,13 @@ def to_torchtitan_toml(plan_file: PlanFile) -> ExportResult:
     checkpoint = {"mode": "selective" if s.recompute == "selective_op" else s.recompute}
     if s.recompute in ("selective", "selective_op"):
         checkpoint["selective_ac_option"] = "op"
+    elif s.recompute == "full" and (frequency := recompute_frequency(ctx)):  # every f-th block, fully
+        checkpoint = {"mode": "selective", "selective_ac_option": str(frequency)}
     if s.recompute == "selective":  # selective_op is exactly its op-level policy
         notes.append(selective_note())
     config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
               "model": {"name": "llama3", "flavor": flavor}, **job, "activation_checkpoint": checkpoint}
-    _low_precision(config, ctx.workload)
+    _low_precision(config, ctx.workload, fp8_stages=s.fp8)
     if s.tp > 1 and ctx.plan.overlap_tp_comm:
         config["parallelism"]["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
