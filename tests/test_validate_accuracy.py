@@ -31,7 +31,7 @@ from autotune.validate.suite import best_of_rounds, run_suite, suite_figures, wi
 pytestmark = pytest.mark.exclusive
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once even when xdist interleaves other modules on its worker
 def suite():
     cluster = resolve_cluster("cpu")
     options = with_suite_steps(ValidateOptions(cluster=cluster, max_world=2, timeout_s=240.0))
