@@ -60,30 +60,70 @@ def _position_matrix(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Tables:
-    """Per (m, r): stage cost matrices over (n, k), the first stage's tail included."""
+    """Per (m, r): stage cost matrices over (n, k), the first stage's tail included; built per
+    in-flight depth r on first use (a solve reads only the depths its stages hold)."""
 
     def __init__(self, time_s: np.ndarray, tail_s: np.ndarray) -> None:
         num_layers = time_s.shape[1] - 1
+        self.time_s, self.tail_s = time_s, tail_s
         pos, valid = _position_matrix(num_layers)
-        n_idx = np.broadcast_to(np.arange(num_layers + 1)[:, None], valid.shape)
-        # time[m, n, p, r] -> [m, r, n, k]
-        self.time = np.where(valid[None, None], time_s[:, n_idx, pos, :].transpose(0, 3, 1, 2), np.inf)
-        # the first stage (k = 0: FIRST, or SINGLE when it holds every layer) adds the step's tail
-        tail = tail_s[:, :, FIRST, :].transpose(0, 2, 1).copy()  # [m, r, n]
-        tail[:, :, num_layers] = tail_s[:, num_layers, SINGLE, :]
-        self.cost = self.time.copy()
-        self.cost[..., 0] += np.nan_to_num(tail, posinf=0.0)
+        self.pos, self.valid = pos, valid
+        self.n_idx = np.broadcast_to(np.arange(num_layers + 1)[:, None], valid.shape)
         self.num_layers = num_layers
+        self.depth = time_s.shape[3]
         shift = np.arange(num_layers + 1)[:, None] + np.arange(num_layers + 1)[None, :]
         self.gather = np.minimum(shift, num_layers)  # (n, k) -> k + n
         self.gather_ok = shift <= num_layers
+        # the positions a stage of n layers can take over its starts k: only stage (n = L);
+        # first or last (n = L - 1); first, middle or last (n <= L - 2)
+        n = np.arange(num_layers + 1)
+        reach = np.zeros((num_layers + 1, 4), dtype=bool)
+        reach[1:, FIRST] = n[1:] < num_layers
+        reach[1:, LAST] = n[1:] < num_layers
+        reach[1:, MIDDLE] = n[1:] <= num_layers - 2
+        reach[num_layers, SINGLE] = True
+        self.reach = reach
         # least stage time of each layer count n over submeshes, in-flight depths and starts
-        self.least_time_by_n = self.time.min(axis=(0, 1, 3))
+        masked = np.where(reach[None, :, :, None], time_s, np.inf)  # [m, n, p, r]
+        self.least_time_by_n = masked.min(axis=(0, 2, 3))
+        self._time: dict[int, np.ndarray] = {}
+        self._cost: dict[int, np.ndarray] = {}
+
+    def time_at(self, r: int) -> np.ndarray:
+        """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
+        where invalid)."""
+        found = self._time.get(r)
+        if found is None:
+            found = np.where(self.valid[None], self.time_s[:, self.n_idx, self.pos, r], np.inf)
+            self._time[r] = found
+        return found
+
+    def cost_at(self, r: int) -> np.ndarray:
+        """time_at(r) with the first stage's step tail added at k = 0 (the only stage's at n = L)."""
+        found = self._cost.get(r)
+        if found is None:
+            found = self.time_at(r).copy()
+            tail = self.tail_s[:, :, FIRST, r].copy()  # [m, n]
+            tail[:, self.num_layers] = self.tail_s[:, self.num_layers, SINGLE, r]
+            found[..., 0] += np.nan_to_num(tail, posinf=0.0)
+            self._cost[r] = found
+        return found
+
+    def stage_time_values(self) -> np.ndarray:
+        """Every valid stage time (some (m, n, position, r) a stage can take)."""
+        return self.time_s[np.broadcast_to(self.reach[None, :, :, None], self.time_s.shape)]
 
     def max_layers(self, t_max: float) -> int:
         """The most layers a stage under the cap can hold (0: none fits)."""
         fits = np.flatnonzero(self.least_time_by_n <= t_max)
         return int(fits[-1]) if fits.size else 0
+
+
+def _capped(tables: _Tables, r: int, N: int, t_max: float, bottleneck: bool) -> np.ndarray:
+    """[m, n = 1..N, k]: the stage cost (time for ``bottleneck``) where its time is under the cap."""
+    time = tables.time_at(r)[:, 1:N + 1]
+    table = time if bottleneck else tables.cost_at(r)[:, 1:N + 1]
+    return np.where(time <= t_max, table, np.inf)
 
 
 def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
@@ -94,24 +134,26 @@ def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatc
     the most layers a stage under the cap can hold (larger n cost inf: the same minimum).
     ``bottleneck``: the least slowest-stage time instead (max of stage times for the sum).
     """
-    L, max_r = tables.num_layers, tables.time.shape[1] - 1
+    L, max_r = tables.num_layers, tables.depth - 1
     N = tables.max_layers(t_max)
     prev = np.full((L + 1, total_units + 1), np.inf)
     prev[L, 0] = -np.inf if bottleneck else 0.0
     best, best_j, path = np.inf, 0, []
     if N == 0:
         return best, best_j, path
-    combine, table = (np.maximum, tables.time) if bottleneck else (np.add, tables.cost)
-    capped = np.where(tables.time[:, :, 1:N + 1] <= t_max, table[:, :, 1:N + 1], np.inf)  # (M, R, N, k)
+    combine = np.maximum if bottleneck else np.add
+    capped: dict[int, np.ndarray] = {}  # by r: (M, N, k)
     gather, gather_ok = tables.gather[1:N + 1], tables.gather_ok[1:N + 1, :, None]
     shifted = np.full((len(units), N, L + 1, total_units + 1), np.inf)
     for j in range(1, max_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
+        if r not in capped:
+            capped[r] = _capped(tables, r, N, t_max, bottleneck)
         later = np.where(gather_ok, prev[gather], np.inf)  # (N, k, U)
         for m, unit in enumerate(units):
             if unit <= total_units:
                 shifted[m, :, :, unit:] = later[:, :, : total_units + 1 - unit]
-        total = combine(capped[:, r, :, :, None], shifted)  # (M, N, k, U)
+        total = combine(capped[r][:, :, :, None], shifted)  # (M, N, k, U)
         flat = total.reshape(-1, L + 1, total_units + 1)
         arg = np.argmin(flat, axis=0)
         prev = np.take_along_axis(flat, arg[None], axis=0)[0]
@@ -136,24 +178,29 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     Stage j from the end starts at a layer k with L - j * N <= k <= L - j (N: the most layers
     under the cap), and stage counts n run up to N only; other entries are inf.
     ``bottleneck``: the least slowest-stage time instead of the least sum."""
-    L, max_r = tables.num_layers, tables.time.shape[1] - 1
+    L, max_r = tables.num_layers, tables.depth - 1
     N = tables.max_layers(t_max)
     path = []
     if N == 0 or num_stages * N < L:
         return np.inf, num_stages, path
-    combine, table = (np.maximum, tables.time) if bottleneck else (np.add, tables.cost)
-    capped = np.where(tables.time[0, :, 1:N + 1] <= t_max, table[0, :, 1:N + 1], np.inf)  # (R, N, k)
-    capped[:, ~tables.gather_ok[1:N + 1]] = np.inf  # stages running past the last layer
-    later_index = tables.gather[1:N + 1]  # (N, k) -> k + n
-    prev = np.full(L + 1, np.inf)
-    prev[L] = -np.inf if bottleneck else 0.0
+    combine = np.maximum if bottleneck else np.add
+    capped: dict[int, np.ndarray] = {}  # by r: (N, k)
+    beyond = ~tables.gather_ok[1:N + 1]  # stages running past the last layer
+    # prev[k + n] for every (n, k) of the band: windows over prev padded with its last entry
+    # (the gather clamps k + n to L there, and those entries are inf in capped anyway)
+    prev = np.full(L + 1 + N, np.inf)
+    prev[L:] = -np.inf if bottleneck else 0.0
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
+        if r not in capped:
+            capped[r] = _capped(tables, r, N, t_max, bottleneck)[0]
+            capped[r][beyond] = np.inf
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
-        total = combine(capped[r, :, lo:hi], prev[later_index[:, lo:hi]])  # (N, k)
+        later = np.lib.stride_tricks.as_strided(prev[lo + 1:], shape=(N, hi - lo), strides=(prev.strides[0],) * 2)
+        total = combine(capped[r][:, lo:hi], later)  # (N, k)
         arg = np.argmin(total, axis=0)
-        prev = np.full(L + 1, np.inf)
+        prev = np.full(L + 1 + N, np.inf)
         prev[lo:hi] = total[arg, np.arange(hi - lo)]
         if keep_path:  # same layout as the general path, with a single unit column
             column = np.zeros((L + 1, 1), dtype=int)
@@ -255,7 +302,8 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     if num_microbatches > 1:
         slowest = lambda cuts: max(_stage_times(time_s, cuts, num_layers))  # noqa: E731
         least = solve(np.inf, least_max=True)[0]  # no plan's slowest stage is faster: lower caps have no plan
-        caps = np.unique(tables.time[(tables.time >= least) & (tables.time < slowest(best_cuts))])
+        values = tables.stage_time_values()
+        caps = np.unique(values[(values >= least) & (values < slowest(best_cuts))])
         best, best_cuts = _branch_and_bound(solve, caps, floor, best, best_cuts, score, slowest, num_microbatches,
                                             units, total_units, objective)
     return PipelineSolution(objective_s=best, stages=best_cuts)

@@ -103,7 +103,7 @@ def optimize_stage(ctx: SliceContext, space: SearchSpace, values: dict[str, list
     n_trials = size if size <= space.grid_limit else space.n_trials
     study.optimize(objective, n_trials=n_trials)
     return IntraOpResult(model_parallel=model_parallel, dp=ctx.dp, costs=tuple(evaluated.values()),
-                         num_trials=len(study.trials))
+                         num_trials=len(study.get_trials(deepcopy=False)))  # study.trials deep-copies every trial
 
 
 def _enumerated(ctx: SliceContext, space: SearchSpace, values: dict[str, list], model_parallel: int) -> IntraOpResult:
