@@ -83,6 +83,8 @@ class _Tables:
         reach[1:, MIDDLE] = n[1:] <= num_layers - 2
         reach[num_layers, SINGLE] = True
         self.reach = reach
+        self.middle = valid & (self.n_idx >= 1) & (np.arange(num_layers + 1)[None, :] >= 1) & (shift < num_layers)
+        self.last_n = np.arange(1, num_layers)  # a last stage of n layers starts at k = L - n >= 1
         # least stage time of each layer count n over submeshes, in-flight depths and starts
         masked = np.where(reach[None, :, :, None], time_s, np.inf)  # [m, n, p, r]
         self.least_time_by_n = masked.min(axis=(0, 2, 3))
@@ -93,8 +95,12 @@ class _Tables:
         """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
         where invalid)."""
         found = self._time.get(r)
-        if found is None:
-            found = np.where(self.valid[None], self.time_s[:, self.n_idx, self.pos, r], np.inf)
+        if found is None:  # what np.where(valid, time_s[:, n, position(n, k), r], inf) gives, without a gather
+            L, t = self.num_layers, self.time_s[:, :, :, r]
+            found = np.where(self.middle[None], t[:, :, MIDDLE, None], np.inf)
+            found[:, 1:L, 0] = t[:, 1:L, FIRST]
+            found[:, L, 0] = t[:, L, SINGLE]
+            found[:, self.last_n, L - self.last_n] = t[:, self.last_n, LAST]
             self._time[r] = found
         return found
 
@@ -184,24 +190,26 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     if N == 0 or num_stages * N < L:
         return np.inf, num_stages, path
     combine = np.maximum if bottleneck else np.add
-    capped: dict[int, np.ndarray] = {}  # by r: (N, k)
-    beyond = ~tables.gather_ok[1:N + 1]  # stages running past the last layer
-    # prev[k + n] for every (n, k) of the band: windows over prev padded with its last entry
-    # (the gather clamps k + n to L there, and those entries are inf in capped anyway)
-    prev = np.full(L + 1 + N, np.inf)
+    # prev[k + n] for every (n, k): a strided window over prev padded with its last entry (the
+    # gather clamps k + n to L there, and those entries are inf in the stage costs anyway);
+    # two buffers take turns as prev and the next prev
+    buffers = [np.full(L + 2 + N, np.inf) for _ in range(2)]
+    windows = [np.lib.stride_tricks.as_strided(b[1:], shape=(N, L + 1), strides=(b.strides[0],) * 2) for b in buffers]
+    prev = buffers[0]
     prev[L:] = -np.inf if bottleneck else 0.0
+    columns = np.arange(L + 1)
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
-        if r not in capped:
-            capped[r] = _capped(tables, r, N, t_max, bottleneck)[0]
-            capped[r][beyond] = np.inf
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
-        later = np.lib.stride_tricks.as_strided(prev[lo + 1:], shape=(N, hi - lo), strides=(prev.strides[0],) * 2)
-        total = combine(capped[r][:, lo:hi], later)  # (N, k)
-        arg = np.argmin(total, axis=0)
-        prev = np.full(L + 1 + N, np.inf)
-        prev[lo:hi] = total[arg, np.arange(hi - lo)]
+        time = tables.time_at(r)[0, 1:N + 1, lo:hi]
+        table = time if bottleneck else tables.cost_at(r)[0, 1:N + 1, lo:hi]
+        capped = np.where(time <= t_max, table, np.inf)  # inf past the last layer too (time is inf there)
+        total = combine(capped, windows[(j - 1) % 2][:, lo:hi])  # (N, k)
+        arg = total.argmin(axis=0)
+        prev = buffers[j % 2]
+        prev.fill(np.inf)
+        prev[lo:hi] = total[arg, columns[: hi - lo]]
         if keep_path:  # same layout as the general path, with a single unit column
             column = np.zeros((L + 1, 1), dtype=int)
             column[lo:hi, 0] = arg + 1
