@@ -70,8 +70,34 @@ def level_time_s(op: str, nbytes: float, n: int, link: LinkLevel) -> float:
     raise ValueError(f"unknown collective {op!r}")
 
 
+# A search prices the same collective (op, bytes, group, cluster) many times over (the
+# recomputation, ZeRO and mesh-order choices of a stage share their TP and most of their DP
+# traffic): collective_time_s is pure, so its results are kept, keyed by the cluster object
+# (held with the entry, so a recycled id never matches) and the bytes' exact contents.
+# Array results are shared, hence read-only. Cleared when it grows past _MEMO_MAX entries.
+_MEMO: dict = {}
+_MEMO_MAX = 1 << 16
+
+
 def collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: ClusterSpec) -> float:
-    """A collective over a group spanning one or two mesh levels."""
+    """A collective over a group spanning one or two mesh levels (memoised, see _MEMO)."""
+    if type(nbytes) is np.ndarray:
+        key = (op, span.n_intra, span.n_inter, id(cluster), nbytes.shape, nbytes.dtype.char, nbytes.tobytes())
+    else:
+        key = (op, span.n_intra, span.n_inter, id(cluster), type(nbytes), nbytes)
+    found = _MEMO.get(key)
+    if found is not None and found[0] is cluster:
+        return found[1]
+    value = _collective_time_s(op, nbytes, span, cluster)
+    if type(value) is np.ndarray:
+        value.flags.writeable = False
+    if len(_MEMO) >= _MEMO_MAX:
+        _MEMO.clear()
+    _MEMO[key] = (cluster, value)
+    return value
+
+
+def _collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: ClusterSpec) -> float:
     intra, inter = cluster.intra_node, cluster.inter_node
     n = span.size
     if n <= 1:
