@@ -81,10 +81,21 @@ def _version() -> str:
         return tomllib.loads(pyproject.read_text())["project"]["version"] if pyproject.exists() else "unknown"
 
 
+class _VersionAction(argparse.Action):
+    """--version, looked up only when asked for (importlib.metadata costs every start ~30 ms)."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help="show program's version number and exit"):
+        super().__init__(option_strings=option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser._print_message(f"autotune {_version()}\n", sys.stdout)
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autotune", description="Auto-parallel planner for transformer training and inference.",
                      epilog=EXAMPLES)
-    parser.add_argument("--version", action="version", version=f"autotune {_version()}")
+    parser.add_argument("--version", action=_VersionAction)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module_name in COMMANDS.values():
         importlib.import_module(module_name).register(subparsers)

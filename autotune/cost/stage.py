@@ -278,19 +278,21 @@ def _gather_bytes(ctx: StageContext) -> float:
     return float(ctx.tables.act_bytes)
 
 
-def _zero3_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n):
-    """Exposed ZeRO-3/FSDP traffic per micro-batch (cost/sharding.py)."""
+def _zero3_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n, sharding=None):
+    """Exposed ZeRO-3/FSDP traffic per micro-batch (cost/sharding.py); ``sharding``: _sharding's
+    result for these arguments when the caller has it."""
     if stage.zero < 3 or span.size <= 1:
         return 0.0 * n
-    _, traffic = _sharding(ctx, stage, span, layer)
+    _, traffic = sharding or _sharding(ctx, stage, span, layer)
     return zero3_microbatch_comm_s(stage, traffic, n, ctx.overlap_param_gather)
 
 
-def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n, params, fwd_s, bwd_s):
-    """Exposed data-parallel traffic per step (cost/sharding.py)."""
+def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n, params, fwd_s, bwd_s,
+               sharding=None):
+    """Exposed data-parallel traffic per step (cost/sharding.py); ``sharding`` as _zero3_comm_s."""
     if span.size <= 1:
         return 0.0 * params
-    groups, t = _sharding(ctx, stage, span, layer)
+    groups, t = sharding or _sharding(ctx, stage, span, layer)
     first_gather = 0.0
     if stage.zero >= 3 and not stage.reshard_after_forward:  # once per step, prefetched a layer ahead
         first_gather = (t.gather_s + n * (np.maximum(0.0, t.gather_s - t.fwd_s)
@@ -360,11 +362,12 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
     shards = stage.shard_degree * stage.cp
+    sharding = _sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 else None  # ZeRO-3 and DP share it
     time = StageTime(
         compute_s=fwd + bwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], layer, n),
         cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer, n), p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
-        zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n), offload_s=0.0 * n,
-        dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd),
+        zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n, sharding), offload_s=0.0 * n,
+        dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
         optimizer_s=_optimizer_s(ctx, stage, params, shards),
     )
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx))
