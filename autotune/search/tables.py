@@ -121,20 +121,64 @@ def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
 def best_by_inflight(costs: list[ChoiceCosts], b_index: int, num_microbatches: int, max_inflight: int,
                      capacity_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every (n, position, in-flight r = 1..max_inflight): the fitting choice that minimises
-    its step contribution B * time + tail. Returns (time, tail, choice index), indexed
-    [n, position, r] (r = 0 unused); inf / -1 where nothing fits."""
+    its step contribution B * time + tail (the lowest index among equals). Returns (time, tail,
+    choice index), indexed [n, position, r] (r = 0 unused); inf / -1 where nothing fits."""
     time = np.stack([c.time_s[b_index] for c in costs])  # (C, n, pos)
     tail = np.stack([c.tail_s[b_index] for c in costs])
     base = np.stack([c.mem_base_bytes[b_index] for c in costs])
     per = np.stack([c.mem_per_microbatch_bytes[b_index] for c in costs])
-    r = np.arange(max_inflight + 1, dtype=float)[:, None, None, None]  # (R, 1, 1, 1)
-    with np.errstate(invalid="ignore"):  # inf * 0 at n = 0, which never fits anyway
-        fits = base[None] + r * per[None] <= capacity_bytes  # (R, C, n, pos)
-    score = np.where(fits, num_microbatches * time[None] + tail[None], np.inf)
-    best = np.argmin(score, axis=1)  # (R, n, pos)
-    ok = np.isfinite(np.take_along_axis(score, best[:, None], axis=1)[:, 0])
-    pick = lambda a: np.where(ok, np.take_along_axis(np.broadcast_to(a[None], score.shape), best[:, None], axis=1)[:, 0], np.inf)  # noqa: E731
-    best_time, best_tail = pick(time), pick(tail)
+    score = num_microbatches * time + tail
+    found = _best_by_sorting(score, base, per, max_inflight, capacity_bytes)
+    best, ok = found if found is not None else _best_by_scoring(score, base, per, max_inflight, capacity_bytes)
+    n_idx, p_idx = np.ogrid[: time.shape[1], : time.shape[2]]
+    pick = lambda a: np.where(ok, a[best, n_idx, p_idx], np.inf)  # noqa: E731
     index = np.where(ok, best, -1)
     order = (1, 2, 0)  # -> [n, pos, r]
-    return best_time.transpose(order), best_tail.transpose(order), index.transpose(order)
+    return pick(time).transpose(order), pick(tail).transpose(order), index.transpose(order)
+
+
+def _fits(base: np.ndarray, per: np.ndarray, r, capacity_bytes: float) -> np.ndarray:
+    with np.errstate(invalid="ignore"):  # inf * 0 at n = 0, which never fits anyway
+        return base + r * per <= capacity_bytes
+
+
+def _best_by_scoring(score, base, per, max_inflight: int, capacity_bytes: float):
+    """(choice index, whether one fits) per [r, n, pos]: every r scored over every choice."""
+    r = np.arange(max_inflight + 1, dtype=float)[:, None, None, None]  # (R, 1, 1, 1)
+    scores = np.where(_fits(base[None], per[None], r, capacity_bytes), score[None], np.inf)  # (R, C, n, pos)
+    return np.argmin(scores, axis=1), np.isfinite(np.min(scores, axis=1))
+
+
+def _best_by_sorting(score, base, per, max_inflight: int, capacity_bytes: float):
+    """_best_by_scoring's answer without an (R, C, n, pos) array: memory grows with r (per >= 0),
+    so each choice fits up to a depth r_max; in each (n, pos) the best at r is the first choice in
+    order of score (stable: the lowest index among equals) whose r_max >= r, found by binary
+    search over the running maximum of r_max. None where that does not hold exactly (a negative
+    per-micro-batch memory, NaN scores, or a depth estimate that the exact test does not confirm)."""
+    R = max_inflight + 1
+    if np.isnan(score).any() or np.isnan(base).any() or np.isnan(per).any() or (per < 0).any():
+        return None
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        fixed = np.where(base <= capacity_bytes, R - 1.0, -1.0)  # per == 0: every depth or none
+        guess = np.where(per > 0, np.floor((capacity_bytes - base) / np.where(per > 0, per, 1.0)), fixed)
+    r_max = np.clip(np.nan_to_num(guess, nan=-1.0, posinf=R - 1.0, neginf=-1.0), -1, R - 1).astype(int)
+    for _ in range(2):  # the division may be off by one either way: settle on the exact test
+        up = (r_max < R - 1) & _fits(base, per, r_max + 1.0, capacity_bytes)
+        r_max = r_max + up
+        down = (r_max >= 0) & ~_fits(base, per, r_max.astype(float), capacity_bytes)
+        r_max = r_max - down
+    fits_top = (r_max < 0) | _fits(base, per, r_max.astype(float), capacity_bytes)
+    fails_next = (r_max >= R - 1) | ~_fits(base, per, r_max + 1.0, capacity_bytes)
+    if not (fits_top.all() and fails_next.all()):
+        return None
+    C, cols = score.shape[0], score.shape[1] * score.shape[2]
+    order = np.argsort(score.reshape(C, cols), axis=0, kind="stable")  # (C, cols)
+    reach = np.maximum.accumulate(np.take_along_axis(r_max.reshape(C, cols), order, axis=0), axis=0)
+    offset = np.arange(cols) * (R + 1)  # columns laid end to end, each increasing, for one search
+    first = np.searchsorted((reach + offset).T.ravel(), (np.arange(R)[:, None] + offset).ravel(), side="left")
+    first = first.reshape(R, cols) - np.arange(cols) * C  # (R, cols): rank of the best choice, C if none
+    some = first < C
+    best = np.take_along_axis(order, np.minimum(first, C - 1), axis=0)  # (R, cols)
+    ok = some & np.isfinite(np.take_along_axis(score.reshape(C, cols), best, axis=0))
+    shape = (R,) + score.shape[1:]
+    return best.reshape(shape), ok.reshape(shape)

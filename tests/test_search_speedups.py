@@ -1,0 +1,67 @@
+"""The search's shortcuts give exactly what the plain computations they replace give."""
+
+import importlib
+
+import numpy as np
+import pytest
+
+tables = importlib.import_module("autotune.search.tables")
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_best_by_inflight_sorting_matches_scoring_every_depth(seed):
+    """Per (n, position, r): the same fitting choice (lowest index among equal scores) and the
+    same verdict where none fits, ties, infinities and exact capacity boundaries included."""
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        C, n, R = int(rng.integers(1, 12)), int(rng.integers(1, 9)), int(rng.integers(1, 20))
+        score = rng.choice([1.0, 2.0, 2.5], size=(C, n, 4)) if seed % 2 else rng.random((C, n, 4))
+        score[rng.random(score.shape) < 0.1] = np.inf
+        base = np.round(rng.random((C, n, 4)) * 40) / 4  # quarters: base + r * per hits the capacity exactly
+        per = np.round(rng.random((C, n, 4)) * rng.choice([0.0, 1.0, 12.0])) / 4
+        base[rng.random(base.shape) < 0.05] = np.inf
+        per[rng.random(per.shape) < 0.05] = np.inf
+        cap = float(rng.choice([0.0, 5.0, 7.25, 10.0]))
+        slow = tables._best_by_scoring(score, base, per, R - 1, cap)
+        fast = tables._best_by_sorting(score, base, per, R - 1, cap)
+        assert fast is not None
+        assert np.array_equal(slow[1], fast[1])
+        assert np.array_equal(np.where(slow[1], slow[0], -1), np.where(fast[1], fast[0], -1))
+
+
+def test_best_by_inflight_falls_back_where_memory_shrinks_with_depth():
+    score, base, per = np.ones((2, 3, 4)), np.full((2, 3, 4), 5.0), np.full((2, 3, 4), -1.0)
+    assert tables._best_by_sorting(score, base, per, 3, 4.0) is None
+    best, ok = tables._best_by_scoring(score, base, per, 3, 4.0)
+    assert ok[2:].all() and not ok[:1].any()
+
+
+@pytest.mark.parametrize("num_layers", [1, 2, 3, 7, 20])
+def test_pipeline_stage_matrices_match_the_gather(num_layers):
+    from autotune.search.inter_op import _Tables
+
+    rng = np.random.default_rng(num_layers)
+    time = rng.random((3, num_layers + 1, 4, 5))
+    time[rng.random(time.shape) < 0.1] = np.inf
+    t = _Tables(time, 0.1 * time)
+    for r in range(5):
+        gathered = np.where(t.valid[None], time[:, t.n_idx, t.pos, r], np.inf)
+        assert np.array_equal(t.time_at(r), gathered)
+    values = np.unique(np.where(t.valid[None, None], time[:, t.n_idx, t.pos, :].transpose(0, 3, 1, 2), np.inf))
+    assert np.array_equal(np.unique(np.append(t.stage_time_values(), np.inf)), values)
+
+
+def test_collective_memo_returns_the_computed_times_read_only():
+    from autotune.cost import comm
+    from autotune.spec.resolve import resolve_cluster
+
+    cluster = resolve_cluster("dgx-h100", None)
+    span = comm.GroupSpan(4, 2)
+    nbytes = np.array([[1e6], [3e6], [0.0]])
+    first = comm.collective_time_s("all_reduce", nbytes, span, cluster)
+    again = comm.collective_time_s("all_reduce", nbytes.copy(), span, cluster)
+    assert again is first and not first.flags.writeable
+    assert np.array_equal(first, comm._collective_time_s("all_reduce", nbytes, span, cluster))
+    assert comm.collective_time_s("all_gather", 2e6, span, cluster) == comm._collective_time_s("all_gather", 2e6, span, cluster)
+    other = resolve_cluster("dgx-a100-80gb", None)
+    assert comm.collective_time_s("all_reduce", nbytes, span, other) is not first
