@@ -128,13 +128,17 @@ def best_by_inflight(costs: list[ChoiceCosts], b_index: int, num_microbatches: i
     base = np.stack([c.mem_base_bytes[b_index] for c in costs])
     per = np.stack([c.mem_per_microbatch_bytes[b_index] for c in costs])
     score = num_microbatches * time + tail
-    found = _best_by_sorting(score, base, per, max_inflight, capacity_bytes)
+    found = _best_by_sorting(score, base, per, max_inflight, capacity_bytes) if max_inflight >= _SORT_FROM_DEPTH else None
     best, ok = found if found is not None else _best_by_scoring(score, base, per, max_inflight, capacity_bytes)
     n_idx, p_idx = np.ogrid[: time.shape[1], : time.shape[2]]
     pick = lambda a: np.where(ok, a[best, n_idx, p_idx], np.inf)  # noqa: E731
     index = np.where(ok, best, -1)
     order = (1, 2, 0)  # -> [n, pos, r]
     return pick(time).transpose(order), pick(tail).transpose(order), index.transpose(order)
+
+
+# From this depth on the sorted search beats scoring every depth (measured on GPT-3 175B's tables).
+_SORT_FROM_DEPTH = 24
 
 
 def _fits(base: np.ndarray, per: np.ndarray, r, capacity_bytes: float) -> np.ndarray:
