@@ -60,7 +60,7 @@ def _position_matrix(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 class _Tables:
-    """Per (m, r): stage cost matrices over (n, k), the first stage's tail included; built per
+    """Per (m, r): stage time matrices over (n, k) and the first stage's tails; built per
     in-flight depth r on first use (a solve reads only the depths its stages hold)."""
 
     def __init__(self, time_s: np.ndarray, tail_s: np.ndarray) -> None:
@@ -89,7 +89,9 @@ class _Tables:
         masked = np.where(reach[None, :, :, None], time_s, np.inf)  # [m, n, p, r]
         self.least_time_by_n = masked.min(axis=(0, 2, 3))
         self._time: dict[int, np.ndarray] = {}
-        self._cost: dict[int, np.ndarray] = {}
+        self._tail: dict[int, np.ndarray] = {}
+        self._time_kn: dict[int, np.ndarray] = {}
+        self.has_nan = bool(np.isnan(time_s).any())
 
     def time_at(self, r: int) -> np.ndarray:
         """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
@@ -104,15 +106,24 @@ class _Tables:
             self._time[r] = found
         return found
 
-    def cost_at(self, r: int) -> np.ndarray:
-        """time_at(r) with the first stage's step tail added at k = 0 (the only stage's at n = L)."""
-        found = self._cost.get(r)
+    def starts_by_layers_at(self, r: int) -> np.ndarray:
+        """time_at(r) of the first submesh transposed, [k, n], contiguous in n (the uniform DP's
+        minimum over n then runs along memory)."""
+        found = self._time_kn.get(r)
         if found is None:
-            found = self.time_at(r).copy()
-            tail = self.tail_s[:, :, FIRST, r].copy()  # [m, n]
-            tail[:, self.num_layers] = self.tail_s[:, self.num_layers, SINGLE, r]
-            found[..., 0] += np.nan_to_num(tail, posinf=0.0)
-            self._cost[r] = found
+            found = np.ascontiguousarray(self.time_at(r)[0].T)
+            self._time_kn[r] = found
+        return found
+
+    def tail_at(self, r: int) -> np.ndarray:
+        """[m, n]: the step tail a first stage of n layers adds (the only stage's at n = L), inf
+        and NaN read as 0 (it is added at k = 0 only; see _with_tail)."""
+        found = self._tail.get(r)
+        if found is None:
+            found = self.tail_s[:, :, FIRST, r].copy()
+            found[:, self.num_layers] = self.tail_s[:, self.num_layers, SINGLE, r]
+            found = np.nan_to_num(found, posinf=0.0)
+            self._tail[r] = found
         return found
 
     def stage_time_values(self) -> np.ndarray:
@@ -125,11 +136,20 @@ class _Tables:
         return int(fits[-1]) if fits.size else 0
 
 
+def _under_cap(time: np.ndarray, t_max: float, tables: _Tables) -> np.ndarray:
+    """``time`` where it is at most the cap, inf elsewhere (``time`` itself when nothing is over)."""
+    if t_max == np.inf and not tables.has_nan:
+        return time
+    return np.where(time <= t_max, time, np.inf)
+
+
 def _capped(tables: _Tables, r: int, N: int, t_max: float, bottleneck: bool) -> np.ndarray:
-    """[m, n = 1..N, k]: the stage cost (time for ``bottleneck``) where its time is under the cap."""
-    time = tables.time_at(r)[:, 1:N + 1]
-    table = time if bottleneck else tables.cost_at(r)[:, 1:N + 1]
-    return np.where(time <= t_max, table, np.inf)
+    """[m, n = 1..N, k]: the stage cost (time for ``bottleneck``) where its time is under the cap;
+    the cost of a first stage (k = 0) adds the step's tail to its time."""
+    capped = np.where(tables.time_at(r)[:, 1:N + 1] <= t_max, tables.time_at(r)[:, 1:N + 1], np.inf)
+    if not bottleneck:
+        capped[:, :, 0] = capped[:, :, 0] + tables.tail_at(r)[:, 1:N + 1]
+    return capped
 
 
 def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
@@ -194,26 +214,28 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     # gather clamps k + n to L there, and those entries are inf in the stage costs anyway);
     # two buffers take turns as prev and the next prev
     buffers = [np.full(L + 2 + N, np.inf) for _ in range(2)]
-    windows = [np.lib.stride_tricks.as_strided(b[1:], shape=(N, L + 1), strides=(b.strides[0],) * 2) for b in buffers]
+    windows = [np.lib.stride_tricks.as_strided(b[1:], shape=(L + 1, N), strides=(b.strides[0],) * 2) for b in buffers]
     prev = buffers[0]
     prev[L:] = -np.inf if bottleneck else 0.0
     columns = np.arange(L + 1)
     no_submesh = np.zeros((L + 1, 1), dtype=int)
+    stage_layers = np.zeros((num_stages, L + 1, 1), dtype=int) if keep_path else None
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
-        time = tables.time_at(r)[0, 1:N + 1, lo:hi]
-        table = time if bottleneck else tables.cost_at(r)[0, 1:N + 1, lo:hi]
-        capped = np.where(time <= t_max, table, np.inf)  # inf past the last layer too (time is inf there)
-        total = combine(capped, windows[(j - 1) % 2][:, lo:hi])  # (N, k)
-        arg = total.argmin(axis=0)
+        # [k, n]: the stage's cost (inf past the last layer: time is inf there) and prev[k + n]
+        capped = _under_cap(tables.starts_by_layers_at(r)[lo:hi, 1:N + 1], t_max, tables)
+        window = windows[(j - 1) % 2][lo:hi]
+        total = combine(capped, window)
+        if lo == 0 and not bottleneck:  # a first stage: (time + tail) + the later stages, as the cost table adds them
+            total[0] = (capped[0] + tables.tail_at(r)[0, 1:N + 1]) + window[0]
+        arg = total.argmin(axis=1)
         prev = buffers[j % 2]
         prev.fill(np.inf)
-        prev[lo:hi] = total[arg, columns[: hi - lo]]
+        prev[lo:hi] = total[columns[: hi - lo], arg]
         if keep_path:  # same layout as the general path, with a single unit column
-            column = np.zeros((L + 1, 1), dtype=int)
-            column[lo:hi, 0] = arg + 1
-            path.append((no_submesh, column, r))
+            stage_layers[j - 1, lo:hi, 0] = arg + 1
+            path.append((no_submesh, stage_layers[j - 1], r))
     return prev[0], num_stages, path
 
 
