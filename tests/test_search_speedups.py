@@ -65,3 +65,30 @@ def test_collective_memo_returns_the_computed_times_read_only():
     assert comm.collective_time_s("all_gather", 2e6, span, cluster) == comm._collective_time_s("all_gather", 2e6, span, cluster)
     other = resolve_cluster("dgx-a100-80gb", None)
     assert comm.collective_time_s("all_reduce", nbytes, span, other) is not first
+
+
+def test_studies_in_worker_processes_give_the_same_search(monkeypatch):
+    """The forked studies (autotune.search.parallel) change nothing: plan, estimate, trials."""
+    from autotune.search import parallel
+    from autotune.search.api import search
+
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "1")
+    serial = search("large", 16, cache=False)
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
+    monkeypatch.setattr(parallel, "MIN_STUDIES", 2)
+    ran = []
+    real = parallel.run_studies
+    monkeypatch.setattr(parallel, "run_studies", lambda search_, keys: ran.append(out := real(search_, keys)) or out)
+    forked = search("large", 16, cache=False)
+    assert ran and ran[0] or not parallel._can_fork()
+    assert forked.plan == serial.plan and forked.estimate == serial.estimate
+    assert (forked.stats.num_trials, forked.stats.num_intra_op_studies) == (serial.stats.num_trials, serial.stats.num_intra_op_studies)
+
+
+def test_no_worker_processes_when_asked_or_too_few_studies(monkeypatch):
+    from autotune.search import parallel
+
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "1")
+    assert parallel.processes() == 1 and parallel.run_studies(None, [(1, 1)] * 100) == {}
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
+    assert parallel.run_studies(None, [(1, 1)] * (parallel.MIN_STUDIES - 1)) == {}

@@ -123,18 +123,43 @@ class SliceSearch:
             self.studies[key] = self._cached_study(dp, model_parallel)
         return self.studies[key]
 
-    def _cached_study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
-        if self.cache is None:
-            return self._run_study(dp, model_parallel)
+    def _cache_key(self, dp: int, model_parallel: int) -> tuple:
         from autotune.search.tables import positions_needed
 
         positions = tuple(positions_needed(self._slice_context(dp), dp * model_parallel))
-        key = (self.base_key, dp, model_parallel, self.micro_batches(dp), positions)
+        return (self.base_key, dp, model_parallel, self.micro_batches(dp), positions)
+
+    def _cached_study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
+        if self.cache is None:
+            return self._run_study(dp, model_parallel)
+        key = self._cache_key(dp, model_parallel)
         found = self.cache.study(key)
         if found is None:
             found = self._run_study(dp, model_parallel)
             self.cache.store_study(key, found or False)
         return found or None
+
+    def prefetch(self, dps: list[int]) -> None:
+        """Run the studies of ``dps`` not yet made (nor cached) in worker processes where that
+        pays (autotune.search.parallel); those it does not run are made on first use as before."""
+        from autotune.search.parallel import run_studies
+
+        pending = []
+        for key in [(dp, m) for dp in dps for m in self.stage_sizes(dp)]:
+            if key in self.studies:
+                continue
+            found = self.cache.study(self._cache_key(*key)) if self.cache is not None else None
+            if found is not None:
+                self.studies[key] = found or None
+            else:
+                pending.append(key)
+        made = run_studies(self, pending)
+        for key in pending:  # in the order the search would have made them
+            if key in made:
+                result = self.studies[key] = made[key]
+                self.num_trials += result.num_trials if result is not None else 0
+                if self.cache is not None:
+                    self.cache.store_study(self._cache_key(*key), result or False)
 
     def _slice_context(self, dp: int) -> SliceContext:
         p = self.problem
@@ -198,6 +223,7 @@ class SliceSearch:
 
     def iter_outcomes(self, keys: list[SliceKey], prune_above: Callable[[], float]) -> Iterator[SliceOutcome]:
         """Solve slices in order of their lower bounds, skipping those that cannot win."""
+        self.prefetch(sorted({k.dp for k in keys}))  # the bounds read every dp's studies
         bounds = sorted((self.lower_bound_s(k), k) for k in keys)
         for bound, key in bounds:
             if bound >= prune_above():
