@@ -164,9 +164,11 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     problem.cluster.device.require_dtype(work.dtype)  # FP8 on an A100 and the like: refused at once
     refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
                         seed=seed, method=method) if (run_dir or runs_dir or storage) else None
-    from autotune.outputs.run_dir import make_run_dir
+    made = _NO_RUN_DIR
+    if run_dir is not None or runs_dir is not None:
+        from autotune.outputs.run_dir import make_run_dir  # (the outputs load only for a run directory)
 
-    made = make_run_dir(run_dir, runs_dir, spec.name, gpus)  # every input is good: now write
+        made = make_run_dir(run_dir, runs_dir, spec.name, gpus)  # every input is good: now write
     try:
         study, path = _open_study(refs, made.path, storage, study_name)
         if storage is not None:
@@ -181,6 +183,18 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
         if note and isinstance(err, KeyboardInterrupt):
             raise Interrupted(note) from None
         raise
+
+
+class _NoRunDir:
+    """make_run_dir's answer without a run directory: nothing to clean up."""
+
+    path = None
+
+    def clean_up(self, err: BaseException) -> str:
+        return ""
+
+
+_NO_RUN_DIR = _NoRunDir()
 
 
 def _solve_shared(study, problem: SearchProblem, storage: str, announce) -> None:

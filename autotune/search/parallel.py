@@ -15,7 +15,6 @@ raises what it raises).
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import threading
@@ -42,6 +41,8 @@ def processes() -> int:
 
 
 def _can_fork() -> bool:
+    import multiprocessing as mp  # here: most searches run too few studies to need it
+
     return ("fork" in mp.get_all_start_methods() and threading.active_count() == 1
             and not mp.current_process().daemon)
 
@@ -64,6 +65,8 @@ def run_studies(search, keys: list[tuple[int, int]]) -> dict:
     global _SEARCH
     if len(keys) < MIN_STUDIES or processes() < 2 or not _can_fork():
         return {}
+    import multiprocessing as mp
+
     _SEARCH = search
     out = {}
     try:
