@@ -92,3 +92,37 @@ def test_no_worker_processes_when_asked_or_too_few_studies(monkeypatch):
     assert parallel.processes() == 1 and parallel.run_studies(None, [(1, 1)] * 100) == {}
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
     assert parallel.run_studies(None, [(1, 1)] * (parallel.MIN_STUDIES - 1)) == {}
+
+
+@pytest.mark.parametrize("model, gpus, cluster", [("2.7b", 32, "dgx-a100-80gb"), ("large", 16, "dgx-h100")])
+def test_evaluate_prices_each_distinct_stage_once_with_the_same_estimate(model, gpus, cluster):
+    """Stages that differ only in where their layers start, their node or their in-flight
+    micro-batches share one stage cost in evaluate_plan; the estimate equals pricing each stage."""
+    from autotune.cost import evaluate as ev
+    from autotune.cost.contract import stage_cost
+    from autotune.search.api import search
+
+    result = search(model, gpus, cluster=cluster, cache=False)
+    plans = [p for p, _ in result.candidates] + [b.plan for b in result.baselines if b.plan is not None]
+    assert any(p.pp > 2 for p in plans)
+    spec, work = _model_and_workload(model)
+    from autotune.spec.resolve import resolve_cluster
+
+    cl = resolve_cluster(cluster, None)
+    for plan in plans:
+        fast = ev.evaluate_plan(spec, work, cl, plan)
+        real = ev._stage_costs
+        try:
+            ev._stage_costs = lambda ctx, stages, positions, g: [stage_cost(ctx, s, p) for s, p in zip(stages, positions)]
+            plain = ev.evaluate_plan(spec, work, cl, plan)
+        finally:
+            ev._stage_costs = real
+        assert fast == plain
+
+
+def _model_and_workload(name):
+    from autotune.spec.presets import resolve_model
+    from autotune.spec.resolve import training_workload
+
+    spec = resolve_model(name)
+    return spec, training_workload(spec, global_batch=None, seq_len=None, dtype="bf16", attention="flash")

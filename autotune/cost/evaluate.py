@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autotune.cost.estimate import Estimate
 from autotune.cost.inference_plan import evaluate_inference_plan
-from autotune.cost.offload import tier_overflow
+from autotune.cost.offload import offloads, tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
 from autotune.cost.contract import stage_cost
-from autotune.cost.stage import StageContext, StageCost, StagePosition
+from autotune.cost.recompute import has_variant
+from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
 from autotune.graph.table import ModelTables, model_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
@@ -34,10 +37,30 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
                        overlap_p2p_comm=plan.overlap_p2p_comm and cluster.comm_overlaps_compute,
                        grad_bucket_bytes=plan.grad_bucket_bytes)
     positions = stage_positions(plan, cluster.gpus_per_node)
-    costs = [stage_cost(ctx, stage, pos) for stage, pos in zip(plan.stages, positions)]
+    costs = _stage_costs(ctx, plan.stages, positions, cluster.gpus_per_node)
     return assemble_estimate(plan, workload, cluster, costs, positions,
                              model_flops_per_step=workload.global_batch * tables.model_flops_per_sequence(),
                              tables=tables)
+
+
+def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus_per_node: int) -> list[StageCost]:
+    """stage_cost of each stage; a plain dense stage (no FP8, partial recomputation, offload or
+    experts) is priced once per distinct shape: its cost does not depend on where its layers
+    start, nor on its first GPU beyond the offset in its node (the mesh groups it spans), and its
+    activation memory is the bytes saved per micro-batch times those in flight (cost/stage.py)."""
+    memo: dict = {}
+    out = []
+    for stage, pos in zip(stages, positions):
+        if has_variant(stage) or offloads(stage) or ctx.tables.moe_layer is not None:
+            out.append(stage_cost(ctx, stage, pos))
+            continue
+        key = (replace(stage, layers=(0, stage.num_layers)), pos.neighbors, pos.p2p_inter_node, pos.first_gpu % gpus_per_node)
+        one = memo.get(key)
+        if one is None:  # one micro-batch in flight: its activation bytes are the bytes saved per micro-batch
+            one = memo[key] = dense_stage_cost(ctx, stage, replace(pos, inflight=1.0))
+        memory = replace(one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight)
+        out.append(replace(one, memory=memory))
+    return out
 
 
 def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSpec, costs: list[StageCost],
