@@ -54,12 +54,15 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
         if has_variant(stage) or offloads(stage) or ctx.tables.moe_layer is not None:
             out.append(stage_cost(ctx, stage, pos))
             continue
-        key = (replace(stage, layers=(0, stage.num_layers)), pos.neighbors, pos.p2p_inter_node, pos.first_gpu % gpus_per_node)
+        key = (tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers, pos.neighbors,
+               pos.p2p_inter_node, pos.first_gpu % gpus_per_node)
         one = memo.get(key)
         if one is None:  # one micro-batch in flight: its activation bytes are the bytes saved per micro-batch
-            one = memo[key] = dense_stage_cost(ctx, stage, replace(pos, inflight=1.0))
-        memory = replace(one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight)
-        out.append(replace(one, memory=memory))
+            one = memo[key] = dense_stage_cost(ctx, stage, StagePosition(
+                inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu))
+        if pos.inflight != 1:
+            one = replace(one, memory=replace(one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight))
+        out.append(one)
     return out
 
 
