@@ -168,21 +168,22 @@ def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatc
     if N == 0:
         return best, best_j, path
     combine = np.maximum if bottleneck else np.add
-    capped: dict[int, np.ndarray] = {}  # by r: (M, N, k)
-    gather, gather_ok = tables.gather[1:N + 1], tables.gather_ok[1:N + 1, :, None]
-    shifted = np.full((len(units), N, L + 1, total_units + 1), np.inf)
+    capped: dict[int, np.ndarray] = {}  # by r: [k, 1, m, n]
+    # laid out [k, u, m, n]: the minimum over (m, n) runs along memory, in the same (m, n) order
+    gather, gather_ok = tables.gather[1:N + 1].T, tables.gather_ok[1:N + 1].T[:, None, :]  # [k, n]
+    M, U = len(units), total_units + 1
+    shifted = np.full((L + 1, U, M, N), np.inf)
     for j in range(1, max_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         if r not in capped:
-            capped[r] = _capped(tables, r, N, t_max, bottleneck)
-        later = np.where(gather_ok, prev[gather], np.inf)  # (N, k, U)
+            capped[r] = _capped(tables, r, N, t_max, bottleneck).transpose(2, 0, 1)[:, None]
+        later = np.where(gather_ok, prev[gather].transpose(0, 2, 1), np.inf)  # [k, u, n]
         for m, unit in enumerate(units):
             if unit <= total_units:
-                shifted[m, :, :, unit:] = later[:, :, : total_units + 1 - unit]
-        total = combine(capped[r][:, :, :, None], shifted)  # (M, N, k, U)
-        flat = total.reshape(-1, L + 1, total_units + 1)
-        arg = np.argmin(flat, axis=0)
-        prev = np.take_along_axis(flat, arg[None], axis=0)[0]
+                shifted[:, unit:, m, :] = later[:, : U - unit, :]
+        total = combine(capped[r], shifted).reshape(L + 1, U, M * N)
+        arg = total.argmin(axis=-1)
+        prev = np.take_along_axis(total, arg[..., None], axis=-1)[..., 0]
         if keep_path:
             path.append((arg // N, arg % N + 1, r))
         if prev[0, total_units] < best:
