@@ -28,7 +28,7 @@ from autotune.search.choices import StageChoice, enumerate_choices, make_choice
 from autotune.search.space import SearchSpace
 from autotune.search.tables import ChoiceCosts, SliceContext, choice_costs
 
-__all__ = ["IntraOpResult", "optimize_stage", "expert_choices", "stage_study", "with_partial_recompute"]
+__all__ = ["IntraOpResult", "optimize_stage", "expert_choices", "stage_study", "with_partial_recompute", "load_optuna"]
 
 @dataclass(frozen=True, kw_only=True)
 class IntraOpResult:
@@ -63,6 +63,12 @@ def _objective_value(costs: ChoiceCosts, ctx: SliceContext, capacity: float) -> 
     fits = need <= capacity
     value = float(per_layer[fits].min()) if fits.any() else float(per_layer.min())
     return value, float(need.min() / capacity - 1.0)
+
+
+def load_optuna() -> None:
+    """Import Optuna now: forked study workers (autotune.search.parallel) then inherit it
+    instead of each importing it again."""
+    import optuna  # noqa: F401
 
 
 def _sampler(space: SearchSpace, values: dict[str, list], size: int, seed: int):

@@ -8,9 +8,9 @@ the search), so two cores take about half of it off.
 
 Forked workers (nothing re-imported) only where forking is safe and pays: a POSIX ``fork``
 start method, two usable cores, no other thread in this process, not inside a daemonic
-(pool) process, and at least :data:`MIN_STUDIES` studies to run. ``AUTOTUNE_PROCESSES=1``
-turns it off. A study that fails in a worker is left to the caller, which runs it itself (and
-raises what it raises).
+(pool) process, and at least :data:`MIN_STUDIES` studies to run (:data:`BUSY_STUDIES` on a busy
+machine). ``AUTOTUNE_PROCESSES=1`` turns it off. A study that fails in a worker is left to the
+caller, which runs it itself (and raises what it raises).
 """
 
 from __future__ import annotations
@@ -19,11 +19,16 @@ import os
 import signal
 import threading
 
-__all__ = ["MIN_STUDIES", "run_studies", "processes"]
+__all__ = ["MIN_STUDIES", "BUSY_STUDIES", "run_studies", "processes"]
 
-# Fewer studies than this run in the search's own process: two forks and the transfers cost
-# about what the second core saves there (`large` on 16 GPUs runs 15 studies in ~0.3 s).
-MIN_STUDIES = 24
+# Fewer studies than MIN_STUDIES run in the search's own process: the forks, the transfers and
+# Optuna's import cost about what a second core saves. From MIN_STUDIES to BUSY_STUDIES (`large`
+# on 16 GPUs runs 15 studies in ~0.3 s) workers pay only while the machine is not busy (the
+# 1-minute load average, this process included, below the cores used): its CLI run took 0.75 s
+# instead of 0.91 s at load 1.9 on 2 cores, 1.24-1.36 s instead of 1.16 s at load 3-4 (best of
+# 5 runs each). From BUSY_STUDIES on (GPT-3 175B on 1024 GPUs: 65) they pay at any load.
+MIN_STUDIES = 8
+BUSY_STUDIES = 24
 
 _SEARCH = None  # the SliceSearch the forked workers read (inherited by fork, never pickled)
 
@@ -47,6 +52,13 @@ def _can_fork() -> bool:
             and not mp.current_process().daemon)
 
 
+def _not_busy() -> bool:
+    try:
+        return os.getloadavg()[0] < processes()
+    except OSError:  # no load average here
+        return False
+
+
 def _quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the search's process handles interrupts and ends the pool
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
@@ -55,25 +67,35 @@ def _quiet_worker() -> None:
 def _study(key: tuple[int, int]):
     try:
         return key, _SEARCH._run_study(*key), True
-    except Exception:  # noqa: BLE001  (the caller runs it again itself and raises)
+    except BaseException:  # noqa: BLE001  (an interrupt too: the caller runs it again itself and raises)
         return key, None, False
 
 
 def run_studies(search, keys: list[tuple[int, int]]) -> dict:
     """``search._run_study(dp, model_parallel)`` of each key, run in two forked workers; {} when
-    that is not possible or not worth it, and without the keys whose study failed."""
+    that is not possible or not worth it, and without the keys whose study failed or whose
+    worker died (the caller runs those itself)."""
     global _SEARCH
     if len(keys) < MIN_STUDIES or processes() < 2 or not _can_fork():
         return {}
+    if len(keys) < BUSY_STUDIES and not _not_busy():
+        return {}
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    from autotune.search.intra_op import load_optuna
+
+    load_optuna()  # once here rather than once in each worker
     _SEARCH = search
     out = {}
+    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("fork"), initializer=_quiet_worker)
     try:
-        with mp.get_context("fork").Pool(2, initializer=_quiet_worker) as pool:
-            for key, result, ok in pool.imap_unordered(_study, keys, chunksize=1):
+        for done in as_completed([pool.submit(_study, key) for key in keys]):
+            if done.exception() is None:  # else a worker died (BrokenProcessPool): its studies are left
+                key, result, ok = done.result()
                 if ok:
                     out[key] = result
     finally:
+        pool.shutdown(wait=False, cancel_futures=True)  # an interrupt leaves at once; the workers end
         _SEARCH = None
     return out
