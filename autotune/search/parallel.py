@@ -95,7 +95,11 @@ def run_studies(search, keys: list[tuple[int, int]]) -> dict:
                 key, result, ok = done.result()
                 if ok:
                     out[key] = result
-    finally:
+    except BaseException:
         pool.shutdown(wait=False, cancel_futures=True)  # an interrupt leaves at once; the workers end
+        raise
+    else:
+        pool.shutdown(wait=True)  # workers and the pool's thread gone: the next search may fork again
+    finally:
         _SEARCH = None
     return out
