@@ -16,7 +16,7 @@ import numpy as np
 from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
-from autotune.cost.context_parallel import cp_layer_comm_s
+from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s, overlapped_exposed_s,
                                     shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
@@ -225,23 +225,12 @@ def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         qkv_local_bytes=tokens / stage.cp * (m.num_heads * m.head_dim + 2 * m.kv_dim) * width,
         out_local_bytes=tokens / stage.cp * m.num_heads * m.head_dim * width,
         fwd_attn_s=_scalar((layer.fwd_ops_s * attn).sum(-1)), bwd_attn_s=_scalar((layer.bwd_ops_s * attn).sum(-1)),
-        recompute_forward=stage.recompute == "full")
-    overhead = 0.0 if comm == "all_to_all" else _cp_step_overhead_s(ctx, stage)
+        recompute_forward=stage.recompute == "full", act_bytes=ctx.tables.act_bytes)
+    overhead = cp_step_overhead_s(
+        ctx.cluster.device, comm, stage.cp, local_out_elems=tokens / stage.cp * m.attn_out_width / stage.tp,
+        kv_per_out=2 * m.kv_dim / m.attn_out_width, act_bytes=ctx.tables.act_bytes,
+        recompute_forward=stage.recompute == "full", dtype=ctx.workload.dtype)
     return n * (per_layer + overhead)
-
-
-def _cp_step_overhead_s(ctx: StageContext, stage: StagePlan) -> float:
-    """The ring runs attention as cp partial kernels per pass and merges each partial output
-    into the running one with its log-sum-exp (Megatron-Core's context parallelism): per layer
-    (cp - 1) extra kernel launches forward and backward, and each merge reads the partial and
-    running outputs and writes the running one (3 x the local output bytes, fp32 statistics
-    aside) forward, twice that backward."""
-    device, m = ctx.cluster.device, ctx.tables.model
-    local_out = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
-    extra_steps = stage.cp - 1
-    launches = 2 * extra_steps * device.regression("attention", ctx.workload.dtype).latency_s
-    merges = 3 * extra_steps * device.memory.time_s(3.0 * local_out)
-    return (launches + merges) / device.kernel_efficiency
 
 
 def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
