@@ -42,8 +42,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "DTensor redistributes Shard(1) through functional collectives that cat tp chunks when the dim is not 0"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
          "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
-        ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing",
-         "PyTorch context_parallel's default rotate method and round-robin sharding"),
+        ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing, "
+         "partial outputs merged and gradients accumulated in fp32, dK/dV passed around the ring in fp32",
+         "PyTorch context_parallel's default rotate method, round-robin sharding and convert_to_f32 "
+         "(torch.distributed.tensor.experimental._attention)"),
         ("selective checkpointing", "op-level (selective_op): every other matmul and all elementwise ops recomputed",
          "activation_checkpoint.selective_ac_option defaults to op (torchtitan _op_sac policy)"),
         ("torch.compile", "as the compile column; empty = off (torchtitan's default)",
