@@ -146,13 +146,25 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
     """Plan fields the framework's defaults decide."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
     zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan") else 1)
-    async_tp = ("asynctp" in text.replace(" ", "") or "async tp" in text) and "vanilla tp" not in text
+    async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
+                and "vanilla tp" not in text)
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
     if framework == "torchtitan":
         options["reshard_after_forward"] = pp == 1
         options["cp_comm"] = "all_gather"
     return options
+
+
+# Tables whose caption, not their rows, says the runs used async TP: the December 2024 page's
+# Table 5 ("3D parallelism (FSDP + TP + PP) + torch.compile + Float8 + AsyncTP") and Table 6
+# ("4D parallelism ... + AsyncTP + 1F1B"), pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md.
+ASYNC_TP_CAPTIONS = {"llama3_h100_202412_torchtitan.md": ("table5", "table6")}
+
+
+def _captioned_async_tp(text: str) -> bool:
+    return any(page in text and any(f"{table} " in text or text.endswith(table) for table in tables)
+               for page, tables in ASYNC_TP_CAPTIONS.items())
 
 
 def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | None]:
