@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.spec.model import ModelSpec
+from autotune.spec.presets import load_preset
 from autotune.spec.workload import TrainingWorkload
 
 __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGER_ELEMENTWISE", "Unexpressible", "runs_eager", "framework_of", "modern_run_from_row"]
@@ -114,6 +115,33 @@ def framework_of(row: dict[str, str]) -> str:
     return "megatron" if not name else name.split()[0]
 
 
+# The CSV's shape columns cannot say a mixture-of-experts model's attention and layer details
+# (head_dim other than hidden / heads, latent attention, shared experts, dense first layers,
+# sliding windows, biases). Rows naming one of these models take them from its preset, whose
+# source is the model's own config.json; the row's own columns must agree with the preset.
+# The published Model TFLOP/s confirm the preset shapes: Qwen3-30B-A3B's 547 TFLOP/s at 23766
+# tokens/s/GPU (nemo-mb-042) is 23.0 GFLOP per token, 6 x 79.9 M per layer with head_dim 128
+# (62 M with hidden / heads = 64).
+MOE_PRESETS = {"qwen3_30b_a3b": "qwen3-30b-a3b", "qwen3_235b_a22b": "qwen3-235b-a22b",
+               "deepseekv3": "deepseek-v3", "gpt oss 120b": "gpt-oss-120b"}
+_PRESET_CHECKS = ("hidden_size", "num_heads", "num_kv_heads", "vocab_size", "num_experts",
+                  "num_experts_per_token", "expert_ffn_hidden_size")
+
+
+def _moe_preset(row: dict[str, str], columns: ModelSpec) -> ModelSpec:
+    """The preset the row's model names (see MOE_PRESETS), with the row's name, source and
+    context; the row's columns when it names none."""
+    name = row["model"].lower()
+    key = next((k for k in MOE_PRESETS if name.startswith(k)), None)
+    if row.get("arch") != "moe" or key is None:
+        return columns
+    preset = load_preset(MOE_PRESETS[key])
+    differ = [f for f in _PRESET_CHECKS if getattr(preset, f) != getattr(columns, f)]
+    if differ or preset.num_layers != columns.num_layers:
+        raise AutotuneError("model", f"row {row['id']} disagrees with preset {preset.name} on {differ or ['num_layers']}")
+    return preset.with_changes(name=columns.name, source=columns.source, max_seq_len=columns.max_seq_len)
+
+
 def _model(row: dict[str, str], framework: str) -> ModelSpec:
     act = {"relu2": "relu"}.get(row["ffn_act"] or "gelu", row["ffn_act"] or "gelu")
     llama = act == "swiglu"
@@ -173,7 +201,7 @@ def modern_run_from_row(row: dict[str, str]):
     cluster = GPU_CLUSTERS.get(row["gpu"])
     if cluster is None:
         return Unexpressible(run_id=row["id"], regime=regime, reason=f"no cluster preset for {row['gpu']}")
-    model = _model(row, framework)
+    model = _moe_preset(row, _model(row, framework))
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
     if model.num_layers % (pp * vpp):  # embedding and loss take layer slots (see FRAMEWORK_DEFAULTS)
