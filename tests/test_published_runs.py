@@ -19,10 +19,12 @@ def test_published_runs_fit_in_memory(data_dir):
 
 # What the cost model reaches on every expressible row of both shipped CSVs (the issue's target is
 # mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md:
-# all rows 13.3% / 63.1%, dense rows 10.7% / 45.4%). The 16 MoE rows are priced since the graph has
-# routed experts (mean 36%, predicted too fast).
-ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.14, 0.64
+# all rows 12.2% / 57.5%, dense rows 10.7% / 45.4%). The 16 MoE rows (mean 25.0%, worst 57.5%,
+# predicted too fast; 33.4% / 60.8% before they took their models' presets and recipes, see
+# docs/moe.md) have their own bound.
+ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.13, 0.60
 DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.11, 0.46
+MOE_ROWS_MEAN, MOE_ROWS_WORST = 0.27, 0.60
 
 
 def test_modern_runs_every_row_is_priced_or_says_why(data_dir):
@@ -53,6 +55,10 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     assert dense.num_runs == 140
     assert dense.mean_abs_error <= DENSE_ROWS_MEAN, table
     assert dense.worst_abs_error <= DENSE_ROWS_WORST, table
+    moe = overall_error([c for c in checks if c.run.model.is_moe])
+    assert moe.num_runs == 16
+    assert moe.mean_abs_error <= MOE_ROWS_MEAN, table
+    assert moe.worst_abs_error <= MOE_ROWS_WORST, table
     # the dense Megatron rows stay where they were
     assert table["A100-SXM4-80GB | dense | fp16 | megatron"][1] <= 0.05
 
@@ -75,3 +81,21 @@ def test_check_published_cli_reports_regimes_and_assumptions(capsys):
     assert main(["check-published", "--assumptions"]) == 0
     out = capsys.readouterr().out
     assert "llm-foundry:" in out and "torchtitan:" in out and "nemo:" in out
+
+
+def test_moe_rows_take_their_models_preset_and_recipe(data_dir):
+    import csv
+
+    from autotune.calibrate.modern import modern_run_from_row
+
+    rows = {r["id"]: r for r in csv.DictReader(open(data_dir / "modern_runs.csv"))}
+    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-042"])
+    assert model.head_dim == 128 and model.qk_norm == "head"  # Qwen3-30B-A3B: 32 heads of 128 on hidden 2048
+    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-082"])
+    assert model.is_mla and model.num_shared_experts == 1 and model.first_k_dense_layers == 3
+    assert workload.ep_dispatcher == "deepep" and workload.overlap_ep_comm  # v0.1.0rc4 run_script.py on H100
+    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-022"])
+    assert model.head_dim == 64 and model.sliding_window == 128  # GPT-OSS-120B
+    assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm
+    model, *_ = modern_run_from_row(rows["nemo-mb-053"])  # dense rows keep their columns
+    assert model.head_dim == 8192 // 64

@@ -45,17 +45,24 @@ def _expert_zero3_s(ctx, stage: StagePlan, span, ex: ExpertLayerCost, fwd_layer,
     return n_moe * per_layer
 
 
+# Share of the SMs the expert-parallel exchange kernels occupy while they run beside compute:
+# 20 of the H800's 132 SMs (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.2).
+EP_COMM_SM_SHARE = 20.0 / 132.0
+
+
 def _exposed_ep_comm_s(ctx, stage: StagePlan, moe, ex: ExpertLayerCost):
     """One MoE layer's exposed all-to-all and expert-TP collectives per micro-batch. Under
     Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm; the merged
     forward-backward of DeepSeek-V3's DualPipe, arXiv 2412.19437 sec. 3.2.1) one micro-batch's
     exchanges run while another's layer computes, so only what exceeds the layer's forward plus
-    backward compute stays exposed (the steady state; warm-up and cool-down are not modelled)."""
+    backward compute stays exposed (the steady state; warm-up and cool-down are not modelled),
+    and the overlapped compute runs on the SMs the exchange leaves (EP_COMM_SM_SHARE)."""
     comm = ex.comm_s + (ex.recompute_comm_s if stage.recompute == "full" else 0.0)
     if not getattr(ctx.workload, "overlap_ep_comm", False):
         return comm
     compute = st._scalar(moe.fwd_s) + st._scalar(moe.bwd_s) + ex.fwd_s + ex.bwd_s
-    return np.maximum(0.0, comm - compute)
+    slowed = np.minimum(comm, compute) * EP_COMM_SM_SHARE / (1.0 - EP_COMM_SM_SHARE)
+    return np.maximum(0.0, comm - compute) + slowed
 
 
 def _expert_block(ex: ExpertLayerCost):
