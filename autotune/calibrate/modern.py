@@ -68,6 +68,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
         ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+        ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
+         "the CSV columns cannot say them; MOE_PRESETS, each preset citing its config.json"),
+        ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
+         "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
     ),
 }
 
