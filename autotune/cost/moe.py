@@ -40,7 +40,7 @@ from autotune.cost.comm import GroupSpan, collective_time_s
 from autotune.cost.compute import op_coefficients
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
-from autotune.spec.workload import GEMM_OPERAND_BYTES
+from autotune.spec.workload import GEMM_OPERAND_BYTES, is_training
 
 __all__ = ["ExpertLayerCost", "expert_layer_cost", "load_imbalance", "moe_layer_split", "expert_spans",
            "experts_hit_share", "network_copy_share"]
@@ -212,8 +212,10 @@ def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
     the dispatch and back before the combine, when it holds more than one expert
     (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
     dispatch_postprocess / combine_preprocess, sort_chunks_by_idxs); the backward does the
-    inverse copies. DeepEP/HybridEP (flex dispatcher) permute once, on the receiving side."""
-    if getattr(ctx.workload, "ep_dispatcher", "alltoall") != "alltoall" or stage.ep * stage.etp <= 1:
+    inverse copies. DeepEP/HybridEP (flex dispatcher) permute once, on the receiving side.
+    Training only: serving engines run their own fused MoE dispatch."""
+    if (not is_training(ctx.workload) or getattr(ctx.workload, "ep_dispatcher", "alltoall") != "alltoall"
+            or stage.ep * stage.etp <= 1):
         return 0.0, 0.0
     device = ctx.cluster.device
     fit = device.memory_regression("stream")
