@@ -7,11 +7,13 @@ model cannot price yet is returned as :class:`Unexpressible` with the reason, ne
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.spec.model import ModelSpec
+from autotune.spec.presets import load_preset
 from autotune.spec.workload import TrainingWorkload
 
 __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGER_ELEMENTWISE", "Unexpressible", "runs_eager", "framework_of", "modern_run_from_row"]
@@ -68,6 +70,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
         ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+        ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
+         "the CSV columns cannot say them; MOE_PRESETS, each preset citing its config.json"),
+        ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
+         "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
     ),
 }
 
@@ -114,6 +120,75 @@ def framework_of(row: dict[str, str]) -> str:
         if key in name:
             return key
     return "megatron" if not name else name.split()[0]
+
+
+# The CSV's shape columns cannot say a mixture-of-experts model's attention and layer details
+# (head_dim other than hidden / heads, latent attention, shared experts, dense first layers,
+# sliding windows, biases). Rows naming one of these models take them from its preset, whose
+# source is the model's own config.json; the row's own columns must agree with the preset.
+# The published Model TFLOP/s confirm the preset shapes: Qwen3-30B-A3B's 547 TFLOP/s at 23766
+# tokens/s/GPU (nemo-mb-042) is 23.0 GFLOP per token, 6 x 79.9 M per layer with head_dim 128
+# (62 M with hidden / heads = 64).
+MOE_PRESETS = {"qwen3_30b_a3b": "qwen3-30b-a3b", "qwen3_235b_a22b": "qwen3-235b-a22b",
+               "deepseekv3": "deepseek-v3", "gpt oss 120b": "gpt-oss-120b"}
+_PRESET_CHECKS = ("hidden_size", "num_heads", "num_kv_heads", "vocab_size", "num_experts",
+                  "num_experts_per_token", "expert_ffn_hidden_size")
+
+
+# MoE settings of NeMo / Megatron-Bridge performance recipes the table does not print:
+# (container, gpu, model key) -> (ep_dispatcher, overlap_ep_comm, source). Unlisted: alltoall,
+# no overlap (Megatron-Core's defaults: moe_token_dispatcher_type alltoall, overlap off).
+NEMO_MOE_RECIPES = {
+    ("25.09", "H100-SXM5-80GB", "deepseekv3"): (
+        "deepep", True, "Megatron-Bridge v0.1.0rc4 scripts/performance/run_script.py: DeepEP on H100 and "
+        "A2A_1F1B (overlap_moe_expert_parallel_comm, delay_wgrad_compute) on H100"),
+    ("25.11", "H100-SXM5-80GB", "qwen3_30b_a3b"): (
+        "alltoall", True, "Megatron-Bridge v0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py "
+        "QWEN3_30B_A3B_H100_*: moe_a2a_overlap=True"),
+    ("25.11", "B200", "qwen3_235b_a22b"): (
+        "alltoall", True, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
+        "QWEN3_235B_A22B_B200_*: moe_a2a_overlap=True"),
+    ("25.11", "GB200", "qwen3_30b_a3b"): (
+        "deepep", False, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
+        "QWEN3_30B_A3B_GB200_*: moe_flex_dispatcher_backend=hybridep"),
+    ("25.11", "GB200", "qwen3_235b_a22b"): (
+        "deepep", False, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
+        "QWEN3_235B_A22B_GB200_*: moe_flex_dispatcher_backend=hybridep"),
+    ("25.11", "GB200", "deepseekv3"): (
+        "deepep", False, "Megatron-Bridge v0.2.0 configs/deepseek/workload_base_configs.py "
+        "DEEPSEEK_V3_GB200_BASE_CONFIG: hybridep, moe_a2a_overlap=False"),
+    ("26.04.01", "B200", "gpt oss 120b"): (
+        "deepep", False, "Megatron-Bridge 26.04 configs/gpt_oss/gpt_oss_workload_base_configs.py "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2 (GBS 1280): hybridep"),
+    ("26.08", "GB200", "gpt oss 120b"): (
+        "deepep", False, "Megatron-Bridge @067f987 perf_recipes/gpt_oss/gb200/gpt_oss.py "
+        "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config: HybridEP (NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 64)"),
+}
+
+
+def _moe_recipe(row: dict[str, str]) -> dict:
+    """Workload fields of the row's NeMo MoE recipe (NEMO_MOE_RECIPES); empty when unlisted."""
+    match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
+    name = row["model"].lower()
+    key = next((k for k in MOE_PRESETS if name.startswith(k)), None)
+    recipe = NEMO_MOE_RECIPES.get((match.group(1) if match else "", row["gpu"], key))
+    if recipe is None or row.get("arch") != "moe":
+        return {}
+    return {"ep_dispatcher": recipe[0], "overlap_ep_comm": recipe[1]}
+
+
+def _moe_preset(row: dict[str, str], columns: ModelSpec) -> ModelSpec:
+    """The preset the row's model names (see MOE_PRESETS), with the row's name, source and
+    context; the row's columns when it names none."""
+    name = row["model"].lower()
+    key = next((k for k in MOE_PRESETS if name.startswith(k)), None)
+    if row.get("arch") != "moe" or key is None:
+        return columns
+    preset = load_preset(MOE_PRESETS[key])
+    differ = [f for f in _PRESET_CHECKS if getattr(preset, f) != getattr(columns, f)]
+    if differ or preset.num_layers != columns.num_layers:
+        raise AutotuneError("model", f"row {row['id']} disagrees with preset {preset.name} on {differ or ['num_layers']}")
+    return preset.with_changes(name=columns.name, source=columns.source, max_seq_len=columns.max_seq_len)
 
 
 def _model(row: dict[str, str], framework: str) -> ModelSpec:
@@ -187,7 +262,7 @@ def modern_run_from_row(row: dict[str, str]):
     cluster = GPU_CLUSTERS.get(row["gpu"])
     if cluster is None:
         return Unexpressible(run_id=row["id"], regime=regime, reason=f"no cluster preset for {row['gpu']}")
-    model = _model(row, framework)
+    model = _moe_preset(row, _model(row, framework))
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
     if model.num_layers % (pp * vpp):  # embedding and loss take layer slots (see FRAMEWORK_DEFAULTS)
@@ -202,7 +277,8 @@ def modern_run_from_row(row: dict[str, str]):
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text,
-                                sp_batch_first=framework == "torchtitan")
+                                sp_batch_first=framework == "torchtitan",
+                                **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
         num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,

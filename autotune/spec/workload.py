@@ -48,6 +48,9 @@ def compute_dtype(dtype: str) -> str:
     return "bf16" if dtype in LOW_PRECISION_DTYPES else dtype
 
 
+EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingWorkload:
     """One optimizer step over ``global_batch`` sequences of ``seq_len`` tokens.
@@ -70,8 +73,15 @@ class TrainingWorkload:
     # Mixture of experts: the busiest expert-parallel rank's routed tokens over the mean. 0: the
     # floor of unskewed routing (cost/moe.py load_imbalance); >= 1: a measured max/mean.
     expert_load_imbalance: float = 0.0
+    # How tokens reach the experts (cost/moe.py): "alltoall" (Megatron-Core's NCCL all-to-all, a
+    # copy per chosen expert) or "deepep" (DeepEP / HybridEP: one copy per destination node over
+    # the network, fanned out over NVLink). ``overlap_ep_comm``: Megatron's 1F1B all-to-all overlap
+    # (--overlap-moe-expert-parallel-comm) hides the exchange behind another micro-batch's compute.
+    ep_dispatcher: str = "alltoall"
+    overlap_ep_comm: bool = False
 
     def __post_init__(self) -> None:
+        require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
                 f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)
