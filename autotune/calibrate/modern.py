@@ -39,7 +39,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("model", "Llama: RMSNorm, no biases, rotary, untied embeddings", "torchtitan llama3 model"),
         ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
         ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
-        ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so", "torchtitan TP plan"),
+        ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so, "
+         "the forward pass's collectives only",
+         "torchtitan TP plan; PyTorch's async TP blog: up to 29%/20% faster forward, 8% end to end (8B/70B)"),
         ("sequence-parallel layout", "batch-first: each TP gather and reduce-scatter copies its buffer once",
          "DTensor redistributes Shard(1) through functional collectives that cat tp chunks when the dim is not 0"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
@@ -226,6 +228,7 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
     if framework == "torchtitan":
+        options["overlap_tp_backward"] = False  # PyTorch async TP decomposes the forward graph's collectives
         options["reshard_after_forward"] = pp == 1
         options["cp_comm"] = "all_gather"
     return options

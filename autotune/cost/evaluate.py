@@ -31,6 +31,7 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
                        overlap_grad_reduce=plan.overlap_grad_reduce and cluster.comm_overlaps_compute,
                        overlap_param_gather=plan.overlap_param_gather and cluster.comm_overlaps_compute,
                        overlap_tp_comm=plan.overlap_tp_comm and cluster.comm_overlaps_compute,
+                       overlap_tp_backward=plan.overlap_tp_backward,
                        overlap_p2p_comm=plan.overlap_p2p_comm and cluster.comm_overlaps_compute,
                        grad_bucket_bytes=plan.grad_bucket_bytes)
     positions = stage_positions(plan, cluster.gpus_per_node)
