@@ -44,6 +44,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "torchtitan TP plan; PyTorch's async TP blog: up to 29%/20% faster forward, 8% end to end (8B/70B)"),
         ("sequence-parallel layout", "batch-first: each TP gather and reduce-scatter copies its buffer once",
          "DTensor redistributes Shard(1) through functional collectives that cat tp chunks when the dim is not 0"),
+        ("attention projections", "Q, K and V as three GEMMs, each casting its own input under float8",
+         "torchtitan llama3 model.py: separate nn.Linear wq, wk, wv; torchao swaps every nn.Linear for a "
+         "Float8Linear (the small-linear filter, torchtitan PR #1319 / ao PR #2410, came after these benchmarks)"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
          "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing, "
@@ -280,7 +283,7 @@ def modern_run_from_row(row: dict[str, str]):
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text,
-                                sp_batch_first=framework == "torchtitan",
+                                sp_batch_first=framework == "torchtitan", qkv_fused=framework != "torchtitan",
                                 **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(

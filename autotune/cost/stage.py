@@ -22,6 +22,7 @@ from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traff
                                     shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
+from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
@@ -166,11 +167,13 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
     names = ctx.tables.layer.names
     exposed = 0.0
     for op, gemm in _TP_PAIRS:
-        if gemm not in names:
+        # unfused Q, K, V: the gathered input feeds three GEMMs, which the chunks overlap together
+        # (PyTorch's fused_all_gather_matmul takes every matmul of the gathered tensor)
+        idx = qkv_projection_indices(names) if gemm == "qkv_proj" else [names.index(gemm)] if gemm in names else []
+        if not idx:
             continue
-        i = names.index(gemm)
         comm = collective_time_s(op, act, span, ctx.cluster)
-        fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., i]), _scalar(layer.bwd_ops_s[..., i])
+        fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., idx].sum(-1)), _scalar(layer.bwd_ops_s[..., idx].sum(-1))
         fwd = np.maximum(comm / stage.tp, comm - fwd_gemm)
         in_backward = (2 if stage.recompute == "full" else 1)  # the backward, and the recomputed forward
         exposed = exposed + fwd + (np.maximum(comm / stage.tp, comm - bwd_gemm) + (in_backward - 1) * fwd

@@ -70,6 +70,9 @@ class TrainingWorkload:
     # Sequence-parallel activations are batch-first (DTensor, torchtitan): each TP all-gather along the
     # sequence copies the gathered buffer and each reduce-scatter its input (PyTorch functional collectives)
     sp_batch_first: bool = False
+    # Q, K and V projected by one GEMM (Megatron-Core's linear_qkv, MPT's Wqkv) or by three
+    # (torchtitan's Llama: separate nn.Linear wq, wk, wv; under float8 each its own Float8Linear)
+    qkv_fused: bool = True
     # Mixture of experts: the busiest expert-parallel rank's routed tokens over the mean. 0: the
     # floor of unskewed routing (cost/moe.py load_imbalance); >= 1: a measured max/mean.
     expert_load_imbalance: float = 0.0
@@ -82,6 +85,7 @@ class TrainingWorkload:
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
+        require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
                 f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)
