@@ -138,6 +138,19 @@ def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts)
     return fwd, bwd
 
 
+def _input_grad_sum_s(table: OpTable, coef: _Coefficients, amounts: OpAmounts) -> np.ndarray:
+    """GEMMs sharing one input (unfused Q, K, V) each return an input gradient, which backward sums:
+    one fused kernel reading the n + 1 gradients and writing their sum (torch.compile fuses the
+    autograd accumulation; tests/test_qkv_split.py), priced on the GEMMs that share the input, the
+    launch split between them. A fused projection returns one gradient and sums nothing."""
+    shares = table.shares_input.astype(float)
+    count = shares.sum()
+    if not count:
+        return np.zeros_like(amounts.act_in_bytes)
+    passes = (count + 2.0) / count  # (count + 1 reads + 1 write) over the count sharing GEMMs
+    return shares * (coef.lat_m / count + passes * amounts.act_in_bytes * coef.spb)
+
+
 def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: object,
                 tp: object, cp: object, sequence_parallel: object) -> BlockTimes:
     """Forward and backward time of a block for ``micro_batch`` sequences per replica.
@@ -160,6 +173,7 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
     if dtype in GEMM_OPERAND_BYTES:
         fwd_cast, bwd_cast = _cast_s(table, coef, dtype, amounts)
         fwd, bwd = fwd + fwd_cast, bwd + bwd_cast
+    bwd = bwd + _input_grad_sum_s(table, coef, amounts)
     saved_split = np.where(table.saved_split, t, np.where(sp, t, 1.0))
     saved = table.saved_bytes * b / (saved_split * c)
     dropped = table.selective_dropped_bytes * b / (saved_split * c)
