@@ -21,14 +21,16 @@ def test_published_runs_fit_in_memory(data_dir):
 
 # What the cost model reaches on every expressible row of both shipped CSVs (the issue's target is
 # mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md:
-# all rows 11.2% / 57.5%, dense rows 9.6% / 34.2%). The 16 MoE rows (mean 25.0%, predicted too
+# all rows 11.0% / 57.5%, dense rows 9.4% / 29.5%; 11.2% / 57.5% and 9.6% / 34.2% before torchtitan's
+# unfused Q/K/V projections were priced). The 16 MoE rows (mean 25.0%, predicted too
 # fast; 33.4% before they took their models' presets and recipes, docs/moe.md) have their own bound.
 ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.12, 0.60
-DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.10, 0.35
+DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.10, 0.31
 MOE_ROWS_MEAN, MOE_ROWS_WORST = 0.27, 0.60
-# torchtitan on Grand Teton's 500 W H100s (bf16 13.7%, fp8 13.5% mean; 18.8% / 18.7% before the
-# 500 W throughput, PyTorch's ring attention and async TP's forward-only overlap were priced)
-GRAND_TETON_MEAN = 0.14
+# torchtitan on Grand Teton's 500 W H100s (bf16 11.6%, fp8 13.4% mean; 13.7% / 13.5% before its three
+# Q/K/V GEMMs, 18.8% / 18.7% before the 500 W throughput, PyTorch's ring attention and async TP's
+# forward-only overlap were priced)
+GRAND_TETON_MEAN = {"bf16": 0.12, "fp8": 0.14}
 
 
 def test_modern_runs_every_row_is_priced_or_says_why(data_dir):
@@ -67,7 +69,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     assert table["A100-SXM4-80GB | dense | fp16 | megatron"][1] <= 0.05
     assert table["H100-SXM5-80GB | dense | bf16 | megatron"][1] <= 0.08
     for precision in ("bf16", "fp8"):
-        assert table[f"H100-96GB-HBM2e-500W | dense | {precision} | torchtitan"][1] <= GRAND_TETON_MEAN, table
+        assert table[f"H100-96GB-HBM2e-500W | dense | {precision} | torchtitan"][1] <= GRAND_TETON_MEAN[precision], table
 
 
 def test_grand_teton_h100_runs_at_the_500_w_tensor_throughput():
