@@ -21,7 +21,7 @@ def test_published_runs_fit_in_memory(data_dir):
 
 # What the cost model reaches on every expressible row of both shipped CSVs (the issue's target is
 # mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md:
-# all rows 11.2% / 57.5%, dense rows 9.6% / 34.2%). The 16 MoE rows (mean 25.0%, predicted too
+# all 159 rows 11.2% / 57.5%, dense rows 9.7% / 34.2%, with added_runs.csv's SC'21 ZeRO-3 rows). The 16 MoE rows (mean 25.0%, predicted too
 # fast; 33.4% before they took their models' presets and recipes, docs/moe.md) have their own bound.
 ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.12, 0.60
 DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.10, 0.35
@@ -48,7 +48,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     from autotune.calibrate.regimes import errors_by_regime, overall_error
 
     checks = []
-    for name in ("published_runs.csv", "modern_runs.csv"):
+    for name in ("published_runs.csv", "modern_runs.csv", "added_runs.csv"):
         checks += check_published(data_dir / name)[0]
     total = overall_error(checks)
     table = {r.regime: (r.num_runs, round(r.mean_abs_error, 3), round(r.worst_abs_error, 3))
@@ -56,7 +56,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     assert total.mean_abs_error <= ALL_ROWS_MEAN, table
     assert total.worst_abs_error <= ALL_ROWS_WORST, table
     dense = overall_error([c for c in checks if not c.run.model.is_moe])
-    assert dense.num_runs == 140
+    assert dense.num_runs == 143
     assert dense.mean_abs_error <= DENSE_ROWS_MEAN, table
     assert dense.worst_abs_error <= DENSE_ROWS_WORST, table
     moe = overall_error([c for c in checks if c.run.model.is_moe])
@@ -66,6 +66,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     # the dense Megatron rows stay where they were
     assert table["A100-SXM4-80GB | dense | fp16 | megatron"][1] <= 0.05
     assert table["H100-SXM5-80GB | dense | bf16 | megatron"][1] <= 0.08
+    assert table["A100-SXM4-80GB | dense | fp16 | deepspeed"][1] <= 0.16  # SC'21 ZeRO-3: +16%, -3%, -25%
     for precision in ("bf16", "fp8"):
         assert table[f"H100-96GB-HBM2e-500W | dense | {precision} | torchtitan"][1] <= GRAND_TETON_MEAN, table
 
