@@ -18,6 +18,13 @@ from autotune.spec.workload import TrainingWorkload
 
 __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGER_ELEMENTWISE", "Unexpressible", "runs_eager", "framework_of", "modern_run_from_row"]
 
+# DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU even over
+# NVLink: each of 8 GPUs took in 7/8 of 10 GB of fp16 weights in the 420 ms a 5B model's forward
+# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16), and those
+# gathers did not overlap compute: "the async version is not async at all, because each
+# all_gather calls torch.cuda.synchronize()" (DeepSpeed PR #1188, June 2021).
+DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
+
 # (setting, value assumed, why). Printed by ``autotune check-published --assumptions``.
 FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "llm-foundry": (
@@ -58,6 +65,17 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("torch.compile", "as the compile column; empty = off (torchtitan's default)",
          "compiled rows price each norm and activation as one fused kernel; eager rows as the unfused "
          "ops of torchtitan's RMSNorm and SwiGLU (EAGER_ELEMENTWISE)"),
+    ),
+    "deepspeed": (
+        ("sharding", "the row's ZeRO stage; parameters prefetched and gradients reduced overlapped",
+         "DeepSpeed ZeRO-3 prefetches the next modules' parameters (prefetch_bucket_size)"),
+        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, not "
+         "overlapped with compute, where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
+         "DeepSpeed issue #1174 (v0.3.16, one 8-A100 node): a 5B model's forward 420 ms slower under ZeRO-3 "
+         "than ZeRO-2 with 10 GB of fp16 weights gathered; PR #1188: each all_gather synchronised the device"),
+        ("attention, 2021", "unfused (Megatron's fused scale-mask-softmax)", "FlashAttention appeared in 2022"),
+        ("model", "GPT: LayerNorm, biases, learned positions, tied embeddings, vocab 51200",
+         "Megatron-DeepSpeed's GPT-3 configuration"),
     ),
     "nemo": (
         ("sharding", "zero 1 (distributed optimizer); zero 3 = Megatron-FSDP where the FSDP column is set",
@@ -230,6 +248,8 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
                 and "vanilla tp" not in text)
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
+    if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
+        options["overlap_param_gather"] = False
     if framework == "torchtitan":
         options["overlap_tp_backward"] = False  # PyTorch async TP decomposes the forward graph's collectives
         options["reshard_after_forward"] = pp == 1
@@ -258,6 +278,12 @@ def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | 
     return 1, None
 
 
+def _deepspeed_2021(row: dict[str, str], framework: str) -> bool:
+    """A DeepSpeed row of 2021 (its source or framework says 2021, SC'21, or release 0.3-0.5)."""
+    text = " ".join(row.get(k, "") for k in ("source", "framework", "confidence")).lower()
+    return framework == "deepspeed" and bool(re.search(r"2021|sc'?21|\b0\.[345]\.\d", text))
+
+
 def modern_run_from_row(row: dict[str, str]):
     """(model, workload, cluster name, plan) of one modern row, or an Unexpressible."""
     framework = framework_of(row)
@@ -281,9 +307,12 @@ def modern_run_from_row(row: dict[str, str]):
     if framework == "torchtitan" and pp > 1:  # one micro-batch per stage
         micro_batch = max(1, global_batch // dp // pp)
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
+    of_2021 = _deepspeed_2021(row, framework)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
-                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text,
-                                sp_batch_first=framework == "torchtitan", qkv_fused=framework != "torchtitan",
+                                attention_impl="unfused" if of_2021 else "flash",
+                                fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
+                                qkv_fused=framework != "torchtitan",
+                                param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
                                 **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(

@@ -264,7 +264,8 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
     groups = shard_groups(stage, span)
     traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
                             GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
-                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds))
+                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds),
+                            getattr(ctx.workload, "param_gather_bytes_per_s", 0.0))
     return groups, traffic
 
 

@@ -82,10 +82,15 @@ class TrainingWorkload:
     # (--overlap-moe-expert-parallel-comm) hides the exchange behind another micro-batch's compute.
     ep_dispatcher: str = "alltoall"
     overlap_ep_comm: bool = False
+    # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
+    # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
+    param_gather_bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
+        require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
+                "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
                 f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)
