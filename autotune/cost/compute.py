@@ -140,9 +140,10 @@ def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts)
 
 def _input_grad_sum_s(table: OpTable, coef: _Coefficients, amounts: OpAmounts) -> np.ndarray:
     """GEMMs sharing one input (unfused Q, K, V) each return an input gradient, which backward sums:
-    one fused kernel reading the n + 1 gradients and writing their sum (torch.compile fuses the
-    autograd accumulation; tests/test_qkv_split.py), priced on the GEMMs that share the input, the
-    launch split between them. A fused projection returns one gradient and sums nothing."""
+    one kernel reading the n + 1 gradients and writing their sum (torch.compile's Inductor fuses
+    the autograd accumulation's adds into one pointwise kernel; eager autograd runs n adds, 3n
+    passes), priced on the GEMMs that share the input, the launch split between them. A fused
+    projection returns one gradient and sums nothing."""
     shares = table.shares_input.astype(float)
     count = shares.sum()
     if not count:
