@@ -30,12 +30,36 @@ def test_ring_hides_behind_attention_unless_the_link_is_slower():
 
 
 def test_all_gather_hides_only_behind_the_local_chunk():
+    # PyTorch's context_parallel: K/V all-gathered (forward and backward) behind the local chunk's
+    # kernel, dK/dV in fp32 one ring hop per step behind the next step's backward kernel, the
+    # last hop exposed
     gather = collective_time_s("all_gather", 4e9, SPAN, CLUSTER)
-    scatter = collective_time_s("reduce_scatter", 4e9, SPAN, CLUSTER)
-    fwd, bwd = 4 * gather, 4 * (gather + scatter)  # the local chunk is a quarter of the attention (cp 4)
-    assert _comm("all_gather", fwd=fwd, bwd=bwd) == pytest.approx(0.189 * (2 * gather + scatter))
+    hop = collective_time_s("send_recv", 4e9 / 4 * 4.0 / 2.0, SPAN, CLUSTER)  # a quarter of K/V, fp32
+    fwd, bwd = 4 * gather, 4 * max(gather, hop)  # the local chunk is a quarter of the attention (cp 4)
+    assert _comm("all_gather", fwd=fwd, bwd=bwd) == pytest.approx(0.189 * (2 * gather + 3 * hop) + hop)
     assert _comm("all_gather", fwd=fwd / 2, bwd=0.0) == pytest.approx(gather / 2 + 0.189 * gather / 2
-                                                                      + gather + scatter)
+                                                                      + gather + 4 * hop)
+
+
+def test_pytorch_ring_steps_merge_in_fp32():
+    from autotune.cost.context_parallel import cp_step_overhead_s
+
+    device = CLUSTER.device
+    one = dict(local_out_elems=1e9, kv_per_out=0.5, act_bytes=2.0)
+    assert cp_step_overhead_s(device, "all_gather", 1, recompute_forward=False, **one) == 0.0
+    assert cp_step_overhead_s(device, "all_to_all", 8, recompute_forward=False, **one) == 0.0
+    # PyTorch's merge (fp32 casts, sigmoid merge, cats) moves more than Megatron-Core's fused one
+    torch_s = {cp: cp_step_overhead_s(device, "all_gather", cp, recompute_forward=False, **one) for cp in (2, 4, 8)}
+    megatron_s = {cp: cp_step_overhead_s(device, "ring", cp, recompute_forward=False, **one) for cp in (2, 4, 8)}
+    assert all(torch_s[cp] > megatron_s[cp] for cp in torch_s), (torch_s, megatron_s)
+    # about linear in the steps: 8 steps cost more than twice 4 steps' extra
+    assert torch_s[2] < torch_s[4] < torch_s[8] and torch_s[8] > 2 * (torch_s[4] - torch_s[2])
+    # a forward recomputation repeats the forward merges, not the backward's
+    again = cp_step_overhead_s(device, "all_gather", 8, recompute_forward=True, **one)
+    assert torch_s[8] < again < 2 * torch_s[8]
+    # MHA carries 4x the K/V of Llama 3's GQA (8 of 32 heads)
+    assert cp_step_overhead_s(device, "all_gather", 8, recompute_forward=False, local_out_elems=1e9,
+                              kv_per_out=2.0, act_bytes=2.0) > torch_s[8]
 
 
 def test_ulysses_all_to_alls_are_on_the_critical_path():

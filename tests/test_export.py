@@ -346,6 +346,19 @@ def test_tp_comm_overlap_maps_to_async_tp_and_tp_comm_overlap():
     assert "--tp-comm-overlap" in megatron_flags(export_plan(pf, "megatron"))
 
 
+def test_async_tp_exports_say_the_backward_is_not_overlapped():
+    # PyTorch's async TP overlaps the forward pass only (cost/stage.py); an estimate that assumed
+    # Megatron's both-pass overlap says so, one made for torchtitan's does not, and Megatron cannot
+    # run forward-only overlap
+    pf = plan_file(**PLANS["tp2-sp-dp4-zero2-selective-async"])
+    assert "forward pass's TP collectives only" in export_plan(pf, "torchtitan-0.2")
+    assert "forward pass's TP collectives only" in export_plan(pf, "torchtitan")
+    forward_only = replace(pf, plan=replace(pf.plan, overlap_tp_backward=False))
+    assert "forward pass's TP collectives only" not in export_plan(forward_only, "torchtitan-0.2")
+    with pytest.raises(AutotuneError, match="overlap_tp_backward"):
+        export_plan(forward_only, "megatron")
+
+
 # `autotune search --export FORMAT`: the export lands in the run directory; a refusal is reported
 # and the search still succeeds (exit 0). In-process: the CLI's SIGTERM handler is put back after.
 

@@ -3,6 +3,8 @@ cost model's pipeline formulas), the drawn geometry, and real PNG files."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import random
 from pathlib import Path
 import struct
@@ -86,6 +88,13 @@ def test_timeline_draws_every_block_where_the_schedule_puts_it(large_plan):
     assert sum(len(c.get_paths()) for c in bars) == plan.pp * plan.num_microbatches * 2 * plan.vpp
     drawn_end_ms = max(p.vertices[:, 0].max() for c in bars for p in c.get_paths())
     assert drawn_end_ms == pytest.approx(max(b.end_s for b in blocks) * 1e3)
+
+
+def test_partial_recomputation_repeats_its_share_of_the_forward(large_plan):
+    plan, _ = large_plan
+    partial = replace(plan, stages=tuple(replace(s, recompute_layers=3) for s in plan.stages))  # 3 of 9 layers
+    fwd, bwd = stage_pass_times_s(partial, evaluate("large", plan=partial))
+    assert bwd[0] == pytest.approx((2 + 3 / 9) * fwd[0])
 
 
 def test_memory_bars_stack_to_each_stage_peak(large_plan):

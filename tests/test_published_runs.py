@@ -1,5 +1,7 @@
 """The cost model against 19 published Megatron-LM runs (A100 SC'21, H100 Megatron-Core)."""
 
+import pytest
+
 from autotune.calibrate import check_runs, load_published_runs
 
 
@@ -19,10 +21,17 @@ def test_published_runs_fit_in_memory(data_dir):
 
 # What the cost model reaches on every expressible row of both shipped CSVs (the issue's target is
 # mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md:
-# all rows 13.3% / 63.1%, dense rows 10.7% / 45.4%). The 16 MoE rows are priced since the graph has
-# routed experts (mean 36%, predicted too fast).
-ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.14, 0.64
-DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.11, 0.46
+# all 159 rows 11.1% / 57.5%, dense rows 9.5% / 29.5%, with added_runs.csv's SC'21 ZeRO-3 rows; before
+# torchtitan's unfused Q/K/V projections were priced: 11.2% / 57.5%, dense 9.7% / 34.2%). The 16 MoE
+# rows (mean 25.0%, predicted too fast; 33.4% before they took their models' presets and recipes,
+# docs/moe.md) have their own bound.
+ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.12, 0.60
+DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.10, 0.31
+MOE_ROWS_MEAN, MOE_ROWS_WORST = 0.27, 0.60
+# torchtitan on Grand Teton's 500 W H100s (bf16 11.6%, fp8 13.4% mean; 13.7% / 13.5% before its three
+# Q/K/V GEMMs, 18.8% / 18.7% before the 500 W throughput, PyTorch's ring attention and async TP's
+# forward-only overlap were priced)
+GRAND_TETON_MEAN = {"bf16": 0.12, "fp8": 0.14}
 
 
 def test_modern_runs_every_row_is_priced_or_says_why(data_dir):
@@ -42,7 +51,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     from autotune.calibrate.regimes import errors_by_regime, overall_error
 
     checks = []
-    for name in ("published_runs.csv", "modern_runs.csv"):
+    for name in ("published_runs.csv", "modern_runs.csv", "added_runs.csv"):
         checks += check_published(data_dir / name)[0]
     total = overall_error(checks)
     table = {r.regime: (r.num_runs, round(r.mean_abs_error, 3), round(r.worst_abs_error, 3))
@@ -50,11 +59,37 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     assert total.mean_abs_error <= ALL_ROWS_MEAN, table
     assert total.worst_abs_error <= ALL_ROWS_WORST, table
     dense = overall_error([c for c in checks if not c.run.model.is_moe])
-    assert dense.num_runs == 140
+    assert dense.num_runs == 143
     assert dense.mean_abs_error <= DENSE_ROWS_MEAN, table
     assert dense.worst_abs_error <= DENSE_ROWS_WORST, table
+    moe = overall_error([c for c in checks if c.run.model.is_moe])
+    assert moe.num_runs == 16
+    assert moe.mean_abs_error <= MOE_ROWS_MEAN, table
+    assert moe.worst_abs_error <= MOE_ROWS_WORST, table
     # the dense Megatron rows stay where they were
     assert table["A100-SXM4-80GB | dense | fp16 | megatron"][1] <= 0.05
+    assert table["H100-SXM5-80GB | dense | bf16 | megatron"][1] <= 0.08
+    assert table["A100-SXM4-80GB | dense | fp16 | deepspeed"][1] <= 0.16  # SC'21 ZeRO-3: +16%, -3%, -25%
+    for precision in ("bf16", "fp8"):
+        assert table[f"H100-96GB-HBM2e-500W | dense | {precision} | torchtitan"][1] <= GRAND_TETON_MEAN[precision], table
+
+
+def test_grand_teton_h100_runs_at_the_500_w_tensor_throughput():
+    # the H100 datasheets put the same 132-SM die at 989 dense BF16 TFLOP/s at 700 W (SXM) and 835 at
+    # 400 W (NVL): throughput ~ P^(ln(989/835)/ln(700/400)); the 500 W part's compute fits are the SXM's
+    # at that ratio, its HBM fit is not scaled (a power cap lowers SM clocks, not the memory clock)
+    import math
+
+    from autotune.spec.hardware_data import load_device
+
+    sxm, capped = load_device("h100-sxm"), load_device("h100-96gb-500w")
+    ratio = (500 / 700) ** (math.log(989 / 835) / math.log(700 / 400))
+    assert ratio == pytest.approx(0.903, abs=0.001)
+    for op_class in ("gemm", "attention"):
+        assert capped.regression(op_class, "bf16").throughput == pytest.approx(
+            ratio * sxm.regression(op_class, "bf16").throughput, rel=0.005)
+    assert capped.peak("bf16") == pytest.approx(ratio * 989e12, rel=0.005)
+    assert capped.memory.throughput == pytest.approx(2.4e12 * 2.95 / 3.35, rel=0.01)
 
 
 def test_framework_defaults_state_their_reasons():
@@ -75,3 +110,36 @@ def test_check_published_cli_reports_regimes_and_assumptions(capsys):
     assert main(["check-published", "--assumptions"]) == 0
     out = capsys.readouterr().out
     assert "llm-foundry:" in out and "torchtitan:" in out and "nemo:" in out
+
+
+def test_torchtitan_async_tp_read_from_the_row_or_its_table_caption(data_dir):
+    # Table 5 of the December 2024 page says "+ AsyncTP" in its caption, not in its rows; the June
+    # 2025 table names vanilla and async TP per row; Table 4 lists both
+    import csv
+
+    from autotune.calibrate.modern import modern_run_from_row
+
+    with open(data_dir / "modern_runs.csv", newline="") as handle:
+        rows = {row["id"]: row for row in csv.DictReader(handle)}
+    overlapped = {run_id: modern_run_from_row(rows[run_id])[3].overlap_tp_comm
+                  for run_id in ("tt-11", "tt-12", "tt-13", "tt-14", "tt-16", "tt-19", "tt-20", "tt-29", "tt-30")}
+    assert overlapped == {"tt-11": False, "tt-12": True, "tt-13": True, "tt-14": True, "tt-16": True,
+                          "tt-19": False, "tt-20": True, "tt-29": False, "tt-30": True}
+
+
+def test_moe_rows_take_their_models_preset_and_recipe(data_dir):
+    import csv
+
+    from autotune.calibrate.modern import modern_run_from_row
+
+    rows = {r["id"]: r for r in csv.DictReader(open(data_dir / "modern_runs.csv"))}
+    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-042"])
+    assert model.head_dim == 128 and model.qk_norm == "head"  # Qwen3-30B-A3B: 32 heads of 128 on hidden 2048
+    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-082"])
+    assert model.is_mla and model.num_shared_experts == 1 and model.first_k_dense_layers == 3
+    assert workload.ep_dispatcher == "deepep" and workload.overlap_ep_comm  # v0.1.0rc4 run_script.py on H100
+    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-022"])
+    assert model.head_dim == 64 and model.sliding_window == 128  # GPT-OSS-120B
+    assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm
+    model, *_ = modern_run_from_row(rows["nemo-mb-053"])  # dense rows keep their columns
+    assert model.head_dim == 8192 // 64

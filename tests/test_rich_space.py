@@ -160,3 +160,24 @@ def test_partial_recomputation_exports():
         export_plan(_partial_plan_file((6, 6), zero=3), "torchtitan-0.2")  # no f with 16 // f == 6
     with pytest.raises(AutotuneError, match="recompute_layers"):  # torchtitan 0.3 has no frequency option here
         export_plan(_partial_plan_file((4, 4), zero=3), "torchtitan")
+
+
+def _evaluate_cli(*flags: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "autotune", "evaluate", "--model", "large", "--gpus", "16", "--tp", "4",
+                           "--pp", "2", "--micro-batch", "4", "--json", *flags], capture_output=True, text=True, timeout=120)
+
+
+def test_evaluate_takes_recompute_layers_as_megatron_block_recomputation():
+    import json
+
+    step = {}
+    for flags in (("--recompute", "none"), ("--recompute", "full", "--recompute-layers", "8"), ("--recompute", "full")):
+        out = _evaluate_cli(*flags)
+        assert out.returncode in (0, 1), out.stderr
+        step[flags[-1]] = json.loads(out.stdout)["step_time_s"]
+    assert step["none"] < step["8"] < step["full"]  # a share of the layers pays the extra forward
+    bad = _evaluate_cli("--recompute-layers", "8")
+    assert bad.returncode == 2 and "recompute_layers" in bad.stderr and "Traceback" not in bad.stderr

@@ -7,14 +7,23 @@ model cannot price yet is returned as :class:`Unexpressible` with the reason, ne
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.spec.model import ModelSpec
+from autotune.spec.presets import load_preset
 from autotune.spec.workload import TrainingWorkload
 
 __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGER_ELEMENTWISE", "Unexpressible", "runs_eager", "framework_of", "modern_run_from_row"]
+
+# DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU even over
+# NVLink: each of 8 GPUs took in 7/8 of 10 GB of fp16 weights in the 420 ms a 5B model's forward
+# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16), and those
+# gathers did not overlap compute: "the async version is not async at all, because each
+# all_gather calls torch.cuda.synchronize()" (DeepSpeed PR #1188, June 2021).
+DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
 
 # (setting, value assumed, why). Printed by ``autotune check-published --assumptions``.
 FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -37,18 +46,36 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("model", "Llama: RMSNorm, no biases, rotary, untied embeddings", "torchtitan llama3 model"),
         ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
         ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
-        ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so", "torchtitan TP plan"),
+        ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so, "
+         "the forward pass's collectives only",
+         "torchtitan TP plan; PyTorch's async TP blog: up to 29%/20% faster forward, 8% end to end (8B/70B)"),
         ("sequence-parallel layout", "batch-first: each TP gather and reduce-scatter copies its buffer once",
          "DTensor redistributes Shard(1) through functional collectives that cat tp chunks when the dim is not 0"),
+        ("attention projections", "Q, K and V as three GEMMs, each casting its own input under float8",
+         "torchtitan llama3 model.py: separate nn.Linear wq, wk, wv; torchao swaps every nn.Linear for a "
+         "Float8Linear (the small-linear filter, torchtitan PR #1319 / ao PR #2410, came after these benchmarks)"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
          "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
-        ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing",
-         "PyTorch context_parallel's default rotate method and round-robin sharding"),
+        ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing, "
+         "partial outputs merged and gradients accumulated in fp32, dK/dV passed around the ring in fp32",
+         "PyTorch context_parallel's default rotate method, round-robin sharding and convert_to_f32 "
+         "(torch.distributed.tensor.experimental._attention)"),
         ("selective checkpointing", "op-level (selective_op): every other matmul and all elementwise ops recomputed",
          "activation_checkpoint.selective_ac_option defaults to op (torchtitan _op_sac policy)"),
         ("torch.compile", "as the compile column; empty = off (torchtitan's default)",
          "compiled rows price each norm and activation as one fused kernel; eager rows as the unfused "
          "ops of torchtitan's RMSNorm and SwiGLU (EAGER_ELEMENTWISE)"),
+    ),
+    "deepspeed": (
+        ("sharding", "the row's ZeRO stage; parameters prefetched and gradients reduced overlapped",
+         "DeepSpeed ZeRO-3 prefetches the next modules' parameters (prefetch_bucket_size)"),
+        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, not "
+         "overlapped with compute, where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
+         "DeepSpeed issue #1174 (v0.3.16, one 8-A100 node): a 5B model's forward 420 ms slower under ZeRO-3 "
+         "than ZeRO-2 with 10 GB of fp16 weights gathered; PR #1188: each all_gather synchronised the device"),
+        ("attention, 2021", "unfused (Megatron's fused scale-mask-softmax)", "FlashAttention appeared in 2022"),
+        ("model", "GPT: LayerNorm, biases, learned positions, tied embeddings, vocab 51200",
+         "Megatron-DeepSpeed's GPT-3 configuration"),
     ),
     "nemo": (
         ("sharding", "zero 1 (distributed optimizer); zero 3 = Megatron-FSDP where the FSDP column is set",
@@ -66,6 +93,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
         ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+        ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
+         "the CSV columns cannot say them; MOE_PRESETS, each preset citing its config.json"),
+        ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
+         "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
     ),
 }
 
@@ -114,6 +145,75 @@ def framework_of(row: dict[str, str]) -> str:
     return "megatron" if not name else name.split()[0]
 
 
+# The CSV's shape columns cannot say a mixture-of-experts model's attention and layer details
+# (head_dim other than hidden / heads, latent attention, shared experts, dense first layers,
+# sliding windows, biases). Rows naming one of these models take them from its preset, whose
+# source is the model's own config.json; the row's own columns must agree with the preset.
+# The published Model TFLOP/s confirm the preset shapes: Qwen3-30B-A3B's 547 TFLOP/s at 23766
+# tokens/s/GPU (nemo-mb-042) is 23.0 GFLOP per token, 6 x 79.9 M per layer with head_dim 128
+# (62 M with hidden / heads = 64).
+MOE_PRESETS = {"qwen3_30b_a3b": "qwen3-30b-a3b", "qwen3_235b_a22b": "qwen3-235b-a22b",
+               "deepseekv3": "deepseek-v3", "gpt oss 120b": "gpt-oss-120b"}
+_PRESET_CHECKS = ("hidden_size", "num_heads", "num_kv_heads", "vocab_size", "num_experts",
+                  "num_experts_per_token", "expert_ffn_hidden_size")
+
+
+# MoE settings of NeMo / Megatron-Bridge performance recipes the table does not print:
+# (container, gpu, model key) -> (ep_dispatcher, overlap_ep_comm, source). Unlisted: alltoall,
+# no overlap (Megatron-Core's defaults: moe_token_dispatcher_type alltoall, overlap off).
+NEMO_MOE_RECIPES = {
+    ("25.09", "H100-SXM5-80GB", "deepseekv3"): (
+        "deepep", True, "Megatron-Bridge v0.1.0rc4 scripts/performance/run_script.py: DeepEP on H100 and "
+        "A2A_1F1B (overlap_moe_expert_parallel_comm, delay_wgrad_compute) on H100"),
+    ("25.11", "H100-SXM5-80GB", "qwen3_30b_a3b"): (
+        "alltoall", True, "Megatron-Bridge v0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py "
+        "QWEN3_30B_A3B_H100_*: moe_a2a_overlap=True"),
+    ("25.11", "B200", "qwen3_235b_a22b"): (
+        "alltoall", True, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
+        "QWEN3_235B_A22B_B200_*: moe_a2a_overlap=True"),
+    ("25.11", "GB200", "qwen3_30b_a3b"): (
+        "deepep", False, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
+        "QWEN3_30B_A3B_GB200_*: moe_flex_dispatcher_backend=hybridep"),
+    ("25.11", "GB200", "qwen3_235b_a22b"): (
+        "deepep", False, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
+        "QWEN3_235B_A22B_GB200_*: moe_flex_dispatcher_backend=hybridep"),
+    ("25.11", "GB200", "deepseekv3"): (
+        "deepep", False, "Megatron-Bridge v0.2.0 configs/deepseek/workload_base_configs.py "
+        "DEEPSEEK_V3_GB200_BASE_CONFIG: hybridep, moe_a2a_overlap=False"),
+    ("26.04.01", "B200", "gpt oss 120b"): (
+        "deepep", False, "Megatron-Bridge 26.04 configs/gpt_oss/gpt_oss_workload_base_configs.py "
+        "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2 (GBS 1280): hybridep"),
+    ("26.08", "GB200", "gpt oss 120b"): (
+        "deepep", False, "Megatron-Bridge @067f987 perf_recipes/gpt_oss/gb200/gpt_oss.py "
+        "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config: HybridEP (NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 64)"),
+}
+
+
+def _moe_recipe(row: dict[str, str]) -> dict:
+    """Workload fields of the row's NeMo MoE recipe (NEMO_MOE_RECIPES); empty when unlisted."""
+    match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
+    name = row["model"].lower()
+    key = next((k for k in MOE_PRESETS if name.startswith(k)), None)
+    recipe = NEMO_MOE_RECIPES.get((match.group(1) if match else "", row["gpu"], key))
+    if recipe is None or row.get("arch") != "moe":
+        return {}
+    return {"ep_dispatcher": recipe[0], "overlap_ep_comm": recipe[1]}
+
+
+def _moe_preset(row: dict[str, str], columns: ModelSpec) -> ModelSpec:
+    """The preset the row's model names (see MOE_PRESETS), with the row's name, source and
+    context; the row's columns when it names none."""
+    name = row["model"].lower()
+    key = next((k for k in MOE_PRESETS if name.startswith(k)), None)
+    if row.get("arch") != "moe" or key is None:
+        return columns
+    preset = load_preset(MOE_PRESETS[key])
+    differ = [f for f in _PRESET_CHECKS if getattr(preset, f) != getattr(columns, f)]
+    if differ or preset.num_layers != columns.num_layers:
+        raise AutotuneError("model", f"row {row['id']} disagrees with preset {preset.name} on {differ or ['num_layers']}")
+    return preset.with_changes(name=columns.name, source=columns.source, max_seq_len=columns.max_seq_len)
+
+
 def _model(row: dict[str, str], framework: str) -> ModelSpec:
     act = {"relu2": "relu"}.get(row["ffn_act"] or "gelu", row["ffn_act"] or "gelu")
     llama = act == "swiglu"
@@ -144,13 +244,28 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
     """Plan fields the framework's defaults decide."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
     zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan") else 1)
-    async_tp = ("asynctp" in text.replace(" ", "") or "async tp" in text) and "vanilla tp" not in text
+    async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
+                and "vanilla tp" not in text)
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
+    if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
+        options["overlap_param_gather"] = False
     if framework == "torchtitan":
+        options["overlap_tp_backward"] = False  # PyTorch async TP decomposes the forward graph's collectives
         options["reshard_after_forward"] = pp == 1
         options["cp_comm"] = "all_gather"
     return options
+
+
+# Tables whose caption, not their rows, says the runs used async TP: the December 2024 page's
+# Table 5 ("3D parallelism (FSDP + TP + PP) + torch.compile + Float8 + AsyncTP") and Table 6
+# ("4D parallelism ... + AsyncTP + 1F1B"), pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md.
+ASYNC_TP_CAPTIONS = {"llama3_h100_202412_torchtitan.md": ("table5", "table6")}
+
+
+def _captioned_async_tp(text: str) -> bool:
+    return any(page in text and any(f"{table} " in text or text.endswith(table) for table in tables)
+               for page, tables in ASYNC_TP_CAPTIONS.items())
 
 
 def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | None]:
@@ -163,6 +278,12 @@ def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | 
     return 1, None
 
 
+def _deepspeed_2021(row: dict[str, str], framework: str) -> bool:
+    """A DeepSpeed row of 2021 (its source or framework says 2021, SC'21, or release 0.3-0.5)."""
+    text = " ".join(row.get(k, "") for k in ("source", "framework", "confidence")).lower()
+    return framework == "deepspeed" and bool(re.search(r"2021|sc'?21|\b0\.[345]\.\d", text))
+
+
 def modern_run_from_row(row: dict[str, str]):
     """(model, workload, cluster name, plan) of one modern row, or an Unexpressible."""
     framework = framework_of(row)
@@ -173,7 +294,7 @@ def modern_run_from_row(row: dict[str, str]):
     cluster = GPU_CLUSTERS.get(row["gpu"])
     if cluster is None:
         return Unexpressible(run_id=row["id"], regime=regime, reason=f"no cluster preset for {row['gpu']}")
-    model = _model(row, framework)
+    model = _moe_preset(row, _model(row, framework))
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
     if model.num_layers % (pp * vpp):  # embedding and loss take layer slots (see FRAMEWORK_DEFAULTS)
@@ -186,9 +307,13 @@ def modern_run_from_row(row: dict[str, str]):
     if framework == "torchtitan" and pp > 1:  # one micro-batch per stage
         micro_batch = max(1, global_batch // dp // pp)
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
+    of_2021 = _deepspeed_2021(row, framework)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
-                                attention_impl="flash", fp8_all_gather="fp8 all-gather on" in text,
-                                sp_batch_first=framework == "torchtitan")
+                                attention_impl="unfused" if of_2021 else "flash",
+                                fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
+                                qkv_fused=framework != "torchtitan",
+                                param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
+                                **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
         num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,

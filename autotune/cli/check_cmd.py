@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-SHIPPED = ("published_runs.csv", "modern_runs.csv")
+SHIPPED = ("published_runs.csv", "modern_runs.csv", "added_runs.csv")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

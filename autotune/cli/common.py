@@ -53,6 +53,9 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--schedule", default=None, help="pipeline schedule: 1f1b (default), gpipe, or interleaved (with --vpp > 1)")
     parser.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch per data-parallel replica")
     parser.add_argument("--recompute", default="none", help="activation recomputation: none, selective or full")
+    parser.add_argument("--recompute-layers", type=int, default=0,
+                        help="with --recompute full: recompute only the first N layers of each stage, as "
+                             "Megatron's block method (0: every layer)")
     sp = parser.add_mutually_exclusive_group()
     sp.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                     help="sequence parallelism (default: on when tp > 1)")

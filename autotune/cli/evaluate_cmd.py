@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 DEFAULTS: dict[str, object] = {}
 INFERENCE_ONLY = ("batch", "prompt_len", "output_len", "target_tpot_ms", "target_ttft_ms")
 TRAINING_ONLY = ("global_batch", "seq_len")
-DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel", "zero", "schedule",
+DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "recompute_layers", "sequence_parallel", "zero", "schedule",
            "overlap_tp_comm", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
 
 
@@ -133,8 +133,8 @@ def run(args: argparse.Namespace) -> int:
     estimate = evaluate(
         model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=workload,
         tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch,
-        recompute=args.recompute, sequence_parallel=args.sequence_parallel, zero=args.zero, schedule=args.schedule,
-        overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+        recompute=args.recompute, recompute_layers=args.recompute_layers, sequence_parallel=args.sequence_parallel,
+        zero=args.zero, schedule=args.schedule, overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
         dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
         ep=args.ep, etp=args.etp, **options)

@@ -125,14 +125,31 @@ def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts)
     (``fp8_rowwise``, torchao's axiswise recipe) scales each GEMM operand along its reduction
     dimension, so every operand is cast twice, once per axis: along the rows the amax and the
     cast fuse (read 2, write 1), along the columns a reduction pass precedes the cast (read 2,
-    then read 2 and write 1): 8 bytes per element, 4 per BF16 byte."""
+    then read 2 and write 1): 8 bytes per element, 4 per BF16 byte. Casts are per GEMM, except
+    the input cast of a GEMM that reads the previous GEMM's input (``shares_input``: unfused K
+    and V after Q), which that GEMM's cast serves."""
     is_gemm = np.array([k == "gemm" for k in table.kinds], dtype=float)
+    own_input = 1.0 - table.shares_input
     per_bf16_byte = _CAST_BYTES_PER_BF16_BYTE.get(dtype, (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0)
-    fwd_bytes = (amounts.act_in_bytes + amounts.weight_bytes) * per_bf16_byte
+    fwd_bytes = (amounts.act_in_bytes * own_input + amounts.weight_bytes) * per_bf16_byte
     bwd_bytes = amounts.act_out_bytes * per_bf16_byte
-    fwd = is_gemm * (2 * coef.lat_m + fwd_bytes * coef.spb)
+    fwd = is_gemm * ((1.0 + own_input) * coef.lat_m + fwd_bytes * coef.spb)
     bwd = is_gemm * (coef.lat_m + bwd_bytes * coef.spb)
     return fwd, bwd
+
+
+def _input_grad_sum_s(table: OpTable, coef: _Coefficients, amounts: OpAmounts) -> np.ndarray:
+    """GEMMs sharing one input (unfused Q, K, V) each return an input gradient, which backward sums:
+    one kernel reading the n + 1 gradients and writing their sum (torch.compile's Inductor fuses
+    the autograd accumulation's adds into one pointwise kernel; eager autograd runs n adds, 3n
+    passes), priced on the GEMMs that share the input, the launch split between them. A fused
+    projection returns one gradient and sums nothing."""
+    shares = table.shares_input.astype(float)
+    count = shares.sum()
+    if not count:
+        return np.zeros_like(amounts.act_in_bytes)
+    passes = (count + 2.0) / count  # (count + 1 reads + 1 write) over the count sharing GEMMs
+    return shares * (coef.lat_m / count + passes * amounts.act_in_bytes * coef.spb)
 
 
 def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: object,
@@ -157,6 +174,7 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
     if dtype in GEMM_OPERAND_BYTES:
         fwd_cast, bwd_cast = _cast_s(table, coef, dtype, amounts)
         fwd, bwd = fwd + fwd_cast, bwd + bwd_cast
+    bwd = bwd + _input_grad_sum_s(table, coef, amounts)
     saved_split = np.where(table.saved_split, t, np.where(sp, t, 1.0))
     saved = table.saved_bytes * b / (saved_split * c)
     dropped = table.selective_dropped_bytes * b / (saved_split * c)

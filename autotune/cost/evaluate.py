@@ -28,12 +28,14 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
         return evaluate_inference_plan(model, workload, cluster, plan)
     check_plan(model, workload, cluster, plan)
     cluster = cluster.for_gpus(plan.gpus)  # CPU workers sharing cores run slower
-    tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl)
+    tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl,
+                          workload.qkv_fused)
     ctx = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=plan.micro_batch,
                        num_microbatches=plan.num_microbatches, vpp=plan.vpp,
                        overlap_grad_reduce=plan.overlap_grad_reduce and cluster.comm_overlaps_compute,
                        overlap_param_gather=plan.overlap_param_gather and cluster.comm_overlaps_compute,
                        overlap_tp_comm=plan.overlap_tp_comm and cluster.comm_overlaps_compute,
+                       overlap_tp_backward=plan.overlap_tp_backward,
                        overlap_p2p_comm=plan.overlap_p2p_comm and cluster.comm_overlaps_compute,
                        grad_bucket_bytes=plan.grad_bucket_bytes)
     positions = stage_positions(plan, cluster.gpus_per_node)

@@ -15,8 +15,12 @@ so the expert work of a stage divides by tp x cp whatever ep and etp are; each G
   tokens per expert).
 * Dispatch and combine: an all-to-all over the EP group of the routed rows, ``tokens x top-k x
   hidden`` bytes per rank each way, forward and backward (Megatron-Core's alltoall dispatcher),
-  priced on the levels the EP group crosses (cost/comm.py); exposed (no overlap modelled). Each
-  forward first gathers the token counts and waits on the host for them (_dispatch_metadata_s).
+  priced on the levels the EP group crosses (cost/comm.py). DeepEP-style dispatchers send a
+  token once per remote node (network_copy_share). Exposed unless the workload turns on
+  Megatron's 1F1B all-to-all overlap (cost/moe_stage.py). Each forward first gathers the
+  token counts and waits on the host for them (_dispatch_metadata_s).
+* The alltoall dispatcher copies the received rows into local-expert order and back
+  (_sort_by_expert_s).
 * Load imbalance: the busiest EP rank sets the pace; its rows, time and buffers are the mean
   times ``imbalance`` (see :func:`load_imbalance`).
 * Expert TP (etp > 1): the rows an EP rank receives are all-gathered over etp before the
@@ -36,10 +40,10 @@ from autotune.cost.comm import GroupSpan, collective_time_s
 from autotune.cost.compute import op_coefficients
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
-from autotune.spec.workload import GEMM_OPERAND_BYTES
+from autotune.spec.workload import GEMM_OPERAND_BYTES, is_training
 
 __all__ = ["ExpertLayerCost", "expert_layer_cost", "load_imbalance", "moe_layer_split", "expert_spans",
-           "experts_hit_share"]
+           "experts_hit_share", "network_copy_share"]
 
 
 def moe_layer_split(tables: ModelTables, stage: StagePlan, num_layers=None) -> tuple:
@@ -168,10 +172,30 @@ def _dispatch_metadata_s(ctx, stage: StagePlan, spans: dict) -> float:
     return counts + ctx.cluster.device.memory.latency_s
 
 
+def network_copy_share(m, span: GroupSpan, dispatcher: str) -> float:
+    """Network bytes of a node-deduplicating dispatch over those of the plain all-to-all.
+
+    NCCL's all-to-all sends a token once per chosen expert, ``k (nodes - 1) / nodes`` copies
+    off the node on average. DeepEP's internode kernels (and HybridEP) send it once per remote
+    node that holds one of its experts and fan it out over NVLink there (DeepSeek-V3 report,
+    arXiv 2412.19437 sec. 3.2.2): with the ``E`` experts split evenly over the nodes and the k
+    choices uniform without repetition (force-balanced routing), a node is missed with
+    probability prod_j (E - E/nodes - j) / (E - j). Group-limited routing (DeepSeek's topk_group)
+    would lower it further; not modelled."""
+    nodes = span.n_inter
+    if dispatcher != "deepep" or nodes <= 1:
+        return 1.0
+    n, k = m.num_experts, m.num_experts_per_token
+    missed = float(np.prod([(n - n / nodes - j) / (n - j) for j in range(k)]))
+    return (nodes - 1) * (1.0 - missed) / (k * (nodes - 1) / nodes)
+
+
 def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
     """(all collectives of one layer fwd+bwd, the forward ones) in seconds."""
     m, e = ctx.tables.model, ctx.tables.act_bytes
     nbytes = rows_busy * m.hidden_size * e  # the routed rows a rank sends (and, busiest, receives)
+    # a deduplicating dispatcher's network bytes (the all-to-all's cross-node term dominates)
+    nbytes = nbytes * network_copy_share(m, spans["ep"], getattr(ctx.workload, "ep_dispatcher", "alltoall"))
     a2a = collective_time_s("all_to_all", nbytes, spans["ep"], ctx.cluster)
     fwd = 2 * a2a  # dispatch and combine
     if stage.etp > 1:
@@ -180,6 +204,26 @@ def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
             + collective_time_s("reduce_scatter", gathered, spans["etp"], ctx.cluster)
     metadata = _dispatch_metadata_s(ctx, stage, spans)  # forward only: backward reuses the splits
     return 2 * fwd + metadata, fwd + metadata
+
+
+def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
+    """(forward, backward) seconds of the alltoall dispatcher's second permutation: the rows a
+    rank receives arrive grouped by source rank and are copied into local-expert order after
+    the dispatch and back before the combine, when it holds more than one expert
+    (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
+    dispatch_postprocess / combine_preprocess, sort_chunks_by_idxs); the backward does the
+    inverse copies. DeepEP/HybridEP (flex dispatcher) permute once, on the receiving side.
+    Training only: serving engines run their own fused MoE dispatch."""
+    if (not is_training(ctx.workload) or getattr(ctx.workload, "ep_dispatcher", "alltoall") != "alltoall"
+            or stage.ep * stage.etp <= 1):
+        return 0.0, 0.0
+    device = ctx.cluster.device
+    fit = device.memory_regression("stream")
+    rows = rows_busy * stage.etp  # the rows after the expert-TP gather
+    copy = (fit.latency_s + 2.0 * rows * ctx.tables.model.hidden_size * ctx.tables.act_bytes
+            * fit.seconds_per_unit) / device.kernel_efficiency
+    copies = np.where(np.asarray(n_local) > 1.0, 2.0, 0.0)  # sort after dispatch, unsort before combine
+    return copies * copy, copies * copy
 
 
 def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerCost:
@@ -196,6 +240,8 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
     fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp,
                                  np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0))
+    sort_fwd, sort_bwd = _sort_by_expert_s(ctx, stage, rows_busy, n_active)
+    fwd, bwd = fwd + sort_fwd, bwd + sort_bwd
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
     saved = float(tables.experts.saved_bytes.sum()) * scale

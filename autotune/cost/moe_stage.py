@@ -45,6 +45,26 @@ def _expert_zero3_s(ctx, stage: StagePlan, span, ex: ExpertLayerCost, fwd_layer,
     return n_moe * per_layer
 
 
+# Share of the SMs the expert-parallel exchange kernels occupy while they run beside compute:
+# 20 of the H800's 132 SMs (DeepSeek-V3 report, arXiv 2412.19437 sec. 3.2.2).
+EP_COMM_SM_SHARE = 20.0 / 132.0
+
+
+def _exposed_ep_comm_s(ctx, stage: StagePlan, moe, ex: ExpertLayerCost):
+    """One MoE layer's exposed all-to-all and expert-TP collectives per micro-batch. Under
+    Megatron-Core's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm; the merged
+    forward-backward of DeepSeek-V3's DualPipe, arXiv 2412.19437 sec. 3.2.1) one micro-batch's
+    exchanges run while another's layer computes, so only what exceeds the layer's forward plus
+    backward compute stays exposed (the steady state; warm-up and cool-down are not modelled),
+    and the overlapped compute runs on the SMs the exchange leaves (EP_COMM_SM_SHARE)."""
+    comm = ex.comm_s + (ex.recompute_comm_s if stage.recompute == "full" else 0.0)
+    if not getattr(ctx.workload, "overlap_ep_comm", False):
+        return comm
+    compute = st._scalar(moe.fwd_s) + st._scalar(moe.bwd_s) + ex.fwd_s + ex.bwd_s
+    slowed = np.minimum(comm, compute) * EP_COMM_SM_SHARE / (1.0 - EP_COMM_SM_SHARE)
+    return np.maximum(0.0, comm - compute) + slowed
+
+
 def _expert_block(ex: ExpertLayerCost):
     """The routed experts of one layer in the shape cost/sharding.py's traffic reads."""
     return SimpleNamespace(params_per_gpu=ex.params_per_gpu, fwd_s=ex.fwd_s, bwd_s=ex.bwd_s, selective_fwd_s=0.0)
@@ -118,7 +138,7 @@ def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
     params = n_dense * st._scalar(dense.params_per_gpu) + n_moe * st._scalar(moe.params_per_gpu) + sum(
         st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
     expert_params = n_moe * ex.params_per_gpu
-    ep_comm = n_moe * (ex.comm_s + (ex.recompute_comm_s if stage.recompute == "full" else 0.0))
+    ep_comm = n_moe * _exposed_ep_comm_s(ctx, stage, moe, ex)
     zero3 = (st._zero3_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense)
              + st._zero3_comm_s(ctx, stage, spans["dp_cp"], moe, n_moe)
              + _expert_zero3_s(ctx, stage, ex_spans["edp"], ex, ex.fwd_s, ex.bwd_s, n_moe))

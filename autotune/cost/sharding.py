@@ -143,8 +143,13 @@ class LayerTraffic:
 
 
 def layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params, gather_bytes_per_param: float,
-                  grad_bytes_per_param: float, fwd_s, bwd_s) -> LayerTraffic:
+                  grad_bytes_per_param: float, fwd_s, bwd_s, gather_rate_bytes_per_s: float = 0.0) -> LayerTraffic:
+    """``gather_rate_bytes_per_s`` > 0: the runtime receives each GPU's missing (n-1)/n of the
+    layer no faster than that (a measured rate, TrainingWorkload.param_gather_bytes_per_s)."""
     gather = collective_time_s("all_gather", params * gather_bytes_per_param, groups.shard, cluster)
+    if gather_rate_bytes_per_s > 0:
+        missing = params * gather_bytes_per_param * (1.0 - 1.0 / groups.shard.size)
+        gather = np.maximum(gather, missing / gather_rate_bytes_per_s)
     reduce = _reduce_fn("reduce_scatter", groups, cluster)(params * grad_bytes_per_param)
     return LayerTraffic(gather_s=gather, reduce_s=reduce, fwd_s=fwd_s, bwd_s=bwd_s,
                         share=rate_share(groups.shard, cluster))

@@ -16,12 +16,13 @@ import numpy as np
 from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
-from autotune.cost.context_parallel import cp_layer_comm_s
+from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s, overlapped_exposed_s,
                                     shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
+from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
@@ -53,6 +54,7 @@ class StageContext:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False
+    overlap_tp_backward: bool = True  # with overlap_tp_comm: the backward's TP collectives too
     overlap_p2p_comm: bool = True
     grad_bucket_bytes: float = 0.0
 
@@ -156,18 +158,26 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
     (backward), as Transformer Engine's userbuffers do (Wang et al. 2022, "Overlap
     communication with dependent computation via decomposition"). The first chunk stays
     exposed. No overlap contention (overlap_penalty_s): userbuffers' ring exchange and PyTorch's
-    async TP move the chunks with copy engines, not SM kernels, beside compute-bound GEMMs."""
+    async TP move the chunks with copy engines, not SM kernels, beside compute-bound GEMMs.
+    PyTorch's async TP (``overlap_tp_backward`` False) decomposes the forward graph's collectives
+    only: its authors measured up to 29% / 20% faster forward passes but 8% end to end on Llama 3
+    8B / 70B (He, Wright et al. 2024, "Introducing Async Tensor Parallelism in PyTorch"), what an
+    exposed backward (about 2/3 of the step) leaves; its backward graph, recomputation included,
+    runs the plain collectives."""
     names = ctx.tables.layer.names
     exposed = 0.0
     for op, gemm in _TP_PAIRS:
-        if gemm not in names:
+        # unfused Q, K, V: the gathered input feeds three GEMMs, which the chunks overlap together
+        # (PyTorch's fused_all_gather_matmul takes every matmul of the gathered tensor)
+        idx = qkv_projection_indices(names) if gemm == "qkv_proj" else [names.index(gemm)] if gemm in names else []
+        if not idx:
             continue
-        i = names.index(gemm)
         comm = collective_time_s(op, act, span, ctx.cluster)
-        fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., i]), _scalar(layer.bwd_ops_s[..., i])
-        exposed = exposed + np.maximum(comm / stage.tp, comm - fwd_gemm) + np.maximum(comm / stage.tp, comm - bwd_gemm)
-        if stage.recompute == "full":
-            exposed = exposed + np.maximum(comm / stage.tp, comm - fwd_gemm)
+        fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., idx].sum(-1)), _scalar(layer.bwd_ops_s[..., idx].sum(-1))
+        fwd = np.maximum(comm / stage.tp, comm - fwd_gemm)
+        in_backward = (2 if stage.recompute == "full" else 1)  # the backward, and the recomputed forward
+        exposed = exposed + fwd + (np.maximum(comm / stage.tp, comm - bwd_gemm) + (in_backward - 1) * fwd
+                                   if ctx.overlap_tp_backward else in_backward * (comm + _sp_layout_copy_s(ctx, act)))
     return exposed
 
 
@@ -225,23 +235,12 @@ def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         qkv_local_bytes=tokens / stage.cp * (m.num_heads * m.head_dim + 2 * m.kv_dim) * width,
         out_local_bytes=tokens / stage.cp * m.num_heads * m.head_dim * width,
         fwd_attn_s=_scalar((layer.fwd_ops_s * attn).sum(-1)), bwd_attn_s=_scalar((layer.bwd_ops_s * attn).sum(-1)),
-        recompute_forward=stage.recompute == "full")
-    overhead = 0.0 if comm == "all_to_all" else _cp_step_overhead_s(ctx, stage)
+        recompute_forward=stage.recompute == "full", act_bytes=ctx.tables.act_bytes)
+    overhead = cp_step_overhead_s(
+        ctx.cluster.device, comm, stage.cp, local_out_elems=tokens / stage.cp * m.attn_out_width / stage.tp,
+        kv_per_out=2 * m.kv_dim / m.attn_out_width, act_bytes=ctx.tables.act_bytes,
+        recompute_forward=stage.recompute == "full", dtype=ctx.workload.dtype)
     return n * (per_layer + overhead)
-
-
-def _cp_step_overhead_s(ctx: StageContext, stage: StagePlan) -> float:
-    """The ring runs attention as cp partial kernels per pass and merges each partial output
-    into the running one with its log-sum-exp (Megatron-Core's context parallelism): per layer
-    (cp - 1) extra kernel launches forward and backward, and each merge reads the partial and
-    running outputs and writes the running one (3 x the local output bytes, fp32 statistics
-    aside) forward, twice that backward."""
-    device, m = ctx.cluster.device, ctx.tables.model
-    local_out = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
-    extra_steps = stage.cp - 1
-    launches = 2 * extra_steps * device.regression("attention", ctx.workload.dtype).latency_s
-    merges = 3 * extra_steps * device.memory.time_s(3.0 * local_out)
-    return (launches + merges) / device.kernel_efficiency
 
 
 def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
@@ -265,7 +264,8 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
     groups = shard_groups(stage, span)
     traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
                             GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
-                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds))
+                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds),
+                            getattr(ctx.workload, "param_gather_bytes_per_s", 0.0))
     return groups, traffic
 
 

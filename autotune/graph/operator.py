@@ -53,6 +53,7 @@ class Operator:
     bwd_kernels: int = 1
     selective_recompute: bool = False  # forward redone in backward under selective recomputation
     selective_dropped_bytes: float = 0.0  # part of saved_bytes not kept under selective recomputation
+    shares_input: bool = False  # a GEMM reading the previous GEMM's input tensor: one low-precision cast serves both
 
 
 def _norm(name: str, m: ModelSpec, s: int, e: int, width: int = 0, *, sharding: str = "replicated",
@@ -68,7 +69,7 @@ def _norm(name: str, m: ModelSpec, s: int, e: int, width: int = 0, *, sharding: 
 
 
 def _linear(name: str, s: int, d_in: int, d_out: int, e: int, sharding: str, bias: bool,
-            save_input: bool = True) -> Operator:
+            save_input: bool = True, shares_input: bool = False) -> Operator:
     # y = x W: 2 s d_in d_out FLOPs; backward computes dX and dW, twice the forward FLOPs.
     flops = 2.0 * s * d_in * d_out
     return Operator(
@@ -77,7 +78,7 @@ def _linear(name: str, s: int, d_in: int, d_out: int, e: int, sharding: str, bia
         weight_bytes=d_in * d_out * e, params=d_in * d_out + (d_out if bias else 0),
         saved_bytes=s * d_in * e if save_input else 0.0, sharding=sharding,
         bwd_flops_factor=2.0, bwd_bytes_factor=2.0,
-        bwd_kernels=2,
+        bwd_kernels=2, shares_input=shares_input,
     )
 
 

@@ -23,7 +23,7 @@ from autotune.spec.model import ModelSpec
 
 __all__ = ["Operator", "SHARDINGS", "TP_SPLIT", "OP_KINDS", "layer_graph", "embedding_graph", "head_graph", "operators",
            "layer_operators", "embedding_operators", "head_operators", "attention_operators", "attended_pairs",
-           "qkv_proj_width", "decode_attention"]
+           "qkv_proj_width", "decode_attention", "QKV_SPLIT", "qkv_projection_indices"]
 
 def _residual(name: str, m: ModelSpec, s: int, e: int) -> Operator:
     # bias-dropout-add: read branch and residual, write the sum; the dropout mask is 1 byte
@@ -124,6 +124,35 @@ def qkv_proj_width(m: ModelSpec) -> int:
     return m.q_width + 2 * m.kv_dim
 
 
+# The three GEMMs of an unfused Q/K/V projection (torchtitan's Llama wq, wk, wv; HF-style q_proj,
+# k_proj, v_proj): one layer input, three weights, three kernels.
+QKV_SPLIT = ("q_proj", "k_proj", "v_proj")
+
+
+def qkv_projection_indices(names: tuple[str, ...]) -> list[int]:
+    """Positions of the GEMMs that project the attention input to Q, K and V in a layer table:
+    the fused ``qkv_proj`` (MLA's fused down projection too), else the three unfused ones."""
+    if "qkv_proj" in names:
+        return [names.index("qkv_proj")]
+    return [names.index(n) for n in QKV_SPLIT if n in names]
+
+
+def _qkv_projections(m: ModelSpec, s: int, e: int, fused: bool) -> list[Operator]:
+    """Q, K and V from the attention input: one GEMM of width q + 2 kv (Megatron's linear_qkv, MPT's
+    Wqkv), or three (torchtitan's Llama: separate nn.Linear wq, wk, wv), which read the input three
+    times and, with grouped-query attention, give K and V narrow GEMMs. Same FLOPs, parameters and
+    weight bytes in total; autograd saves the shared input once (in q_proj's slot) and, under FP8,
+    it is cast once (``shares_input``): torch.compile's common-subexpression elimination merges
+    the three Float8Linears' identical input casts (tests/test_qkv_split.py shows it on a
+    torchao-like cast), and torchtitan's tensorwise TP casts the module input before its gather."""
+    h, bias = m.hidden_size, _bias(m, "qkv_bias")
+    if fused:
+        return [_linear("qkv_proj", s, h, qkv_proj_width(m), e, "column", bias)]
+    return [_linear("q_proj", s, h, m.q_width, e, "column", bias),
+            _linear("k_proj", s, h, m.kv_dim, e, "column", bias, save_input=False, shares_input=True),
+            _linear("v_proj", s, h, m.kv_dim, e, "column", bias, save_input=False, shares_input=True)]
+
+
 def _mla_projections(m: ModelSpec, s: int, e: int) -> list[Operator]:
     """Multi-head latent attention (DeepSeek-V2, arXiv 2405.04434, sec. 2.1): x is compressed to a
     query latent (q_lora_rank) and a joint KV latent (kv_lora_rank) plus one rope key shared by the
@@ -143,14 +172,15 @@ def _mla_projections(m: ModelSpec, s: int, e: int) -> list[Operator]:
     return ops
 
 
-def attention_operators(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
+def attention_operators(m: ModelSpec, s: int, e: int, impl: str, qkv_fused: bool = True) -> list[Operator]:
     """The attention branch after its input norm: projections, QK norms, the attention kernel,
-    the output projection (and Gemma 2's norm of the branch output)."""
+    the output projection (and Gemma 2's norm of the branch output). ``qkv_fused`` False: Q, K
+    and V as three GEMMs (_qkv_projections); MLA keeps its own projections either way."""
     h = m.hidden_size
     if m.is_mla:
         ops = _mla_projections(m, s, e)
     else:
-        ops = [_linear("qkv_proj", s, h, qkv_proj_width(m), e, "column", _bias(m, "qkv_bias"))]
+        ops = _qkv_projections(m, s, e, qkv_fused)
         if m.qk_norm != "none":  # Qwen3: RMSNorm per head (weights shared by heads); OLMoE: over Q and K
             width = m.q_width + m.kv_dim
             params = 2 * m.head_dim if m.qk_norm == "head" else width
@@ -198,14 +228,14 @@ def _ffn_ops(m: ModelSpec, s: int, e: int, moe_layer: bool = False) -> list[Oper
 
 
 def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash",
-                    moe_layer: bool = False) -> list[Operator]:
+                    moe_layer: bool = False, qkv_fused: bool = True) -> list[Operator]:
     """Operators of one transformer layer (pre-norm) in execution order; ``moe_layer``: its FFN
-    is the mixture of experts (graph/moe_ops.py)."""
+    is the mixture of experts (graph/moe_ops.py); ``qkv_fused``: see attention_operators."""
     s, e = seq_len, act_bytes
     ops: list[Operator] = []
     if m.has_attention:
         ops.append(_norm("attn_norm", m, s, e))
-        ops.extend(attention_operators(m, s, e, attention_impl))
+        ops.extend(attention_operators(m, s, e, attention_impl, qkv_fused))
         ops.append(_residual("attn_residual", m, s, e))
         if m.norms_per_layer > 1:  # Falcon-7B's parallel block feeds attention and FFN one norm
             ops.append(_norm("ffn_norm", m, s, e))
@@ -219,9 +249,9 @@ def layer_operators(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: 
 
 
 def layer_graph(m: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash",
-                moe_layer: bool = False) -> nx.DiGraph:
+                moe_layer: bool = False, qkv_fused: bool = True) -> nx.DiGraph:
     """One transformer layer as a DiGraph: the operator chain plus the residual edges."""
-    graph = _chain(layer_operators(m, seq_len, act_bytes, attention_impl, moe_layer))
+    graph = _chain(layer_operators(m, seq_len, act_bytes, attention_impl, moe_layer, qkv_fused))
     if m.has_attention:  # residual connections skip their branch
         graph.add_edge("input", "attn_residual")
         graph.add_edge("attn_residual", "ffn_residual")

@@ -47,6 +47,7 @@ class OpTable:
     bwd_kernels: np.ndarray
     selective: np.ndarray
     selective_dropped_bytes: np.ndarray
+    shares_input: np.ndarray  # its input's low-precision cast is the previous GEMM's (cost/compute.py _cast_s)
 
     @classmethod
     def from_graph(cls, graph: nx.DiGraph) -> "OpTable":
@@ -68,6 +69,7 @@ class OpTable:
             kernels=arr("kernels"), bwd_kernels=arr("bwd_kernels"),
             selective=np.array([op.selective_recompute for op in ops]),
             selective_dropped_bytes=arr("selective_dropped_bytes"),
+            shares_input=np.array([op.shares_input for op in ops], dtype=bool),
         )
 
     def __len__(self) -> int:
@@ -97,6 +99,7 @@ class ModelTables:
     head: OpTable | None
     moe_layer: OpTable | None = None
     experts: OpTable | None = None
+    qkv_fused: bool = True  # Q, K and V as one GEMM (graph/operators.py _qkv_projections)
 
     def layer_counts(self, first: int = 0, end: int | None = None) -> tuple[int, int]:
         """(dense layers, MoE layers) among layers ``[first, end)``."""
@@ -141,12 +144,13 @@ class ModelTables:
 
 
 @lru_cache(maxsize=256)
-def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash") -> ModelTables:
+def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl: str = "flash",
+                 qkv_fused: bool = True) -> ModelTables:
     """Build (and cache) the block tables; specs are frozen and hashable."""
-    layer = OpTable.from_operators(layer_operators(model, seq_len, act_bytes, attention_impl))
+    layer = OpTable.from_operators(layer_operators(model, seq_len, act_bytes, attention_impl, qkv_fused=qkv_fused))
     moe_layer = experts = None
     if model.is_moe:
-        ops = layer_operators(model, seq_len, act_bytes, attention_impl, moe_layer=True)
+        ops = layer_operators(model, seq_len, act_bytes, attention_impl, moe_layer=True, qkv_fused=qkv_fused)
         moe_layer = OpTable.from_operators([op for op in ops if op.sharding != "expert"])
         experts = OpTable.from_operators([op for op in ops if op.sharding == "expert"])
     embedding = head = None
@@ -155,4 +159,4 @@ def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl:
         head = OpTable.from_operators(head_operators(model, seq_len, act_bytes))
     return ModelTables(model=model, seq_len=seq_len, act_bytes=act_bytes,
                        attention_impl=attention_impl, layer=layer, embedding=embedding, head=head,
-                       moe_layer=moe_layer, experts=experts)
+                       moe_layer=moe_layer, experts=experts, qkv_fused=qkv_fused)

@@ -13,7 +13,8 @@ def _stage_shape(stage: Any) -> str:
     parts = [f"tp{stage.tp}"] + ([f"cp{stage.cp}"] if stage.cp > 1 else []) + [f"dp{stage.dp}"]
     parts += [f"ep{stage.ep}" + (f" etp{stage.etp}" if stage.etp > 1 else "")] if stage.ep > 1 or stage.etp > 1 else []
     parts += [f"zero{stage.zero}"] if stage.zero else []
-    parts += [f"recompute-{stage.recompute}"] if stage.recompute != "none" else []
+    count = f":{stage.recompute_layers}" if stage.recompute_layers else ""
+    parts += [f"recompute-{stage.recompute}{count}"] if stage.recompute != "none" else []
     placed = [name[:-3] for name in ("weights_in", "optimizer_in", "activations_in", "gradients_in")
               if getattr(stage, name) != "hbm"]
     parts += [f"{'+'.join(placed)}-offload"] if placed else []

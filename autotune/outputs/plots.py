@@ -58,13 +58,19 @@ def _save(fig: Any, path: str | Path) -> Path:
 def stage_pass_times_s(plan: Plan, estimate: Estimate) -> tuple[list[float], list[float]]:
     """(forward, backward) seconds of one micro-batch on each stage, from the stage's micro-batch
     time: backward is 2x forward (its FLOPs), 3x with full recomputation (which repeats the
-    forward), as in Narayanan et al. SC'21 sec. 5.1 (3x and 4x the forward for a whole step)."""
+    forward), as in Narayanan et al. SC'21 sec. 5.1 (3x and 4x the forward for a whole step);
+    recomputing only the first N layers of a stage repeats that share of the forward."""
     fwd, bwd = [], []
     for stage, est in zip(plan.stages, estimate.stages):
-        ratio = 3.0 if stage.recompute == "full" else 2.0
+        ratio = 2.0 + (_recomputed_share(stage) if stage.recompute == "full" else 0.0)
         fwd.append(est.microbatch_time_s / (1.0 + ratio))
         bwd.append(est.microbatch_time_s * ratio / (1.0 + ratio))
     return fwd, bwd
+
+
+def _recomputed_share(stage) -> float:
+    """Share of the stage's layers full recomputation repeats (recompute_layers 0: all)."""
+    return min(stage.recompute_layers, stage.num_layers) / stage.num_layers if stage.recompute_layers else 1.0
 
 
 def _time_unit(span_s: float) -> tuple[float, str]:

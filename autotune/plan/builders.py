@@ -24,7 +24,8 @@ def uniform_plan(*, num_layers: int, gpus: int, tp: int = 1, pp: int = 1, dp: in
                  vpp: int = 1, micro_batch: int = 1, global_batch: int, sequence_parallel: bool = False,
                  recompute: str = "none", zero: int = 0, mesh_order: str = "tp-cp-dp",
                  overlap_grad_reduce: bool = True, overlap_param_gather: bool = True,
-                 overlap_tp_comm: bool = False, overlap_p2p_comm: bool = True, schedule: str | None = None,
+                 overlap_tp_comm: bool = False, overlap_tp_backward: bool = True, overlap_p2p_comm: bool = True,
+                 schedule: str | None = None,
                  has_embeddings: bool = True, **stage_options: object) -> Plan:
     """Equal stages with the same degrees everywhere, as Megatron-LM runs them. ``schedule``
     defaults to interleaved when ``vpp > 1``, else 1F1B; GPipe is the other choice."""
@@ -55,4 +56,5 @@ def uniform_plan(*, num_layers: int, gpus: int, tp: int = 1, pp: int = 1, dp: in
     return Plan(gpus=gpus, micro_batch=micro_batch, num_microbatches=per_replica // micro_batch,
                 stages=stages, schedule=schedule or ("interleaved" if vpp > 1 else "1f1b"), vpp=vpp,
                 overlap_grad_reduce=overlap_grad_reduce, overlap_param_gather=overlap_param_gather,
-                overlap_tp_comm=overlap_tp_comm, overlap_p2p_comm=overlap_p2p_comm)
+                overlap_tp_comm=overlap_tp_comm, overlap_tp_backward=overlap_tp_backward,
+                overlap_p2p_comm=overlap_p2p_comm)

@@ -138,6 +138,9 @@ class Plan:
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_tp_comm: bool = False  # Megatron --tp-comm-overlap (needs sequence parallelism)
+    # with overlap_tp_comm, the backward's TP collectives overlap too (Megatron's userbuffers);
+    # False: the forward pass's only (PyTorch async TP, torchtitan: cost/stage.py _overlapped_tp_s)
+    overlap_tp_backward: bool = True
     overlap_p2p_comm: bool = True
     grad_bucket_bytes: float = 0.0  # 0: the seed's optimal bucket sqrt(s * w * o)
 

@@ -102,7 +102,8 @@ class SliceSearch:
 
     def __post_init__(self) -> None:
         w = self.problem.workload
-        self.tables = model_tables(self.problem.model, w.seq_len, w.activation_bytes, w.attention_impl)
+        self.tables = model_tables(self.problem.model, w.seq_len, w.activation_bytes, w.attention_impl,
+                                   getattr(w, "qkv_fused", True))
         self.capacity = self.problem.cluster.device.memory_bytes
         if self.cache is not None:
             from autotune.search.cache import fingerprint

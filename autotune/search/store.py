@@ -58,29 +58,43 @@ def _storage(url: str, heartbeat: bool) -> optuna.storages.BaseStorage:
             interval_s, grace_s = heartbeat_settings()
             kwargs = {"heartbeat_interval": interval_s, "grace_period": grace_s,
                       "heartbeat_stale_trial_callback": optuna.storages.RetryHeartbeatStaleTrialCallback(max_retry=2)}
-        for attempt in range(SCHEMA_ATTEMPTS):
-            try:
-                storage = optuna.storages.RDBStorage(url, **kwargs)
-                if url.startswith("sqlite"):
-                    _fast_sqlite(storage)
-                return storage
-            except Exception as err:  # SQLAlchemy raises many types for bad URLs and dead servers
-                reason = str(err).splitlines()[0][:200]
-                if attempt + 1 < SCHEMA_ATTEMPTS and _schema_race(reason):
-                    time.sleep(0.05 * (attempt + 1))  # another process is creating the schema: it will be there
-                    continue
-                raise AutotuneError("storage", f"cannot open {url!r}: {reason}") from None
-    raise AssertionError("unreachable")
+        try:
+            return _retrying_races(lambda: _open_storage(url, kwargs))
+        except Exception as err:  # SQLAlchemy raises many types for bad URLs and dead servers
+            raise AutotuneError("storage", f"cannot open {url!r}: {str(err).splitlines()[0][:200]}") from None
 
 
-# Two processes that open one new database at once both try to create Optuna's schema; the
-# loser sees one of these. The schema the winner made is the one it wanted, so open it again.
-SCHEMA_ATTEMPTS = 8
+def _open_storage(url: str, kwargs: dict[str, Any]) -> optuna.storages.BaseStorage:
+    storage = optuna.storages.RDBStorage(url, **kwargs)
+    if url.startswith("sqlite"):
+        _fast_sqlite(storage)
+    return storage
+
+
+# Two processes that open one new database at once both try to create Optuna's schema (or the
+# same study); the loser sees one of these. What the winner made is what it wanted, so try again,
+# backing off, for up to RACE_WAIT_S: on a loaded machine a writer can hold SQLite's lock for
+# seconds, longer than a fixed number of quick retries lasts.
+RACE_WAIT_S = 60.0
 _RACE_SIGNS = ("alembic_version", "already exists", "database is locked", "duplicate key", "UNIQUE constraint failed")
 
 
 def _schema_race(reason: str) -> bool:
     return any(sign in reason for sign in _RACE_SIGNS)
+
+
+def _retrying_races(action):
+    """``action()``, again after a short wait while it fails with a sign of another process's
+    concurrent schema or study creation; any other failure, or one past RACE_WAIT_S, is raised."""
+    deadline, wait_s = time.monotonic() + RACE_WAIT_S, 0.05
+    while True:
+        try:
+            return action()
+        except Exception as err:
+            if not _schema_race(str(err)) or time.monotonic() + wait_s > deadline:
+                raise
+            time.sleep(wait_s)
+            wait_s = min(2 * wait_s, 2.0)
 
 
 def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
@@ -117,10 +131,8 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
         if problem is None:
             study = optuna.load_study(study_name=name, storage=storage)
         else:
-            study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
-            if PROBLEM_ATTR not in study.user_attrs:
-                study.set_user_attr(PROBLEM_ATTR, problem)
-            elif study.user_attrs[PROBLEM_ATTR] != problem:
+            study, stored_problem = _retrying_races(lambda: _created_study(storage, name, problem))
+            if stored_problem is not None and stored_problem != problem:
                 raise AutotuneError("study", f"study {name!r} at {url!r} was made for another problem; use another name")
         return study
     except KeyError:
@@ -130,6 +142,15 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
         raise
     except Exception as err:
         raise AutotuneError("study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
+
+
+def _created_study(storage, name: str, problem: dict) -> tuple[optuna.Study, dict | None]:
+    """(the study ``name``, created or loaded; the problem it was made for, None if new here)."""
+    study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
+    stored = study.user_attrs.get(PROBLEM_ATTR)
+    if stored is None:
+        study.set_user_attr(PROBLEM_ATTR, problem)
+    return study, stored
 
 
 _CHOICE_DISTRIBUTIONS = {**{k: IntDistribution(*INT_PARAMS[k]) for k in ("pp", "vpp", "tp", "cp", "zero")},

@@ -48,6 +48,9 @@ def compute_dtype(dtype: str) -> str:
     return "bf16" if dtype in LOW_PRECISION_DTYPES else dtype
 
 
+EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingWorkload:
     """One optimizer step over ``global_batch`` sequences of ``seq_len`` tokens.
@@ -67,11 +70,27 @@ class TrainingWorkload:
     # Sequence-parallel activations are batch-first (DTensor, torchtitan): each TP all-gather along the
     # sequence copies the gathered buffer and each reduce-scatter its input (PyTorch functional collectives)
     sp_batch_first: bool = False
+    # Q, K and V projected by one GEMM (Megatron-Core's linear_qkv, MPT's Wqkv) or by three
+    # (torchtitan's Llama: separate nn.Linear wq, wk, wv; under float8 each its own Float8Linear)
+    qkv_fused: bool = True
     # Mixture of experts: the busiest expert-parallel rank's routed tokens over the mean. 0: the
     # floor of unskewed routing (cost/moe.py load_imbalance); >= 1: a measured max/mean.
     expert_load_imbalance: float = 0.0
+    # How tokens reach the experts (cost/moe.py): "alltoall" (Megatron-Core's NCCL all-to-all, a
+    # copy per chosen expert) or "deepep" (DeepEP / HybridEP: one copy per destination node over
+    # the network, fanned out over NVLink). ``overlap_ep_comm``: Megatron's 1F1B all-to-all overlap
+    # (--overlap-moe-expert-parallel-comm) hides the exchange behind another micro-batch's compute.
+    ep_dispatcher: str = "alltoall"
+    overlap_ep_comm: bool = False
+    # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
+    # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
+    param_gather_bytes_per_s: float = 0.0
 
     def __post_init__(self) -> None:
+        require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
+        require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
+        require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
+                "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
                 f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)

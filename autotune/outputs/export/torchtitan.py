@@ -32,7 +32,7 @@ __all__ = ["to_torchtitan", "llama_ffn_hidden", "model_parts", "torchtitan_conte
 
 NAME = "torchtitan"
 TARGET = "torchtitan 0.3.0 (PyPI): torchrun ... -m torchtitan.train $(grep -v '^#' FILE)"
-PLAN_FIELDS = ("overlap_tp_comm", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm")
+PLAN_FIELDS = ("overlap_tp_comm", "overlap_tp_backward", "overlap_grad_reduce", "overlap_param_gather", "overlap_p2p_comm")
 STAGE_FIELDS = (*MAPPED_STAGE_FIELDS, "dp_shard", "reshard_after_forward", "cp_comm",  # FSDP2/HSDP, CP rotation
                 "ep", "etp")  # expert parallelism (torchtitan_moe.py)
 SCHEDULES = {"1f1b": "1F1B", "gpipe": "GPipe", "interleaved": "Interleaved1F1B"}
@@ -184,6 +184,14 @@ def selective_note() -> str:
             "the rest, close to but not the same as Megatron's core-attention recomputation the estimate assumes")
 
 
+def async_tp_notes(ctx: ExportContext) -> list[str]:
+    """PyTorch's async TP overlaps the forward pass's TP collectives only (cost/stage.py)."""
+    if not (ctx.stage.tp > 1 and ctx.plan.overlap_tp_comm and ctx.plan.overlap_tp_backward):
+        return []
+    return ["async TP overlaps the forward pass's TP collectives only; the estimate assumed the backward's "
+            "overlapped too (overlap_tp_backward, Megatron's userbuffers): expect the backward's exposed"]
+
+
 def _value(value) -> list[str]:
     if isinstance(value, bool):
         return []
@@ -211,7 +219,7 @@ def _overrides(ctx: ExportContext) -> tuple[Job, list[str]]:
     # which synchronises with the host for the token counts (Trainer.Config._validate_cuda_graphs)
     if ctx.plan.pp > 1 or s.ep > 1:
         job["training"]["disable_cuda_graphs"] = True
-    notes = [selective_note()] if s.recompute == "selective" else []
+    notes = ([selective_note()] if s.recompute == "selective" else []) + async_tp_notes(ctx)
     if s.cp > 1 and s.cp_comm == "ring":
         notes.append("0.3 has no K/V rotation setting: torch's context parallelism all-gathers K/V, the plan "
                       "assumed a ring (cp_comm=all_gather is what runs; torchtitan-0.2 can set the ring)")

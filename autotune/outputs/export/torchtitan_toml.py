@@ -17,7 +17,7 @@ import tomli_w
 
 from autotune.outputs.export.common import ExportResult, header_lines, recompute_frequency, refuse
 from autotune.outputs.export.torchtitan import (
-    flavor_args, job_sections, llama_flavor, selective_note, torchtitan_context)
+    async_tp_notes, flavor_args, job_sections, llama_flavor, selective_note, torchtitan_context)
 from autotune.plan.io import PlanFile
 
 __all__ = ["to_torchtitan_toml"]
@@ -69,6 +69,7 @@ def to_torchtitan_toml(plan_file: PlanFile) -> ExportResult:
               "model": {"name": "llama3", "flavor": flavor}, **job, "activation_checkpoint": checkpoint}
     _low_precision(config, ctx.workload, fp8_stages=s.fp8)
     if s.tp > 1 and ctx.plan.overlap_tp_comm:
+        notes += async_tp_notes(ctx)
         config["parallelism"]["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)
         config["compile"] = {"enable": True, "components": ["model", "loss"]}
     header = "".join(f"# {line}\n" for line in header_lines(ctx, TARGET) + [f"note: {n}" for n in notes])
