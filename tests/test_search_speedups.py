@@ -127,3 +127,12 @@ def _model_and_workload(name):
 
     spec = resolve_model(name)
     return spec, training_workload(spec, global_batch=None, seq_len=None, dtype="bf16", attention="flash")
+
+
+def test_distinct_sorted_caps_equal_np_unique():
+    from autotune.search.inter_op import _distinct_sorted
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        values = rng.choice([0.5, 1.0, 2.0, 3.25, np.inf, 0.0, -0.0], size=int(rng.integers(0, 30)))
+        assert np.array_equal(_distinct_sorted(values), np.unique(values))
