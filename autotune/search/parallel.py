@@ -6,7 +6,7 @@ they can run in any order and in any process, and give the same results bit for 
 large problem most of the time is in them (GPT-3 175B on 1024 GPUs: 65 studies, about 60% of
 the search), so two cores take about half of it off.
 
-Forked workers (nothing re-imported) only where forking is safe and pays: a POSIX ``fork``
+Forked workers (nothing re-imported) only where forking is safe and pays: Linux's ``fork``
 start method, two usable cores, no other thread in this process, not inside a daemonic
 (pool) process, and at least :data:`MIN_STUDIES` studies to run (:data:`BUSY_STUDIES` on a busy
 machine). ``AUTOTUNE_PROCESSES=1`` turns it off. A study that fails in a worker is left to the
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 
 __all__ = ["MIN_STUDIES", "BUSY_STUDIES", "run_studies", "processes"]
@@ -48,8 +49,9 @@ def processes() -> int:
 def _can_fork() -> bool:
     import multiprocessing as mp  # here: most searches run too few studies to need it
 
-    return ("fork" in mp.get_all_start_methods() and threading.active_count() == 1
-            and not mp.current_process().daemon)
+    # Linux only: macOS offers fork but its system libraries are not fork-safe (spawn is its default)
+    return (sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
+            and threading.active_count() == 1 and not mp.current_process().daemon)
 
 
 def _not_busy() -> bool:
