@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from autotune.calibrate.source_flops import SOURCE_FLOPS
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.spec.model import ModelSpec
@@ -98,6 +99,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
          "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
     ),
+    # Not a framework: how rows that gave only TFLOP/s per GPU get their iteration time (source_flops.py).
+    "TFLOP/s-only rows (the source's FLOP count)": SOURCE_FLOPS,
 }
 
 # Speed of each framework's attention kernel against the device's fitted one (FlashAttention-2

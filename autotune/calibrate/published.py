@@ -20,8 +20,9 @@ import csv
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autotune.calibrate.modern import (ATTENTION_KERNEL_SPEED, EAGER_ELEMENTWISE, Unexpressible, framework_of, runs_eager,
-                                      safe_modern_run)
+from autotune.calibrate.modern import (ATTENTION_KERNEL_SPEED, EAGER_ELEMENTWISE, Unexpressible, framework_of,
+                                      regime_of, runs_eager, safe_modern_run)
+from autotune.calibrate.source_flops import derive_iter_s
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
@@ -136,6 +137,14 @@ def moe_priced() -> bool:
     return model_tables(probe, 16, 2, "flash").experts is not None  # routed experts: autotune/graph/moe_ops.py
 
 
+def _with_derived_iter_s(row: dict[str, str], rows: list[dict[str, str]]) -> dict[str, str] | Unexpressible:
+    """The row with the iteration time its TFLOP/s imply under its source's FLOP count (source_flops)."""
+    derived = derive_iter_s(row, rows)
+    if isinstance(derived, str):
+        return Unexpressible(run_id=row["id"], regime=regime_of(row), reason=derived)
+    return derived
+
+
 def load_runs(path: str | Path) -> tuple[list[PublishedRun], list[Unexpressible]]:
     """Parse a published-runs CSV (either layout of shared/reference/README.md): the runs the
     cost model can price, and the rows it cannot with the reason."""
@@ -144,7 +153,10 @@ def load_runs(path: str | Path) -> tuple[list[PublishedRun], list[Unexpressible]
             rows = list(csv.DictReader(handle))
         runs, skipped = [], []
         for row in rows:
-            built = _modern_run(row) if "framework" in row else _run_from_row(row)
+            if "framework" in row and not row.get("iter_s"):  # TFLOP/s only: the source's FLOP count
+                row = _with_derived_iter_s(row, rows)
+            built = row if isinstance(row, Unexpressible) else (
+                _modern_run(row) if "framework" in row else _run_from_row(row))
             (skipped if isinstance(built, Unexpressible) else runs).append(built)
         return runs, skipped
     except OSError as err:

@@ -24,6 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_degree_args(parser)
     add_memory_args(parser)
     add_sharding_args(parser)
+    add_runtime_args(parser)
     parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
     parser.set_defaults(func=run)
     DEFAULTS.update(parser_defaults(parser))
@@ -31,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 DEFAULTS: dict[str, object] = {}
 INFERENCE_ONLY = ("batch", "prompt_len", "output_len", "target_tpot_ms", "target_ttft_ms")
-TRAINING_ONLY = ("global_batch", "seq_len")
+TRAINING_ONLY = ("global_batch", "seq_len", "unfused_qkv", "param_gather_gbps")
 DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "recompute_layers", "sequence_parallel", "zero", "schedule",
-           "overlap_tp_comm", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
+           "overlap_tp_comm", "async_tp", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
 
 
 def check_workload_flags(args: argparse.Namespace, defaults: dict[str, object]) -> None:
@@ -67,6 +68,17 @@ def add_sharding_args(parser: argparse.ArgumentParser) -> None:
                        help="ZeRO-3/FSDP: keep gathered weights for the step; gather and reduce once per step")
 
 
+def add_runtime_args(parser: argparse.ArgumentParser) -> None:
+    """How the runtime runs the plan, where runtimes differ (cost/stage.py, cost/sharding.py)."""
+    parser.add_argument("--async-tp", action="store_true",
+                        help="PyTorch's async TP: TP collectives overlapped in the forward pass only (torchtitan)")
+    parser.add_argument("--unfused-qkv", action="store_true",
+                        help="Q, K and V projections as three GEMMs (torchtitan, Hugging Face), not one")
+    parser.add_argument("--param-gather-gbps", type=float, default=0.0,
+                        help="ZeRO-3: the runtime's parameter-gather rate per GPU in GB/s where below the "
+                             "network's (DeepSpeed of 2021: 21), 0: the network's")
+
+
 def add_moe_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--expert-load-imbalance", type=float, default=0.0,
                         help="MoE: the busiest expert-parallel rank's tokens over the mean, as measured "
@@ -91,7 +103,9 @@ def _workload(args: argparse.Namespace, model: object) -> object:
 
         work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
                                  attention=args.attention)
-        work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0))
+        work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0),
+                       qkv_fused=not getattr(args, "unfused_qkv", False),
+                       param_gather_bytes_per_s=getattr(args, "param_gather_gbps", 0.0) * 1e9)
         fp8_gather = getattr(args, "fp8_all_gather", False)
         return replace(work, fp8_all_gather=True) if fp8_gather else work
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
@@ -121,6 +135,8 @@ def run(args: argparse.Namespace) -> int:
     from autotune.spec.summary import architecture_dict, architecture_line
 
     require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
+    require(args.param_gather_gbps >= 0, "--param-gather-gbps", f"must be >= 0 GB/s (0: the network's rate), "
+                                                                 f"got {args.param_gather_gbps}")
     check_workload_flags(args, DEFAULTS)
     if args.plan:
         refuse_given(args, DEFAULTS, DEGREES, "shapes a plan built from degrees; --plan gives the whole plan")
@@ -134,7 +150,8 @@ def run(args: argparse.Namespace) -> int:
         model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=workload,
         tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch,
         recompute=args.recompute, recompute_layers=args.recompute_layers, sequence_parallel=args.sequence_parallel,
-        zero=args.zero, schedule=args.schedule, overlap_tp_comm=args.overlap_tp_comm, overlap_grad_reduce=not args.no_overlap_grad_reduce,
+        zero=args.zero, schedule=args.schedule, overlap_tp_comm=args.overlap_tp_comm or args.async_tp,
+        overlap_tp_backward=not args.async_tp, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
         dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
         ep=args.ep, etp=args.etp, **options)
