@@ -1,6 +1,7 @@
 """The search's shortcuts give exactly what the plain computations they replace give."""
 
 import importlib
+import sys
 
 import numpy as np
 import pytest
@@ -136,3 +137,45 @@ def test_distinct_sorted_caps_equal_np_unique():
     for _ in range(200):
         values = rng.choice([0.5, 1.0, 2.0, 3.25, np.inf, 0.0, -0.0], size=int(rng.integers(0, 30)))
         assert np.array_equal(_distinct_sorted(values), np.unique(values))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="study workers run on Linux only")
+@pytest.mark.parametrize("how", ["SIGINT", "SIGKILL"])
+def test_study_workers_end_with_the_search(how, tmp_path):
+    """Interrupted (exit 130, which leaves by os._exit) or killed while its studies run in
+    workers, a search leaves no worker process behind."""
+    import os
+    import signal
+    import subprocess
+    import time
+    import uuid
+
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "AUTOTUNE_PROCESSES": "2", "AUTOTUNE_TEST_MARKER": marker}
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "search", "--model", "gpt3-13b", "--gpus", "64",
+                             "--no-run-dir", "--quiet"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_marked(marker)) < 3 and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the two workers are up
+    if proc.poll() is not None:
+        pytest.skip("the search ran its studies in one process (a busy or single-core machine)")
+    proc.send_signal(getattr(signal, how))
+    proc.wait(timeout=60)
+    deadline = time.monotonic() + 20
+    while _marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _marked(marker)
+
+
+def _marked(marker: str) -> list[int]:
+    import os
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if marker.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found

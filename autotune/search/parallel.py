@@ -61,9 +61,17 @@ def _not_busy() -> bool:
         return False
 
 
-def _quiet_worker() -> None:
+def _quiet_worker(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the search's process handles interrupts and ends the pool
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:  # end with the search's process, however it ends (an interrupted CLI leaves by os._exit)
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG (linux/prctl.h)
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # it ended before the request took effect
+        os._exit(0)
 
 
 def _study(key: tuple[int, int]):
@@ -90,15 +98,17 @@ def run_studies(search, keys: list[tuple[int, int]]) -> dict:
     load_optuna()  # once here rather than once in each worker
     _SEARCH = search
     out = {}
-    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("fork"), initializer=_quiet_worker)
+    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("fork"), initializer=_quiet_worker, initargs=(os.getpid(),))
     try:
         for done in as_completed([pool.submit(_study, key) for key in keys]):
             if done.exception() is None:  # else a worker died (BrokenProcessPool): its studies are left
                 key, result, ok = done.result()
                 if ok:
                     out[key] = result
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # an interrupt leaves at once; the workers end
+    except BaseException:  # an interrupt: leave at once, the workers end now
+        for process in list((getattr(pool, "_processes", None) or {}).values()):
+            process.terminate()
+        pool.shutdown(wait=False, cancel_futures=True)
         raise
     else:
         pool.shutdown(wait=True)  # workers and the pool's thread gone: the next search may fork again
