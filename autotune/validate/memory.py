@@ -144,5 +144,8 @@ def live_tensor_bytes() -> float:
         tensor = getattr(obj, "_local_tensor", obj)
         if tensor.device.type == "cpu" and not tensor.is_meta:
             storage = tensor.untyped_storage()
-            storages[storage.data_ptr()] = storage.nbytes()
+            try:
+                storages[storage.data_ptr()] = storage.nbytes()
+            except RuntimeError:  # a fake or functional tensor (left by torch.compile's tracing) holds no memory
+                continue
     return float(sum(storages.values()))
