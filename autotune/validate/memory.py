@@ -140,12 +140,14 @@ def live_tensor_bytes() -> float:
     with warnings.catch_warnings():  # isinstance on deprecated torch module attributes warns
         warnings.simplefilter("ignore")
         tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    from torch._subclasses.fake_tensor import FakeTensor
+
     for obj in tensors:
         tensor = getattr(obj, "_local_tensor", obj)
-        if tensor.device.type == "cpu" and not tensor.is_meta:
+        if tensor.device.type == "cpu" and not tensor.is_meta and not isinstance(tensor, FakeTensor):
             storage = tensor.untyped_storage()
             try:
                 storages[storage.data_ptr()] = storage.nbytes()
-            except RuntimeError:  # a fake or functional tensor (left by torch.compile's tracing) holds no memory
+            except RuntimeError:  # a functional tensor (left by torch.compile's tracing) holds no memory
                 continue
     return float(sum(storages.values()))
