@@ -77,7 +77,6 @@ def test_studies_in_worker_processes_give_the_same_search(monkeypatch):
     serial = search("large", 16, cache=False)
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
     monkeypatch.setattr(parallel, "MIN_STUDIES", 2)
-    monkeypatch.setattr(parallel, "BUSY_STUDIES", 2)
     ran = []
     real = parallel.run_studies
     monkeypatch.setattr(parallel, "run_studies", lambda search_, keys: ran.append(out := real(search_, keys)) or out)

@@ -8,8 +8,7 @@ the search), so two cores take about half of it off.
 
 Forked workers (nothing re-imported) only where forking is safe and pays: Linux's ``fork``
 start method, two usable cores, no other thread in this process, not inside a daemonic
-(pool) process, and at least :data:`MIN_STUDIES` studies to run (:data:`BUSY_STUDIES` on a busy
-machine). ``AUTOTUNE_PROCESSES=1`` turns it off. A study that fails in a worker is left to the
+(pool) process, and at least :data:`MIN_STUDIES` studies to run. ``AUTOTUNE_PROCESSES=1`` turns it off. A study that fails in a worker is left to the
 caller, which runs it itself (and raises what it raises).
 """
 
@@ -20,16 +19,16 @@ import signal
 import sys
 import threading
 
-__all__ = ["MIN_STUDIES", "BUSY_STUDIES", "run_studies", "processes"]
+__all__ = ["MIN_STUDIES", "run_studies", "processes"]
 
 # Fewer studies than MIN_STUDIES run in the search's own process: the forks, the transfers and
-# Optuna's import cost about what a second core saves. From MIN_STUDIES to BUSY_STUDIES (`large`
-# on 16 GPUs runs 15 studies in ~0.3 s) workers pay only while the machine is not busy (the
-# 1-minute load average, this process included, below the cores used): its CLI run took 0.75 s
-# instead of 0.91 s at load 1.9 on 2 cores, 1.24-1.36 s instead of 1.16 s at load 3-4 (best of
-# 5 runs each). From BUSY_STUDIES on (GPT-3 175B on 1024 GPUs: 65) they pay at any load.
-MIN_STUDIES = 8
-BUSY_STUDIES = 24
+# Optuna's import cost about what a second core saves (`large` on 16 GPUs, 15 studies in ~0.3 s:
+# 0.75 s instead of 0.91 s at load 1.9 but 1.24-1.36 s instead of 1.16 s at load 3-4; with workers
+# from 8 studies scripts/bench_space.py's largest case ran 14.9x faster than exhaustive, without
+# them 23.0x, on a quiet machine). From 24
+# (GPT-3 175B on 1024 GPUs: 65) they pay at any load. Whether a search forks depends on the
+# problem only, not on the machine's load.
+MIN_STUDIES = 24
 
 _SEARCH = None  # the SliceSearch the forked workers read (inherited by fork, never pickled)
 
@@ -52,13 +51,6 @@ def _can_fork() -> bool:
     # Linux only: macOS offers fork but its system libraries are not fork-safe (spawn is its default)
     return (sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods()
             and threading.active_count() == 1 and not mp.current_process().daemon)
-
-
-def _not_busy() -> bool:
-    try:
-        return os.getloadavg()[0] < processes()
-    except OSError:  # no load average here
-        return False
 
 
 def _quiet_worker(parent: int) -> None:
@@ -87,8 +79,6 @@ def run_studies(search, keys: list[tuple[int, int]]) -> dict:
     worker died (the caller runs those itself)."""
     global _SEARCH
     if len(keys) < MIN_STUDIES or processes() < 2 or not _can_fork():
-        return {}
-    if len(keys) < BUSY_STUDIES and not _not_busy():
         return {}
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
