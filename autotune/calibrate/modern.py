@@ -108,6 +108,16 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
          "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
     ),
+    "meta": (
+        ("sharding", "zero 3 without resharding after forward: parameters gathered and gradients reduce-scattered "
+         "once per step", "Llama 3 paper (Dubey et al. 2024) sec. 3.3.2: FSDP that does not reshard after the "
+         "forward pass, gradients reduced once per step"),
+        ("interleaved stages per rank", "2 where not stated",
+         "the paper's Figure 6 interleaves 8 stages over 4 ranks and gives no count for the 405B run"),
+        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
+         "sec. 3.3.2: one layer fewer on the first and last stages (126 layers in 128 slots)"),
+        ("tensor parallel", "sequence parallel, collectives not overlapped", "the paper does not say they are"),
+    ),
     # Not a framework: how rows that gave only TFLOP/s per GPU get their iteration time (source_flops.py).
     "TFLOP/s-only rows (the source's FLOP count)": SOURCE_FLOPS,
 }
@@ -255,13 +265,15 @@ def regime_of(row: dict[str, str]) -> str:
 def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict:
     """Plan fields the framework's defaults decide."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
-    zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan") else 1)
+    zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan", "meta") else 1)
     async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
                 and "vanilla tp" not in text)
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
     if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
         options["overlap_param_gather"] = False
+    if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
+        options["reshard_after_forward"] = False
     if framework == "torchtitan":
         options["overlap_tp_backward"] = False  # PyTorch async TP decomposes the forward graph's collectives
         options["reshard_after_forward"] = pp == 1
@@ -281,11 +293,11 @@ def _captioned_async_tp(text: str) -> bool:
 
 
 def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | None]:
-    """(vpp, schedule): the row's vpp, torchtitan's interleaved tables at 2 stages per rank."""
+    """(vpp, schedule): the row's vpp; torchtitan's interleaved tables and Meta's runs at 2 stages per rank."""
     if row["vpp"]:
         vpp = int(row["vpp"])
         return vpp, ("interleaved" if vpp > 1 else None)
-    if framework == "torchtitan" and pp > 1 and "interleaved" in row["source"].lower():
+    if pp > 1 and (framework == "meta" or (framework == "torchtitan" and "interleaved" in row["source"].lower())):
         return 2, "interleaved"
     return 1, None
 
