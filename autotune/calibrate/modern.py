@@ -101,6 +101,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
         ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+        ("nvfp4 TP overlap", "TP communication not overlapped (the recipes turn userbuffers off for NVFP4)",
+         "Megatron-Bridge llama3/llama31 perf configs: tp_comm_overlap = False if precision == 'nvfp4'"),
         ("fp8 weight casts", "once per step (the first micro-batch's), reused by the others",
          "megatron/core/pipeline_parallel/schedules.py forward_step: set_is_first_microbatch; TE keeps the cast"),
         ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
@@ -262,14 +264,22 @@ def regime_of(row: dict[str, str]) -> str:
     return f"{row['gpu']} | {row.get('arch') or 'dense'} | {_precision(row)} | {framework_of(row)}"
 
 
+# Precisions whose NeMo/Megatron-Bridge recipes turn TP communication overlap (userbuffers) off:
+# every Llama recipe sets tp_comm_overlap = False if precision == "nvfp4" (scripts/performance/configs/
+# llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py @c8327cfc2~1; the flat perf_recipes/llama/
+# gb200/llama31.py @067f987 keeps it for llama31_405b_pretrain_256gpu_gb200_nvfp4_config).
+NEMO_NO_TP_OVERLAP_PRECISIONS = ("nvfp4",)
+
+
 def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict:
     """Plan fields the framework's defaults decide."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
     zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan", "meta") else 1)
     async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
                 and "vanilla tp" not in text)
+    nemo_overlap = framework == "nemo" and _precision(row) not in NEMO_NO_TP_OVERLAP_PRECISIONS
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
-               "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
+               "overlap_tp_comm": tp > 1 and (nemo_overlap or async_tp)}
     if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
         options["overlap_param_gather"] = False
     if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
