@@ -100,7 +100,15 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "(126 -> 128 for Llama 3.1 405B); the padding adds at most pp x vpp - 1 layers' work"),
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
-        ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+        ("fp8", "TE per-tensor scaling on linears, attention bf16: delayed scaling (norms and activations "
+         "write FP8 themselves) on NeMo's rows, current scaling (an amax kernel before each standalone cast) "
+         "on Megatron-Bridge's",
+         "NeMo scripts/performance/argument_parser.py @8cfedd7: --fp8_recipe defaults to ds (delayed); "
+         "Megatron-Bridge scripts/performance/utils/precision.py: per-tensor FP8 is fp8_cs "
+         "(bf16_with_fp8_current_scaling_mixed, first/last layers not kept in BF16)"),
+        ("mxfp8 / nvfp4", "every linear layer's GEMMs in the format, none kept in BF16; attention BF16",
+         "Megatron-Bridge bf16_with_mxfp8_mixed / bf16_with_nvfp4_mixed leave num_layers_at_start/end_in_bf16 at 0 "
+         "and fp8_dot_product_attention off"),
         ("nvfp4 TP overlap", "TP communication not overlapped (the recipes turn userbuffers off for NVFP4)",
          "Megatron-Bridge llama3/llama31 perf configs: tp_comm_overlap = False if precision == 'nvfp4'"),
         ("fp8 weight casts", "once per step (the first micro-batch's), reused by the others",
@@ -312,6 +320,14 @@ def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | 
     return 1, None
 
 
+def _fp8_recipe(row: dict[str, str], framework: str) -> str:
+    """TrainingWorkload.fp8_recipe of a row: NeMo's TE layers under delayed scaling (its performance
+    scripts' default, ds), Megatron-Bridge's under current scaling (fp8_cs), standalone casts elsewhere."""
+    if framework != "nemo":
+        return "cast"
+    return "te_current" if "megatron-bridge" in row.get("framework", "").lower() else "te_delayed"
+
+
 def _deepspeed_2021(row: dict[str, str], framework: str) -> bool:
     """A DeepSpeed row of 2021 (its source or framework says 2021, SC'21, or release 0.3-0.5)."""
     text = " ".join(row.get(k, "") for k in ("source", "framework", "confidence")).lower()
@@ -347,6 +363,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
+                                fp8_recipe=_fp8_recipe(row, framework),
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
                                 **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1

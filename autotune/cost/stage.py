@@ -109,10 +109,12 @@ def _scalar(x: np.ndarray):
 
 
 @lru_cache(maxsize=4096)
-def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool) -> BlockTimes:
+def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool,
+                  fp8_recipe: str = "cast") -> BlockTimes:
     """Block times depend on (micro-batch, tp, cp, sp) only: a search reuses them across the
     recomputation, ZeRO and mesh-order choices of a stage. Shared, so made read-only."""
-    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp)
+    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp,
+                         fp8_recipe=fp8_recipe)
     for value in vars(blocks).values():
         if isinstance(value, np.ndarray) and value.flags.owndata:
             value.flags.writeable = False
@@ -122,7 +124,8 @@ def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, t
 def _block(ctx: StageContext, table, stage: StagePlan) -> BlockTimes:
     b = np.asarray(ctx.micro_batch)
     block = _cached_block(table, ctx.cluster.device, ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
-                          stage.tp, stage.cp, bool(stage.sequence_parallel))
+                          stage.tp, stage.cp, bool(stage.sequence_parallel),
+                          getattr(ctx.workload, "fp8_recipe", "cast"))
     return _reuse_weight_casts(ctx, block)
 
 

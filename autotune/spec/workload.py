@@ -8,7 +8,7 @@ from autotune.errors import require, require_choice, require_positive
 from autotune.spec.limits import check_limit
 
 __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES", "ATTENTION_IMPLS",
-           "bytes_per_element", "LOW_PRECISION_DTYPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype",
+           "bytes_per_element", "LOW_PRECISION_DTYPES", "FP8_RECIPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype",
            "Workload", "is_training"]
 
 # "fp8": FP8 GEMMs (E4M3 forward, E5M2 or E4M3 gradients) with per-tensor scales, BF16
@@ -49,6 +49,12 @@ def compute_dtype(dtype: str) -> str:
 
 
 EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
+# How the per-tensor ``fp8`` recipe casts: "cast": a standalone cast kernel per operand that takes
+# the amax itself (torchao's Float8Linear; Transformer Engine's delayed scaling in te.Linear swapped
+# for nn.Linear, as Composer does); "te_delayed": TE's delayed scaling in Megatron-Core's TE layers,
+# whose norm and activation kernels write FP8 themselves; "te_current": TE's current scaling there,
+# an amax kernel before each standalone cast, the norms and activations computing their own amax.
+FP8_RECIPES = ("cast", "te_delayed", "te_current")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,12 +96,15 @@ class TrainingWorkload:
     # schedules.forward_step), or at every forward (torchao's Float8Linear; TE modules called
     # without is_first_microbatch, as Composer/llm-foundry calls them).
     reuse_weight_casts: bool = True
+    # How the per-tensor ``fp8`` recipe casts (FP8_RECIPES, priced in cost/quantize.py)
+    fp8_recipe: str = "cast"
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
         require(isinstance(self.reuse_weight_casts, bool), "reuse_weight_casts",
                 f"must be true or false, got {self.reuse_weight_casts!r}")
+        require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
