@@ -95,9 +95,11 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("recompute", "none", "performance recipes train without recomputation unless noted"),
         ("model", "Llama-style rows: RMSNorm, no biases, rotary, untied; GPT3: LayerNorm, biases, learned, tied",
          "NeMo model configs"),
-        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
-         "Megatron's account_for_embedding/loss_in_pipeline_split give the embedding and loss a layer's slot "
-         "(126 -> 128 for Llama 3.1 405B); the padding adds at most pp x vpp - 1 layers' work"),
+        ("uneven pipeline split", "the embedding and the loss take a layer's slot on the first and last stages "
+         "where the layers plus two split into pp x vpp chunks (126 layers in 128 slots for Llama 3.1 405B); "
+         "otherwise layers rounded up to a multiple of pp x vpp (at most pp x vpp - 1 layers' work added)",
+         "Megatron-Core's account_for_embedding/loss_in_pipeline_split, set by Megatron-Bridge's 405B recipe "
+         "(recipes/llama/h100/llama3.py @067f987)"),
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
         ("fp8", "TE per-tensor scaling on linears, attention bf16: delayed scaling (norms and activations "
@@ -124,8 +126,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "forward pass, gradients reduced once per step"),
         ("interleaved stages per rank", "2 where not stated",
          "the paper's Figure 6 interleaves 8 stages over 4 ranks and gives no count for the 405B run"),
-        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
-         "sec. 3.3.2: one layer fewer on the first and last stages (126 layers in 128 slots)"),
+        ("uneven pipeline split", "one layer fewer on the first and last stages (126 layers in 128 slots)",
+         "sec. 3.3.2: the embedding and the loss take those slots"),
         ("tensor parallel", "sequence parallel, collectives not overlapped", "the paper does not say they are"),
     ),
     # Not a framework: how rows that gave only TFLOP/s per GPU get their iteration time (source_flops.py).
@@ -320,6 +322,26 @@ def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | 
     return 1, None
 
 
+def _embedding_loss_slots(num_layers: int, chunks: int, framework: str) -> int:
+    """2 where the embedding and the loss each take a layer's slot in the pipeline split (Megatron-Core's
+    account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, which Megatron-Bridge's
+    Llama 3.1 405B recipe sets: recipes/llama/h100/llama3.py @067f987; the Llama 3 paper's sec. 3.3.2
+    for Meta's runs) because the layers alone do not split into pp x vpp chunks and the layers plus
+    those two do; else 0."""
+    fits = num_layers % chunks and not (num_layers + 2) % chunks
+    return 2 if fits and framework in ("nemo", "meta") else 0
+
+
+def _with_embedding_loss_slots(plan):
+    """The plan of ``num_layers + 2`` slots with one layer fewer on the first stage (the embedding's
+    slot) and one fewer on the last (the loss's)."""
+    stages, last = [], len(plan.stages) - 1
+    for i, stage in enumerate(plan.stages):
+        first, end = stage.layers
+        stages.append(replace(stage, layers=(max(first - 1, 0), end - 1 - (i == last))))
+    return plan.with_changes(stages=tuple(stages))
+
+
 def _fp8_recipe(row: dict[str, str], framework: str) -> str:
     """TrainingWorkload.fp8_recipe of a row: NeMo's TE layers under delayed scaling (its performance
     scripts' default, ds), Megatron-Bridge's under current scaling (fp8_cs), standalone casts elsewhere."""
@@ -347,7 +369,8 @@ def modern_run_from_row(row: dict[str, str]):
     model = _moe_preset(row, _model(row, framework))
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
-    if model.num_layers % (pp * vpp):  # embedding and loss take layer slots (see FRAMEWORK_DEFAULTS)
+    slots = _embedding_loss_slots(model.num_layers, pp * vpp, framework)
+    if model.num_layers % (pp * vpp) and not slots:  # rounded up (see FRAMEWORK_DEFAULTS)
         model = model.with_changes(num_layers=-(-model.num_layers // (pp * vpp)) * pp * vpp)
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     gpus = int(row["gpus"])
@@ -368,9 +391,11 @@ def modern_run_from_row(row: dict[str, str]):
                                 **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
-        num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
+        num_layers=model.num_layers + slots, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
         global_batch=global_batch, sequence_parallel=sp, recompute=row["recompute"] or "none",
         schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
+    if slots:
+        plan = _with_embedding_loss_slots(plan)
     if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
         plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))
     return model, workload, cluster, plan, regime
