@@ -149,3 +149,22 @@ def test_interleaved_stages_may_count_the_embedding_and_head_as_layers_but_nothi
     stages[2] = replace(stages[2], layers=(7, 11))
     stages[3] = replace(stages[3], layers=(11, 15))  # 3 + 4 + 4 + 4: the head's stage has 4 layers
     plan.with_changes(stages=tuple(stages)).check_against(15, 8)
+
+
+def test_scales_taken_from_the_data_are_all_reduced_over_tp_before_a_sequence_parallel_gather():
+    from autotune.cost.quantize import amax_all_reduces_per_layer
+    from autotune.cost.evaluate import evaluate_plan
+    from autotune.spec.resolve import resolve_cluster
+
+    assert amax_all_reduces_per_layer("fp8", "te_current", 4, True) == 4
+    assert amax_all_reduces_per_layer("nvfp4", "cast", 4, True) == 4
+    assert amax_all_reduces_per_layer("fp8", "te_delayed", 4, True) == 0
+    assert amax_all_reduces_per_layer("mxfp8", "cast", 4, True) == 0  # block scales need no reduction
+    assert amax_all_reduces_per_layer("fp8", "te_current", 4, False) == 0
+    assert amax_all_reduces_per_layer("nvfp4", "cast", 1, True) == 0
+    cluster = resolve_cluster("dgx-b200", None)
+    plan = uniform_plan(num_layers=32, gpus=8, tp=4, dp=2, global_batch=16, sequence_parallel=True)
+    tp_s = {recipe: evaluate_plan(LLAMA_8B, TrainingWorkload(global_batch=16, seq_len=4096, dtype="fp8",
+                                                               fp8_recipe=recipe), cluster, plan).breakdown["tp_cp_comm_s"]
+            for recipe in ("te_delayed", "te_current")}
+    assert tp_s["te_current"] > tp_s["te_delayed"]

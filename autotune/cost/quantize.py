@@ -17,7 +17,7 @@ import numpy as np
 from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES
 
-__all__ = ["quantize_bytes_per_element", "producer_cast_bytes_per_element", "cast_s"]
+__all__ = ["quantize_bytes_per_element", "producer_cast_bytes_per_element", "cast_s", "amax_all_reduces_per_layer"]
 
 # Scale bytes each quantized copy carries per element: MXFP8 one E8M0 byte per 32 (OCP Microscaling
 # spec v1.0), NVFP4 one E4M3 byte per 16 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149,
@@ -124,3 +124,16 @@ def cast_s(table: OpTable, coef: object, dtype: str, amounts: object, *, fp8_rec
     act_in = is_gemm * own_input * ((in_b > 0) * coef.lat_m + amounts.act_in_bytes * (in_b / 2.0) * coef.spb)
     bwd = is_gemm * ((out_b > 0) * coef.lat_m + amounts.act_out_bytes * (out_b / 2.0) * coef.spb)
     return act_in + weights, bwd, weights
+
+
+def amax_all_reduces_per_layer(dtype: str, fp8_recipe: str, tp: int, sequence_parallel: bool) -> int:
+    """Amax all-reduces over the TP group per layer and micro-batch: with sequence parallelism a
+    tensor quantized before its all-gather needs one scale on every TP rank, so recipes that take
+    the amax from the data (TE's current scaling, NVFP4's per-tensor scale) all-reduce it before the
+    cast, on the compute stream (TE's Linear sets an amax reduction group on the column-parallel
+    inputs and the row-parallel output gradients: module/linear.py set_quantizer_amax_reduction_group;
+    quantizer.cpp waits for the all-reduce): the QKV and FFN-up inputs forward, the output and
+    FFN-down projections' output gradients backward. Delayed scaling reduces its amax history once per
+    step (left out)."""
+    amax_from_data = dtype == "nvfp4" or (dtype == "fp8" and fp8_recipe == "te_current")
+    return 4 if amax_from_data and tp > 1 and sequence_parallel else 0

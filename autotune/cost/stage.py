@@ -22,6 +22,7 @@ from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traff
                                     shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
+from autotune.cost.quantize import amax_all_reduces_per_layer
 from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -216,6 +217,9 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         per_pass = 2 if m.has_attention else 1
         passes = 2 + (1 if stage.recompute == "full" else 0)
         total = n * per_pass * passes * one
+    amax = amax_all_reduces_per_layer(ctx.workload.dtype, getattr(ctx.workload, "fp8_recipe", "cast"), stage.tp,
+                                      stage.sequence_parallel)
+    total += n * amax * collective_time_s("all_reduce", 4.0, span, cl)  # exposed: the cast waits on it
     if stage.has_embedding and m.has_embeddings:
         total += one  # vocab-parallel embedding output
     if stage.has_head and m.has_embeddings:
