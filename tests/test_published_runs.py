@@ -35,7 +35,7 @@ MOE_ROWS_MEAN, MOE_ROWS_WORST = 0.27, 0.60
 # forward-only overlap were priced)
 GRAND_TETON_MEAN = {"bf16": 0.12, "fp8": 0.14}
 LONG_CONTEXT_MEAN, LONG_CONTEXT_WORST = 0.07, 0.16
-# NeMo's dense B200/GB200 rows in FP8, MXFP8 and NVFP4 (17 rows: mean 3.8%, worst 8.4% nemo-mb-016, NVFP4;
+# NeMo's dense B200/GB200 rows in FP8, MXFP8 and NVFP4 (17 rows: mean 3.8%, worst 8.1% nemo-mb-016, NVFP4;
 # 5.8% / 18.8% before the recipes' casts, NVFP4's exposed TP collectives and the 405B pipeline slots)
 BLACKWELL_DENSE_MEAN, BLACKWELL_DENSE_WORST = 0.05, 0.11
 
