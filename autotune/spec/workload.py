@@ -49,6 +49,11 @@ def compute_dtype(dtype: str) -> str:
 
 
 EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
+# How the host's kernel issue is priced (cost/host.py): "hidden" (never: the host always runs
+# ahead) or "eager" (PyTorch eager issuing Megatron-Core's operators from Python).
+HOST_DISPATCH = ("hidden", "eager")
+# Scopes a step replays as CUDA graphs (Megatron --cuda-graph-scope; "full_iteration": the whole step).
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,9 +90,16 @@ class TrainingWorkload:
     # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
     # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
     param_gather_bytes_per_s: float = 0.0
+    # The host issuing kernels (cost/host.py): "eager" prices the time the GPU waits for it,
+    # outside the ``cuda_graph_scope`` scopes the step replays as CUDA graphs.
+    host_dispatch: str = "hidden"
+    cuda_graph_scope: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
+        require_choice("host_dispatch", self.host_dispatch, HOST_DISPATCH)
+        require(isinstance(self.cuda_graph_scope, tuple) and all(s in CUDA_GRAPH_SCOPES for s in self.cuda_graph_scope),
+                "cuda_graph_scope", f"must be a tuple of {CUDA_GRAPH_SCOPES}, got {self.cuda_graph_scope!r}")
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
