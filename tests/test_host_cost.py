@@ -113,3 +113,8 @@ def test_nemo_moe_rows_carry_their_recipes_cuda_graphs(data_dir):
     assert workload.host_dispatch == "eager" and workload.cuda_graph_scope == ()
     _, workload, *_ = modern_run_from_row(rows["tt-31"])  # torchtitan: host not priced
     assert workload.host_dispatch == "hidden"
+
+
+def test_graph_scopes_read_back_from_json_as_a_tuple():
+    w = TrainingWorkload(global_batch=8, seq_len=128, host_dispatch="eager", cuda_graph_scope=["attn", "mlp"])
+    assert w.cuda_graph_scope == ("attn", "mlp")

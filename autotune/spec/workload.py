@@ -98,6 +98,8 @@ class TrainingWorkload:
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         require_choice("host_dispatch", self.host_dispatch, HOST_DISPATCH)
+        if isinstance(self.cuda_graph_scope, list):  # read back from JSON
+            object.__setattr__(self, "cuda_graph_scope", tuple(self.cuda_graph_scope))
         require(isinstance(self.cuda_graph_scope, tuple) and all(s in CUDA_GRAPH_SCOPES for s in self.cuda_graph_scope),
                 "cuda_graph_scope", f"must be a tuple of {CUDA_GRAPH_SCOPES}, got {self.cuda_graph_scope!r}")
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
