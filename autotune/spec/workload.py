@@ -94,6 +94,11 @@ class TrainingWorkload:
     # outside the ``cuda_graph_scope`` scopes the step replays as CUDA graphs.
     host_dispatch: str = "hidden"
     cuda_graph_scope: tuple[str, ...] = ()
+    # Low-precision recipes: the weights' casts happen on a step's first micro-batch and are
+    # reused by the rest (Transformer Engine's is_first_microbatch, set by Megatron-Core's
+    # schedules.forward_step), or at every forward (torchao's Float8Linear; TE modules called
+    # without is_first_microbatch, as Composer/llm-foundry calls them).
+    reuse_weight_casts: bool = True
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
@@ -103,6 +108,8 @@ class TrainingWorkload:
         require(isinstance(self.cuda_graph_scope, tuple) and all(s in CUDA_GRAPH_SCOPES for s in self.cuda_graph_scope),
                 "cuda_graph_scope", f"must be a tuple of {CUDA_GRAPH_SCOPES}, got {self.cuda_graph_scope!r}")
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
+        require(isinstance(self.reuse_weight_casts, bool), "reuse_weight_casts",
+                f"must be true or false, got {self.reuse_weight_casts!r}")
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
