@@ -118,3 +118,18 @@ def test_nemo_moe_rows_carry_their_recipes_cuda_graphs(data_dir):
 def test_graph_scopes_read_back_from_json_as_a_tuple():
     w = TrainingWorkload(global_batch=8, seq_len=128, host_dispatch="eager", cuda_graph_scope=["attn", "mlp"])
     assert w.cuda_graph_scope == ("attn", "mlp")
+
+
+def test_evaluate_flags_price_the_host(capsys):
+    import json
+
+    from autotune.cli.main import main
+
+    def host_s(*flags):
+        assert main(["evaluate", "--model", "small", "--gpus", "8", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["breakdown"]["host_s"]
+    eager, graphed = host_s("--host-dispatch", "eager"), host_s("--host-dispatch", "eager", "--cuda-graph-scope", "attn")
+    assert host_s() == 0.0 and eager > graphed > 0.0
+    assert main(["evaluate", "--model", "small", "--gpus", "8", "--host-dispatch", "eager",
+                 "--cuda-graph-scope", "attn,everything"]) == 2
+    assert "cuda_graph_scope" in capsys.readouterr().err
