@@ -376,17 +376,15 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
            + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
-    shards = stage.shard_degree * stage.cp
     sharding = _sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 else None  # ZeRO-3 and DP share it
     tp_comm, cp_comm = _tp_comm_s(ctx, stage, spans["tp"], layer, n), _cp_comm_s(ctx, stage, spans["cp"], layer, n)
-    layer_fwd = _scalar(layer.fwd_s)  # the GPU's time per layer, its exposed collectives with the backward
     layer_bwd = _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds) + (tp_comm + cp_comm) / np.maximum(n, 1)
     time = StageTime(
         compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=cp_comm, p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
-        host_s=n * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=layer_fwd, gpu_bwd_s=layer_bwd),
+        host_s=n * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=_scalar(layer.fwd_s), gpu_bwd_s=layer_bwd),  # host.py
         zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n, sharding), offload_s=0.0 * n,
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
-        optimizer_s=_optimizer_s(ctx, stage, params, shards),
+        optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx))
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
