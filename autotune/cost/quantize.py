@@ -14,10 +14,12 @@ from functools import lru_cache
 
 import numpy as np
 
+from autotune.cost.comm import collective_time_s
 from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES
 
-__all__ = ["quantize_bytes_per_element", "producer_cast_bytes_per_element", "cast_s", "amax_all_reduces_per_layer"]
+__all__ = ["quantize_bytes_per_element", "producer_cast_bytes_per_element", "cast_s", "amax_all_reduces_per_layer",
+           "amax_all_reduce_s"]
 
 # Scale bytes each quantized copy carries per element: MXFP8 one E8M0 byte per 32 (OCP Microscaling
 # spec v1.0), NVFP4 one E4M3 byte per 16 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149,
@@ -137,3 +139,10 @@ def amax_all_reduces_per_layer(dtype: str, fp8_recipe: str, tp: int, sequence_pa
     step (left out)."""
     amax_from_data = dtype == "nvfp4" or (dtype == "fp8" and fp8_recipe == "te_current")
     return 4 if amax_from_data and tp > 1 and sequence_parallel else 0
+
+
+def amax_all_reduce_s(workload: object, stage: object, span: object, cluster: object) -> float:
+    """Seconds per layer and micro-batch of those all-reduces (4 bytes each, exposed: the cast waits)."""
+    count = amax_all_reduces_per_layer(getattr(workload, "dtype", "bf16"), getattr(workload, "fp8_recipe", "cast"),
+                                       stage.tp, stage.sequence_parallel)
+    return count * collective_time_s("all_reduce", 4.0, span, cluster) if count else 0.0

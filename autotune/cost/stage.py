@@ -17,12 +17,13 @@ from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
+from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s, overlapped_exposed_s,
                                     shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
-from autotune.cost.quantize import amax_all_reduces_per_layer
+from autotune.cost.quantize import amax_all_reduce_s
 from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -83,11 +84,12 @@ class StageTime:
     dp_comm_s: float
     optimizer_s: float
     ep_comm_s: float = 0.0  # per micro-batch: expert-parallel all-to-all and expert-TP collectives (cost/moe.py)
+    host_s: float = 0.0  # per micro-batch: the GPU waiting for the host to issue kernels (cost/host.py)
 
     @property
     def microbatch_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.cp_comm_s + self.p2p_s + self.zero3_comm_s + self.offload_s
-                + self.ep_comm_s)
+                + self.ep_comm_s + self.host_s)
 
     @property
     def step_tail_s(self) -> float:
@@ -110,12 +112,9 @@ def _scalar(x: np.ndarray):
 
 
 @lru_cache(maxsize=4096)
-def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool,
-                  fp8_recipe: str = "cast") -> BlockTimes:
-    """Block times depend on (micro-batch, tp, cp, sp) only: a search reuses them across the
-    recomputation, ZeRO and mesh-order choices of a stage. Shared, so made read-only."""
-    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp,
-                         fp8_recipe=fp8_recipe)
+def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool, recipe: str) -> BlockTimes:
+    """Block times depend on these only: a search reuses them across a stage's recomputation, ZeRO and mesh choices. Shared, so read-only."""
+    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp, fp8_recipe=recipe)
     for value in vars(blocks).values():
         if isinstance(value, np.ndarray) and value.flags.owndata:
             value.flags.writeable = False
@@ -125,8 +124,7 @@ def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, t
 def _block(ctx: StageContext, table, stage: StagePlan) -> BlockTimes:
     b = np.asarray(ctx.micro_batch)
     block = _cached_block(table, ctx.cluster.device, ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
-                          stage.tp, stage.cp, bool(stage.sequence_parallel),
-                          getattr(ctx.workload, "fp8_recipe", "cast"))
+                          stage.tp, stage.cp, bool(stage.sequence_parallel), getattr(ctx.workload, "fp8_recipe", "cast"))
     return _reuse_weight_casts(ctx, block)
 
 
@@ -217,9 +215,7 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         per_pass = 2 if m.has_attention else 1
         passes = 2 + (1 if stage.recompute == "full" else 0)
         total = n * per_pass * passes * one
-    amax = amax_all_reduces_per_layer(ctx.workload.dtype, getattr(ctx.workload, "fp8_recipe", "cast"), stage.tp,
-                                      stage.sequence_parallel)
-    total += n * amax * collective_time_s("all_reduce", 4.0, span, cl)  # exposed: the cast waits on it
+    total += n * amax_all_reduce_s(ctx.workload, stage, span, cl)  # TE's scales before SP gathers
     if stage.has_embedding and m.has_embeddings:
         total += one  # vocab-parallel embedding output
     if stage.has_head and m.has_embeddings:
@@ -381,14 +377,15 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
            + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
-    shards = stage.shard_degree * stage.cp
     sharding = _sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 else None  # ZeRO-3 and DP share it
+    tp_comm, cp_comm = _tp_comm_s(ctx, stage, spans["tp"], layer, n), _cp_comm_s(ctx, stage, spans["cp"], layer, n)
+    layer_bwd = _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds) + (tp_comm + cp_comm) / np.maximum(n, 1)
     time = StageTime(
-        compute_s=fwd + bwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], layer, n),
-        cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer, n), p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
+        compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=cp_comm, p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
+        host_s=n * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=_scalar(layer.fwd_s), gpu_bwd_s=layer_bwd),  # host.py
         zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n, sharding), offload_s=0.0 * n,
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
-        optimizer_s=_optimizer_s(ctx, stage, params, shards),
+        optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx))
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
