@@ -168,3 +168,17 @@ def test_scales_taken_from_the_data_are_all_reduced_over_tp_before_a_sequence_pa
                                                                fp8_recipe=recipe), cluster, plan).breakdown["tp_cp_comm_s"]
             for recipe in ("te_delayed", "te_current")}
     assert tp_s["te_current"] > tp_s["te_delayed"]
+
+
+def test_evaluate_takes_the_fp8_recipe(capsys):
+    import json
+
+    from autotune.cli.main import main
+
+    def step_s(*flags):
+        assert main(["evaluate", "--model", "llama3-8b", "--cluster", "dgx-b200", "--gpus", "8", "--tp", "2",
+                     "--dtype", "fp8", "--global-batch", "16", "--seq-len", "4096", "--json", *flags]) == 0
+        return json.loads(capsys.readouterr().out)["step_time_s"]
+    delayed, cast, current = step_s("--fp8-recipe", "te_delayed"), step_s(), step_s("--fp8-recipe", "te_current")
+    assert delayed < cast < current
+    assert main(["evaluate", "--model", "small", "--gpus", "8", "--fp8-recipe", "hybrid"]) == 2
