@@ -54,6 +54,8 @@ EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
 # for nn.Linear, as Composer does); "te_delayed": TE's delayed scaling in Megatron-Core's TE layers,
 # whose norm and activation kernels write FP8 themselves; "te_current": TE's current scaling there,
 # an amax kernel before each standalone cast, the norms and activations computing their own amax.
+# On Blackwell every recipe is priced without FP8 transposes (TE's GEMMs take any layout); torchao's
+# torch._scaled_mm still wants its second operand column-major there, a copy not priced.
 FP8_RECIPES = ("cast", "te_delayed", "te_current")
 # How the host's kernel issue is priced (cost/host.py): "hidden" (never: the host always runs
 # ahead) or "eager" (PyTorch eager issuing Megatron-Core's operators from Python).
