@@ -8,7 +8,7 @@ its framework's own kernels: both tables below give a speed relative to the devi
 
 from __future__ import annotations
 
-__all__ = ["ATTENTION_KERNEL_SPEED", "GEMM_IN_STEP_SPEED", "PYTORCH_GEMM_IN_STEP_HOPPER", "GPU_GENERATIONS",
+__all__ = ["ATTENTION_KERNEL_SPEED", "GEMM_IN_STEP_SPEED", "IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "GPU_GENERATIONS",
            "gpu_generation", "attention_kernel_speed", "gemm_in_step_speed"]
 
 # llm-foundry's benchmark sweep runs attn_impl "triton" (scripts/train/benchmarking/
@@ -25,16 +25,18 @@ __all__ = ["ATTENTION_KERNEL_SPEED", "GEMM_IN_STEP_SPEED", "PYTORCH_GEMM_IN_STEP
 ATTENTION_KERNEL_SPEED = {("llm-foundry", "*"): 1 / 1.8}
 
 # GEMMs that eager PyTorch issues inside a training step run slower than the same shapes back to
-# back: measured on this workplace's H100 (docs/h100-measured.md, torch 2.11, cuBLAS of CUDA 13),
-# the GEMM kernels of `autotune benchmark` fwd+bwd steps took 116.1, 235.6 and 213.0 ms
-# (torch.profiler; gpt3-1.3b 4 x 2048, 8 x 2048, gpt3-2.7b 4 x 2048) where the profile's own
-# micro-benchmark line (h100-sxm-measured.json gemm/bf16: 16.9 us + FLOPs / 734 TFLOP/s) gives
-# 92.7, 180.5 and 183.7 ms for those GEMMs: 0.798, 0.766, 0.862 of the line, mean 0.809
-# (tests/test_framework_kernels.py recomputes it). Measured on Hopper only (no A100 measurement:
-# A100 keeps the line); applied to the frameworks that issue cuBLAS GEMMs from PyTorch
-# (torch.compile leaves matmuls to cuBLAS), not to Transformer Engine's GEMMs, on which the
-# shared kernel_efficiency was fitted. bf16/fp16 GEMMs only: FP8 GEMMs were not measured in a step.
-PYTORCH_GEMM_IN_STEP_HOPPER = (92.7 / 116.1 + 180.5 / 235.6 + 183.7 / 213.0) / 3
+# back: measured on this workplace's H100 (docs/h100-measured.md, torch 2.11, CUDA 13), the GEMM
+# kernels of `autotune benchmark` fwd+bwd steps (torch.profiler) against the profile's own
+# micro-benchmark line for those GEMMs (h100-sxm-measured.json gemm/bf16: 16.9 us + FLOPs / 734
+# TFLOP/s, one forward and two backward GEMMs per weight): (model, batch of 2048-token sequences,
+# measured s, line s), the line recomputed by tests/test_framework_kernels.py. Measured on Hopper
+# only (A100 keeps the line); applied to the frameworks that issue cuBLAS GEMMs from PyTorch
+# (torch.compile leaves matmuls to cuBLAS), not to Transformer Engine's, on which the shared
+# kernel_efficiency was fitted; bf16/fp16 GEMMs only (FP8 GEMMs were not measured in a step).
+IN_STEP_GEMM_MEASUREMENTS = (("gpt3-1.3b", 4, 116.1e-3, 92.7e-3), ("gpt3-1.3b", 8, 235.6e-3, 180.5e-3),
+                             ("gpt3-2.7b", 4, 213.0e-3, 183.7e-3))
+# 0.798, 0.766, 0.862 of the line: mean 0.809
+PYTORCH_GEMM_IN_STEP_HOPPER = sum(line / measured for _, _, measured, line in IN_STEP_GEMM_MEASUREMENTS) / 3
 GEMM_IN_STEP_SPEED = {("llm-foundry", "hopper"): PYTORCH_GEMM_IN_STEP_HOPPER,
                       ("torchtitan", "hopper"): PYTORCH_GEMM_IN_STEP_HOPPER}
 
