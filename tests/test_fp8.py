@@ -95,3 +95,21 @@ def test_blackwell_presets():
     nvl72.check_gpus(72)
     with pytest.raises(AutotuneError):
         nvl72.check_gpus(100)
+
+
+def test_low_precision_recipes_keep_the_output_projection_in_bf16():
+    # Megatron-Core's output_layer is its own ColumnParallelLinear, outside Transformer Engine's FP8
+    # modules, and torchtitan's float8 converter filters out "output": the LM head's GEMMs cost the
+    # same under fp8 as under bf16, so growing the vocabulary adds the same time to both steps
+    from autotune.spec.model import ModelSpec
+
+    def step_s(vocab: int, dtype: str) -> float:
+        model = ModelSpec(name=f"head-{vocab}", num_layers=2, hidden_size=2048, num_heads=16, num_kv_heads=16,
+                          ffn_hidden_size=8192, ffn_activation="swiglu", vocab_size=vocab, max_seq_len=2048,
+                          tied_embeddings=False, norm="rmsnorm", bias=False, position_embedding="rotary")
+        return evaluate(model, 1, cluster="dgx-h100", dtype=dtype, micro_batch=8, global_batch=8,
+                        seq_len=2048).step_time_s
+
+    grown = {dtype: step_s(256000, dtype) - step_s(32000, dtype) for dtype in ("bf16", "fp8")}
+    assert grown["fp8"] == pytest.approx(grown["bf16"], rel=0.05)
+    assert step_s(32000, "fp8") < step_s(32000, "bf16")  # the layers' GEMMs do run in FP8

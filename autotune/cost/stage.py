@@ -26,7 +26,7 @@ from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
-from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload
+from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload, compute_dtype
 
 __all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "dense_stage_cost", "overlapped_exposed_s"]
 
@@ -119,9 +119,9 @@ def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, t
     return blocks
 
 
-def _block(ctx: StageContext, table, stage: StagePlan) -> BlockTimes:
+def _block(ctx: StageContext, table, stage: StagePlan, dtype: str | None = None) -> BlockTimes:
     b = np.asarray(ctx.micro_batch)
-    return _cached_block(table, ctx.cluster.device, ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
+    return _cached_block(table, ctx.cluster.device, dtype or ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
                          stage.tp, stage.cp, bool(stage.sequence_parallel))
 
 
@@ -130,7 +130,10 @@ def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
     if stage.has_embedding and ctx.tables.embedding is not None:
         blocks["embedding"] = _block(ctx, ctx.tables.embedding, stage)
     if stage.has_head and ctx.tables.head is not None:
-        blocks["head"] = _block(ctx, ctx.tables.head, stage)
+        # Low-precision recipes leave the output projection in BF16: Megatron-Core's output_layer
+        # is its own ColumnParallelLinear, outside Transformer Engine's fp8_autocast modules
+        # (models/gpt/gpt_model.py), and torchtitan's float8 converter filters out "output".
+        blocks["head"] = _block(ctx, ctx.tables.head, stage, compute_dtype(ctx.workload.dtype))
     return blocks
 
 
