@@ -68,6 +68,28 @@ def test_fp8_all_gather_halves_the_fsdp_gather():
         replace(training_workload(model, dtype="bf16"), fp8_all_gather=True)
 
 
+def test_fp8_weight_casts_once_per_step_where_the_runtime_reuses_them():
+    from dataclasses import replace
+
+    from autotune.spec.resolve import training_workload
+    from autotune.spec.presets import resolve_model
+    model = resolve_model("llama3-8b")
+    kw = dict(cluster="dgx-h100", tp=2, micro_batch=1, recompute="none")
+
+    def step_s(dtype, global_batch, reuse):
+        work = replace(training_workload(model, global_batch=global_batch, seq_len=4096, dtype=dtype),
+                       reuse_weight_casts=reuse)
+        return evaluate(model, 8, workload=work, **kw).step_time_s
+
+    # 16 micro-batches per step: TE's cached casts (Megatron) beat torchao's per-forward casts
+    assert step_s("fp8", 64, True) < 0.995 * step_s("fp8", 64, False)
+    # one micro-batch per step, or no casts at all: nothing to reuse
+    assert step_s("fp8", 4, True) == pytest.approx(step_s("fp8", 4, False))
+    assert step_s("bf16", 64, True) == pytest.approx(step_s("bf16", 64, False))
+    with pytest.raises(AutotuneError, match="reuse_weight_casts"):
+        replace(training_workload(model, dtype="fp8"), reuse_weight_casts="yes")
+
+
 def test_fp8_refused_on_a100_in_one_line():
     proc = subprocess.run([sys.executable, "-m", "autotune", "evaluate", "--model", "llama3-8b", "--gpus", "8",
                            "--cluster", "dgx-a100-80gb", "--dtype", "fp8"], capture_output=True, text=True, timeout=120)

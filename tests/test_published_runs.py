@@ -21,15 +21,15 @@ def test_published_runs_fit_in_memory(data_dir):
 
 # What the cost model reaches on every expressible row of both shipped CSVs (the issue's target is
 # mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md:
-# all 177 rows 9.4% / 56.7%, dense rows 8.0% / 28.7%; 9.5% / 57.5% and 7.9% / 29.5% before the LM head
-# stayed BF16 under FP8 recipes; 10.7% / 57.5% and 9.2% / 29.5% before PyTorch's GEMMs on Hopper ran at
-# their measured in-step rate, framework_kernels.py; with added_runs.csv's SC'21 ZeRO-3 rows and the 18
-# rows priced from their TFLOP/s (159 rows 11.1% / 57.5%, dense 9.5% / 29.5% without them, before the
-# in-step rate); before torchtitan's unfused Q/K/V projections were priced: 11.2% / 57.5%, dense 9.7% /
-# 34.2%). The 16 MoE rows (mean 22.8%, 25.0% before the BF16 head, predicted too fast; 33.4% before they
-# took their models' presets and recipes, docs/moe.md) have their own bound, as have NeMo's 17
-# long-context rows (4K-1M tokens, context parallel 1-32; mean 7.4%, worst 14.8%, all predicted too
-# slow, the more so the larger attention's share).
+# all 179 rows 9.2% / 56.8%, dense rows 7.8% / 28.7%; on the 177 rows before Meta's Llama 3 rows were
+# priced: 9.5% / 57.5% before the LM head stayed BF16 under FP8 recipes, 10.7% / 57.5% (dense 9.2% /
+# 29.5%) before PyTorch's GEMMs on Hopper ran at their measured in-step rate, framework_kernels.py; with
+# added_runs.csv's SC'21 ZeRO-3 rows and the rows priced from their TFLOP/s (159 rows 11.1% / 57.5%,
+# dense 9.5% / 29.5% without them, before the in-step rate); before torchtitan's unfused Q/K/V
+# projections were priced: 11.2% / 57.5%, dense 9.7% / 34.2%). The 17 MoE rows (mean 23.1%, 25.0%
+# before the BF16 head, predicted too fast; 33.4% before they took their models' presets and recipes,
+# docs/moe.md) have their own bound, as have NeMo's 17 long-context rows (4K-1M tokens, context
+# parallel 1-32; mean 6.8%, worst 14.8%, all predicted too slow, the more so the larger attention's share).
 ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.105, 0.60
 DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.09, 0.31
 MOE_ROWS_MEAN, MOE_ROWS_WORST = 0.27, 0.60
@@ -40,8 +40,7 @@ MOE_ROWS_MEAN, MOE_ROWS_WORST = 0.27, 0.60
 GRAND_TETON_MEAN = {"bf16": 0.07, "fp8": 0.14}
 # llm-foundry's 23 H100 bf16 rows: 7.7% mean (14.9%, all but three too fast, before the in-step GEMM rate)
 LLM_FOUNDRY_H100_MEAN = 0.09
-# (7.4% since the LM head stays BF16 under FP8 recipes, a cost these too-slow rows had not carried: 6.6% before)
-LONG_CONTEXT_MEAN, LONG_CONTEXT_WORST = 0.075, 0.16
+LONG_CONTEXT_MEAN, LONG_CONTEXT_WORST = 0.07, 0.16
 
 
 def test_modern_runs_every_row_is_priced_or_says_why(data_dir):
@@ -52,12 +51,13 @@ def test_modern_runs_every_row_is_priced_or_says_why(data_dir):
     assert all(s.reason for s in skipped)
     priced = {c.run.run_id for c in checks}
     # FSDP (llm-foundry, torchtitan), FP8 and Blackwell rows are all priced now, and the rows that gave
-    # only TFLOP/s (their source's FLOP count gives the iteration time) but Meta's Llama 3 405B
+    # only TFLOP/s (their source's FLOP count gives the iteration time) but Meta's Llama 3 405B at 128K
     assert {"llmf-004", "tt-03", "tt-31", "nemo-2407-01", "nemo-mb-016", "nemo-mb-045", "nemo-mb-060"} <= priced
     assert {f"nemo-longseq-{i:02d}" for i in range(1, 18)} | {"nemo-mb-083"} <= priced
-    assert {s.run_id for s in skipped} == {"llama3paper-1", "llama3paper-2", "llama3paper-3"}
-    assert all("schedule is not stated" in s.reason for s in skipped)
-    assert len(checks) == 155
+    assert {"llama3paper-1", "llama3paper-2"} <= priced
+    assert {s.run_id for s in skipped} == {"llama3paper-3"}
+    assert all("FLOP count" in s.reason for s in skipped)
+    assert len(checks) == 157
 
 
 def test_all_published_rows_within_the_thresholds_reached(data_dir):
@@ -73,7 +73,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     assert total.mean_abs_error <= ALL_ROWS_MEAN, table
     assert total.worst_abs_error <= ALL_ROWS_WORST, table
     dense = overall_error([c for c in checks if not c.run.model.is_moe])
-    assert dense.num_runs == 160
+    assert dense.num_runs == 162
     assert dense.mean_abs_error <= DENSE_ROWS_MEAN, table
     assert dense.worst_abs_error <= DENSE_ROWS_WORST, table
     moe = overall_error([c for c in checks if c.run.model.is_moe])

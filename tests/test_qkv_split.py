@@ -91,8 +91,8 @@ def test_fp8_casts_per_gemm_the_shared_input_once(dtype):
     for name, table in (("fused", fused), ("split", split)):
         coef = op_coefficients(table, DEVICE, dtype)
         cast[name] = (_cast_s(table, coef, dtype, op_amounts(table, 2, 4, 1, True)), coef)
-    (fwd_f, bwd_f), coef_f = cast["fused"]
-    (fwd_s, bwd_s), coef_s = cast["split"]
+    (fwd_f, bwd_f, _), coef_f = cast["fused"]
+    (fwd_s, bwd_s, _), coef_s = cast["split"]
     i, j = _ops(fused)["qkv_proj"], _ops(split)
     qkv = [j[n] for n in QKV_SPLIT]
     lat = coef_f.lat_m[i]

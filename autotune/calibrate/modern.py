@@ -27,6 +27,13 @@ __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGE
 # all_gather calls torch.cuda.synchronize()" (DeepSpeed PR #1188, June 2021).
 DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
 
+# Frameworks whose FP8 weights are cast on a step's first micro-batch and reused by the rest
+# (TrainingWorkload.reuse_weight_casts): Megatron-Core's schedules.forward_step calls
+# set_is_first_microbatch, and Transformer Engine's modules keep the cast weight while it is
+# False. torchao's Float8Linear (torchtitan) and TE modules called without the flag
+# (Composer/llm-foundry) cast it at every forward.
+WEIGHT_CAST_REUSERS = ("nemo", "megatron")
+
 # (setting, value assumed, why). Printed by ``autotune check-published --assumptions``.
 FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "llm-foundry": (
@@ -63,8 +70,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("attention projections", "Q, K and V as three GEMMs, each casting its own input under float8",
          "torchtitan llama3 model.py: separate nn.Linear wq, wk, wv; torchao swaps every nn.Linear for a "
          "Float8Linear (the small-linear filter, torchtitan PR #1319 / ao PR #2410, came after these benchmarks)"),
-        ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated",
-         "torchao float8 defaults (enable_fsdp_float8_all_gather false)"),
+        ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated; weights cast at every "
+         "forward", "torchao float8 defaults (enable_fsdp_float8_all_gather false); Float8Linear casts in forward"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing, "
          "partial outputs merged and gradients accumulated in fp32, dK/dV passed around the ring in fp32",
          "PyTorch context_parallel's default rotate method, round-robin sharding and convert_to_f32 "
@@ -105,10 +112,22 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("attention on Hopper", "the device's FlashAttention-2 fit",
          "TE selects cuDNN's fused attention on sm90 (since v1.2), but the containers' cuDNN speeds are unsourced "
          "(framework_kernels.py); the FA3 paper's 1.6x made the H100 TE rows 7-28% too fast, so it is not applied"),
+        ("fp8 weight casts", "once per step (the first micro-batch's), reused by the others",
+         "megatron/core/pipeline_parallel/schedules.py forward_step: set_is_first_microbatch; TE keeps the cast"),
         ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
          "the CSV columns cannot say them; MOE_PRESETS, each preset citing its config.json"),
         ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
          "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
+    ),
+    "meta": (
+        ("sharding", "zero 3 without resharding after forward: parameters gathered and gradients reduce-scattered "
+         "once per step", "Llama 3 paper (Dubey et al. 2024) sec. 3.3.2: FSDP that does not reshard after the "
+         "forward pass, gradients reduced once per step"),
+        ("interleaved stages per rank", "2 where not stated",
+         "the paper's Figure 6 interleaves 8 stages over 4 ranks and gives no count for the 405B run"),
+        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
+         "sec. 3.3.2: one layer fewer on the first and last stages (126 layers in 128 slots)"),
+        ("tensor parallel", "sequence parallel, collectives not overlapped", "the paper does not say they are"),
     ),
     # Not a framework: how rows that gave only TFLOP/s per GPU get their iteration time (source_flops.py).
     "TFLOP/s-only rows (the source's FLOP count)": SOURCE_FLOPS,
@@ -251,13 +270,15 @@ def regime_of(row: dict[str, str]) -> str:
 def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict:
     """Plan fields the framework's defaults decide."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
-    zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan") else 1)
+    zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan", "meta") else 1)
     async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
                 and "vanilla tp" not in text)
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
     if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
         options["overlap_param_gather"] = False
+    if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
+        options["reshard_after_forward"] = False
     if framework == "torchtitan":
         options["overlap_tp_backward"] = False  # PyTorch async TP decomposes the forward graph's collectives
         options["reshard_after_forward"] = pp == 1
@@ -277,11 +298,11 @@ def _captioned_async_tp(text: str) -> bool:
 
 
 def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | None]:
-    """(vpp, schedule): the row's vpp, torchtitan's interleaved tables at 2 stages per rank."""
+    """(vpp, schedule): the row's vpp; torchtitan's interleaved tables and Meta's runs at 2 stages per rank."""
     if row["vpp"]:
         vpp = int(row["vpp"])
         return vpp, ("interleaved" if vpp > 1 else None)
-    if framework == "torchtitan" and pp > 1 and "interleaved" in row["source"].lower():
+    if pp > 1 and (framework == "meta" or (framework == "torchtitan" and "interleaved" in row["source"].lower())):
         return 2, "interleaved"
     return 1, None
 
@@ -320,6 +341,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 attention_impl="unfused" if of_2021 else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
                                 qkv_fused=framework != "torchtitan",
+                                reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
                                 **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1

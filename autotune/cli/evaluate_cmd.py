@@ -74,6 +74,9 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="PyTorch's async TP: TP collectives overlapped in the forward pass only (torchtitan)")
     parser.add_argument("--unfused-qkv", action="store_true",
                         help="Q, K and V projections as three GEMMs (torchtitan, Hugging Face), not one")
+    parser.add_argument("--recast-weights", action="store_true",
+                        help="low-precision recipes: cast the weights at every micro-batch's forward (torchao "
+                             "float8, llm-foundry), not once per step (Transformer Engine under Megatron)")
     parser.add_argument("--param-gather-gbps", type=float, default=0.0,
                         help="ZeRO-3: the runtime's parameter-gather rate per GPU in GB/s where below the "
                              "network's (DeepSpeed of 2021: 21), 0: the network's")
@@ -105,6 +108,7 @@ def _workload(args: argparse.Namespace, model: object) -> object:
                                  attention=args.attention)
         work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0),
                        qkv_fused=not getattr(args, "unfused_qkv", False),
+                       reuse_weight_casts=not getattr(args, "recast_weights", False),
                        param_gather_bytes_per_s=getattr(args, "param_gather_gbps", 0.0) * 1e9)
         fp8_gather = getattr(args, "fp8_all_gather", False)
         return replace(work, fp8_all_gather=True) if fp8_gather else work

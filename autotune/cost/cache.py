@@ -155,7 +155,7 @@ def grouped_block_times(base: BlockTimes, table: OpTable, device: DeviceProfile,
     launches = table.kernels * tiles
     fwd = np.maximum(launches * coef.lat_c + amounts.flops * coef.spf,
                      launches * coef.lat_m + hbm * coef.spb + cache * spc)
-    return replace(base, fwd_ops_s=fwd, selective_fwd_s=(fwd * table.selective).sum(-1))
+    return replace(base, fwd_ops_s=fwd, selective_fwd_s=(fwd * table.selective).sum(-1), weight_cast_fwd_ops_s=0.0)
 
 
 def training_grouped_layer(ctx: object, stage: object, base: BlockTimes, num_layers: object) -> BlockTimes:

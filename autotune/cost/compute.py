@@ -72,6 +72,9 @@ class BlockTimes:
     selective_saved_bytes: np.ndarray  # of which selective recomputation drops
     weight_bytes: np.ndarray  # parameters held per GPU, in compute-dtype bytes
     params_per_gpu: np.ndarray
+    # of fwd_ops_s, the low-precision recipes' casts of the weights (a runtime that reuses them
+    # across a step's micro-batches pays them once per step: cost/stage.py _block)
+    weight_cast_fwd_ops_s: np.ndarray | float = 0.0
 
     @property
     def fwd_s(self) -> np.ndarray:
@@ -127,7 +130,8 @@ def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts)
     cast fuse (read 2, write 1), along the columns a reduction pass precedes the cast (read 2,
     then read 2 and write 1): 8 bytes per element, 4 per BF16 byte. Casts are per GEMM, except
     the input cast of a GEMM that reads the previous GEMM's input (``shares_input``: unfused K
-    and V after Q), which that GEMM's cast serves."""
+    and V after Q), which that GEMM's cast serves. Returns (forward, backward, of the forward
+    the weights' casts)."""
     is_gemm = np.array([k == "gemm" for k in table.kinds], dtype=float)
     own_input = 1.0 - table.shares_input
     per_bf16_byte = _CAST_BYTES_PER_BF16_BYTE.get(dtype, (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0)
@@ -135,7 +139,8 @@ def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts)
     bwd_bytes = amounts.act_out_bytes * per_bf16_byte
     fwd = is_gemm * ((1.0 + own_input) * coef.lat_m + fwd_bytes * coef.spb)
     bwd = is_gemm * (coef.lat_m + bwd_bytes * coef.spb)
-    return fwd, bwd
+    weights = is_gemm * (coef.lat_m + amounts.weight_bytes * per_bf16_byte * coef.spb)
+    return fwd, bwd, weights
 
 
 def _input_grad_sum_s(table: OpTable, coef: _Coefficients, amounts: OpAmounts) -> np.ndarray:
@@ -171,8 +176,9 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
                            table.bwd_kernels * coef.lat_c + flops * table.bwd_flops_factor * coef.spf, 0.0)
     bwd_memory = table.bwd_kernels * coef.lat_m + (act * table.bwd_bytes_factor + 2.0 * weights) * coef.spb
     bwd = np.maximum(bwd_compute, bwd_memory)
+    weight_cast = 0.0
     if dtype in GEMM_OPERAND_BYTES:
-        fwd_cast, bwd_cast = _cast_s(table, coef, dtype, amounts)
+        fwd_cast, bwd_cast, weight_cast = _cast_s(table, coef, dtype, amounts)
         fwd, bwd = fwd + fwd_cast, bwd + bwd_cast
     bwd = bwd + _input_grad_sum_s(table, coef, amounts)
     saved_split = np.where(table.saved_split, t, np.where(sp, t, 1.0))
@@ -184,4 +190,5 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
         selective_fwd_s=(fwd * table.selective).sum(-1),
         saved_bytes=saved.sum(-1), selective_saved_bytes=dropped.sum(-1),
         weight_bytes=weights.sum(-1), params_per_gpu=np.broadcast_to(params.sum(-1), np.shape(fwd.sum(-1))),
+        weight_cast_fwd_ops_s=weight_cast,
     )

@@ -119,7 +119,8 @@ def _cast_s(coef, i: int, dtype: str, in_bytes, out_bytes, weight_bytes) -> tupl
     weights before the forward, the output gradient before the backward; one kernel per operand
     for all the groups (TE's grouped linear quantizes the split inputs in one multi-tensor call).
     ``weight_bytes`` is the share of one micro-batch: TE casts the weights on the first
-    micro-batch of a step and reuses them (``is_first_microbatch``, te.pytorch module base)."""
+    micro-batch of a step and reuses them (``is_first_microbatch``, te.pytorch module base)
+    where the workload says so (TrainingWorkload.reuse_weight_casts)."""
     if dtype not in GEMM_OPERAND_BYTES:
         return 0.0, 0.0
     per_bf16_byte = (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0
@@ -238,8 +239,10 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     # distinct tokens that can reach this GPU's experts: its EP group's, gathered over etp
     tokens = rows / m.num_experts_per_token * stage.ep * stage.etp
     n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
+    casts_per_step = np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0) \
+        if getattr(ctx.workload, "reuse_weight_casts", False) else 1.0
     fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp,
-                                 np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0))
+                                 casts_per_step)
     sort_fwd, sort_bwd = _sort_by_expert_s(ctx, stage, rows_busy, n_active)
     fwd, bwd = fwd + sort_fwd, bwd + sort_bwd
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)

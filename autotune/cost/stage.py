@@ -8,7 +8,7 @@ optimizer. The pipeline module combines stages with the schedule's formula.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
@@ -121,8 +121,21 @@ def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, t
 
 def _block(ctx: StageContext, table, stage: StagePlan, dtype: str | None = None) -> BlockTimes:
     b = np.asarray(ctx.micro_batch)
-    return _cached_block(table, ctx.cluster.device, dtype or ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
-                         stage.tp, stage.cp, bool(stage.sequence_parallel))
+    block = _cached_block(table, ctx.cluster.device, dtype or ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
+                          stage.tp, stage.cp, bool(stage.sequence_parallel))
+    return _reuse_weight_casts(ctx, block)
+
+
+def _reuse_weight_casts(ctx: StageContext, block: BlockTimes) -> BlockTimes:
+    """Weights cast to the low-precision format once per step, not per micro-batch, where the
+    runtime keeps the cast copy (Transformer Engine's ``is_first_microbatch``, which Megatron-Core's
+    schedules set on a step's first micro-batch: TrainingWorkload.reuse_weight_casts)."""
+    n = np.maximum(np.asarray(ctx.num_microbatches, dtype=float), 1.0)
+    if not getattr(ctx.workload, "reuse_weight_casts", False) or not np.any(n > 1.0):
+        return block
+    saved = (1.0 - 1.0 / n)[..., None] * block.weight_cast_fwd_ops_s if n.ndim else \
+        (1.0 - 1.0 / n) * block.weight_cast_fwd_ops_s
+    return replace(block, fwd_ops_s=block.fwd_ops_s - saved, weight_cast_fwd_ops_s=block.weight_cast_fwd_ops_s - saved)
 
 
 def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:

@@ -85,10 +85,17 @@ class TrainingWorkload:
     # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
     # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
     param_gather_bytes_per_s: float = 0.0
+    # Low-precision recipes: the weights' casts happen on a step's first micro-batch and are
+    # reused by the rest (Transformer Engine's is_first_microbatch, set by Megatron-Core's
+    # schedules.forward_step), or at every forward (torchao's Float8Linear; TE modules called
+    # without is_first_microbatch, as Composer/llm-foundry calls them).
+    reuse_weight_casts: bool = True
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
+        require(isinstance(self.reuse_weight_casts, bool), "reuse_weight_casts",
+                f"must be true or false, got {self.reuse_weight_casts!r}")
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
