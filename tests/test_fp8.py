@@ -135,3 +135,21 @@ def test_low_precision_recipes_keep_the_output_projection_in_bf16():
     grown = {dtype: step_s(256000, dtype) - step_s(32000, dtype) for dtype in ("bf16", "fp8")}
     assert grown["fp8"] == pytest.approx(grown["bf16"], rel=0.05)
     assert step_s(32000, "fp8") < step_s(32000, "bf16")  # the layers' GEMMs do run in FP8
+
+
+def test_fp8_tp_all_gathers_move_fp8_and_reduce_scatters_bf16():
+    # torchao's Float8ColwiseParallel casts before its all-gather (and Float8RowwiseParallel the output
+    # gradient before the backward one); reduce-scatters stay BF16: the exposed TP time drops by the
+    # all-gathers' half, a quarter of the collectives' bytes
+    from dataclasses import replace
+
+    from autotune.spec.presets import resolve_model
+    from autotune.spec.resolve import training_workload
+    model = resolve_model("llama3-8b")
+    work = training_workload(model, global_batch=8, seq_len=4096, dtype="fp8")
+    kw = dict(cluster="dgx-h100", tp=8, micro_batch=1)
+    bf16_tp = evaluate(model, 8, workload=work, **kw).breakdown["tp_cp_comm_s"]
+    fp8_tp = evaluate(model, 8, workload=replace(work, fp8_tp_all_gather=True), **kw).breakdown["tp_cp_comm_s"]
+    assert 0.55 * bf16_tp < fp8_tp < 0.9 * bf16_tp
+    with pytest.raises(AutotuneError, match="fp8_tp_all_gather"):
+        replace(training_workload(model, dtype="bf16"), fp8_tp_all_gather=True)

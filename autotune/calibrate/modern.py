@@ -70,6 +70,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("attention projections", "Q, K and V as three GEMMs, each casting its own input under float8",
          "torchtitan llama3 model.py: separate nn.Linear wq, wk, wv; torchao swaps every nn.Linear for a "
          "Float8Linear (the small-linear filter, torchtitan PR #1319 / ao PR #2410, came after these benchmarks)"),
+        ("fp8 tensor parallel", "tensorwise rows all-gather FP8 activations and gradients; reduce-scatters BF16",
+         "parallelize_llama: Float8ColwiseParallel/Float8RowwiseParallel/PrepareFloat8ModuleInput with float8 "
+         "(tensorwise only, enable_float8_tensorwise_tp); they cast before redistributing"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated; weights cast at every "
          "forward", "torchao float8 defaults (enable_fsdp_float8_all_gather false); Float8Linear casts in forward"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing, "
@@ -340,6 +343,7 @@ def modern_run_from_row(row: dict[str, str]):
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="unfused" if of_2021 else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
+                                fp8_tp_all_gather=framework == "torchtitan" and dtype == "fp8" and tp > 1,
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,

@@ -188,7 +188,7 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
         idx = qkv_projection_indices(names) if gemm == "qkv_proj" else [names.index(gemm)] if gemm in names else []
         if not idx:
             continue
-        comm = collective_time_s(op, act, span, ctx.cluster)
+        comm = collective_time_s(op, _tp_bytes(ctx, op, act), span, ctx.cluster)
         fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., idx].sum(-1)), _scalar(layer.bwd_ops_s[..., idx].sum(-1))
         fwd = np.maximum(comm / stage.tp, comm - fwd_gemm)
         in_backward = (2 if stage.recompute == "full" else 1)  # the backward, and the recomputed forward
@@ -206,8 +206,8 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
-        one = (collective_time_s("all_gather", act, span, cl) + collective_time_s("reduce_scatter", act, span, cl)
-               + 2 * _sp_layout_copy_s(ctx, act))
+        one = (collective_time_s("all_gather", _tp_bytes(ctx, "all_gather", act), span, cl)
+               + collective_time_s("reduce_scatter", act, span, cl) + 2 * _sp_layout_copy_s(ctx, act))
     else:
         one = collective_time_s("all_reduce", act, span, cl)
     if ctx.overlap_tp_comm and stage.sequence_parallel:
@@ -223,6 +223,14 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         loss_ar = collective_time_s("all_reduce", tokens * 4.0, span, cl)
         total += one + 3 * loss_ar  # logits input gradient; max, sum-exp and target logit
     return total
+
+
+def _tp_bytes(ctx: StageContext, op: str, act):
+    """Bytes of a TP collective: all-gathers in the GEMMs' format where the workload casts first."""
+    work = ctx.workload
+    if op != "all_gather" or not getattr(work, "fp8_tp_all_gather", False):
+        return act
+    return act * GEMM_OPERAND_BYTES[work.dtype] / ctx.tables.act_bytes
 
 
 def _sp_layout_copy_s(ctx: StageContext, act) -> float:
