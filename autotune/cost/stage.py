@@ -14,7 +14,7 @@ from functools import lru_cache
 import numpy as np
 
 from autotune.cost.cache import training_grouped_layer
-from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
+from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s, tp_collective_bytes
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.host import layers_host_s
@@ -145,9 +145,7 @@ def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
     if stage.has_embedding and ctx.tables.embedding is not None:
         blocks["embedding"] = _block(ctx, ctx.tables.embedding, stage)
     if stage.has_head and ctx.tables.head is not None:
-        # Low-precision recipes leave the output projection in BF16: Megatron-Core's output_layer
-        # is its own ColumnParallelLinear, outside Transformer Engine's fp8_autocast modules
-        # (models/gpt/gpt_model.py), and torchtitan's float8 converter filters out "output".
+        # BF16 under FP8 recipes: Megatron-Core's output_layer is not a TE module; torchtitan's float8 skips "output"
         blocks["head"] = _block(ctx, ctx.tables.head, stage, compute_dtype(ctx.workload.dtype))
     return blocks
 
@@ -190,7 +188,7 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
         idx = qkv_projection_indices(names) if gemm == "qkv_proj" else [names.index(gemm)] if gemm in names else []
         if not idx:
             continue
-        comm = collective_time_s(op, _tp_bytes(ctx, op, act), span, ctx.cluster)
+        comm = collective_time_s(op, tp_collective_bytes(op, act, ctx.workload, ctx.tables.act_bytes), span, ctx.cluster)
         fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., idx].sum(-1)), _scalar(layer.bwd_ops_s[..., idx].sum(-1))
         fwd = np.maximum(comm / stage.tp, comm - fwd_gemm)
         in_backward = (2 if stage.recompute == "full" else 1)  # the backward, and the recomputed forward
@@ -208,8 +206,8 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
-        one = (collective_time_s("all_gather", _tp_bytes(ctx, "all_gather", act), span, cl)
-               + collective_time_s("reduce_scatter", act, span, cl) + 2 * _sp_layout_copy_s(ctx, act))
+        gather = collective_time_s("all_gather", tp_collective_bytes("all_gather", act, ctx.workload, ctx.tables.act_bytes), span, cl)
+        one = gather + collective_time_s("reduce_scatter", act, span, cl) + 2 * _sp_layout_copy_s(ctx, act)
     else:
         one = collective_time_s("all_reduce", act, span, cl)
     if ctx.overlap_tp_comm and stage.sequence_parallel:
@@ -225,14 +223,6 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         loss_ar = collective_time_s("all_reduce", tokens * 4.0, span, cl)
         total += one + 3 * loss_ar  # logits input gradient; max, sum-exp and target logit
     return total
-
-
-def _tp_bytes(ctx: StageContext, op: str, act):
-    """Bytes of a TP collective: all-gathers in the GEMMs' format where the workload casts first."""
-    work = ctx.workload
-    if op != "all_gather" or not getattr(work, "fp8_tp_all_gather", False):
-        return act
-    return act * GEMM_OPERAND_BYTES[work.dtype] / ctx.tables.act_bytes
 
 
 def _sp_layout_copy_s(ctx: StageContext, act) -> float:
