@@ -27,7 +27,7 @@ import numpy as np
 
 from autotune.spec.hardware import ClusterSpec, LinkLevel
 
-__all__ = ["GroupSpan", "collective_time_s", "level_time_s"]
+__all__ = ["GroupSpan", "collective_time_s", "level_time_s", "tp_collective_bytes"]
 
 # Inputs may be floats or numpy arrays of byte counts (the search scores many stage sizes at
 # once); zero or negative byte counts cost nothing.
@@ -124,3 +124,13 @@ def _collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: Cluster
         local = (span.n_intra - 1) / n * nbytes * intra.beta_s_per_byte
         return _only_positive(nbytes, base + (n - 1) * inter.alpha_s + np.maximum(cross, local))
     return level_time_s(op, nbytes, 2, inter)
+
+
+def tp_collective_bytes(op: str, act_bytes, workload, bytes_per_element: float):
+    """Bytes a sequence-parallel TP collective moves: all-gathers in the GEMMs' low-precision format
+    where the workload casts before gathering (TrainingWorkload.fp8_tp_all_gather), else ``act_bytes``."""
+    if op != "all_gather" or not getattr(workload, "fp8_tp_all_gather", False):
+        return act_bytes
+    from autotune.spec.workload import GEMM_OPERAND_BYTES
+
+    return act_bytes * GEMM_OPERAND_BYTES[workload.dtype] / bytes_per_element
