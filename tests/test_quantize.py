@@ -182,3 +182,15 @@ def test_evaluate_takes_the_fp8_recipe(capsys):
     delayed, cast, current = step_s("--fp8-recipe", "te_delayed"), step_s(), step_s("--fp8-recipe", "te_current")
     assert delayed < cast < current
     assert main(["evaluate", "--model", "small", "--gpus", "8", "--fp8-recipe", "hybrid"]) == 2
+
+
+def test_te_rows_gather_sequence_parallel_inputs_in_their_low_precision_format(data_dir):
+    from autotune.calibrate.modern import modern_run_from_row
+
+    rows = _rows(data_dir)
+
+    def gathers(run_id, **changes):
+        return modern_run_from_row(dict(rows[run_id], iter_s="1", **changes))[1].fp8_tp_all_gather
+    assert gathers("nemo-mb-005") and gathers("nemo-mb-016") and gathers("nemo-mb-011")  # fp8, nvfp4, mxfp8 at TP > 1
+    assert not gathers("nemo-mb-045")  # TP 1: nothing to gather
+    assert not gathers("nemo-mb-005", precision="bf16")

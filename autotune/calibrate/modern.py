@@ -122,6 +122,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("mxfp8 / nvfp4", "every linear layer's GEMMs in the format, none kept in BF16; attention BF16",
          "Megatron-Bridge bf16_with_mxfp8_mixed / bf16_with_nvfp4_mixed leave num_layers_at_start/end_in_bf16 at 0 "
          "and fp8_dot_product_attention off"),
+        ("low-precision TP gathers", "sequence-parallel all-gathers move the GEMMs' format (inputs forward, "
+         "output gradients backward); reduce-scatters BF16",
+         "Transformer Engine's Linear/LayerNormLinear quantize before gather_along_first_dim or the userbuffers "
+         "all-gather (module/linear.py, layernorm_linear.py); the recipes' userbuffers_fp8_* overlap configs"),
         ("nvfp4 TP overlap", "TP communication not overlapped (the recipes turn userbuffers off for NVFP4)",
          "Megatron-Bridge llama3/llama31 perf configs: tp_comm_overlap = False if precision == 'nvfp4'"),
         ("attention on Hopper", "the device's FlashAttention-2 fit",
@@ -425,7 +429,8 @@ def modern_run_from_row(row: dict[str, str]):
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="unfused" if of_2021 else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
-                                fp8_tp_all_gather=framework == "torchtitan" and dtype == "fp8" and tp > 1,
+                                fp8_tp_all_gather=tp > 1 and (dtype == "fp8" if framework == "torchtitan" else
+                                                              framework == "nemo" and dtype in ("fp8", "mxfp8", "nvfp4")),
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 fp8_recipe=_fp8_recipe(row, framework),

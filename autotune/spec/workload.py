@@ -83,7 +83,8 @@ class TrainingWorkload:
     # Sequence-parallel TP all-gathers move the low-precision activations (and, backward, gradients):
     # torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput cast before redistributing, and
     # Float8RowwiseParallel casts the output gradient before its backward all-gather
-    # (torchao/float8/float8_tensor_parallel.py); the reduce-scatters stay BF16.
+    # (torchao/float8/float8_tensor_parallel.py); the reduce-scatters stay BF16. Transformer Engine's
+    # Linear does the same in every low-precision format (gather_along_first_dim with its quantizer).
     fp8_tp_all_gather: bool = False
     # Sequence-parallel activations are batch-first (DTensor, torchtitan): each TP all-gather along the
     # sequence copies the gathered buffer and each reduce-scatter its input (PyTorch functional collectives)
