@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from autotune.calibrate.deepspeed_2021 import (DEEPSPEED_2021_MAX_REUSE_ELEMENTS, DEEPSPEED_2021_PERSISTENCE_ELEMENTS,
+                                               deepspeed_2021_calls)
 from autotune.calibrate.source_flops import SOURCE_FLOPS
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -81,6 +83,16 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "overlapped with compute, where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
          "DeepSpeed issue #1174 (v0.3.16, one 8-A100 node): a 5B model's forward 420 ms slower under ZeRO-3 "
          "than ZeRO-2 with 10 GB of fp16 weights gathered; PR #1188: each all_gather synchronised the device"),
+        ("collectives, 2021", f"one all-gather and one reduce-scatter per weight tensor of >= "
+         f"{DEEPSPEED_2021_PERSISTENCE_ELEMENTS:,} elements (smaller ones persist), each with a copy kernel per rank",
+         "DeepSpeed v0.3.13-0.3.16 partition_parameters.py: _allgather_param / _reduce_scatter_gradient per "
+         "parameter with lists of world-size tensors; PyTorch 1.8 ProcessGroupNCCL copies each; "
+         "param_persistence_threshold default 1e5"),
+        ("re-gathers under full recompute, 2021", f"a tensor gathered again for the backward when twice its "
+         f"layer's later weights exceed {DEEPSPEED_2021_MAX_REUSE_ELEMENTS:.0e} elements",
+         "stage3.py _keep_for_later / get_reuse_distance_in_numel; max_reuse_distance default 1e9"),
+        ("NCCL, 2021", "2.8: ring latency per step and protocol from its tuning model",
+         "NVIDIA/nccl src/graph/tuning.cc v2.8.4-1 (baseLat, hwLat, llMaxBws, ll128MaxBwPerCh)"),
         ("attention, 2021", "unfused (Megatron's fused scale-mask-softmax)", "FlashAttention appeared in 2022"),
         ("model", "GPT: LayerNorm, biases, learned positions, tied embeddings, vocab 51200",
          "Megatron-DeepSpeed's GPT-3 configuration"),
@@ -338,6 +350,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
+                                **(deepspeed_2021_calls(model, tp, True, row["recompute"]) if of_2021 else {}),
                                 **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(

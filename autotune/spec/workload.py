@@ -49,6 +49,7 @@ def compute_dtype(dtype: str) -> str:
 
 
 EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
+NCCL_TUNINGS = ("", "2.8")  # see TrainingWorkload.nccl_tuning
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +86,22 @@ class TrainingWorkload:
     # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
     # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
     param_gather_bytes_per_s: float = 0.0
+    # How the runtime issues ZeRO-3's collectives (cost/sharding.py GatherCalls). 0: one collective
+    # per layer and pass (a flat parameter: FSDP, DeepSpeed with coalesced gathers); k: one per
+    # weight tensor, k per layer (DeepSpeed ZeRO-3 0.3-0.4 gathered and reduced each parameter alone).
+    gather_calls_per_layer: int = 0
+    # Of those, the calls and the share of the layer's weight bytes gathered a third time, for the
+    # backward after the recomputed forward (DeepSpeed released a module whose next use lay more
+    # than max_reuse_distance elements ahead).
+    regather_calls_per_layer: int = 0
+    regather_share: float = 0.0
+    # torch.distributed.all_gather / reduce_scatter with a list of per-rank tensors: PyTorch's
+    # ProcessGroupNCCL (to 1.8) copies each rank's chunk out of (into) a flat buffer, a copy
+    # kernel per rank and call; runtimes on _all_gather_base / all_gather_into_tensor copy nothing.
+    per_rank_copies: bool = False
+    # NCCL's ring latency model: "" the cluster's alpha per step; "2.8": NCCL 2.8's protocols
+    # (LL/LL128/Simple, each call the fastest; cost/comm.py nccl_2_8_ring_s).
+    nccl_tuning: str = ""
     # Low-precision recipes: the weights' casts happen on a step's first micro-batch and are
     # reused by the rest (Transformer Engine's is_first_microbatch, set by Megatron-Core's
     # schedules.forward_step), or at every forward (torchao's Float8Linear; TE modules called
@@ -98,6 +115,7 @@ class TrainingWorkload:
                 f"must be true or false, got {self.reuse_weight_casts!r}")
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
+        self._check_gather_calls()
         require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
                 f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)
@@ -110,6 +128,19 @@ class TrainingWorkload:
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require(self.kind == "train", "workload", "TrainingWorkload.kind is always 'train'")
+
+    def _check_gather_calls(self) -> None:
+        for field in ("gather_calls_per_layer", "regather_calls_per_layer"):
+            value = getattr(self, field)
+            require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, field,
+                    f"must be an integer >= 0, got {value!r}")
+        require(self.regather_calls_per_layer <= self.gather_calls_per_layer, "regather_calls_per_layer",
+                f"at most gather_calls_per_layer ({self.gather_calls_per_layer}), got {self.regather_calls_per_layer}")
+        require(isinstance(self.regather_share, (int, float)) and 0 <= self.regather_share <= 1, "regather_share",
+                f"must be in [0, 1], got {self.regather_share!r}")
+        require(isinstance(self.per_rank_copies, bool), "per_rank_copies",
+                f"must be true or false, got {self.per_rank_copies!r}")
+        require_choice("nccl_tuning", self.nccl_tuning, NCCL_TUNINGS)
 
     @property
     def activation_bytes(self) -> int:
