@@ -34,10 +34,11 @@ import numpy as np
 
 from autotune.cost.comm import GroupSpan, collective_time_s, nccl_2_8_ring_s
 from autotune.cost.memory import state_bytes_per_param
+from autotune.errors import require, require_choice
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["GRAD_COMM_BYTES", "GatherCalls", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
+__all__ = ["GRAD_COMM_BYTES", "GatherCalls", "gather_calls", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
            "dp_step_comm_s", "sharded_state_memory", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
 
 # Compute that runs while a collective is in flight is slower: the collective's kernels hold SMs
@@ -155,6 +156,13 @@ class GatherCalls:
     nccl_tuning: str = ""
     copy_kernel_s: float = 0.0
 
+    def __post_init__(self) -> None:
+        require(0 <= self.regather_calls <= max(1, self.per_layer), "regather_calls_per_layer",
+                f"must be in [0, {max(1, self.per_layer)}], got {self.regather_calls}")
+        require(0 <= self.regather_share <= 1, "regather_share", f"must be in [0, 1], got {self.regather_share}")
+        require(self.copy_kernel_s >= 0, "copy_kernel_s", f"must be >= 0, got {self.copy_kernel_s}")
+        require_choice("nccl_tuning", self.nccl_tuning, ("", "2.8"))
+
     def call_s(self, op: str, nbytes, span: GroupSpan, cluster: ClusterSpec) -> tuple:
         """(fixed seconds, transfer seconds) of one call on ``nbytes``: the ring's latency (NCCL
         2.8's model or the cluster's alpha-beta) plus, with list collectives, a copy kernel per rank
@@ -166,6 +174,19 @@ class GatherCalls:
             transfer = collective_time_s(op, nbytes, span, cluster) - latency
         copies = span.size * self.copy_kernel_s if self.per_rank_copies and span.size > 1 else 0.0
         return latency + copies, transfer
+
+
+def gather_calls(workload, copy_kernel_s: float) -> GatherCalls | None:
+    """The workload's ZeRO-3 call settings; ``copy_kernel_s``: the device's back-to-back memory
+    kernel (its fitted latency). None: one flat, coalesced collective per layer."""
+    fields = {name: getattr(workload, name, default) for name, default in (
+        ("gather_calls_per_layer", 0), ("regather_calls_per_layer", 0), ("regather_share", 0.0),
+        ("per_rank_copies", False), ("nccl_tuning", ""))}
+    if not any(fields.values()):
+        return None
+    return GatherCalls(per_layer=fields["gather_calls_per_layer"], regather_calls=fields["regather_calls_per_layer"],
+                       regather_share=fields["regather_share"], per_rank_copies=fields["per_rank_copies"],
+                       nccl_tuning=fields["nccl_tuning"], copy_kernel_s=copy_kernel_s)
 
 
 def _per_call_traffic(cluster: ClusterSpec, groups: ShardGroups, gather_bytes, grad_bytes, rate: float,
@@ -191,7 +212,7 @@ def layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params, gather_byte
     """``gather_rate_bytes_per_s`` > 0: the runtime receives each GPU's missing (n-1)/n of the
     layer no faster than that (a measured rate, TrainingWorkload.param_gather_bytes_per_s).
     ``calls``: a runtime that gathers and reduces each weight tensor by its own call."""
-    if calls is not None and calls.per_layer > 0:
+    if calls is not None:
         gather, regather, reduce = _per_call_traffic(cluster, groups, params * gather_bytes_per_param,
                                                      params * grad_bytes_per_param, gather_rate_bytes_per_s, calls)
         return LayerTraffic(gather_s=gather, reduce_s=reduce, fwd_s=fwd_s, bwd_s=bwd_s,

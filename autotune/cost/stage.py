@@ -18,8 +18,8 @@ from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (GRAD_COMM_BYTES, GatherCalls, dp_step_comm_s, layer_traffic, overlap_penalty_s, overlapped_exposed_s,
-                                    shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, gather_calls, layer_traffic, overlap_penalty_s,
+                                    overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
 from autotune.graph.operators import qkv_projection_indices
@@ -278,19 +278,9 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
     traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
                             GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
                             _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds),
-                            getattr(ctx.workload, "param_gather_bytes_per_s", 0.0), _gather_calls(ctx))
+                            getattr(ctx.workload, "param_gather_bytes_per_s", 0.0),
+                            gather_calls(ctx.workload, ctx.cluster.device.memory.latency_s))
     return groups, traffic
-
-
-def _gather_calls(ctx: StageContext) -> GatherCalls | None:
-    """The runtime's per-tensor ZeRO-3 calls (TrainingWorkload), a copy kernel priced as the
-    device's back-to-back memory kernel (its fitted latency)."""
-    w = ctx.workload
-    if not getattr(w, "gather_calls_per_layer", 0):
-        return None
-    return GatherCalls(per_layer=w.gather_calls_per_layer, regather_calls=w.regather_calls_per_layer,
-                       regather_share=w.regather_share, per_rank_copies=w.per_rank_copies,
-                       nccl_tuning=w.nccl_tuning, copy_kernel_s=ctx.cluster.device.memory.latency_s)
 
 
 def _gather_bytes(ctx: StageContext) -> float:

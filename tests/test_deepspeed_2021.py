@@ -1,0 +1,83 @@
+"""DeepSpeed ZeRO-3 of 2021 (calibrate/deepspeed_2021.py) and NCCL 2.8's ring model
+(cost/comm.py nccl_2_8_ring_s): hand computations from the sources' constants and behaviour."""
+
+import pytest
+
+from autotune.calibrate.deepspeed_2021 import deepspeed_2021_calls, layer_weight_elements
+from autotune.cost.comm import GroupSpan, nccl_2_8_ring_s
+from autotune.errors import AutotuneError
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.model import ModelSpec
+from autotune.spec.workload import TrainingWorkload
+
+
+def _gpt(hidden: int, heads: int = 16, ffn_activation: str = "gelu") -> ModelSpec:
+    return ModelSpec(name="gpt", num_layers=4, hidden_size=hidden, num_heads=heads, num_kv_heads=heads,
+                     ffn_hidden_size=4 * hidden, ffn_activation=ffn_activation, vocab_size=51200, max_seq_len=2048,
+                     tied_embeddings=True)
+
+
+def test_ring_latency_by_hand_at_1536_ranks():
+    # 192 DGX A100 nodes: 1535 steps, 191 of them over the network. LL128 (tuning.cc v2.8.4):
+    # 10 + 1344 x 1.9 + 191 x 4.0 us; a 100 kB call runs LL: 3.6 + 1344 x 0.47 x 1.8 + 191 x 2.7 us
+    cluster, span = load_cluster("dgx-a100-80gb"), GroupSpan(8, 192)
+    latency, transfer = nccl_2_8_ring_s("all_gather", 1.2e9, span, cluster)
+    assert latency == pytest.approx((10 + 1344 * 1.9 + 191 * 4.0) * 1e-6)
+    assert transfer == pytest.approx(1535 / 1536 * 1.2e9 / (8 * 18.3e9))  # LL128 capped at 18.3 GB/s a channel
+    small, _ = nccl_2_8_ring_s("all_gather", 1e5, span, cluster)
+    assert small == pytest.approx((3.6 + 1344 * 0.47 * 1.8 + 191 * 2.7) * 1e-6)
+
+
+def test_ring_latency_grows_with_ranks_and_protocol_follows_size():
+    cluster = load_cluster("dgx-a100-80gb")
+    latency = [nccl_2_8_ring_s("all_gather", 3e8, GroupSpan(8, nodes), cluster)[0] for nodes in (48, 96, 192)]
+    assert latency[1] / latency[0] == pytest.approx(2.0, rel=0.05)
+    assert latency[2] / latency[1] == pytest.approx(2.0, rel=0.05)
+    # on 8 GPUs of one node a gigabyte goes by Simple (full NVLink bandwidth), 100 kB by LL
+    big, big_transfer = nccl_2_8_ring_s("reduce_scatter", 1e9, GroupSpan(8, 1), cluster)
+    assert big == pytest.approx((8.4 + 7 * 3.4) * 1e-6)
+    assert big_transfer == pytest.approx(7 / 8 * 1e9 / 230e9)
+    assert nccl_2_8_ring_s("all_gather", 1e5, GroupSpan(8, 1), cluster)[0] == pytest.approx((3.6 + 7 * 0.47) * 1e-6)
+    assert nccl_2_8_ring_s("all_gather", 1e9, GroupSpan(1, 1), cluster) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        nccl_2_8_ring_s("all_reduce", 1e9, GroupSpan(8, 2), cluster)
+
+
+def test_gpt3_175b_layer_gathers_and_regathers():
+    # 12288 wide: QKV 3h^2, attention output h^2, FFN 4h^2 each, all above 1e5 elements
+    h = 12288
+    model = _gpt(h, heads=96)
+    assert layer_weight_elements(model, 1, True) == [3 * h * h, h * h, 4 * h * h, 4 * h * h]
+    calls = deepspeed_2021_calls(model, 1, True, "full")
+    # reuse distances 2 x (9, 8, 4, 0) h^2 = 2.7e9, 2.4e9, 1.2e9, 0 against 1e9: three re-gathered
+    assert (calls["gather_calls_per_layer"], calls["regather_calls_per_layer"]) == (4, 3)
+    assert calls["regather_share"] == pytest.approx(8 / 12)
+    assert calls["per_rank_copies"] and calls["nccl_tuning"] == "2.8"
+    # without full recomputation the backward's gather is the second one, as everywhere
+    assert deepspeed_2021_calls(model, 1, True, "none")["regather_calls_per_layer"] == 0
+
+
+def test_narrow_layers_keep_their_weights_and_small_tensors_persist():
+    # BERT-5B's 2560-wide layer (12 h^2 = 7.9e7 elements) lies within max_reuse_distance: kept
+    wide = deepspeed_2021_calls(_gpt(2560, heads=40), 1, False, "full")
+    assert (wide["gather_calls_per_layer"], wide["regather_calls_per_layer"], wide["regather_share"]) == (6, 0, 0.0)
+    # 256 wide: h^2 = 65536 < 1e5 persists (the attention output, and Q, K, V when separate)
+    narrow = _gpt(256, heads=4, ffn_activation="swiglu")
+    assert deepspeed_2021_calls(narrow, 1, True, "full")["gather_calls_per_layer"] == 4  # QKV, gate, up, down
+    assert deepspeed_2021_calls(narrow, 1, False, "full")["gather_calls_per_layer"] == 3
+    assert deepspeed_2021_calls(narrow, 2, True, "full")["gather_calls_per_layer"] == 3  # QKV 98304 per GPU persists
+
+
+@pytest.mark.parametrize("field, value", [
+    ("gather_calls_per_layer", -1), ("gather_calls_per_layer", 1.5), ("regather_share", 1.5),
+    ("per_rank_copies", "yes"), ("nccl_tuning", "2.4"),
+])
+def test_workload_rejects_bad_call_settings(field, value):
+    with pytest.raises(AutotuneError) as err:
+        TrainingWorkload(global_batch=8, seq_len=128, **{field: value})
+    assert err.value.field == field
+
+
+def test_regathers_cannot_exceed_the_calls():
+    with pytest.raises(AutotuneError):
+        TrainingWorkload(global_batch=8, seq_len=128, gather_calls_per_layer=2, regather_calls_per_layer=3)
