@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, replace
 
 from autotune.calibrate.deepspeed_2021 import (DEEPSPEED_2021_MAX_REUSE_ELEMENTS, DEEPSPEED_2021_PERSISTENCE_ELEMENTS,
-                                               deepspeed_2021_calls)
+                                               PYTHON_OP_S, deepspeed_2021_calls)
 from autotune.calibrate.source_flops import SOURCE_FLOPS
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -23,9 +23,10 @@ __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGE
 
 # DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU even over
 # NVLink: each of 8 GPUs took in 7/8 of 10 GB of fp16 weights in the 420 ms a 5B model's forward
-# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16), and those
-# gathers did not overlap compute: "the async version is not async at all, because each
-# all_gather calls torch.cuda.synchronize()" (DeepSpeed PR #1188, June 2021).
+# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16). There each
+# prefetch held several tensors whose gathers each synchronised the device: "the async version is
+# not async at all" (DeepSpeed PR #1188, June 2021); how a prefetch of one tensor overlaps its
+# module's compute is calibrate/deepspeed_2021.py's and cost/zero3_calls.py's.
 DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
 
 # Frameworks whose FP8 weights are cast on a step's first micro-batch and reused by the rest
@@ -79,15 +80,21 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "deepspeed": (
         ("sharding", "the row's ZeRO stage; parameters prefetched and gradients reduced overlapped",
          "DeepSpeed ZeRO-3 prefetches the next modules' parameters (prefetch_bucket_size)"),
-        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, not "
-         "overlapped with compute, where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
+        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, "
+         "where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
          "DeepSpeed issue #1174 (v0.3.16, one 8-A100 node): a 5B model's forward 420 ms slower under ZeRO-3 "
-         "than ZeRO-2 with 10 GB of fp16 weights gathered; PR #1188: each all_gather synchronised the device"),
+         "than ZeRO-2 with 10 GB of fp16 weights gathered"),
+        ("prefetch, 2021", "each module's fetch synchronises the device, then starts the next tensor's gather "
+         "beside the module's compute; reduce-scatters waited for at the next fetch",
+         "stage3.py v0.3.13-0.3.16 fetch_sub_module / prefetch_next_sub_modules (prefetch_bucket_size 5e7 "
+         "elements: one GPT-3 tensor); PR #1188: several prefetched tensors serialise (each gather synchronises)"),
         ("collectives, 2021", f"one all-gather and one reduce-scatter per weight tensor of >= "
-         f"{DEEPSPEED_2021_PERSISTENCE_ELEMENTS:,} elements (smaller ones persist), each with a copy kernel per rank",
+         f"{DEEPSPEED_2021_PERSISTENCE_ELEMENTS:,} elements (smaller ones persist), each with a copy kernel per rank "
+         f"(2.6 us on A100) and, for gathers, {PYTHON_OP_S * 1e6:.0f} us of exposed Python per rank",
          "DeepSpeed v0.3.13-0.3.16 partition_parameters.py: _allgather_param / _reduce_scatter_gradient per "
-         "parameter with lists of world-size tensors; PyTorch 1.8 ProcessGroupNCCL copies each; "
-         "param_persistence_threshold default 1e5"),
+         "parameter with lists of world-size tensors, a narrow per rank after torch.cuda.synchronize(); "
+         "PyTorch 1.8 ProcessGroupNCCL copies each; param_persistence_threshold default 1e5; Python op ~2 us "
+         "(pytorch/pytorch#41383); back-to-back kernel 2.6 us (gpu-benches gpu-small-kernels)"),
         ("re-gathers under full recompute, 2021", f"a tensor gathered again for the backward when twice its "
          f"layer's later weights exceed {DEEPSPEED_2021_MAX_REUSE_ELEMENTS:.0e} elements",
          "stage3.py _keep_for_later / get_reuse_distance_in_numel; max_reuse_distance default 1e9"),
@@ -282,8 +289,6 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
                 and "vanilla tp" not in text)
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
-    if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
-        options["overlap_param_gather"] = False
     if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
         options["reshard_after_forward"] = False
     if framework == "torchtitan":
@@ -350,7 +355,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
-                                **(deepspeed_2021_calls(model, tp, True, row["recompute"]) if of_2021 else {}),
+                                **(deepspeed_2021_calls(model, tp, True) if of_2021 else {}),
                                 **(_moe_recipe(row) if framework == "nemo" else {}))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(

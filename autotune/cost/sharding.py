@@ -32,13 +32,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autotune.cost.comm import GroupSpan, collective_time_s, nccl_2_8_ring_s
+from autotune.cost.comm import GroupSpan, collective_time_s
 from autotune.cost.memory import state_bytes_per_param
-from autotune.errors import require, require_choice
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["GRAD_COMM_BYTES", "GatherCalls", "gather_calls", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
+__all__ = ["GRAD_COMM_BYTES", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
            "dp_step_comm_s", "sharded_state_memory", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
 
 # Compute that runs while a collective is in flight is slower: the collective's kernels hold SMs
@@ -141,82 +140,15 @@ class LayerTraffic:
     fwd_s: float
     bwd_s: float  # backward incl. recomputation
     share: float = 1.0  # the shard group's rate_share (overlap contention)
-    regather_s: float = 0.0  # gathered a third time, for the backward after the recomputed forward
-
-
-@dataclass(frozen=True, kw_only=True)
-class GatherCalls:
-    """How the runtime issues a layer's ZeRO-3 collectives (TrainingWorkload's fields of the same
-    names); ``copy_kernel_s``: one copy kernel's fixed cost on the device."""
-
-    per_layer: int = 0
-    regather_calls: int = 0
-    regather_share: float = 0.0
-    per_rank_copies: bool = False
-    nccl_tuning: str = ""
-    copy_kernel_s: float = 0.0
-
-    def __post_init__(self) -> None:
-        require(0 <= self.regather_calls <= max(1, self.per_layer), "regather_calls_per_layer",
-                f"must be in [0, {max(1, self.per_layer)}], got {self.regather_calls}")
-        require(0 <= self.regather_share <= 1, "regather_share", f"must be in [0, 1], got {self.regather_share}")
-        require(self.copy_kernel_s >= 0, "copy_kernel_s", f"must be >= 0, got {self.copy_kernel_s}")
-        require_choice("nccl_tuning", self.nccl_tuning, ("", "2.8"))
-
-    def call_s(self, op: str, nbytes, span: GroupSpan, cluster: ClusterSpec) -> tuple:
-        """(fixed seconds, transfer seconds) of one call on ``nbytes``: the ring's latency (NCCL
-        2.8's model or the cluster's alpha-beta) plus, with list collectives, a copy kernel per rank
-        (PyTorch 1.8 ProcessGroupNCCL::allgather copies each output, reduce_scatter each input)."""
-        if self.nccl_tuning == "2.8":
-            latency, transfer = nccl_2_8_ring_s(op, nbytes, span, cluster)
-        else:
-            latency = collective_time_s(op, 1.0, span, cluster)
-            transfer = collective_time_s(op, nbytes, span, cluster) - latency
-        copies = span.size * self.copy_kernel_s if self.per_rank_copies and span.size > 1 else 0.0
-        return latency + copies, transfer
-
-
-def gather_calls(workload, copy_kernel_s: float) -> GatherCalls | None:
-    """The workload's ZeRO-3 call settings; ``copy_kernel_s``: the device's back-to-back memory
-    kernel (its fitted latency). None: one flat, coalesced collective per layer."""
-    fields = {name: getattr(workload, name, default) for name, default in (
-        ("gather_calls_per_layer", 0), ("regather_calls_per_layer", 0), ("regather_share", 0.0),
-        ("per_rank_copies", False), ("nccl_tuning", ""))}
-    if not any(fields.values()):
-        return None
-    return GatherCalls(per_layer=fields["gather_calls_per_layer"], regather_calls=fields["regather_calls_per_layer"],
-                       regather_share=fields["regather_share"], per_rank_copies=fields["per_rank_copies"],
-                       nccl_tuning=fields["nccl_tuning"], copy_kernel_s=copy_kernel_s)
-
-
-def _per_call_traffic(cluster: ClusterSpec, groups: ShardGroups, gather_bytes, grad_bytes, rate: float,
-                      calls: GatherCalls) -> tuple:
-    """(gather, regather, reduce) seconds of a layer whose tensors are gathered and reduced one
-    call each (``calls.per_layer`` calls of equal size): the per-call costs add, the transfers
-    run no faster than the runtime's measured ``rate`` (bytes/s received per GPU, 0: the ring's)."""
-    k, shard = max(1, calls.per_layer), groups.shard
-    fixed, transfer = calls.call_s("all_gather", gather_bytes / k, shard, cluster)
-    moved = k * transfer
-    if rate > 0:
-        moved = np.maximum(moved, gather_bytes * (1.0 - 1.0 / shard.size) / rate)
-    gather = k * fixed + moved
-    regather = calls.regather_calls * fixed + calls.regather_share * moved
-    rs_fixed, rs_transfer = calls.call_s("reduce_scatter", grad_bytes / k, shard, cluster)
-    replicas = collective_time_s("all_reduce", grad_bytes / k / shard.size, groups.replicate, cluster)
-    return gather, regather, k * (rs_fixed + rs_transfer + replicas)
+    # A runtime gathering tensor by tensor (cost/zero3_calls.py TensorTraffic): it prices the
+    # micro-batch itself; gather_s / reduce_s above are then the layer's sums.
+    tensors: object = None
 
 
 def layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params, gather_bytes_per_param: float,
-                  grad_bytes_per_param: float, fwd_s, bwd_s, gather_rate_bytes_per_s: float = 0.0,
-                  calls: GatherCalls | None = None) -> LayerTraffic:
+                  grad_bytes_per_param: float, fwd_s, bwd_s, gather_rate_bytes_per_s: float = 0.0) -> LayerTraffic:
     """``gather_rate_bytes_per_s`` > 0: the runtime receives each GPU's missing (n-1)/n of the
-    layer no faster than that (a measured rate, TrainingWorkload.param_gather_bytes_per_s).
-    ``calls``: a runtime that gathers and reduces each weight tensor by its own call."""
-    if calls is not None:
-        gather, regather, reduce = _per_call_traffic(cluster, groups, params * gather_bytes_per_param,
-                                                     params * grad_bytes_per_param, gather_rate_bytes_per_s, calls)
-        return LayerTraffic(gather_s=gather, reduce_s=reduce, fwd_s=fwd_s, bwd_s=bwd_s,
-                            share=rate_share(groups.shard, cluster), regather_s=regather)
+    layer no faster than that (a measured rate, TrainingWorkload.param_gather_bytes_per_s)."""
     gather = collective_time_s("all_gather", params * gather_bytes_per_param, groups.shard, cluster)
     if gather_rate_bytes_per_s > 0:
         missing = params * gather_bytes_per_param * (1.0 - 1.0 / groups.shard.size)
@@ -233,12 +165,13 @@ def zero3_microbatch_comm_s(stage: StagePlan, traffic: LayerTraffic, n, overlap:
     if stage.zero < 3 or not stage.reshard_after_forward:
         return 0.0 * n
     t = traffic
-    backward = t.gather_s + t.regather_s + t.reduce_s
+    if t.tensors is not None:
+        return n * t.tensors.exposed_s(overlap, stage.recompute == "full", t)
     if not overlap:
-        return n * (t.gather_s + backward) + 0.0 * t.fwd_s
-    per_layer = np.maximum(0.0, t.gather_s - t.fwd_s) + np.maximum(0.0, backward - t.bwd_s)
+        return n * (2 * t.gather_s + t.reduce_s) + 0.0 * t.fwd_s
+    per_layer = np.maximum(0.0, t.gather_s - t.fwd_s) + np.maximum(0.0, t.gather_s + t.reduce_s - t.bwd_s)
     per_layer = (per_layer + overlap_penalty_s(t.gather_s, t.fwd_s, t.share)
-                 + overlap_penalty_s(backward, t.bwd_s, t.share))
+                 + overlap_penalty_s(t.gather_s + t.reduce_s, t.bwd_s, t.share))
     return t.gather_s + n * per_layer
 
 

@@ -18,8 +18,9 @@ from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, gather_calls, layer_traffic, overlap_penalty_s,
+from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s,
                                     overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.zero3_calls import gather_calls, tensor_layer_traffic
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
 from autotune.graph.operators import qkv_projection_indices
@@ -275,12 +276,14 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
 def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes):
     """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py)."""
     groups = shard_groups(stage, span)
-    traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
-                            GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
-                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds),
-                            getattr(ctx.workload, "param_gather_bytes_per_s", 0.0),
-                            gather_calls(ctx.workload, ctx.cluster.device.memory.latency_s))
-    return groups, traffic
+    recompute = _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds)
+    args = (ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx), GRAD_COMM_BYTES[ctx.workload.dtype],
+            _scalar(layer.fwd_s), _scalar(layer.bwd_s) + recompute)
+    rate = getattr(ctx.workload, "param_gather_bytes_per_s", 0.0)
+    calls = gather_calls(ctx.workload, ctx.cluster.device.memory.latency_s)  # a copy kernel: the device's fit
+    if calls is not None:  # tensor by tensor (cost/zero3_calls.py)
+        return groups, tensor_layer_traffic(*args, _scalar(recompute), rate, calls)
+    return groups, layer_traffic(*args, rate)
 
 
 def _gather_bytes(ctx: StageContext) -> float:

@@ -86,19 +86,20 @@ class TrainingWorkload:
     # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
     # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
     param_gather_bytes_per_s: float = 0.0
-    # How the runtime issues ZeRO-3's collectives (cost/sharding.py GatherCalls). 0: one collective
-    # per layer and pass (a flat parameter: FSDP, DeepSpeed with coalesced gathers); k: one per
-    # weight tensor, k per layer (DeepSpeed ZeRO-3 0.3-0.4 gathered and reduced each parameter alone).
-    gather_calls_per_layer: int = 0
-    # Of those, the calls and the share of the layer's weight bytes gathered a third time, for the
-    # backward after the recomputed forward (DeepSpeed released a module whose next use lay more
-    # than max_reuse_distance elements ahead).
-    regather_calls_per_layer: int = 0
-    regather_share: float = 0.0
+    # How the runtime issues ZeRO-3's collectives (cost/zero3_calls.py). (): one collective per layer
+    # and pass (a flat parameter: FSDP, later DeepSpeed); else each weight tensor's share of the
+    # layer, forward order, gathered and reduced one call each (DeepSpeed ZeRO-3 0.3-0.4).
+    gather_tensor_shares: tuple[float, ...] = ()
+    # The tensors (indices into the shares) gathered again for the backward after a full
+    # recomputation (DeepSpeed released a module whose next use lay beyond max_reuse_distance).
+    regathered_tensors: tuple[int, ...] = ()
     # torch.distributed.all_gather / reduce_scatter with a list of per-rank tensors: PyTorch's
     # ProcessGroupNCCL (to 1.8) copies each rank's chunk out of (into) a flat buffer, a copy
     # kernel per rank and call; runtimes on _all_gather_base / all_gather_into_tensor copy nothing.
     per_rank_copies: bool = False
+    # Host seconds per rank of each ZeRO-3 gather call that the device waits for (DeepSpeed 2021
+    # built a view per rank in Python after synchronising the device); 0: none.
+    gather_host_s_per_rank: float = 0.0
     # NCCL's ring latency model: "" the cluster's alpha per step; "2.8": NCCL 2.8's protocols
     # (LL/LL128/Simple, each call the fastest; cost/comm.py nccl_2_8_ring_s).
     nccl_tuning: str = ""
@@ -130,16 +131,17 @@ class TrainingWorkload:
         require(self.kind == "train", "workload", "TrainingWorkload.kind is always 'train'")
 
     def _check_gather_calls(self) -> None:
-        for field in ("gather_calls_per_layer", "regather_calls_per_layer"):
-            value = getattr(self, field)
-            require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, field,
-                    f"must be an integer >= 0, got {value!r}")
-        require(self.regather_calls_per_layer <= self.gather_calls_per_layer, "regather_calls_per_layer",
-                f"at most gather_calls_per_layer ({self.gather_calls_per_layer}), got {self.regather_calls_per_layer}")
-        require(isinstance(self.regather_share, (int, float)) and 0 <= self.regather_share <= 1, "regather_share",
-                f"must be in [0, 1], got {self.regather_share!r}")
+        shares, regathered = self.gather_tensor_shares, self.regathered_tensors
+        require(isinstance(shares, tuple) and all(isinstance(x, (int, float)) and x > 0 for x in shares)
+                and (not shares or abs(sum(shares) - 1.0) < 1e-6), "gather_tensor_shares",
+                f"must be a tuple of positive shares summing to 1 (or empty), got {shares!r}")
+        require(isinstance(regathered, tuple) and all(isinstance(i, int) and 0 <= i < max(1, len(shares))
+                for i in regathered) and len(set(regathered)) == len(regathered), "regathered_tensors",
+                f"must be distinct indices into gather_tensor_shares, got {regathered!r}")
         require(isinstance(self.per_rank_copies, bool), "per_rank_copies",
                 f"must be true or false, got {self.per_rank_copies!r}")
+        require(isinstance(self.gather_host_s_per_rank, (int, float)) and self.gather_host_s_per_rank >= 0,
+                "gather_host_s_per_rank", f"must be >= 0, got {self.gather_host_s_per_rank!r}")
         require_choice("nccl_tuning", self.nccl_tuning, NCCL_TUNINGS)
 
     @property
