@@ -5,6 +5,8 @@ import pytest
 
 from autotune.calibrate.deepspeed_2021 import deepspeed_2021_calls, layer_weight_elements
 from autotune.cost.comm import GroupSpan, nccl_2_8_ring_s
+from autotune.cost.sharding import LayerTraffic
+from autotune.cost.zero3_calls import GatherCalls, TensorTraffic
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.model import ModelSpec
@@ -48,36 +50,49 @@ def test_gpt3_175b_layer_gathers_and_regathers():
     h = 12288
     model = _gpt(h, heads=96)
     assert layer_weight_elements(model, 1, True) == [3 * h * h, h * h, 4 * h * h, 4 * h * h]
-    calls = deepspeed_2021_calls(model, 1, True, "full")
+    calls = deepspeed_2021_calls(model, 1, True)
+    assert calls["gather_tensor_shares"] == pytest.approx((0.25, 1 / 12, 1 / 3, 1 / 3))
     # reuse distances 2 x (9, 8, 4, 0) h^2 = 2.7e9, 2.4e9, 1.2e9, 0 against 1e9: three re-gathered
-    assert (calls["gather_calls_per_layer"], calls["regather_calls_per_layer"]) == (4, 3)
-    assert calls["regather_share"] == pytest.approx(8 / 12)
-    assert calls["per_rank_copies"] and calls["nccl_tuning"] == "2.8"
-    # without full recomputation the backward's gather is the second one, as everywhere
-    assert deepspeed_2021_calls(model, 1, True, "none")["regather_calls_per_layer"] == 0
+    assert calls["regathered_tensors"] == (0, 1, 2)
+    assert calls["per_rank_copies"] and calls["nccl_tuning"] == "2.8" and calls["gather_host_s_per_rank"] == 2e-6
 
 
 def test_narrow_layers_keep_their_weights_and_small_tensors_persist():
     # BERT-5B's 2560-wide layer (12 h^2 = 7.9e7 elements) lies within max_reuse_distance: kept
-    wide = deepspeed_2021_calls(_gpt(2560, heads=40), 1, False, "full")
-    assert (wide["gather_calls_per_layer"], wide["regather_calls_per_layer"], wide["regather_share"]) == (6, 0, 0.0)
+    wide = deepspeed_2021_calls(_gpt(2560, heads=40), 1, False)
+    assert len(wide["gather_tensor_shares"]) == 6 and wide["regathered_tensors"] == ()
     # 256 wide: h^2 = 65536 < 1e5 persists (the attention output, and Q, K, V when separate)
     narrow = _gpt(256, heads=4, ffn_activation="swiglu")
-    assert deepspeed_2021_calls(narrow, 1, True, "full")["gather_calls_per_layer"] == 4  # QKV, gate, up, down
-    assert deepspeed_2021_calls(narrow, 1, False, "full")["gather_calls_per_layer"] == 3
-    assert deepspeed_2021_calls(narrow, 2, True, "full")["gather_calls_per_layer"] == 3  # QKV 98304 per GPU persists
+    assert len(deepspeed_2021_calls(narrow, 1, True)["gather_tensor_shares"]) == 4  # QKV, gate, up, down
+    assert len(deepspeed_2021_calls(narrow, 1, False)["gather_tensor_shares"]) == 3
+    assert len(deepspeed_2021_calls(narrow, 2, True)["gather_tensor_shares"]) == 3  # QKV's 98304 per GPU persists
+    assert deepspeed_2021_calls(_gpt(64, heads=4), 1, True) == {}  # everything persists
 
 
 @pytest.mark.parametrize("field, value", [
-    ("gather_calls_per_layer", -1), ("gather_calls_per_layer", 1.5), ("regather_share", 1.5),
-    ("per_rank_copies", "yes"), ("nccl_tuning", "2.4"),
+    ("gather_tensor_shares", (0.5, 0.4)), ("gather_tensor_shares", (1.5, -0.5)), ("regathered_tensors", (2,)),
+    ("regathered_tensors", (0, 0)), ("gather_host_s_per_rank", -1e-6), ("per_rank_copies", "yes"),
+    ("nccl_tuning", "2.4"),
 ])
 def test_workload_rejects_bad_call_settings(field, value):
+    changes = {"gather_tensor_shares": (0.5, 0.5)} if field == "regathered_tensors" else {}
     with pytest.raises(AutotuneError) as err:
-        TrainingWorkload(global_batch=8, seq_len=128, **{field: value})
+        TrainingWorkload(global_batch=8, seq_len=128, **{**changes, field: value})
     assert err.value.field == field
 
 
-def test_regathers_cannot_exceed_the_calls():
-    with pytest.raises(AutotuneError):
-        TrainingWorkload(global_batch=8, seq_len=128, gather_calls_per_layer=2, regather_calls_per_layer=3)
+def test_each_gather_hides_behind_one_module_by_hand():
+    # two tensors of equal share; gathers 3 s each, reduce-scatters 1 s, host 0.5 s per gather;
+    # layer forward 4 s (2 s per module), backward 8 s (4 per module), no contention (share 0)
+    calls = GatherCalls(shares=(0.5, 0.5), regathered=(0,))
+    t = TensorTraffic(calls=calls, gather_s=(3.0, 3.0), reduce_s=(1.0, 1.0), host_s=0.5, recompute_s=4.0)
+    layer = LayerTraffic(gather_s=6.0, reduce_s=2.0, fwd_s=4.0, bwd_s=12.0, share=0.0, tensors=t)
+    # without recomputation (the whole 12 s is backward, 6 s a module): forward 2 x (3 - 2); the
+    # backward gathers both, each behind a module's 6 s: 0; + 2 x 1 reduce + 4 gathers x 0.5 host
+    assert t.exposed_s(True, False, layer) == pytest.approx(2.0 + 0.0 + 2.0 + 2.0)
+    # full recompute (4 s inside the 12 s): forward 2, recompute 0 + 1 (the first behind the
+    # backward's 4 s), the re-gathered first tensor behind the second's backward (4 s): 0;
+    # 5 gathers x 0.5 host + 2 reduces
+    assert t.exposed_s(True, True, layer) == pytest.approx(2.0 + 1.0 + 0.0 + 2.5 + 2.0)
+    # nothing hidden: 2 + 2 + 1 gathers of 3 s, host and reduces
+    assert t.exposed_s(False, True, layer) == pytest.approx(15.0 + 2.5 + 2.0)
