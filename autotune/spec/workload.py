@@ -131,6 +131,9 @@ class TrainingWorkload:
         require(self.kind == "train", "workload", "TrainingWorkload.kind is always 'train'")
 
     def _check_gather_calls(self) -> None:
+        for field in ("gather_tensor_shares", "regathered_tensors"):  # JSON round trips give lists
+            if isinstance(getattr(self, field), list):
+                object.__setattr__(self, field, tuple(getattr(self, field)))
         shares, regathered = self.gather_tensor_shares, self.regathered_tensors
         require(isinstance(shares, tuple) and all(isinstance(x, (int, float)) and x > 0 for x in shares)
                 and (not shares or abs(sum(shares) - 1.0) < 1e-6), "gather_tensor_shares",
