@@ -230,6 +230,39 @@ NEMO_MOE_RECIPES = {
 }
 
 
+# CUDA graphs of the NeMo / Megatron-Bridge MoE performance recipes (cost/host.py removes the
+# host time of a captured scope): (container, gpu, model key) -> (cuda_graph_scope, source).
+# Unlisted: no graphs. 25.09's graphs are Megatron-Core's per-layer local graphs
+# (enable_cuda_graph) of token-drop runs, padded to capacity: every scope of the layer.
+_LAYER = ("attn", "mlp", "moe_router", "moe_preprocess", "moe")
+NEMO_CUDA_GRAPHS = {
+    ("25.09", "GB200", "qwen3_30b_a3b"): (_LAYER, "Megatron-Bridge v0.1.0rc4 configs/qwen3/"
+                                          "qwen3_30b_a3b_llm_pretrain.yaml gb200: cuda_graphs true"),
+    ("25.09", "B200", "qwen3_30b_a3b"): (_LAYER, "v0.1.0rc4 qwen3_30b_a3b_llm_pretrain.yaml b200: cuda_graphs true"),
+    ("25.09", "GB200", "qwen3_235b_a22b"): (_LAYER, "v0.1.0rc4 qwen3_235b_a22b_llm_pretrain.yaml gb200: cuda_graphs true"),
+    ("25.11", "GB200", "qwen3_30b_a3b"): (("moe_router", "moe_preprocess"), "Megatron-Bridge v0.2.0 configs/qwen3/"
+                                          "workload_base_configs.py QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG"),
+    ("25.11", "GB200", "qwen3_235b_a22b"): (("attn", "moe_router", "moe_preprocess"),
+                                            "v0.2.0 configs/qwen3/workload_base_configs.py QWEN3_235B_A22B_GB200_*"),
+    ("25.11", "GB200", "deepseekv3"): (("moe_router", "moe_preprocess"),
+                                       "v0.2.0 configs/deepseek/workload_base_configs.py DEEPSEEK_V3_GB200_BASE_CONFIG"),
+    ("26.08", "GB200", "gpt oss 120b"): (("full_iteration",), "Megatron-Bridge @067f987 perf_recipes/gpt_oss/common.py "
+                                         "_apply_gpt_oss_120b_full_iter_fp8mx_configs: cuda_graph_impl full_iteration"),
+}
+
+
+def _host_settings(row: dict[str, str], framework: str) -> dict:
+    """Megatron-Core rows issue kernels from eager PyTorch (cost/host.py), outside the CUDA
+    graphs a NeMo MoE recipe captures (NEMO_CUDA_GRAPHS)."""
+    if framework not in ("nemo", "megatron"):
+        return {}
+    match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
+    name = row["model"].lower()
+    key = next((k for k in MOE_PRESETS if name.startswith(k)), None)
+    graphs = NEMO_CUDA_GRAPHS.get((match.group(1) if match else "", row["gpu"], key)) if row.get("arch") == "moe" else None
+    return {"host_dispatch": "eager", "cuda_graph_scope": graphs[0] if graphs else ()}
+
+
 def _moe_recipe(row: dict[str, str]) -> dict:
     """Workload fields of the row's NeMo MoE recipe (NEMO_MOE_RECIPES); empty when unlisted."""
     match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
@@ -356,7 +389,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
                                 **(deepspeed_2021_calls(model, tp, True) if of_2021 else {}),
-                                **(_moe_recipe(row) if framework == "nemo" else {}))
+                                **(_moe_recipe(row) if framework == "nemo" else {}), **_host_settings(row, framework))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
         num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,

@@ -73,7 +73,7 @@ def _run_from_row(row: dict[str, str]) -> PublishedRun:
         ffn_activation=row["ffn_act"], vocab_size=int(row["vocab"]), max_seq_len=int(row["seq"]),
         tied_embeddings=True, dropout=True, source=row["source"])
     workload = TrainingWorkload(global_batch=int(row["global_batch"]), seq_len=int(row["seq"]), dtype=row["dtype"],
-                                attention_impl="unfused" if legacy else "flash")
+                                attention_impl="unfused" if legacy else "flash", host_dispatch="eager")
     tp = int(row["tp"])
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     overlap = not legacy

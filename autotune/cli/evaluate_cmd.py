@@ -32,7 +32,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 DEFAULTS: dict[str, object] = {}
 INFERENCE_ONLY = ("batch", "prompt_len", "output_len", "target_tpot_ms", "target_ttft_ms")
-TRAINING_ONLY = ("global_batch", "seq_len", "unfused_qkv", "param_gather_gbps")
+TRAINING_ONLY = ("global_batch", "seq_len", "unfused_qkv", "param_gather_gbps", "host_dispatch", "cuda_graph_scope")
 DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "recompute_layers", "sequence_parallel", "zero", "schedule",
            "overlap_tp_comm", "async_tp", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
 
@@ -77,6 +77,12 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recast-weights", action="store_true",
                         help="low-precision recipes: cast the weights at every micro-batch's forward (torchao "
                              "float8, llm-foundry), not once per step (Transformer Engine under Megatron)")
+    parser.add_argument("--host-dispatch", choices=("hidden", "eager"), default="hidden",
+                        help="eager: price the GPU waiting for an eager PyTorch host to issue Megatron-Core's "
+                             "kernels (docs/moe.md, Host dispatch); hidden: the host always runs ahead")
+    parser.add_argument("--cuda-graph-scope", default="",
+                        help="with --host-dispatch eager: comma-separated scopes replayed as CUDA graphs "
+                             "(attn, mlp, moe_router, moe_preprocess, moe, full_iteration)")
     parser.add_argument("--param-gather-gbps", type=float, default=0.0,
                         help="ZeRO-3: the runtime's parameter-gather rate per GPU in GB/s where below the "
                              "network's (DeepSpeed of 2021: 21), 0: the network's")
@@ -109,7 +115,9 @@ def _workload(args: argparse.Namespace, model: object) -> object:
         work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0),
                        qkv_fused=not getattr(args, "unfused_qkv", False),
                        reuse_weight_casts=not getattr(args, "recast_weights", False),
-                       param_gather_bytes_per_s=getattr(args, "param_gather_gbps", 0.0) * 1e9)
+                       param_gather_bytes_per_s=getattr(args, "param_gather_gbps", 0.0) * 1e9,
+                       host_dispatch=getattr(args, "host_dispatch", "hidden"),
+                       cuda_graph_scope=tuple(s for s in getattr(args, "cuda_graph_scope", "").split(",") if s))
         fp8_gather = getattr(args, "fp8_all_gather", False)
         return replace(work, fp8_all_gather=True) if fp8_gather else work
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,

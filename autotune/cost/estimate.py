@@ -10,7 +10,7 @@ from typing import Any
 __all__ = ["Estimate", "StageEstimate", "InferenceMetrics", "BREAKDOWN_KEYS", "MEMORY_KEYS"]
 
 BREAKDOWN_KEYS = ("compute_s", "tp_cp_comm_s", "pp_comm_s", "pipeline_bubble_s", "dp_comm_s",
-                  "optimizer_s", "offload_s", "ep_comm_s")
+                  "optimizer_s", "offload_s", "ep_comm_s", "host_s")
 MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_states_bytes", "activations_bytes",
                "temporary_bytes", "reserved_bytes", "offloaded_bytes")
 

@@ -83,7 +83,7 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         "compute_s": b * slow.compute_s, "tp_cp_comm_s": b * (slow.tp_comm_s + slow.cp_comm_s),
         "pp_comm_s": b * slow.p2p_s, "pipeline_bubble_s": pipe_s - b * times[k],
         "dp_comm_s": b * slow.zero3_comm_s + tail.dp_comm_s, "optimizer_s": tail.optimizer_s,
-        "offload_s": b * slow.offload_s, "ep_comm_s": b * slow.ep_comm_s,
+        "offload_s": b * slow.offload_s, "ep_comm_s": b * slow.ep_comm_s, "host_s": b * slow.host_s,
     }
     usable = cluster.device.usable_memory_bytes
     stages = [stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]

@@ -16,6 +16,7 @@ import numpy as np
 
 from autotune.cost import stage as st
 from autotune.cost.comm import collective_time_s
+from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import sharded_state_memory
 from autotune.cost.mesh import group_spans
@@ -119,6 +120,19 @@ def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_den
         temporary_bytes=np.maximum(temporary, moe_temp), reserved_bytes=ctx.cluster.device.reserved_bytes)
 
 
+def _host_s(ctx, stage: StagePlan, dense, moe, ex: ExpertLayerCost, per_layer_comm, n_dense, n_moe):
+    """Exposed host dispatch per micro-batch (cost/host.py): the dense layers against their kernels
+    and exposed collectives, the MoE layers against theirs, the forward's exchanges included."""
+    expert_recompute = {"full": 1.0, "selective_op": 0.5}.get(stage.recompute, 0.0) * ex.fwd_s
+    dense_gpu_bwd = st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer.kinds)
+    moe_fwd = st._scalar(moe.fwd_s) + ex.fwd_s + ex.recompute_comm_s
+    moe_bwd = (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer.kinds) + ex.bwd_s
+               + expert_recompute + (ex.comm_s - ex.recompute_comm_s) + per_layer_comm)
+    return (n_dense * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=st._scalar(dense.fwd_s),
+                                    gpu_bwd_s=dense_gpu_bwd + per_layer_comm)
+            + n_moe * layers_host_s(ctx, stage, moe=True, gpu_fwd_s=moe_fwd, gpu_bwd_s=moe_bwd))
+
+
 def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
     """cost/stage.py's StageCost for a stage of an MoE model."""
     m = ctx.tables.model
@@ -142,10 +156,12 @@ def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
     zero3 = (st._zero3_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense)
              + st._zero3_comm_s(ctx, stage, spans["dp_cp"], moe, n_moe)
              + _expert_zero3_s(ctx, stage, ex_spans["edp"], ex, ex.fwd_s, ex.bwd_s, n_moe))
+    tp_comm = st._tp_comm_s(ctx, stage, spans["tp"], dense, n_dense + n_moe * _tp_layer_share(ctx))
+    cp_comm = st._cp_comm_s(ctx, stage, spans["cp"], dense, n_dense + n_moe)
+    per_layer_comm = (tp_comm + cp_comm) / np.maximum(n_dense + n_moe, 1)
     time = st.StageTime(
-        compute_s=fwd + bwd,
-        tp_comm_s=st._tp_comm_s(ctx, stage, spans["tp"], dense, n_dense + n_moe * _tp_layer_share(ctx)),
-        cp_comm_s=st._cp_comm_s(ctx, stage, spans["cp"], dense, n_dense + n_moe),
+        compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=cp_comm,
+        host_s=_host_s(ctx, stage, dense, moe, ex, per_layer_comm, n_dense, n_moe),
         p2p_s=st._p2p_s(ctx, stage, pos, fwd + bwd), zero3_comm_s=zero3, offload_s=0.0 * fwd,
         dp_comm_s=(st._dp_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense + n_moe, params, fwd, bwd)
                    + st._dp_comm_s(ctx, _expert_stage(stage), ex_spans["edp"], _expert_block(ex), n_moe,

@@ -17,6 +17,7 @@ from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
+from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s,
                                     overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
@@ -83,11 +84,12 @@ class StageTime:
     dp_comm_s: float
     optimizer_s: float
     ep_comm_s: float = 0.0  # per micro-batch: expert-parallel all-to-all and expert-TP collectives (cost/moe.py)
+    host_s: float = 0.0  # per micro-batch: the GPU waiting for the host to issue kernels (cost/host.py)
 
     @property
     def microbatch_s(self) -> float:
         return (self.compute_s + self.tp_comm_s + self.cp_comm_s + self.p2p_s + self.zero3_comm_s + self.offload_s
-                + self.ep_comm_s)
+                + self.ep_comm_s + self.host_s)
 
     @property
     def step_tail_s(self) -> float:
@@ -378,14 +380,15 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
            + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
-    shards = stage.shard_degree * stage.cp
     sharding = _sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 else None  # ZeRO-3 and DP share it
+    tp_comm, cp_comm = _tp_comm_s(ctx, stage, spans["tp"], layer, n), _cp_comm_s(ctx, stage, spans["cp"], layer, n)
+    layer_bwd = _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds) + (tp_comm + cp_comm) / np.maximum(n, 1)
     time = StageTime(
-        compute_s=fwd + bwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], layer, n),
-        cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer, n), p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
+        compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=cp_comm, p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
+        host_s=n * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=_scalar(layer.fwd_s), gpu_bwd_s=layer_bwd),  # host.py
         zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n, sharding), offload_s=0.0 * n,
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
-        optimizer_s=_optimizer_s(ctx, stage, params, shards),
+        optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx))
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)

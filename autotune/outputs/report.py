@@ -54,7 +54,8 @@ def _dominant_differences(best: Estimate, other: Estimate) -> list[str]:
     for key, label in (("pipeline_bubble_s", "pipeline bubble"), ("tp_cp_comm_s", "exposed TP/CP communication"),
                        ("dp_comm_s", "exposed data-parallel/ZeRO communication"), ("compute_s", "compute (incl. recomputation)"),
                        ("pp_comm_s", "pipeline sends"), ("optimizer_s", "optimizer step"), ("offload_s", "offload transfers"),
-                       ("ep_comm_s", "exposed expert-parallel all-to-all")):
+                       ("ep_comm_s", "exposed expert-parallel all-to-all"),
+                       ("host_s", "GPU waiting for the host's kernel issue")):
         delta = other.breakdown.get(key, 0.0) - best.breakdown.get(key, 0.0)
         if abs(delta) > 0.02 * best.step_time_s:
             parts.append((delta, f"{label} {_s(best.breakdown.get(key, 0.0))} vs {_s(other.breakdown.get(key, 0.0))}"))

@@ -50,6 +50,11 @@ def compute_dtype(dtype: str) -> str:
 
 EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
 NCCL_TUNINGS = ("", "2.8")  # see TrainingWorkload.nccl_tuning
+# How the host's kernel issue is priced (cost/host.py): "hidden" (never: the host always runs
+# ahead) or "eager" (PyTorch eager issuing Megatron-Core's operators from Python).
+HOST_DISPATCH = ("hidden", "eager")
+# Scopes a step replays as CUDA graphs (Megatron --cuda-graph-scope; "full_iteration": the whole step).
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +108,10 @@ class TrainingWorkload:
     # NCCL's ring latency model: "" the cluster's alpha per step; "2.8": NCCL 2.8's protocols
     # (LL/LL128/Simple, each call the fastest; cost/comm.py nccl_2_8_ring_s).
     nccl_tuning: str = ""
+    # The host issuing kernels (cost/host.py): "eager" prices the time the GPU waits for it,
+    # outside the ``cuda_graph_scope`` scopes the step replays as CUDA graphs.
+    host_dispatch: str = "hidden"
+    cuda_graph_scope: tuple[str, ...] = ()
     # Low-precision recipes: the weights' casts happen on a step's first micro-batch and are
     # reused by the rest (Transformer Engine's is_first_microbatch, set by Megatron-Core's
     # schedules.forward_step), or at every forward (torchao's Float8Linear; TE modules called
@@ -111,6 +120,11 @@ class TrainingWorkload:
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
+        require_choice("host_dispatch", self.host_dispatch, HOST_DISPATCH)
+        if isinstance(self.cuda_graph_scope, list):  # read back from JSON
+            object.__setattr__(self, "cuda_graph_scope", tuple(self.cuda_graph_scope))
+        require(isinstance(self.cuda_graph_scope, tuple) and all(s in CUDA_GRAPH_SCOPES for s in self.cuda_graph_scope),
+                "cuda_graph_scope", f"must be a tuple of {CUDA_GRAPH_SCOPES}, got {self.cuda_graph_scope!r}")
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
         require(isinstance(self.reuse_weight_casts, bool), "reuse_weight_casts",
                 f"must be true or false, got {self.reuse_weight_casts!r}")
