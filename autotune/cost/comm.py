@@ -146,7 +146,9 @@ class RingProtocol:
 # intra-node step x1.8 across nodes and its bandwidth /3 in a node, /4 across nodes, capped at
 # llMaxBws (Ampere in one node 87.7 GB/s; AMD hosts, as DGX A100's, 22.5 on 2 nodes, 19.0 on more); LL128 x0.92, capped per channel at 18.3 GB/s
 # (ll128MaxBwPerCh, all-gather; 15.2 reduce-scatter is taken as the same). NCCL runs the protocol
-# with the least latency + bytes / bandwidth (ncclTopoGetAlgoTime).
+# with the least latency + bytes / bandwidth (ncclTopoGetAlgoTime). The ring constants are the same
+# in 2.7.8 (PyTorch 1.8's wheels); "the latency of ring increases linearly with the communicator
+# size" (NCCL maintainer, NVIDIA/nccl#1712).
 NCCL_2_8_RING = (
     RingProtocol("LL", 3.6e-6, 0.47e-6, 2.7e-6, 1 / 3, 1 / 4, caps=(87.7e9, 22.5e9, 19.0e9)),
     RingProtocol("LL128", 10.0e-6, 1.9e-6, 4.0e-6, 0.92, 0.92, per_channel_cap=18.3e9),
