@@ -96,3 +96,31 @@ def test_each_gather_hides_behind_one_module_by_hand():
     assert t.exposed_s(True, True, layer) == pytest.approx(2.0 + 1.0 + 0.0 + 2.5 + 2.0)
     # nothing hidden: 2 + 2 + 1 gathers of 3 s, host and reduces
     assert t.exposed_s(False, True, layer) == pytest.approx(15.0 + 2.5 + 2.0)
+
+
+def test_arrays_of_stage_sizes_price_as_each_size_alone():
+    # the search prices many stage sizes at once (arrays); each element must equal its scalar price
+    import numpy as np
+
+    from autotune.cost.sharding import shard_groups
+    from autotune.cost.zero3_calls import tensor_layer_traffic
+    from autotune.plan.plan import StagePlan
+
+    cluster = load_cluster("dgx-a100-80gb")
+    sizes = np.array([1e5, 3e8, 1.8e9])
+    span = GroupSpan(8, 48)
+    lat, tr = nccl_2_8_ring_s("all_gather", sizes, span, cluster)
+    for i, size in enumerate(sizes):
+        assert (lat[i], tr[i]) == pytest.approx(nccl_2_8_ring_s("all_gather", float(size), span, cluster))
+    stage = StagePlan(layers=(0, 4), has_embedding=True, has_head=True, num_gpus=384, tp=1, cp=1, dp=384, zero=3)
+    groups = shard_groups(stage, span)
+    calls = GatherCalls(shares=(0.25, 1 / 12, 1 / 3, 1 / 3), regathered=(0, 1, 2), per_rank_copies=True,
+                        gather_host_s_per_rank=2e-6, nccl_tuning="2.8", copy_kernel_s=2.6e-6)
+    fwd, bwd, rec = np.array([0.05, 0.15]), np.array([0.15, 0.45]), np.array([0.05, 0.15])
+    params = np.array([1.8e9, 1.8e9])
+    both = tensor_layer_traffic(cluster, groups, params, 2.0, 2.0, fwd, bwd, rec, 20.8e9, calls)
+    for i in range(2):
+        one = tensor_layer_traffic(cluster, groups, float(params[i]), 2.0, 2.0, float(fwd[i]), float(bwd[i]),
+                                   float(rec[i]), 20.8e9, calls)
+        for overlap in (True, False):
+            assert both.tensors.exposed_s(overlap, True, both)[i] == pytest.approx(one.tensors.exposed_s(overlap, True, one))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from autotune.calibrate.deepspeed_2021 import (DEEPSPEED_2021_MAX_REUSE_ELEMENTS, DEEPSPEED_2021_PERSISTENCE_ELEMENTS,
                                                PYTHON_OP_S, deepspeed_2021_calls)
+from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED, PYTORCH_GEMM_IN_STEP_HOPPER  # noqa: F401
 from autotune.calibrate.source_flops import SOURCE_FLOPS
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -46,6 +47,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "MPT benchmark configs; the NumParams column matches biases and learned positions"),
         ("attention", "Triton FlashAttention at 1/1.8 of FlashAttention-2's speed",
          "submit_benchmarks.py defaults attn_impl to triton; FA2 is 1.3-2.5x faster (Dao 2023, sec. 4.1)"),
+        ("GEMMs on Hopper", f"bf16 GEMMs at {PYTORCH_GEMM_IN_STEP_HOPPER:.2f} of the device's GEMM fit",
+         "eager PyTorch's GEMMs inside fwd+bwd steps on an H100 against the micro-benchmark line at the same "
+         "shapes (docs/h100-measured.md; framework_kernels.py); A100 keeps the fit (not measured)"),
         ("micro-batches", "global_batch / (micro_batch x dp)", "GradAccum column of the source table"),
     ),
     "torchtitan": (
@@ -55,6 +59,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "torch.distributed.pipelining turns gradient sync and resharding off but for the last micro-batch"),
         ("precision", "bf16 params, fp32 gradient reduce", "torchtitan mixed_precision_reduce = float32"),
         ("model", "Llama: RMSNorm, no biases, rotary, untied embeddings", "torchtitan llama3 model"),
+        ("attention", "SDPA's FlashAttention-2 backend (the device's fit)",
+         "cuDNN SDPA was opt-in on H100 until torch 2.9 (pytorch#138522, #142132, #162073)"),
+        ("GEMMs on Hopper", f"bf16 GEMMs at {PYTORCH_GEMM_IN_STEP_HOPPER:.2f} of the device's GEMM fit",
+         "as llm-foundry: PyTorch issues cuBLAS GEMMs, compiled or not (Inductor leaves matmuls to cuBLAS)"),
         ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
         ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
         ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so, "
@@ -65,6 +73,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("attention projections", "Q, K and V as three GEMMs, each casting its own input under float8",
          "torchtitan llama3 model.py: separate nn.Linear wq, wk, wv; torchao swaps every nn.Linear for a "
          "Float8Linear (the small-linear filter, torchtitan PR #1319 / ao PR #2410, came after these benchmarks)"),
+        ("fp8 tensor parallel", "tensorwise rows all-gather FP8 activations and gradients; reduce-scatters BF16",
+         "parallelize_llama: Float8ColwiseParallel/Float8RowwiseParallel/PrepareFloat8ModuleInput with float8 "
+         "(tensorwise only, enable_float8_tensorwise_tp); they cast before redistributing"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated; weights cast at every "
          "forward", "torchao float8 defaults (enable_fsdp_float8_all_gather false); Float8Linear casts in forward"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing, "
@@ -120,6 +131,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
         ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+        ("attention on Hopper", "the device's FlashAttention-2 fit",
+         "TE selects cuDNN's fused attention on sm90 (since v1.2), but the containers' cuDNN speeds are unsourced "
+         "(framework_kernels.py); the FA3 paper's 1.6x made the H100 TE rows 7-28% too fast, so it is not applied"),
         ("fp8 weight casts", "once per step (the first micro-batch's), reused by the others",
          "megatron/core/pipeline_parallel/schedules.py forward_step: set_is_first_microbatch; TE keeps the cast"),
         ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
@@ -140,12 +154,6 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     # Not a framework: how rows that gave only TFLOP/s per GPU get their iteration time (source_flops.py).
     "TFLOP/s-only rows (the source's FLOP count)": SOURCE_FLOPS,
 }
-
-# Speed of each framework's attention kernel against the device's fitted one (FlashAttention-2
-# on A100/H100, cuDNN on Blackwell). llm-foundry's benchmark sweep runs attn_impl "triton"
-# (scripts/train/benchmarking/submit_benchmarks.py): FlashAttention in Triton, which
-# FlashAttention-2 beats by 1.3-2.5x (Dao 2023, sec. 4.1); the geometric mean 1.8 is taken.
-ATTENTION_KERNEL_SPEED = {"llm-foundry": 1 / 1.8}
 
 # Eager PyTorch runs a norm or an activation as several kernels, each streaming the whole tensor
 # through HBM, where the cost model's operators are one fused kernel (read x, write y): per role,
@@ -385,6 +393,7 @@ def modern_run_from_row(row: dict[str, str]):
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="unfused" if of_2021 else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
+                                fp8_tp_all_gather=framework == "torchtitan" and dtype == "fp8" and tp > 1,
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,

@@ -27,7 +27,8 @@ import numpy as np
 
 from autotune.spec.hardware import ClusterSpec, LinkLevel
 
-__all__ = ["GroupSpan", "RingProtocol", "NCCL_2_8_RING", "collective_time_s", "level_time_s", "nccl_2_8_ring_s"]
+__all__ = ["GroupSpan", "RingProtocol", "NCCL_2_8_RING", "collective_time_s", "level_time_s", "nccl_2_8_ring_s",
+           "tp_collective_bytes"]
 
 # Inputs may be floats or numpy arrays of byte counts (the search scores many stage sizes at
 # once); zero or negative byte counts cost nothing.
@@ -126,6 +127,16 @@ def _collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: Cluster
     return level_time_s(op, nbytes, 2, inter)
 
 
+def tp_collective_bytes(op: str, act_bytes, workload, bytes_per_element: float):
+    """Bytes a sequence-parallel TP collective moves: all-gathers in the GEMMs' low-precision format
+    where the workload casts before gathering (TrainingWorkload.fp8_tp_all_gather), else ``act_bytes``."""
+    if op != "all_gather" or not getattr(workload, "fp8_tp_all_gather", False):
+        return act_bytes
+    from autotune.spec.workload import GEMM_OPERAND_BYTES
+
+    return act_bytes * GEMM_OPERAND_BYTES[workload.dtype] / bytes_per_element
+
+
 @dataclass(frozen=True)
 class RingProtocol:
     """One NCCL protocol's ring model: base and per-step latencies (s), the share of the bus
@@ -163,21 +174,23 @@ def nccl_2_8_ring_s(op: str, nbytes: float, span: GroupSpan, cluster: ClusterSpe
     if op not in ("all_gather", "reduce_scatter"):
         raise ValueError(f"NCCL 2.8 ring model prices all_gather and reduce_scatter, not {op!r}")
     n = span.size
-    if n <= 1 or nbytes <= 0:
-        return 0.0, 0.0
+    if n <= 1:
+        return 0.0 * nbytes, 0.0 * nbytes
     intra, inter = cluster.intra_node, cluster.inter_node
     multi = span.n_inter > 1
     beta = (inter.beta_s_per_byte if span.n_intra == 1 else max(intra.beta_s_per_byte,
             inter.beta_s_per_byte / span.n_intra)) if multi else intra.beta_s_per_byte
     inter_steps = span.n_inter - 1
-    best = None
+    best_latency, best_transfer = None, None
     for proto in NCCL_2_8_RING:
         intra_step = proto.nvlink_step_s * (1.8 if multi and proto.name == "LL" else 1.0)
         latency = proto.base_s + (n - 1 - inter_steps) * intra_step + inter_steps * proto.net_step_s
         share = proto.bandwidth_share_inter if multi else proto.bandwidth_share_intra
         cap = proto.caps[min(span.n_inter, 3) - 1]
-        bandwidth = min(share / beta, proto.per_channel_cap * span.n_intra, cap)
-        transfer = (n - 1) / n * nbytes / bandwidth
-        if best is None or latency + transfer < sum(best):
-            best = (latency, transfer)
-    return best
+        transfer = (n - 1) / n * np.asarray(nbytes, dtype=float) / min(share / beta, proto.per_channel_cap * span.n_intra, cap)
+        if best_latency is None:
+            best_latency, best_transfer = np.full_like(transfer, latency), transfer
+        else:  # NCCL takes the fastest protocol for each size
+            faster = latency + transfer < best_latency + best_transfer
+            best_latency, best_transfer = np.where(faster, latency, best_latency), np.where(faster, transfer, best_transfer)
+    return _only_positive(nbytes, best_latency), _only_positive(nbytes, best_transfer)

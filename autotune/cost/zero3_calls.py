@@ -16,12 +16,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from autotune.cost.comm import GroupSpan, collective_time_s, nccl_2_8_ring_s
-from autotune.cost.sharding import LayerTraffic, ShardGroups, overlap_penalty_s, rate_share
+from autotune.cost.sharding import LayerTraffic, ShardGroups, layer_traffic, overlap_penalty_s, rate_share
 from autotune.errors import require, require_choice
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["GatherCalls", "TensorTraffic", "gather_calls", "tensor_layer_traffic"]
+__all__ = ["GatherCalls", "TensorTraffic", "gather_calls", "tensor_layer_traffic", "zero3_layer_traffic"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +78,7 @@ def gather_calls(workload, copy_kernel_s: float) -> GatherCalls | None:
 def _prefetched_s(gathers, windows, share: float) -> float:
     """Exposed seconds of gathers each hidden behind one compute window (and the slowdown of the
     compute beside the hidden part, sharding.overlap_penalty_s)."""
-    return float(sum(max(0.0, g - w) + overlap_penalty_s(g, w, share) for g, w in zip(gathers, windows)))
+    return sum(np.maximum(0.0, g - w) + overlap_penalty_s(g, w, share) for g, w in zip(gathers, windows))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,12 +87,12 @@ class TensorTraffic:
     order), the host seconds of one gather, and the recomputed forward inside the backward window."""
 
     calls: GatherCalls
-    gather_s: tuple[float, ...]
-    reduce_s: tuple[float, ...]
+    gather_s: tuple  # seconds per tensor, each a float or an array (one per stage size the search scores)
+    reduce_s: tuple
     host_s: float
-    recompute_s: float
+    recompute_s: object  # seconds, or an array of them (one per micro-batch size the search scores)
 
-    def exposed_s(self, overlap: bool, recompute_full: bool, t: LayerTraffic) -> float:
+    def exposed_s(self, overlap: bool, recompute_full: bool, t: LayerTraffic):
         """Exposed seconds per layer and micro-batch: the forward's gathers, the recomputation's
         (under full recompute), the backward's (all, or the re-gathered ones after a recompute)
         and the reduce-scatters."""
@@ -99,7 +101,7 @@ class TensorTraffic:
         calls = k * (2 if recompute_full else 1) + len(back)
         fixed = calls * self.host_s + sum(self.reduce_s)
         if not overlap:
-            return fixed + sum(g) * (2 if recompute_full else 1) + sum(g[i] for i in back)
+            return fixed + sum(g) * (2 if recompute_full else 1) + sum(g[i] for i in back) + 0.0 * t.fwd_s
         fwd = [t.fwd_s * s for s in shares]
         bwd = [(t.bwd_s - (self.recompute_s if recompute_full else 0.0)) * s for s in shares]
         exposed = _prefetched_s(g, [fwd[-1], *fwd[:-1]], t.share)  # the first behind the layer before's last
@@ -114,7 +116,7 @@ class TensorTraffic:
 
 
 def tensor_layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params: float, gather_bytes_per_param: float,
-                         grad_bytes_per_param: float, fwd_s: float, bwd_s: float, recompute_s: float,
+                         grad_bytes_per_param: float, fwd_s, bwd_s, recompute_s,
                          gather_rate_bytes_per_s: float, calls: GatherCalls) -> LayerTraffic:
     """A layer's traffic tensor by tensor; ``gather_rate_bytes_per_s`` > 0 bounds each gather's
     transfer (TrainingWorkload.param_gather_bytes_per_s); ``bwd_s`` includes ``recompute_s``."""
@@ -124,13 +126,25 @@ def tensor_layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params: floa
         nbytes = params * share * gather_bytes_per_param
         fixed, host, transfer = calls.call_s("all_gather", nbytes, shard, cluster)
         if gather_rate_bytes_per_s > 0:
-            transfer = max(transfer, nbytes * (1.0 - 1.0 / shard.size) / gather_rate_bytes_per_s)
+            transfer = np.maximum(transfer, nbytes * (1.0 - 1.0 / shard.size) / gather_rate_bytes_per_s)
         gathers.append(fixed + transfer)
         grad = params * share * grad_bytes_per_param
         rs_fixed, _, rs_transfer = calls.call_s("reduce_scatter", grad, shard, cluster)
         replicas = collective_time_s("all_reduce", grad / shard.size, groups.replicate, cluster)
-        reduces.append(float(rs_fixed + rs_transfer + replicas))
+        reduces.append(rs_fixed + rs_transfer + replicas)
     tensors = TensorTraffic(calls=calls, gather_s=tuple(gathers), reduce_s=tuple(reduces), host_s=host,
                             recompute_s=recompute_s)
     return LayerTraffic(gather_s=sum(gathers), reduce_s=sum(reduces), fwd_s=fwd_s, bwd_s=bwd_s,
                         share=rate_share(shard, cluster), tensors=tensors)
+
+
+def zero3_layer_traffic(workload, cluster: ClusterSpec, groups: ShardGroups, params: float, gather_bytes_per_param: float,
+                        grad_bytes_per_param: float, fwd_s, bwd_s, recompute_s) -> LayerTraffic:
+    """The layer's traffic as the workload's runtime issues it: tensor by tensor, or one flat call
+    (sharding.layer_traffic); a copy kernel is priced as the device's back-to-back memory kernel."""
+    rate = getattr(workload, "param_gather_bytes_per_s", 0.0)
+    calls = gather_calls(workload, cluster.device.memory.latency_s)
+    if calls is None:
+        return layer_traffic(cluster, groups, params, gather_bytes_per_param, grad_bytes_per_param, fwd_s, bwd_s, rate)
+    return tensor_layer_traffic(cluster, groups, params, gather_bytes_per_param, grad_bytes_per_param, fwd_s,
+                                bwd_s, recompute_s, rate, calls)

@@ -73,6 +73,11 @@ class TrainingWorkload:
     attention_impl: str = "flash"
     kind: str = "train"
     fp8_all_gather: bool = False  # FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)
+    # Sequence-parallel TP all-gathers move the low-precision activations (and, backward, gradients):
+    # torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput cast before redistributing, and
+    # Float8RowwiseParallel casts the output gradient before its backward all-gather
+    # (torchao/float8/float8_tensor_parallel.py); the reduce-scatters stay BF16.
+    fp8_tp_all_gather: bool = False
     # Sequence-parallel activations are batch-first (DTensor, torchtitan): each TP all-gather along the
     # sequence copies the gathered buffer and each reduce-scatter its input (PyTorch functional collectives)
     sp_batch_first: bool = False
@@ -131,8 +136,9 @@ class TrainingWorkload:
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
         self._check_gather_calls()
-        require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
-                f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
+        for flag in ("fp8_all_gather", "fp8_tp_all_gather"):
+            require(not getattr(self, flag) or self.dtype in LOW_PRECISION_DTYPES, flag,
+                    f"gathers FP8 tensors only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)
         require_positive("seq_len", self.seq_len)
         check_limit("global_batch", self.global_batch, "global_batch")
