@@ -89,7 +89,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     # the dense Megatron rows stay where they were
     assert table["A100-SXM4-80GB | dense | fp16 | megatron"][1] <= 0.05
     assert table["H100-SXM5-80GB | dense | bf16 | megatron"][1] <= 0.08
-    assert table["A100-SXM4-80GB | dense | fp16 | deepspeed"][1] <= 0.16  # SC'21 ZeRO-3: +16%, -3%, -25%
+    assert table["A100-SXM4-80GB | dense | fp16 | deepspeed"][1] <= 0.06  # SC'21 ZeRO-3: -0.8%, -4.0%, -3.6%
     assert table["H100-80GB | dense | bf16 | llm-foundry"][1] <= LLM_FOUNDRY_H100_MEAN, table
     for precision in ("bf16", "fp8"):
         assert table[f"H100-96GB-HBM2e-500W | dense | {precision} | torchtitan"][1] <= GRAND_TETON_MEAN[precision], table

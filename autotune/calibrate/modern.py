@@ -10,7 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from autotune.calibrate.deepspeed_2021 import (DEEPSPEED_2021_MAX_REUSE_ELEMENTS, DEEPSPEED_2021_PERSISTENCE_ELEMENTS,
+                                               PYTHON_OP_S, deepspeed_2021_calls)
 from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED, PYTORCH_GEMM_IN_STEP_HOPPER  # noqa: F401
+from autotune.calibrate.nemo_recipes import (NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
+                                             low_precision_tp_gathers, with_embedding_loss_slots)
 from autotune.calibrate.source_flops import SOURCE_FLOPS
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -22,9 +26,10 @@ __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGE
 
 # DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU even over
 # NVLink: each of 8 GPUs took in 7/8 of 10 GB of fp16 weights in the 420 ms a 5B model's forward
-# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16), and those
-# gathers did not overlap compute: "the async version is not async at all, because each
-# all_gather calls torch.cuda.synchronize()" (DeepSpeed PR #1188, June 2021).
+# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16). There each
+# prefetch held several tensors whose gathers each synchronised the device: "the async version is
+# not async at all" (DeepSpeed PR #1188, June 2021); how a prefetch of one tensor overlaps its
+# module's compute is calibrate/deepspeed_2021.py's and cost/zero3_calls.py's.
 DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
 
 # Frameworks whose FP8 weights are cast on a step's first micro-batch and reused by the rest
@@ -88,10 +93,26 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "deepspeed": (
         ("sharding", "the row's ZeRO stage; parameters prefetched and gradients reduced overlapped",
          "DeepSpeed ZeRO-3 prefetches the next modules' parameters (prefetch_bucket_size)"),
-        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, not "
-         "overlapped with compute, where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
+        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, "
+         "where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
          "DeepSpeed issue #1174 (v0.3.16, one 8-A100 node): a 5B model's forward 420 ms slower under ZeRO-3 "
-         "than ZeRO-2 with 10 GB of fp16 weights gathered; PR #1188: each all_gather synchronised the device"),
+         "than ZeRO-2 with 10 GB of fp16 weights gathered"),
+        ("prefetch, 2021", "each module's fetch synchronises the device, then starts the next tensor's gather "
+         "beside the module's compute; reduce-scatters waited for at the next fetch",
+         "stage3.py v0.3.13-0.3.16 fetch_sub_module / prefetch_next_sub_modules (prefetch_bucket_size 5e7 "
+         "elements: one GPT-3 tensor); PR #1188: several prefetched tensors serialise (each gather synchronises)"),
+        ("collectives, 2021", f"one all-gather and one reduce-scatter per weight tensor of >= "
+         f"{DEEPSPEED_2021_PERSISTENCE_ELEMENTS:,} elements (smaller ones persist), each with a copy kernel per rank "
+         f"(2.6 us on A100) and, for gathers, {PYTHON_OP_S * 1e6:.0f} us of exposed Python per rank",
+         "DeepSpeed v0.3.13-0.3.16 partition_parameters.py: _allgather_param / _reduce_scatter_gradient per "
+         "parameter with lists of world-size tensors, a narrow per rank after torch.cuda.synchronize(); "
+         "PyTorch 1.8 ProcessGroupNCCL copies each; param_persistence_threshold default 1e5; Python op ~2 us "
+         "(pytorch/pytorch#41383); back-to-back kernel 2.6 us (gpu-benches gpu-small-kernels)"),
+        ("re-gathers under full recompute, 2021", f"a tensor gathered again for the backward when twice its "
+         f"layer's later weights exceed {DEEPSPEED_2021_MAX_REUSE_ELEMENTS:.0e} elements",
+         "stage3.py _keep_for_later / get_reuse_distance_in_numel; max_reuse_distance default 1e9"),
+        ("NCCL, 2021", "2.8: ring latency per step and protocol from its tuning model",
+         "NVIDIA/nccl src/graph/tuning.cc v2.8.4-1 (baseLat, hwLat, llMaxBws, ll128MaxBwPerCh)"),
         ("attention, 2021", "unfused (Megatron's fused scale-mask-softmax)", "FlashAttention appeared in 2022"),
         ("model", "GPT: LayerNorm, biases, learned positions, tied embeddings, vocab 51200",
          "Megatron-DeepSpeed's GPT-3 configuration"),
@@ -319,11 +340,6 @@ def regime_of(row: dict[str, str]) -> str:
     return f"{row['gpu']} | {row.get('arch') or 'dense'} | {_precision(row)} | {framework_of(row)}"
 
 
-# Precisions whose NeMo/Megatron-Bridge recipes turn TP communication overlap (userbuffers) off:
-# every Llama recipe sets tp_comm_overlap = False if precision == "nvfp4" (scripts/performance/configs/
-# llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py @c8327cfc2~1; the flat perf_recipes/llama/
-# gb200/llama31.py @067f987 keeps it for llama31_405b_pretrain_256gpu_gb200_nvfp4_config).
-NEMO_NO_TP_OVERLAP_PRECISIONS = ("nvfp4",)
 
 
 def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict:
@@ -335,8 +351,6 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
     nemo_overlap = framework == "nemo" and _precision(row) not in NEMO_NO_TP_OVERLAP_PRECISIONS
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (nemo_overlap or async_tp)}
-    if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
-        options["overlap_param_gather"] = False
     if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
         options["reshard_after_forward"] = False
     if framework == "torchtitan":
@@ -367,34 +381,6 @@ def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | 
     return 1, None
 
 
-def _embedding_loss_slots(num_layers: int, chunks: int, framework: str) -> int:
-    """2 where the embedding and the loss each take a layer's slot in the pipeline split (Megatron-Core's
-    account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, which Megatron-Bridge's
-    Llama 3.1 405B recipe sets: recipes/llama/h100/llama3.py @067f987; the Llama 3 paper's sec. 3.3.2
-    for Meta's runs) because the layers alone do not split into pp x vpp chunks and the layers plus
-    those two do; else 0."""
-    fits = num_layers % chunks and not (num_layers + 2) % chunks
-    return 2 if fits and framework in ("nemo", "meta") else 0
-
-
-def _with_embedding_loss_slots(plan):
-    """The plan of ``num_layers + 2`` slots with one layer fewer on the first stage (the embedding's
-    slot) and one fewer on the last (the loss's)."""
-    stages, last = [], len(plan.stages) - 1
-    for i, stage in enumerate(plan.stages):
-        first, end = stage.layers
-        stages.append(replace(stage, layers=(max(first - 1, 0), end - 1 - (i == last))))
-    return plan.with_changes(stages=tuple(stages))
-
-
-def _fp8_recipe(row: dict[str, str], framework: str) -> str:
-    """TrainingWorkload.fp8_recipe of a row: NeMo's TE layers under delayed scaling (its performance
-    scripts' default, ds), Megatron-Bridge's under current scaling (fp8_cs), standalone casts elsewhere."""
-    if framework != "nemo":
-        return "cast"
-    return "te_current" if "megatron-bridge" in row.get("framework", "").lower() else "te_delayed"
-
-
 def _deepspeed_2021(row: dict[str, str], framework: str) -> bool:
     """A DeepSpeed row of 2021 (its source or framework says 2021, SC'21, or release 0.3-0.5)."""
     text = " ".join(row.get(k, "") for k in ("source", "framework", "confidence")).lower()
@@ -414,7 +400,7 @@ def modern_run_from_row(row: dict[str, str]):
     model = _moe_preset(row, _model(row, framework))
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
-    slots = _embedding_loss_slots(model.num_layers, pp * vpp, framework)
+    slots = embedding_loss_slots(model.num_layers, pp * vpp, framework)
     if model.num_layers % (pp * vpp) and not slots:  # rounded up (see FRAMEWORK_DEFAULTS)
         model = model.with_changes(num_layers=-(-model.num_layers // (pp * vpp)) * pp * vpp)
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
@@ -429,12 +415,12 @@ def modern_run_from_row(row: dict[str, str]):
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="unfused" if of_2021 else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
-                                fp8_tp_all_gather=tp > 1 and (dtype == "fp8" if framework == "torchtitan" else
-                                                              framework == "nemo" and dtype in ("fp8", "mxfp8", "nvfp4")),
+                                fp8_tp_all_gather=low_precision_tp_gathers(framework, dtype, tp),
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
-                                fp8_recipe=_fp8_recipe(row, framework),
+                                fp8_recipe=fp8_recipe_of(row, framework),
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
+                                **(deepspeed_2021_calls(model, tp, True) if of_2021 else {}),
                                 **(_moe_recipe(row) if framework == "nemo" else {}), **_host_settings(row, framework))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
@@ -442,7 +428,7 @@ def modern_run_from_row(row: dict[str, str]):
         global_batch=global_batch, sequence_parallel=sp, recompute=row["recompute"] or "none",
         schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
     if slots:
-        plan = _with_embedding_loss_slots(plan)
+        plan = with_embedding_loss_slots(plan)
     if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
         plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))
     return model, workload, cluster, plan, regime

@@ -19,8 +19,9 @@ from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s, overlapped_exposed_s,
-                                    shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, overlap_penalty_s,
+                                    overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
 from autotune.cost.quantize import amax_all_reduce_s
@@ -277,13 +278,11 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
 
 
 def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes):
-    """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py)."""
-    groups = shard_groups(stage, span)
-    traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
-                            GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
-                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds),
-                            getattr(ctx.workload, "param_gather_bytes_per_s", 0.0))
-    return groups, traffic
+    """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py, zero3_calls.py)."""
+    groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds)
+    return groups, zero3_layer_traffic(ctx.workload, ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
+                                       GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
+                                       _scalar(layer.bwd_s) + recompute, recompute)
 
 
 def _gather_bytes(ctx: StageContext) -> float:

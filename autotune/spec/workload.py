@@ -49,6 +49,7 @@ def compute_dtype(dtype: str) -> str:
 
 
 EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
+NCCL_TUNINGS = ("", "2.8")  # see TrainingWorkload.nccl_tuning
 # How the per-tensor ``fp8`` recipe casts: "cast": a standalone cast kernel per operand that takes
 # the amax itself (torchao's Float8Linear; Transformer Engine's delayed scaling in te.Linear swapped
 # for nn.Linear, as Composer does); "te_delayed": TE's delayed scaling in Megatron-Core's TE layers,
@@ -104,6 +105,23 @@ class TrainingWorkload:
     # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
     # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
     param_gather_bytes_per_s: float = 0.0
+    # How the runtime issues ZeRO-3's collectives (cost/zero3_calls.py). (): one collective per layer
+    # and pass (a flat parameter: FSDP, later DeepSpeed); else each weight tensor's share of the
+    # layer, forward order, gathered and reduced one call each (DeepSpeed ZeRO-3 0.3-0.4).
+    gather_tensor_shares: tuple[float, ...] = ()
+    # The tensors (indices into the shares) gathered again for the backward after a full
+    # recomputation (DeepSpeed released a module whose next use lay beyond max_reuse_distance).
+    regathered_tensors: tuple[int, ...] = ()
+    # torch.distributed.all_gather / reduce_scatter with a list of per-rank tensors: PyTorch's
+    # ProcessGroupNCCL (to 1.8) copies each rank's chunk out of (into) a flat buffer, a copy
+    # kernel per rank and call; runtimes on _all_gather_base / all_gather_into_tensor copy nothing.
+    per_rank_copies: bool = False
+    # Host seconds per rank of each ZeRO-3 gather call that the device waits for (DeepSpeed 2021
+    # built a view per rank in Python after synchronising the device); 0: none.
+    gather_host_s_per_rank: float = 0.0
+    # NCCL's ring latency model: "" the cluster's alpha per step; "2.8": NCCL 2.8's protocols
+    # (LL/LL128/Simple, each call the fastest; cost/comm.py nccl_2_8_ring_s).
+    nccl_tuning: str = ""
     # The host issuing kernels (cost/host.py): "eager" prices the time the GPU waits for it,
     # outside the ``cuda_graph_scope`` scopes the step replays as CUDA graphs.
     host_dispatch: str = "hidden"
@@ -129,6 +147,7 @@ class TrainingWorkload:
         require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
+        self._check_gather_calls()
         for flag in ("fp8_all_gather", "fp8_tp_all_gather"):
             require(not getattr(self, flag) or self.dtype in LOW_PRECISION_DTYPES, flag,
                     f"gathers FP8 tensors only under an FP8 recipe, not dtype {self.dtype!r}")
@@ -142,6 +161,23 @@ class TrainingWorkload:
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require(self.kind == "train", "workload", "TrainingWorkload.kind is always 'train'")
+
+    def _check_gather_calls(self) -> None:
+        for field in ("gather_tensor_shares", "regathered_tensors"):  # JSON round trips give lists
+            if isinstance(getattr(self, field), list):
+                object.__setattr__(self, field, tuple(getattr(self, field)))
+        shares, regathered = self.gather_tensor_shares, self.regathered_tensors
+        require(isinstance(shares, tuple) and all(isinstance(x, (int, float)) and x > 0 for x in shares)
+                and (not shares or abs(sum(shares) - 1.0) < 1e-6), "gather_tensor_shares",
+                f"must be a tuple of positive shares summing to 1 (or empty), got {shares!r}")
+        require(isinstance(regathered, tuple) and all(isinstance(i, int) and 0 <= i < max(1, len(shares))
+                for i in regathered) and len(set(regathered)) == len(regathered), "regathered_tensors",
+                f"must be distinct indices into gather_tensor_shares, got {regathered!r}")
+        require(isinstance(self.per_rank_copies, bool), "per_rank_copies",
+                f"must be true or false, got {self.per_rank_copies!r}")
+        require(isinstance(self.gather_host_s_per_rank, (int, float)) and self.gather_host_s_per_rank >= 0,
+                "gather_host_s_per_rank", f"must be >= 0, got {self.gather_host_s_per_rank!r}")
+        require_choice("nccl_tuning", self.nccl_tuning, NCCL_TUNINGS)
 
     @property
     def activation_bytes(self) -> int:
