@@ -21,7 +21,7 @@ def test_published_runs_fit_in_memory(data_dir):
 
 # What the cost model reaches on every expressible row of both shipped CSVs (the issue's target is
 # mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md:
-# all 179 rows 8.8% / 56.5%, dense rows 7.3% / 28.7% (9.1%, 7.6% before Blackwell's recipe casts, NVFP4's
+# all 179 rows 8.7% / 56.5%, dense rows 7.1% / 28.7% (8.9%, 7.4% before Blackwell's recipe casts, NVFP4's
 # exposed TP collectives and the embedding/loss pipeline slots; 9.2%, 7.8% before torchtitan's FP8 TP all-gathers);
 # on the 177 rows before Meta's Llama 3 rows were
 # priced: 9.5% / 57.5% before the LM head stayed BF16 under FP8 recipes, 10.7% / 57.5% (dense 9.2% /
