@@ -88,3 +88,29 @@ def test_long_context_variants_and_memory():
     assert _long(131072, 8).memory_breakdown["activations_bytes"] == pytest.approx(mem[131072] / 2, rel=0.02)
     with pytest.raises(AutotuneError):
         _long(32768, 2, cp_comm="ulysses")
+
+
+def _cp_comm_s(model, expanded: bool) -> float:
+    from autotune.cost.evaluate import evaluate_plan
+    from autotune.plan.builders import uniform_plan
+    from autotune.spec.workload import TrainingWorkload
+
+    work = TrainingWorkload(global_batch=1, seq_len=262144, dtype="bf16", kv_heads_expanded=expanded)
+    plan = uniform_plan(num_layers=model.num_layers, gpus=8, tp=1, pp=1, dp=1, cp=8, micro_batch=1, global_batch=1,
+                        recompute="full", zero=3, cp_comm="all_gather")
+    return evaluate_plan(model, work, CLUSTER, plan).stages[0].time_s["cp_comm_s"]
+
+
+def test_repeated_kv_heads_travel_as_wide_as_the_query():
+    # torchtitan's Llama repeats K and V to every query head before SDPA (repeat_kv), so PyTorch's
+    # ring gathers, concatenates and accumulates K/V as wide as Q: Llama 3 8B's GQA (8 of 32 heads)
+    # then exchanges what multi-head attention would
+    gqa = load_preset("llama3-8b").with_changes(max_seq_len=262144)
+    mha = gqa.with_changes(num_kv_heads=gqa.num_heads)
+    grouped, expanded = _cp_comm_s(gqa, False), _cp_comm_s(gqa, True)
+    assert expanded > 1.5 * grouped, (grouped, expanded)  # fp32 merges of the output stay as they were
+    assert expanded == pytest.approx(_cp_comm_s(mha, False), rel=1e-9)
+    assert _cp_comm_s(mha, True) == pytest.approx(_cp_comm_s(mha, False), rel=1e-9)  # nothing to repeat
+    with pytest.raises(AutotuneError):
+        from autotune.spec.workload import TrainingWorkload
+        TrainingWorkload(global_batch=1, seq_len=8, kv_heads_expanded="yes")

@@ -416,7 +416,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 attention_impl="unfused" if of_2021 else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
                                 fp8_tp_all_gather=low_precision_tp_gathers(framework, dtype, tp),
-                                qkv_fused=framework != "torchtitan",
+                                qkv_fused=framework != "torchtitan", kv_heads_expanded=framework == "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 fp8_recipe=fp8_recipe_of(row, framework),
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,

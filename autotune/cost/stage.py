@@ -248,15 +248,16 @@ def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     width = ctx.tables.act_bytes / stage.tp
     attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
     comm = getattr(stage, "cp_comm", "ring")
+    kv_dim = m.num_heads * m.head_dim if getattr(ctx.workload, "kv_heads_expanded", False) else m.kv_dim
     per_layer = cp_layer_comm_s(
-        ctx.cluster, comm, span, kv_bytes=tokens * 2 * m.kv_dim * width,
-        qkv_local_bytes=tokens / stage.cp * (m.num_heads * m.head_dim + 2 * m.kv_dim) * width,
+        ctx.cluster, comm, span, kv_bytes=tokens * 2 * kv_dim * width,
+        qkv_local_bytes=tokens / stage.cp * (m.num_heads * m.head_dim + 2 * kv_dim) * width,
         out_local_bytes=tokens / stage.cp * m.num_heads * m.head_dim * width,
         fwd_attn_s=_scalar((layer.fwd_ops_s * attn).sum(-1)), bwd_attn_s=_scalar((layer.bwd_ops_s * attn).sum(-1)),
         recompute_forward=stage.recompute == "full", act_bytes=ctx.tables.act_bytes)
     overhead = cp_step_overhead_s(
         ctx.cluster.device, comm, stage.cp, local_out_elems=tokens / stage.cp * m.attn_out_width / stage.tp,
-        kv_per_out=2 * m.kv_dim / m.attn_out_width, act_bytes=ctx.tables.act_bytes,
+        kv_per_out=2 * kv_dim / m.attn_out_width, act_bytes=ctx.tables.act_bytes,
         recompute_forward=stage.recompute == "full", dtype=ctx.workload.dtype)
     return n * (per_layer + overhead)
 

@@ -93,6 +93,10 @@ class TrainingWorkload:
     # Q, K and V projected by one GEMM (Megatron-Core's linear_qkv, MPT's Wqkv) or by three
     # (torchtitan's Llama: separate nn.Linear wq, wk, wv; under float8 each its own Float8Linear)
     qkv_fused: bool = True
+    # K and V repeated to every query head before the attention kernel (torchtitan's Llama calls
+    # repeat_kv before F.scaled_dot_product_attention, models/llama/model.py @9dec370): what
+    # context parallelism gathers, concatenates and accumulates is as wide as Q
+    kv_heads_expanded: bool = False
     # Mixture of experts: the busiest expert-parallel rank's routed tokens over the mean. 0: the
     # floor of unskewed routing (cost/moe.py load_imbalance); >= 1: a measured max/mean.
     expert_load_imbalance: float = 0.0
@@ -142,6 +146,8 @@ class TrainingWorkload:
         require(isinstance(self.cuda_graph_scope, tuple) and all(s in CUDA_GRAPH_SCOPES for s in self.cuda_graph_scope),
                 "cuda_graph_scope", f"must be a tuple of {CUDA_GRAPH_SCOPES}, got {self.cuda_graph_scope!r}")
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
+        require(isinstance(self.kv_heads_expanded, bool), "kv_heads_expanded",
+                f"must be true or false, got {self.kv_heads_expanded!r}")
         require(isinstance(self.reuse_weight_casts, bool), "reuse_weight_casts",
                 f"must be true or false, got {self.reuse_weight_casts!r}")
         require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
