@@ -114,11 +114,13 @@ def _torch_ring_bytes_per_out(cp: int, kv_per_out: float, e: float) -> tuple[flo
     and a cat of dK, dV to send (8); a final cast of dQ, dK, dV (4 + e). Each extra backward
     kernel call also repeats FlashAttention-2's per-call passes over its Q rows (flash_bwd_launch_
     template: rowsum(dO * O) reads 2e, the fp32 dQ accumulator is zeroed (4), then converted (4 + e)):
-    8 + 3e per Q element, three quarters of the output on average."""
+    8 + 3e per Q element, three quarters of the output on average. Both passes first copy K and V
+    contiguous (key.contiguous(), value.contiguous(): 2e per K/V element; the K/V they get are
+    transposed views, as torchtitan's model hands SDPA)."""
     qkv = 1.0 + kv_per_out
     merge = 0.5 * (e + 4 + 32) + 0.5 * (0.5 * (e + 4 + 32) + 8)  # full and partial steps
-    fwd = 2 * (e + 4) + (cp - 1) * (2 * e * kv_per_out + merge)
+    fwd = 2 * (e + 4) + 2 * e * kv_per_out + (cp - 1) * (2 * e * kv_per_out + merge)
     add = 0.75 * (8 + e) + 4
-    bwd = (4 * qkv + (cp - 1) * (2 * e * kv_per_out + 0.75 * (8 + 3 * e)) + cp * (add * qkv + 8 * kv_per_out)
-           + (4 + e) * qkv)
+    bwd = (4 * qkv + 2 * e * kv_per_out + (cp - 1) * (2 * e * kv_per_out + 0.75 * (8 + 3 * e))
+           + cp * (add * qkv + 8 * kv_per_out) + (4 + e) * qkv)
     return fwd, bwd
