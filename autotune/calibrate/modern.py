@@ -84,6 +84,8 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "partial outputs merged and gradients accumulated in fp32, dK/dV passed around the ring in fp32",
          "PyTorch context_parallel's default rotate method, round-robin sharding and convert_to_f32 "
          "(torch.distributed.tensor.experimental._attention)"),
+        ("K/V heads", "repeated to every query head before attention: the context-parallel ring moves K/V as wide as Q",
+         "torchtitan llama3 model.py @9dec370: repeat_kv(xk, n_rep) before F.scaled_dot_product_attention"),
         ("selective checkpointing", "op-level (selective_op): every other matmul and all elementwise ops recomputed",
          "activation_checkpoint.selective_ac_option defaults to op (torchtitan _op_sac policy)"),
         ("torch.compile", "as the compile column; empty = off (torchtitan's default)",
