@@ -113,6 +113,8 @@ def _backward_boundary(node, name: str) -> None:
 
 def _wrap(obj, method: str, scope: str, boundary: str = "") -> None:
     inner = getattr(obj, method)
+    if getattr(inner, "_moe_traffic_wrapped", False):  # module functions: wrapped once per process
+        return
 
     def wrapped(*a, **k):
         with _in_scope(scope):
@@ -124,6 +126,7 @@ def _wrap(obj, method: str, scope: str, boundary: str = "") -> None:
             if first.grad_fn is not None and "Function" in type(first.grad_fn).__name__:
                 _backward_boundary(first.grad_fn, boundary)
         return out
+    wrapped._moe_traffic_wrapped = True
     setattr(obj, method, wrapped)
 
 
@@ -132,7 +135,9 @@ RECIPES = {  # router settings of the Megatron-Bridge model bridges (mirror 067f
     "deepseek-v3": dict(moe_router_load_balancing_type="seq_aux_loss", moe_aux_loss_coeff=1e-4,
                         moe_router_score_function="sigmoid", moe_router_enable_expert_bias=True,
                         moe_router_dtype="fp32", moe_router_pre_softmax=True),
-    "gpt-oss": dict(moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0, add_bias_linear=True,
+    # GPT-OSS's experts also have biases; the local spec's in-place bias add after the row-parallel
+    # reduction fails on one rank, so they are left out (the activation is what differs)
+    "gpt-oss": dict(moe_router_load_balancing_type="none", moe_aux_loss_coeff=0.0,
                     glu_linear_offset=1.0, activation_func_clamp_value=7.0),
 }
 
@@ -229,7 +234,11 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     import torch.distributed as dist
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29563")
+    if "MASTER_PORT" not in os.environ:  # a free port: another run may hold any fixed one
+        import socket
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(sock.getsockname()[1])
     dist.init_process_group("gloo", rank=0, world_size=1)
     from megatron.core import parallel_state
     parallel_state.initialize_model_parallel(1, 1)
