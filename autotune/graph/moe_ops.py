@@ -36,16 +36,16 @@ _MAP_BYTES = 1.0  # Megatron-Core's bool routing map [tokens, E]
 # Backward bytes of the fused permutation kernels over their forward bytes: Transformer Engine's
 # moe_permute backward is an unpermute of the gradients (reads the k rows, writes the token) and
 # moe_unpermute's backward a permute; both move what their forward moved. Measured with
-# profilers/moe_traffic.py (megatron-core 0.16.1, 2026-11-25): the boundary of moe_utils.permute /
-# unpermute, 37.3 / 37.1 KB per token forward on Qwen3-30B-A3B's shape (docs/moe.md).
+# profilers/moe_traffic.py (megatron-core 0.16.1; docs/measurements/moe_traffic_2026-11-25.json): the
+# boundary of moe_utils.permute / unpermute, 37.3 / 37.1 KB per token forward on Qwen3-30B-A3B's shape.
 _PERMUTE_BWD_BYTES = 1.0
 
 
 def _act_bwd_bytes_factor(reads: float, writes: float) -> float:
     """Backward bytes over forward bytes of a pointwise activation: the backward reads the output's
     gradient (``writes``) and the saved input (``reads``) and writes the input's gradient (``reads``).
-    Measured for Megatron-Core's fused weighted SwiGLU (weighted_bias_swiglu_impl, 61.5 vs 36.9 KB per
-    token on Qwen3-30B-A3B, profilers/moe_traffic.py, 2026-11-25): 5/3."""
+    Measured for Megatron-Core's fused weighted SwiGLU and GPT-OSS's clamped GEGLU (61.5 vs 36.9 KB per
+    token on Qwen3-30B-A3B, docs/measurements/moe_traffic_2026-11-25.json): 5/3."""
     return (writes + 2.0 * reads) / (reads + writes)
 
 
@@ -58,7 +58,7 @@ def _router_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     router = _linear("router", s, h, n, e, "replicated", False)
     # Megatron-Core's top-k (topk_routing_with_score_function, fused or not) writes dense [tokens, E]
     # probabilities in the logits' dtype and a bool routing map, not k indices (measured boundary:
-    # 640 B per token for 128 experts in bf16, profilers/moe_traffic.py)
+    # 640 B per token for 128 experts in bf16, docs/measurements/moe_traffic_2026-11-25.json)
     topk = Operator(name="router_topk", kind="elementwise", flops=0.0, model_flops=0.0,
                     act_in_bytes=s * n * e, act_out_bytes=s * n * (e + _MAP_BYTES),
                     weight_bytes=0.0, params=0, saved_bytes=s * n * _SCORE_BYTES, sharding="replicated")
