@@ -158,8 +158,13 @@ def _moe_layer(recipe: str, experts: int, topk: int, hidden: int, ffn: int, act_
               bias_dropout_fusion=False)
     kw.update(RECIPES[recipe])
     spec = get_gpt_layer_local_spec(num_experts=experts, normalization="RMSNorm")
-    layer = build_module(spec, config=TransformerConfig(**kw), layer_number=1)
-    moe = layer.mlp
+    moe = build_module(spec, config=TransformerConfig(**kw), layer_number=1).mlp
+    _instrument(moe, mlp_mod)
+    return moe
+
+
+def _instrument(moe, mlp_mod) -> None:
+    """Scope each part of the MoE layer by the Megatron method (or module function) running it."""
     router, disp = moe.router, moe.token_dispatcher
     _wrap(router, "gating", "router_gemm")
     _wrap(router, "routing", "router_topk", boundary="router_topk")
@@ -182,7 +187,6 @@ def _moe_layer(recipe: str, experts: int, topk: int, hidden: int, ffn: int, act_
     for fused in ("weighted_bias_swiglu_impl", "weighted_bias_quick_geglu_impl"):  # bias_activation_fusion
         _wrap(mlp_mod, fused, "expert_act", boundary="expert_act")
     _wrap(moe, "postprocess", "postprocess")
-    return moe
 
 
 def measure(recipe: str = "qwen3", tokens: int = 256, experts: int = 128, topk: int = 8, hidden: int = 2048,

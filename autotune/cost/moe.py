@@ -228,7 +228,7 @@ def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
     inverse copies. DeepEP/HybridEP (flex dispatcher) permute once, on the receiving side.
     Without expert parallelism too: the copies depend only on the local expert count
     (``num_local_experts > 1``), as profilers/moe_traffic.py measured at ep 1
-    (docs/measurements/moe_traffic_2026-11-25.json: 3 copies, 131 KB per token each way).
+    (docs/measurements/moe_traffic_2026-11-25.json: the two row copies, 131 KB per token each way).
     Training only: serving engines run their own fused MoE dispatch."""
     if not is_training(ctx.workload) or getattr(ctx.workload, "ep_dispatcher", "alltoall") != "alltoall":
         return 0.0, 0.0
