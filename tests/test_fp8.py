@@ -117,3 +117,39 @@ def test_blackwell_presets():
     nvl72.check_gpus(72)
     with pytest.raises(AutotuneError):
         nvl72.check_gpus(100)
+
+
+def test_low_precision_recipes_keep_the_output_projection_in_bf16():
+    # Megatron-Core's output_layer is its own ColumnParallelLinear, outside Transformer Engine's FP8
+    # modules, and torchtitan's float8 converter filters out "output": the LM head's GEMMs cost the
+    # same under fp8 as under bf16, so growing the vocabulary adds the same time to both steps
+    from autotune.spec.model import ModelSpec
+
+    def step_s(vocab: int, dtype: str) -> float:
+        model = ModelSpec(name=f"head-{vocab}", num_layers=2, hidden_size=2048, num_heads=16, num_kv_heads=16,
+                          ffn_hidden_size=8192, ffn_activation="swiglu", vocab_size=vocab, max_seq_len=2048,
+                          tied_embeddings=False, norm="rmsnorm", bias=False, position_embedding="rotary")
+        return evaluate(model, 1, cluster="dgx-h100", dtype=dtype, micro_batch=8, global_batch=8,
+                        seq_len=2048).step_time_s
+
+    grown = {dtype: step_s(256000, dtype) - step_s(32000, dtype) for dtype in ("bf16", "fp8")}
+    assert grown["fp8"] == pytest.approx(grown["bf16"], rel=0.05)
+    assert step_s(32000, "fp8") < step_s(32000, "bf16")  # the layers' GEMMs do run in FP8
+
+
+def test_fp8_tp_all_gathers_move_fp8_and_reduce_scatters_bf16():
+    # torchao's Float8ColwiseParallel casts before its all-gather (and Float8RowwiseParallel the output
+    # gradient before the backward one); reduce-scatters stay BF16: the exposed TP time drops by the
+    # all-gathers' half, a quarter of the collectives' bytes
+    from dataclasses import replace
+
+    from autotune.spec.presets import resolve_model
+    from autotune.spec.resolve import training_workload
+    model = resolve_model("llama3-8b")
+    work = training_workload(model, global_batch=8, seq_len=4096, dtype="fp8")
+    kw = dict(cluster="dgx-h100", tp=8, micro_batch=1)
+    bf16_tp = evaluate(model, 8, workload=work, **kw).breakdown["tp_cp_comm_s"]
+    fp8_tp = evaluate(model, 8, workload=replace(work, fp8_tp_all_gather=True), **kw).breakdown["tp_cp_comm_s"]
+    assert 0.55 * bf16_tp < fp8_tp < 0.9 * bf16_tp
+    with pytest.raises(AutotuneError, match="fp8_tp_all_gather"):
+        replace(training_workload(model, dtype="bf16"), fp8_tp_all_gather=True)

@@ -4,7 +4,8 @@ priced as three kernels, narrow K/V GEMMs, FP8 casts per GEMM but the shared inp
 import numpy as np
 import pytest
 
-from autotune.cost.compute import _cast_s, block_times, op_amounts, op_coefficients
+from autotune.cost.compute import block_times, op_amounts, op_coefficients
+from autotune.cost.quantize import cast_s
 from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
 from autotune.graph import layer_graph, model_tables, operators
@@ -90,7 +91,7 @@ def test_fp8_casts_per_gemm_the_shared_input_once(dtype):
     cast = {}
     for name, table in (("fused", fused), ("split", split)):
         coef = op_coefficients(table, DEVICE, dtype)
-        cast[name] = (_cast_s(table, coef, dtype, op_amounts(table, 2, 4, 1, True)), coef)
+        cast[name] = (cast_s(table, coef, dtype, op_amounts(table, 2, 4, 1, True)), coef)
     (fwd_f, bwd_f, _), coef_f = cast["fused"]
     (fwd_s, bwd_s, _), coef_s = cast["split"]
     i, j = _ops(fused)["qkv_proj"], _ops(split)

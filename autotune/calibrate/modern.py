@@ -10,6 +10,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from autotune.calibrate.deepspeed_2021 import (DEEPSPEED_2021_MAX_REUSE_ELEMENTS, DEEPSPEED_2021_PERSISTENCE_ELEMENTS,
+                                               PYTHON_OP_S, deepspeed_2021_calls)
+from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED, PYTORCH_GEMM_IN_STEP_HOPPER  # noqa: F401
+from autotune.calibrate.nemo_recipes import (NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
+                                             low_precision_tp_gathers, with_embedding_loss_slots)
 from autotune.calibrate.source_flops import SOURCE_FLOPS
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -21,9 +26,10 @@ __all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGE
 
 # DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU even over
 # NVLink: each of 8 GPUs took in 7/8 of 10 GB of fp16 weights in the 420 ms a 5B model's forward
-# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16), and those
-# gathers did not overlap compute: "the async version is not async at all, because each
-# all_gather calls torch.cuda.synchronize()" (DeepSpeed PR #1188, June 2021).
+# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16). There each
+# prefetch held several tensors whose gathers each synchronised the device: "the async version is
+# not async at all" (DeepSpeed PR #1188, June 2021); how a prefetch of one tensor overlaps its
+# module's compute is calibrate/deepspeed_2021.py's and cost/zero3_calls.py's.
 DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
 
 # Frameworks whose FP8 weights are cast on a step's first micro-batch and reused by the rest
@@ -43,6 +49,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "MPT benchmark configs; the NumParams column matches biases and learned positions"),
         ("attention", "Triton FlashAttention at 1/1.8 of FlashAttention-2's speed",
          "submit_benchmarks.py defaults attn_impl to triton; FA2 is 1.3-2.5x faster (Dao 2023, sec. 4.1)"),
+        ("GEMMs on Hopper", f"bf16 GEMMs at {PYTORCH_GEMM_IN_STEP_HOPPER:.2f} of the device's GEMM fit",
+         "eager PyTorch's GEMMs inside fwd+bwd steps on an H100 against the micro-benchmark line at the same "
+         "shapes (docs/h100-measured.md; framework_kernels.py); A100 keeps the fit (not measured)"),
         ("micro-batches", "global_batch / (micro_batch x dp)", "GradAccum column of the source table"),
     ),
     "torchtitan": (
@@ -52,6 +61,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "torch.distributed.pipelining turns gradient sync and resharding off but for the last micro-batch"),
         ("precision", "bf16 params, fp32 gradient reduce", "torchtitan mixed_precision_reduce = float32"),
         ("model", "Llama: RMSNorm, no biases, rotary, untied embeddings", "torchtitan llama3 model"),
+        ("attention", "SDPA's FlashAttention-2 backend (the device's fit)",
+         "cuDNN SDPA was opt-in on H100 until torch 2.9 (pytorch#138522, #142132, #162073)"),
+        ("GEMMs on Hopper", f"bf16 GEMMs at {PYTORCH_GEMM_IN_STEP_HOPPER:.2f} of the device's GEMM fit",
+         "as llm-foundry: PyTorch issues cuBLAS GEMMs, compiled or not (Inductor leaves matmuls to cuBLAS)"),
         ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
         ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
         ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so, "
@@ -62,6 +75,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("attention projections", "Q, K and V as three GEMMs, each casting its own input under float8",
          "torchtitan llama3 model.py: separate nn.Linear wq, wk, wv; torchao swaps every nn.Linear for a "
          "Float8Linear (the small-linear filter, torchtitan PR #1319 / ao PR #2410, came after these benchmarks)"),
+        ("fp8 tensor parallel", "tensorwise rows all-gather FP8 activations and gradients; reduce-scatters BF16",
+         "parallelize_llama: Float8ColwiseParallel/Float8RowwiseParallel/PrepareFloat8ModuleInput with float8 "
+         "(tensorwise only, enable_float8_tensorwise_tp); they cast before redistributing"),
         ("fp8", "tensorwise dynamic scaling on linears, bf16 all-gather unless stated; weights cast at every "
          "forward", "torchao float8 defaults (enable_fsdp_float8_all_gather false); Float8Linear casts in forward"),
         ("context parallel", "K/V all-gathered per layer (rotate method allgather), causal load balancing, "
@@ -77,10 +93,26 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "deepspeed": (
         ("sharding", "the row's ZeRO stage; parameters prefetched and gradients reduced overlapped",
          "DeepSpeed ZeRO-3 prefetches the next modules' parameters (prefetch_bucket_size)"),
-        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, not "
-         "overlapped with compute, where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
+        ("parameter gathers, 2021", f"{DEEPSPEED_2021_GATHER_BYTES_PER_S / 1e9:.0f} GB/s received per GPU, "
+         "where the row is of 2021 (its source or framework says 2021, SC'21, or 0.3-0.5)",
          "DeepSpeed issue #1174 (v0.3.16, one 8-A100 node): a 5B model's forward 420 ms slower under ZeRO-3 "
-         "than ZeRO-2 with 10 GB of fp16 weights gathered; PR #1188: each all_gather synchronised the device"),
+         "than ZeRO-2 with 10 GB of fp16 weights gathered"),
+        ("prefetch, 2021", "each module's fetch synchronises the device, then starts the next tensor's gather "
+         "beside the module's compute; reduce-scatters waited for at the next fetch",
+         "stage3.py v0.3.13-0.3.16 fetch_sub_module / prefetch_next_sub_modules (prefetch_bucket_size 5e7 "
+         "elements: one GPT-3 tensor); PR #1188: several prefetched tensors serialise (each gather synchronises)"),
+        ("collectives, 2021", f"one all-gather and one reduce-scatter per weight tensor of >= "
+         f"{DEEPSPEED_2021_PERSISTENCE_ELEMENTS:,} elements (smaller ones persist), each with a copy kernel per rank "
+         f"(2.6 us on A100) and, for gathers, {PYTHON_OP_S * 1e6:.0f} us of exposed Python per rank",
+         "DeepSpeed v0.3.13-0.3.16 partition_parameters.py: _allgather_param / _reduce_scatter_gradient per "
+         "parameter with lists of world-size tensors, a narrow per rank after torch.cuda.synchronize(); "
+         "PyTorch 1.8 ProcessGroupNCCL copies each; param_persistence_threshold default 1e5; Python op ~2 us "
+         "(pytorch/pytorch#41383); back-to-back kernel 2.6 us (gpu-benches gpu-small-kernels)"),
+        ("re-gathers under full recompute, 2021", f"a tensor gathered again for the backward when twice its "
+         f"layer's later weights exceed {DEEPSPEED_2021_MAX_REUSE_ELEMENTS:.0e} elements",
+         "stage3.py _keep_for_later / get_reuse_distance_in_numel; max_reuse_distance default 1e9"),
+        ("NCCL, 2021", "2.8: ring latency per step and protocol from its tuning model",
+         "NVIDIA/nccl src/graph/tuning.cc v2.8.4-1 (baseLat, hwLat, llMaxBws, ll128MaxBwPerCh)"),
         ("attention, 2021", "unfused (Megatron's fused scale-mask-softmax)", "FlashAttention appeared in 2022"),
         ("model", "GPT: LayerNorm, biases, learned positions, tied embeddings, vocab 51200",
          "Megatron-DeepSpeed's GPT-3 configuration"),
@@ -95,12 +127,31 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("recompute", "none", "performance recipes train without recomputation unless noted"),
         ("model", "Llama-style rows: RMSNorm, no biases, rotary, untied; GPT3: LayerNorm, biases, learned, tied",
          "NeMo model configs"),
-        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
-         "Megatron's account_for_embedding/loss_in_pipeline_split give the embedding and loss a layer's slot "
-         "(126 -> 128 for Llama 3.1 405B); the padding adds at most pp x vpp - 1 layers' work"),
+        ("uneven pipeline split", "the embedding and the loss take a layer's slot on the first and last stages "
+         "where the layers plus two split into pp x vpp chunks (126 layers in 128 slots for Llama 3.1 405B); "
+         "otherwise layers rounded up to a multiple of pp x vpp (at most pp x vpp - 1 layers' work added)",
+         "Megatron-Core's account_for_embedding/loss_in_pipeline_split, set by Megatron-Bridge's 405B recipe "
+         "(recipes/llama/h100/llama3.py @067f987)"),
         ("vocab", "51200 for GPT3-175B (empty cell)", "NeMo GPT-3 tokenizer padded to a multiple of 128 x TP"),
         ("squared ReLU", "priced as relu", "Nemotron's relu2 is one elementwise kernel like relu"),
-        ("fp8", "TE delayed/current per-tensor scaling on linears, attention bf16", "Transformer Engine recipes"),
+        ("fp8", "TE per-tensor scaling on linears, attention bf16: delayed scaling (norms and activations "
+         "write FP8 themselves) on NeMo's rows, current scaling (an amax kernel before each standalone cast) "
+         "on Megatron-Bridge's",
+         "NeMo scripts/performance/argument_parser.py @8cfedd7: --fp8_recipe defaults to ds (delayed); "
+         "Megatron-Bridge scripts/performance/utils/precision.py: per-tensor FP8 is fp8_cs "
+         "(bf16_with_fp8_current_scaling_mixed, first/last layers not kept in BF16)"),
+        ("mxfp8 / nvfp4", "every linear layer's GEMMs in the format, none kept in BF16; attention BF16",
+         "Megatron-Bridge bf16_with_mxfp8_mixed / bf16_with_nvfp4_mixed leave num_layers_at_start/end_in_bf16 at 0 "
+         "and fp8_dot_product_attention off"),
+        ("low-precision TP gathers", "sequence-parallel all-gathers move the GEMMs' format (inputs forward, "
+         "output gradients backward); reduce-scatters BF16",
+         "Transformer Engine's Linear/LayerNormLinear quantize before gather_along_first_dim or the userbuffers "
+         "all-gather (module/linear.py, layernorm_linear.py); the recipes' userbuffers_fp8_* overlap configs"),
+        ("nvfp4 TP overlap", "TP communication not overlapped (the recipes turn userbuffers off for NVFP4)",
+         "Megatron-Bridge llama3/llama31 perf configs: tp_comm_overlap = False if precision == 'nvfp4'"),
+        ("attention on Hopper", "the device's FlashAttention-2 fit",
+         "TE selects cuDNN's fused attention on sm90 (since v1.2), but the containers' cuDNN speeds are unsourced "
+         "(framework_kernels.py); the FA3 paper's 1.6x made the H100 TE rows 7-28% too fast, so it is not applied"),
         ("fp8 weight casts", "once per step (the first micro-batch's), reused by the others",
          "megatron/core/pipeline_parallel/schedules.py forward_step: set_is_first_microbatch; TE keeps the cast"),
         ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
@@ -114,19 +165,13 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "forward pass, gradients reduced once per step"),
         ("interleaved stages per rank", "2 where not stated",
          "the paper's Figure 6 interleaves 8 stages over 4 ranks and gives no count for the 405B run"),
-        ("uneven pipeline split", "layers rounded up to a multiple of pp x vpp",
-         "sec. 3.3.2: one layer fewer on the first and last stages (126 layers in 128 slots)"),
+        ("uneven pipeline split", "one layer fewer on the first and last stages (126 layers in 128 slots)",
+         "sec. 3.3.2: the embedding and the loss take those slots"),
         ("tensor parallel", "sequence parallel, collectives not overlapped", "the paper does not say they are"),
     ),
     # Not a framework: how rows that gave only TFLOP/s per GPU get their iteration time (source_flops.py).
     "TFLOP/s-only rows (the source's FLOP count)": SOURCE_FLOPS,
 }
-
-# Speed of each framework's attention kernel against the device's fitted one (FlashAttention-2
-# on A100/H100, cuDNN on Blackwell). llm-foundry's benchmark sweep runs attn_impl "triton"
-# (scripts/train/benchmarking/submit_benchmarks.py): FlashAttention in Triton, which
-# FlashAttention-2 beats by 1.3-2.5x (Dao 2023, sec. 4.1); the geometric mean 1.8 is taken.
-ATTENTION_KERNEL_SPEED = {"llm-foundry": 1 / 1.8}
 
 # Eager PyTorch runs a norm or an activation as several kernels, each streaming the whole tensor
 # through HBM, where the cost model's operators are one fused kernel (read x, write y): per role,
@@ -295,16 +340,17 @@ def regime_of(row: dict[str, str]) -> str:
     return f"{row['gpu']} | {row.get('arch') or 'dense'} | {_precision(row)} | {framework_of(row)}"
 
 
+
+
 def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict:
     """Plan fields the framework's defaults decide."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
     zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan", "meta") else 1)
     async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
                 and "vanilla tp" not in text)
+    nemo_overlap = framework == "nemo" and _precision(row) not in NEMO_NO_TP_OVERLAP_PRECISIONS
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
-               "overlap_tp_comm": tp > 1 and (framework == "nemo" or async_tp)}
-    if _deepspeed_2021(row, framework):  # its gathers synchronised the device (DEEPSPEED_2021_GATHER_BYTES_PER_S)
-        options["overlap_param_gather"] = False
+               "overlap_tp_comm": tp > 1 and (nemo_overlap or async_tp)}
     if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
         options["reshard_after_forward"] = False
     if framework == "torchtitan":
@@ -354,7 +400,8 @@ def modern_run_from_row(row: dict[str, str]):
     model = _moe_preset(row, _model(row, framework))
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
-    if model.num_layers % (pp * vpp):  # embedding and loss take layer slots (see FRAMEWORK_DEFAULTS)
+    slots = embedding_loss_slots(model.num_layers, pp * vpp, framework)
+    if model.num_layers % (pp * vpp) and not slots:  # rounded up (see FRAMEWORK_DEFAULTS)
         model = model.with_changes(num_layers=-(-model.num_layers // (pp * vpp)) * pp * vpp)
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     gpus = int(row["gpus"])
@@ -368,15 +415,20 @@ def modern_run_from_row(row: dict[str, str]):
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
                                 attention_impl="unfused" if of_2021 else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
+                                fp8_tp_all_gather=low_precision_tp_gathers(framework, dtype, tp),
                                 qkv_fused=framework != "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
+                                fp8_recipe=fp8_recipe_of(row, framework),
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
+                                **(deepspeed_2021_calls(model, tp, True) if of_2021 else {}),
                                 **(_moe_recipe(row) if framework == "nemo" else {}), **_host_settings(row, framework))
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
-        num_layers=model.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
+        num_layers=model.num_layers + slots, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
         global_batch=global_batch, sequence_parallel=sp, recompute=row["recompute"] or "none",
         schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
+    if slots:
+        plan = with_embedding_loss_slots(plan)
     if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
         plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))
     return model, workload, cluster, plan, regime

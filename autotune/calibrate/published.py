@@ -20,8 +20,9 @@ import csv
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from autotune.calibrate.modern import (ATTENTION_KERNEL_SPEED, EAGER_ELEMENTWISE, Unexpressible, framework_of,
-                                      regime_of, runs_eager, safe_modern_run)
+from autotune.calibrate.framework_kernels import attention_kernel_speed, gemm_in_step_speed
+from autotune.calibrate.modern import (EAGER_ELEMENTWISE, Unexpressible, framework_of, regime_of, runs_eager,
+                                      safe_modern_run)
 from autotune.calibrate.source_flops import derive_iter_s
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
@@ -47,6 +48,7 @@ class PublishedRun:
     iter_s: float
     regime: str = ""  # device | dense or moe | precision | framework (check-published groups by it)
     attention_speed: float = 1.0  # the framework's attention kernel against the device's fitted one
+    gemm_speed: float = 1.0  # the framework's bf16/fp16 GEMMs inside a step against the device's fit
     eager_elementwise: bool = False  # norms and activations as eager PyTorch's unfused kernels
 
 
@@ -94,7 +96,7 @@ def _modern_run(row: dict[str, str]) -> PublishedRun | Unexpressible:
     if isinstance(built, Unexpressible):
         return built
     model, workload, cluster, plan, regime = built
-    speed = ATTENTION_KERNEL_SPEED.get(framework_of(row), 1.0)
+    framework = framework_of(row)
     try:
         load_cluster(cluster)
     except AutotuneError as err:
@@ -104,19 +106,20 @@ def _modern_run(row: dict[str, str]) -> PublishedRun | Unexpressible:
                              reason="MoE: the operator graph has no expert layers yet (they light up when it does)")
     return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload,
                         cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]), regime=regime,
-                        attention_speed=speed, eager_elementwise=runs_eager(row))
+                        attention_speed=attention_kernel_speed(framework, row["gpu"]),
+                        gemm_speed=gemm_in_step_speed(framework, row["gpu"]), eager_elementwise=runs_eager(row))
 
 
-def _with_framework_kernels(cluster: ClusterSpec, speed: float, eager: bool) -> ClusterSpec:
-    """The cluster with its device's fused-attention fits ``speed`` times as fast and, for eager
-    runs, its norm and activation kernels moving and launching what eager PyTorch does
-    (EAGER_ELEMENTWISE)."""
-    if speed == 1.0 and not eager:
+def _with_framework_kernels(cluster: ClusterSpec, speed: float, eager: bool, gemm_speed: float = 1.0) -> ClusterSpec:
+    """The cluster with its device's fused-attention fits ``speed`` times as fast, its bf16/fp16
+    GEMM fits ``gemm_speed`` times as fast (framework_kernels.py) and, for eager runs, its norm
+    and activation kernels moving and launching what eager PyTorch does (EAGER_ELEMENTWISE)."""
+    if speed == 1.0 and not eager and gemm_speed == 1.0:
         return cluster
     device = cluster.device
-    compute = {key: (replace(fit, seconds_per_unit=fit.seconds_per_unit / speed,
-                             source=f"{fit.source}; x{speed:.3g} for the framework's kernel") if key[0] == "attention"
-                     else fit) for key, fit in device.compute.items()}
+    compute = {key: _scaled(fit, speed if key[0] == "attention" else
+                            gemm_speed if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0)
+               for key, fit in device.compute.items()}
     kernels = dict(device.memory_kernels)
     if eager:
         for role, (bytes_ratio, launches) in EAGER_ELEMENTWISE.items():
@@ -125,6 +128,14 @@ def _with_framework_kernels(cluster: ClusterSpec, speed: float, eager: bool) -> 
                                     seconds_per_unit=fit.seconds_per_unit * bytes_ratio,
                                     source=f"{fit.source}; eager PyTorch: x{bytes_ratio:.3g} bytes, {launches} kernels")
     return cluster.with_changes(device=device.with_changes(compute=compute, memory_kernels=kernels))
+
+
+def _scaled(fit, speed: float):
+    """A compute fit ``speed`` times as fast (unchanged at 1)."""
+    if speed == 1.0:
+        return fit
+    return replace(fit, seconds_per_unit=fit.seconds_per_unit / speed,
+                   source=f"{fit.source}; x{speed:.3g} for the framework's kernel")
 
 
 def moe_priced() -> bool:
@@ -188,10 +199,10 @@ def check_runs(runs: list[PublishedRun], clusters: dict[str, ClusterSpec] | None
     clusters = dict(clusters or {})
     checks = []
     for run in runs:
-        key = (run.cluster_name, run.attention_speed, run.eager_elementwise)
+        key = (run.cluster_name, run.attention_speed, run.eager_elementwise, run.gemm_speed)
         if key not in clusters:
             base = clusters.get(run.cluster_name) or load_cluster(run.cluster_name)
-            clusters[key] = _with_framework_kernels(base, run.attention_speed, run.eager_elementwise)
+            clusters[key] = _with_framework_kernels(base, run.attention_speed, run.eager_elementwise, run.gemm_speed)
         cluster = clusters[key]
         checks.append(RunCheck(run=run, estimate=evaluate_plan(run.model, run.workload, cluster, run.plan)))
     return checks

@@ -77,6 +77,11 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recast-weights", action="store_true",
                         help="low-precision recipes: cast the weights at every micro-batch's forward (torchao "
                              "float8, llm-foundry), not once per step (Transformer Engine under Megatron)")
+    parser.add_argument("--fp8-recipe", choices=("cast", "te_delayed", "te_current"), default="cast",
+                        help="how per-tensor fp8 casts run (cost/quantize.py): standalone casts taking their own amax "
+                             "(torchao, te.Linear alone), or Transformer Engine's delayed / current scaling in "
+                             "Megatron-Core's layers (norms and activations quantize their output; current scaling "
+                             "adds an amax kernel and TP amax all-reduces)")
     parser.add_argument("--host-dispatch", choices=("hidden", "eager"), default="hidden",
                         help="eager: price the GPU waiting for an eager PyTorch host to issue Megatron-Core's "
                              "kernels (docs/moe.md, Host dispatch); hidden: the host always runs ahead")
@@ -115,6 +120,7 @@ def _workload(args: argparse.Namespace, model: object) -> object:
         work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0),
                        qkv_fused=not getattr(args, "unfused_qkv", False),
                        reuse_weight_casts=not getattr(args, "recast_weights", False),
+                       fp8_recipe=getattr(args, "fp8_recipe", "cast"),
                        param_gather_bytes_per_s=getattr(args, "param_gather_gbps", 0.0) * 1e9,
                        host_dispatch=getattr(args, "host_dispatch", "hidden"),
                        cuda_graph_scope=tuple(s for s in getattr(args, "cuda_graph_scope", "").split(",") if s))

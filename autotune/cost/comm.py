@@ -27,7 +27,8 @@ import numpy as np
 
 from autotune.spec.hardware import ClusterSpec, LinkLevel
 
-__all__ = ["GroupSpan", "collective_time_s", "level_time_s"]
+__all__ = ["GroupSpan", "RingProtocol", "NCCL_2_8_RING", "collective_time_s", "level_time_s", "nccl_2_8_ring_s",
+           "tp_collective_bytes"]
 
 # Inputs may be floats or numpy arrays of byte counts (the search scores many stage sizes at
 # once); zero or negative byte counts cost nothing.
@@ -124,3 +125,72 @@ def _collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: Cluster
         local = (span.n_intra - 1) / n * nbytes * intra.beta_s_per_byte
         return _only_positive(nbytes, base + (n - 1) * inter.alpha_s + np.maximum(cross, local))
     return level_time_s(op, nbytes, 2, inter)
+
+
+def tp_collective_bytes(op: str, act_bytes, workload, bytes_per_element: float):
+    """Bytes a sequence-parallel TP collective moves: all-gathers in the GEMMs' low-precision format
+    where the workload casts before gathering (TrainingWorkload.fp8_tp_all_gather), else ``act_bytes``."""
+    if op != "all_gather" or not getattr(workload, "fp8_tp_all_gather", False):
+        return act_bytes
+    from autotune.spec.workload import GEMM_OPERAND_BYTES
+
+    return act_bytes * GEMM_OPERAND_BYTES[workload.dtype] / bytes_per_element
+
+
+@dataclass(frozen=True)
+class RingProtocol:
+    """One NCCL protocol's ring model: base and per-step latencies (s), the share of the bus
+    bandwidth it keeps, and its caps (bytes/s) per channel and in all."""
+
+    name: str
+    base_s: float
+    nvlink_step_s: float
+    net_step_s: float
+    bandwidth_share_intra: float
+    bandwidth_share_inter: float
+    per_channel_cap: float = math.inf
+    caps: tuple[float, float, float] = (math.inf, math.inf, math.inf)  # one node, two nodes, more
+
+
+# NCCL 2.8's tuning model (NVIDIA/nccl src/graph/tuning.cc at v2.8.4-1), ring all-gather /
+# reduce-scatter on Ampere over NVLink and the network: baseLat, hwLat[NVLINK|NET][RING], LL's
+# intra-node step x1.8 across nodes and its bandwidth /3 in a node, /4 across nodes, capped at
+# llMaxBws (Ampere in one node 87.7 GB/s; AMD hosts, as DGX A100's, 22.5 on 2 nodes, 19.0 on more); LL128 x0.92, capped per channel at 18.3 GB/s
+# (ll128MaxBwPerCh, all-gather; 15.2 reduce-scatter is taken as the same). NCCL runs the protocol
+# with the least latency + bytes / bandwidth (ncclTopoGetAlgoTime). The ring constants are the same
+# in 2.7.8 (PyTorch 1.8's wheels); "the latency of ring increases linearly with the communicator
+# size" (NCCL maintainer, NVIDIA/nccl#1712).
+NCCL_2_8_RING = (
+    RingProtocol("LL", 3.6e-6, 0.47e-6, 2.7e-6, 1 / 3, 1 / 4, caps=(87.7e9, 22.5e9, 19.0e9)),
+    RingProtocol("LL128", 10.0e-6, 1.9e-6, 4.0e-6, 0.92, 0.92, per_channel_cap=18.3e9),
+    RingProtocol("Simple", 8.4e-6, 3.4e-6, 9.6e-6, 1.0, 1.0),
+)
+
+
+def nccl_2_8_ring_s(op: str, nbytes: float, span: GroupSpan, cluster: ClusterSpec) -> tuple[float, float]:
+    """(latency s, transfer s) of a ring all-gather or reduce-scatter of ``nbytes`` (the gathered
+    buffer) under NCCL 2.8's model: steps n-1, nodes-1 of them over the network; bus bandwidth as
+    collective_time_s (one channel per GPU of the node, NVIDIA/nccl#812)."""
+    if op not in ("all_gather", "reduce_scatter"):
+        raise ValueError(f"NCCL 2.8 ring model prices all_gather and reduce_scatter, not {op!r}")
+    n = span.size
+    if n <= 1:
+        return 0.0 * nbytes, 0.0 * nbytes
+    intra, inter = cluster.intra_node, cluster.inter_node
+    multi = span.n_inter > 1
+    beta = (inter.beta_s_per_byte if span.n_intra == 1 else max(intra.beta_s_per_byte,
+            inter.beta_s_per_byte / span.n_intra)) if multi else intra.beta_s_per_byte
+    inter_steps = span.n_inter - 1
+    best_latency, best_transfer = None, None
+    for proto in NCCL_2_8_RING:
+        intra_step = proto.nvlink_step_s * (1.8 if multi and proto.name == "LL" else 1.0)
+        latency = proto.base_s + (n - 1 - inter_steps) * intra_step + inter_steps * proto.net_step_s
+        share = proto.bandwidth_share_inter if multi else proto.bandwidth_share_intra
+        cap = proto.caps[min(span.n_inter, 3) - 1]
+        transfer = (n - 1) / n * np.asarray(nbytes, dtype=float) / min(share / beta, proto.per_channel_cap * span.n_intra, cap)
+        if best_latency is None:
+            best_latency, best_transfer = np.full_like(transfer, latency), transfer
+        else:  # NCCL takes the fastest protocol for each size
+            faster = latency + transfer < best_latency + best_transfer
+            best_latency, best_transfer = np.where(faster, latency, best_latency), np.where(faster, transfer, best_transfer)
+    return _only_positive(nbytes, best_latency), _only_positive(nbytes, best_transfer)

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from autotune.cost.quantize import cast_s
 from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
@@ -115,34 +116,6 @@ def op_amounts(table: OpTable, micro_batch: object, tp: object, cp: object, sequ
     )
 
 
-_CAST_BYTES_PER_BF16_BYTE = {"fp8_rowwise": 4.0}  # see _cast_s
-
-
-def _cast_s(table: OpTable, coef: _Coefficients, dtype: str, amounts: OpAmounts) -> tuple:
-    """Casting and scaling for low-precision GEMMs, as separate memory-bound kernels: each
-    GEMM's input and weight are read in BF16 and written in the low format and transposed
-    (amax, cast and transpose fused, as Transformer Engine's cast_transpose does) before the
-    forward GEMM, and the output gradient likewise before the backward GEMMs (Micikevicius et
-    al. 2022, sec. 4; per-tensor current scaling reads the tensor once for its amax inside
-    the same kernel). Bytes per BF16 byte: (2 + 2 x operand bytes) / 2. Row-wise scaling
-    (``fp8_rowwise``, torchao's axiswise recipe) scales each GEMM operand along its reduction
-    dimension, so every operand is cast twice, once per axis: along the rows the amax and the
-    cast fuse (read 2, write 1), along the columns a reduction pass precedes the cast (read 2,
-    then read 2 and write 1): 8 bytes per element, 4 per BF16 byte. Casts are per GEMM, except
-    the input cast of a GEMM that reads the previous GEMM's input (``shares_input``: unfused K
-    and V after Q), which that GEMM's cast serves. Returns (forward, backward, of the forward
-    the weights' casts)."""
-    is_gemm = np.array([k == "gemm" for k in table.kinds], dtype=float)
-    own_input = 1.0 - table.shares_input
-    per_bf16_byte = _CAST_BYTES_PER_BF16_BYTE.get(dtype, (2.0 + 2.0 * GEMM_OPERAND_BYTES[dtype]) / 2.0)
-    fwd_bytes = (amounts.act_in_bytes * own_input + amounts.weight_bytes) * per_bf16_byte
-    bwd_bytes = amounts.act_out_bytes * per_bf16_byte
-    fwd = is_gemm * ((1.0 + own_input) * coef.lat_m + fwd_bytes * coef.spb)
-    bwd = is_gemm * (coef.lat_m + bwd_bytes * coef.spb)
-    weights = is_gemm * (coef.lat_m + amounts.weight_bytes * per_bf16_byte * coef.spb)
-    return fwd, bwd, weights
-
-
 def _input_grad_sum_s(table: OpTable, coef: _Coefficients, amounts: OpAmounts) -> np.ndarray:
     """GEMMs sharing one input (unfused Q, K, V) each return an input gradient, which backward sums:
     one kernel reading the n + 1 gradients and writing their sum (torch.compile's Inductor fuses
@@ -158,10 +131,11 @@ def _input_grad_sum_s(table: OpTable, coef: _Coefficients, amounts: OpAmounts) -
 
 
 def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: object,
-                tp: object, cp: object, sequence_parallel: object) -> BlockTimes:
+                tp: object, cp: object, sequence_parallel: object, *, fp8_recipe: str = "cast") -> BlockTimes:
     """Forward and backward time of a block for ``micro_batch`` sequences per replica.
 
-    Inputs broadcast against each other; the operator axis is summed away.
+    Inputs broadcast against each other; the operator axis is summed away. ``fp8_recipe``: how a
+    low-precision recipe's casts run (TrainingWorkload.fp8_recipe, cost/quantize.py).
     """
     coef = op_coefficients(table, device, dtype)
     b, t, c = _col(micro_batch), _col(tp), _col(cp)
@@ -178,7 +152,8 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
     bwd = np.maximum(bwd_compute, bwd_memory)
     weight_cast = 0.0
     if dtype in GEMM_OPERAND_BYTES:
-        fwd_cast, bwd_cast, weight_cast = _cast_s(table, coef, dtype, amounts)
+        fwd_cast, bwd_cast, weight_cast = cast_s(table, coef, dtype, amounts, fp8_recipe=fp8_recipe,
+                                                 fp8_gemm_any_layout=device.fp8_gemm_any_layout)
         fwd, bwd = fwd + fwd_cast, bwd + bwd_cast
     bwd = bwd + _input_grad_sum_s(table, coef, amounts)
     saved_split = np.where(table.saved_split, t, np.where(sp, t, 1.0))

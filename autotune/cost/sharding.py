@@ -140,6 +140,9 @@ class LayerTraffic:
     fwd_s: float
     bwd_s: float  # backward incl. recomputation
     share: float = 1.0  # the shard group's rate_share (overlap contention)
+    # A runtime gathering tensor by tensor (cost/zero3_calls.py TensorTraffic): it prices the
+    # micro-batch itself; gather_s / reduce_s above are then the layer's sums.
+    tensors: object = None
 
 
 def layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params, gather_bytes_per_param: float,
@@ -162,6 +165,8 @@ def zero3_microbatch_comm_s(stage: StagePlan, traffic: LayerTraffic, n, overlap:
     if stage.zero < 3 or not stage.reshard_after_forward:
         return 0.0 * n
     t = traffic
+    if t.tensors is not None:
+        return n * t.tensors.exposed_s(overlap, stage.recompute == "full", t)
     if not overlap:
         return n * (2 * t.gather_s + t.reduce_s) + 0.0 * t.fwd_s
     per_layer = np.maximum(0.0, t.gather_s - t.fwd_s) + np.maximum(0.0, t.gather_s + t.reduce_s - t.bwd_s)

@@ -14,20 +14,22 @@ from functools import lru_cache
 import numpy as np
 
 from autotune.cost.cache import training_grouped_layer
-from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
+from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s, tp_collective_bytes
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, layer_traffic, overlap_penalty_s, overlapped_exposed_s,
-                                    shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, overlap_penalty_s,
+                                    overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
+from autotune.cost.quantize import amax_all_reduce_s
 from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
-from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload
+from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload, compute_dtype
 
 __all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "dense_stage_cost", "overlapped_exposed_s"]
 
@@ -111,20 +113,19 @@ def _scalar(x: np.ndarray):
 
 
 @lru_cache(maxsize=4096)
-def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool) -> BlockTimes:
-    """Block times depend on (micro-batch, tp, cp, sp) only: a search reuses them across the
-    recomputation, ZeRO and mesh-order choices of a stage. Shared, so made read-only."""
-    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp)
+def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool, recipe: str) -> BlockTimes:
+    """Block times depend on these only: a search reuses them across a stage's recomputation, ZeRO and mesh choices. Shared, so read-only."""
+    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp, fp8_recipe=recipe)
     for value in vars(blocks).values():
         if isinstance(value, np.ndarray) and value.flags.owndata:
             value.flags.writeable = False
     return blocks
 
 
-def _block(ctx: StageContext, table, stage: StagePlan) -> BlockTimes:
+def _block(ctx: StageContext, table, stage: StagePlan, dtype: str | None = None) -> BlockTimes:
     b = np.asarray(ctx.micro_batch)
-    block = _cached_block(table, ctx.cluster.device, ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
-                          stage.tp, stage.cp, bool(stage.sequence_parallel))
+    block = _cached_block(table, ctx.cluster.device, dtype or ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
+                          stage.tp, stage.cp, bool(stage.sequence_parallel), getattr(ctx.workload, "fp8_recipe", "cast"))
     return _reuse_weight_casts(ctx, block)
 
 
@@ -145,7 +146,8 @@ def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
     if stage.has_embedding and ctx.tables.embedding is not None:
         blocks["embedding"] = _block(ctx, ctx.tables.embedding, stage)
     if stage.has_head and ctx.tables.head is not None:
-        blocks["head"] = _block(ctx, ctx.tables.head, stage)
+        # BF16 under FP8 recipes: Megatron-Core's output_layer is not a TE module; torchtitan's float8 skips "output"
+        blocks["head"] = _block(ctx, ctx.tables.head, stage, compute_dtype(ctx.workload.dtype))
     return blocks
 
 
@@ -187,7 +189,7 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
         idx = qkv_projection_indices(names) if gemm == "qkv_proj" else [names.index(gemm)] if gemm in names else []
         if not idx:
             continue
-        comm = collective_time_s(op, act, span, ctx.cluster)
+        comm = collective_time_s(op, tp_collective_bytes(op, act, ctx.workload, ctx.tables.act_bytes), span, ctx.cluster)
         fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., idx].sum(-1)), _scalar(layer.bwd_ops_s[..., idx].sum(-1))
         fwd = np.maximum(comm / stage.tp, comm - fwd_gemm)
         in_backward = (2 if stage.recompute == "full" else 1)  # the backward, and the recomputed forward
@@ -205,8 +207,8 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
-        one = (collective_time_s("all_gather", act, span, cl) + collective_time_s("reduce_scatter", act, span, cl)
-               + 2 * _sp_layout_copy_s(ctx, act))
+        gather = collective_time_s("all_gather", tp_collective_bytes("all_gather", act, ctx.workload, ctx.tables.act_bytes), span, cl)
+        one = gather + collective_time_s("reduce_scatter", act, span, cl) + 2 * _sp_layout_copy_s(ctx, act)
     else:
         one = collective_time_s("all_reduce", act, span, cl)
     if ctx.overlap_tp_comm and stage.sequence_parallel:
@@ -215,6 +217,7 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         per_pass = 2 if m.has_attention else 1
         passes = 2 + (1 if stage.recompute == "full" else 0)
         total = n * per_pass * passes * one
+    total += n * amax_all_reduce_s(ctx.workload, stage, span, cl)  # TE's scales before SP gathers
     if stage.has_embedding and m.has_embeddings:
         total += one  # vocab-parallel embedding output
     if stage.has_head and m.has_embeddings:
@@ -275,13 +278,11 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
 
 
 def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes):
-    """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py)."""
-    groups = shard_groups(stage, span)
-    traffic = layer_traffic(ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
-                            GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
-                            _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds),
-                            getattr(ctx.workload, "param_gather_bytes_per_s", 0.0))
-    return groups, traffic
+    """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py, zero3_calls.py)."""
+    groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds)
+    return groups, zero3_layer_traffic(ctx.workload, ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
+                                       GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
+                                       _scalar(layer.bwd_s) + recompute, recompute)
 
 
 def _gather_bytes(ctx: StageContext) -> float:

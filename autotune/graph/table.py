@@ -47,7 +47,7 @@ class OpTable:
     bwd_kernels: np.ndarray
     selective: np.ndarray
     selective_dropped_bytes: np.ndarray
-    shares_input: np.ndarray  # its input's low-precision cast is the previous GEMM's (cost/compute.py _cast_s)
+    shares_input: np.ndarray  # its input's low-precision cast is the previous GEMM's (cost/quantize.py cast_s)
 
     @classmethod
     def from_graph(cls, graph: nx.DiGraph) -> "OpTable":

@@ -191,9 +191,12 @@ class Plan:
         require(self.global_batch == global_batch, "micro_batch",
                 f"micro_batch {self.micro_batch} x num_microbatches {self.num_microbatches} x dp "
                 f"{self.dp} = {self.global_batch} must equal the global batch {global_batch}")
-        if self.schedule == "interleaved":
-            require(all(s.num_layers % self.vpp == 0 for s in self.stages), "vpp",
-                    f"every stage's layer count must divide into vpp={self.vpp} chunks")
+        if self.schedule == "interleaved":  # an embedding or head may take a layer's slot (Megatron-Core's
+            # account_for_embedding/loss_in_pipeline_split)
+            require(all(s.num_layers % self.vpp == 0 or (s.num_layers + s.has_embedding + s.has_head) % self.vpp == 0
+                        for s in self.stages), "vpp",
+                    f"every stage's layer count (its embedding and head counted as a layer each, or not) "
+                    f"must divide into vpp={self.vpp} chunks")
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

@@ -115,9 +115,13 @@ class DeviceProfile:
     kernel_efficiency: float = 1.0
     kernel_efficiency_source: str = ""
     memory_kernels: Mapping[str, Regression] = field(default_factory=dict)
+    # FP8 GEMMs take operands in any layout (Blackwell sm_100); false: only "TN" (Hopper), so a
+    # per-tensor FP8 cast also writes a transposed copy for the backward GEMMs (cost/compute.py)
+    fp8_gemm_any_layout: bool = False
 
     def __post_init__(self) -> None:
         require(self.kind in ("gpu", "cpu"), "device.kind", "must be 'gpu' or 'cpu'")
+        require(isinstance(self.fp8_gemm_any_layout, bool), "device.fp8_gemm_any_layout", "must be true or false")
         unknown = sorted(set(self.memory_kernels) - set(MEMORY_KERNEL_ROLES))
         require(not unknown, "device.regressions.memory_kernels",
                 f"unknown kernel {', '.join(unknown)}; known: {', '.join(MEMORY_KERNEL_ROLES)}")

@@ -113,7 +113,7 @@ def device_from_dict(data: dict[str, Any]) -> DeviceProfile:
             provenance=data.get("provenance", ""), aliases=tuple(data.get("aliases", ())),
             kernel_efficiency=float(data.get("kernel_efficiency", 1.0)),
             kernel_efficiency_source=str(data.get("kernel_efficiency_source", "")),
-            memory_kernels=kernels,
+            memory_kernels=kernels, fp8_gemm_any_layout=data.get("fp8_gemm_any_layout", False),
         )
     except KeyError as err:
         raise AutotuneError("device", f"device data lacks {err.args[0]!r}") from None

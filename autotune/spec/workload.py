@@ -8,7 +8,7 @@ from autotune.errors import require, require_choice, require_positive
 from autotune.spec.limits import check_limit
 
 __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES", "ATTENTION_IMPLS",
-           "bytes_per_element", "LOW_PRECISION_DTYPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype",
+           "bytes_per_element", "LOW_PRECISION_DTYPES", "FP8_RECIPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype",
            "Workload", "is_training"]
 
 # "fp8": FP8 GEMMs (E4M3 forward, E5M2 or E4M3 gradients) with per-tensor scales, BF16
@@ -49,6 +49,15 @@ def compute_dtype(dtype: str) -> str:
 
 
 EP_DISPATCHERS = ("alltoall", "deepep")  # see TrainingWorkload.ep_dispatcher
+NCCL_TUNINGS = ("", "2.8")  # see TrainingWorkload.nccl_tuning
+# How the per-tensor ``fp8`` recipe casts: "cast": a standalone cast kernel per operand that takes
+# the amax itself (torchao's Float8Linear; Transformer Engine's delayed scaling in te.Linear swapped
+# for nn.Linear, as Composer does); "te_delayed": TE's delayed scaling in Megatron-Core's TE layers,
+# whose norm and activation kernels write FP8 themselves; "te_current": TE's current scaling there,
+# an amax kernel before each standalone cast, the norms and activations computing their own amax.
+# On Blackwell every recipe is priced without FP8 transposes (TE's GEMMs take any layout); torchao's
+# torch._scaled_mm still wants its second operand column-major there, a copy not priced.
+FP8_RECIPES = ("cast", "te_delayed", "te_current")
 # How the host's kernel issue is priced (cost/host.py): "hidden" (never: the host always runs
 # ahead) or "eager" (PyTorch eager issuing Megatron-Core's operators from Python).
 HOST_DISPATCH = ("hidden", "eager")
@@ -72,6 +81,12 @@ class TrainingWorkload:
     attention_impl: str = "flash"
     kind: str = "train"
     fp8_all_gather: bool = False  # FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)
+    # Sequence-parallel TP all-gathers move the low-precision activations (and, backward, gradients):
+    # torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput cast before redistributing, and
+    # Float8RowwiseParallel casts the output gradient before its backward all-gather
+    # (torchao/float8/float8_tensor_parallel.py); the reduce-scatters stay BF16. Transformer Engine's
+    # Linear does the same in every low-precision format (gather_along_first_dim with its quantizer).
+    fp8_tp_all_gather: bool = False
     # Sequence-parallel activations are batch-first (DTensor, torchtitan): each TP all-gather along the
     # sequence copies the gathered buffer and each reduce-scatter its input (PyTorch functional collectives)
     sp_batch_first: bool = False
@@ -90,6 +105,23 @@ class TrainingWorkload:
     # The runtime's ZeRO-3 parameter-gather rate per GPU (bytes/s) where it is below what the
     # network's collective reaches (cost/sharding.py layer_traffic); 0: the collective's rate.
     param_gather_bytes_per_s: float = 0.0
+    # How the runtime issues ZeRO-3's collectives (cost/zero3_calls.py). (): one collective per layer
+    # and pass (a flat parameter: FSDP, later DeepSpeed); else each weight tensor's share of the
+    # layer, forward order, gathered and reduced one call each (DeepSpeed ZeRO-3 0.3-0.4).
+    gather_tensor_shares: tuple[float, ...] = ()
+    # The tensors (indices into the shares) gathered again for the backward after a full
+    # recomputation (DeepSpeed released a module whose next use lay beyond max_reuse_distance).
+    regathered_tensors: tuple[int, ...] = ()
+    # torch.distributed.all_gather / reduce_scatter with a list of per-rank tensors: PyTorch's
+    # ProcessGroupNCCL (to 1.8) copies each rank's chunk out of (into) a flat buffer, a copy
+    # kernel per rank and call; runtimes on _all_gather_base / all_gather_into_tensor copy nothing.
+    per_rank_copies: bool = False
+    # Host seconds per rank of each ZeRO-3 gather call that the device waits for (DeepSpeed 2021
+    # built a view per rank in Python after synchronising the device); 0: none.
+    gather_host_s_per_rank: float = 0.0
+    # NCCL's ring latency model: "" the cluster's alpha per step; "2.8": NCCL 2.8's protocols
+    # (LL/LL128/Simple, each call the fastest; cost/comm.py nccl_2_8_ring_s).
+    nccl_tuning: str = ""
     # The host issuing kernels (cost/host.py): "eager" prices the time the GPU waits for it,
     # outside the ``cuda_graph_scope`` scopes the step replays as CUDA graphs.
     host_dispatch: str = "hidden"
@@ -99,6 +131,8 @@ class TrainingWorkload:
     # schedules.forward_step), or at every forward (torchao's Float8Linear; TE modules called
     # without is_first_microbatch, as Composer/llm-foundry calls them).
     reuse_weight_casts: bool = True
+    # How the per-tensor ``fp8`` recipe casts (FP8_RECIPES, priced in cost/quantize.py)
+    fp8_recipe: str = "cast"
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
@@ -110,10 +144,13 @@ class TrainingWorkload:
         require(isinstance(self.qkv_fused, bool), "qkv_fused", f"must be true or false, got {self.qkv_fused!r}")
         require(isinstance(self.reuse_weight_casts, bool), "reuse_weight_casts",
                 f"must be true or false, got {self.reuse_weight_casts!r}")
+        require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
-        require(not self.fp8_all_gather or self.dtype in LOW_PRECISION_DTYPES, "fp8_all_gather",
-                f"gathers FP8 weights only under an FP8 recipe, not dtype {self.dtype!r}")
+        self._check_gather_calls()
+        for flag in ("fp8_all_gather", "fp8_tp_all_gather"):
+            require(not getattr(self, flag) or self.dtype in LOW_PRECISION_DTYPES, flag,
+                    f"gathers FP8 tensors only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)
         require_positive("seq_len", self.seq_len)
         check_limit("global_batch", self.global_batch, "global_batch")
@@ -124,6 +161,23 @@ class TrainingWorkload:
         require_choice("dtype", self.dtype, DTYPES)
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require(self.kind == "train", "workload", "TrainingWorkload.kind is always 'train'")
+
+    def _check_gather_calls(self) -> None:
+        for field in ("gather_tensor_shares", "regathered_tensors"):  # JSON round trips give lists
+            if isinstance(getattr(self, field), list):
+                object.__setattr__(self, field, tuple(getattr(self, field)))
+        shares, regathered = self.gather_tensor_shares, self.regathered_tensors
+        require(isinstance(shares, tuple) and all(isinstance(x, (int, float)) and x > 0 for x in shares)
+                and (not shares or abs(sum(shares) - 1.0) < 1e-6), "gather_tensor_shares",
+                f"must be a tuple of positive shares summing to 1 (or empty), got {shares!r}")
+        require(isinstance(regathered, tuple) and all(isinstance(i, int) and 0 <= i < max(1, len(shares))
+                for i in regathered) and len(set(regathered)) == len(regathered), "regathered_tensors",
+                f"must be distinct indices into gather_tensor_shares, got {regathered!r}")
+        require(isinstance(self.per_rank_copies, bool), "per_rank_copies",
+                f"must be true or false, got {self.per_rank_copies!r}")
+        require(isinstance(self.gather_host_s_per_rank, (int, float)) and self.gather_host_s_per_rank >= 0,
+                "gather_host_s_per_rank", f"must be >= 0, got {self.gather_host_s_per_rank!r}")
+        require_choice("nccl_tuning", self.nccl_tuning, NCCL_TUNINGS)
 
     @property
     def activation_bytes(self) -> int:

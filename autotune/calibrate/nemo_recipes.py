@@ -1,0 +1,53 @@
+"""NeMo / Megatron-Bridge recipe settings the published rows cannot print, each from its recipe
+file or Transformer Engine's source (calibrate/modern.py builds the rows with them)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "embedding_loss_slots", "with_embedding_loss_slots", "fp8_recipe_of",
+           "low_precision_tp_gathers"]
+
+# Precisions whose NeMo/Megatron-Bridge recipes turn TP communication overlap (userbuffers) off:
+# every Llama recipe sets tp_comm_overlap = False if precision == "nvfp4" (scripts/performance/configs/
+# llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py @c8327cfc2~1; the flat perf_recipes/llama/
+# gb200/llama31.py @067f987 keeps it for llama31_405b_pretrain_256gpu_gb200_nvfp4_config).
+NEMO_NO_TP_OVERLAP_PRECISIONS = ("nvfp4",)
+
+
+def embedding_loss_slots(num_layers: int, chunks: int, framework: str) -> int:
+    """2 where the embedding and the loss each take a layer's slot in the pipeline split (Megatron-Core's
+    account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, which Megatron-Bridge's
+    Llama 3.1 405B recipe sets: recipes/llama/h100/llama3.py @067f987; the Llama 3 paper's sec. 3.3.2
+    for Meta's runs) because the layers alone do not split into pp x vpp chunks and the layers plus
+    those two do; else 0."""
+    fits = num_layers % chunks and not (num_layers + 2) % chunks
+    return 2 if fits and framework in ("nemo", "meta") else 0
+
+
+def with_embedding_loss_slots(plan):
+    """The plan of ``num_layers + 2`` slots with one layer fewer on the first stage (the embedding's
+    slot) and one fewer on the last (the loss's)."""
+    stages, last = [], len(plan.stages) - 1
+    for i, stage in enumerate(plan.stages):
+        first, end = stage.layers
+        stages.append(replace(stage, layers=(max(first - 1, 0), end - 1 - (i == last))))
+    return plan.with_changes(stages=tuple(stages))
+
+
+def fp8_recipe_of(row: dict[str, str], framework: str) -> str:
+    """TrainingWorkload.fp8_recipe of a row: NeMo's TE layers under delayed scaling (its performance
+    scripts' default, ds), Megatron-Bridge's under current scaling (fp8_cs), standalone casts elsewhere."""
+    if framework != "nemo":
+        return "cast"
+    return "te_current" if "megatron-bridge" in row.get("framework", "").lower() else "te_delayed"
+
+
+def low_precision_tp_gathers(framework: str, dtype: str, tp: int) -> bool:
+    """TrainingWorkload.fp8_tp_all_gather of a row: torchtitan's tensorwise FP8 (torchao's float8 TP
+    plans) and Transformer Engine's Linear in every low-precision format, which quantizes a
+    sequence-parallel input before gather_along_first_dim or the userbuffers all-gather and the
+    output gradient before the backward's (module/linear.py, layernorm_linear.py)."""
+    if tp <= 1:
+        return False
+    return dtype == "fp8" if framework == "torchtitan" else framework == "nemo" and dtype in ("fp8", "mxfp8", "nvfp4")
