@@ -131,3 +131,16 @@ def test_megatron_moe_layer_moves_what_the_graph_prices():
     assert per_token[0]["expert_act"] == pytest.approx(priced("expert_act"), rel=0.05)
     assert per_token[0]["expert_act:bwd"] == pytest.approx(priced("expert_act", bwd=True), rel=0.05)
     assert per_token[0]["router_topk"] == pytest.approx(priced("router_topk"), rel=0.05)
+
+
+def test_alltoall_dispatcher_sorts_by_local_expert_without_expert_parallelism_too():
+    """Megatron-Core sorts the received rows into local-expert order whenever a rank holds more than
+    one expert (measured at ep 1: two row copies each way); one local expert needs no sort."""
+    sort_fwd, sort_bwd = moe_cost._sort_by_expert_s(_ctx(), _stage(ep=1), 4096 * 2, 8.0)
+    assert sort_fwd == sort_bwd > 0.0
+    assert moe_cost._sort_by_expert_s(_ctx(), _stage(ep=1), 4096 * 2, 1.0) == (0.0, 0.0)
+    deepep = _ctx()
+    deepep = StageContext(tables=deepep.tables, workload=TrainingWorkload(global_batch=256, seq_len=4096,
+                                                                          ep_dispatcher="deepep"),
+                          cluster=deepep.cluster, micro_batch=1, num_microbatches=16)
+    assert moe_cost._sort_by_expert_s(deepep, _stage(ep=1), 4096 * 2, 8.0) == (0.0, 0.0)
