@@ -253,7 +253,8 @@ def _quantization_padding_s(ctx, rows_busy) -> tuple:
     quantization_padding of the routed rows before linear_fc1, quantization_unpadding of linear_fc2's
     output; Transformer Engine fp8_padding.py / fp8_unpadding.py, tex.fused_multi_row_padding). TE skips
     them only when every local expert's row count is already aligned, which balanced routing's
-    random counts almost never are; the NeMo recipes leave moe_router_padding_for_fp8 off. Each is a
+    random counts almost never are; the tables' NeMo performance scripts (Megatron-Bridge v0.1.0rc4,
+    v0.2.0 scripts/performance) never set moe_router_padding_for_fp8 (default off). Each is a
     memory-bound copy of the rows (read and write); the backward runs the inverse copies of the
     gradients. Each memory-bound copy as _sort_by_expert_s prices it."""
     if not is_training(ctx.workload) or ctx.workload.dtype not in TE_PADDED_DTYPES:
