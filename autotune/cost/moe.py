@@ -128,6 +128,16 @@ def _cast_s(coef, i: int, dtype: str, in_bytes, out_bytes, weight_bytes) -> tupl
     return fwd, coef.lat_m[i] + out_bytes * per_bf16_byte * coef.spb[i]
 
 
+# Backward bytes per expert weight for its gradient: Megatron-Core's TEGroupedLinear passes
+# fuse_wgrad_accumulation=config.gradient_accumulation_fusion (megatron/core/extensions/
+# transformer_engine.py, megatron-core 0.16.1), which NeMo's performance scripts turn on (Megatron-Bridge
+# v0.2.0 scripts/performance/utils/helpers.py:125); TE's GroupedLinear backward then accumulates each
+# micro-batch's wgrad GEMM into the fp32 main_grad (transformer_engine/pytorch/module/grouped_linear.py,
+# accumulate_wgrad_into_param_main_grad): read and write 4 bytes per parameter (8), where a bf16 wgrad
+# written once is 2. The first micro-batch of a step may overwrite instead (4 B); the rows accumulate 16-32.
+MAIN_GRAD_BYTES_PER_PARAM = 8.0
+
+
 def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local, etp: int,
                       microbatches=1.0):
     """(forward, backward) seconds of the expert ops for ``rows_busy`` routed rows on one GPU
@@ -135,6 +145,7 @@ def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_loca
     one of ``microbatches`` micro-batches of a step."""
     t = tables.experts
     coef = op_coefficients(t, device, dtype)
+    grad_w = MAIN_GRAD_BYTES_PER_PARAM / tables.act_bytes  # wgrad traffic per byte of weights
     rows_per_seq = tables.seq_len * tables.model.num_experts_per_token
     fwd = bwd = 0.0
     for i, kind in enumerate(t.kinds):
@@ -145,7 +156,8 @@ def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_loca
             f_e, a_e = flops / n_local, act / n_local
             fwd = fwd + n_local * np.maximum(coef.lat_c[i] + f_e * coef.spf[i], coef.lat_m[i] + (a_e + w) * coef.spb[i])
             bwd = bwd + n_local * np.maximum(2 * coef.lat_c[i] + 2 * f_e * coef.spf[i],
-                                             2 * coef.lat_m[i] + (a_e * t.bwd_bytes_factor[i] + 2 * w) * coef.spb[i])
+                                             2 * coef.lat_m[i] + (a_e * t.bwd_bytes_factor[i] + w + grad_w * w)
+                                             * coef.spb[i])
             cast_fwd, cast_bwd = _cast_s(coef, i, dtype, t.in_bytes[i] * scale, t.out_bytes[i] * scale,
                                          n_local * w / microbatches)
             fwd, bwd = fwd + cast_fwd, bwd + cast_bwd
@@ -214,9 +226,11 @@ def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
     (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher
     dispatch_postprocess / combine_preprocess, sort_chunks_by_idxs); the backward does the
     inverse copies. DeepEP/HybridEP (flex dispatcher) permute once, on the receiving side.
+    Without expert parallelism too: the copies depend only on the local expert count
+    (``num_local_experts > 1``), as profilers/moe_traffic.py measured at ep 1
+    (docs/measurements/moe_traffic_2026-11-25.json: the two row copies, 131 KB per token each way).
     Training only: serving engines run their own fused MoE dispatch."""
-    if (not is_training(ctx.workload) or getattr(ctx.workload, "ep_dispatcher", "alltoall") != "alltoall"
-            or stage.ep * stage.etp <= 1):
+    if not is_training(ctx.workload) or getattr(ctx.workload, "ep_dispatcher", "alltoall") != "alltoall":
         return 0.0, 0.0
     device = ctx.cluster.device
     fit = device.memory_regression("stream")
@@ -225,6 +239,31 @@ def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
             * fit.seconds_per_unit) / device.kernel_efficiency
     copies = np.where(np.asarray(n_local) > 1.0, 2.0, 0.0)  # sort after dispatch, unsort before combine
     return copies * copy, copies * copy
+
+
+# Transformer Engine's low-precision recipes whose grouped GEMMs need each expert's rows padded to a
+# multiple of 16 (FP8) or 32 (MXFP8/NVFP4): TEGroupedMLP copies its input into the padded layout and
+# the output back (Fp8Padding / Fp8Unpadding). torchtitan's float8 rowwise pads inside its permutation.
+TE_PADDED_DTYPES = frozenset({"fp8", "mxfp8", "nvfp4"})
+
+
+def _quantization_padding_s(ctx, rows_busy) -> tuple:
+    """(forward, backward) seconds of the copies Megatron-Core's TEGroupedMLP makes around the experts
+    under an FP8/MXFP8/NVFP4 recipe (megatron/core/transformer/moe/experts.py TEGroupedMLP.forward:
+    quantization_padding of the routed rows before linear_fc1, quantization_unpadding of linear_fc2's
+    output; Transformer Engine fp8_padding.py / fp8_unpadding.py, tex.fused_multi_row_padding). TE skips
+    them only when every local expert's row count is already aligned, which balanced routing's
+    random counts almost never are; the tables' NeMo performance scripts (Megatron-Bridge v0.1.0rc4,
+    v0.2.0 scripts/performance) never set moe_router_padding_for_fp8 (default off). Each is a
+    memory-bound copy of the rows (read and write); the backward runs the inverse copies of the
+    gradients. Each memory-bound copy as _sort_by_expert_s prices it."""
+    if not is_training(ctx.workload) or ctx.workload.dtype not in TE_PADDED_DTYPES:
+        return 0.0, 0.0
+    device = ctx.cluster.device
+    fit = device.memory_regression("stream")
+    copy = (fit.latency_s + 2.0 * rows_busy * ctx.tables.model.hidden_size * ctx.tables.act_bytes
+            * fit.seconds_per_unit) / device.kernel_efficiency
+    return 2.0 * copy, 2.0 * copy
 
 
 def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerCost:
@@ -244,7 +283,8 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp,
                                  casts_per_step)
     sort_fwd, sort_bwd = _sort_by_expert_s(ctx, stage, rows_busy, n_active)
-    fwd, bwd = fwd + sort_fwd, bwd + sort_bwd
+    pad_fwd, pad_bwd = _quantization_padding_s(ctx, rows_busy * stage.etp)
+    fwd, bwd = fwd + sort_fwd + pad_fwd, bwd + sort_bwd + pad_bwd
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
     saved = float(tables.experts.saved_bytes.sum()) * scale

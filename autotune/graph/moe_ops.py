@@ -22,6 +22,8 @@ Router and top-k count as FLOPs of the model (the router GEMM is a matmul every 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from autotune.graph.operator import Operator, _elementwise, _linear
 from autotune.spec.model import ModelSpec
 
@@ -30,6 +32,21 @@ __all__ = ["moe_ffn_operators", "EXPERT_OPS", "ffn_has_bias"]
 EXPERT_OPS = ("expert_up", "expert_act", "expert_down")
 _INDEX_BYTES = 8.0  # int64 row indices (torch.topk / argsort)
 _SCORE_BYTES = 4.0  # router scores in fp32 (Megatron-Core keeps router logits in fp32)
+_MAP_BYTES = 1.0  # Megatron-Core's bool routing map [tokens, E]
+# Backward bytes of the fused permutation kernels over their forward bytes: Transformer Engine's
+# moe_permute backward is an unpermute of the gradients (reads the k rows, writes the token) and
+# moe_unpermute's backward a permute; both move what their forward moved. Measured with
+# profilers/moe_traffic.py (megatron-core 0.16.1; docs/measurements/moe_traffic_2026-11-25.json): the
+# boundary of moe_utils.permute / unpermute, 37.3 / 37.1 KB per token forward on Qwen3-30B-A3B's shape.
+_PERMUTE_BWD_BYTES = 1.0
+
+
+def _act_bwd_bytes_factor(reads: float, writes: float) -> float:
+    """Backward bytes over forward bytes of a pointwise activation: the backward reads the output's
+    gradient (``writes``) and the saved input (``reads``) and writes the input's gradient (``reads``).
+    Measured for Megatron-Core's fused weighted SwiGLU and GPT-OSS's clamped GEGLU (61.5 vs 36.9 KB per
+    token on Qwen3-30B-A3B, docs/measurements/moe_traffic_2026-11-25.json): 5/3."""
+    return (writes + 2.0 * reads) / (reads + writes)
 
 
 def ffn_has_bias(m: ModelSpec) -> bool:
@@ -39,8 +56,11 @@ def ffn_has_bias(m: ModelSpec) -> bool:
 def _router_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     n, k, h = m.num_experts, m.num_experts_per_token, m.hidden_size
     router = _linear("router", s, h, n, e, "replicated", False)
+    # Megatron-Core's top-k (topk_routing_with_score_function, fused or not) writes dense [tokens, E]
+    # probabilities in the logits' dtype and a bool routing map, not k indices (measured boundary:
+    # 640 B per token for 128 experts in bf16, docs/measurements/moe_traffic_2026-11-25.json)
     topk = Operator(name="router_topk", kind="elementwise", flops=0.0, model_flops=0.0,
-                    act_in_bytes=s * n * e, act_out_bytes=s * k * (_SCORE_BYTES + _INDEX_BYTES),
+                    act_in_bytes=s * n * e, act_out_bytes=s * n * (e + _MAP_BYTES),
                     weight_bytes=0.0, params=0, saved_bytes=s * n * _SCORE_BYTES, sharding="replicated")
     return [router, topk]
 
@@ -51,11 +71,11 @@ def _permute(m: ModelSpec, s: int, e: int, name: str) -> Operator:
     if name == "permute":  # read each token once, write it once per expert; keep the row map
         return Operator(name=name, kind="elementwise", flops=0.0, model_flops=0.0, act_in_bytes=s * h * e,
                         act_out_bytes=rows, weight_bytes=0.0, params=0, saved_bytes=s * k * _INDEX_BYTES,
-                        sharding="split")
+                        sharding="split", bwd_bytes_factor=_PERMUTE_BWD_BYTES)
     # unpermute: read k expert outputs per token and their probabilities, write one sum
     return Operator(name=name, kind="elementwise", flops=2.0 * s * k * h, model_flops=0.0,
                     act_in_bytes=rows + s * k * _SCORE_BYTES, act_out_bytes=s * h * e, weight_bytes=0.0,
-                    params=0, saved_bytes=rows, sharding="split")
+                    params=0, saved_bytes=rows, sharding="split", bwd_bytes_factor=_PERMUTE_BWD_BYTES)
 
 
 def _expert_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
@@ -67,8 +87,9 @@ def _expert_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     down = _linear("expert_down", rows, f, h, e, "expert", bias)
     ops = [Operator(**{**up.__dict__, "params": n * up.params, "weight_bytes": n * up.weight_bytes})]
     if m.ffn_activation != "none":
-        ops.append(_elementwise("expert_act", rows, f, e, reads=up_width / f, writes=1.0,
-                                saved=rows * up_width * e, sharding="expert"))
+        act = _elementwise("expert_act", rows, f, e, reads=up_width / f, writes=1.0,
+                           saved=rows * up_width * e, sharding="expert")
+        ops.append(replace(act, bwd_bytes_factor=_act_bwd_bytes_factor(up_width / f, 1.0)))
     ops.append(Operator(**{**down.__dict__, "params": n * down.params, "weight_bytes": n * down.weight_bytes}))
     return ops
 
@@ -83,8 +104,9 @@ def _shared_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     if m.shared_expert_gate:  # Qwen2-MoE: sigmoid(x w) scales the shared expert's output
         ops.append(_linear("shared_gate", s, h, 1, e, "replicated", False))
     if m.ffn_activation != "none":
-        ops.append(_elementwise("shared_act", s, f, e, reads=up_width / f, writes=1.0,
-                                saved=s * up_width * e, sharding="split"))
+        act = _elementwise("shared_act", s, f, e, reads=up_width / f, writes=1.0,
+                           saved=s * up_width * e, sharding="split")
+        ops.append(replace(act, bwd_bytes_factor=_act_bwd_bytes_factor(up_width / f, 1.0)))
     ops.append(_linear("shared_down", s, f, h, e, "row", bias))
     return ops
 
