@@ -133,8 +133,10 @@ def _reuse_weight_casts(ctx: StageContext, block: BlockTimes) -> BlockTimes:
     """Weights cast to the low-precision format once per step, not per micro-batch, where the
     runtime keeps the cast copy (Transformer Engine's ``is_first_microbatch``, which Megatron-Core's
     schedules set on a step's first micro-batch: TrainingWorkload.reuse_weight_casts)."""
+    if isinstance(block.weight_cast_fwd_ops_s, float) or not getattr(ctx.workload, "reuse_weight_casts", False):
+        return block  # no low-precision casts, or none reused
     n = np.maximum(np.asarray(ctx.num_microbatches, dtype=float), 1.0)
-    if not getattr(ctx.workload, "reuse_weight_casts", False) or not np.any(n > 1.0):
+    if not np.any(n > 1.0):
         return block
     saved = (1.0 - 1.0 / n)[..., None] * block.weight_cast_fwd_ops_s if n.ndim else \
         (1.0 - 1.0 / n) * block.weight_cast_fwd_ops_s
