@@ -54,7 +54,7 @@ def ffn_has_bias(m: ModelSpec) -> bool:
 
 
 def _router_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
-    n, k, h = m.num_experts, m.num_experts_per_token, m.hidden_size
+    n, h = m.num_experts, m.hidden_size
     router = _linear("router", s, h, n, e, "replicated", False)
     # Megatron-Core's top-k (topk_routing_with_score_function, fused or not) writes dense [tokens, E]
     # probabilities in the logits' dtype and a bool routing map, not k indices (measured boundary:
