@@ -121,6 +121,47 @@ NEMO_CUDA_GRAPHS = {
 }
 
 
+# Megatron-Core modules the NeMo / Megatron-Bridge MoE performance recipes recompute
+# (recompute_granularity selective with recompute_modules; cost/recompute_modules.py):
+# (container, gpu, model key) -> (modules, source). Unlisted: none (the Qwen3 MoE recipes set
+# recompute_granularity None: v0.1.0rc4 configs/qwen3/*_llm_pretrain.yaml, v0.2.0
+# configs/qwen3/qwen3_llm_pretrain.py).
+NEMO_RECOMPUTE_MODULES = {
+    ("25.09", "H100-SXM5-80GB", "deepseekv3"): (
+        ("mla_up_proj", "mlp"), "Megatron-Bridge v0.1.0rc4 scripts/performance/run_script.py:90-91 (h100), "
+        "configs/deepseek/deepseek_v3_llm_pretrain.yaml:22 recompute_granularity selective"),
+    ("25.11", "GB200", "deepseekv3"): (
+        ("mla_up_proj",), "Megatron-Bridge v0.2.0 scripts/performance/configs/deepseek/workload_base_configs.py "
+        "DEEPSEEK_V3_GB200_BASE_CONFIG; deepseek_llm_pretrain.py:37 selective"),
+    ("26.04", "B200", "deepseekv3"): (
+        ("mla_up_proj",), "Megatron-Bridge @067f987 perf_recipes/deepseek/b200/deepseek_v3.py:229 "
+        "deepseek_v3_pretrain_256gpu_b200_fp8mx_large_scale_config (pp 16, ep 8)"),
+    ("26.04.01", "B200", "gpt oss 120b"): (
+        ("layernorm", "moe_act"), "Megatron-Bridge @067f987 perf_recipes/gpt_oss/b200/gpt_oss.py:39-40 "
+        "gpt_oss_120b_pretrain_64gpu_b200_bf16_config"),
+    ("26.04.01", "H100-SXM5-80GB", "gpt oss 120b"): (
+        ("layernorm", "moe_act"), "Megatron-Bridge @067f987 perf_recipes/gpt_oss/h100/gpt_oss.py:39-40 "
+        "gpt_oss_120b_pretrain_64gpu_h100_bf16_config"),
+    # 26.08 GB200 GPT-OSS: gb200/gpt_oss.py:240-241 sets recompute_modules = [] after its full-iteration
+    # CUDA graph settings, so nothing is recomputed (unlisted)
+}
+
+
+def _recipe_key(row: dict[str, str]) -> tuple:
+    """(container, gpu, model key) of a NeMo row, as the recipe tables above are keyed."""
+    match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
+    name = row["model"].lower()
+    return match.group(1) if match else "", row["gpu"], next((k for k in MOE_PRESETS if name.startswith(k)), None)
+
+
+def _recompute_modules(row: dict[str, str], framework: str) -> tuple:
+    """The row's recipe's recomputed modules (NEMO_RECOMPUTE_MODULES) where its recompute cell is empty."""
+    if framework != "nemo" or row.get("arch") != "moe" or row["recompute"]:
+        return ()
+    entry = NEMO_RECOMPUTE_MODULES.get(_recipe_key(row))
+    return entry[0] if entry else ()
+
+
 def _host_settings(row: dict[str, str], framework: str) -> dict:
     """Megatron-Core rows issue kernels from eager PyTorch (cost/host.py), outside the CUDA
     graphs a NeMo MoE recipe captures (NEMO_CUDA_GRAPHS)."""
@@ -273,6 +314,8 @@ def modern_run_from_row(row: dict[str, str]):
         schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
     if slots:
         plan = with_embedding_loss_slots(plan)
+    if modules := _recompute_modules(row, framework):  # the recipe's selective modules
+        plan = plan.with_changes(stages=tuple(replace(s, recompute_modules=modules) for s in plan.stages))
     if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
         plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))
     return model, workload, cluster, plan, regime

@@ -21,7 +21,7 @@ from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
 
-__all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role"]
+__all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role", "saved_ops_bytes"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
 _COMPUTE_CLASS = {"gemm": "gemm", "bmm": "bmm", "attention": "attention"}
@@ -116,6 +116,16 @@ def op_amounts(table: OpTable, micro_batch: object, tp: object, cp: object, sequ
     )
 
 
+def saved_ops_bytes(table: OpTable, micro_batch: object, tp: object, cp: object, sequence_parallel: object,
+                    per_sequence: np.ndarray | None = None) -> np.ndarray:
+    """Per-GPU activation bytes each operator saves for backward (operators last): TP splits what
+    the sharding says, SP the rest, CP every token. ``per_sequence``: other per-operator bytes, so split."""
+    b, t, c = _col(micro_batch), _col(tp), _col(cp)
+    sp = np.asarray(sequence_parallel, dtype=bool)[..., None]
+    split = np.where(table.saved_split, t, np.where(sp, t, 1.0))
+    return (table.saved_bytes if per_sequence is None else per_sequence) * b / (split * c)
+
+
 def _input_grad_sum_s(table: OpTable, coef: _Coefficients, amounts: OpAmounts) -> np.ndarray:
     """GEMMs sharing one input (unfused Q, K, V) each return an input gradient, which backward sums:
     one kernel reading the n + 1 gradients and writing their sum (torch.compile's Inductor fuses
@@ -138,8 +148,7 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
     low-precision recipe's casts run (TrainingWorkload.fp8_recipe, cost/quantize.py).
     """
     coef = op_coefficients(table, device, dtype)
-    b, t, c = _col(micro_batch), _col(tp), _col(cp)
-    sp = np.asarray(sequence_parallel, dtype=bool)[..., None]
+    t = _col(tp)
     amounts = op_amounts(table, micro_batch, tp, cp, sequence_parallel)
     flops, weights = amounts.flops, amounts.weight_bytes
     act = amounts.act_in_bytes + amounts.act_out_bytes
@@ -156,9 +165,8 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
                                                  fp8_gemm_any_layout=device.fp8_gemm_any_layout)
         fwd, bwd = fwd + fwd_cast, bwd + bwd_cast
     bwd = bwd + _input_grad_sum_s(table, coef, amounts)
-    saved_split = np.where(table.saved_split, t, np.where(sp, t, 1.0))
-    saved = table.saved_bytes * b / (saved_split * c)
-    dropped = table.selective_dropped_bytes * b / (saved_split * c)
+    saved = saved_ops_bytes(table, micro_batch, tp, cp, sequence_parallel)
+    dropped = saved_ops_bytes(table, micro_batch, tp, cp, sequence_parallel, table.selective_dropped_bytes)
     params = table.params / np.where(table.weights_split, t, 1.0)
     return BlockTimes(
         fwd_ops_s=fwd, bwd_ops_s=bwd,

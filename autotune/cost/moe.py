@@ -102,6 +102,8 @@ class ExpertLayerCost:
     imbalance: object
     rows_per_expert: object  # routed rows per active local expert (mean, before imbalance)
     active_experts: object  # local experts at least one token is routed to (their weights are read)
+    act_fwd_s: object = 0.0  # of fwd_s, the expert activation (recompute module moe_act)
+    act_out_bytes: object = 0.0  # the activation's output, the down projection's saved input
 
 
 def experts_hit_share(tokens, m):
@@ -165,6 +167,18 @@ def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_loca
             fwd = fwd + coef.lat_m[i] + act * coef.spb[i]
             bwd = bwd + coef.lat_m[i] + act * t.bwd_bytes_factor[i] * coef.spb[i]
     return fwd, bwd
+
+
+def _expert_act(tables: ModelTables, device, dtype: str, rows_busy) -> tuple:
+    """(forward seconds, output bytes) of the expert activation over ``rows_busy`` rows, as
+    _expert_kernels_s prices it (zero without an activation)."""
+    t = tables.experts
+    if "expert_act" not in t.names:
+        return 0.0, 0.0
+    i = t.names.index("expert_act")
+    scale = rows_busy / (tables.seq_len * tables.model.num_experts_per_token)
+    coef = op_coefficients(t, device, dtype)
+    return coef.lat_m[i] + (t.in_bytes[i] + t.out_bytes[i]) * scale * coef.spb[i], t.out_bytes[i] * scale
 
 
 _COUNT_BYTES = 8.0  # int64 tokens-per-expert counts (token_dispatcher.py: routing_map.sum(dim=0).long())
@@ -286,6 +300,7 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     pad_fwd, pad_bwd = _quantization_padding_s(ctx, rows_busy * stage.etp)
     fwd, bwd = fwd + sort_fwd + pad_fwd, bwd + sort_bwd + pad_bwd
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
+    act_fwd, act_out = _expert_act(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
     saved = float(tables.experts.saved_bytes.sum()) * scale
     # send and receive buffers of the permuted rows, and the etp-gathered rows
@@ -294,7 +309,8 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
         fwd_s=_plain(fwd), bwd_s=_plain(bwd), comm_s=_plain(comm), recompute_comm_s=_plain(fwd_comm),
         params_per_gpu=float(tables.experts.params.sum()) / (stage.ep * stage.etp),
         saved_bytes=_plain(saved), buffer_bytes=_plain(buffers), imbalance=_plain(imbalance),
-        rows_per_expert=_plain(rows * stage.etp / n_active), active_experts=_plain(n_active))
+        rows_per_expert=_plain(rows * stage.etp / n_active), active_experts=_plain(n_active),
+        act_fwd_s=_plain(act_fwd), act_out_bytes=_plain(act_out))
 
 
 def _plain(x):

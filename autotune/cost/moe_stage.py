@@ -20,6 +20,7 @@ from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import sharded_state_memory
 from autotune.cost.mesh import group_spans
+from autotune.cost.recompute_modules import expert_modules, modules_dropped_bytes
 from autotune.cost.moe import ExpertLayerCost, expert_layer_cost, expert_spans, moe_layer_split
 from autotune.errors import require
 from autotune.plan.plan import StagePlan
@@ -58,7 +59,7 @@ def _exposed_ep_comm_s(ctx, stage: StagePlan, moe, ex: ExpertLayerCost):
     exchanges run while another's layer computes, so only what exceeds the layer's forward plus
     backward compute stays exposed (the steady state; warm-up and cool-down are not modelled),
     and the overlapped compute runs on the SMs the exchange leaves (EP_COMM_SM_SHARE)."""
-    comm = ex.comm_s + (ex.recompute_comm_s if stage.recompute == "full" else 0.0)
+    comm = ex.comm_s + (ex.recompute_comm_s if stage.recompute == "full" else expert_modules(stage, ex)[2])
     if not getattr(ctx.workload, "overlap_ep_comm", False):
         return comm
     compute = st._scalar(moe.fwd_s) + st._scalar(moe.bwd_s) + ex.fwd_s + ex.bwd_s
@@ -86,7 +87,15 @@ def _saved_moe_layer(ctx, stage: StagePlan, moe, ex: ExpertLayerCost):
         return layer_input
     if stage.recompute == "selective_op":  # about half, as cost/stage.py's _activation_bytes
         return 0.5 * (full + layer_input)
-    return full - st._scalar(moe.selective_saved_bytes) if stage.recompute == "selective" else full
+    modules = st._scalar(modules_dropped_bytes(ctx, stage, ctx.tables.moe_layer)) + expert_modules(stage, ex)[1]
+    return full - modules - (st._scalar(moe.selective_saved_bytes) if stage.recompute == "selective" else 0.0)
+
+
+def _expert_recompute_s(stage: StagePlan, ex: ExpertLayerCost):
+    """Expert forward seconds run again in backward: full, all of it; torchtitan's op-level policy,
+    every other matmul (cost/stage.py); named modules, cost/recompute_modules.py."""
+    share = {"full": 1.0, "selective_op": 0.5}.get(stage.recompute, 0.0)
+    return share * ex.fwd_s if share else expert_modules(stage, ex)[0]
 
 
 def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe):
@@ -94,11 +103,10 @@ def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost,
     dense = blocks["layer"]
     others_fwd = sum(st._scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
     others_bwd = sum(st._scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
-    # full: the experts again; torchtitan's op-level policy: every other matmul (cost/stage.py)
-    expert_recompute = {"full": 1.0, "selective_op": 0.5}.get(stage.recompute, 0.0) * ex.fwd_s
+    expert_recompute = _expert_recompute_s(stage, ex)
     fwd = n_dense * st._scalar(dense.fwd_s) + n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s) + others_fwd
-    bwd = (n_dense * (st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer.kinds))
-           + n_moe * (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer.kinds)
+    bwd = (n_dense * (st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer))
+           + n_moe * (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer)
                       + ex.bwd_s + expert_recompute)
            + others_bwd)
     return fwd, bwd
@@ -123,10 +131,10 @@ def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_den
 def _host_s(ctx, stage: StagePlan, dense, moe, ex: ExpertLayerCost, per_layer_comm, n_dense, n_moe):
     """Exposed host dispatch per micro-batch (cost/host.py): the dense layers against their kernels
     and exposed collectives, the MoE layers against theirs, the forward's exchanges included."""
-    expert_recompute = {"full": 1.0, "selective_op": 0.5}.get(stage.recompute, 0.0) * ex.fwd_s
-    dense_gpu_bwd = st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer.kinds)
+    expert_recompute = _expert_recompute_s(stage, ex)
+    dense_gpu_bwd = st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer)
     moe_fwd = st._scalar(moe.fwd_s) + ex.fwd_s + ex.recompute_comm_s
-    moe_bwd = (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer.kinds) + ex.bwd_s
+    moe_bwd = (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer) + ex.bwd_s
                + expert_recompute + (ex.comm_s - ex.recompute_comm_s) + per_layer_comm)
     return (n_dense * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=st._scalar(dense.fwd_s),
                                     gpu_bwd_s=dense_gpu_bwd + per_layer_comm)

@@ -25,6 +25,7 @@ from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import offloads, training_offload
 from autotune.cost.quantize import amax_all_reduce_s
+from autotune.cost.recompute_modules import modules_dropped_bytes, modules_fwd_s
 from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -153,15 +154,15 @@ def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
     return blocks
 
 
-def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, kinds: tuple = ()) -> float:
+def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, table) -> float:
+    """Forward seconds one layer of ``table`` runs again in backward (modules: cost/recompute_modules.py)."""
     if stage.recompute == "full":
         return _scalar(layer.fwd_s)
-    if stage.recompute == "selective":
-        return _scalar(layer.selective_fwd_s)
     if stage.recompute == "selective_op":  # torchtitan's _op_sac policy: every other matmul, no attention
-        share = np.array([0.5 if k == "gemm" else 0.0 if k in ("attention", "bmm") else 1.0 for k in kinds])
+        share = np.array([0.5 if k == "gemm" else 0.0 if k in ("attention", "bmm") else 1.0 for k in table.kinds])
         return _scalar((layer.fwd_ops_s * share).sum(-1))
-    return 0.0
+    return _scalar((layer.selective_fwd_s if stage.recompute == "selective" else 0.0)
+                   + modules_fwd_s(stage, layer, table))
 
 
 # The GEMM each TP collective borders (sequence parallelism): all-gather before the
@@ -282,7 +283,8 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
 
 def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes):
     """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py, zero3_calls.py)."""
-    groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds)
+    table = ctx.tables.moe_layer if np.shape(getattr(layer, "fwd_ops_s", ()))[-1:] != (len(ctx.tables.layer),) else ctx.tables.layer
+    groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, table)
     return groups, zero3_layer_traffic(ctx.workload, ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
                                        GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
                                        _scalar(layer.bwd_s) + recompute, recompute)
@@ -339,20 +341,15 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
         m = ctx.tables.model
         per_layer = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
                      / (stage.tp if stage.sequence_parallel else 1))
-    elif stage.recompute == "selective":
-        per_layer = full_layer - _scalar(layer.selective_saved_bytes)
     elif stage.recompute == "selective_op":  # about half: half the matmul outputs, attention outputs, inputs
         m = ctx.tables.model
-        layer_input = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
-                       / (stage.tp if stage.sequence_parallel else 1))
-        per_layer = 0.5 * (full_layer + layer_input)
-    else:
-        per_layer = full_layer
-    saved = n * per_layer
+        per_layer = 0.5 * (full_layer + ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size
+                           * ctx.tables.act_bytes / (stage.tp if stage.sequence_parallel else 1))
+    else:  # none or selective, less the recomputed modules' activations (cost/recompute_modules.py)
+        per_layer = (full_layer - (_scalar(layer.selective_saved_bytes) if stage.recompute == "selective" else 0.0)
+                     - _scalar(modules_dropped_bytes(ctx, stage, ctx.tables.layer)))
+    saved = n * per_layer + sum(_scalar(blocks[k].saved_bytes) for k in ("embedding", "head") if k in blocks)
     temporary = full_layer  # backward of one layer: its activations and their gradients in flight
-    for name in ("embedding", "head"):
-        if name in blocks:
-            saved += _scalar(blocks[name].saved_bytes)
     if "head" in blocks:
         m = ctx.tables.model
         logits = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.vocab_size / stage.tp
@@ -376,13 +373,13 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
     if stage.cache_group_layers:  # cache-aware layer grouping (cost/cache.py)
         blocks["layer"] = layer = training_grouped_layer(ctx, stage, layer, n)
     fwd = n * _scalar(layer.fwd_s) + sum(_scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
-    bwd = (n * (_scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds))
-           + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer"))
+    recompute = _recompute_fwd_s(stage, layer, ctx.tables.layer)
+    bwd = n * (_scalar(layer.bwd_s) + recompute) + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
     sharding = _sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 else None  # ZeRO-3 and DP share it
     tp_comm, cp_comm = _tp_comm_s(ctx, stage, spans["tp"], layer, n), _cp_comm_s(ctx, stage, spans["cp"], layer, n)
-    layer_bwd = _scalar(layer.bwd_s) + _recompute_fwd_s(stage, layer, ctx.tables.layer.kinds) + (tp_comm + cp_comm) / np.maximum(n, 1)
+    layer_bwd = _scalar(layer.bwd_s) + recompute + (tp_comm + cp_comm) / np.maximum(n, 1)
     time = StageTime(
         compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=cp_comm, p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
         host_s=n * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=_scalar(layer.fwd_s), gpu_bwd_s=layer_bwd),  # host.py

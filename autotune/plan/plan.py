@@ -8,7 +8,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError, require, require_choice, require_positive
 
-__all__ = ["Plan", "StagePlan", "SCHEDULES", "RECOMPUTE", "PLAN_SCHEMA", "PLACEMENTS", "MESH_ORDERS"]
+__all__ = ["Plan", "StagePlan", "SCHEDULES", "RECOMPUTE", "RECOMPUTE_MODULES", "PLAN_SCHEMA", "PLACEMENTS", "MESH_ORDERS"]
 
 PLAN_SCHEMA = "autotune.plan/1"
 SCHEDULES = ("1f1b", "gpipe", "interleaved")
@@ -16,6 +16,9 @@ SCHEDULES = ("1f1b", "gpipe", "interleaved")
 # torchtitan's op-level selective checkpointing (saves attention and every other matmul output,
 # recomputes the other matmuls and every elementwise op); "full": each layer from its input.
 RECOMPUTE = ("none", "selective", "full", "selective_op")
+# Megatron-Core's named modules of selective recomputation (TransformerConfig.recompute_modules,
+# megatron/core/transformer/transformer_config.py); priced in cost/recompute_modules.py.
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mla_up_proj", "mlp", "moe_act", "shared_experts", "moe")
 # Where a tensor class lives: HBM, host DRAM over PCIe, or CXL-attached memory.
 PLACEMENTS = ("hbm", "host", "cxl")
 # Order in which the TP, CP and DP groups take ranks of a stage's submesh, innermost first
@@ -65,6 +68,9 @@ class StagePlan:
     # N >= the stage's layers recomputes them all, as Megatron does (cost/recompute.py).
     recompute_layers: int = 0
     fp8: bool = False  # this stage's GEMMs in FP8 (per-tensor scales) under a BF16 workload (cost/recompute.py)
+    # modules whose forward runs again in backward, on top of ``recompute`` none or selective
+    # (Megatron-Core --recompute-modules; cost/recompute_modules.py)
+    recompute_modules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -99,10 +105,22 @@ class StagePlan:
                 f"must be a whole number >= 0 (0: every layer), got {self.recompute_layers!r}")
         require(self.recompute_layers == 0 or self.recompute == "full", "stage.recompute_layers",
                 f"counts layers of full recomputation; recompute={self.recompute!r} needs 0")
+        self._check_recompute_modules()
         require(isinstance(self.fp8, bool), "stage.fp8", f"must be true or false, got {self.fp8!r}")
         require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
         require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
                 "cache_tile_tokens", "must be > 0 exactly when cache_group_layers > 0 (a group streams tiles)")
+
+    def _check_recompute_modules(self) -> None:
+        modules = self.recompute_modules
+        require(isinstance(modules, (tuple, list)) and all(isinstance(x, str) for x in modules),
+                "stage.recompute_modules", f"must be a list of module names, got {modules!r}")
+        object.__setattr__(self, "recompute_modules", tuple(modules))
+        for name in modules:
+            require_choice("stage.recompute_modules", name, RECOMPUTE_MODULES)
+        require(len(set(modules)) == len(modules), "stage.recompute_modules", f"names a module twice: {list(modules)}")
+        require(not modules or self.recompute in ("none", "selective"), "stage.recompute_modules",
+                f"adds to recompute none or selective, not {self.recompute!r}")
 
     @property
     def num_layers(self) -> int:
