@@ -17,7 +17,9 @@ def _s(seconds: float) -> str:
 
 
 def _recompute(stage) -> str:
-    """full:N when only the first N layers of the stage are recomputed."""
+    """full:N when only the first N layers of the stage are recomputed; +modules for named modules."""
+    if stage.recompute_modules:
+        return f"{stage.recompute}+{','.join(stage.recompute_modules)}"
     return f"{stage.recompute}:{stage.recompute_layers}" if stage.recompute_layers else stage.recompute
 
 
