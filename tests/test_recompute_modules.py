@@ -74,6 +74,14 @@ def test_bad_recompute_modules_are_refused(changes):
     assert err.value.field == "stage.recompute_modules"
 
 
+def test_inference_refuses_recompute_modules():
+    from autotune.cost.inference import check_inference_stage
+
+    with pytest.raises(AutotuneError) as err:
+        check_inference_stage(_stage(recompute_modules=("mlp",)), "prefill")
+    assert err.value.field == "recompute_modules"
+
+
 def test_recompute_modules_round_trip_through_json():
     stage = _stage(recompute="selective", recompute_modules=["mla_up_proj", "mlp"])
     plan = Plan(gpus=8, micro_batch=1, num_microbatches=8, stages=(replace(stage, layers=(0, 32)),))
