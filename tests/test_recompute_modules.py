@@ -96,3 +96,16 @@ def test_nemo_moe_rows_recompute_their_recipes_modules(data_dir):
                for i in ("nemo-mb-082", "nemo-mb-040", "nemo-mb-022", "nemo-mb-002", "nemo-mb-042")}
     assert modules == {"nemo-mb-082": ("mla_up_proj", "mlp"), "nemo-mb-040": ("mla_up_proj",),
                        "nemo-mb-022": ("layernorm", "moe_act"), "nemo-mb-002": (), "nemo-mb-042": ()}
+
+
+@pytest.mark.parametrize("attention", ["flash", "unfused"])
+def test_core_attn_is_the_selective_set_counted_once(attention):
+    ctx = replace(_ctx(load_preset("llama3-8b")), tables=model_tables(load_preset("llama3-8b"), 4096, 2, attention))
+    selective = stage_cost(ctx, _stage(recompute="selective"), POS)
+    core = stage_cost(ctx, _stage(recompute_modules=("core_attn",)), POS)
+    both = stage_cost(ctx, _stage(recompute="selective", recompute_modules=("core_attn",)), POS)
+    for cost in (core, both):
+        assert cost.bwd_s == pytest.approx(selective.bwd_s, rel=1e-12)
+        assert cost.memory.activations_bytes == pytest.approx(selective.memory.activations_bytes, rel=1e-12)
+    if attention == "unfused":  # the scores are dropped
+        assert selective.memory.activations_bytes < stage_cost(ctx, _stage(), POS).memory.activations_bytes

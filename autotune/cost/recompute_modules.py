@@ -8,10 +8,10 @@ two kinds of checkpoint (same docstring):
 * output-discarding (``layernorm``, ``mla_up_proj``, ``moe_act``): the module's output, saved
   by the operator that reads it, is freed and recomputed from the module's saved input; the
   memory dropped is the module's output bytes;
-* normal (``mlp``, ``shared_experts``, ``moe``, ``core_attn``): only the module's input is kept;
-  the memory dropped is what the module's operators save, less its first operator's input (the
-  checkpoint keeps it). ``core_attn`` is the ``selective`` set (graph/operator.py
-  selective_recompute), counted once when the stage's recompute is already ``selective``.
+* normal (``mlp``, ``shared_experts``, ``moe``): only the module's input is kept; the memory
+  dropped is what the module's operators save, less its first operator's input (the checkpoint
+  keeps it). ``core_attn`` is the ``selective`` set (graph/operator.py selective_recompute),
+  priced as recompute ``selective`` is and counted once when the stage already has it.
 
 Which operators each name covers (megatron-core transformer_layer.py, moe_layer.py, experts.py,
 multi_latent_attention.py): ``layernorm``: the input and pre-MLP norms; ``mla_up_proj``: MLA's
@@ -75,7 +75,9 @@ def modules_dropped_bytes(ctx, stage, table):
         mask = module_mask(table, module)
         if not mask.any():
             continue
-        if module in OUTPUT_DISCARDING:
+        if module == "core_attn":  # what selective recomputation drops (graph/operator.py)
+            dropped = dropped + saved_ops_bytes(*args, table.selective_dropped_bytes).sum(-1)
+        elif module in OUTPUT_DISCARDING:
             dropped = dropped + (amounts.act_out_bytes * mask).sum(-1)
         else:  # the checkpoint keeps the first operator's input
             first = int(np.argmax(mask))
