@@ -55,7 +55,13 @@ def received() -> bool:
 def finish(code: int) -> int:
     """``code``, or, after a signal, leave at once with exit 130: interpreter shutdown (thread
     joins, atexit hooks of libraries) can meet the interrupt again, and Python then ends itself
-    by SIGINT (exit -2) instead of 130. Everything finished is committed by then."""
+    by SIGINT (exit -2) instead of 130. Everything finished is committed by then.
+
+    Without a signal the command has finished: SIGINT and SIGTERM are blocked for the rest of
+    the process, because interpreter shutdown puts back their default actions (CPython's signal
+    module finalisation) and a signal landing then would kill the finished command (exit -15)."""
+    if not _received and hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
     if _received:
         for stream in (sys.stdout, sys.stderr):
             try:

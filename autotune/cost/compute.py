@@ -21,7 +21,8 @@ from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
 
-__all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role", "saved_ops_bytes"]
+__all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role", "saved_ops_bytes",
+           "attention_head_dim_speed"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
 _COMPUTE_CLASS = {"gemm": "gemm", "bmm": "bmm", "attention": "attention"}
@@ -47,6 +48,19 @@ class _Coefficients:
     spb: np.ndarray
 
 
+def attention_head_dim_speed(device: DeviceProfile, head_dim: float) -> float:
+    """Speed of the device's fused attention kernel at ``head_dim`` relative to its fit (taken at
+    head dim 128). Per (query, key) pair a head does 4 d matmul FLOPs but a fixed softmax (one exp,
+    on the SFU), so below 128 the exp share grows and the FLOP rate falls (Shah et al. 2024,
+    FlashAttention-3 sec. 3.2); the device's measured ratio at 64 (``attention_head_dim_64_speed``),
+    interpolated in log2(d) up to 1 at 128. Held at the 64 figure below 64 and at 1 above 128
+    (the figures there do not agree in sign across kernels)."""
+    if head_dim <= 0 or head_dim >= 128:
+        return 1.0
+    s64 = device.attention_head_dim_64_speed
+    return s64 + (1.0 - s64) * max(0.0, np.log2(head_dim / 64.0))
+
+
 @lru_cache(maxsize=512)
 def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coefficients:
     """Per-operator regression coefficients (cached per table, device and dtype)."""
@@ -56,6 +70,8 @@ def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coeff
         if op_class is not None:  # low-precision recipes run only the GEMMs in the low format
             fit = device.regression(op_class, gemm_dtype(dtype) if op_class == "gemm" else compute_dtype(dtype))
             lat_c[i], spf[i] = fit.latency_s, fit.seconds_per_unit
+            if kind == "attention":
+                spf[i] /= attention_head_dim_speed(device, float(table.head_dim[i]))
         memory = device.memory_regression(memory_role(kind, name))
         lat_m[i], spb[i] = memory.latency_s, memory.seconds_per_unit
     eff = device.kernel_efficiency

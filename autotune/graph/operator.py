@@ -54,6 +54,7 @@ class Operator:
     selective_recompute: bool = False  # forward redone in backward under selective recomputation
     selective_dropped_bytes: float = 0.0  # part of saved_bytes not kept under selective recomputation
     shares_input: bool = False  # a GEMM reading the previous GEMM's input tensor: one low-precision cast serves both
+    head_dim: float = 0.0  # a fused attention kernel's query/key head width (its speed depends on it)
 
 
 def _norm(name: str, m: ModelSpec, s: int, e: int, width: int = 0, *, sharding: str = "replicated",

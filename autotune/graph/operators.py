@@ -71,7 +71,7 @@ def _attention_ops(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
             name="attention", kind="attention", flops=pair_flops * executed, model_flops=model_flops,
             act_in_bytes=qkv_in, act_out_bytes=s * wo * e, weight_bytes=0.0, params=0,
             saved_bytes=qkv_in + 4.0 * a * s, sharding="split",
-            bwd_flops_factor=2.5, bwd_bytes_factor=2.0,
+            bwd_flops_factor=2.5, bwd_bytes_factor=2.0, head_dim=wq / a,
         )]
     return _unfused_attention_ops(m, s, e, model_flops / (pair_flops * s * s))
 

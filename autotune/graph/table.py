@@ -48,6 +48,7 @@ class OpTable:
     selective: np.ndarray
     selective_dropped_bytes: np.ndarray
     shares_input: np.ndarray  # its input's low-precision cast is the previous GEMM's (cost/quantize.py cast_s)
+    head_dim: np.ndarray  # fused attention's head width, 0 for other operators
 
     @classmethod
     def from_graph(cls, graph: nx.DiGraph) -> "OpTable":
@@ -70,6 +71,7 @@ class OpTable:
             selective=np.array([op.selective_recompute for op in ops]),
             selective_dropped_bytes=arr("selective_dropped_bytes"),
             shares_input=np.array([op.shares_input for op in ops], dtype=bool),
+            head_dim=arr("head_dim"),
         )
 
     def __len__(self) -> int:

@@ -118,9 +118,17 @@ class DeviceProfile:
     # FP8 GEMMs take operands in any layout (Blackwell sm_100); false: only "TN" (Hopper), so a
     # per-tensor FP8 cast also writes a transposed copy for the backward GEMMs (cost/compute.py)
     fp8_gemm_any_layout: bool = False
+    # The attention fit's speed at head dim 64 over its speed at 128 (the fits are taken at 128):
+    # smaller heads do less matmul work per score, so the kernel's softmax (exp) share grows
+    # (cost/compute.py attention_head_dim_speed); 1.0 where no figure is known
+    attention_head_dim_64_speed: float = 1.0
+    attention_head_dim_source: str = ""
 
     def __post_init__(self) -> None:
         require(self.kind in ("gpu", "cpu"), "device.kind", "must be 'gpu' or 'cpu'")
+        speed = self.attention_head_dim_64_speed
+        require(isinstance(speed, (int, float)) and 0 < speed <= 1, "device.attention_head_dim_64_speed",
+                f"must be in (0, 1], got {speed!r}")
         require(isinstance(self.fp8_gemm_any_layout, bool), "device.fp8_gemm_any_layout", "must be true or false")
         unknown = sorted(set(self.memory_kernels) - set(MEMORY_KERNEL_ROLES))
         require(not unknown, "device.regressions.memory_kernels",

@@ -114,6 +114,8 @@ def device_from_dict(data: dict[str, Any]) -> DeviceProfile:
             kernel_efficiency=float(data.get("kernel_efficiency", 1.0)),
             kernel_efficiency_source=str(data.get("kernel_efficiency_source", "")),
             memory_kernels=kernels, fp8_gemm_any_layout=data.get("fp8_gemm_any_layout", False),
+            attention_head_dim_64_speed=data.get("attention_head_dim_64_speed", 1.0),
+            attention_head_dim_source=str(data.get("attention_head_dim_source", "")),
         )
     except KeyError as err:
         raise AutotuneError("device", f"device data lacks {err.args[0]!r}") from None
