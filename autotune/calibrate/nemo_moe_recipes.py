@@ -8,8 +8,9 @@ Which Megatron-Bridge release each NeMo container shipped (git history of NVIDIA
   26.02.01 = release branch r0.3.0 @1f0cfc3bc (inferred): the commit that cherry-picks the 26.02.01 table
     into r0.3.0 (2026-03-21, "patch container data"), a day after tag v0.3.1; its recipes are v0.3.1's
     plus 904597bd3 of the same day (GPT-OSS B200 V2: ep 8, hybridep), which the 26.02.01 B200 row's ep 8 needs.
-  26.04.01 = v0.4.2 (inferred): the 26.04.01 table reached r0.4.0 on 2026-05-27 (2b82f6f17), tag v0.4.2 on
-    r0.4.0 the next day is the first tag whose docs/performance-summary.md leads with it.
+  26.04.01 = v0.4.2 (inferred): the 26.04.01 tables were cherry-picked into r0.4.0 on 2026-05-26/27 (cab6db381,
+    2b82f6f17) and tag v0.4.2 on r0.4.0 the next day is the first tag whose docs/performance-summary.md leads
+    with them (v0.4.1 sits on branch r0.4.1, whose docs never got a 26.04 table).
   26.06.01 = v0.5.1 (inferred: 2026-07-20 tag on r0.5.0, table cherry-picked there 2026-07-22, cba825fdd).
   26.08 = v0.6.0 (inferred: 26.08 table cherry-picked into r0.6.0 2026-08-11, 5796c06a1; tag 2026-08-19).
 Each entry names the tag, the file and the config whose GPU count, TP/PP/VPP/EP, GBS, MBS and precision
@@ -120,9 +121,8 @@ NEMO_MOE_RECIPES = {
                                ": no flex backend, moe_a2a_overlap=True"),
     ("26.04.01", B200, DSV3): ("deepep", True, f"Megatron-Bridge v0.4.2 {_DS} DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 "
                                "(pp 8, vpp 2, ep 32): deepep, moe_a2a_overlap=True"),
-    ("26.04.01", B200, GPT_OSS): (
-        "deepep", False, "Megatron-Bridge 26.04 configs/gpt_oss/gpt_oss_workload_base_configs.py "
-        "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2 (GBS 1280): hybridep"),
+    ("26.04.01", B200, GPT_OSS): ("alltoall", False, f"Megatron-Bridge v0.4.2 {_GO} GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2 "
+                                  "(GBS 1280, ep 8): no flex backend since 78934c150 (r0.4.0, 2026-05-11; v0.4.0 had hybridep)"),
     ("26.04.01", B200, Q30): ("deepep", False, f"Megatron-Bridge v0.4.2 {_QW} QWEN3_30B_A3B_PRETRAIN_CONFIG_B200_FP8_MX_V1: hybridep"),
     ("26.04.01", GB200, DSV3): ("deepep", False, f"Megatron-Bridge v0.4.2 {_DS} DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V2: hybridep"),
     ("26.04.01", GB200, GPT_OSS): ("alltoall", True, f"Megatron-Bridge v0.4.2 {_GO} GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V2: "
