@@ -118,7 +118,7 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("context parallel", "ring (p2p) with causal load balancing", "Megatron-Core's default cp_comm_type"),
         ("recompute", "none", "performance recipes train without recomputation unless noted"),
         ("MoE recompute modules", "Megatron-Core selective recomputation of named modules on the MoE rows whose "
-         "recipe sets them (calibrate/modern.py NEMO_RECOMPUTE_MODULES); Qwen3 MoE recipes set none",
+         "recipe sets them (calibrate/nemo_moe_recipes.py NEMO_RECOMPUTE_MODULES); Qwen3 MoE recipes set none",
          "Megatron-Bridge v0.1.0rc4 scripts/performance/run_script.py, v0.2.0 configs/*/workload_base_configs.py, "
          "perf_recipes @067f987"),
         ("model", "Llama-style rows: RMSNorm, no biases, rotary, untied; GPT3: LayerNorm, biases, learned, tied",

@@ -15,6 +15,7 @@ from autotune.calibrate.deepspeed_2021 import deepspeed_2021_calls
 from autotune.calibrate.framework_defaults import (DEEPSPEED_2021_GATHER_BYTES_PER_S, EAGER_ELEMENTWISE,  # noqa: F401
                                                    FRAMEWORK_DEFAULTS, WEIGHT_CAST_REUSERS)
 from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED  # noqa: F401
+from autotune.calibrate.nemo_moe_recipes import NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_RECOMPUTE_MODULES  # noqa: F401
 from autotune.calibrate.nemo_recipes import (NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
                                              low_precision_tp_gathers, with_embedding_loss_slots)
 from autotune.errors import AutotuneError
@@ -69,86 +70,12 @@ _PRESET_CHECKS = ("hidden_size", "num_heads", "num_kv_heads", "vocab_size", "num
                   "num_experts_per_token", "expert_ffn_hidden_size")
 
 
-# MoE settings of NeMo / Megatron-Bridge performance recipes the table does not print:
-# (container, gpu, model key) -> (ep_dispatcher, overlap_ep_comm, source). Unlisted: alltoall,
-# no overlap (Megatron-Core's defaults: moe_token_dispatcher_type alltoall, overlap off).
-NEMO_MOE_RECIPES = {
-    ("25.09", "H100-SXM5-80GB", "deepseekv3"): (
-        "deepep", True, "Megatron-Bridge v0.1.0rc4 scripts/performance/run_script.py: DeepEP on H100 and "
-        "A2A_1F1B (overlap_moe_expert_parallel_comm, delay_wgrad_compute) on H100"),
-    ("25.11", "H100-SXM5-80GB", "qwen3_30b_a3b"): (
-        "alltoall", True, "Megatron-Bridge v0.2.0 scripts/performance/configs/qwen3/workload_base_configs.py "
-        "QWEN3_30B_A3B_H100_*: moe_a2a_overlap=True"),
-    ("25.11", "B200", "qwen3_235b_a22b"): (
-        "alltoall", True, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
-        "QWEN3_235B_A22B_B200_*: moe_a2a_overlap=True"),
-    ("25.11", "GB200", "qwen3_30b_a3b"): (
-        "deepep", False, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
-        "QWEN3_30B_A3B_GB200_*: moe_flex_dispatcher_backend=hybridep"),
-    ("25.11", "GB200", "qwen3_235b_a22b"): (
-        "deepep", False, "Megatron-Bridge v0.2.0 configs/qwen3/workload_base_configs.py "
-        "QWEN3_235B_A22B_GB200_*: moe_flex_dispatcher_backend=hybridep"),
-    ("25.11", "GB200", "deepseekv3"): (
-        "deepep", False, "Megatron-Bridge v0.2.0 configs/deepseek/workload_base_configs.py "
-        "DEEPSEEK_V3_GB200_BASE_CONFIG: hybridep, moe_a2a_overlap=False"),
-    ("26.04.01", "B200", "gpt oss 120b"): (
-        "deepep", False, "Megatron-Bridge 26.04 configs/gpt_oss/gpt_oss_workload_base_configs.py "
-        "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2 (GBS 1280): hybridep"),
-    ("26.08", "GB200", "gpt oss 120b"): (
-        "deepep", False, "Megatron-Bridge @067f987 perf_recipes/gpt_oss/gb200/gpt_oss.py "
-        "gpt_oss_120b_pretrain_64gpu_gb200_fp8mx_config: HybridEP (NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN 64)"),
-}
-
-
-# CUDA graphs of the NeMo / Megatron-Bridge MoE performance recipes (cost/host.py removes the
-# host time of a captured scope): (container, gpu, model key) -> (cuda_graph_scope, source).
-# Unlisted: no graphs. 25.09's graphs are Megatron-Core's per-layer local graphs
-# (enable_cuda_graph) of token-drop runs, padded to capacity: every scope of the layer.
-_LAYER = ("attn", "mlp", "moe_router", "moe_preprocess", "moe")
-NEMO_CUDA_GRAPHS = {
-    ("25.09", "GB200", "qwen3_30b_a3b"): (_LAYER, "Megatron-Bridge v0.1.0rc4 configs/qwen3/"
-                                          "qwen3_30b_a3b_llm_pretrain.yaml gb200: cuda_graphs true"),
-    ("25.09", "B200", "qwen3_30b_a3b"): (_LAYER, "v0.1.0rc4 qwen3_30b_a3b_llm_pretrain.yaml b200: cuda_graphs true"),
-    ("25.09", "GB200", "qwen3_235b_a22b"): (_LAYER, "v0.1.0rc4 qwen3_235b_a22b_llm_pretrain.yaml gb200: cuda_graphs true"),
-    ("25.11", "GB200", "qwen3_30b_a3b"): (("moe_router", "moe_preprocess"), "Megatron-Bridge v0.2.0 configs/qwen3/"
-                                          "workload_base_configs.py QWEN3_30B_A3B_GB200_FP8_MX_BASE_CONFIG"),
-    ("25.11", "GB200", "qwen3_235b_a22b"): (("attn", "moe_router", "moe_preprocess"),
-                                            "v0.2.0 configs/qwen3/workload_base_configs.py QWEN3_235B_A22B_GB200_*"),
-    ("25.11", "GB200", "deepseekv3"): (("moe_router", "moe_preprocess"),
-                                       "v0.2.0 configs/deepseek/workload_base_configs.py DEEPSEEK_V3_GB200_BASE_CONFIG"),
-    ("26.08", "GB200", "gpt oss 120b"): (("full_iteration",), "Megatron-Bridge @067f987 perf_recipes/gpt_oss/common.py "
-                                         "_apply_gpt_oss_120b_full_iter_fp8mx_configs: cuda_graph_impl full_iteration"),
-}
-
-
-# Megatron-Core modules the NeMo / Megatron-Bridge MoE performance recipes recompute
-# (recompute_granularity selective with recompute_modules; cost/recompute_modules.py):
-# (container, gpu, model key) -> (modules, source). Unlisted: none (the Qwen3 MoE recipes set
-# recompute_granularity None: v0.1.0rc4 configs/qwen3/*_llm_pretrain.yaml, v0.2.0
-# configs/qwen3/qwen3_llm_pretrain.py).
-NEMO_RECOMPUTE_MODULES = {
-    ("25.09", "H100-SXM5-80GB", "deepseekv3"): (
-        ("mla_up_proj", "mlp"), "Megatron-Bridge v0.1.0rc4 scripts/performance/run_script.py:90-91 (h100), "
-        "configs/deepseek/deepseek_v3_llm_pretrain.yaml:22 recompute_granularity selective"),
-    ("25.11", "GB200", "deepseekv3"): (
-        ("mla_up_proj",), "Megatron-Bridge v0.2.0 scripts/performance/configs/deepseek/workload_base_configs.py "
-        "DEEPSEEK_V3_GB200_BASE_CONFIG; deepseek_llm_pretrain.py:37 selective"),
-    ("26.04", "B200", "deepseekv3"): (
-        ("mla_up_proj",), "Megatron-Bridge @067f987 perf_recipes/deepseek/b200/deepseek_v3.py:229 "
-        "deepseek_v3_pretrain_256gpu_b200_fp8mx_large_scale_config (pp 16, ep 8)"),
-    ("26.04.01", "B200", "gpt oss 120b"): (
-        ("layernorm", "moe_act"), "Megatron-Bridge @067f987 perf_recipes/gpt_oss/b200/gpt_oss.py:39-40 "
-        "gpt_oss_120b_pretrain_64gpu_b200_bf16_config"),
-    ("26.04.01", "H100-SXM5-80GB", "gpt oss 120b"): (
-        ("layernorm", "moe_act"), "Megatron-Bridge @067f987 perf_recipes/gpt_oss/h100/gpt_oss.py:39-40 "
-        "gpt_oss_120b_pretrain_64gpu_h100_bf16_config"),
-    # 26.08 GB200 GPT-OSS: gb200/gpt_oss.py:240-241 sets recompute_modules = [] after its full-iteration
-    # CUDA graph settings, so nothing is recomputed (unlisted)
-}
+# The recipe tables NEMO_MOE_RECIPES, NEMO_CUDA_GRAPHS and NEMO_RECOMPUTE_MODULES, with their sources and
+# the container -> Megatron-Bridge release mapping, live in calibrate/nemo_moe_recipes.py.
 
 
 def _recipe_key(row: dict[str, str]) -> tuple:
-    """(container, gpu, model key) of a NeMo row, as the recipe tables above are keyed."""
+    """(container, gpu, model key) of a NeMo row, as the recipe tables are keyed."""
     match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
     name = row["model"].lower()
     return match.group(1) if match else "", row["gpu"], next((k for k in MOE_PRESETS if name.startswith(k)), None)

@@ -1,0 +1,82 @@
+"""Megatron-Bridge's archived MoE pre-training rows (tests/data/nemo_moe_archive.csv, containers
+25.11 .. 26.08) priced with the recipe settings of calibrate/nemo_moe_recipes.py."""
+
+import csv
+import math
+import re
+
+import pytest
+
+from autotune.calibrate.modern import (NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_RECOMPUTE_MODULES, _recipe_key,
+                                       modern_run_from_row)
+from autotune.calibrate.published import check_published
+
+# Rows whose published layout no recipe of their container's release matches (see the module's notes).
+UNSOURCED = {"nemo-arch-006", "nemo-arch-028", "nemo-arch-052", "nemo-arch-064"}
+
+
+@pytest.fixture
+def rows(data_dir):
+    with open(data_dir / "nemo_moe_archive.csv", newline="") as handle:
+        return {row["id"]: row for row in csv.DictReader(handle)}
+
+
+def test_every_archive_row_is_priced(data_dir, rows):
+    checks, skipped = check_published(data_dir / "nemo_moe_archive.csv")
+    assert not skipped, [(s.run_id, s.reason) for s in skipped]
+    assert {c.run.run_id for c in checks} == set(rows)
+    for check in checks:
+        step_time_s = check.estimate.step_time_s
+        assert math.isfinite(step_time_s) and step_time_s > 0, check.run.run_id
+
+
+def test_every_sourced_row_finds_its_recipe(rows):
+    for run_id, row in rows.items():
+        key = _recipe_key(row)
+        assert (key in NEMO_MOE_RECIPES) == (run_id not in UNSOURCED), (run_id, key)
+
+
+def test_recipe_entries_cite_a_tag_or_commit():
+    cited = re.compile(r"v\d+\.\d+\.\d+|@[0-9a-f]{7}")
+    for table in (NEMO_MOE_RECIPES, NEMO_CUDA_GRAPHS, NEMO_RECOMPUTE_MODULES):
+        for key, entry in table.items():
+            assert cited.search(entry[-1]), key
+    for dispatcher, overlap, _ in NEMO_MOE_RECIPES.values():
+        assert dispatcher in ("alltoall", "deepep") and isinstance(overlap, bool)
+
+
+def test_gb200_26_04_01_qwen3_30b_runs_hybridep_with_router_graphs(rows):
+    _, workload, _, _, _ = modern_run_from_row(rows["nemo-arch-048"])
+    assert workload.ep_dispatcher == "deepep" and not workload.overlap_ep_comm
+    assert workload.cuda_graph_scope == ("moe_router", "moe_preprocess")
+
+
+def test_b200_26_04_01_deepseek_overlaps_deepep_and_recomputes_mla_and_mlp(rows):
+    _, workload, _, plan, _ = modern_run_from_row(rows["nemo-arch-004"])
+    assert workload.ep_dispatcher == "deepep" and workload.overlap_ep_comm
+    assert workload.cuda_graph_scope == ("attn", "moe_router", "moe_preprocess")
+    assert all(stage.recompute_modules == ("mla_up_proj", "mlp") for stage in plan.stages)
+
+
+def test_gb200_26_06_qwen3_235b_captures_the_full_iteration(rows):
+    _, workload, _, plan, _ = modern_run_from_row(rows["nemo-arch-041"])
+    assert workload.cuda_graph_scope == ("full_iteration",) and workload.overlap_ep_comm
+    assert all(not stage.recompute_modules for stage in plan.stages)
+
+
+def test_26_02_01_gpt_oss_keeps_alltoall_its_script_never_switched(rows):
+    _, workload, _, plan, _ = modern_run_from_row(rows["nemo-arch-008"])
+    assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm
+    assert all(stage.recompute_modules == ("layernorm", "moe_act") for stage in plan.stages)
+
+
+def test_h100_qwen3_235b_overlaps_alltoall(rows):
+    _, workload, _, _, _ = modern_run_from_row(rows["nemo-arch-061"])
+    assert workload.ep_dispatcher == "alltoall" and workload.overlap_ep_comm
+    assert workload.cuda_graph_scope == ()
+
+
+def test_unsourced_rows_fall_back_to_megatron_core_defaults(rows):
+    for run_id in UNSOURCED:
+        _, workload, _, _, _ = modern_run_from_row(rows[run_id])
+        assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm, run_id
