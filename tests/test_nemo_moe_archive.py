@@ -80,3 +80,17 @@ def test_unsourced_rows_fall_back_to_megatron_core_defaults(rows):
     for run_id in UNSOURCED:
         _, workload, _, _, _ = modern_run_from_row(rows[run_id])
         assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm, run_id
+
+
+def test_h100_qwen3_235b_recipes_run_tp_without_comm_overlap(rows, data_dir):
+    """v0.2.0-v0.4.2's H100 Qwen3-235B recipe sets tp_comm_overlap=False (NEMO_NO_TP_OVERLAP); the
+    other NeMo rows with TP > 1 keep the overlap (25.09's run_script.py sets it for Qwen3)."""
+    from autotune.calibrate.modern import NEMO_NO_TP_OVERLAP
+
+    _, _, _, plan, _ = modern_run_from_row(rows["nemo-arch-061"])
+    assert plan.stages[0].tp == 2 and not plan.overlap_tp_comm
+    assert _recipe_key(rows["nemo-arch-061"]) in NEMO_NO_TP_OVERLAP
+    with open(data_dir / "modern_runs.csv", newline="") as handle:
+        given = {row["id"]: row for row in csv.DictReader(handle)}
+    _, _, _, plan, _ = modern_run_from_row(given["nemo-mb-085"])  # 25.09 H100 Qwen3-235B, TP 2
+    assert plan.stages[0].tp == 2 and plan.overlap_tp_comm

@@ -15,7 +15,8 @@ from autotune.calibrate.deepspeed_2021 import deepspeed_2021_calls
 from autotune.calibrate.framework_defaults import (DEEPSPEED_2021_GATHER_BYTES_PER_S, EAGER_ELEMENTWISE,  # noqa: F401
                                                    FRAMEWORK_DEFAULTS, WEIGHT_CAST_REUSERS)
 from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED  # noqa: F401
-from autotune.calibrate.nemo_moe_recipes import NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_RECOMPUTE_MODULES  # noqa: F401
+from autotune.calibrate.nemo_moe_recipes import (NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_NO_TP_OVERLAP,  # noqa: F401
+                                                 NEMO_RECOMPUTE_MODULES)
 from autotune.calibrate.nemo_recipes import (NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
                                              low_precision_tp_gathers, with_embedding_loss_slots)
 from autotune.errors import AutotuneError
@@ -160,7 +161,8 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
     zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan", "meta") else 1)
     async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
                 and "vanilla tp" not in text)
-    nemo_overlap = framework == "nemo" and _precision(row) not in NEMO_NO_TP_OVERLAP_PRECISIONS
+    nemo_overlap = (framework == "nemo" and _precision(row) not in NEMO_NO_TP_OVERLAP_PRECISIONS
+                    and (row.get("arch") != "moe" or _recipe_key(row) not in NEMO_NO_TP_OVERLAP))
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (nemo_overlap or async_tp)}
     if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)

@@ -32,7 +32,7 @@ perf_recipes/ from v0.6.0). How the settings take effect, per tag:
 
 from __future__ import annotations
 
-__all__ = ["NEMO_MOE_RECIPES", "NEMO_CUDA_GRAPHS", "NEMO_RECOMPUTE_MODULES"]
+__all__ = ["NEMO_MOE_RECIPES", "NEMO_CUDA_GRAPHS", "NEMO_RECOMPUTE_MODULES", "NEMO_NO_TP_OVERLAP"]
 
 _DS = "configs/deepseek/deepseek_workload_base_configs.py"
 _GO = "configs/gpt_oss/gpt_oss_workload_base_configs.py"
@@ -270,4 +270,17 @@ NEMO_RECOMPUTE_MODULES = {
     # 26.06 / 26.06.01 GB200 GPT-OSS: GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2 sets recompute_modules=[]
     # (v0.5.0, v0.5.1), and 26.08's gb200/gpt_oss.py:240-241 sets recompute_modules = [] after its
     # full-iteration CUDA graph settings, so nothing is recomputed (unlisted)
+}
+
+
+# Recipes that turn Megatron's TP communication overlap off where the rows' TP > 1 (the NeMo rows'
+# default is on: calibrate/modern.py _plan_options): (container, gpu, model key) -> source.
+_Q235_H100_TP = "qwen3_235b_a22b_pretrain_config_h100: CommOverlapConfig(tp_comm_overlap=False)"
+NEMO_NO_TP_OVERLAP = {
+    ("25.11", H100, Q235): "Megatron-Bridge v0.2.0 configs/qwen3/qwen3_llm_pretrain.py qwen3_235b_a22b_h100_config: "
+                           "CommOverlapConfig(tp_comm_overlap=False)",
+    ("26.02", H100, Q235): f"Megatron-Bridge v0.3.0 configs/qwen/qwen3_llm_pretrain.py {_Q235_H100_TP}",
+    ("26.02.01", H100, Q235): f"{_R0301} configs/qwen/qwen3_llm_pretrain.py {_Q235_H100_TP}",
+    ("26.04", H100, Q235): f"Megatron-Bridge v0.4.0 configs/qwen/qwen3_llm_pretrain.py {_Q235_H100_TP}",
+    ("26.04.01", H100, Q235): f"Megatron-Bridge v0.4.2 configs/qwen/qwen3_llm_pretrain.py {_Q235_H100_TP}",
 }
