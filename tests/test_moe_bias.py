@@ -11,6 +11,7 @@ from autotune.cost import moe as moe_cost
 from autotune.cost.moe import expert_layer_cost
 from autotune.cost.stage import StageContext
 from autotune.graph import model_tables
+from autotune.graph.moe_ops import CLAMP_BYTES_PER_ELEMENT
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
@@ -76,8 +77,30 @@ def test_the_layer_pays_the_bias_add_on_its_busiest_rank():
     assert with_bias.bwd_s - without.bwd_s == pytest.approx(bwd, rel=1e-6)
 
 
+def _act_bytes_per_fc1_element(model) -> tuple:
+    """(forward, backward, saved) bytes of the experts' activation per element of the fc1 output."""
+    t = model_tables(model, 256, 2).experts
+    i = t.names.index("expert_act")
+    elements = 256 * model.num_experts_per_token * 2 * model.expert_ffn_hidden_size
+    fwd = (t.in_bytes[i] + t.out_bytes[i]) / elements
+    return fwd, fwd * t.bwd_bytes_factor[i], t.saved_bytes[i] / elements
+
+
+def test_gpt_oss_clamp_adds_its_eager_kernels_to_the_fused_activation():
+    """weighted_bias_quick_geglu_impl clamps the fc1 output with eager kernels before the fused kernel
+    (whose boundary is weighted SwiGLU's: 3 bytes per fc1 element forward, 5 backward) and keeps the
+    unclamped output for the clamp's backward."""
+    plain = _act_bytes_per_fc1_element(GPT_OSS.with_changes(expert_act_clamp=0.0))
+    clamped = _act_bytes_per_fc1_element(GPT_OSS)
+    assert plain == pytest.approx((3.0, 5.0, 2.0))
+    assert clamped == pytest.approx((3.0 + CLAMP_BYTES_PER_ELEMENT["fwd"], 5.0 + CLAMP_BYTES_PER_ELEMENT["bwd"], 4.0))
+    assert _act_bytes_per_fc1_element(load_preset("qwen3-30b-a3b")) == pytest.approx((3.0, 5.0, 2.0))
+
+
 def _check(summary: dict, rel: float) -> None:
     for p in ("fwd", "bwd"):
+        clamp = summary["quick_geglu"][p]["bytes_per_element"] - summary["swiglu"][p]["bytes_per_element"]
+        assert clamp == pytest.approx(CLAMP_BYTES_PER_ELEMENT[p], rel=rel)
         measured = summary["apply_bias"][p]["bytes_per_element"]
         assert measured == pytest.approx(moe_cost.EXPERT_BIAS_BYTES_PER_ELEMENT[p], rel=rel)
         kernels = summary["apply_bias"]["kernels"][p]
@@ -97,7 +120,6 @@ def test_megatron_apply_bias_moves_what_the_cost_prices():
                          capture_output=True, text=True, timeout=600).stdout
     summary = json.loads(out.strip().splitlines()[-1])["summary"]
     _check(summary, rel=0.01)  # hidden 256: the probabilities' 4 bytes per row are 1.6% of a byte per element
-    # GPT-OSS's clamped quick-GEGLU: the fused kernel's boundary is weighted SwiGLU's, the clamp adds eager passes
+    # weighted SwiGLU's fused kernel moves what the graph's expert_act prices without a clamp
     assert summary["swiglu"]["fwd"]["bytes_per_element"] == pytest.approx(3.0, rel=0.01)
     assert summary["swiglu"]["bwd"]["bytes_per_element"] == pytest.approx(5.0, rel=0.01)
-    assert summary["quick_geglu"]["fwd"]["bytes_per_element"] > summary["swiglu"]["fwd"]["bytes_per_element"]
