@@ -153,3 +153,26 @@ def test_fp8_tp_all_gathers_move_fp8_and_reduce_scatters_bf16():
     assert 0.55 * bf16_tp < fp8_tp < 0.9 * bf16_tp
     with pytest.raises(AutotuneError, match="fp8_tp_all_gather"):
         replace(training_workload(model, dtype="bf16"), fp8_tp_all_gather=True)
+
+
+def test_transformer_engine_linears_keep_their_inputs_quantized_for_backward():
+    """Under a TE recipe each low-precision linear saves its input in the GEMM format (1 byte in FP8,
+    + 1/32 scales in MXFP8); the router stays BF16 and the attention output is kept twice (BF16 by the
+    attention, quantized by the output projection). Standalone casts (torchao) save BF16 inputs."""
+    from autotune.cost.compute import block_times, te_saved_input_factor
+    from autotune.graph.table import model_tables
+    from autotune.spec.presets import load_preset
+
+    table = model_tables(load_preset("llama3-8b"), 8192, 2, "flash").layer
+    factor = dict(zip(table.names, te_saved_input_factor(table, "mxfp8")))
+    assert factor["qkv_proj"] == pytest.approx((1 + 1 / 32) / 2) and factor["ffn_down"] == factor["qkv_proj"]
+    assert factor["out_proj"] == pytest.approx(1 + (1 + 1 / 32) / 2)
+    assert factor["attention"] == 1.0 and factor["attn_norm"] == 1.0
+    device = load_cluster("dgx-b200").device
+    te = block_times(table, device, "mxfp8", 1, 1, 1, False, fp8_recipe="te_current")
+    cast = block_times(table, device, "mxfp8", 1, 1, 1, False, fp8_recipe="cast")
+    bf16 = block_times(table, device, "bf16", 1, 1, 1, False)
+    assert float(cast.saved_bytes) == pytest.approx(float(bf16.saved_bytes))
+    assert float(te.saved_bytes) < 0.9 * float(bf16.saved_bytes)
+    moe = model_tables(load_preset("qwen3-30b-a3b"), 4096, 2, "flash").moe_layer
+    assert dict(zip(moe.names, te_saved_input_factor(moe, "fp8")))["router"] == 1.0

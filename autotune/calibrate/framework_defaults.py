@@ -152,6 +152,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "megatron/core/pipeline_parallel/schedules.py forward_step: set_is_first_microbatch; TE keeps the cast"),
         ("MoE model shapes", "the named model's preset (head_dim, MLA, shared experts, dense first layers, windows)",
          "the CSV columns cannot say them; MOE_PRESETS, each preset citing its config.json"),
+        ("gradient reduction", "bf16 gradient buffers and data-parallel reductions on Megatron-Bridge's tables and "
+         "NeMo 25.04's FP8 rows; fp32 on NeMo 24.x's (not stated; Megatron-LM's bf16 default)",
+         "Megatron-Bridge v0.1.0rc4 configs/*.yaml and v0.2.0-v0.6.0 performance configs: grad_reduce_in_fp32 False; "
+         "NeMo scripts/performance/utils.py @efa5817 (2025-04): grad_reduce_in_fp32 = False for FP8"),
         ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
          "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
     ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "embedding_loss_slots", "with_embedding_loss_slots", "fp8_recipe_of",
+__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "embedding_loss_slots", "with_embedding_loss_slots", "fp8_recipe_of", "grad_reduce_in_fp32_of",
            "low_precision_tp_gathers"]
 
 # Precisions whose NeMo/Megatron-Bridge recipes turn TP communication overlap (userbuffers) off:
@@ -41,6 +41,26 @@ def fp8_recipe_of(row: dict[str, str], framework: str) -> str:
     if framework != "nemo":
         return "cast"
     return "te_current" if "megatron-bridge" in row.get("framework", "").lower() else "te_delayed"
+
+
+# NeMo 2 performance scripts from 2025 (NVIDIA/NeMo scripts/performance/utils.py @efa5817, 2025-04:
+# set_primary_perf_configs sets trainer.plugins.grad_reduce_in_fp32 = False for FP8 runs; helpers.py
+# set_precision_configs later for all) and every Megatron-Bridge performance recipe (v0.1.0rc4
+# configs/*_llm_pretrain.yaml grad_reduce_in_fp32: false; v0.2.0-v0.5.1 configs/*/*_llm_pretrain.py
+# cfg.ddp.grad_reduce_in_fp32 = False; v0.6.0 perf_recipes/_common.py) reduce gradients in bf16.
+_BF16_GRAD_NEMO_RELEASES = ("NeMo 25.04",)
+
+
+def grad_reduce_in_fp32_of(row: dict[str, str], framework: str) -> bool:
+    """TrainingWorkload.grad_reduce_in_fp32 of a row: False for Megatron-Bridge's tables and NeMo
+    25.04's FP8 rows (see above); NeMo 24.x's tables (NeMo 1 launcher configs) keep Megatron's fp32."""
+    if framework != "nemo":
+        return True
+    source = row.get("source", "")
+    if "megatron-bridge" in row.get("framework", "").lower() or "Megatron-Bridge" in source:
+        return False
+    precision = row.get("precision") or row.get("dtype") or "bf16"
+    return not (any(r in source for r in _BF16_GRAD_NEMO_RELEASES) and precision != "bf16")
 
 
 def low_precision_tp_gathers(framework: str, dtype: str, tp: int) -> bool:

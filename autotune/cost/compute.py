@@ -16,13 +16,13 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.cost.quantize import cast_s
+from autotune.cost.quantize import cast_s, saved_input_bytes_per_element
 from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
 
 __all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role", "saved_ops_bytes",
-           "attention_head_dim_speed"]
+           "attention_head_dim_speed", "te_saved_input_factor"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
 _COMPUTE_CLASS = {"gemm": "gemm", "bmm": "bmm", "attention": "attention"}
@@ -46,6 +46,22 @@ class _Coefficients:
     spf: np.ndarray
     lat_m: np.ndarray  # per operator
     spb: np.ndarray
+
+
+# GEMMs outside Transformer Engine's low-precision modules: Megatron-Core's router is a plain
+# torch GEMM (moe/router.py), its output layer a ColumnParallelLinear (the LM head is priced in BF16).
+_BF16_GEMMS = ("router",)
+
+
+def te_saved_input_factor(table: OpTable, dtype: str) -> np.ndarray:
+    """Per operator, saved bytes under a Transformer Engine low-precision recipe over BF16's: each
+    low-precision linear keeps its input quantized (quantize.saved_input_bytes_per_element over
+    BF16's 2 bytes). The output projection's input is the attention output, which the fused
+    attention also keeps in BF16 for its own backward, so there the quantized copy is added."""
+    share = saved_input_bytes_per_element(dtype) / 2.0
+    gemm = np.array([k == "gemm" and n not in _BF16_GEMMS for k, n in zip(table.kinds, table.names)])
+    added = np.array([n == "out_proj" for n in table.names])
+    return np.where(gemm, np.where(added, 1.0 + share, share), 1.0)
 
 
 def attention_head_dim_speed(device: DeviceProfile, head_dim: float) -> float:
@@ -182,6 +198,8 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
         fwd, bwd = fwd + fwd_cast, bwd + bwd_cast
     bwd = bwd + _input_grad_sum_s(table, coef, amounts)
     saved = saved_ops_bytes(table, micro_batch, tp, cp, sequence_parallel)
+    if dtype in GEMM_OPERAND_BYTES and fp8_recipe != "cast":
+        saved = saved * te_saved_input_factor(table, dtype)
     dropped = saved_ops_bytes(table, micro_batch, tp, cp, sequence_parallel, table.selective_dropped_bytes)
     params = table.params / np.where(table.weights_split, t, 1.0)
     return BlockTimes(

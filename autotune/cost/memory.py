@@ -27,13 +27,15 @@ class StateBytes:
     moments: float
 
 
-def state_bytes_per_param(dtype: str) -> StateBytes:
+def state_bytes_per_param(dtype: str, grad_reduce_in_fp32: bool = True) -> StateBytes:
     """Low-precision recipes add the GEMM-format copy of each weight, kept for the step
-    (Transformer Engine caches it across micro-batches; 1 byte in FP8, 0.5 in FP4)."""
+    (Transformer Engine caches it across micro-batches; 1 byte in FP8, 0.5 in FP4). Gradient
+    buffers are fp32 unless the run reduces in 16 bits (TrainingWorkload.grad_reduce_in_fp32:
+    Megatron-Core's DDP then allocates them in the parameters' dtype)."""
     if dtype == "fp32":
         return StateBytes(weights=4.0, gradients=4.0, master=0.0, moments=8.0)
     low = GEMM_OPERAND_BYTES.get(dtype, 0.0)
-    return StateBytes(weights=2.0 + low, gradients=4.0, master=4.0, moments=8.0)
+    return StateBytes(weights=2.0 + low, gradients=4.0 if grad_reduce_in_fp32 else 2.0, master=4.0, moments=8.0)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from autotune.cost import stage as st
 from autotune.cost.comm import collective_time_s
 from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import sharded_state_memory
+from autotune.cost.sharding import grad_comm_bytes, sharded_state_memory
 from autotune.cost.mesh import group_spans
 from autotune.cost.recompute_modules import expert_modules, modules_dropped_bytes
 from autotune.cost.moe import ExpertLayerCost, expert_layer_cost, expert_spans, moe_layer_split
@@ -41,7 +41,7 @@ def _expert_zero3_s(ctx, stage: StagePlan, span, ex: ExpertLayerCost, fwd_layer,
     if stage.zero < 3 or span.size <= 1:
         return 0.0 * n_moe
     gather = collective_time_s("all_gather", ex.params_per_gpu * st._gather_bytes(ctx), span, ctx.cluster)
-    scatter = collective_time_s("reduce_scatter", ex.params_per_gpu * st.GRAD_COMM_BYTES[ctx.workload.dtype],
+    scatter = collective_time_s("reduce_scatter", ex.params_per_gpu * grad_comm_bytes(ctx.workload),
                                 span, ctx.cluster)
     per_layer = np.maximum(0.0, gather - fwd_layer) + np.maximum(0.0, gather + scatter - bwd_layer)
     return n_moe * per_layer
@@ -114,9 +114,10 @@ def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost,
 
 def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe, params, pos):
     gather = st._gather_bytes(ctx)
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather)
+    fp32_grads = ctx.workload.grad_reduce_in_fp32
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather, fp32_grads)
     e_weights, e_grads, e_optim = sharded_state_memory(n_moe * ex.params_per_gpu, ctx.workload.dtype,
-                                                       _expert_stage(stage), gather)
+                                                       _expert_stage(stage), gather, fp32_grads)
     saved, temporary = st._activation_bytes(ctx, stage, blocks, n_dense)
     saved = saved + n_moe * _saved_moe_layer(ctx, stage, moe, ex)
     moe_temp = st._scalar(moe.saved_bytes) + ex.saved_bytes + ex.buffer_bytes

@@ -19,7 +19,7 @@ from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES
 
 __all__ = ["quantize_bytes_per_element", "producer_cast_bytes_per_element", "cast_s", "amax_all_reduces_per_layer",
-           "amax_all_reduce_s"]
+           "amax_all_reduce_s", "saved_input_bytes_per_element"]
 
 # Scale bytes each quantized copy carries per element: MXFP8 one E8M0 byte per 32 (OCP Microscaling
 # spec v1.0), NVFP4 one E4M3 byte per 16 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149,
@@ -146,3 +146,11 @@ def amax_all_reduce_s(workload: object, stage: object, span: object, cluster: ob
     count = amax_all_reduces_per_layer(getattr(workload, "dtype", "bf16"), getattr(workload, "fp8_recipe", "cast"),
                                        stage.tp, stage.sequence_parallel)
     return count * collective_time_s("all_reduce", 4.0, span, cluster) if count else 0.0
+
+
+def saved_input_bytes_per_element(dtype: str) -> float:
+    """Bytes per element of the input a Transformer Engine linear keeps for its weight-gradient GEMM
+    under a low-precision recipe: the quantized copy, not the BF16 input (TE module/linear.py and
+    layernorm_linear.py save ``inputmat`` after quantizing it, its column-wise usage only), with the
+    block scales of MXFP8 (1 per 32) and NVFP4 (1 per 16)."""
+    return GEMM_OPERAND_BYTES[dtype] + _SCALE_BYTES_PER_ELEMENT.get(dtype, 0.0)

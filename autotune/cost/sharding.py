@@ -38,7 +38,7 @@ from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 
 __all__ = ["GRAD_COMM_BYTES", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
-           "dp_step_comm_s", "sharded_state_memory", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
+           "dp_step_comm_s", "sharded_state_memory", "grad_comm_bytes", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
 
 # Compute that runs while a collective is in flight is slower: the collective's kernels hold SMs
 # (NCCL runs one thread block per channel) and share HBM bandwidth. Lee et al. 2025 ("Characterizing
@@ -70,6 +70,14 @@ def rate_share(span: GroupSpan, cluster: ClusterSpec) -> float:
 # FSDP under torchtitan (mixed_precision_reduce float32) and composer's DEFAULT mixed precision;
 # fp16 runs reduce in fp16. FP8 recipes keep fp32 main gradients (Transformer Engine, torchao).
 GRAD_COMM_BYTES = {"fp32": 4.0, "bf16": 4.0, "fp16": 2.0, "fp8": 4.0, "fp8_rowwise": 4.0, "mxfp8": 4.0, "nvfp4": 4.0}
+
+
+def grad_comm_bytes(workload) -> float:
+    """Bytes per gradient element in the data-parallel reduction of ``workload``: GRAD_COMM_BYTES,
+    or 2 where the run reduces in 16 bits (TrainingWorkload.grad_reduce_in_fp32 False)."""
+    if not getattr(workload, "grad_reduce_in_fp32", True) and workload.dtype != "fp32":
+        return 2.0
+    return GRAD_COMM_BYTES[workload.dtype]
 
 
 @dataclass(frozen=True)
@@ -204,12 +212,13 @@ def dp_step_comm_s(cluster: ClusterSpec, stage: StagePlan, groups: ShardGroups, 
                                           share)
 
 
-def sharded_state_memory(params, dtype: str, stage: StagePlan, gather_bytes_per_param: float):
+def sharded_state_memory(params, dtype: str, stage: StagePlan, gather_bytes_per_param: float,
+                         grad_reduce_in_fp32: bool = True):
     """(weights, gradients, optimizer states) bytes per GPU. ZeRO shards over ``dp_shard x
     cp`` ranks (Rajbhandari et al. SC'20, Fig. 1); zero 3 without resharding also holds the
     gathered weights and the unsharded gradients for the step (FSDP2 with
     reshard_after_forward=False and gradient sync once per step)."""
-    per = state_bytes_per_param(dtype)
+    per = state_bytes_per_param(dtype, grad_reduce_in_fp32)
     shards = stage.shard_degree * stage.cp
     zero = stage.zero
     weights = params * per.weights / (shards if zero >= 3 else 1)

@@ -19,7 +19,7 @@ from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (GRAD_COMM_BYTES, dp_step_comm_s, overlap_penalty_s,
+from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, overlap_penalty_s,
                                     overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
@@ -286,7 +286,7 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
     table = ctx.tables.moe_layer if np.shape(getattr(layer, "fwd_ops_s", ()))[-1:] != (len(ctx.tables.layer),) else ctx.tables.layer
     groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, table)
     return groups, zero3_layer_traffic(ctx.workload, ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
-                                       GRAD_COMM_BYTES[ctx.workload.dtype], _scalar(layer.fwd_s),
+                                       grad_comm_bytes(ctx.workload), _scalar(layer.fwd_s),
                                        _scalar(layer.bwd_s) + recompute, recompute)
 
 
@@ -321,7 +321,7 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
                         if ctx.overlap_param_gather else n * t.gather_s)
     return dp_step_comm_s(ctx.cluster, stage, groups, params=params, fwd_s=fwd_s, bwd_s=bwd_s,
                           num_microbatches=ctx.num_microbatches, gather_bytes_per_param=_gather_bytes(ctx),
-                          grad_bytes_per_param=GRAD_COMM_BYTES[ctx.workload.dtype],
+                          grad_bytes_per_param=grad_comm_bytes(ctx.workload),
                           bucket_bytes=ctx.grad_bucket_bytes, overlap_grad=ctx.overlap_grad_reduce,
                           overlap_gather=ctx.overlap_param_gather, first_gather_s=first_gather)
 
@@ -387,7 +387,8 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
         optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx))
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx),
+                                                 ctx.workload.grad_reduce_in_fp32)
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,

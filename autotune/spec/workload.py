@@ -81,6 +81,11 @@ class TrainingWorkload:
     attention_impl: str = "flash"
     kind: str = "train"
     fp8_all_gather: bool = False  # FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)
+    # Gradients accumulated and reduced in fp32 (Megatron-LM's default for bf16); False: in the
+    # 16-bit training dtype (Megatron-Core DDPConfig grad_reduce_in_fp32=False, Megatron-LM
+    # --grad-reduce-in-bf16: NVIDIA's NeMo / Megatron-Bridge performance recipes), which halves
+    # the gradient buffers and the data-parallel reduction bytes
+    grad_reduce_in_fp32: bool = True
     # Sequence-parallel TP all-gathers move the low-precision activations (and, backward, gradients):
     # torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput cast before redistributing, and
     # Float8RowwiseParallel casts the output gradient before its backward all-gather

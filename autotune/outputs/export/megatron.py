@@ -19,7 +19,7 @@ megatron/core/transformer/transformer_config.py of that commit):
 
 from __future__ import annotations
 
-from autotune.cost.stage import GRAD_COMM_BYTES
+from autotune.cost.sharding import grad_comm_bytes
 from autotune.errors import AutotuneError
 from autotune.outputs.export.common import (
     MAPPED_STAGE_FIELDS, ExportContext, ExportResult, check_mesh_order, export_context, header_lines,
@@ -116,7 +116,7 @@ def _data_parallel_flags(ctx: ExportContext) -> list[Flag]:
     if p.overlap_param_gather and s.zero >= 1:
         flags.append(("--overlap-param-gather", None))
     if p.grad_bucket_bytes > 0:  # --ddp-bucket-size counts gradient elements, not bytes
-        flags.append(("--ddp-bucket-size", str(int(p.grad_bucket_bytes // GRAD_COMM_BYTES[ctx.workload.dtype]))))
+        flags.append(("--ddp-bucket-size", str(int(p.grad_bucket_bytes // grad_comm_bytes(ctx.workload)))))
     return flags
 
 
@@ -235,6 +235,8 @@ def _step_flags(ctx: ExportContext) -> list[Flag]:
                          ("--attention-backend", "flash" if w.attention_impl == "flash" else "unfused")]
     if w.dtype in ("bf16", "fp16"):
         flags.append((f"--{w.dtype}", None))
+    if w.dtype == "bf16" and not w.grad_reduce_in_fp32:  # gradients accumulated and reduced in bf16
+        flags.append(("--grad-reduce-in-bf16", None))
     if ctx.stage.fp8 and w.dtype == "bf16":  # FP8 GEMMs, E4M3 forward / E5M2 gradients, per-tensor (delayed) scales
         flags.append(("--fp8-format", "hybrid"))
     return flags
