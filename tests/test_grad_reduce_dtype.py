@@ -69,3 +69,15 @@ def test_expert_weight_gradients_accumulate_into_bf16_main_grads_for_less_traffi
     bf16 = evaluate("mixtral-8x7b", 8, workload=TrainingWorkload(grad_reduce_in_fp32=False, **work), **kw)
     assert bf16.breakdown["compute_s"] < fp32.breakdown["compute_s"]
     assert bf16.memory_breakdown["gradients_bytes"] == pytest.approx(fp32.memory_breakdown["gradients_bytes"] / 2)
+
+
+@pytest.mark.parametrize("fmt", ["torchtitan", "deepspeed"])
+def test_frameworks_without_a_bf16_reduction_setting_refuse_it(fmt):
+    from autotune.errors import AutotuneError
+
+    model = load_preset("llama3-8b")
+    plan = uniform_plan(num_layers=model.num_layers, global_batch=64, gpus=8, micro_batch=1, zero=3)
+    export(PlanFile(plan=plan, model=model, workload=_workload(), cluster="dgx-h100"), fmt)  # the default exports
+    with pytest.raises(AutotuneError) as err:
+        export(PlanFile(plan=plan, model=model, workload=_workload(grad_reduce_in_fp32=False), cluster="dgx-h100"), fmt)
+    assert err.value.field == "workload.grad_reduce_in_fp32"
