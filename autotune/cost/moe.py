@@ -20,7 +20,7 @@ so the expert work of a stage divides by tp x cp whatever ep and etp are; each G
   Megatron's 1F1B all-to-all overlap (cost/moe_stage.py). Each forward first gathers the
   token counts and waits on the host for them (_dispatch_metadata_s).
 * The alltoall dispatcher copies the received rows into local-expert order and back
-  (_sort_by_expert_s).
+  (_sort_by_expert_s). Experts with biases (GPT-OSS) add the fc2 biases in Python (_expert_bias_s).
 * Load imbalance: the busiest EP rank sets the pace; its rows, time and buffers are the mean
   times ``imbalance`` (see :func:`load_imbalance`).
 * Expert TP (etp > 1): the rows an EP rank receives are all-gathered over etp before the
@@ -38,6 +38,7 @@ import numpy as np
 
 from autotune.cost.comm import GroupSpan, collective_time_s
 from autotune.cost.compute import op_coefficients
+from autotune.graph.moe_ops import ffn_has_bias
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.workload import GEMM_OPERAND_BYTES, is_training
@@ -280,6 +281,38 @@ def _quantization_padding_s(ctx, rows_busy) -> tuple:
     return 2.0 * copy, 2.0 * copy
 
 
+# Megatron-Core 0.16.1 TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py): the experts' fc2
+# biases added in Python, per local expert ``t + b * p`` (bf16 rows, bf16 bias, fp32 probabilities), then
+# torch.cat and .to(bf16). Measured by profilers/moe_bias_traffic.py on GPT-OSS's hidden 2880
+# (docs/measurements/moe_bias_traffic_2026-11-25.json): bytes read + written per element of the fc2 output,
+# and kernels (per local expert, and fixed), forward and backward.
+EXPERT_BIAS_BYTES_PER_ELEMENT = {"fwd": 28.0, "bwd": 40.0}  # fwd: mul 4, add 10, cat 8, cast 6
+EXPERT_BIAS_KERNELS = {"fwd": (2.0, 2.0), "bwd": (6.0, 3.0)}  # (per local expert, fixed)
+
+
+def _expert_bias_s(ctx, rows, n_local) -> tuple:
+    """(forward, backward) seconds of adding the routed experts' output biases, when the model's FFNs have
+    biases (GPT-OSS): Transformer Engine's GroupedLinear adds linear_fc1's bias in its GEMM, but linear_fc2
+    returns its biases (``skip_bias_add=True``) and TEGroupedMLP._apply_bias adds them, weighted by the
+    fp32 routing probabilities, in a Python loop over the local experts (two kernels each, plus the
+    concatenation and the cast back to bf16); its backward (six kernels per expert: the probabilities'
+    and the biases' gradients are reductions) moves the measured bytes. ``rows``: the routed rows on this
+    GPU (after the expert-TP gather). Memory-bound, each kernel as _sort_by_expert_s prices a copy.
+    Training only: serving engines fuse the bias into their MoE kernels."""
+    if not is_training(ctx.workload) or not ffn_has_bias(ctx.tables.model):
+        return 0.0, 0.0
+    device = ctx.cluster.device
+    fit = device.memory_regression("stream")
+    elements = rows * ctx.tables.model.hidden_size
+    out = []
+    for p in ("fwd", "bwd"):
+        per_expert, fixed = EXPERT_BIAS_KERNELS[p]
+        kernels = per_expert * np.asarray(n_local, dtype=float) + fixed
+        out.append((kernels * fit.latency_s + elements * EXPERT_BIAS_BYTES_PER_ELEMENT[p] * fit.seconds_per_unit)
+                   / device.kernel_efficiency)
+    return out[0], out[1]
+
+
 def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerCost:
     """The routed experts of one MoE layer for ``ctx`` (a StageContext or InferenceContext-like
     object with tables, cluster, workload and micro_batch)."""
@@ -298,7 +331,8 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
                                  casts_per_step)
     sort_fwd, sort_bwd = _sort_by_expert_s(ctx, stage, rows_busy, n_active)
     pad_fwd, pad_bwd = _quantization_padding_s(ctx, rows_busy * stage.etp)
-    fwd, bwd = fwd + sort_fwd + pad_fwd, bwd + sort_bwd + pad_bwd
+    bias_fwd, bias_bwd = _expert_bias_s(ctx, rows_busy * stage.etp, n_active)
+    fwd, bwd = fwd + sort_fwd + pad_fwd + bias_fwd, bwd + sort_bwd + pad_bwd + bias_bwd
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     act_fwd, act_out = _expert_act(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)

@@ -45,8 +45,31 @@ def _act_bwd_bytes_factor(reads: float, writes: float) -> float:
     """Backward bytes over forward bytes of a pointwise activation: the backward reads the output's
     gradient (``writes``) and the saved input (``reads``) and writes the input's gradient (``reads``).
     Measured for Megatron-Core's fused weighted SwiGLU and GPT-OSS's clamped GEGLU (61.5 vs 36.9 KB per
-    token on Qwen3-30B-A3B, docs/measurements/moe_traffic_2026-11-25.json): 5/3."""
+    token on Qwen3-30B-A3B, docs/measurements/moe_traffic_2026-11-25.json): 5/3 (boundaries; the clamp's
+    eager kernels inside GPT-OSS's are CLAMP_BYTES_PER_ELEMENT)."""
     return (writes + 2.0 * reads) / (reads + writes)
+
+
+# GPT-OSS's clamp (Megatron-Core 0.16.1 fusions/fused_bias_geglu.py, weighted_bias_quick_geglu_impl with
+# activation_func_clamp_value): chunk, two clamps and a cat run eagerly before the fused kernel, and their
+# backward (masks, where, cat) after it. Bytes read + written per element of the fc1 output in bf16,
+# measured by profilers/moe_bias_traffic.py (docs/measurements/moe_bias_traffic_2026-11-25.json: 11.0 / 20.0
+# with the clamp against weighted SwiGLU's 3.0 / 5.0, whose fused boundary is the same).
+CLAMP_BYTES_PER_ELEMENT = {"fwd": 8.0, "bwd": 15.0}
+
+
+def _expert_act(m: ModelSpec, rows: int, f: int, up_width: int, e: int) -> Operator:
+    """The fused weighted activation over the routed rows; a clamp of its inputs (GPT-OSS) adds its eager
+    kernels' bytes (scaled from bf16 by ``e``) and keeps the unclamped fc1 output for its backward."""
+    reads, saved = up_width / f, rows * up_width * e
+    fwd_bwd = (reads + 1.0, 1.0 + 2.0 * reads)  # bytes per row over f e of the fused kernel (see above)
+    if m.expert_act_clamp > 0:
+        clamp = up_width / f / 2.0  # fc1 elements per row over f e, the bf16 bytes per element over e
+        fwd_bwd = (fwd_bwd[0] + CLAMP_BYTES_PER_ELEMENT["fwd"] * clamp,
+                   fwd_bwd[1] + CLAMP_BYTES_PER_ELEMENT["bwd"] * clamp)
+        reads, saved = fwd_bwd[0] - 1.0, 2.0 * saved
+    act = _elementwise("expert_act", rows, f, e, reads=reads, writes=1.0, saved=saved, sharding="expert")
+    return replace(act, bwd_bytes_factor=fwd_bwd[1] / fwd_bwd[0])
 
 
 def ffn_has_bias(m: ModelSpec) -> bool:
@@ -87,9 +110,7 @@ def _expert_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     down = _linear("expert_down", rows, f, h, e, "expert", bias)
     ops = [Operator(**{**up.__dict__, "params": n * up.params, "weight_bytes": n * up.weight_bytes})]
     if m.ffn_activation != "none":
-        act = _elementwise("expert_act", rows, f, e, reads=up_width / f, writes=1.0,
-                           saved=rows * up_width * e, sharding="expert")
-        ops.append(replace(act, bwd_bytes_factor=_act_bwd_bytes_factor(up_width / f, 1.0)))
+        ops.append(_expert_act(m, rows, f, up_width, e))
     ops.append(Operator(**{**down.__dict__, "params": n * down.params, "weight_bytes": n * down.weight_bytes}))
     return ops
 

@@ -96,6 +96,7 @@ class ModelSpec:
     router_expert_bias: bool = False  # aux-loss-free balancing bias added to the scores for selection only
     mlp_only_layers: tuple[int, ...] = ()  # further layers that keep a dense FFN (Qwen-MoE mlp_only_layers)
     shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) scales the shared expert (Qwen2-MoE)
+    expert_act_clamp: float = 0.0  # the routed experts' gated-activation inputs clamped at +-this (GPT-OSS 7; 0: none)
     # Norm details that change the parameter count.
     qk_norm: str = "none"
     norms_per_layer: int = 2  # 1: Falcon-7B's parallel block shares one; 4: Gemma 2's sandwich norms
@@ -169,6 +170,8 @@ class ModelSpec:
             require(isinstance(value, int) and not isinstance(value, bool) and value >= 0, f"model.{field}",
                     f"must be a non-negative integer, got {value!r}")
         require_positive("model.moe_layer_frequency", self.moe_layer_frequency)
+        require(isinstance(self.expert_act_clamp, (int, float)) and self.expert_act_clamp >= 0, "model.expert_act_clamp",
+                f"must be >= 0 (0: no clamp), got {self.expert_act_clamp!r}")
         require(isinstance(self.mlp_only_layers, tuple)
                 and all(isinstance(i, int) and 0 <= i < self.num_layers for i in self.mlp_only_layers),
                 "model.mlp_only_layers", f"must list layer indices in 0..{self.num_layers - 1}, got {self.mlp_only_layers!r}")
