@@ -181,12 +181,17 @@ def layer_offload(ctx: object, stage: StagePlan, time: object, memory: StageMemo
     """(StageTime, StageMemory) with the saved activations of the stage's first N layers
     (``activation_offload_layers``) in host memory, as Megatron-Core's cpu_offloading runs it
     through Transformer Engine's AsyncDoubleBufferGroupOffloadHandler (transformer_engine/pytorch/
-    cpu_offload_v1.py; megatron/core/transformer/transformer_block.py get_cpu_offload_context, the
-    handler's commit after every layer):
+    cpu_offload.py of TE 2.7-2.9, NeMo 25.09 and 25.11; cpu_offload_v1.py later), which
+    megatron/core/transformer/transformer_block.py builds with get_cpu_offload_context and commits
+    after every layer. TE >= 2.10's DefaultOffloadSynchronizer keeps one set fewer (L - N) and gives
+    each copy L - N layers (not L // N): for those versions this is conservative.
 
-    - what: every tensor a layer saves that carries ``activation_offloading`` (the inputs of
-      Megatron's and TE's linear layers, tensor_parallel/layers.py; attention's q, k, v and output;
-      the SwiGLU input, transformer/mlp.py), here the layer's whole saved set per micro-batch;
+    - what: every tensor a layer saves that carries ``activation_offloading``: TE's saved linear
+      inputs (module/linear.py:385, layernorm_linear.py:411 with the norm's input and statistics,
+      layernorm_mlp.py:512 @v2.7), fused attention's q, k, v, output and softmax statistics
+      (attention/dot_product_attention/backends.py:1082-1083), Megatron's own linear inputs
+      (tensor_parallel/layers.py) and SwiGLU input (transformer/mlp.py): here the layer's whole saved
+      set per micro-batch (the few unmarked ones, such as dropout masks, are neglected);
     - memory: group i is freed once its copy is done, at layer_window_map[i] = (L // N)(i + 1) - 1,
       and reloaded in backward at that same layer; so besides the L - N kept layers one offloaded
       layer's set is on the GPU at the peak (the last one leaving as the forward ends, the first
