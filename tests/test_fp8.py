@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from autotune.search.evaluate import evaluate
+from autotune.spec.workload import TrainingWorkload
 from autotune.cost.compute import block_times
 from autotune.cost.memory import state_bytes_per_param
 from autotune.errors import AutotuneError
@@ -176,3 +177,14 @@ def test_transformer_engine_linears_keep_their_inputs_quantized_for_backward():
     assert float(te.saved_bytes) < 0.9 * float(bf16.saved_bytes)
     moe = model_tables(load_preset("qwen3-30b-a3b"), 4096, 2, "flash").moe_layer
     assert dict(zip(moe.names, te_saved_input_factor(moe, "fp8")))["router"] == 1.0
+
+
+def test_te_expert_linears_keep_their_inputs_quantized_too():
+    """The routed experts' grouped linears save quantized inputs under a TE recipe: less activation memory
+    than BF16 or standalone casts, the same step time."""
+    kw = dict(cluster="dgx-b200", dp=8, ep=8, micro_batch=1, global_batch=64, seq_len=4096)
+    work = dict(global_batch=64, seq_len=4096, dtype="mxfp8")
+    te = evaluate("qwen3-30b-a3b", 8, workload=TrainingWorkload(fp8_recipe="te_current", **work), **kw)
+    cast = evaluate("qwen3-30b-a3b", 8, workload=TrainingWorkload(fp8_recipe="cast", **work), **kw)
+    assert te.memory_breakdown["activations_bytes"] < 0.95 * cast.memory_breakdown["activations_bytes"]
+    assert te.step_time_s == pytest.approx(cast.step_time_s, rel=0.05)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.comm import GroupSpan, collective_time_s
-from autotune.cost.compute import op_coefficients
+from autotune.cost.compute import op_coefficients, te_saved_input_factor
 from autotune.graph.moe_ops import ffn_has_bias
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -138,17 +138,20 @@ def _cast_s(coef, i: int, dtype: str, in_bytes, out_bytes, weight_bytes) -> tupl
 # micro-batch's wgrad GEMM into the fp32 main_grad (transformer_engine/pytorch/module/grouped_linear.py,
 # accumulate_wgrad_into_param_main_grad): read and write 4 bytes per parameter (8), where a bf16 wgrad
 # written once is 2. The first micro-batch of a step may overwrite instead (4 B); the rows accumulate 16-32.
+# A run reducing gradients in bf16 (TrainingWorkload.grad_reduce_in_fp32 False) has bf16 main_grad
+# buffers (Megatron-Core DDP allocates them in the parameters' dtype): 2 + 2 bytes.
 MAIN_GRAD_BYTES_PER_PARAM = 8.0
+BF16_MAIN_GRAD_BYTES_PER_PARAM = 4.0
 
 
 def _expert_kernels_s(tables: ModelTables, device, dtype: str, rows_busy, n_local, etp: int,
-                      microbatches=1.0):
+                      microbatches=1.0, main_grad_bytes: float = MAIN_GRAD_BYTES_PER_PARAM):
     """(forward, backward) seconds of the expert ops for ``rows_busy`` routed rows on one GPU
     spread over ``n_local`` experts (the local experts reached, possibly fractional on average),
     one of ``microbatches`` micro-batches of a step."""
     t = tables.experts
     coef = op_coefficients(t, device, dtype)
-    grad_w = MAIN_GRAD_BYTES_PER_PARAM / tables.act_bytes  # wgrad traffic per byte of weights
+    grad_w = main_grad_bytes / tables.act_bytes  # wgrad traffic per byte of weights
     rows_per_seq = tables.seq_len * tables.model.num_experts_per_token
     fwd = bwd = 0.0
     for i, kind in enumerate(t.kinds):
@@ -327,8 +330,10 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
     casts_per_step = np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0) \
         if getattr(ctx.workload, "reuse_weight_casts", False) else 1.0
+    main_grad = MAIN_GRAD_BYTES_PER_PARAM if getattr(ctx.workload, "grad_reduce_in_fp32", True) \
+        else BF16_MAIN_GRAD_BYTES_PER_PARAM
     fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp,
-                                 casts_per_step)
+                                 casts_per_step, main_grad)
     sort_fwd, sort_bwd = _sort_by_expert_s(ctx, stage, rows_busy, n_active)
     pad_fwd, pad_bwd = _quantization_padding_s(ctx, rows_busy * stage.etp)
     bias_fwd, bias_bwd = _expert_bias_s(ctx, rows_busy * stage.etp, n_active)
@@ -336,7 +341,7 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     act_fwd, act_out = _expert_act(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
-    saved = float(tables.experts.saved_bytes.sum()) * scale
+    saved = float(_expert_saved_bytes(tables, ctx.workload)) * scale
     # send and receive buffers of the permuted rows, and the etp-gathered rows
     buffers = rows_busy * m.hidden_size * tables.act_bytes * (2.0 + (stage.etp if stage.etp > 1 else 0.0))
     return ExpertLayerCost(
@@ -345,6 +350,16 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
         saved_bytes=_plain(saved), buffer_bytes=_plain(buffers), imbalance=_plain(imbalance),
         rows_per_expert=_plain(rows * stage.etp / n_active), active_experts=_plain(n_active),
         act_fwd_s=_plain(act_fwd), act_out_bytes=_plain(act_out))
+
+
+def _expert_saved_bytes(tables: ModelTables, workload) -> float:
+    """Bytes the routed experts keep for backward per sequence's routed rows: Transformer Engine's
+    grouped linears keep their inputs quantized under its recipes (cost/compute.py te_saved_input_factor)."""
+    t = tables.experts
+    dtype = getattr(workload, "dtype", "bf16")
+    if dtype in GEMM_OPERAND_BYTES and getattr(workload, "fp8_recipe", "cast") != "cast":
+        return float((t.saved_bytes * te_saved_input_factor(t, dtype)).sum())
+    return float(t.saved_bytes.sum())
 
 
 def _plain(x):
