@@ -93,11 +93,12 @@ PLANS = {
     "tp2-sp-dp4-zero2-selective-async": dict(gpus=8, tp=2, zero=2, sequence_parallel=True, recompute="selective",
                                              overlap_tp_comm=True),
     "dp16-zero0": dict(gpus=16, micro_batch=2),
+    "dp8-zero3-offload-8-layers": dict(gpus=8, zero=3, activation_offload_layers=8),  # Megatron-Core cpu_offloading
 }
 # The plans each framework can run (the others are refused: see the refusal tests).
 EXPORTED = {
     "megatron": ["tp4-pp4-vpp2-zero1-selective", "tp8-pp2-cp2-zero3-full", "tp2-dp4-zero2-full",
-                 "tp2-sp-dp4-zero2-selective-async", "dp16-zero0"],
+                 "tp2-sp-dp4-zero2-selective-async", "dp16-zero0", "dp8-zero3-offload-8-layers"],
     "torchtitan": ["tp8-pp2-cp2-zero3-full", "dp8-zero3-offload", "tp2-sp-dp4-zero2-selective-async", "dp16-zero0",
                    "tp2-dp4-zero2-full"],  # 0.3 has tp without sequence parallelism
     "torchtitan-0.2": ["tp8-pp2-cp2-zero3-full", "dp8-zero3-offload", "tp2-sp-dp4-zero2-selective-async", "dp16-zero0"],

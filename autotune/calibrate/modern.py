@@ -17,7 +17,7 @@ from autotune.calibrate.framework_defaults import (DEEPSPEED_2021_GATHER_BYTES_P
 from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED  # noqa: F401
 from autotune.calibrate.nemo_moe_recipes import (NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_NO_TP_OVERLAP,  # noqa: F401
                                                  NEMO_RECOMPUTE_MODULES)
-from autotune.calibrate.nemo_recipes import (NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
+from autotune.calibrate.nemo_recipes import (NEMO_ACTIVATION_OFFLOAD, NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
                                              grad_reduce_in_fp32_of,
                                              low_precision_tp_gathers, with_embedding_loss_slots)
 from autotune.errors import AutotuneError
@@ -89,6 +89,14 @@ def _recompute_modules(row: dict[str, str], framework: str) -> tuple:
         return ()
     entry = NEMO_RECOMPUTE_MODULES.get(_recipe_key(row))
     return entry[0] if entry else ()
+
+
+def activation_offload_layers(row: dict[str, str], framework: str, pp: int) -> int:
+    """The row's recipe's offloaded layers (nemo_recipes.NEMO_ACTIVATION_OFFLOAD) for a single-stage plan; else 0."""
+    if framework != "nemo" or pp != 1 or row["recompute"]:
+        return 0
+    entry = NEMO_ACTIVATION_OFFLOAD.get((_recipe_key(row)[0], row["gpu"], row["model"], _precision(row)))
+    return entry[0] if entry else 0
 
 
 def _host_settings(row: dict[str, str], framework: str) -> dict:
@@ -245,6 +253,8 @@ def modern_run_from_row(row: dict[str, str]):
         schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
     if slots:
         plan = with_embedding_loss_slots(plan)
+    if offload := activation_offload_layers(row, framework, pp):  # the recipe's cpu_offloading_num_layers
+        plan = plan.with_changes(stages=tuple(replace(s, activation_offload_layers=offload) for s in plan.stages))
     if modules := _recompute_modules(row, framework):  # the recipe's selective modules
         plan = plan.with_changes(stages=tuple(replace(s, recompute_modules=modules) for s in plan.stages))
     if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "embedding_loss_slots", "with_embedding_loss_slots", "fp8_recipe_of", "grad_reduce_in_fp32_of",
+__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "NEMO_ACTIVATION_OFFLOAD", "embedding_loss_slots", "with_embedding_loss_slots", "fp8_recipe_of", "grad_reduce_in_fp32_of",
            "low_precision_tp_gathers"]
 
 # Precisions whose NeMo/Megatron-Bridge recipes turn TP communication overlap (userbuffers) off:
@@ -13,6 +13,23 @@ __all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "embedding_loss_slots", "with_embedd
 # llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py @c8327cfc2~1; the flat perf_recipes/llama/
 # gb200/llama31.py @067f987 keeps it for llama31_405b_pretrain_256gpu_gb200_nvfp4_config).
 NEMO_NO_TP_OVERLAP_PRECISIONS = ("nvfp4",)
+
+
+# Layers whose activations NeMo / Megatron-Bridge performance recipes offload to the host (Megatron-Core
+# cpu_offloading_num_layers; StagePlan.activation_offload_layers): (container, gpu, model as in the row,
+# precision) -> (N, source). The recipes set cpu_offloading = True with it (v0.1.0rc4 scripts/performance/
+# utils/helpers.py:131-135; v0.2.0 helpers.py:170-173). Applied only to a single-stage plan, the recipes'
+# Megatron-FSDP layout (Megatron-Core refuses offloading with pipeline parallelism). "fp8" is the fp8_cs
+# config, the current-scaling FP8 of Megatron-Bridge's tables (nemo_recipes.fp8_recipe_of).
+_MB_0_1_L70 = "Megatron-Bridge v0.1.0rc4 scripts/performance/configs/llama3/llama3_70b_llm_pretrain.yaml"
+_MB_0_2_L3 = "Megatron-Bridge v0.2.0 scripts/performance/configs/llama3/workload_base_configs.py"
+NEMO_ACTIVATION_OFFLOAD = {
+    ("25.09", "GB200", "LLAMA3_70B", "bf16"): (20, f"{_MB_0_1_L70}:127-133 gb200 bf16 (mbs 1, Megatron-FSDP)"),
+    ("25.09", "GB200", "LLAMA3_70B", "fp8"): (40, f"{_MB_0_1_L70}:140-146 gb200 fp8_cs (mbs 2, Megatron-FSDP)"),
+    ("25.11", "GB200", "LLAMA3_70B", "bf16"): (20, f"{_MB_0_2_L3}:66-70 LLAMA3_70B_GB200_BF16_BASE_CONFIG"),
+    ("25.11", "GB200", "LLAMA3_70B", "fp8"): (40, f"{_MB_0_2_L3}:73-78 LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG"),
+    ("25.11", "B200", "LLAMA3_70B", "fp8"): (5, f"{_MB_0_2_L3}:108-112 LLAMA3_70B_B200_FP8_CS_BASE_CONFIG"),
+}
 
 
 def embedding_loss_slots(num_layers: int, chunks: int, framework: str) -> int:

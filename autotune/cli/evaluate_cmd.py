@@ -28,6 +28,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--recompute-modules", default="",
                         help="comma-separated Megatron-Core modules recomputed in backward on top of --recompute none "
                              "or selective: core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe")
+    parser.add_argument("--activation-offload-layers", type=int, default=0,
+                        help="training: offload the activations of the first N layers to host memory in forward, "
+                             "reload them in backward (Megatron-Core --cpu-offloading-num-layers N; 0: none)")
     parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
     parser.set_defaults(func=run)
     DEFAULTS.update(parser_defaults(parser))
@@ -35,8 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 DEFAULTS: dict[str, object] = {}
 INFERENCE_ONLY = ("batch", "prompt_len", "output_len", "target_tpot_ms", "target_ttft_ms")
-TRAINING_ONLY = ("global_batch", "seq_len", "unfused_qkv", "param_gather_gbps", "host_dispatch", "cuda_graph_scope")
-DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "recompute_layers", "recompute_modules", "sequence_parallel", "zero", "schedule",
+TRAINING_ONLY = ("global_batch", "seq_len", "activation_offload_layers", "unfused_qkv", "param_gather_gbps", "host_dispatch", "cuda_graph_scope")
+DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "recompute_layers", "recompute_modules", "activation_offload_layers", "sequence_parallel", "zero", "schedule",
            "overlap_tp_comm", "async_tp", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
 
 
@@ -175,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         overlap_tp_backward=not args.async_tp, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
         dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
-        ep=args.ep, etp=args.etp, recompute_modules=tuple(x.strip() for x in args.recompute_modules.split(",") if x.strip()),
+        ep=args.ep, etp=args.etp, activation_offload_layers=args.activation_offload_layers, recompute_modules=tuple(x.strip() for x in args.recompute_modules.split(",") if x.strip()),
         **options)
     assumed = assumed_defaults(args, workload, plan_given=plan is not None, dtype_given=dtype_given)
     if args.json:

@@ -53,7 +53,7 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
     memo: dict = {}
     out = []
     for stage, pos in zip(stages, positions):
-        if has_variant(stage) or offloads(stage) or ctx.tables.moe_layer is not None:
+        if has_variant(stage) or offloads(stage) or stage.activation_offload_layers or ctx.tables.moe_layer is not None:
             out.append(stage_cost(ctx, stage, pos))
             continue
         key = (tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers, pos.neighbors,

@@ -145,6 +145,8 @@ def check_inference_stage(stage: StagePlan, phase: str) -> None:
     require(stage.zero == 0, "zero", "inference keeps no gradients or optimizer states; use zero=0")
     require(stage.recompute == "none", "recompute", "inference saves nothing for backward; use recompute=none")
     require(not stage.recompute_modules, "recompute_modules", "inference saves nothing for backward; recompute no modules")
+    require(not stage.activation_offload_layers, "activation_offload_layers",
+            "inference saves nothing for backward; offload no layers' activations")
     for name in ("optimizer_in", "gradients_in", "activations_in"):
         require(getattr(stage, name) == "hbm", name, "inference has no such tensors to offload; "
                 "place weights_in or kv_cache_in instead")

@@ -20,6 +20,7 @@ from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import grad_comm_bytes, sharded_state_memory
 from autotune.cost.mesh import group_spans
+from autotune.cost.offload import layer_offload
 from autotune.cost.recompute_modules import expert_modules, modules_dropped_bytes
 from autotune.cost.moe import ExpertLayerCost, expert_layer_cost, expert_spans, moe_layer_split
 from autotune.errors import require
@@ -180,4 +181,11 @@ def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
         ep_comm_s=ep_comm,
     )
     memory = _memory(ctx, stage, blocks, moe, ex, n_dense, n_moe, params, pos)
+    if stage.activation_offload_layers:  # Megatron-Core's cpu_offloading (cost/offload.py), per layer on average
+        n = np.maximum(n_dense + n_moe, 1)
+        saved = n_dense * st._scalar(dense.saved_bytes) + n_moe * _saved_moe_layer(ctx, stage, moe, ex)
+        fwd_layers = n_dense * st._scalar(dense.fwd_s) + n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s)
+        bwd_layers = n_dense * st._scalar(dense.bwd_s) + n_moe * (st._scalar(moe.bwd_s) + ex.bwd_s)
+        time, memory = layer_offload(ctx, stage, time, memory, layer_saved_bytes=saved / n, num_layers=n_dense + n_moe,
+                                     fwd_layer_s=fwd_layers / n, bwd_layer_s=bwd_layers / n, inflight=pos.inflight)
     return st.StageCost(time=time, memory=memory, params_per_gpu=params + expert_params, fwd_s=fwd, bwd_s=bwd)

@@ -30,7 +30,8 @@ from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec, LinkLevel, MemoryTier
 
 __all__ = ["OFF_HBM", "tier_path", "transfer_s", "streamed_exposed_s", "offloads", "offload_memory",
-           "tier_overflow", "training_offload", "inference_offload", "check_training_placement", "CPU_ADAM_BYTES_PER_PARAM"]
+           "tier_overflow", "training_offload", "inference_offload", "check_training_placement", "CPU_ADAM_BYTES_PER_PARAM",
+           "layer_offload"]
 
 OFF_HBM = ("host", "cxl")
 # CPU Adam step (DeepSpeed's CPU-Adam, Ren et al. 2021 sec. 5.1), bytes per parameter in the
@@ -173,3 +174,40 @@ def inference_offload(cluster: ClusterSpec, stage: StagePlan, time: object, memo
         moved["activations_bytes"] = (stage.kv_cache_in, left, share * memory.activations_bytes)
     exposed = streamed_exposed_s(per_layer, layer_compute_s, n, num_microbatches)
     return replace(time, offload_s=time.offload_s + exposed), offload_memory(memory, moved)
+
+
+def layer_offload(ctx: object, stage: StagePlan, time: object, memory: StageMemory, *, layer_saved_bytes: object,
+                  fwd_layer_s: object, bwd_layer_s: object, num_layers: object, inflight: object) -> tuple:
+    """(StageTime, StageMemory) with the saved activations of the stage's first N layers
+    (``activation_offload_layers``) in host memory, as Megatron-Core's cpu_offloading runs it
+    through Transformer Engine's AsyncDoubleBufferGroupOffloadHandler (transformer_engine/pytorch/
+    cpu_offload.py of TE 2.7-2.9, NeMo 25.09 and 25.11; cpu_offload_v1.py later), which
+    megatron/core/transformer/transformer_block.py builds with get_cpu_offload_context and commits
+    after every layer. TE >= 2.10's DefaultOffloadSynchronizer keeps one set fewer (L - N) and gives
+    each copy L - N layers (not L // N): for those versions this is conservative.
+
+    - what: every tensor a layer saves that carries ``activation_offloading``: TE's saved linear
+      inputs (module/linear.py:385, layernorm_linear.py:411 with the norm's input and statistics,
+      layernorm_mlp.py:512 @v2.7), fused attention's q, k, v, output and softmax statistics
+      (attention/dot_product_attention/backends.py:1082-1083), Megatron's own linear inputs
+      (tensor_parallel/layers.py) and SwiGLU input (transformer/mlp.py): here the layer's whole saved
+      set per micro-batch (the few unmarked ones, such as dropout masks, are neglected);
+    - memory: group i is freed once its copy is done, at layer_window_map[i] = (L // N)(i + 1) - 1,
+      and reloaded in backward at that same layer; so besides the L - N kept layers one offloaded
+      layer's set is on the GPU at the peak (the last one leaving as the forward ends, the first
+      reloaded as the backward begins): N - 1 sets leave HBM, N sit in pinned host memory;
+    - time: one d2h copy per offloaded layer in forward, one h2d copy in backward, each on its own
+      stream and waited for L // N layers later (the window), so a transfer hides behind L // N
+      layers' compute; nothing waits for a first transfer (the first offload starts after layer 0,
+      the first reload at the top layer's backward), hence no start-up term (B = inf below).
+    """
+    n = np.asarray(num_layers, dtype=float)
+    k = np.minimum(float(stage.activation_offload_layers), np.maximum(n - 1.0, 0.0))  # < the layers (plan.py)
+    window = np.floor(n / np.maximum(k, 1.0))  # layers between a group's copy and its wait
+    per_layer = transfer_s(ctx.cluster, "host", layer_saved_bytes)
+    exposed = (streamed_exposed_s(per_layer, window * fwd_layer_s, k, np.inf)
+               + streamed_exposed_s(per_layer, window * bwd_layer_s, k, np.inf))
+    moved = k * layer_saved_bytes * inflight
+    left = memory.activations_bytes - np.maximum(k - 1.0, 0.0) * layer_saved_bytes * inflight
+    memory = offload_memory(memory, {"activations_bytes": ("host", left, moved)})
+    return replace(time, offload_s=time.offload_s + exposed), memory

@@ -23,7 +23,7 @@ from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, overlap_pen
                                     overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
-from autotune.cost.offload import offloads, training_offload
+from autotune.cost.offload import layer_offload, offloads, training_offload
 from autotune.cost.quantize import amax_all_reduce_s
 from autotune.cost.recompute_modules import modules_dropped_bytes, modules_fwd_s
 from autotune.graph.operators import qkv_projection_indices
@@ -398,4 +398,7 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
     if offloads(stage):  # tensor classes in host or CXL memory (cost/offload.py)
         time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved,
                                         fwd_s=fwd, bwd_s=bwd, params=params, num_layers=n)
+    if stage.activation_offload_layers:  # Megatron-Core's cpu_offloading of the first N layers (cost/offload.py)
+        time, memory = layer_offload(ctx, stage, time, memory, layer_saved_bytes=_scalar(layer.saved_bytes), num_layers=n,
+                                     fwd_layer_s=_scalar(layer.fwd_s), bwd_layer_s=_scalar(layer.bwd_s), inflight=pos.inflight)
     return StageCost(time=time, memory=memory, params_per_gpu=params, fwd_s=fwd, bwd_s=bwd)

@@ -71,6 +71,9 @@ class StagePlan:
     # modules whose forward runs again in backward, on top of ``recompute`` none or selective
     # (Megatron-Core --recompute-modules; cost/recompute_modules.py)
     recompute_modules: tuple[str, ...] = ()
+    # activations of the stage's first N layers to host memory in forward, back in backward
+    # (Megatron-Core cpu_offloading_num_layers; cost/offload.py layer_offload); 0: none
+    activation_offload_layers: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
@@ -106,6 +109,7 @@ class StagePlan:
         require(self.recompute_layers == 0 or self.recompute == "full", "stage.recompute_layers",
                 f"counts layers of full recomputation; recompute={self.recompute!r} needs 0")
         self._check_recompute_modules()
+        self._check_activation_offload()
         require(isinstance(self.fp8, bool), "stage.fp8", f"must be true or false, got {self.fp8!r}")
         require(self.cache_group_layers >= 0, "cache_group_layers", "must be >= 0 (0: no grouping)")
         require(self.cache_tile_tokens >= 0 and (self.cache_tile_tokens == 0) == (self.cache_group_layers == 0),
@@ -121,6 +125,21 @@ class StagePlan:
         require(len(set(modules)) == len(modules), "stage.recompute_modules", f"names a module twice: {list(modules)}")
         require(not modules or self.recompute in ("none", "selective"), "stage.recompute_modules",
                 f"adds to recompute none or selective, not {self.recompute!r}")
+
+    def _check_activation_offload(self) -> None:
+        """Megatron-Core's rules for cpu_offloading (megatron/core/transformer/transformer_config.py
+        __post_init__): 0 <= N < the layers (Transformer Engine's handler keeps one layer's set on the
+        GPU), and no activation recomputation beside it."""
+        n, name = self.activation_offload_layers, "stage.activation_offload_layers"
+        require(isinstance(n, int) and not isinstance(n, bool) and 0 <= n and (n == 0 or n < self.num_layers), name,
+                f"must be a whole number from 0 to the stage's layers - 1 = {self.num_layers - 1} "
+                f"(Megatron-Core needs cpu_offloading_num_layers < num_layers), got {n!r}")
+        require(n == 0 or self.activations_in == "hbm", name,
+                f"offloads some layers' activations; activations_in={self.activations_in!r} already moves them all: "
+                "use one of the two")
+        require(n == 0 or (self.recompute == "none" and not self.recompute_modules), name,
+                "Megatron-Core refuses CPU offloading with activation recomputation: use recompute none "
+                "and no recompute modules")
 
     @property
     def num_layers(self) -> int:
@@ -179,6 +198,9 @@ class Plan:
         for before, after in zip(self.stages, self.stages[1:]):
             require(before.layers[1] == after.layers[0], "stages",
                     f"stage layers must be contiguous: {list(before.layers)} then {list(after.layers)}")
+        require(self.pp == 1 or not any(s.activation_offload_layers for s in self.stages), "activation_offload_layers",
+                "Megatron-Core's CPU offloading needs one pipeline stage (transformer_config.py refuses it with "
+                "pipeline_model_parallel_size > 1)")
         require((self.vpp > 1) == (self.schedule == "interleaved"), "vpp",
                 "vpp > 1 goes with schedule 'interleaved', and 'interleaved' needs vpp > 1")
 

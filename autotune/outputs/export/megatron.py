@@ -138,6 +138,8 @@ def _memory_flags(ctx: ExportContext) -> list[Flag]:
     elif s.recompute == "full":
         flags += [("--recompute-granularity", "full"), ("--recompute-method", "uniform"),
                   ("--recompute-num-layers", "1")]
+    if s.activation_offload_layers:  # sets args.cpu_offloading (megatron/training/arguments.py:1950-1951 @d98e8a64)
+        flags.append(("--cpu-offloading-num-layers", str(s.activation_offload_layers)))
     if s.optimizer_in == "host":
         if s.zero != 1:  # OptimizerConfig: the precision-aware optimizer needs the distributed optimizer
             raise refuse(NAME, "stages.optimizer_in", "its optimizer offload (--optimizer-cpu-offload) runs in the "
@@ -270,7 +272,8 @@ def _notes(ctx: ExportContext) -> list[str]:
 
 
 def to_megatron(plan_file: PlanFile) -> ExportResult:
-    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp", "recompute_layers", "fp8"))
+    ctx = export_context(plan_file, NAME, plan_fields=PLAN_FIELDS, stage_fields=MAPPED_STAGE_FIELDS + ("ep", "etp", "recompute_layers", "fp8",
+                                                                                        "activation_offload_layers"))
     check_mesh_order(ctx)  # Megatron-Core's rank order tp-cp-ep-dp-pp, fixed
     groups = [("parallelism", _parallel_flags(ctx)), ("data parallelism and sharding", _data_parallel_flags(ctx)),
               ("recomputation and offload", _memory_flags(ctx)), ("model", _model_flags(ctx)),
