@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
         overlap_tp_backward=not args.async_tp, overlap_grad_reduce=not args.no_overlap_grad_reduce,
         cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
         dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
-        ep=args.ep, etp=args.etp, activation_offload_layers=args.activation_offload_layers, recompute_modules=tuple(x.strip() for x in args.recompute_modules.split(",") if x.strip()),
+        ep=args.ep, etp=args.etp, activation_offload_layers=args.activation_offload_layers,
+        recompute_modules=tuple(x.strip() for x in args.recompute_modules.split(",") if x.strip()),
         **options)
     assumed = assumed_defaults(args, workload, plan_given=plan is not None, dtype_given=dtype_given)
     if args.json:
