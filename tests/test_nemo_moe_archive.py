@@ -109,3 +109,13 @@ def test_settled_gb200_releases_of_deepseek_and_qwen3_235b_are_predicted_within_
                and c.run.model.name.lower().startswith(("deepseekv3", "qwen3_235b"))]
     assert len(settled) == 14
     assert max(abs(c.error) for c in settled) <= 0.08, {c.run.run_id: round(c.error, 3) for c in settled}
+
+
+def test_archive_errors_stay_where_they_are(data_dir):
+    """57 rows, all releases: mean 14.8%, worst 62.6% when written (nemo-arch-014: B200 Qwen3-30B-A3B at
+    micro-batch 1 in 25.11, 28.2 s a step, where 26.02.01 ran micro-batch 4 at 9.8 s for the same tokens)."""
+    from autotune.calibrate.regimes import overall_error
+
+    total = overall_error(check_published(data_dir / "nemo_moe_archive.csv")[0])
+    assert total.num_runs == 57
+    assert total.mean_abs_error <= 0.16 and total.worst_abs_error <= 0.65
