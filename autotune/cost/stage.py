@@ -165,11 +165,9 @@ def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, table) -> float:
                    + modules_fwd_s(stage, layer, table))
 
 
-# The GEMM each TP collective borders (sequence parallelism): all-gather before the
-# column-parallel QKV and FFN-up projections, reduce-scatter after the row-parallel output and
-# FFN-down projections.
-_TP_PAIRS = (("all_gather", "qkv_proj"), ("reduce_scatter", "out_proj"),
-             ("all_gather", "ffn_up"), ("reduce_scatter", "ffn_down"))
+# The GEMM each TP collective borders (sequence parallelism): all-gather before the column-parallel
+# QKV and FFN-up projections, reduce-scatter after the row-parallel output and FFN-down projections.
+_TP_PAIRS = (("all_gather", "qkv_proj"), ("reduce_scatter", "out_proj"), ("all_gather", "ffn_up"), ("reduce_scatter", "ffn_down"))
 
 
 def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, act: float) -> float:
@@ -387,8 +385,7 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
         optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx),
-                                                 ctx.workload.grad_reduce_in_fp32)
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx), ctx.workload.grad_reduce_in_fp32)
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
@@ -396,8 +393,7 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
         reserved_bytes=ctx.cluster.device.reserved_bytes,
     )
     if offloads(stage):  # tensor classes in host or CXL memory (cost/offload.py)
-        time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved,
-                                        fwd_s=fwd, bwd_s=bwd, params=params, num_layers=n)
+        time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved, fwd_s=fwd, bwd_s=bwd, params=params, num_layers=n)
     if stage.activation_offload_layers:  # Megatron-Core's cpu_offloading of the first N layers (cost/offload.py)
         time, memory = layer_offload(ctx, stage, time, memory, layer_saved_bytes=_scalar(layer.saved_bytes), num_layers=n,
                                      fwd_layer_s=_scalar(layer.fwd_s), bwd_layer_s=_scalar(layer.bwd_s), inflight=pos.inflight)
