@@ -428,3 +428,32 @@ def test_torchtitan_hsdp_reshard_cp_rotation_and_float8():
     assert "--parallelism.data-parallel-shard-degree 4" in args and "--parallelism.fsdp-reshard-after-forward never" in args
     with pytest.raises(AutotuneError, match="workload.dtype"):
         export(pf, "torchtitan")
+
+
+@pytest.mark.parametrize("dtype, extra, expected", [
+    ("fp8", {}, {"--bf16": None, "--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"}),
+    ("fp8", {"fp8_recipe": "te_delayed"}, {"--fp8-recipe": "delayed"}),
+    ("mxfp8", {"fp8_params": True, "grad_reduce_in_fp32": False},
+     {"--fp8-format": "e4m3", "--fp8-recipe": "mxfp8", "--fp8-param-gather": None,
+      "--reuse-grad-buf-for-mxfp8-param-ag": None, "--grad-reduce-in-bf16": None}),
+    ("nvfp4", {}, {"--bf16": None, "--fp4-format": "e2m1", "--fp4-recipe": "nvfp4"}),
+])
+def test_megatron_exports_the_low_precision_recipe(dtype, extra, expected):
+    """A low-precision workload is not dropped: its format, scaling recipe and FP8 weights are written,
+    each a documented Megatron-LM option with a valid value."""
+    pf = plan_file(gpus=8, dtype=dtype)
+    pf = replace(pf, workload=replace(pf.workload, **extra))
+    flags = megatron_flags(export_plan(pf, "megatron"))
+    assert expected.items() <= flags.items()
+    for flag, value in flags.items():
+        kind, choices = MEGATRON[flag]
+        assert (value is None) == (kind == "switch") and (not choices or value in choices), flag
+
+
+def test_row_wise_fp8_and_fp8_weights_are_refused_where_the_framework_has_no_setting():
+    with pytest.raises(AutotuneError, match="per row"):
+        export(plan_file(gpus=8, dtype="fp8_rowwise"), "megatron")
+    pf = plan_file(gpus=8, zero=3, dtype="fp8")
+    with pytest.raises(AutotuneError) as err:
+        export(replace(pf, workload=replace(pf.workload, fp8_params=True)), "torchtitan")
+    assert err.value.field == "workload.fp8_params"

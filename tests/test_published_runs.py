@@ -42,7 +42,7 @@ GRAND_TETON_MEAN = {"bf16": 0.07, "fp8": 0.125}
 # llm-foundry's 23 H100 bf16 rows: 7.7% mean (14.9%, all but three too fast, before the in-step GEMM rate)
 LLM_FOUNDRY_H100_MEAN = 0.09
 LONG_CONTEXT_MEAN, LONG_CONTEXT_WORST = 0.065, 0.16
-# NeMo's dense B200/GB200 rows in FP8, MXFP8 and NVFP4 (17 rows: mean 3.5%, worst 8.5% nemo-mb-005, GB200 405B
+# NeMo's dense B200/GB200 rows in FP8, MXFP8 and NVFP4 (17 rows: mean 3.7%, worst 8.5% nemo-mb-005, GB200 405B
 # FP8; 6.7% / 22.6% before the recipes' casts, NVFP4's exposed TP collectives, TE's low-precision TP gathers and the 405B pipeline slots)
 BLACKWELL_DENSE_MEAN, BLACKWELL_DENSE_WORST = 0.045, 0.10
 

@@ -156,6 +156,10 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "NeMo 25.04's FP8 rows; fp32 on NeMo 24.x's (not stated; Megatron-LM's bf16 default)",
          "Megatron-Bridge v0.1.0rc4 configs/*.yaml and v0.2.0-v0.6.0 performance configs: grad_reduce_in_fp32 False; "
          "NeMo scripts/performance/utils.py @efa5817 (2025-04): grad_reduce_in_fp32 = False for FP8"),
+        ("fp8 weights", "FP8/MXFP8 rows keep their weights in FP8 (no BF16 copy) and all-gather them in FP8 on "
+         "Megatron-Bridge's tables and NeMo 25.04's per-tensor FP8; not NVFP4, not the tables' sub-channel FP8 numbers",
+         "Megatron-Bridge training/mixed_precision.py (v0.1.0rc4-v0.4.2): fp8_param_gather = True in the FP8 and MXFP8 "
+         "configs, False in bf16_with_nvfp4_mixed and the sub-channel ones; NeMo recipes/precision/mixed_precision.py @efa5817"),
         ("MoE dispatcher", "alltoall, no all-to-all overlap, unless NEMO_MOE_RECIPES lists the container, GPU and model",
          "Megatron-Core defaults; the listed DeepEP/HybridEP and 1F1B-overlap settings cite their recipe files"),
     ),

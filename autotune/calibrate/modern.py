@@ -18,7 +18,7 @@ from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED  # noqa:
 from autotune.calibrate.nemo_moe_recipes import (NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_NO_TP_OVERLAP,  # noqa: F401
                                                  NEMO_RECOMPUTE_MODULES)
 from autotune.calibrate.nemo_recipes import (NEMO_ACTIVATION_OFFLOAD, NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
-                                             grad_reduce_in_fp32_of,
+                                             fp8_params_of, grad_reduce_in_fp32_of,
                                              low_precision_tp_gathers, with_embedding_loss_slots)
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
@@ -243,6 +243,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
                                 fp8_recipe=fp8_recipe_of(row, framework),
                                 grad_reduce_in_fp32=grad_reduce_in_fp32_of(row, framework),
+                                fp8_params=fp8_params_of(row, framework, dtype),
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
                                 **(deepspeed_2021_calls(model, tp, True) if of_2021 else {}),
                                 **(_moe_recipe(row) if framework == "nemo" else {}), **_host_settings(row, framework))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "NEMO_ACTIVATION_OFFLOAD", "embedding_loss_slots", "with_embedding_loss_slots", "fp8_recipe_of", "grad_reduce_in_fp32_of",
-           "low_precision_tp_gathers"]
+__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "NEMO_ACTIVATION_OFFLOAD", "embedding_loss_slots", "with_embedding_loss_slots",
+           "fp8_recipe_of", "grad_reduce_in_fp32_of", "fp8_params_of", "low_precision_tp_gathers"]
 
 # Precisions whose NeMo/Megatron-Bridge recipes turn TP communication overlap (userbuffers) off:
 # every Llama recipe sets tp_comm_overlap = False if precision == "nvfp4" (scripts/performance/configs/
@@ -78,6 +78,22 @@ def grad_reduce_in_fp32_of(row: dict[str, str], framework: str) -> bool:
         return False
     precision = row.get("precision") or row.get("dtype") or "bf16"
     return not (any(r in source for r in _BF16_GRAD_NEMO_RELEASES) and precision != "bf16")
+
+
+def fp8_params_of(row: dict[str, str], framework: str, dtype: str) -> bool:
+    """TrainingWorkload.fp8_params of a row: Megatron-Bridge's FP8 and MXFP8 precision configs set
+    fp8_param_gather (training/mixed_precision.py v0.1.0rc4-v0.4.2: bf16_with_fp8_delayed_scaling_mixed,
+    bf16_with_fp8_current_scaling_mixed, bf16_with_mxfp8_mixed; not bf16_with_nvfp4_mixed, nor the
+    sub-channel FP8 that the 25.09/25.11 tables' numbers in parentheses use: 32x32 blocks on B200/GB200,
+    128x128 weights on H100, bf16_with_fp8_subchannel_scaling_mixed); NeMo 25.04's per-tensor FP8
+    (nemo/collections/llm/recipes/precision/mixed_precision.py @efa5817 bf16_with_fp8_mixed: True;
+    bf16_with_mxfp8_mixed: False). NeMo 24.x's tables do not say (False)."""
+    if framework != "nemo" or dtype not in ("fp8", "mxfp8"):
+        return False
+    source = row.get("source", "")
+    if "megatron-bridge" in row.get("framework", "").lower() or "Megatron-Bridge" in source:
+        return not (dtype == "fp8" and "alt variant in parentheses" in row.get("model", ""))
+    return dtype == "fp8" and any(r in source for r in _BF16_GRAD_NEMO_RELEASES)
 
 
 def low_precision_tp_gathers(framework: str, dtype: str, tp: int) -> bool:

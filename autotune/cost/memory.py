@@ -14,6 +14,10 @@ from dataclasses import dataclass
 
 from autotune.spec.workload import GEMM_OPERAND_BYTES
 
+# Block scales per element of the block-scaled formats (OCP MX spec: one E8M0 per 32; NVFP4: one
+# E4M3 per 16), as cost/quantize.py counts them.
+_SCALE_BYTES = {"mxfp8": 1.0 / 32.0, "nvfp4": 1.0 / 16.0}
+
 __all__ = ["StateBytes", "state_bytes_per_param", "StageMemory", "sharded_state_bytes"]
 
 
@@ -27,15 +31,17 @@ class StateBytes:
     moments: float
 
 
-def state_bytes_per_param(dtype: str, grad_reduce_in_fp32: bool = True) -> StateBytes:
+def state_bytes_per_param(dtype: str, grad_reduce_in_fp32: bool = True, fp8_params: bool = False) -> StateBytes:
     """Low-precision recipes add the GEMM-format copy of each weight, kept for the step
     (Transformer Engine caches it across micro-batches; 1 byte in FP8, 0.5 in FP4). Gradient
     buffers are fp32 unless the run reduces in 16 bits (TrainingWorkload.grad_reduce_in_fp32:
-    Megatron-Core's DDP then allocates them in the parameters' dtype)."""
+    Megatron-Core's DDP then allocates them in the parameters' dtype). With ``fp8_params`` the weights
+    are held only in the GEMM format (TrainingWorkload.fp8_params), block scales included."""
     if dtype == "fp32":
         return StateBytes(weights=4.0, gradients=4.0, master=0.0, moments=8.0)
     low = GEMM_OPERAND_BYTES.get(dtype, 0.0)
-    return StateBytes(weights=2.0 + low, gradients=4.0 if grad_reduce_in_fp32 else 2.0, master=4.0, moments=8.0)
+    weights = low + _SCALE_BYTES.get(dtype, 0.0) if fp8_params and low else 2.0 + low
+    return StateBytes(weights=weights, gradients=4.0 if grad_reduce_in_fp32 else 2.0, master=4.0, moments=8.0)
 
 
 @dataclass(frozen=True, kw_only=True)

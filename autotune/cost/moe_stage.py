@@ -18,7 +18,7 @@ from autotune.cost import stage as st
 from autotune.cost.comm import collective_time_s
 from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import grad_comm_bytes, sharded_state_memory
+from autotune.cost.sharding import grad_comm_bytes, sharded_state_memory, state_flags
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import layer_offload
 from autotune.cost.recompute_modules import expert_modules, modules_dropped_bytes
@@ -115,10 +115,10 @@ def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost,
 
 def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe, params, pos):
     gather = st._gather_bytes(ctx)
-    fp32_grads = ctx.workload.grad_reduce_in_fp32
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather, fp32_grads)
+    flags = state_flags(ctx.workload)
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather, *flags)
     e_weights, e_grads, e_optim = sharded_state_memory(n_moe * ex.params_per_gpu, ctx.workload.dtype,
-                                                       _expert_stage(stage), gather, fp32_grads)
+                                                       _expert_stage(stage), gather, *flags)
     saved, temporary = st._activation_bytes(ctx, stage, blocks, n_dense)
     saved = saved + n_moe * _saved_moe_layer(ctx, stage, moe, ex)
     moe_temp = st._scalar(moe.saved_bytes) + ex.saved_bytes + ex.buffer_bytes

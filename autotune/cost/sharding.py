@@ -38,7 +38,7 @@ from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 
 __all__ = ["GRAD_COMM_BYTES", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
-           "dp_step_comm_s", "sharded_state_memory", "grad_comm_bytes", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
+           "dp_step_comm_s", "sharded_state_memory", "grad_comm_bytes", "state_flags", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
 
 # Compute that runs while a collective is in flight is slower: the collective's kernels hold SMs
 # (NCCL runs one thread block per channel) and share HBM bandwidth. Lee et al. 2025 ("Characterizing
@@ -70,6 +70,11 @@ def rate_share(span: GroupSpan, cluster: ClusterSpec) -> float:
 # FSDP under torchtitan (mixed_precision_reduce float32) and composer's DEFAULT mixed precision;
 # fp16 runs reduce in fp16. FP8 recipes keep fp32 main gradients (Transformer Engine, torchao).
 GRAD_COMM_BYTES = {"fp32": 4.0, "bf16": 4.0, "fp16": 2.0, "fp8": 4.0, "fp8_rowwise": 4.0, "mxfp8": 4.0, "nvfp4": 4.0}
+
+
+def state_flags(workload) -> tuple[bool, bool]:
+    """(grad_reduce_in_fp32, fp8_params) of a training workload, for sharded_state_memory."""
+    return getattr(workload, "grad_reduce_in_fp32", True), getattr(workload, "fp8_params", False)
 
 
 def grad_comm_bytes(workload) -> float:
@@ -213,12 +218,12 @@ def dp_step_comm_s(cluster: ClusterSpec, stage: StagePlan, groups: ShardGroups, 
 
 
 def sharded_state_memory(params, dtype: str, stage: StagePlan, gather_bytes_per_param: float,
-                         grad_reduce_in_fp32: bool = True):
+                         grad_reduce_in_fp32: bool = True, fp8_params: bool = False):
     """(weights, gradients, optimizer states) bytes per GPU. ZeRO shards over ``dp_shard x
     cp`` ranks (Rajbhandari et al. SC'20, Fig. 1); zero 3 without resharding also holds the
     gathered weights and the unsharded gradients for the step (FSDP2 with
     reshard_after_forward=False and gradient sync once per step)."""
-    per = state_bytes_per_param(dtype, grad_reduce_in_fp32)
+    per = state_bytes_per_param(dtype, grad_reduce_in_fp32, fp8_params)
     shards = stage.shard_degree * stage.cp
     zero = stage.zero
     weights = params * per.weights / (shards if zero >= 3 else 1)

@@ -19,7 +19,7 @@ from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, overlap_penalty_s,
+from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, state_flags, overlap_penalty_s,
                                     overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
@@ -291,8 +291,8 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
 def _gather_bytes(ctx: StageContext) -> float:
     """Bytes per parameter in a weight all-gather: the compute dtype's, or the FP8 copy's when
     FSDP gathers FP8 weights (torchao float8's enable_fsdp_float8_all_gather; its amax
-    all-reduce is one small collective per step and left out)."""
-    if getattr(ctx.workload, "fp8_all_gather", False):
+    all-reduce is one small collective per step and left out) or the weights are kept in FP8."""
+    if getattr(ctx.workload, "fp8_all_gather", False) or getattr(ctx.workload, "fp8_params", False):
         return GEMM_OPERAND_BYTES[ctx.workload.dtype]
     return float(ctx.tables.act_bytes)
 
@@ -385,7 +385,7 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
         optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx), ctx.workload.grad_reduce_in_fp32)
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx), *state_flags(ctx.workload))
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,

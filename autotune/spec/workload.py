@@ -86,6 +86,10 @@ class TrainingWorkload:
     # --grad-reduce-in-bf16: NVIDIA's NeMo / Megatron-Bridge performance recipes), which halves
     # the gradient buffers and the data-parallel reduction bytes
     grad_reduce_in_fp32: bool = True
+    # Weights kept only in the GEMM format between steps (Transformer Engine's fp8_model_init, set by
+    # Megatron-Core's fp8_param_gather): no BF16 copy is held, and the data-parallel all-gather of the
+    # updated weights (distributed optimizer, FSDP) moves the low-precision copy
+    fp8_params: bool = False
     # Sequence-parallel TP all-gathers move the low-precision activations (and, backward, gradients):
     # torchao's Float8ColwiseParallel / PrepareFloat8ModuleInput cast before redistributing, and
     # Float8RowwiseParallel casts the output gradient before its backward all-gather
@@ -159,7 +163,7 @@ class TrainingWorkload:
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
         self._check_gather_calls()
-        for flag in ("fp8_all_gather", "fp8_tp_all_gather"):
+        for flag in ("fp8_all_gather", "fp8_tp_all_gather", "fp8_params"):
             require(not getattr(self, flag) or self.dtype in LOW_PRECISION_DTYPES, flag,
                     f"gathers FP8 tensors only under an FP8 recipe, not dtype {self.dtype!r}")
         require_positive("global_batch", self.global_batch)

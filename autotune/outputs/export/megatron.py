@@ -237,10 +237,33 @@ def _step_flags(ctx: ExportContext) -> list[Flag]:
                          ("--attention-backend", "flash" if w.attention_impl == "flash" else "unfused")]
     if w.dtype in ("bf16", "fp16"):
         flags.append((f"--{w.dtype}", None))
-    if w.dtype == "bf16" and not w.grad_reduce_in_fp32:  # gradients accumulated and reduced in bf16
-        flags.append(("--grad-reduce-in-bf16", None))
     if ctx.stage.fp8 and w.dtype == "bf16":  # FP8 GEMMs, E4M3 forward / E5M2 gradients, per-tensor (delayed) scales
         flags.append(("--fp8-format", "hybrid"))
+    flags += _low_precision_flags(ctx)
+    if w.dtype != "fp16" and w.dtype != "fp32" and not w.grad_reduce_in_fp32:  # gradients accumulated and reduced in bf16
+        flags.append(("--grad-reduce-in-bf16", None))
+    return flags
+
+
+# A low-precision workload's GEMM recipe as Megatron-LM names it (arguments.py --fp8-format/--fp8-recipe,
+# --fp4-format/--fp4-recipe), BF16 elsewhere; the per-tensor recipe from TrainingWorkload.fp8_recipe.
+_FP8_RECIPE = {"te_delayed": "delayed", "te_current": "tensorwise", "cast": "tensorwise"}
+
+
+def _low_precision_flags(ctx: ExportContext) -> list[Flag]:
+    w = ctx.workload
+    if w.dtype not in ("fp8", "mxfp8", "nvfp4", "fp8_rowwise"):
+        return []
+    if w.dtype == "fp8_rowwise":
+        raise refuse(NAME, "workload.dtype", "its FP8 recipes scale per tensor, per MX block or per 128-block "
+                                             "(--fp8-recipe tensorwise, delayed, mxfp8, blockwise), not per row")
+    if w.dtype == "nvfp4":
+        return [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    flags = [("--bf16", None), ("--fp8-format", "hybrid" if w.dtype == "fp8" else "e4m3"),
+             ("--fp8-recipe", _FP8_RECIPE[w.fp8_recipe] if w.dtype == "fp8" else "mxfp8")]
+    if w.fp8_params:  # weights kept in FP8, gathered in FP8 (MXFP8 reuses the gradient buffer for it)
+        flags.append(("--fp8-param-gather", None))
+        flags += [("--reuse-grad-buf-for-mxfp8-param-ag", None)] if w.dtype == "mxfp8" else []
     return flags
 
 

@@ -154,6 +154,9 @@ def _training(ctx: ExportContext) -> dict:
     if w.dtype in ("fp16", "nvfp4"):
         raise refuse(NAME, "workload.dtype", f"its mixed precision is bfloat16 or float32, with float8/mx "
                                              f"converters on the linears ({w.dtype} has no setting)")
+    if w.fp8_params:
+        raise refuse(NAME, "workload.fp8_params", "torchao's float8 keeps BF16 weights and casts them each step "
+                                                 "(enable_fsdp_float8_all_gather casts before the gather)")
     if not w.grad_reduce_in_fp32:
         raise refuse(NAME, "workload.grad_reduce_in_fp32", "FSDP2 reduces gradients in float32 only "
                                                            "(training.mixed_precision_reduce accepts 'float32')")
