@@ -21,18 +21,19 @@ def test_published_runs_fit_in_memory(data_dir):
 
 # What the cost model reaches on every expressible row of the three shipped CSVs (the issue's target is
 # mean <= 8% and worst <= 20%; these are the honest figures of this model, see docs/published-runs.md):
-# all 179 rows 8.1% / 54.1% (8.4% before GPT-OSS's measured expert-bias and clamp traffic, docs/moe.md;
-# 8.3% at the start of that round; 8.7% / 56.5% before the measured MoE traffic; 10.7% / 57.5% before
-# PyTorch's in-step Hopper GEMM rate; 11.2% before torchtitan's unfused Q/K/V), dense rows 6.9% / 28.6%
-# (7.0% before fused attention slowed below head dim 128; 9.2% / 29.5% two rounds back). The 17 MoE rows
+# all 190 rows 7.98% / 54.1% (the 179 rows before added_runs.csv took the rest of NeMo 24.07's FP8 table
+# and torchao's float8 training table: 8.1%; 8.4% before GPT-OSS's measured expert-bias and clamp traffic,
+# docs/moe.md; 8.7% / 56.5% before the measured MoE traffic; 10.7% / 57.5% before PyTorch's in-step Hopper
+# GEMM rate; 11.2% before torchtitan's unfused Q/K/V), dense rows 6.8% / 28.6% (162 rows 6.9%; 7.0% before
+# fused attention slowed below head dim 128; 9.2% / 29.5% two rounds back). The 17 MoE rows
 # (mean 19.5%, worst 54.1%, predicted too fast: mostly NeMo 25.09/25.11 releases that later releases run
 # up to 1.8x faster at the same layout, scripts/nemo_container_spread.py; 22.0% before the GPT-OSS terms,
 # 33.4% before they took their models' presets and recipes) have their own bound, as have NeMo's 17
 # long-context rows (4K-1M tokens, context parallel 1-32; mean 5.7%, worst 14.6%, all but two too slow).
-ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.09, 0.57
+ALL_ROWS_MEAN, ALL_ROWS_WORST = 0.085, 0.57
 DENSE_ROWS_MEAN, DENSE_ROWS_WORST = 0.075, 0.30
 MOE_ROWS_MEAN, MOE_ROWS_WORST = 0.21, 0.57
-# torchtitan on Grand Teton's 500 W H100s (bf16 5.6%, fp8 11.4% mean; fp8 12.2% before K/V went through
+# torchtitan on Grand Teton's 500 W H100s (bf16 5.6%, fp8 11.5% mean with torchao's three rows, 11.4% without; fp8 12.2% before K/V went through
 # PyTorch's ring as wide as Q (repeat_kv), 13.1% before its tensor-parallel
 # all-gathers moved FP8, 13.4% before the BF16 head; bf16
 # 11.6% before PyTorch's GEMMs ran at their measured in-step rate on Hopper; 13.7% / 13.5% before its
@@ -77,7 +78,7 @@ def test_all_published_rows_within_the_thresholds_reached(data_dir):
     assert total.mean_abs_error <= ALL_ROWS_MEAN, table
     assert total.worst_abs_error <= ALL_ROWS_WORST, table
     dense = overall_error([c for c in checks if not c.run.model.is_moe])
-    assert dense.num_runs == 162
+    assert dense.num_runs == 173
     assert dense.mean_abs_error <= DENSE_ROWS_MEAN, table
     assert dense.worst_abs_error <= DENSE_ROWS_WORST, table
     moe = overall_error([c for c in checks if c.run.model.is_moe])
@@ -171,3 +172,18 @@ def test_moe_rows_take_their_models_preset_and_recipe(data_dir):
     assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm
     model, *_ = modern_run_from_row(rows["nemo-mb-053"])  # dense rows keep their columns
     assert model.head_dim == 8192 // 64
+
+
+def test_nemo_2407_fp8_table_whole(data_dir):
+    # NeMo 24.07's DGX H100 FP8 pre-training table: 4 rows in modern_runs.csv, the other 8 (GPT3-5B/20B,
+    # Llama 2 7B/13B/70B, Nemotron-340B, Llama 3 8B/70B with CP 2) added to added_runs.csv; the model had
+    # not seen them: mean 3.8%, worst 9.6% (GPT3-5B); with the 4 given rows 4.9% / 9.6%
+    from autotune.calibrate.published import check_published
+
+    checks = []
+    for name in ("modern_runs.csv", "added_runs.csv"):
+        checks += [c for c in check_published(data_dir / name)[0] if c.run.run_id.startswith("nemo-2407-")]
+    errors = {c.run.run_id: abs(c.error) for c in checks}
+    assert len(errors) == 12
+    assert sum(errors.values()) / len(errors) <= 0.06, errors
+    assert max(errors.values()) <= 0.11, errors
