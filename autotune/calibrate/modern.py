@@ -51,10 +51,18 @@ def runs_eager(row: dict[str, str]) -> bool:
     return framework_of(row) == "torchtitan" and (row.get("compile") or "no").lower() != "yes"
 
 
+# Other names of the frameworks above: Composer is llm-foundry's trainer (MosaicML); Megatron-LM and
+# Megatron-Core rows that do not say NeMo run Megatron's own defaults ("megatron", the legacy rows').
+_FRAMEWORK_ALIASES = (("composer", "llm-foundry"), ("mosaic", "llm-foundry"), ("megatron", "megatron"))
+
+
 def framework_of(row: dict[str, str]) -> str:
     name = row.get("framework", "").lower()
     for key in FRAMEWORK_DEFAULTS:
         if key in name:
+            return key
+    for alias, key in _FRAMEWORK_ALIASES:
+        if alias in name:
             return key
     return "megatron" if not name else name.split()[0]
 

@@ -21,8 +21,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from autotune.calibrate.framework_kernels import attention_kernel_speed, gemm_in_step_speed
-from autotune.calibrate.modern import (EAGER_ELEMENTWISE, Unexpressible, framework_of, regime_of, runs_eager,
-                                      safe_modern_run)
+from autotune.calibrate.modern import (EAGER_ELEMENTWISE, GPU_CLUSTERS, Unexpressible, framework_of, regime_of,
+                                      runs_eager, safe_modern_run)
+from autotune.calibrate.row_cells import missing_columns, normalized_row
 from autotune.calibrate.source_flops import derive_iter_s
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
@@ -158,22 +159,52 @@ def _with_derived_iter_s(row: dict[str, str], rows: list[dict[str, str]]) -> dic
 
 def load_runs(path: str | Path) -> tuple[list[PublishedRun], list[Unexpressible]]:
     """Parse a published-runs CSV (either layout of shared/reference/README.md): the runs the
-    cost model can price, and the rows it cannot with the reason."""
+    cost model can price, and the rows it cannot with the reason. Each row is checked on its own
+    (calibrate/row_cells.py): a malformed cell leaves that row unpriced, not the file."""
     try:
         with open(path, newline="") as handle:
-            rows = list(csv.DictReader(handle))
-        runs, skipped = [], []
-        for row in rows:
-            if "framework" in row and not row.get("iter_s"):  # TFLOP/s only: the source's FLOP count
-                row = _with_derived_iter_s(row, rows)
-            built = row if isinstance(row, Unexpressible) else (
-                _modern_run(row) if "framework" in row else _run_from_row(row))
-            (skipped if isinstance(built, Unexpressible) else runs).append(built)
-        return runs, skipped
+            reader = csv.DictReader(handle)
+            rows = list(reader)
     except OSError as err:
         raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
-    except (KeyError, ValueError) as err:
-        raise AutotuneError("runs", f"{str(path)!r} is malformed: {err}") from None
+    except (csv.Error, UnicodeDecodeError) as err:
+        raise AutotuneError("runs", f"{str(path)!r} is not a readable CSV: {err}") from None
+    if missing := missing_columns(reader.fieldnames):
+        raise AutotuneError("runs", f"{str(path)!r} lacks the column(s) {', '.join(missing)} "
+                                    "(see tests/data/modern_runs.csv for the layout)")
+    runs, skipped, readable = [], [], []
+    for number, row in enumerate(rows, start=2):
+        cells, why = normalized_row(row, tuple(GPU_CLUSTERS))
+        if cells is None:
+            skipped.append(Unexpressible(run_id=row.get("id") or f"line {number}", regime=_regime(row), reason=why))
+        else:
+            readable.append(cells)
+    for row in readable:
+        built = _built(row, readable)
+        (skipped if isinstance(built, Unexpressible) else runs).append(built)
+    return runs, skipped
+
+
+def _regime(row: dict[str, str]) -> str:
+    try:
+        return regime_of(row) if "framework" in row else f"{row['gpu']} | dense | {row['dtype']} | megatron"
+    except KeyError:
+        return "unknown"
+
+
+def _built(row: dict[str, str], rows: list[dict[str, str]]) -> PublishedRun | Unexpressible:
+    """One checked row priced as a run, or why it cannot be (an inconsistency the cells show only
+    together, such as GPUs that the parallel degrees do not multiply to)."""
+    try:
+        if "framework" in row and not row.get("iter_s"):  # TFLOP/s only: the source's FLOP count
+            row = _with_derived_iter_s(row, rows)
+            if isinstance(row, Unexpressible):
+                return row
+        return _modern_run(row) if "framework" in row else _run_from_row(row)
+    except AutotuneError as err:
+        return Unexpressible(run_id=row["id"], regime=_regime(row), reason=f"{err.field}: {err.message}")
+    except (KeyError, ValueError, ZeroDivisionError) as err:
+        return Unexpressible(run_id=row["id"], regime=_regime(row), reason=f"inconsistent cells: {err}")
 
 
 def load_published_runs(path: str | Path) -> list[PublishedRun]:
