@@ -47,6 +47,11 @@ _GPU_PATTERNS = (
     (("h100",), "H100-SXM5-80GB"),  # the SXM5 80 GB part (DGX/HGX H100); PCIe and NVL excluded below
     (("a100", "40gb"), "A100-40GB"),
     (("a100", "80gb"), "A100-SXM4-80GB"),
+    # V100: only spellings that name the board. SXM3 exists only as the 32 GB part of DGX-2/-2H;
+    # a bare "V100" or "V100 32GB" may be SXM2, SXM3 or PCIe, so it stays unmapped.
+    (("v100", "sxm3"), "V100-SXM3-32GB"),
+    (("dgx2",), "V100-SXM3-32GB"),  # DGX-2 and DGX-2H hold only V100 SXM3 32GB
+    (("v100", "sxm2", "32gb"), "V100-SXM2-32GB"),
 )
 # Parts with the same chip but another board (clocks, power, memory, links): no preset prices them.
 _OTHER_BOARDS = ("pcie", "nvl", "h800", "h20", "a800")

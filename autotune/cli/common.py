@@ -86,8 +86,9 @@ def refuse_given(args: argparse.Namespace, defaults: dict[str, Any], dests: tupl
 
 
 def resolve_dtype(args: argparse.Namespace) -> str:
-    """--dtype, or its default: bf16 where the device has a bf16 GEMM fit, else fp32 (a CPU
-    profile refuses bf16 fits whose throughput depends on layout; see docs/profiling.md)."""
+    """--dtype, or its default: bf16 where the device has a bf16 GEMM fit, fp16 on a GPU with
+    FP16 tensor cores only (Volta), else fp32 (a CPU profile refuses bf16 fits whose throughput
+    depends on layout; see docs/profiling.md)."""
     if args.dtype is not None:
         return args.dtype
     from autotune.spec.resolve import resolve_cluster
@@ -97,7 +98,7 @@ def resolve_dtype(args: argparse.Namespace) -> str:
     try:
         device.regression("gemm", "bf16")
     except AutotuneError:
-        return "fp32"
+        return "fp16" if device.kind == "gpu" and ("gemm", "fp16") in device.compute else "fp32"
     return "bf16"
 
 

@@ -181,10 +181,11 @@ class DeviceProfile:
         """Refuse a training dtype whose GEMMs this device has no fit for (no such tensor
         cores: FP8 before Hopper, MXFP8/NVFP4 before Blackwell)."""
         gemm = dtype  # low-precision recipes name their GEMM format (spec.workload.gemm_dtype)
+        fitted = sorted({d for (c, d) in self.compute if c == "gemm"})
+        usable = next((d for d in ("bf16", "fp16") if d in fitted), "a dtype it fits")  # Volta: fp16 only
         require(("gemm", gemm) in self.compute or (dtype == "fp16" and ("gemm", "bf16") in self.compute), "dtype",
                 f"{self.name} cannot run {dtype}: its profile has no {gemm} GEMM (no such tensor cores); "
-                f"use bf16, or a device that has them (fits for: "
-                f"{', '.join(sorted({d for (c, d) in self.compute if c == 'gemm'}))})")
+                f"use {usable}, or a device that has them (fits for: {', '.join(fitted)})")
 
     def memory_regression(self, role: str) -> Regression:
         """The per-byte fit pricing memory-bound operators of ``role`` (``stream`` or one of
