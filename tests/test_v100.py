@@ -82,7 +82,8 @@ def test_search_finds_a_plan_on_a_dgx2(capsys):
 
 
 @pytest.mark.parametrize("spelling, canonical", [
-    ("Tesla V100-SXM3-32GB", "V100-SXM3-32GB"), ("V100 SXM3", "V100-SXM3-32GB"), ("DGX-2H", "V100-SXM3-32GB"),
+    ("Tesla V100-SXM3-32GB", "V100-SXM3-32GB"), ("Tesla V100-SXM3-32GB-H", "V100-SXM3-32GB"),
+    ("V100 SXM3", "V100-SXM3-32GB"), ("DGX-2H", "V100-SXM3-32GB"),
     ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
     ("V100", None), ("V100-32GB", None), ("V100 32GB", None), ("V100-SXM2-16GB", None), ("V100 PCIe 32GB", None),
 ])
