@@ -17,13 +17,14 @@ RUNS = "tests/data/v100_runs.csv"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("cluster, device, gpus_per_node, peak_fp16", [
-    ("dgx-2", "V100-SXM3-32GB", 16, 130e12), ("dgx-1-v100", "V100-SXM2-32GB", 8, 125e12)])
-def test_presets_load_with_volta_numbers_and_sources(cluster, device, gpus_per_node, peak_fp16):
+@pytest.mark.parametrize("cluster, device, gpus_per_node, peak_fp16, hbm_gib", [
+    ("dgx-2", "V100-SXM3-32GB", 16, 130e12, 32), ("dgx-1-v100", "V100-SXM2-32GB", 8, 125e12, 32),
+    ("dgx-1-v100-16gb", "V100-SXM2-16GB", 8, 125e12, 16)])
+def test_presets_load_with_volta_numbers_and_sources(cluster, device, gpus_per_node, peak_fp16, hbm_gib):
     spec = load_cluster(cluster)
     assert spec.device.name == device and spec.gpus_per_node == gpus_per_node
     assert spec.device.peak("fp16") == peak_fp16
-    assert spec.device.memory_bytes == 32 * 2**30 and spec.device.tier("sram").capacity_bytes == 6 * 2**20
+    assert spec.device.memory_bytes == hbm_gib * 2**30 and spec.device.tier("sram").capacity_bytes == 6 * 2**20
     # fitted speeds stay below the datasheet peaks they come from
     assert spec.device.regression("gemm", "fp16").throughput < peak_fp16
     assert spec.device.memory.throughput < spec.device.tier("hbm").bandwidth_bytes_per_s
@@ -84,8 +85,9 @@ def test_search_finds_a_plan_on_a_dgx2(capsys):
 @pytest.mark.parametrize("spelling, canonical", [
     ("Tesla V100-SXM3-32GB", "V100-SXM3-32GB"), ("Tesla V100-SXM3-32GB-H", "V100-SXM3-32GB"),
     ("V100 SXM3", "V100-SXM3-32GB"), ("DGX-2H", "V100-SXM3-32GB"),
-    ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"),
-    ("V100", None), ("V100-32GB", None), ("V100 32GB", None), ("V100-SXM2-16GB", None), ("V100 PCIe 32GB", None),
+    ("Tesla V100-SXM2-32GB", "V100-SXM2-32GB"), ("Tesla V100-SXM2-16GB", "V100-SXM2-16GB"),
+    ("V100", None), ("V100-32GB", None), ("V100 32GB", None), ("V100-SXM2", None), ("V100 PCIe 32GB", None),
+    ("V100S-PCIE-32GB", None),
 ])
 def test_only_v100_spellings_that_name_the_board_are_mapped(spelling, canonical):
     assert canonical_gpu(spelling, tuple(GPU_CLUSTERS)) == canonical
@@ -98,7 +100,7 @@ def _unfused_script():
     return module
 
 
-@pytest.mark.parametrize("name", ["v100-sxm3-32gb", "v100-sxm2-32gb"])
+@pytest.mark.parametrize("name", ["v100-sxm3-32gb", "v100-sxm2-32gb", "v100-sxm2-16gb"])
 def test_the_attention_fit_is_what_the_unfused_operators_cost(name):
     """No FlashAttention on Volta: the shipped fit must equal the derivation from the profile's own
     GEMM and memory fits (scripts/v100_unfused_attention.py), so it cannot go stale when they change."""

@@ -34,7 +34,7 @@ GPU_CLUSTERS = {
     "A100-40GB": "dgx-a100-40gb", "A100-80GB": "dgx-a100-80gb", "A100-SXM4-80GB": "dgx-a100-80gb",
     "H100-80GB": "dgx-h100", "H100-SXM5-80GB": "dgx-h100", "H200": "dgx-h200",
     "H100-96GB-HBM2e-500W": "grand-teton-h100", "B200": "dgx-b200", "GB200": "gb200-nvl72-64",
-    "V100-SXM3-32GB": "dgx-2", "V100-SXM2-32GB": "dgx-1-v100",
+    "V100-SXM3-32GB": "dgx-2", "V100-SXM2-32GB": "dgx-1-v100", "V100-SXM2-16GB": "dgx-1-v100-16gb",
 }
 
 

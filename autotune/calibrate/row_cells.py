@@ -52,6 +52,7 @@ _GPU_PATTERNS = (
     (("v100", "sxm3"), "V100-SXM3-32GB"),
     (("dgx2",), "V100-SXM3-32GB"),  # DGX-2 and DGX-2H hold only V100 SXM3 32GB
     (("v100", "sxm2", "32gb"), "V100-SXM2-32GB"),
+    (("v100", "sxm2", "16gb"), "V100-SXM2-16GB"),
 )
 # Parts with the same chip but another board (clocks, power, memory, links): no preset prices them.
 _OTHER_BOARDS = ("pcie", "nvl", "h800", "h20", "a800")

@@ -27,7 +27,7 @@ def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = Tru
     parser.add_argument("--model", required=model_required, help="preset name (e.g. large, gpt3-175b, llama3-70b) or path to a Hugging Face config.json")
     parser.add_argument("--gpus", type=positive_int, required=gpus_required, help="number of GPUs")
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset (dgx-a100-80gb, dgx-a100-40gb, dgx-h100, dgx-h200, dgx-h100-cxl, dgx-b200, "
-                             "gb200-nvl72, grand-teton-h100, dgx-2, dgx-1-v100, cpu) or a cluster file")
+                             "gb200-nvl72, grand-teton-h100, dgx-2, dgx-1-v100[-16gb], cpu) or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
