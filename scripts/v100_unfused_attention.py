@@ -34,22 +34,22 @@ def _probe(head_dim: int) -> ModelSpec:
                      vocab_size=1024, max_seq_len=SEQ, tied_embeddings=True, dropout=False)
 
 
-def _attention_s(device, head_dim: int, impl: str, micro_batch: int) -> tuple[float, float]:
-    """(seconds, executed FLOPs) of one layer's attention core, forward + backward, fp16."""
+def _attention_s(device, head_dim: int, impl: str, micro_batch: int) -> float:
+    """Seconds of one layer's attention core (``impl`` operators), forward + backward, fp16."""
     table = OpTable.from_operators(_attention_ops(_probe(head_dim), SEQ, 2, impl))
     times = block_times(table, device, "fp16", micro_batch, 1, 1, False)
-    seconds = float(np.sum(times.fwd_ops_s) + np.sum(times.bwd_ops_s)) * device.kernel_efficiency
-    flops = float(np.sum(table.flops * (1.0 + table.bwd_flops_factor))) * micro_batch
-    return seconds, flops
+    return float(np.sum(times.fwd_ops_s) + np.sum(times.bwd_ops_s)) * device.kernel_efficiency
 
 
 def fit(device, head_dim: int) -> tuple[float, float]:
-    """(latency_s, seconds_per_flop) of the unfused path per fused-kernel FLOP (two micro-batches)."""
-    (t1, f1), (t8, f8) = _attention_s(device, head_dim, "unfused", 1), _attention_s(device, head_dim, "unfused", 8)
-    spf = (t8 - t1) / (f8 - f1)
+    """(latency_s, seconds_per_flop) of the unfused operators' time per FLOP of the fused operator
+    (forward + backward FLOPs as the cost model counts them for it), from micro-batches 1 and 8."""
     fused = OpTable.from_operators(_attention_ops(_probe(head_dim), SEQ, 2, "flash"))
+    flops = float(np.sum(fused.flops * (1.0 + fused.bwd_flops_factor)))  # per sequence
+    t1, t8 = _attention_s(device, head_dim, "unfused", 1), _attention_s(device, head_dim, "unfused", 8)
+    spf = (t8 - t1) / (7.0 * flops)
     launches = float(np.sum(fused.kernels + fused.bwd_kernels))  # the fused op pays its latency per launch
-    return max(0.0, (t1 - spf * f1) / launches), spf
+    return max(0.0, (t1 - spf * flops) / launches), spf
 
 
 def main(path: str) -> None:

@@ -115,6 +115,32 @@ def test_the_attention_fit_is_what_the_unfused_operators_cost(name):
     assert base.regression("attention", "fp16").throughput < 0.7 * base.regression("gemm", "fp16").throughput
 
 
+@pytest.mark.parametrize("seq, head_dim", [(1024, 64), (1024, 96), (2048, 64), (2048, 128)])
+def test_the_fused_attention_operator_costs_what_the_unfused_operators_cost(monkeypatch, seq, head_dim):
+    """Across sequence lengths and head dims (the fit is taken at 1024 and 128) the fused operator,
+    priced with the V100 fit, and Megatron's unfused operators, priced with the GEMM and memory fits,
+    agree within 10% (the log2 head-dim interpolation of cost/compute.py is the rest)."""
+    script = _unfused_script()
+    monkeypatch.setattr(script, "SEQ", seq)
+    base = load_device("v100-sxm3-32gb")
+    device = base.with_changes(compute={k: v for k, v in base.compute.items() if k[0] != "attention"})
+    for micro_batch in (1, 8):
+        fused = script._attention_s(base, head_dim, "flash", micro_batch)
+        unfused = script._attention_s(device, head_dim, "unfused", micro_batch)
+        assert fused == pytest.approx(unfused, rel=0.1)
+
+
+def test_flash_and_unfused_plans_price_alike_on_volta():
+    import autotune
+    from autotune.spec.presets import load_preset
+    from autotune.spec.workload import TrainingWorkload
+
+    model = load_preset("gpt3-1.3b").with_changes(dropout=False)  # attention dropout only exists unfused
+    steps = [autotune.evaluate(model, 16, cluster="dgx-1-v100", workload=TrainingWorkload(
+        global_batch=64, seq_len=2048, dtype="fp16", attention_impl=impl)).step_time_s for impl in ("flash", "unfused")]
+    assert steps[0] == pytest.approx(steps[1], rel=0.05)
+
+
 def test_published_v100_runs_are_priced_within_a_loose_bound():
     """Every row of tests/data/v100_runs.csv is priced. The cost model prices them as Megatron-Core
     would run them (overlapped gradient all-reduce, no dropout, fused elementwise kernels;
