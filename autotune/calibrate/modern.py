@@ -183,6 +183,9 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
                     and (row.get("arch") != "moe" or _recipe_key(row) not in NEMO_NO_TP_OVERLAP))
     options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
                "overlap_tp_comm": tp > 1 and (nemo_overlap or async_tp)}
+    if megatron_legacy(row, framework):  # nothing overlapped (megatron_legacy)
+        options.update(overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p_comm=False,
+                       overlap_tp_comm=False)
     if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
         options["reshard_after_forward"] = False
     if framework == "torchtitan":
@@ -219,6 +222,17 @@ def _deepspeed_2021(row: dict[str, str], framework: str) -> bool:
     return framework == "deepspeed" and bool(re.search(r"2021|sc'?21|\b0\.[345]\.\d", text))
 
 
+def megatron_legacy(row: dict[str, str], framework: str) -> bool:
+    """A Megatron-LM row of 2019-2021 (its source or framework says 2019, 2020, 2021 or SC'21). The code
+    of that time (Megatron-LM @ebbe40cd36, Oct 2019: megatron/mpu/transformer.py, model/distributed.py)
+    ran attention unfused (scores, softmax and dropout in eager PyTorch), dropout after attention and
+    MLP, and all-reduced the gradients after the backward pass (the overlapping hook is commented
+    out); tensor-parallel and pipeline communication were not overlapped either (Narayanan et al.
+    SC'21 sec. 4; the legacy rows of published_runs.csv are priced the same way)."""
+    text = " ".join(row.get(k, "") for k in ("source", "framework")).lower()
+    return framework == "megatron" and bool(re.search(r"\b20(19|20|21)\b|sc'?21", text))
+
+
 def modern_run_from_row(row: dict[str, str]):
     """(model, workload, cluster name, plan) of one modern row, or an Unexpressible."""
     framework = framework_of(row)
@@ -230,6 +244,9 @@ def modern_run_from_row(row: dict[str, str]):
     if cluster is None:
         return Unexpressible(run_id=row["id"], regime=regime, reason=f"no cluster preset for {row['gpu']}")
     model = _moe_preset(row, _model(row, framework))
+    legacy = megatron_legacy(row, framework)
+    if legacy:
+        model = model.with_changes(dropout=True)
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
     slots = embedding_loss_slots(model.num_layers, pp * vpp, framework)
@@ -245,7 +262,7 @@ def modern_run_from_row(row: dict[str, str]):
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
     of_2021 = _deepspeed_2021(row, framework)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
-                                attention_impl="unfused" if of_2021 else "flash",
+                                attention_impl="unfused" if of_2021 or legacy else "flash",
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
                                 fp8_tp_all_gather=low_precision_tp_gathers(framework, dtype, tp),
                                 qkv_fused=framework != "torchtitan", kv_heads_expanded=framework == "torchtitan",
