@@ -33,6 +33,9 @@ WEIGHT_CAST_REUSERS = ("nemo", "megatron")
 FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     "llm-foundry": (
         ("sharding", "zero 3, reshard after forward", "FSDP1 FULL_SHARD in every benchmark yaml (scripts/train/benchmarking)"),
+        ("zero 2", "FSDP1 SHARD_GRAD_OP: zero 3 without resharding after forward (one gather per micro-batch)",
+         "composer's only ZeRO-2-like strategy; SHARD_GRAD_OP shards parameters at rest and keeps them gathered "
+         "from forward to backward (torch.distributed.fsdp.ShardingStrategy)"),
         ("gradient reduce", "reduce-scatter every micro-batch", "FSDP1 reduces each backward; composer uses no no_sync under FULL_SHARD"),
         ("precision", "bf16 gathers, fp32 gradient reduce", "composer mixed_precision DEFAULT: param bf16, reduce fp32"),
         ("model", "GPT: LayerNorm, biases, learned positions, tied embeddings, no dropout",

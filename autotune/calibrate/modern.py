@@ -188,6 +188,8 @@ def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict
                        overlap_tp_comm=False)
     if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
         options["reshard_after_forward"] = False
+    if framework == "llm-foundry" and zero == 2:  # composer's SHARD_GRAD_OP (FRAMEWORK_DEFAULTS)
+        options.update(zero=3, reshard_after_forward=False)
     if framework == "torchtitan":
         options["overlap_tp_backward"] = False  # PyTorch async TP decomposes the forward graph's collectives
         options["reshard_after_forward"] = pp == 1
