@@ -25,13 +25,15 @@ def test_every_row_is_priced_and_none_is_a_given_row(data_dir):
 
 
 def test_archive_accuracy(data_dir):
-    # 145 rows at 7.0% mean, worst 22.7% (A100-40GB MPT-70b on 64 GPUs, micro-batch 2; docs/published-runs.md)
+    # 145 rows at 5.6% mean (7.0% before full recomputation stopped early), worst 28.5% (A100-40GB MPT-70b
+    # on 64 GPUs at micro-batch 2, 40% slower per token than on 128 GPUs at 4; docs/published-runs.md)
     checks, _ = check_published(data_dir / "llmfoundry_archive.csv")
     total = overall_error(checks)
-    assert total.mean_abs_error <= 0.08 and total.worst_abs_error <= 0.25, total
-    # rows without activation checkpointing carry no bias; with it, about +11% (predicted too slow)
-    plain = overall_error([c for c in checks if c.run.plan.stages[0].recompute == "none"])
-    assert plain.mean_abs_error <= 0.06, plain
+    assert total.mean_abs_error <= 0.06 and total.worst_abs_error <= 0.30, total
+    # full checkpointing: 6.8% / +2.5% (10.8% / +8.7% before early stop); none: 4.8% / -2.5%
+    for recompute, bound in (("none", 0.05), ("full", 0.07)):
+        rows = overall_error([c for c in checks if c.run.plan.stages[0].recompute == recompute])
+        assert rows.mean_abs_error <= bound and abs(rows.mean_signed_error) <= 0.035, (recompute, rows)
 
 
 def test_shard_grad_op_rows_keep_parameters_gathered_from_forward_to_backward(data_dir):

@@ -12,7 +12,8 @@ from autotune.calibrate.deepspeed_2021 import (DEEPSPEED_2021_MAX_REUSE_ELEMENTS
 from autotune.calibrate.framework_kernels import PYTORCH_GEMM_IN_STEP_HOPPER
 from autotune.calibrate.source_flops import SOURCE_FLOPS
 
-__all__ = ["FRAMEWORK_DEFAULTS", "DEEPSPEED_2021_GATHER_BYTES_PER_S", "WEIGHT_CAST_REUSERS", "EAGER_ELEMENTWISE"]
+__all__ = ["FRAMEWORK_DEFAULTS", "DEEPSPEED_2021_GATHER_BYTES_PER_S", "WEIGHT_CAST_REUSERS", "EARLY_STOP_RECOMPUTERS",
+           "EAGER_ELEMENTWISE"]
 
 # DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU even over
 # NVLink: each of 8 GPUs took in 7/8 of 10 GB of fp16 weights in the 420 ms a 5B model's forward
@@ -28,6 +29,11 @@ DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
 # False. torchao's Float8Linear (torchtitan) and TE modules called without the flag
 # (Composer/llm-foundry) cast it at every forward.
 WEIGHT_CAST_REUSERS = ("nemo", "megatron")
+# Runtimes whose full recomputation is PyTorch's non-reentrant checkpoint with early stop
+# (TrainingWorkload.recompute_early_stop): torchtitan (checkpoint_wrapper, torch >= 2.5) and llm-foundry's
+# benchmark sweep (activation_checkpointing_reentrant: false in its pretrain yamls, run on
+# mosaicml/pytorch:2.1.0 by scripts/train/benchmarking/sweep.sh @b2a43a1, Oct 2023).
+EARLY_STOP_RECOMPUTERS = ("torchtitan", "llm-foundry")
 
 # (setting, value assumed, why). Printed by ``autotune check-published --assumptions``.
 FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -46,6 +52,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "eager PyTorch's GEMMs inside fwd+bwd steps on an H100 against the micro-benchmark line at the same "
          "shapes (docs/h100-measured.md; framework_kernels.py); A100 keeps the fit (not measured)"),
         ("micro-batches", "global_batch / (micro_batch x dp)", "GradAccum column of the source table"),
+        ("activation checkpointing", "whole block, early stop: the FFN down projection and last residual add "
+         "are not rerun", "activation_checkpointing_reentrant: false on torch 2.1 (sweep.sh image); early stop "
+         "is non-reentrant checkpoint's default since 2.1 (pytorch#96866)"),
     ),
     "torchtitan": (
         ("sharding", "zero 3 (FSDP2); reshard after forward unless pipelined",
@@ -58,6 +67,9 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "cuDNN SDPA was opt-in on H100 until torch 2.9 (pytorch#138522, #142132, #162073)"),
         ("GEMMs on Hopper", f"bf16 GEMMs at {PYTORCH_GEMM_IN_STEP_HOPPER:.2f} of the device's GEMM fit",
          "as llm-foundry: PyTorch issues cuBLAS GEMMs, compiled or not (Inductor leaves matmuls to cuBLAS)"),
+        ("full activation checkpointing", "early stop: the FFN down projection and last residual add are not rerun",
+         "apply_ac wraps each block in non-reentrant checkpoint_wrapper; compiled blocks' partitioner recomputes "
+         "only what the backward reads"),
         ("pipeline micro-batches", "pp (one per stage)", "pipeline_parallel_microbatches defaults to the stage count"),
         ("interleaved stages per rank", "2", "not stated in the table; the smallest interleaving"),
         ("tensor parallel", "sequence parallel, loss parallel; async TP overlaps when the row says so, "

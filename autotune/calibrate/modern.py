@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 
 from autotune.calibrate.deepspeed_2021 import deepspeed_2021_calls
 from autotune.calibrate.framework_defaults import (DEEPSPEED_2021_GATHER_BYTES_PER_S, EAGER_ELEMENTWISE,  # noqa: F401
-                                                   FRAMEWORK_DEFAULTS, WEIGHT_CAST_REUSERS)
+                                                   EARLY_STOP_RECOMPUTERS, FRAMEWORK_DEFAULTS, WEIGHT_CAST_REUSERS)
 from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED  # noqa: F401
 from autotune.calibrate.nemo_moe_recipes import (NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_NO_TP_OVERLAP,  # noqa: F401
                                                  NEMO_RECOMPUTE_MODULES)
@@ -269,6 +269,7 @@ def modern_run_from_row(row: dict[str, str]):
                                 fp8_tp_all_gather=low_precision_tp_gathers(framework, dtype, tp),
                                 qkv_fused=framework != "torchtitan", kv_heads_expanded=framework == "torchtitan",
                                 reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
+                                recompute_early_stop=framework in EARLY_STOP_RECOMPUTERS,
                                 fp8_recipe=fp8_recipe_of(row, framework),
                                 grad_reduce_in_fp32=grad_reduce_in_fp32_of(row, framework),
                                 fp8_params=fp8_params_of(row, framework, dtype),

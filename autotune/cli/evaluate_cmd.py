@@ -38,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 DEFAULTS: dict[str, object] = {}
 INFERENCE_ONLY = ("batch", "prompt_len", "output_len", "target_tpot_ms", "target_ttft_ms")
-TRAINING_ONLY = ("global_batch", "seq_len", "activation_offload_layers", "unfused_qkv", "param_gather_gbps", "host_dispatch", "cuda_graph_scope")
+TRAINING_ONLY = ("global_batch", "seq_len", "activation_offload_layers", "unfused_qkv", "param_gather_gbps", "host_dispatch", "cuda_graph_scope",
+                 "recompute_early_stop")
 DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "recompute_layers", "recompute_modules", "activation_offload_layers", "sequence_parallel", "zero", "schedule",
            "overlap_tp_comm", "async_tp", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
 
@@ -80,6 +81,10 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
                         help="PyTorch's async TP: TP collectives overlapped in the forward pass only (torchtitan)")
     parser.add_argument("--unfused-qkv", action="store_true",
                         help="Q, K and V projections as three GEMMs (torchtitan, Hugging Face), not one")
+    parser.add_argument("--recompute-early-stop", action="store_true",
+                        help="full recomputation skips each block's FFN down projection and last residual add "
+                             "(PyTorch's non-reentrant checkpoint: torchtitan, llm-foundry), not the whole layer "
+                             "(Megatron-Core, DeepSpeed)")
     parser.add_argument("--recast-weights", action="store_true",
                         help="low-precision recipes: cast the weights at every micro-batch's forward (torchao "
                              "float8, llm-foundry), not once per step (Transformer Engine under Megatron)")
@@ -126,6 +131,7 @@ def _workload(args: argparse.Namespace, model: object) -> object:
         work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0),
                        qkv_fused=not getattr(args, "unfused_qkv", False),
                        reuse_weight_casts=not getattr(args, "recast_weights", False),
+                       recompute_early_stop=getattr(args, "recompute_early_stop", False),
                        fp8_recipe=getattr(args, "fp8_recipe", "cast"),
                        param_gather_bytes_per_s=getattr(args, "param_gather_gbps", 0.0) * 1e9,
                        host_dispatch=getattr(args, "host_dispatch", "hidden"),

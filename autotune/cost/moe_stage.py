@@ -21,7 +21,7 @@ from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import grad_comm_bytes, sharded_state_memory, state_flags
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import layer_offload
-from autotune.cost.recompute_modules import expert_modules, modules_dropped_bytes
+from autotune.cost.recompute_modules import early_stop_applies, expert_modules, modules_dropped_bytes
 from autotune.cost.moe import ExpertLayerCost, expert_layer_cost, expert_spans, moe_layer_split
 from autotune.errors import require
 from autotune.plan.plan import StagePlan
@@ -106,8 +106,8 @@ def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost,
     others_bwd = sum(st._scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
     expert_recompute = _expert_recompute_s(stage, ex)
     fwd = n_dense * st._scalar(dense.fwd_s) + n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s) + others_fwd
-    bwd = (n_dense * (st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer))
-           + n_moe * (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer)
+    bwd = (n_dense * (st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer, early_stop_applies(ctx)))
+           + n_moe * (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer, early_stop_applies(ctx))
                       + ex.bwd_s + expert_recompute)
            + others_bwd)
     return fwd, bwd
@@ -134,9 +134,9 @@ def _host_s(ctx, stage: StagePlan, dense, moe, ex: ExpertLayerCost, per_layer_co
     """Exposed host dispatch per micro-batch (cost/host.py): the dense layers against their kernels
     and exposed collectives, the MoE layers against theirs, the forward's exchanges included."""
     expert_recompute = _expert_recompute_s(stage, ex)
-    dense_gpu_bwd = st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer)
+    dense_gpu_bwd = st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer, early_stop_applies(ctx))
     moe_fwd = st._scalar(moe.fwd_s) + ex.fwd_s + ex.recompute_comm_s
-    moe_bwd = (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer) + ex.bwd_s
+    moe_bwd = (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer, early_stop_applies(ctx)) + ex.bwd_s
                + expert_recompute + (ex.comm_s - ex.recompute_comm_s) + per_layer_comm)
     return (n_dense * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=st._scalar(dense.fwd_s),
                                     gpu_bwd_s=dense_gpu_bwd + per_layer_comm)

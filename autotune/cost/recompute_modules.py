@@ -26,8 +26,8 @@ import numpy as np
 
 from autotune.cost.compute import op_amounts, saved_ops_bytes
 
-__all__ = ["MODULE_OPS", "OUTPUT_DISCARDING", "module_mask", "modules_fwd_s", "modules_dropped_bytes",
-           "expert_modules"]
+__all__ = ["MODULE_OPS", "OUTPUT_DISCARDING", "EARLY_STOP_SKIPPED", "module_mask", "modules_fwd_s",
+           "modules_dropped_bytes", "expert_modules", "early_stop_applies", "early_stop_skipped_fwd_s"]
 
 _SHARED = ("shared_up", "shared_gate", "shared_act", "shared_down")
 MODULE_OPS = {
@@ -38,6 +38,11 @@ MODULE_OPS = {
     "moe": ("router", "router_topk", "permute", "unpermute", *_SHARED),
 }
 OUTPUT_DISCARDING = ("layernorm", "mla_up_proj", "moe_act")
+# Operators a full recomputation under early stop does not rerun (TrainingWorkload.recompute_early_stop):
+# the down projection saves its input before its kernel runs, the last save of the block, and the
+# residual add after it saves nothing. Measured with torch 2.13 here: a checkpointed pre-norm block
+# reruns 3 of its 4 linears and not the final add (tests/test_recompute_early_stop.py); reentrant 4.
+EARLY_STOP_SKIPPED = ("ffn_down", "ffn_residual")
 
 
 def _modules(stage) -> tuple:
@@ -96,3 +101,17 @@ def expert_modules(stage, ex) -> tuple:
     if "moe_act" in modules:
         return ex.act_fwd_s, ex.act_out_bytes, 0.0
     return 0.0, 0.0, 0.0
+
+
+def early_stop_skipped_fwd_s(block, table):
+    """Forward seconds of one layer's operators that a full recomputation with early stop skips
+    (0 for tables without them: an MoE layer's non-expert part, whose last operators save)."""
+    mask = np.array([name in EARLY_STOP_SKIPPED for name in table.names], dtype=bool)
+    return (block.fwd_ops_s * mask).sum(-1) if mask.any() else 0.0
+
+
+def early_stop_applies(ctx) -> bool:
+    """Whether the stage's full recomputation stops early: the runtime's checkpoint does
+    (TrainingWorkload.recompute_early_stop) and no dropout after the FFN saves a mask, which makes
+    the down projection's output needed again (measured as EARLY_STOP_SKIPPED)."""
+    return bool(getattr(ctx.workload, "recompute_early_stop", False)) and not ctx.tables.model.dropout

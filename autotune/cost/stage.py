@@ -25,7 +25,7 @@ from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import layer_offload, offloads, training_offload
 from autotune.cost.quantize import amax_all_reduce_s
-from autotune.cost.recompute_modules import modules_dropped_bytes, modules_fwd_s
+from autotune.cost.recompute_modules import early_stop_applies, early_stop_skipped_fwd_s, modules_dropped_bytes, modules_fwd_s
 from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -154,10 +154,10 @@ def _blocks(ctx: StageContext, stage: StagePlan) -> dict[str, BlockTimes]:
     return blocks
 
 
-def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, table) -> float:
-    """Forward seconds one layer of ``table`` runs again in backward (modules: cost/recompute_modules.py)."""
+def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, table, early_stop: bool = False) -> float:
+    """Forward seconds one layer of ``table`` runs again in backward (modules, early stop: cost/recompute_modules.py)."""
     if stage.recompute == "full":
-        return _scalar(layer.fwd_s)
+        return _scalar(layer.fwd_s - (early_stop_skipped_fwd_s(layer, table) if early_stop else 0.0))
     if stage.recompute == "selective_op":  # torchtitan's _op_sac policy: every other matmul, no attention
         share = np.array([0.5 if k == "gemm" else 0.0 if k in ("attention", "bmm") else 1.0 for k in table.kinds])
         return _scalar((layer.fwd_ops_s * share).sum(-1))
@@ -282,7 +282,7 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
 def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes):
     """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py, zero3_calls.py)."""
     table = ctx.tables.moe_layer if np.shape(getattr(layer, "fwd_ops_s", ()))[-1:] != (len(ctx.tables.layer),) else ctx.tables.layer
-    groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, table)
+    groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, table, early_stop_applies(ctx))
     return groups, zero3_layer_traffic(ctx.workload, ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
                                        grad_comm_bytes(ctx.workload), _scalar(layer.fwd_s),
                                        _scalar(layer.bwd_s) + recompute, recompute)
@@ -371,7 +371,7 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
     if stage.cache_group_layers:  # cache-aware layer grouping (cost/cache.py)
         blocks["layer"] = layer = training_grouped_layer(ctx, stage, layer, n)
     fwd = n * _scalar(layer.fwd_s) + sum(_scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
-    recompute = _recompute_fwd_s(stage, layer, ctx.tables.layer)
+    recompute = _recompute_fwd_s(stage, layer, ctx.tables.layer, early_stop_applies(ctx))
     bwd = n * (_scalar(layer.bwd_s) + recompute) + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
     params = n * _scalar(layer.params_per_gpu) + sum(
         _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")

@@ -146,6 +146,12 @@ class TrainingWorkload:
     reuse_weight_casts: bool = True
     # How the per-tensor ``fp8`` recipe casts (FP8_RECIPES, priced in cost/quantize.py)
     fp8_recipe: str = "cast"
+    # Full recomputation stops once every tensor the backward reads exists again: PyTorch's
+    # non-reentrant torch.utils.checkpoint (early stop, its default since 2.1: pytorch#96866) and
+    # torch.compile's partitioner skip a block's trailing operators that save nothing, the FFN
+    # down projection and the residual add after it (cost/recompute_modules.py EARLY_STOP_SKIPPED).
+    # Megatron-Core's and DeepSpeed's checkpoints rerun the whole layer (False).
+    recompute_early_stop: bool = False
 
     def __post_init__(self) -> None:
         require_choice("ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
