@@ -3,25 +3,16 @@ scripts/llmfoundry_archive.py from scripts/train/benchmarking/README.md @8c8dd48
 its tables that modern_runs.csv does not hold, priced with the llm-foundry defaults of the given
 rows. The script asserts the 71 shared rows come out cell for cell as modern_runs.csv has them."""
 
-import csv
-import math
+from archive_rows import priced_checks, read_rows
 
 from autotune.calibrate.published import check_published
 from autotune.calibrate.regimes import overall_error
 
 
-def _rows(path):
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_every_row_is_priced_and_none_is_a_given_row(data_dir):
-    rows = _rows(data_dir / "llmfoundry_archive.csv")
-    checks, skipped = check_published(data_dir / "llmfoundry_archive.csv")
-    assert not skipped, [(s.run_id, s.reason) for s in skipped]
-    assert {c.run.run_id for c in checks} == {r["id"] for r in rows}
-    assert all(math.isfinite(c.estimate.step_time_s) and c.estimate.step_time_s > 0 for c in checks)
-    assert not {r["id"] for r in _rows(data_dir / "modern_runs.csv")} & {r["id"] for r in rows}
+    priced_checks(data_dir / "llmfoundry_archive.csv")
+    given = {r["id"] for r in read_rows(data_dir / "modern_runs.csv")}
+    assert not given & {r["id"] for r in read_rows(data_dir / "llmfoundry_archive.csv")}
 
 
 def test_archive_accuracy(data_dir):
@@ -39,7 +30,7 @@ def test_archive_accuracy(data_dir):
 def test_shard_grad_op_rows_keep_parameters_gathered_from_forward_to_backward(data_dir):
     # composer's SHARD_GRAD_OP (written zero 2) is FSDP that does not reshard after forward
     checks, _ = check_published(data_dir / "llmfoundry_archive.csv")
-    rows = {r["id"]: r for r in _rows(data_dir / "llmfoundry_archive.csv")}
+    rows = {r["id"]: r for r in read_rows(data_dir / "llmfoundry_archive.csv")}
     shard_grad_op = [c for c in checks if rows[c.run.run_id]["zero"] == "2"]
     assert len(shard_grad_op) == 6
     for c in shard_grad_op:

@@ -2,8 +2,7 @@
 scripts/nemo_dense_archive.py from the performance tables of releases 25.11-26.06): rows the model
 was never compared with before they were added, priced with the same NeMo defaults as the given rows."""
 
-import csv
-import math
+from archive_rows import priced_checks, read_rows
 
 from autotune.calibrate.published import check_published
 from autotune.calibrate.regimes import overall_error
@@ -11,18 +10,10 @@ from autotune.calibrate.regimes import overall_error
 LAYOUT = ("source", "model", "gpus", "precision", "global_batch", "micro_batch", "tp", "pp", "cp", "vpp")
 
 
-def _rows(path):
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def test_every_row_is_priced_and_none_repeats_a_given_row(data_dir):
-    rows = _rows(data_dir / "nemo_dense_archive.csv")
-    checks, skipped = check_published(data_dir / "nemo_dense_archive.csv")
-    assert not skipped, [(s.run_id, s.reason) for s in skipped]
-    assert {c.run.run_id for c in checks} == {r["id"] for r in rows}
-    assert all(math.isfinite(c.estimate.step_time_s) and c.estimate.step_time_s > 0 for c in checks)
-    given = {tuple(r[k] for k in LAYOUT) for r in _rows(data_dir / "modern_runs.csv")}
+    rows = read_rows(data_dir / "nemo_dense_archive.csv")
+    priced_checks(data_dir / "nemo_dense_archive.csv")
+    given = {tuple(r[k] for k in LAYOUT) for r in read_rows(data_dir / "modern_runs.csv")}
     assert not given & {tuple(r[k] for k in LAYOUT) for r in rows}
 
 
