@@ -129,3 +129,22 @@ def test_cli_flag_prices_early_stop():
 
 def test_workload_default_is_the_whole_layer():
     assert replace(TrainingWorkload(global_batch=8, seq_len=128)).recompute_early_stop is False
+
+
+def test_the_torchtitan_space_prices_recomputation_as_torchtitan_runs_it():
+    from autotune.search.driver import SearchProblem
+    from autotune.search.space import load_space
+
+    model, cluster = load_preset("llama3-8b"), load_cluster("dgx-h100")
+    work = TrainingWorkload(global_batch=64, seq_len=4096)
+    titan = SearchProblem(model=model, workload=work, cluster=cluster, gpus=8, space=load_space("torchtitan"))
+    megatron = SearchProblem(model=model, workload=work, cluster=cluster, gpus=8, space=load_space("megatron"))
+    assert load_space("torchtitan").recompute_early_stop and not load_space("megatron").recompute_early_stop
+    assert titan.workload.recompute_early_stop and not megatron.workload.recompute_early_stop
+
+
+def test_a_workload_flag_that_is_not_a_bool_is_refused():
+    from autotune.errors import AutotuneError
+
+    with pytest.raises(AutotuneError, match="recompute_early_stop"):
+        TrainingWorkload(global_batch=8, seq_len=128, recompute_early_stop="yes")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -44,6 +44,9 @@ class SearchProblem:
     def __post_init__(self) -> None:
         # Stage tables see the cluster as evaluate_plan does: CPU workers sharing cores run slower.
         object.__setattr__(self, "cluster", self.cluster.for_gpus(self.gpus))
+        if self.space.recompute_early_stop and hasattr(self.workload, "recompute_early_stop"):
+            # the space's runtime recomputes as PyTorch's checkpoint does (search_spaces/torchtitan.toml)
+            object.__setattr__(self, "workload", replace(self.workload, recompute_early_stop=True))
 
 
 @dataclass(frozen=True, order=True)

@@ -62,6 +62,9 @@ class SearchSpace:
     fp8: tuple[bool, ...] = (False,)  # FP8 GEMMs per stage, where the device and a bf16 workload allow
     # partial full recomputation per stage: ("all",) every count 1 .. layers - 1, or the counts to try
     recompute_layers: tuple[int | str, ...] = ()
+    # the runtime's full recomputation skips each block's trailing FFN down projection (PyTorch's
+    # non-reentrant checkpoint: TrainingWorkload.recompute_early_stop); false: Megatron-Core's
+    recompute_early_stop: bool = False
     kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
     raw: tuple[tuple[str, Any], ...] = ()
 
@@ -144,6 +147,7 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
             grid_max=int(opt.get("grid_max", 0)), sharding=tuple(stage.get("sharding", ["full"])),
             ep=tuple(stage.get("ep", [1])), etp=tuple(stage.get("etp", [1])),
             fp8=tuple(stage.get("fp8", [False])), recompute_layers=_counts(stage.get("recompute_layers", [])),
+            recompute_early_stop=bool(glob.get("recompute_early_stop", False)),
             raw=tuple(data.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None

@@ -165,6 +165,8 @@ class TrainingWorkload:
                 f"must be true or false, got {self.kv_heads_expanded!r}")
         require(isinstance(self.reuse_weight_casts, bool), "reuse_weight_casts",
                 f"must be true or false, got {self.reuse_weight_casts!r}")
+        require(isinstance(self.recompute_early_stop, bool), "recompute_early_stop",
+                f"must be true or false, got {self.recompute_early_stop!r}")
         require_choice("fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require(isinstance(self.param_gather_bytes_per_s, (int, float)) and self.param_gather_bytes_per_s >= 0,
                 "param_gather_bytes_per_s", f"must be >= 0 (0: the network's rate), got {self.param_gather_bytes_per_s!r}")
