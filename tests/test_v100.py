@@ -156,7 +156,8 @@ def test_published_v100_runs_are_priced_within_a_loose_bound():
 
 def test_megatron_rows_of_2019_to_2021_run_that_code(data_dir):
     """Megatron-LM rows of 2019-2021 are priced as that code ran (calibrate/modern.py megatron_legacy):
-    unfused attention, dropout, nothing overlapped; a Megatron row without a year keeps today's defaults."""
+    unfused attention (2019: with the eager scale and mask, before the fused scale-mask-softmax of
+    2020-09), dropout, nothing overlapped; a Megatron row without a year keeps today's defaults."""
     import csv
 
     from autotune.calibrate.modern import modern_run_from_row
@@ -164,8 +165,10 @@ def test_megatron_rows_of_2019_to_2021_run_that_code(data_dir):
     with open(data_dir / "v100_runs.csv", newline="") as handle:
         row = next(csv.DictReader(handle))
     model, workload, _, plan, _ = modern_run_from_row(row)
-    assert workload.attention_impl == "unfused" and model.dropout
+    assert workload.attention_impl == "unfused_eager_mask" and model.dropout
     assert not (plan.overlap_grad_reduce or plan.overlap_tp_comm or plan.overlap_p2p_comm)
+    of_2021 = {k: v.replace("2019", "2021") for k, v in row.items()}
+    assert modern_run_from_row(of_2021)[1].attention_impl == "unfused"
     today = dict(row, framework="Megatron-LM", source="Megatron-LM benchmark", gpu="A100-SXM4-80GB")
     model, workload, _, plan, _ = modern_run_from_row(today)
     assert workload.attention_impl == "flash" and not model.dropout and plan.overlap_grad_reduce

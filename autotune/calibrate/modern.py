@@ -235,6 +235,20 @@ def megatron_legacy(row: dict[str, str], framework: str) -> bool:
     return framework == "megatron" and bool(re.search(r"\b20(19|20|21)\b|sc'?21", text))
 
 
+def megatron_eager_mask(row: dict[str, str], framework: str) -> bool:
+    """A Megatron-LM row of 2019: that code scaled Q and K and masked the scores with eager kernels before
+    a separate softmax; its fused scale-mask-softmax came on 2020-09-11 (commit 51a2e6b0ff), so the
+    2020-2021 rows (SC'21) ran fused (spec.workload.ATTENTION_IMPLS "unfused_eager_mask")."""
+    text = " ".join(row.get(k, "") for k in ("source", "framework")).lower()
+    return framework == "megatron" and bool(re.search(r"\b2019\b", text))
+
+
+def _attention_impl(row: dict[str, str], framework: str) -> str:
+    if megatron_eager_mask(row, framework):
+        return "unfused_eager_mask"
+    return "unfused" if _deepspeed_2021(row, framework) or megatron_legacy(row, framework) else "flash"
+
+
 def modern_run_from_row(row: dict[str, str]):
     """(model, workload, cluster name, plan) of one modern row, or an Unexpressible."""
     framework = framework_of(row)
@@ -264,7 +278,7 @@ def modern_run_from_row(row: dict[str, str]):
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
     of_2021 = _deepspeed_2021(row, framework)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
-                                attention_impl="unfused" if of_2021 or legacy else "flash",
+                                attention_impl=_attention_impl(row, framework),
                                 fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
                                 fp8_tp_all_gather=low_precision_tp_gathers(framework, dtype, tp),
                                 qkv_fused=framework != "torchtitan", kv_heads_expanded=framework == "torchtitan",

@@ -41,7 +41,8 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
                              "GEMM fit (CPUs)")
     parser.add_argument("--fp8-all-gather", action="store_true",
                         help="with --dtype fp8/mxfp8: FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)")
-    parser.add_argument("--attention", default="flash", help="flash (fused kernel) or unfused (scores in memory, pre-2022 Megatron)")
+    parser.add_argument("--attention", default="flash", help="flash (fused kernel), unfused (scores in memory, pre-2022 Megatron) or "
+                        "unfused_eager_mask (also scale and causal mask as eager kernels, Megatron-LM 2019)")
 
 
 def add_degree_args(parser: argparse.ArgumentParser) -> None:

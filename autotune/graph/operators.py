@@ -12,6 +12,7 @@ dropout, which ``tests/test_graph.py`` checks.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # networkx is imported when a graph is built, not by the cost model's hot path
@@ -73,7 +74,27 @@ def _attention_ops(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
             saved_bytes=qkv_in + 4.0 * a * s, sharding="split",
             bwd_flops_factor=2.5, bwd_bytes_factor=2.0, head_dim=wq / a,
         )]
-    return _unfused_attention_ops(m, s, e, model_flops / (pair_flops * s * s))
+    ops = _unfused_attention_ops(m, s, e, model_flops / (pair_flops * s * s))
+    return _eager_mask_ops(m, s, e) + ops if impl == "unfused_eager_mask" else ops
+
+
+def _eager_mask_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
+    """Megatron-LM's attention before its fused scale-mask-softmax (spec.workload.ATTENTION_IMPLS):
+    ``qk_scale`` divides Q and K by d^(1/4) (two kernels each way); ``attn_mask`` is torch.mul(scores,
+    mask) then the subtraction of 10000 (1 - mask), two passes over the s x s scores (the [s, s] mask
+    term is small and stays in cache). Backward: the subtraction passes its gradient through, the
+    product multiplies it by the mask: one pass (bwd bytes 0.5x forward). Neither saves an
+    activation: the product keeps only the mask, which needs no gradient."""
+    wq, wk = _attention_widths(m)[:2]
+    scores = m.num_heads * s * s * e
+    qk_scale = replace(_elementwise("qk_scale", s, wq + wk, e, reads=1.0, writes=1.0, saved=0.0,
+                                    sharding="split", selective=True), kernels=2, bwd_kernels=2,
+                       bwd_bytes_factor=1.0)
+    mask = Operator(name="attn_mask", kind="elementwise", flops=0.0, model_flops=0.0,
+                    act_in_bytes=2.0 * scores, act_out_bytes=2.0 * scores, weight_bytes=0.0, params=0,
+                    saved_bytes=0.0, sharding="split", bwd_bytes_factor=0.5, kernels=2,
+                    selective_recompute=True)
+    return [qk_scale, mask]
 
 
 def _unfused_attention_ops(m: ModelSpec, s: int, e: int, share: float) -> list[Operator]:

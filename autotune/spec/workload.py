@@ -26,7 +26,11 @@ INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
 # "flash": fused attention kernel, no s x s matrix in memory (FlashAttention, Dao et al. 2022).
 # "unfused": scores, softmax and dropout materialised, as Megatron-LM did before FlashAttention
 # (Narayanan et al. SC'21 used its fused scale-mask-softmax kernel).
-ATTENTION_IMPLS = ("flash", "unfused")
+# "unfused_eager_mask": the same, with the scaling and the causal mask as eager PyTorch kernels, as
+# Megatron-LM ran before its fused scale-mask-softmax (added 2020-09-11, commit 51a2e6b0ff): Q and K
+# each divided by d^(1/4), then torch.mul(scores, mask) - 10000 (1 - mask), then torch.nn.Softmax
+# (Megatron-LM @ebbe40cd36, Oct 2019, megatron/mpu/transformer.py lines 122-137).
+ATTENTION_IMPLS = ("flash", "unfused", "unfused_eager_mask")
 
 # Bytes per activation element: low-precision recipes keep activations in BF16.
 _BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 2, "fp8_rowwise": 2, "mxfp8": 2, "nvfp4": 2}

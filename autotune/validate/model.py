@@ -60,7 +60,8 @@ def apply_rotary(x: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
 
 
 class Attention(nn.Module):
-    """Multi-head attention with grouped KV heads; ``impl`` "flash" uses SDPA, "unfused" softmax."""
+    """Multi-head attention with grouped KV heads; ``impl`` "flash" uses SDPA, "unfused" softmax,
+    "unfused_eager_mask" Megatron-LM 2019's scaled Q and K and multiplied-in mask."""
 
     def __init__(self, spec: ModelSpec, impl: str, dropout_p: float) -> None:
         super().__init__()
@@ -94,8 +95,13 @@ class Attention(nn.Module):
                                                   enable_gqa=k.shape[1] != q.shape[1])
         groups = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
-        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         seq = q.shape[-2]
+        if self.impl == "unfused_eager_mask":  # Megatron-LM 2019 (spec.workload.ATTENTION_IMPLS)
+            root = math.sqrt(math.sqrt(self.head_dim))
+            keep = torch.ones(seq, seq, dtype=q.dtype, device=q.device).tril()
+            scores = torch.mul((q / root) @ (k / root).transpose(-2, -1), keep) - 10000.0 * (1.0 - keep)
+            return F.dropout(scores.softmax(-1), p) @ v
+        scores = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(self.head_dim))
         causal = torch.ones(seq, seq, dtype=torch.bool, device=q.device).triu(1)
         probs = F.dropout(scores.masked_fill(causal, float("-inf")).softmax(-1), p)
         return probs @ v
