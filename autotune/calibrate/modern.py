@@ -120,6 +120,19 @@ def _host_settings(row: dict[str, str], framework: str) -> dict:
     return {"host_dispatch": "eager", "cuda_graph_scope": graphs[0] if graphs else ()}
 
 
+def stated_settings(row: dict[str, str]) -> dict:
+    """Workload fields a row states in its optional cells (row_cells.LISTED_CELLS, ep_overlap), which
+    take precedence over a framework recipe's: for MoE runs whose source gives its command line."""
+    out: dict = {}
+    if row.get("ep_dispatcher"):
+        out["ep_dispatcher"] = row["ep_dispatcher"]
+    if row.get("ep_overlap"):
+        out["overlap_ep_comm"] = row["ep_overlap"] == "yes"
+    if row.get("cuda_graph_scope"):
+        out["cuda_graph_scope"] = tuple(row["cuda_graph_scope"].split())
+    return out
+
+
 def _moe_recipe(row: dict[str, str]) -> dict:
     """Workload fields of the row's NeMo MoE recipe (NEMO_MOE_RECIPES); empty when unlisted."""
     match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
@@ -140,9 +153,12 @@ def _moe_preset(row: dict[str, str], columns: ModelSpec) -> ModelSpec:
         return columns
     preset = load_preset(MOE_PRESETS[key])
     differ = [f for f in _PRESET_CHECKS if getattr(preset, f) != getattr(columns, f)]
-    if differ or preset.num_layers != columns.num_layers:
-        raise AutotuneError("model", f"row {row['id']} disagrees with preset {preset.name} on {differ or ['num_layers']}")
-    return preset.with_changes(name=columns.name, source=columns.source, max_seq_len=columns.max_seq_len)
+    if differ or columns.num_layers > preset.num_layers or columns.num_layers <= preset.first_k_dense_layers:
+        raise AutotuneError("model", f"row {row['id']} disagrees with preset {preset.name} on "
+                            f"{differ or ['num_layers']}")
+    # fewer layers than the preset: a shortened proxy of the model (its dense first layers kept)
+    return preset.with_changes(name=columns.name, source=columns.source, max_seq_len=columns.max_seq_len,
+                               num_layers=columns.num_layers)
 
 
 def _model(row: dict[str, str], framework: str) -> ModelSpec:
@@ -289,7 +305,8 @@ def modern_run_from_row(row: dict[str, str]):
                                 fp8_params=fp8_params_of(row, framework, dtype),
                                 param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
                                 **(deepspeed_2021_calls(model, tp, True) if of_2021 else {}),
-                                **(_moe_recipe(row) if framework == "nemo" else {}), **_host_settings(row, framework))
+                                **{**(_moe_recipe(row) if framework == "nemo" else {}), **_host_settings(row, framework),
+                                   **stated_settings(row)})
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     plan = uniform_plan(
         num_layers=model.num_layers + slots, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
@@ -299,7 +316,7 @@ def modern_run_from_row(row: dict[str, str]):
         plan = with_embedding_loss_slots(plan)
     if offload := activation_offload_layers(row, framework, pp):  # the recipe's cpu_offloading_num_layers
         plan = plan.with_changes(stages=tuple(replace(s, activation_offload_layers=offload) for s in plan.stages))
-    if modules := _recompute_modules(row, framework):  # the recipe's selective modules
+    if modules := tuple(row.get("recompute_modules", "").split()) or _recompute_modules(row, framework):
         plan = plan.with_changes(stages=tuple(replace(s, recompute_modules=modules) for s in plan.stages))
     if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
         plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 
+from autotune.plan.plan import RECOMPUTE_MODULES
 from autotune.spec.model import FFN_ACTIVATIONS
-from autotune.spec.workload import DTYPES
+from autotune.spec.workload import CUDA_GRAPH_SCOPES, DTYPES, EP_DISPATCHERS
 
 __all__ = ["REQUIRED_COLUMNS", "missing_columns", "normalized_row", "canonical_gpu"]
 
@@ -35,6 +36,10 @@ _ACTIVATION_ALIASES = {"silu": "swiglu", "swish": "swiglu", "swiglu": "swiglu", 
                        "gelu_pytorch_tanh": "gelu", "squared-relu": "relu2", "squared_relu": "relu2", "relu^2": "relu2",
                        "relu2": "relu2"}
 _RECOMPUTE = ("full", "selective", "none")
+# Optional cells a row may state where no framework recipe says it (MoE runs of Megatron-Core):
+# space-separated names of each column's valid set (calibrate/modern.py stated_settings).
+LISTED_CELLS = {"recompute_modules": RECOMPUTE_MODULES, "cuda_graph_scope": CUDA_GRAPH_SCOPES,
+                "ep_dispatcher": EP_DISPATCHERS}
 
 # GPU spellings onto the names the cluster table knows (calibrate/modern.py GPU_CLUSTERS).
 # Checked in order; each needs every listed token in the lower-cased, de-punctuated name.
@@ -131,11 +136,16 @@ def _checked(row: dict[str, str], required: tuple[str, ...], known_gpus: tuple[s
         cells["ffn_act"] = _choice("ffn_act", cells["ffn_act"], _ACTIVATION_ALIASES, (*FFN_ACTIVATIONS, "relu2"))
     if cells.get("recompute"):
         cells["recompute"] = _choice("recompute", cells["recompute"], {}, _RECOMPUTE)
-    if cells.get("sequence_parallel"):
-        sp = cells["sequence_parallel"].lower()
-        if sp not in _YES + _NO:
-            raise ValueError(f"sequence_parallel: {cells['sequence_parallel']!r} is not yes or no")
-        cells["sequence_parallel"] = "yes" if sp in _YES else "no"
+    for column in ("sequence_parallel", "ep_overlap"):
+        if cells.get(column):
+            flag = cells[column].lower()
+            if flag not in _YES + _NO:
+                raise ValueError(f"{column}: {cells[column]!r} is not yes or no")
+            cells[column] = "yes" if flag in _YES else "no"
+    for column, valid in LISTED_CELLS.items():
+        for name in cells.get(column, "").split():
+            if name not in valid:
+                raise ValueError(f"{column}: {name!r} is not one of {', '.join(valid)}")
     if cells.get("zero"):
         cells["zero"] = _zero(cells["zero"])
     if cells.get("arch"):
