@@ -3,7 +3,7 @@
 The public API (imported lazily, so ``import autotune`` stays fast and never loads torch)::
 
     autotune.evaluate(model, gpus, cluster=..., tp=..., pp=...)     -> Estimate
-    autotune.search(model=..., gpus=..., cluster=..., seed=...)     -> SearchResult
+    autotune.search(model=..., gpus=..., cluster=..., runtime=..., seed=...) -> SearchResult
     autotune.resume(run_dir)                                        -> SearchResult
     autotune.scaling_curve(model, gpus=[1, 2, 4, ...], ...)         -> ScalingCurve
 """
@@ -20,6 +20,7 @@ import autotune.search as _search_package  # noqa: F401  (cheap: its __init__ im
 __all__ = [
     "evaluate", "search", "resume", "scaling_curve", "AutotuneError", "ModelSpec", "TrainingWorkload",
     "Plan", "StagePlan", "Estimate", "SearchResult", "load_preset", "load_cluster", "preset_names", "cluster_names",
+    "Runtime", "load_runtime", "runtime_names",
 ]
 
 _WHERE = {
@@ -29,6 +30,7 @@ _WHERE = {
     "Estimate": "autotune.cost.estimate", "SearchResult": "autotune.search.result",
     "load_preset": "autotune.spec.presets", "preset_names": "autotune.spec.presets",
     "load_cluster": "autotune.spec.hardware_data", "cluster_names": "autotune.spec.hardware_data",
+    "Runtime": "autotune.spec.runtime", "load_runtime": "autotune.spec.runtime", "runtime_names": "autotune.spec.runtime",
 }
 
 

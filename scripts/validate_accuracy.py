@@ -11,6 +11,7 @@ wall time and net of run-queue wait (time the workers waited for a CPU other pro
 
 from __future__ import annotations
 
+from autotune.spec.runtime import load_runtime
 import argparse
 import json
 import os
@@ -30,7 +31,7 @@ def main() -> int:
     parser.add_argument("--profile", default=None)
     parser.add_argument("--json", default=None, help="also write the full report here")
     args = parser.parse_args()
-    options = with_suite_steps(ValidateOptions(cluster=resolve_cluster(args.cluster, args.profile), max_world=2))
+    options = with_suite_steps(ValidateOptions(runtime=load_runtime("torch"), cluster=resolve_cluster(args.cluster, args.profile), max_world=2))
     print(f"load average before: {os.getloadavg()[0]:.2f}", file=sys.stderr)
     slowdowns, rounds = [machine_slowdown(options.cluster.device)], []
     for _ in range(args.rounds):  # a probe GEMM before and after each round: the machine vs its profile

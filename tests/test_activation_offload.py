@@ -18,15 +18,18 @@ from autotune.plan.plan import Plan, StagePlan
 from autotune.search.evaluate import evaluate
 from autotune.spec.presets import load_preset
 from autotune.spec.resolve import resolve_cluster, training_workload
+from autotune.spec.runtime import Runtime, load_runtime
 from moe_models import tiny_moe
 
 GIB = 2**30
+# the old default workload's settings (host dispatch hidden, every ZeRO stage): the offload itself is priced
+NEUTRAL = Runtime(name="neutral")
 
 
 def _fsdp_70b(cluster, n: int):
     """NeMo's GB200 Llama3-70B layout (FSDP over 64 GPUs, micro-batch 2, 8K tokens) with N layers offloaded."""
     return evaluate(load_preset("llama3-70b"), 64, cluster=cluster, zero=3, micro_batch=2, global_batch=128,
-                    seq_len=8192, activation_offload_layers=n)
+                    seq_len=8192, activation_offload_layers=n, runtime=NEUTRAL)
 
 
 def _slow_host(cluster):
@@ -111,7 +114,7 @@ def test_plan_json_round_trip(tmp_path):
     assert Plan.from_json(plan.to_json()) == plan
     assert json.loads(plan.to_json())["stages"][0]["activation_offload_layers"] == 12
     path = tmp_path / "plan.json"
-    write_plan_file(path, plan=plan, model=spec, workload=work, cluster="dgx-h100")
+    write_plan_file(path, plan=plan, model=spec, workload=work, runtime=load_runtime("torch"), cluster="dgx-h100")
     assert read_plan(path).stages[0].activation_offload_layers == 12
     data = json.loads(plan.to_json())
     data["stages"][0]["activation_offload_layers"] = 32
@@ -137,7 +140,9 @@ def test_megatron_exports_the_flag_and_the_others_refuse():
 
 
 def test_cli_evaluate_flag(capsys):
-    args = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--zero", "3", "--global-batch", "16", "--json"]
+    # NeMo's Megatron-Core runs ZeRO 3 (Megatron-FSDP) and offloads layers (--cpu-offloading-num-layers)
+    args = ["evaluate", "--model", "llama3-8b", "--gpus", "8", "--zero", "3", "--global-batch", "16", "--runtime", "nemo",
+            "--json"]
     main(args)
     plain = json.loads(capsys.readouterr().out)
     main(args + ["--activation-offload-layers", "16"])
@@ -155,14 +160,14 @@ def test_nemo_gb200_llama3_70b_row_gets_its_recipe_layers(data_dir):
     from autotune.spec.resolve import resolve_cluster as cluster_of
 
     rows = {r["id"]: r for r in csv.DictReader(open(data_dir / "modern_runs.csv"))}
-    model, workload, cluster, plan, _ = modern_run_from_row(rows["nemo-mb-060"])
+    model, workload, runtime, cluster, plan, _ = modern_run_from_row(rows["nemo-mb-060"])
     n, source = NEMO_ACTIVATION_OFFLOAD[("25.09", "GB200", "LLAMA3_70B", "fp8")]
     assert n == 40 and "llama3_70b_llm_pretrain.yaml" in source
     assert [s.activation_offload_layers for s in plan.stages] == [40]
     without = plan.with_changes(stages=tuple(replace(s, activation_offload_layers=0) for s in plan.stages))
     spec = cluster_of(cluster)
-    assert (evaluate_plan(model, workload, spec, plan).peak_memory_bytes_per_gpu
-            < 0.7 * evaluate_plan(model, workload, spec, without).peak_memory_bytes_per_gpu)
+    assert (evaluate_plan(model, workload, spec, plan, runtime=runtime).peak_memory_bytes_per_gpu
+            < 0.7 * evaluate_plan(model, workload, spec, without, runtime=runtime).peak_memory_bytes_per_gpu)
     # rows whose recipe offloads nothing, or that pipeline, keep 0
     for run_id in ("nemo-mb-011", "nemo-mb-035", "nemo-mb-053"):
-        assert all(s.activation_offload_layers == 0 for s in modern_run_from_row(rows[run_id])[3].stages)
+        assert all(s.activation_offload_layers == 0 for s in modern_run_from_row(rows[run_id])[4].stages)

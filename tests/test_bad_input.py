@@ -184,6 +184,10 @@ CASES = [
     (["benchmark", "--model", "tiny.json", "--warmup", "-1"], "warmup"),
     # curve
     (["curve", "--model", "large", "--gpus", "0,1"], "gpus"),
+    (["runtimes", "megatorn"], "runtime"),
+    (["evaluate", "--model", "large", "--gpus", "8", "--runtime", "jax"], "runtime"),
+    (["search", "--model", "large", "--gpus", "8", "--runtime", "megatron", "--space", "nosuch"], "space"),
+    (["evaluate", "--model", "large", "--gpus", "8", "--runtime", "megatron", "--zero", "3"], "zero"),
     (["curve", "--model", "large", "--gpus", "x"], "gpus"),
     (["curve", "--model", "nosuch", "--gpus", "1,2"], "model"),
     (["curve", "--model", "large", "--gpus", "1,2", "--runs-dir", "afile/r"], "runs_dir"),

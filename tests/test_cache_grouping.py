@@ -12,10 +12,12 @@ from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
 H100 = load_cluster("dgx-h100")
 DEVICE = H100.device
+NEUTRAL = Runtime(name="neutral")  # the old default workload's settings
 SMALL = load_preset("small")  # hidden 768, FFN 3072: 7.08e6 parameters = 13.5 MiB per layer in bf16
 
 
@@ -73,7 +75,7 @@ def test_grouped_gemm_cost_by_hand():
 def _prefill(micro_batch, group=0, tile=0):
     plan = uniform_plan(num_layers=12, gpus=4, pp=4, micro_batch=micro_batch, global_batch=64,
                         cache_group_layers=group, cache_tile_tokens=tile)
-    return evaluate_plan(SMALL, InferenceWorkload(kind="prefill", batch=64, prompt_len=512), H100, plan)
+    return evaluate_plan(SMALL, InferenceWorkload(kind="prefill", batch=64, prompt_len=512), H100, plan, runtime=NEUTRAL)
 
 
 def test_one_tile_per_group_saves_hbm_traffic_in_prefill():
@@ -92,14 +94,15 @@ def test_training_grouping_changes_the_forward_only():
     work = TrainingWorkload(global_batch=64, seq_len=512)
     plans = [uniform_plan(num_layers=12, gpus=4, pp=4, micro_batch=2, global_batch=64, cache_group_layers=g,
                           cache_tile_tokens=t) for g, t in ((0, 0), (1, 1024))]
-    plain, grouped = (evaluate_plan(SMALL, work, H100, p) for p in plans)
+    plain, grouped = (evaluate_plan(SMALL, work, H100, p, runtime=NEUTRAL) for p in plans)
     assert grouped.breakdown["compute_s"] != plain.breakdown["compute_s"]
     assert grouped.peak_memory_bytes_per_gpu == plain.peak_memory_bytes_per_gpu
     from autotune.cost.contract import stage_cost
     from autotune.cost.stage import StageContext, StagePosition
     from autotune.graph.table import model_tables
 
-    ctx = StageContext(tables=model_tables(SMALL, 512, 2), workload=work, cluster=H100, micro_batch=2, num_microbatches=8)
+    ctx = StageContext(tables=model_tables(SMALL, 512, 2), workload=work, runtime=NEUTRAL, cluster=H100, micro_batch=2,
+                       num_microbatches=8)
     pos = StagePosition(inflight=1.0, neighbors=2, p2p_inter_node=False)
     costs = [stage_cost(ctx, p.stages[1], pos) for p in plans]
     assert costs[0].bwd_s == costs[1].bwd_s and costs[0].fwd_s != costs[1].fwd_s

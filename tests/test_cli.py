@@ -54,14 +54,15 @@ def test_bad_input_is_one_line_exit_2(args, needle):
 def test_evaluate_runtime_flags_change_what_they_say(capsys):
     def tp_comm_s(*flags):
         assert main(["evaluate", "--model", "llama3-70b", "--gpus", "64", "--cluster", "dgx-h100", "--tp", "8",
-                     "--global-batch", "64", "--zero", "3", "--recompute", "full", "--json", *flags]) == 0
+                     "--global-batch", "64", "--zero", "3", "--recompute", "full", "--runtime", "torch", "--json",
+                     *flags]) == 0
         return json.loads(capsys.readouterr().out)["breakdown"]["tp_cp_comm_s"]
     plain, both, forward_only = tp_comm_s(), tp_comm_s("--overlap-tp-comm"), tp_comm_s("--async-tp")
     assert both < forward_only < plain  # async TP overlaps the forward pass only
 
     def zero3_step_s(*flags):
         assert main(["evaluate", "--model", "gpt3-1.3b", "--gpus", "64", "--cluster", "dgx-a100-80gb", "--zero", "3",
-                     "--global-batch", "64", "--json", *flags]) == 0
+                     "--global-batch", "64", "--runtime", "deepspeed", "--json", *flags]) == 0
         return json.loads(capsys.readouterr().out)["step_time_s"]
     assert zero3_step_s("--param-gather-gbps", "5") > zero3_step_s()
     code, _, err = run_cli("evaluate", "--model", "large", "--gpus", "4", "--param-gather-gbps", "-1")

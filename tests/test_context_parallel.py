@@ -9,6 +9,7 @@ from autotune.errors import AutotuneError
 from autotune.search.evaluate import evaluate
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime
 
 CLUSTER = load_cluster("dgx-h100")
 SPAN = GroupSpan(4, 1)
@@ -72,7 +73,7 @@ def test_ulysses_all_to_alls_are_on_the_critical_path():
 def _long(seq, cp, gpus=8, **kw):
     model = load_preset("llama3-8b").with_changes(max_seq_len=131072)  # Llama 3.1's context
     return evaluate(model, gpus, cluster="dgx-h100", cp=cp, dp=gpus // cp, global_batch=gpus // cp, seq_len=seq,
-                    micro_batch=1, zero=3, recompute="full", dtype="bf16", **kw)
+                    micro_batch=1, zero=3, recompute="full", dtype="bf16", runtime=Runtime(name="neutral"), **kw)
 
 
 def test_long_context_variants_and_memory():
@@ -95,10 +96,11 @@ def _cp_comm_s(model, expanded: bool) -> float:
     from autotune.plan.builders import uniform_plan
     from autotune.spec.workload import TrainingWorkload
 
-    work = TrainingWorkload(global_batch=1, seq_len=262144, dtype="bf16", kv_heads_expanded=expanded)
+    work = TrainingWorkload(global_batch=1, seq_len=262144, dtype="bf16")
     plan = uniform_plan(num_layers=model.num_layers, gpus=8, tp=1, pp=1, dp=1, cp=8, micro_batch=1, global_batch=1,
                         recompute="full", zero=3, cp_comm="all_gather")
-    return evaluate_plan(model, work, CLUSTER, plan).stages[0].time_s["cp_comm_s"]
+    runtime = Runtime(name="neutral", kv_heads_expanded=expanded)
+    return evaluate_plan(model, work, CLUSTER, plan, runtime=runtime).stages[0].time_s["cp_comm_s"]
 
 
 def test_repeated_kv_heads_travel_as_wide_as_the_query():
@@ -111,6 +113,6 @@ def test_repeated_kv_heads_travel_as_wide_as_the_query():
     assert expanded > 1.5 * grouped, (grouped, expanded)  # fp32 merges of the output stay as they were
     assert expanded == pytest.approx(_cp_comm_s(mha, False), rel=1e-9)
     assert _cp_comm_s(mha, True) == pytest.approx(_cp_comm_s(mha, False), rel=1e-9)  # nothing to repeat
-    with pytest.raises(AutotuneError):
-        from autotune.spec.workload import TrainingWorkload
-        TrainingWorkload(global_batch=1, seq_len=8, kv_heads_expanded="yes")
+    with pytest.raises(AutotuneError) as err:
+        Runtime(name="neutral", kv_heads_expanded="yes")
+    assert err.value.field == "runtime.kv_heads_expanded"

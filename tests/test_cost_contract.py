@@ -10,11 +10,14 @@ from autotune.cost.contract import InferenceCostModel, StageCostModel, TrainingC
 from autotune.cost.stage import StagePosition
 from autotune.graph.table import model_tables
 from autotune.plan.plan import StagePlan
+from autotune.spec.runtime import Runtime
 from autotune.spec.presets import load_preset
 from autotune.spec.resolve import inference_workload, resolve_cluster, training_workload
 
 MODEL = load_preset("medium")
 CLUSTER = resolve_cluster("dgx-h100")
+# neutral settings: the contract is about the cost models, not a framework's knobs
+RUNTIME = Runtime(name="neutral")
 WORKLOADS = {
     "train": training_workload(MODEL, global_batch=64, seq_len=512),
     "prefill": inference_workload(MODEL, "prefill", batch=16, prompt_len=512),
@@ -28,7 +31,7 @@ def _models(kind: str, micro_batch=2, num_microbatches=8):
     work = WORKLOADS[kind]
     seq = work.seq_len if kind == "train" else work.prompt_len
     tables = model_tables(MODEL, seq, work.activation_bytes, work.attention_impl)
-    return phase_cost_models(tables, work, CLUSTER, micro_batch=micro_batch, num_microbatches=num_microbatches)
+    return phase_cost_models(tables, work, CLUSTER, runtime=RUNTIME, micro_batch=micro_batch, num_microbatches=num_microbatches)
 
 
 def _stage(tp=1, layers=(0, 8), dp=1, **extra) -> StagePlan:

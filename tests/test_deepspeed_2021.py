@@ -1,16 +1,21 @@
-"""DeepSpeed ZeRO-3 of 2021 (calibrate/deepspeed_2021.py) and NCCL 2.8's ring model
+"""DeepSpeed ZeRO-3 of 2021 (the deepspeed-2021 runtime, cost/zero3_calls.py) and NCCL 2.8's ring model
 (cost/comm.py nccl_2_8_ring_s): hand computations from the sources' constants and behaviour."""
 
 import pytest
 
-from autotune.calibrate.deepspeed_2021 import deepspeed_2021_calls, layer_weight_elements
 from autotune.cost.comm import GroupSpan, nccl_2_8_ring_s
 from autotune.cost.sharding import LayerTraffic
-from autotune.cost.zero3_calls import GatherCalls, TensorTraffic
+from autotune.cost.zero3_calls import GatherCalls, TensorTraffic, gather_calls, layer_weight_elements
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import TrainingWorkload
+from autotune.spec.runtime import Runtime, load_runtime
+
+DS_2021 = load_runtime("deepspeed-2021")
+
+
+def deepspeed_2021_calls(model: ModelSpec, tp: int, qkv_fused: bool, copy_kernel_s: float = 0.0) -> GatherCalls | None:
+    return gather_calls(DS_2021.with_changes(qkv_fused=qkv_fused), model, tp, copy_kernel_s)
 
 
 def _gpt(hidden: int, heads: int = 16, ffn_activation: str = "gelu") -> ModelSpec:
@@ -50,35 +55,45 @@ def test_gpt3_175b_layer_gathers_and_regathers():
     h = 12288
     model = _gpt(h, heads=96)
     assert layer_weight_elements(model, 1, True) == [3 * h * h, h * h, 4 * h * h, 4 * h * h]
-    calls = deepspeed_2021_calls(model, 1, True)
-    assert calls["gather_tensor_shares"] == pytest.approx((0.25, 1 / 12, 1 / 3, 1 / 3))
+    assert DS_2021.qkv_fused  # Megatron-DeepSpeed's fused QKV
+    calls = gather_calls(DS_2021, model, 1, 2.6e-6)
+    assert calls.shares == pytest.approx((0.25, 1 / 12, 1 / 3, 1 / 3))
     # reuse distances 2 x (9, 8, 4, 0) h^2 = 2.7e9, 2.4e9, 1.2e9, 0 against 1e9: three re-gathered
-    assert calls["regathered_tensors"] == (0, 1, 2)
-    assert calls["per_rank_copies"] and calls["nccl_tuning"] == "2.8" and calls["gather_host_s_per_rank"] == 2e-6
+    assert calls.regathered == (0, 1, 2)
+    assert calls.per_rank_copies and calls.nccl_tuning == "2.8" and calls.gather_host_s_per_rank == 2e-6
+    assert calls.copy_kernel_s == 2.6e-6
 
 
 def test_narrow_layers_keep_their_weights_and_small_tensors_persist():
     # BERT-5B's 2560-wide layer (12 h^2 = 7.9e7 elements) lies within max_reuse_distance: kept
     wide = deepspeed_2021_calls(_gpt(2560, heads=40), 1, False)
-    assert len(wide["gather_tensor_shares"]) == 6 and wide["regathered_tensors"] == ()
+    assert len(wide.shares) == 6 and wide.regathered == ()
     # 256 wide: h^2 = 65536 < 1e5 persists (the attention output, and Q, K, V when separate)
     narrow = _gpt(256, heads=4, ffn_activation="swiglu")
-    assert len(deepspeed_2021_calls(narrow, 1, True)["gather_tensor_shares"]) == 4  # QKV, gate, up, down
-    assert len(deepspeed_2021_calls(narrow, 1, False)["gather_tensor_shares"]) == 3
-    assert len(deepspeed_2021_calls(narrow, 2, True)["gather_tensor_shares"]) == 3  # QKV's 98304 per GPU persists
-    assert deepspeed_2021_calls(_gpt(64, heads=4), 1, True) == {}  # everything persists
+    assert len(deepspeed_2021_calls(narrow, 1, True).shares) == 4  # QKV, gate, up, down
+    assert len(deepspeed_2021_calls(narrow, 1, False).shares) == 3
+    assert len(deepspeed_2021_calls(narrow, 2, True).shares) == 3  # QKV's 98304 per GPU persists
+    assert deepspeed_2021_calls(_gpt(64, heads=4), 1, True) is None  # everything persists
 
 
 @pytest.mark.parametrize("field, value", [
-    ("gather_tensor_shares", (0.5, 0.4)), ("gather_tensor_shares", (1.5, -0.5)), ("regathered_tensors", (2,)),
-    ("regathered_tensors", (0, 0)), ("gather_host_s_per_rank", -1e-6), ("per_rank_copies", "yes"),
-    ("nccl_tuning", "2.4"),
+    ("shares", (0.5, 0.4)), ("shares", (1.5, -0.5)), ("regathered", (2,)), ("regathered", (0, 0)),
 ])
-def test_workload_rejects_bad_call_settings(field, value):
-    changes = {"gather_tensor_shares": (0.5, 0.5)} if field == "regathered_tensors" else {}
+def test_gather_calls_reject_bad_shares(field, value):
+    changes = {"shares": (0.5, 0.5)} if field == "regathered" else {}
     with pytest.raises(AutotuneError) as err:
-        TrainingWorkload(global_batch=8, seq_len=128, **{**changes, field: value})
-    assert err.value.field == field
+        GatherCalls(**{**changes, field: value})
+    assert err.value.field == {"shares": "gather_tensor_shares", "regathered": "regathered_tensors"}[field]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("gather_host_s_per_rank", -1e-6), ("per_rank_copies", "yes"), ("nccl_tuning", "2.4"),
+    ("zero3_persistence_elements", -1), ("zero3_persistence_elements", 1.5), ("zero3_max_reuse_elements", -1.0),
+])
+def test_runtime_rejects_bad_call_settings(field, value):
+    with pytest.raises(AutotuneError) as err:
+        Runtime(name="neutral", **{field: value})
+    assert err.value.field == f"runtime.{field}"
 
 
 def test_each_gather_hides_behind_one_module_by_hand():

@@ -22,6 +22,7 @@ from autotune.outputs.export import FORMATS, export, export_plan
 from autotune.outputs.export.torchtitan import llama_ffn_hidden
 from autotune.plan.builders import uniform_plan
 from autotune.plan.io import PlanFile, write_plan_file
+from autotune.spec.runtime import load_runtime
 from autotune.plan.plan import Plan, StagePlan
 from autotune.spec.presets import load_preset
 from autotune.spec.workload import InferenceWorkload
@@ -305,7 +306,8 @@ def test_bare_plan_and_unknown_format_are_bad_input():
 
 def _write(tmp_path: Path, pf: PlanFile) -> Path:
     run = tmp_path / "run"
-    write_plan_file(run / "plan.json", plan=pf.plan, model=pf.model, workload=pf.workload, cluster="dgx-h100")
+    write_plan_file(run / "plan.json", plan=pf.plan, model=pf.model, workload=pf.workload, runtime=load_runtime("megatron"),
+                    cluster="dgx-h100")
     return run
 
 
@@ -389,10 +391,10 @@ def test_search_export_writes_into_the_run_directory_like_autotune_export(tmp_pa
     assert megatron_flags(again)["--micro-batch-size"] == str(report["plan"]["micro_batch"])
 
 
-def test_search_export_refusal_is_one_line_and_the_search_succeeds(tmp_path, cli):
+def test_search_export_refusal_is_one_line_exits_1_and_the_run_is_kept(tmp_path, cli):
     code, out, err = cli("search", "--model", "small", "--gpus", "4", "--runs-dir", str(tmp_path), "--export",
                          "torchtitan")
-    assert code == 0 and err.count("\n") == 1 and "no torchtitan export: model: torchtitan cannot express" in err, err
+    assert code == 1 and err.count("\n") == 1 and "no torchtitan export: model: torchtitan cannot express" in err, err
     (run,) = tmp_path.iterdir()
     assert f"run directory: {run}" in out and "torchtitan config" not in out
     assert (run / "plan.json").exists() and not list(run.glob("export-*"))
@@ -408,7 +410,7 @@ def test_search_export_needs_a_run_directory(tmp_path, cli, extra):
 def test_torchtitan_hsdp_reshard_cp_rotation_and_float8():
     pf = plan_file(gpus=64, cp=2, zero=3, dp_shard=4, reshard_after_forward=False, cp_comm="all_gather",
                    dtype="fp8", global_batch=64, seq_len=8192)
-    pf = replace(pf, workload=replace(pf.workload, fp8_all_gather=True))
+    pf = replace(pf, runtime=load_runtime("torchtitan").with_changes(fp8_all_gather=True))
     config = tomllib.loads(export_plan(pf, "torchtitan-0.2"))
     par = config["parallelism"]
     assert (par["data_parallel_shard_degree"], par["data_parallel_replicate_degree"]) == (4, 8)
@@ -431,8 +433,8 @@ def test_torchtitan_hsdp_reshard_cp_rotation_and_float8():
 
 
 @pytest.mark.parametrize("dtype, extra, expected", [
-    ("fp8", {}, {"--bf16": None, "--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"}),
-    ("fp8", {"fp8_recipe": "te_delayed"}, {"--fp8-recipe": "delayed"}),
+    ("fp8", {"fp8_recipe": "cast"}, {"--bf16": None, "--fp8-format": "hybrid", "--fp8-recipe": "tensorwise"}),
+    ("fp8", {}, {"--fp8-recipe": "delayed"}),  # the megatron runtime's TE delayed scaling
     ("mxfp8", {"fp8_params": True, "grad_reduce_in_fp32": False},
      {"--fp8-format": "e4m3", "--fp8-recipe": "mxfp8", "--fp8-param-gather": None,
       "--reuse-grad-buf-for-mxfp8-param-ag": None, "--grad-reduce-in-bf16": None}),
@@ -442,7 +444,7 @@ def test_megatron_exports_the_low_precision_recipe(dtype, extra, expected):
     """A low-precision workload is not dropped: its format, scaling recipe and FP8 weights are written,
     each a documented Megatron-LM option with a valid value."""
     pf = plan_file(gpus=8, dtype=dtype)
-    pf = replace(pf, workload=replace(pf.workload, **extra))
+    pf = replace(pf, runtime=load_runtime("megatron").with_changes(**extra))
     flags = megatron_flags(export_plan(pf, "megatron"))
     assert expected.items() <= flags.items()
     for flag, value in flags.items():
@@ -455,5 +457,5 @@ def test_row_wise_fp8_and_fp8_weights_are_refused_where_the_framework_has_no_set
         export(plan_file(gpus=8, dtype="fp8_rowwise"), "megatron")
     pf = plan_file(gpus=8, zero=3, dtype="fp8")
     with pytest.raises(AutotuneError) as err:
-        export(replace(pf, workload=replace(pf.workload, fp8_params=True)), "torchtitan")
-    assert err.value.field == "workload.fp8_params"
+        export(replace(pf, runtime=load_runtime("torchtitan").with_changes(fp8_params=True)), "torchtitan")
+    assert err.value.field == "runtime.fp8_params"

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from autotune.search.evaluate import evaluate
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload
 from autotune.cost.compute import block_times
 from autotune.cost.memory import state_bytes_per_param
@@ -14,6 +15,8 @@ from autotune.graph.operators import Operator, _chain
 from autotune.graph.table import OpTable
 from autotune.spec.hardware import DeviceProfile, MemoryTier, Regression
 from autotune.spec.hardware_data import load_cluster
+
+NEUTRAL = Runtime(name="neutral")  # the old default workload's settings: each test's mechanism alone
 
 
 def _device():
@@ -47,7 +50,7 @@ def test_fp8_keeps_a_weight_copy_and_fp32_master_state():
 
 
 def test_fp8_on_h100_is_faster_than_bf16_but_not_twice():
-    kw = dict(cluster="dgx-h100", tp=8, global_batch=64, seq_len=8192, micro_batch=1, recompute="none")
+    kw = dict(cluster="dgx-h100", tp=8, global_batch=64, seq_len=8192, micro_batch=1, recompute="none", runtime=NEUTRAL)
     bf16 = evaluate("llama3-70b", 64, dtype="bf16", zero=1, **kw)
     fp8 = evaluate("llama3-70b", 64, dtype="fp8", zero=1, **kw)
     assert 1.15 < bf16.step_time_s / fp8.step_time_s < 2.0
@@ -62,11 +65,14 @@ def test_fp8_all_gather_halves_the_fsdp_gather():
     model = resolve_model("llama3-8b")
     work = training_workload(model, global_batch=8, seq_len=4096, dtype="fp8")
     kw = dict(cluster="dgx-h100", zero=3, micro_batch=1, overlap_param_gather=False)
-    bf16_gather = evaluate(model, 8, workload=work, **kw).breakdown["dp_comm_s"]
-    fp8_gather = evaluate(model, 8, workload=replace(work, fp8_all_gather=True), **kw).breakdown["dp_comm_s"]
+    gather = NEUTRAL.with_changes(fp8_all_gather=True)
+    bf16_gather = evaluate(model, 8, workload=work, runtime=NEUTRAL, **kw).breakdown["dp_comm_s"]
+    fp8_gather = evaluate(model, 8, workload=work, runtime=gather, **kw).breakdown["dp_comm_s"]
     assert fp8_gather < 0.8 * bf16_gather
-    with pytest.raises(AutotuneError):
-        replace(training_workload(model, dtype="bf16"), fp8_all_gather=True)
+    # the setting acts only under an FP8 recipe: a bf16 step gathers bf16 weights either way
+    bf16 = replace(work, dtype="bf16")
+    assert evaluate(model, 8, workload=bf16, runtime=gather, **kw).breakdown["dp_comm_s"] == pytest.approx(
+        evaluate(model, 8, workload=bf16, runtime=NEUTRAL, **kw).breakdown["dp_comm_s"], rel=1e-12)
 
 
 def test_fp8_weight_casts_once_per_step_where_the_runtime_reuses_them():
@@ -78,17 +84,17 @@ def test_fp8_weight_casts_once_per_step_where_the_runtime_reuses_them():
     kw = dict(cluster="dgx-h100", tp=2, micro_batch=1, recompute="none")
 
     def step_s(dtype, global_batch, reuse):
-        work = replace(training_workload(model, global_batch=global_batch, seq_len=4096, dtype=dtype),
-                       reuse_weight_casts=reuse)
-        return evaluate(model, 8, workload=work, **kw).step_time_s
+        work = training_workload(model, global_batch=global_batch, seq_len=4096, dtype=dtype)
+        return evaluate(model, 8, workload=work, runtime=NEUTRAL.with_changes(reuse_weight_casts=reuse), **kw).step_time_s
 
     # 16 micro-batches per step: TE's cached casts (Megatron) beat torchao's per-forward casts
     assert step_s("fp8", 64, True) < 0.995 * step_s("fp8", 64, False)
     # one micro-batch per step, or no casts at all: nothing to reuse
     assert step_s("fp8", 4, True) == pytest.approx(step_s("fp8", 4, False))
     assert step_s("bf16", 64, True) == pytest.approx(step_s("bf16", 64, False))
-    with pytest.raises(AutotuneError, match="reuse_weight_casts"):
-        replace(training_workload(model, dtype="fp8"), reuse_weight_casts="yes")
+    with pytest.raises(AutotuneError, match="runtime.reuse_weight_casts") as err:
+        NEUTRAL.with_changes(reuse_weight_casts="yes")
+    assert err.value.field == "runtime.reuse_weight_casts"
 
 
 def test_fp8_refused_on_a100_in_one_line():
@@ -100,11 +106,12 @@ def test_fp8_refused_on_a100_in_one_line():
 
 
 def test_block_scaled_formats_need_blackwell():
+    kw = dict(global_batch=8, seq_len=4096, runtime=NEUTRAL)
     with pytest.raises(AutotuneError, match="mxfp8"):
-        evaluate("llama3-8b", 8, cluster="dgx-h100", dtype="mxfp8", global_batch=8, seq_len=4096)
-    b200 = evaluate("llama3-8b", 8, cluster="dgx-b200", dtype="mxfp8", global_batch=8, seq_len=4096)
-    nvfp4 = evaluate("llama3-8b", 8, cluster="dgx-b200", dtype="nvfp4", global_batch=8, seq_len=4096)
-    h100 = evaluate("llama3-8b", 8, cluster="dgx-h100", dtype="fp8", global_batch=8, seq_len=4096)
+        evaluate("llama3-8b", 8, cluster="dgx-h100", dtype="mxfp8", **kw)
+    b200 = evaluate("llama3-8b", 8, cluster="dgx-b200", dtype="mxfp8", **kw)
+    nvfp4 = evaluate("llama3-8b", 8, cluster="dgx-b200", dtype="nvfp4", **kw)
+    h100 = evaluate("llama3-8b", 8, cluster="dgx-h100", dtype="fp8", **kw)
     assert nvfp4.step_time_s < b200.step_time_s < h100.step_time_s
 
 
@@ -131,7 +138,7 @@ def test_low_precision_recipes_keep_the_output_projection_in_bf16():
                           ffn_hidden_size=8192, ffn_activation="swiglu", vocab_size=vocab, max_seq_len=2048,
                           tied_embeddings=False, norm="rmsnorm", bias=False, position_embedding="rotary")
         return evaluate(model, 1, cluster="dgx-h100", dtype=dtype, micro_batch=8, global_batch=8,
-                        seq_len=2048).step_time_s
+                        seq_len=2048, runtime=NEUTRAL).step_time_s
 
     grown = {dtype: step_s(256000, dtype) - step_s(32000, dtype) for dtype in ("bf16", "fp8")}
     assert grown["fp8"] == pytest.approx(grown["bf16"], rel=0.05)
@@ -149,11 +156,14 @@ def test_fp8_tp_all_gathers_move_fp8_and_reduce_scatters_bf16():
     model = resolve_model("llama3-8b")
     work = training_workload(model, global_batch=8, seq_len=4096, dtype="fp8")
     kw = dict(cluster="dgx-h100", tp=8, micro_batch=1)
-    bf16_tp = evaluate(model, 8, workload=work, **kw).breakdown["tp_cp_comm_s"]
-    fp8_tp = evaluate(model, 8, workload=replace(work, fp8_tp_all_gather=True), **kw).breakdown["tp_cp_comm_s"]
+    gather = NEUTRAL.with_changes(fp8_tp_all_gather=True)
+    bf16_tp = evaluate(model, 8, workload=work, runtime=NEUTRAL, **kw).breakdown["tp_cp_comm_s"]
+    fp8_tp = evaluate(model, 8, workload=work, runtime=gather, **kw).breakdown["tp_cp_comm_s"]
     assert 0.55 * bf16_tp < fp8_tp < 0.9 * bf16_tp
-    with pytest.raises(AutotuneError, match="fp8_tp_all_gather"):
-        replace(training_workload(model, dtype="bf16"), fp8_tp_all_gather=True)
+    # the setting acts only under an FP8 recipe: a bf16 step gathers bf16 activations either way
+    bf16 = replace(work, dtype="bf16")
+    assert evaluate(model, 8, workload=bf16, runtime=gather, **kw).breakdown["tp_cp_comm_s"] == pytest.approx(
+        evaluate(model, 8, workload=bf16, runtime=NEUTRAL, **kw).breakdown["tp_cp_comm_s"], rel=1e-12)
 
 
 def test_transformer_engine_linears_keep_their_inputs_quantized_for_backward():
@@ -183,8 +193,8 @@ def test_te_expert_linears_keep_their_inputs_quantized_too():
     """The routed experts' grouped linears save quantized inputs under a TE recipe: less activation memory
     than BF16 or standalone casts, the same step time."""
     kw = dict(cluster="dgx-b200", dp=8, ep=8, micro_batch=1, global_batch=64, seq_len=4096)
-    work = dict(global_batch=64, seq_len=4096, dtype="mxfp8")
-    te = evaluate("qwen3-30b-a3b", 8, workload=TrainingWorkload(fp8_recipe="te_current", **work), **kw)
-    cast = evaluate("qwen3-30b-a3b", 8, workload=TrainingWorkload(fp8_recipe="cast", **work), **kw)
+    work = TrainingWorkload(global_batch=64, seq_len=4096, dtype="mxfp8")
+    te = evaluate("qwen3-30b-a3b", 8, workload=work, runtime=NEUTRAL.with_changes(fp8_recipe="te_current"), **kw)
+    cast = evaluate("qwen3-30b-a3b", 8, workload=work, runtime=NEUTRAL.with_changes(fp8_recipe="cast"), **kw)
     assert te.memory_breakdown["activations_bytes"] < 0.95 * cast.memory_breakdown["activations_bytes"]
     assert te.step_time_s == pytest.approx(cast.step_time_s, rel=0.05)

@@ -1,4 +1,5 @@
-"""The kernels each framework runs per GPU generation (autotune/calibrate/framework_kernels.py)."""
+"""The kernels each framework runs per GPU generation: the measurements (autotune/calibrate/framework_kernels.py)
+behind the runtime presets' kernel speeds, applied by autotune/cost/runtime_kernels.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune.calibrate.framework_kernels import (IN_STEP_GEMM_MEASUREMENTS, PYTORCH_GEMM_IN_STEP_HOPPER,
-                                                  attention_kernel_speed, gemm_in_step_speed, gpu_generation)
+from autotune.calibrate.framework_kernels import IN_STEP_GEMM_MEASUREMENTS, PYTORCH_GEMM_IN_STEP_HOPPER
+from autotune.cost.runtime_kernels import gpu_generation, runtime_cluster
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.runtime import Runtime, load_runtime
 
 MEASURED_PROFILE = Path(__file__).resolve().parent.parent / "autotune" / "data" / "devices" / "h100-sxm-measured.json"
 
@@ -50,28 +53,49 @@ def test_gpu_generation_of_each_gpu_column(gpu, generation):
     assert gpu_generation(gpu) == generation
 
 
+def gemm_in_step_speed(framework: str, gpu: str) -> float:
+    return load_runtime(framework).gemm_speed(gpu_generation(gpu))
+
+
+def _attention_scale(cluster: str, runtime: Runtime) -> float:
+    """How much slower the runtime's attention kernels run than the device's fit on ``cluster``."""
+    base = load_cluster(cluster)
+    scaled = runtime_cluster(base, runtime)
+    ratios = {scaled.device.compute[key].seconds_per_unit / fit.seconds_per_unit
+              for key, fit in base.device.compute.items() if key[0] == "attention"}
+    assert len(ratios) == 1, ratios
+    return ratios.pop()
+
+
 def test_kernel_speeds_depend_on_framework_and_generation():
     for framework in ("llm-foundry", "torchtitan"):
-        assert gemm_in_step_speed(framework, "H100-80GB") == PYTORCH_GEMM_IN_STEP_HOPPER
+        # the presets state the measured mean to three places
+        assert gemm_in_step_speed(framework, "H100-80GB") == pytest.approx(PYTORCH_GEMM_IN_STEP_HOPPER, abs=5e-4)
         assert gemm_in_step_speed(framework, "A100-80GB") == 1.0  # not measured there: the device's line
     for framework in ("nemo", "megatron", "deepspeed"):
         assert gemm_in_step_speed(framework, "H100-SXM5-80GB") == 1.0
-        assert attention_kernel_speed(framework, "H100-SXM5-80GB") == 1.0
+        assert load_runtime(framework).attention_speed == 1.0
     # llm-foundry's Triton attention on every generation; torchtitan's SDPA is the device's FlashAttention-2
-    assert attention_kernel_speed("llm-foundry", "A100-40GB") == attention_kernel_speed("llm-foundry", "H100-80GB") < 1
-    assert attention_kernel_speed("torchtitan", "H100-96GB-HBM2e-500W") == 1.0
+    foundry = load_runtime("llm-foundry")
+    assert foundry.attention_speed < 1
+    assert _attention_scale("dgx-a100-80gb", foundry) == pytest.approx(_attention_scale("dgx-h100", foundry))
+    assert _attention_scale("dgx-h100", foundry) == pytest.approx(1 / foundry.attention_speed)
+    assert load_runtime("torchtitan").attention_speed == 1.0
 
 
 def test_framework_gemm_speed_scales_only_bf16_and_fp16_gemm_fits():
-    from autotune.calibrate.published import _with_framework_kernels
-    from autotune.spec.hardware_data import load_cluster
-
     base = load_cluster("dgx-h100")
-    scaled = _with_framework_kernels(base, 1.0, False, 0.8)
+    scaled = runtime_cluster(base, Runtime(name="slow-gemms", gemm_in_step_speed=(("hopper", 0.8),)))
     for key, fit in base.device.compute.items():
         expected = fit.seconds_per_unit / 0.8 if key[0] == "gemm" and key[1] in ("bf16", "fp16") else fit.seconds_per_unit
         assert scaled.device.compute[key].seconds_per_unit == pytest.approx(expected), key
-    assert _with_framework_kernels(base, 1.0, False, 1.0) is base
+    assert runtime_cluster(base, Runtime(name="neutral")) is base
+    assert runtime_cluster(base, Runtime(name="other-gpus", gemm_in_step_speed=(("ampere", 0.8),))) is base
+
+
+def _gemm_speed(run) -> float:
+    """The in-step GEMM speed the run's runtime has on its cluster's GPU."""
+    return run.runtime.gemm_speed(gpu_generation(load_cluster(run.cluster_name).device.name))
 
 
 def test_pytorch_native_hopper_rows_price_slower_gemms(data_dir):
@@ -79,10 +103,11 @@ def test_pytorch_native_hopper_rows_price_slower_gemms(data_dir):
 
     runs = {r.run_id: r for r in load_runs(data_dir / "modern_runs.csv")[0]}
     h100, a100, nemo = runs["llmf-030"], runs["llmf-210"], runs["nemo-2407-01"]
-    assert h100.gemm_speed == PYTORCH_GEMM_IN_STEP_HOPPER
-    assert a100.gemm_speed == 1.0 and nemo.gemm_speed == 1.0
-    slow, fast = check_runs([h100, replace(h100, gemm_speed=1.0)])
+    assert _gemm_speed(h100) == pytest.approx(PYTORCH_GEMM_IN_STEP_HOPPER, abs=5e-4)
+    assert _gemm_speed(a100) == 1.0 and _gemm_speed(nemo) == 1.0
+    speed = _gemm_speed(h100)
+    slow, fast = check_runs([h100, replace(h100, runtime=h100.runtime.with_changes(gemm_in_step_speed=()))])
     # a GEMM-bound step (MPT-13B, 4096 tokens per micro-batch) slows by most of the GEMM factor
     ratio = slow.estimate.step_time_s / fast.estimate.step_time_s
-    assert 1.0 < ratio < 1.0 / PYTORCH_GEMM_IN_STEP_HOPPER
-    assert ratio > 1.0 + 0.6 * (1.0 / PYTORCH_GEMM_IN_STEP_HOPPER - 1.0)
+    assert 1.0 < ratio < 1.0 / speed
+    assert ratio > 1.0 + 0.6 * (1.0 / speed - 1.0)

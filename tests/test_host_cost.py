@@ -8,6 +8,7 @@ from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload
 from moe_models import MIXTRAL_8X7B
 
@@ -20,11 +21,14 @@ def _dense(hidden: int, layers: int = 4) -> ModelSpec:
                      max_seq_len=8192, tied_embeddings=False, norm="rmsnorm", bias=False, position_embedding="rotary")
 
 
-def _step(model, cluster=H100, seq_len=128, micro_batch=1, gpus=8, ep=1, **workload):
-    w = TrainingWorkload(global_batch=8 * micro_batch, seq_len=seq_len, **workload)
+NEUTRAL = Runtime(name="neutral")  # host hidden, no CUDA graphs: the old default workload's pricing
+
+
+def _step(model, cluster=H100, seq_len=128, micro_batch=1, gpus=8, ep=1, **runtime):
+    w = TrainingWorkload(global_batch=8 * micro_batch, seq_len=seq_len)
     plan = uniform_plan(num_layers=model.num_layers, gpus=gpus, micro_batch=micro_batch, global_batch=8 * micro_batch,
                         zero=1, ep=ep)
-    return evaluate_plan(model, w, cluster.for_gpus(gpus), plan)
+    return evaluate_plan(model, w, cluster.for_gpus(gpus), plan, runtime=NEUTRAL.with_changes(**runtime))
 
 
 def test_small_layers_wait_for_the_host():
@@ -49,8 +53,8 @@ def test_cuda_graphs_remove_their_scopes_host_time():
     both = _step(tiny, host_dispatch="eager", cuda_graph_scope=("attn", "mlp")).breakdown["host_s"]
     full = _step(tiny, host_dispatch="eager", cuda_graph_scope=("full_iteration",)).breakdown["host_s"]
     assert eager > attn > both >= 0.0 and full == 0.0
-    fwd, bwd = layer_host_s(TrainingWorkload(global_batch=8, seq_len=128, host_dispatch="eager",
-                                             cuda_graph_scope=("attn", "mlp")), H100, moe=False)
+    fwd, bwd = layer_host_s(Runtime(name="neutral", host_dispatch="eager", cuda_graph_scope=("attn", "mlp")), H100,
+                            moe=False)
     assert fwd == bwd == pytest.approx(2 * op_host_s(H100))  # one graph launch per captured scope
 
 
@@ -60,7 +64,7 @@ def test_a_sync_per_moe_layer_exposes_host_time_behind_busy_gpus():
     eager = _step(MIXTRAL_8X7B, seq_len=4096, ep=8, host_dispatch="eager")
     per_microbatch = eager.breakdown["host_s"] / 1  # one micro-batch per replica
     assert per_microbatch >= MIXTRAL_8X7B.num_layers * op_host_s(H100) * 0.999
-    fwd, bwd = layer_host_s(TrainingWorkload(global_batch=8, seq_len=4096, host_dispatch="eager"), H100, moe=True)
+    fwd, bwd = layer_host_s(Runtime(name="neutral", host_dispatch="eager"), H100, moe=True)
     assert per_microbatch < MIXTRAL_8X7B.num_layers * (fwd + bwd)  # far from host-bound
     # a CUDA graph over the whole MoE block needs static shapes: no sync, nothing exposed
     graphed = _step(MIXTRAL_8X7B, seq_len=4096, ep=8, host_dispatch="eager",
@@ -83,7 +87,7 @@ def test_grace_hosts_issue_slower_than_x86():
 
 
 def test_more_experts_per_layer_more_host_operators():
-    w = TrainingWorkload(global_batch=8, seq_len=128, host_dispatch="eager")
+    w = Runtime(name="neutral", host_dispatch="eager")
     dense_fwd, _ = layer_host_s(w, H100, moe=False)
     moe_fwd, _ = layer_host_s(w, H100, moe=True)
     shared_fwd, _ = layer_host_s(w, H100, moe=True, shared_experts=True)
@@ -95,8 +99,8 @@ def test_more_experts_per_layer_more_host_operators():
                                           ("cuda_graph_scope", "attn")])
 def test_bad_host_settings_are_refused(field, value):
     with pytest.raises(AutotuneError) as err:
-        TrainingWorkload(global_batch=8, seq_len=128, **{field: value})
-    assert err.value.field == field
+        Runtime(name="neutral", **{field: value})
+    assert err.value.field == f"runtime.{field}"
 
 
 def test_nemo_moe_rows_carry_their_recipes_cuda_graphs(data_dir):
@@ -105,18 +109,18 @@ def test_nemo_moe_rows_carry_their_recipes_cuda_graphs(data_dir):
     from autotune.calibrate.modern import modern_run_from_row
 
     rows = {r["id"]: r for r in csv.DictReader(open(data_dir / "modern_runs.csv"))}
-    _, workload, *_ = modern_run_from_row(rows["nemo-mb-042"])  # 25.11 GB200 Qwen3-30B-A3B FP8-MX
-    assert workload.host_dispatch == "eager" and workload.cuda_graph_scope == ("moe_router", "moe_preprocess")
-    _, workload, *_ = modern_run_from_row(rows["nemo-mb-002"])  # 26.08 GB200 GPT-OSS: full-iteration graphs
-    assert workload.cuda_graph_scope == ("full_iteration",)
-    _, workload, *_ = modern_run_from_row(rows["nemo-mb-056"])  # 25.11 H100 FP8-CS: no graphs
-    assert workload.host_dispatch == "eager" and workload.cuda_graph_scope == ()
-    _, workload, *_ = modern_run_from_row(rows["tt-31"])  # torchtitan: host not priced
-    assert workload.host_dispatch == "hidden"
+    _, _, runtime, *_ = modern_run_from_row(rows["nemo-mb-042"])  # 25.11 GB200 Qwen3-30B-A3B FP8-MX
+    assert runtime.host_dispatch == "eager" and runtime.cuda_graph_scope == ("moe_router", "moe_preprocess")
+    _, _, runtime, *_ = modern_run_from_row(rows["nemo-mb-002"])  # 26.08 GB200 GPT-OSS: full-iteration graphs
+    assert runtime.cuda_graph_scope == ("full_iteration",)
+    _, _, runtime, *_ = modern_run_from_row(rows["nemo-mb-056"])  # 25.11 H100 FP8-CS: no graphs
+    assert runtime.host_dispatch == "eager" and runtime.cuda_graph_scope == ()
+    _, _, runtime, *_ = modern_run_from_row(rows["tt-31"])  # torchtitan: host not priced
+    assert runtime.host_dispatch == "hidden"
 
 
 def test_graph_scopes_read_back_from_json_as_a_tuple():
-    w = TrainingWorkload(global_batch=8, seq_len=128, host_dispatch="eager", cuda_graph_scope=["attn", "mlp"])
+    w = Runtime(name="neutral", host_dispatch="eager", cuda_graph_scope=["attn", "mlp"])
     assert w.cuda_graph_scope == ("attn", "mlp")
 
 
@@ -125,11 +129,12 @@ def test_evaluate_flags_price_the_host(capsys):
 
     from autotune.cli.main import main
 
-    def host_s(*flags):
+    def host_s(*flags):  # the default runtime, megatron, issues eagerly unless the flags say otherwise
         assert main(["evaluate", "--model", "small", "--gpus", "8", "--json", *flags]) == 0
         return json.loads(capsys.readouterr().out)["breakdown"]["host_s"]
     eager, graphed = host_s("--host-dispatch", "eager"), host_s("--host-dispatch", "eager", "--cuda-graph-scope", "attn")
-    assert host_s() == 0.0 and eager > graphed > 0.0
+    assert host_s("--host-dispatch", "hidden") == 0.0 and eager > graphed > 0.0
+    assert host_s() == eager
     assert main(["evaluate", "--model", "small", "--gpus", "8", "--host-dispatch", "eager",
                  "--cuda-graph-scope", "attn,everything"]) == 2
     assert "cuda_graph_scope" in capsys.readouterr().err

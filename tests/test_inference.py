@@ -14,9 +14,11 @@ from autotune.plan.builders import uniform_plan
 from autotune.plan.io import WORKLOAD_KINDS, workload_from_dict
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload
 
 H100 = load_cluster("dgx-h100")
+NEUTRAL = Runtime(name="neutral")  # the old default workload's settings
 
 
 def _plan(model, gpus, batch, **kw):
@@ -29,13 +31,13 @@ def test_kv_cache_bytes_are_gqa_aware():
     # 2 * 1024 * 2 = 4096 bytes per token per layer; 4 sequences x (1000 + 24) positions.
     model = load_preset("llama3-8b")
     work = InferenceWorkload(kind="decode", batch=4, prompt_len=1000, output_len=24)
-    est = evaluate_plan(model, work, H100, _plan(model, 1, 4, micro_batch=4))
+    est = evaluate_plan(model, work, H100, _plan(model, 1, 4, micro_batch=4), runtime=NEUTRAL)
     assert est.inference.kv_cache_bytes == 4 * 1024 * 32 * 4096
     mha = model.with_changes(num_kv_heads=32)
-    est_mha = evaluate_plan(mha, work, H100, _plan(mha, 1, 4, micro_batch=4))
+    est_mha = evaluate_plan(mha, work, H100, _plan(mha, 1, 4, micro_batch=4), runtime=NEUTRAL)
     assert est_mha.inference.kv_cache_bytes == 4 * est.inference.kv_cache_bytes
     # tp=2 halves what each GPU holds (the KV heads are split)
-    est_tp = evaluate_plan(model, work, H100, _plan(model, 2, 4, tp=2, micro_batch=4))
+    est_tp = evaluate_plan(model, work, H100, _plan(model, 2, 4, tp=2, micro_batch=4), runtime=NEUTRAL)
     assert est_tp.inference.kv_cache_bytes_per_gpu == est.inference.kv_cache_bytes / 2
 
 
@@ -46,7 +48,7 @@ def test_decode_step_is_memory_bound_on_weights_and_kv_cache():
     model = load_preset("seed-dense-16")
     h, layers, batch, prompt = 16384, 16, 8, 4000
     work = InferenceWorkload(kind="decode", batch=batch, prompt_len=prompt, output_len=1)
-    est = evaluate_plan(model, work, H100, _plan(model, 8, batch, tp=8, micro_batch=batch))
+    est = evaluate_plan(model, work, H100, _plan(model, 8, batch, tp=8, micro_batch=batch), runtime=NEUTRAL)
     weights = layers * 6 * h * h * 2 / 8
     kv = batch * (prompt + 1) * layers * 2 * h * 2 / 8  # mean context of one step: prompt + 1
     device = H100.device
@@ -63,7 +65,8 @@ def test_prefill_is_compute_bound():
     model = load_preset("seed-dense-16")
     h, layers, s, batch = 16384, 16, 2048, 2
     work = InferenceWorkload(kind="prefill", batch=batch, prompt_len=s)
-    est = evaluate_plan(model, work, H100, _plan(model, 8, batch, tp=8, micro_batch=1, sequence_parallel=True))
+    est = evaluate_plan(model, work, H100, _plan(model, 8, batch, tp=8, micro_batch=1, sequence_parallel=True),
+                        runtime=NEUTRAL)
     eff = H100.device.kernel_efficiency
     gemm = batch * layers * 12 * h * h * s * H100.device.regression("gemm", "bf16").seconds_per_unit / eff / 8
     attn = batch * layers * 2 * s * s * h * H100.device.regression("attention", "bf16").seconds_per_unit / eff / 8
@@ -78,10 +81,11 @@ def test_pipeline_formulas_prefill_and_decode():
     model = load_preset("seed-dense-16")
     plan = _plan(model, 16, 32, tp=1, pp=16, micro_batch=4)
     b = plan.num_microbatches
-    pre = evaluate_plan(model, InferenceWorkload(kind="prefill", batch=32, prompt_len=1024), H100, plan)
+    pre = evaluate_plan(model, InferenceWorkload(kind="prefill", batch=32, prompt_len=1024), H100, plan, runtime=NEUTRAL)
     times = [s.microbatch_time_s for s in pre.stages]
     assert pre.step_time_s == pytest.approx(sum(times) + (b - 1) * max(times))
-    dec = evaluate_plan(model, InferenceWorkload(kind="decode", batch=32, prompt_len=1024, output_len=3), H100, plan)
+    dec = evaluate_plan(model, InferenceWorkload(kind="decode", batch=32, prompt_len=1024, output_len=3), H100, plan,
+                        runtime=NEUTRAL)
     times = [s.microbatch_time_s for s in dec.stages]
     assert dec.inference.tpot_s == pytest.approx(max(sum(times), b * max(times)))
     assert dec.step_time_s == pytest.approx(3 * dec.inference.tpot_s)
@@ -91,7 +95,7 @@ def test_pipeline_formulas_prefill_and_decode():
 def test_serve_is_prefill_then_decode():
     model = load_preset("llama3-8b")
     work = InferenceWorkload(kind="serve", batch=16, prompt_len=512, output_len=64)
-    est = evaluate_plan(model, work, H100, _plan(model, 2, 16, tp=2, micro_batch=16))
+    est = evaluate_plan(model, work, H100, _plan(model, 2, 16, tp=2, micro_batch=16), runtime=NEUTRAL)
     assert est.step_time_s == pytest.approx(est.inference.ttft_s + 63 * est.inference.tpot_s)
     assert est.inference.tps == pytest.approx(16 * 64 / est.step_time_s)
     assert est.inference.time_per_token_s == pytest.approx(1 / est.inference.tps)
@@ -101,7 +105,8 @@ def test_serve_is_prefill_then_decode():
 def test_longer_context_costs_more_decode_time():
     model = load_preset("llama3-8b")
     plan = _plan(model, 1, 8, micro_batch=8)
-    short, long = (evaluate_plan(model, InferenceWorkload(kind="decode", batch=8, prompt_len=p, output_len=8), H100, plan)
+    short, long = (evaluate_plan(model, InferenceWorkload(kind="decode", batch=8, prompt_len=p, output_len=8), H100, plan,
+                                 runtime=NEUTRAL)
                    for p in (512, 4096))
     assert long.inference.tpot_s > short.inference.tpot_s
     assert long.peak_memory_bytes_per_gpu > short.peak_memory_bytes_per_gpu
@@ -138,7 +143,7 @@ def test_inference_rejects_training_only_choices(plan_kw, kind, field):
     gpus = 2 if plan_kw.get("tp") == 2 or plan_kw.get("cp") == 2 else 1
     work = InferenceWorkload(kind=kind, batch=2, prompt_len=128, output_len=4)
     with pytest.raises(AutotuneError) as err:
-        evaluate_plan(model, work, H100, _plan(model, gpus, 2, micro_batch=2, **plan_kw))
+        evaluate_plan(model, work, H100, _plan(model, gpus, 2, micro_batch=2, **plan_kw), runtime=NEUTRAL)
     assert err.value.field == field
 
 
@@ -223,10 +228,11 @@ def test_stage_cost_broadcasts_over_micro_batches_and_layer_counts(kind, group):
                       kv_cache_in="host", cache_group_layers=group, cache_tile_tokens=4 if group else 0)
     pos = StagePosition(inflight=4.0, neighbors=1, p2p_inter_node=False)
     sizes = np.array([2, 4, 8])[:, None]
-    many = inference_stage_cost(inference_context(model, work, H100, kind, micro_batch=sizes,
+    many = inference_stage_cost(inference_context(model, work, H100, kind, runtime=NEUTRAL, micro_batch=sizes,
                                                   num_microbatches=64 // sizes), stage, pos,
                                 num_layers=np.arange(1, 5)[None, :])
-    one = inference_stage_cost(inference_context(model, work, H100, kind, micro_batch=4, num_microbatches=16), stage, pos)
+    one = inference_stage_cost(inference_context(model, work, H100, kind, runtime=NEUTRAL, micro_batch=4, num_microbatches=16),
+                               stage, pos)
     assert many.time.microbatch_s.shape == (3, 4)
     assert many.time.microbatch_s[1, 2] == pytest.approx(one.time.microbatch_s)
     assert many.memory.peak_bytes[1, 2] == pytest.approx(one.memory.peak_bytes)

@@ -22,9 +22,9 @@ def test_every_row_is_priced_with_the_settings_it_states(path):
     rows = {r["id"]: r for r in read_rows(path)}
     for check in priced_checks(path):
         row, run = rows[check.run.run_id], check.run
-        assert run.workload.ep_dispatcher == row["ep_dispatcher"]
-        assert run.workload.overlap_ep_comm == (row["ep_overlap"] == "yes")
-        assert run.workload.host_dispatch == "eager" and run.workload.cuda_graph_scope == ()
+        assert run.runtime.ep_dispatcher == row["ep_dispatcher"]
+        assert run.runtime.overlap_ep_comm == (row["ep_overlap"] == "yes")
+        assert run.runtime.host_dispatch == "eager" and run.runtime.cuda_graph_scope == ()
         assert all(s.recompute_modules == tuple(row["recompute_modules"].split()) for s in run.plan.stages)
 
 

@@ -15,6 +15,7 @@ from autotune.graph.moe_ops import CLAMP_BYTES_PER_ELEMENT
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 from moe_models import MIXTRAL_8X7B
 
@@ -26,7 +27,8 @@ GPT_OSS = load_preset("gpt-oss-120b")
 
 def _ctx(model=GPT_OSS, workload=None, micro_batch=1):
     w = workload or TrainingWorkload(global_batch=256, seq_len=4096, dtype="bf16")
-    return StageContext(tables=model_tables(model, 4096, 2), workload=w, cluster=CLUSTER.for_gpus(8),
+    return StageContext(tables=model_tables(model, 4096, 2), workload=w, runtime=Runtime(name="neutral"),
+                        cluster=CLUSTER.for_gpus(8),
                         micro_batch=micro_batch, num_microbatches=16)
 
 

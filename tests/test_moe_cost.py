@@ -10,10 +10,13 @@ from autotune.errors import AutotuneError
 from autotune.graph import model_tables
 from autotune.plan.plan import Plan, StagePlan
 from autotune.spec.hardware_data import load_cluster
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload
 from moe_models import MIXTRAL_8X7B, tiny_moe
 
 CLUSTER = load_cluster("dgx-h100")
+# neutral settings (the old default workload's): each test names the knob it is about
+NEUTRAL = Runtime(name="neutral")
 
 
 def _stage(gpus, tp=1, ep=1, etp=1, **kw):
@@ -23,7 +26,7 @@ def _stage(gpus, tp=1, ep=1, etp=1, **kw):
 
 def _ctx(model=MIXTRAL_8X7B, micro_batch=1, seq_len=4096, imbalance=0.0, gpus=16):
     w = TrainingWorkload(global_batch=256, seq_len=seq_len, expert_load_imbalance=imbalance)
-    return StageContext(tables=model_tables(model, seq_len, 2), workload=w, cluster=CLUSTER.for_gpus(gpus),
+    return StageContext(tables=model_tables(model, seq_len, 2), workload=w, runtime=NEUTRAL, cluster=CLUSTER.for_gpus(gpus),
                         micro_batch=micro_batch, num_microbatches=1)
 
 
@@ -74,7 +77,7 @@ def _plan(model, gpus, ep, etp=1, zero=1, tp=1, seq_len=1024):
     stage = StagePlan(layers=(0, model.num_layers), has_embedding=True, has_head=True, num_gpus=gpus, tp=tp, cp=1,
                       dp=gpus // tp, sequence_parallel=tp > 1, recompute="full", zero=zero, ep=ep, etp=etp)
     plan = Plan(gpus=gpus, micro_batch=1, num_microbatches=64 // (gpus // tp), stages=(stage,))
-    return evaluate_plan(model, w, CLUSTER, plan)
+    return evaluate_plan(model, w, CLUSTER, plan, runtime=NEUTRAL)
 
 
 def test_expert_state_shards_over_ep_and_optimizer_over_edp():
@@ -117,13 +120,14 @@ def test_tensor_parallel_moe_training_needs_sequence_parallelism():
     stage = StagePlan(layers=(0, 32), has_embedding=True, has_head=True, num_gpus=8, tp=2, cp=1, dp=4,
                       sequence_parallel=False, ep=4)
     with pytest.raises(AutotuneError) as err:
-        evaluate_plan(MIXTRAL_8X7B, w, CLUSTER, Plan(gpus=8, micro_batch=1, num_microbatches=16, stages=(stage,)))
+        evaluate_plan(MIXTRAL_8X7B, w, CLUSTER, Plan(gpus=8, micro_batch=1, num_microbatches=16, stages=(stage,)),
+                      runtime=NEUTRAL)
     assert err.value.field == "sequence_parallel"
 
 
 def _fp8_ctx(dtype, micro_batch=1, num_microbatches=1):
     w = TrainingWorkload(global_batch=256, seq_len=4096, dtype=dtype)
-    return StageContext(tables=model_tables(MIXTRAL_8X7B, 4096, 2), workload=w, cluster=CLUSTER.for_gpus(8),
+    return StageContext(tables=model_tables(MIXTRAL_8X7B, 4096, 2), workload=w, runtime=NEUTRAL, cluster=CLUSTER.for_gpus(8),
                         micro_batch=micro_batch, num_microbatches=num_microbatches)
 
 
@@ -172,10 +176,11 @@ def test_deduplicating_dispatcher_sends_fewer_network_copies():
     assert network_copy_share(m.with_changes(num_experts_per_token=1), GroupSpan(8, 8), "deepep") == pytest.approx(1.0)
 
 
-def _ctx_with(**workload):
-    w = TrainingWorkload(global_batch=256, seq_len=4096, **workload)
+def _ctx_with(**runtime):
+    w = TrainingWorkload(global_batch=256, seq_len=4096)
     big = MIXTRAL_8X7B.with_changes(num_experts=256, num_experts_per_token=8, expert_ffn_hidden_size=1792)
-    return StageContext(tables=model_tables(big, 4096, 2), workload=w, cluster=CLUSTER.for_gpus(64),
+    return StageContext(tables=model_tables(big, 4096, 2), workload=w, runtime=NEUTRAL.with_changes(**runtime),
+                        cluster=CLUSTER.for_gpus(64),
                         micro_batch=1, num_microbatches=1)
 
 
@@ -186,7 +191,7 @@ def test_deepep_cuts_cross_node_exchange_and_the_sort_copies():
     # the alltoall dispatcher's sort into local-expert order (and back) is gone
     assert deepep.fwd_s < alltoall.fwd_s and deepep.bwd_s < alltoall.bwd_s
     with pytest.raises(AutotuneError):
-        TrainingWorkload(global_batch=8, seq_len=128, ep_dispatcher="nccl-ep")
+        Runtime(name="neutral", ep_dispatcher="nccl-ep")
 
 
 def test_one_f_one_b_overlap_hides_the_exchange_behind_compute():
@@ -196,8 +201,9 @@ def test_one_f_one_b_overlap_hides_the_exchange_behind_compute():
     plan = Plan(gpus=64, micro_batch=1, num_microbatches=8, stages=(stage,))
     model = MIXTRAL_8X7B.with_changes(num_experts=64)
     cluster = CLUSTER.for_gpus(64)
-    exposed = evaluate_plan(model, TrainingWorkload(global_batch=512, seq_len=4096), cluster, plan)
-    hidden = evaluate_plan(model, TrainingWorkload(global_batch=512, seq_len=4096, overlap_ep_comm=True), cluster, plan)
+    work = TrainingWorkload(global_batch=512, seq_len=4096)
+    exposed = evaluate_plan(model, work, cluster, plan, runtime=NEUTRAL)
+    hidden = evaluate_plan(model, work, cluster, plan, runtime=NEUTRAL.with_changes(overlap_ep_comm=True))
     assert exposed.breakdown["ep_comm_s"] > 0
     assert hidden.breakdown["ep_comm_s"] < exposed.breakdown["ep_comm_s"]
     # what stays is at least the compute slowed by the SMs the exchange holds
@@ -219,7 +225,8 @@ def test_qwen3_30b_on_16_h100_matches_megatron_bridge_overlap_measurement():
                         global_batch=1024, sequence_parallel=False, recompute="none", schedule=None, ep=16)
 
     def step(**kw):
-        return evaluate_plan(model, TrainingWorkload(global_batch=1024, seq_len=4096, **kw), cluster, plan).step_time_s
+        return evaluate_plan(model, TrainingWorkload(global_batch=1024, seq_len=4096), cluster, plan,
+                             runtime=NEUTRAL.with_changes(**kw)).step_time_s
 
     overlapped, exposed = step(ep_dispatcher="deepep", overlap_ep_comm=True), step(ep_dispatcher="deepep")
     assert overlapped == pytest.approx(20.15, rel=0.15)

@@ -13,10 +13,12 @@ from autotune.cost.stage import StageContext
 from autotune.graph import model_tables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware_data import load_cluster
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 from moe_models import MIXTRAL_8X7B
 
 CLUSTER = load_cluster("dgx-h100")
+NEUTRAL = Runtime(name="neutral")  # the old default workload's settings
 QWEN3_30B_SHAPE = MIXTRAL_8X7B.with_changes(hidden_size=2048, num_heads=32, num_kv_heads=4, num_experts=128,
                                             num_experts_per_token=8, expert_ffn_hidden_size=768)
 
@@ -28,7 +30,7 @@ def _stage(gpus=8, ep=8):
 
 def _ctx(dtype="bf16", model=MIXTRAL_8X7B, micro_batch=1, seq_len=4096, cluster=CLUSTER):
     w = TrainingWorkload(global_batch=256, seq_len=seq_len, dtype=dtype)
-    return StageContext(tables=model_tables(model, seq_len, 2), workload=w, cluster=cluster.for_gpus(8),
+    return StageContext(tables=model_tables(model, seq_len, 2), workload=w, runtime=NEUTRAL, cluster=cluster.for_gpus(8),
                         micro_batch=micro_batch, num_microbatches=16)
 
 
@@ -47,7 +49,7 @@ def test_te_low_precision_experts_copy_their_rows_into_the_padded_layout():
     for dtype in ("mxfp8", "nvfp4"):
         assert moe_cost._quantization_padding_s(_ctx(dtype), 1e5)[0] == pytest.approx(fwd1)
     serve = StageContext(tables=small.tables, workload=InferenceWorkload(batch=1, prompt_len=128, output_len=8),
-                         cluster=small.cluster, micro_batch=1, num_microbatches=1)
+                         runtime=NEUTRAL, cluster=small.cluster, micro_batch=1, num_microbatches=1)
     assert moe_cost._quantization_padding_s(serve, 1e5) == (0.0, 0.0)
     # in the layer: the FP8 experts' time grows by exactly those copies on the busiest rank
     ctx = _ctx("fp8")
@@ -140,7 +142,6 @@ def test_alltoall_dispatcher_sorts_by_local_expert_without_expert_parallelism_to
     assert sort_fwd == sort_bwd > 0.0
     assert moe_cost._sort_by_expert_s(_ctx(), _stage(ep=1), 4096 * 2, 1.0) == (0.0, 0.0)
     deepep = _ctx()
-    deepep = StageContext(tables=deepep.tables, workload=TrainingWorkload(global_batch=256, seq_len=4096,
-                                                                          ep_dispatcher="deepep"),
-                          cluster=deepep.cluster, micro_batch=1, num_microbatches=16)
+    deepep = StageContext(tables=deepep.tables, workload=deepep.workload,
+                          runtime=NEUTRAL.with_changes(ep_dispatcher="deepep"), cluster=deepep.cluster, micro_batch=1, num_microbatches=16)
     assert moe_cost._sort_by_expert_s(deepep, _stage(ep=1), 4096 * 2, 8.0) == (0.0, 0.0)

@@ -12,6 +12,7 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 from autotune.cli.main import main  # noqa: E402
 from autotune.graph.table import model_tables  # noqa: E402
 from autotune.plan.builders import uniform_plan  # noqa: E402
+from autotune.spec.runtime import load_runtime  # noqa: E402
 from autotune.plan.io import write_plan_file  # noqa: E402
 from autotune.spec.workload import TrainingWorkload  # noqa: E402
 from autotune.validate.model import build_model  # noqa: E402
@@ -77,7 +78,8 @@ def test_cli_validates_an_expert_parallel_plan(tmp_path, capsys):
     # full recomputation renames the parameters (checkpoint wrapper): DDP must still leave the experts alone
     plan = uniform_plan(num_layers=32, gpus=16, micro_batch=1, global_batch=64, ep=8, zero=1, recompute="full")
     write_plan_file(run / "plan.json", plan=plan, model=MIXTRAL_8X7B,
-                    workload=TrainingWorkload(global_batch=64, seq_len=4096), cluster="dgx-h100")
+                    workload=TrainingWorkload(global_batch=64, seq_len=4096), runtime=load_runtime("torch"),
+                    cluster="dgx-h100")
     code = main(["validate", str(run), "--scale", "hidden=64,layers=4,seq=64,vocab=128,microbatches=2",
                  "--max-world", "2", "--steps", "2", "--json"])
     report = json.loads(capsys.readouterr().out)

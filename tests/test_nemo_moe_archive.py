@@ -41,40 +41,40 @@ def test_recipe_entries_cite_a_tag_or_commit():
 
 
 def test_gb200_26_04_01_qwen3_30b_runs_hybridep_with_router_graphs(rows):
-    _, workload, _, _, _ = modern_run_from_row(rows["nemo-arch-048"])
-    assert workload.ep_dispatcher == "deepep" and not workload.overlap_ep_comm
-    assert workload.cuda_graph_scope == ("moe_router", "moe_preprocess")
+    _, _, runtime, _, _, _ = modern_run_from_row(rows["nemo-arch-048"])
+    assert runtime.ep_dispatcher == "deepep" and not runtime.overlap_ep_comm
+    assert runtime.cuda_graph_scope == ("moe_router", "moe_preprocess")
 
 
 def test_b200_26_04_01_deepseek_overlaps_deepep_and_recomputes_mla_and_mlp(rows):
-    _, workload, _, plan, _ = modern_run_from_row(rows["nemo-arch-004"])
-    assert workload.ep_dispatcher == "deepep" and workload.overlap_ep_comm
-    assert workload.cuda_graph_scope == ("attn", "moe_router", "moe_preprocess")
+    _, _, runtime, _, plan, _ = modern_run_from_row(rows["nemo-arch-004"])
+    assert runtime.ep_dispatcher == "deepep" and runtime.overlap_ep_comm
+    assert runtime.cuda_graph_scope == ("attn", "moe_router", "moe_preprocess")
     assert all(stage.recompute_modules == ("mla_up_proj", "mlp") for stage in plan.stages)
 
 
 def test_gb200_26_06_qwen3_235b_captures_the_full_iteration(rows):
-    _, workload, _, plan, _ = modern_run_from_row(rows["nemo-arch-041"])
-    assert workload.cuda_graph_scope == ("full_iteration",) and workload.overlap_ep_comm
+    _, _, runtime, _, plan, _ = modern_run_from_row(rows["nemo-arch-041"])
+    assert runtime.cuda_graph_scope == ("full_iteration",) and runtime.overlap_ep_comm
     assert all(not stage.recompute_modules for stage in plan.stages)
 
 
 def test_26_02_01_gpt_oss_keeps_alltoall_its_script_never_switched(rows):
-    _, workload, _, plan, _ = modern_run_from_row(rows["nemo-arch-008"])
-    assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm
+    _, _, runtime, _, plan, _ = modern_run_from_row(rows["nemo-arch-008"])
+    assert runtime.ep_dispatcher == "alltoall" and not runtime.overlap_ep_comm
     assert all(stage.recompute_modules == ("layernorm", "moe_act") for stage in plan.stages)
 
 
 def test_h100_qwen3_235b_overlaps_alltoall(rows):
-    _, workload, _, _, _ = modern_run_from_row(rows["nemo-arch-061"])
-    assert workload.ep_dispatcher == "alltoall" and workload.overlap_ep_comm
-    assert workload.cuda_graph_scope == ()
+    _, _, runtime, _, _, _ = modern_run_from_row(rows["nemo-arch-061"])
+    assert runtime.ep_dispatcher == "alltoall" and runtime.overlap_ep_comm
+    assert runtime.cuda_graph_scope == ()
 
 
 def test_unsourced_rows_fall_back_to_megatron_core_defaults(rows):
     for run_id in UNSOURCED:
-        _, workload, _, _, _ = modern_run_from_row(rows[run_id])
-        assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm, run_id
+        _, _, runtime, _, _, _ = modern_run_from_row(rows[run_id])
+        assert runtime.ep_dispatcher == "alltoall" and not runtime.overlap_ep_comm, run_id
 
 
 def test_h100_qwen3_235b_recipes_run_tp_without_comm_overlap(rows, data_dir):
@@ -82,12 +82,12 @@ def test_h100_qwen3_235b_recipes_run_tp_without_comm_overlap(rows, data_dir):
     other NeMo rows with TP > 1 keep the overlap (25.09's run_script.py sets it for Qwen3)."""
     from autotune.calibrate.modern import NEMO_NO_TP_OVERLAP
 
-    _, _, _, plan, _ = modern_run_from_row(rows["nemo-arch-061"])
+    _, _, _, _, plan, _ = modern_run_from_row(rows["nemo-arch-061"])
     assert plan.stages[0].tp == 2 and not plan.overlap_tp_comm
     assert _recipe_key(rows["nemo-arch-061"]) in NEMO_NO_TP_OVERLAP
     with open(data_dir / "modern_runs.csv", newline="") as handle:
         given = {row["id"]: row for row in csv.DictReader(handle)}
-    _, _, _, plan, _ = modern_run_from_row(given["nemo-mb-085"])  # 25.09 H100 Qwen3-235B, TP 2
+    _, _, _, _, plan, _ = modern_run_from_row(given["nemo-mb-085"])  # 25.09 H100 Qwen3-235B, TP 2
     assert plan.stages[0].tp == 2 and plan.overlap_tp_comm
 
 

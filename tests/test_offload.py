@@ -13,10 +13,12 @@ from autotune.plan.builders import uniform_plan
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload
 
 H100 = load_cluster("dgx-h100")
 CXL = load_cluster("dgx-h100-cxl")
+NEUTRAL = Runtime(name="neutral")  # the old default workload's settings: no host dispatch priced
 
 
 def test_transfer_takes_the_slower_of_link_and_tier():
@@ -41,16 +43,16 @@ def test_cxl_needs_a_cluster_with_cxl_memory():
     work = InferenceWorkload(kind="decode", batch=8, prompt_len=512, output_len=4)
     plan = uniform_plan(num_layers=32, gpus=1, micro_batch=8, global_batch=8, kv_cache_in="cxl")
     with pytest.raises(AutotuneError) as err:
-        evaluate_plan(model, work, H100, plan)
+        evaluate_plan(model, work, H100, plan, runtime=NEUTRAL)
     assert err.value.field == "placement" and "dgx-h100-cxl" in err.value.message
-    est = evaluate_plan(model, work, CXL, plan)
+    est = evaluate_plan(model, work, CXL, plan, runtime=NEUTRAL)
     assert est.fits and est.breakdown["offload_s"] > 0
 
 
 def test_training_a_model_too_large_for_its_gpus():
     # gpt3-175b on 16 H100 (tp 8, pp 2): ~11e9 parameters per GPU need 18 bytes each in HBM.
     # Offloading weights, gradients and the optimizer to host memory (ZeRO-Offload) makes it fit.
-    base = dict(cluster="dgx-h100", tp=8, pp=2, micro_batch=1, global_batch=64, recompute="full")
+    base = dict(cluster="dgx-h100", tp=8, pp=2, micro_batch=1, global_batch=64, recompute="full", runtime=NEUTRAL)
     plain = api.evaluate("gpt3-175b", 16, **base)
     assert not plain.fits
     off = api.evaluate("gpt3-175b", 16, weights_in="host", gradients_in="host", optimizer_in="host",
@@ -73,7 +75,7 @@ def test_offload_beyond_the_tier_capacity_does_not_fit():
 
 
 def test_optimizer_offload_frees_its_bytes_and_moves_the_step():
-    base = dict(cluster="dgx-h100", tp=8, micro_batch=1)
+    base = dict(cluster="dgx-h100", tp=8, micro_batch=1, runtime=NEUTRAL)
     plain = api.evaluate("gpt3-13b", 8, **base)
     off = api.evaluate("gpt3-13b", 8, optimizer_in="host", **base)
     assert off.memory_breakdown["optimizer_states_bytes"] == 0
@@ -101,14 +103,15 @@ def test_kv_cache_share_trades_hbm_for_link_time():
     model = load_preset("seed-dense-16")
     work = InferenceWorkload(kind="decode", batch=128, prompt_len=9999, output_len=1)
     ests = [evaluate_plan(model, work, H100, uniform_plan(num_layers=16, gpus=16, tp=8, pp=2, micro_batch=32,
-                                                           global_batch=128, kv_cache_in="host", kv_cache_in_share=s))
+                                                           global_batch=128, kv_cache_in="host", kv_cache_in_share=s),
+                          runtime=NEUTRAL)
             for s in (0.05, 0.5, 1.0)]
     peaks = [e.peak_memory_bytes_per_gpu for e in ests]
     offload = [e.breakdown["offload_s"] for e in ests]
     assert peaks[0] > peaks[1] > peaks[2] and offload[0] < offload[1] < offload[2]
     # the whole cache in HBM does not fit; the 5% share does and is 10x faster than all in host
     hbm = evaluate_plan(model, work, H100, uniform_plan(num_layers=16, gpus=16, tp=8, pp=2, micro_batch=32,
-                                                        global_batch=128))
+                                                        global_batch=128), runtime=NEUTRAL)
     assert not hbm.fits and ests[0].fits
     assert ests[0].inference.tps > 10 * ests[2].inference.tps
 

@@ -164,7 +164,7 @@ def test_torchtitan_async_tp_read_from_the_row_or_its_table_caption(data_dir):
 
     with open(data_dir / "modern_runs.csv", newline="") as handle:
         rows = {row["id"]: row for row in csv.DictReader(handle)}
-    overlapped = {run_id: modern_run_from_row(rows[run_id])[3].overlap_tp_comm
+    overlapped = {run_id: modern_run_from_row(rows[run_id])[4].overlap_tp_comm
                   for run_id in ("tt-11", "tt-12", "tt-13", "tt-14", "tt-16", "tt-19", "tt-20", "tt-29", "tt-30")}
     assert overlapped == {"tt-11": False, "tt-12": True, "tt-13": True, "tt-14": True, "tt-16": True,
                           "tt-19": False, "tt-20": True, "tt-29": False, "tt-30": True}
@@ -176,14 +176,14 @@ def test_moe_rows_take_their_models_preset_and_recipe(data_dir):
     from autotune.calibrate.modern import modern_run_from_row
 
     rows = {r["id"]: r for r in csv.DictReader(open(data_dir / "modern_runs.csv"))}
-    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-042"])
+    model, _, runtime, _, _, _ = modern_run_from_row(rows["nemo-mb-042"])
     assert model.head_dim == 128 and model.qk_norm == "head"  # Qwen3-30B-A3B: 32 heads of 128 on hidden 2048
-    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-082"])
+    model, _, runtime, _, _, _ = modern_run_from_row(rows["nemo-mb-082"])
     assert model.is_mla and model.num_shared_experts == 1 and model.first_k_dense_layers == 3
-    assert workload.ep_dispatcher == "deepep" and workload.overlap_ep_comm  # v0.1.0rc4 run_script.py on H100
-    model, workload, _, _, _ = modern_run_from_row(rows["nemo-mb-022"])
+    assert runtime.ep_dispatcher == "deepep" and runtime.overlap_ep_comm  # v0.1.0rc4 run_script.py on H100
+    model, _, runtime, _, _, _ = modern_run_from_row(rows["nemo-mb-022"])
     assert model.head_dim == 64 and model.sliding_window == 128  # GPT-OSS-120B
-    assert workload.ep_dispatcher == "alltoall" and not workload.overlap_ep_comm
+    assert runtime.ep_dispatcher == "alltoall" and not runtime.overlap_ep_comm
     model, *_ = modern_run_from_row(rows["nemo-mb-053"])  # dense rows keep their columns
     assert model.head_dim == 8192 // 64
 

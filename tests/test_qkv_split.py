@@ -14,6 +14,7 @@ from autotune.plan.builders import uniform_plan
 from autotune.spec.hardware_data import load_device
 from autotune.spec.presets import load_preset
 from autotune.spec.resolve import resolve_cluster
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload
 
 DEVICE = load_device("h100")
@@ -120,19 +121,20 @@ def test_backward_sums_the_three_input_gradients():
     assert bt.bwd_ops_s[..., shared].sum(-1) - plain.sum() == pytest.approx(expected, rel=1e-9)
 
 
-def test_workload_field_reaches_the_cost_model():
+def test_runtime_field_reaches_the_cost_model():
     cluster = resolve_cluster("dgx-h100").for_gpus(8)
     plan = uniform_plan(num_layers=LLAMA_8B.num_layers, gpus=8, tp=8, dp=1, micro_batch=1, global_batch=8,
                         sequence_parallel=True, overlap_tp_comm=True)
     times = {}
     for fused in (True, False):
-        work = TrainingWorkload(global_batch=8, seq_len=8192, dtype="fp8_rowwise", qkv_fused=fused)
-        est = evaluate_plan(LLAMA_8B, work, cluster, plan)
+        work = TrainingWorkload(global_batch=8, seq_len=8192, dtype="fp8_rowwise")
+        est = evaluate_plan(LLAMA_8B, work, cluster, plan, runtime=Runtime(name="neutral", qkv_fused=fused))
         times[fused] = (est.step_time_s, est.model_flops_per_step)
     assert times[False][0] > times[True][0]
     assert times[False][1] == times[True][1]  # model FLOPs (MFU) are the same work
-    with pytest.raises(AutotuneError, match="qkv_fused"):
-        TrainingWorkload(global_batch=8, seq_len=128, qkv_fused="no")
+    with pytest.raises(AutotuneError, match="runtime.qkv_fused") as err:
+        Runtime(name="neutral", qkv_fused="no")
+    assert err.value.field == "runtime.qkv_fused"
 
 
 def test_torchtitan_rows_run_three_gemms(data_dir):
@@ -141,8 +143,8 @@ def test_torchtitan_rows_run_three_gemms(data_dir):
     from autotune.calibrate.modern import FRAMEWORK_DEFAULTS, modern_run_from_row
 
     rows = {r["id"]: r for r in csv.DictReader(open(data_dir / "modern_runs.csv"))}
-    assert modern_run_from_row(rows["tt-29"])[1].qkv_fused is False
-    assert modern_run_from_row(rows["llmf-004"])[1].qkv_fused is True
+    assert modern_run_from_row(rows["tt-29"])[2].qkv_fused is False
+    assert modern_run_from_row(rows["llmf-004"])[2].qkv_fused is True
     assert any(setting == "attention projections" for setting, _, _ in FRAMEWORK_DEFAULTS["torchtitan"])
 
 

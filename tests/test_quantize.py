@@ -15,6 +15,7 @@ from autotune.graph import model_tables
 from autotune.plan.builders import uniform_plan
 from autotune.spec.hardware_data import load_device
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload
 
 LLAMA_8B = load_preset("llama3-8b")
@@ -96,8 +97,9 @@ def test_blackwell_fp8_layouts_make_its_casts_cheaper_than_hoppers_at_the_same_b
 
 
 def test_fp8_recipe_is_checked():
-    with pytest.raises(AutotuneError, match="fp8_recipe"):
-        TrainingWorkload(global_batch=8, seq_len=1024, dtype="fp8", fp8_recipe="delayed")
+    with pytest.raises(AutotuneError, match="runtime.fp8_recipe") as err:
+        Runtime(name="neutral", fp8_recipe="delayed")
+    assert err.value.field == "runtime.fp8_recipe"
 
 
 def _rows(data_dir):
@@ -109,7 +111,7 @@ def test_published_rows_take_their_runtimes_fp8_recipe(data_dir):
     from autotune.calibrate.modern import modern_run_from_row
 
     rows = _rows(data_dir)
-    recipes = {run_id: modern_run_from_row(dict(rows[run_id], iter_s="1"))[1].fp8_recipe  # some give TFLOP/s only
+    recipes = {run_id: modern_run_from_row(dict(rows[run_id], iter_s="1"))[2].fp8_recipe  # some give TFLOP/s only
                for run_id in ("nemo-mb-005", "nemo-longseq-01", "nemo-2407-01", "tt-03", "llmf-072")}
     assert recipes == {"nemo-mb-005": "te_current", "nemo-longseq-01": "te_delayed", "nemo-2407-01": "te_delayed",
                        "tt-03": "cast", "llmf-072": "cast"}
@@ -119,22 +121,22 @@ def test_nemo_nvfp4_recipes_do_not_overlap_tp_communication(data_dir):
     from autotune.calibrate.modern import modern_run_from_row
 
     rows = _rows(data_dir)
-    assert not modern_run_from_row(rows["nemo-mb-016"])[3].overlap_tp_comm  # NVFP4, TP 4
-    assert modern_run_from_row(rows["nemo-mb-005"])[3].overlap_tp_comm  # FP8, same layout
+    assert not modern_run_from_row(rows["nemo-mb-016"])[4].overlap_tp_comm  # NVFP4, TP 4
+    assert modern_run_from_row(rows["nemo-mb-005"])[4].overlap_tp_comm  # FP8, same layout
     fp8_row = dict(rows["nemo-mb-005"], precision="nvfp4")
-    assert not modern_run_from_row(fp8_row)[3].overlap_tp_comm
+    assert not modern_run_from_row(fp8_row)[4].overlap_tp_comm
 
 
 def test_405b_gives_the_embedding_and_loss_a_layers_slot(data_dir):
     from autotune.calibrate.modern import modern_run_from_row
 
-    model, _, _, plan, _ = modern_run_from_row(_rows(data_dir)["nemo-mb-005"])  # 126 layers, pp 16 x vpp 4
+    model, _, _, _, plan, _ = modern_run_from_row(_rows(data_dir)["nemo-mb-005"])  # 126 layers, pp 16 x vpp 4
     counts = [s.num_layers for s in plan.stages]
     assert model.num_layers == 126 and sum(counts) == 126
     assert counts[0] == counts[-1] == 7 and set(counts[1:-1]) == {8}
     plan.check_against(126, plan.global_batch)
     # 80 layers split evenly into pp 4 x vpp 5: no slots taken
-    model, _, _, plan, _ = modern_run_from_row(_rows(data_dir)["nemo-mb-011"])
+    model, _, _, _, plan, _ = modern_run_from_row(_rows(data_dir)["nemo-mb-011"])
     assert {s.num_layers for s in plan.stages} == {model.num_layers // len(plan.stages)}
 
 
@@ -164,8 +166,8 @@ def test_scales_taken_from_the_data_are_all_reduced_over_tp_before_a_sequence_pa
     assert amax_all_reduces_per_layer("nvfp4", "cast", 1, True) == 0
     cluster = resolve_cluster("dgx-b200", None)
     plan = uniform_plan(num_layers=32, gpus=8, tp=4, dp=2, global_batch=16, sequence_parallel=True)
-    tp_s = {recipe: evaluate_plan(LLAMA_8B, TrainingWorkload(global_batch=16, seq_len=4096, dtype="fp8",
-                                                               fp8_recipe=recipe), cluster, plan).breakdown["tp_cp_comm_s"]
+    tp_s = {recipe: evaluate_plan(LLAMA_8B, TrainingWorkload(global_batch=16, seq_len=4096, dtype="fp8"), cluster, plan,
+                                  runtime=Runtime(name="neutral", fp8_recipe=recipe)).breakdown["tp_cp_comm_s"]
             for recipe in ("te_delayed", "te_current")}
     assert tp_s["te_current"] > tp_s["te_delayed"]
 
@@ -179,8 +181,9 @@ def test_evaluate_takes_the_fp8_recipe(capsys):
         assert main(["evaluate", "--model", "llama3-8b", "--cluster", "dgx-b200", "--gpus", "8", "--tp", "2",
                      "--dtype", "fp8", "--global-batch", "16", "--seq-len", "4096", "--json", *flags]) == 0
         return json.loads(capsys.readouterr().out)["step_time_s"]
-    delayed, cast, current = step_s("--fp8-recipe", "te_delayed"), step_s(), step_s("--fp8-recipe", "te_current")
+    delayed, cast, current = (step_s("--fp8-recipe", recipe) for recipe in ("te_delayed", "cast", "te_current"))
     assert delayed < cast < current
+    assert step_s() == delayed  # megatron, the default runtime, runs TE's delayed scaling
     assert main(["evaluate", "--model", "small", "--gpus", "8", "--fp8-recipe", "hybrid"]) == 2
 
 
@@ -190,7 +193,15 @@ def test_te_rows_gather_sequence_parallel_inputs_in_their_low_precision_format(d
     rows = _rows(data_dir)
 
     def gathers(run_id, **changes):
-        return modern_run_from_row(dict(rows[run_id], iter_s="1", **changes))[1].fp8_tp_all_gather
+        """Whether the row's runtime gathers its sequence-parallel inputs in the low-precision format:
+        its TP communication is cheaper than with the same runtime gathering them in BF16."""
+        from autotune.cost.evaluate import evaluate_plan
+        from autotune.spec.hardware_data import load_cluster
+
+        model, workload, runtime, cluster, plan, _ = modern_run_from_row(dict(rows[run_id], iter_s="1", **changes))
+        tp_s = [evaluate_plan(model, workload, load_cluster(cluster), plan, runtime=runtime.with_changes(fp8_tp_all_gather=on))
+                .breakdown["tp_cp_comm_s"] for on in (True, False)]
+        return runtime.fp8_tp_all_gather and tp_s[0] < tp_s[1]
     assert gathers("nemo-mb-005") and gathers("nemo-mb-016") and gathers("nemo-mb-011")  # fp8, nvfp4, mxfp8 at TP > 1
     assert not gathers("nemo-mb-045")  # TP 1: nothing to gather
     assert not gathers("nemo-mb-005", precision="bf16")

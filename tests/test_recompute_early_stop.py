@@ -1,6 +1,6 @@
 """Full recomputation under PyTorch's non-reentrant checkpoint stops early: what the backward reads
 exists again before a block's FFN down projection runs, so that GEMM and the residual add after it
-are not rerun (TrainingWorkload.recompute_early_stop, cost/recompute_modules.py EARLY_STOP_SKIPPED)."""
+are not rerun (Runtime.recompute_early_stop, cost/recompute_modules.py EARLY_STOP_SKIPPED)."""
 
 import subprocess
 import sys
@@ -21,6 +21,7 @@ from autotune.graph import model_tables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime, load_runtime
 from autotune.spec.workload import TrainingWorkload
 
 POS = StagePosition(inflight=2.0, neighbors=2, p2p_inter_node=False)
@@ -69,8 +70,9 @@ def test_pytorch_checkpoint_skips_the_down_projection_when_it_stops_early():
 
 def _ctx(early_stop, model=None):
     model = model or load_preset("llama3-8b")
-    w = TrainingWorkload(global_batch=64, seq_len=4096, recompute_early_stop=early_stop)
-    return StageContext(tables=model_tables(model, 4096, 2), workload=w, cluster=load_cluster("dgx-h100").for_gpus(8),
+    w = TrainingWorkload(global_batch=64, seq_len=4096)
+    runtime = Runtime(name="neutral", recompute_early_stop=early_stop)
+    return StageContext(tables=model_tables(model, 4096, 2), workload=w, runtime=runtime, cluster=load_cluster("dgx-h100").for_gpus(8),
                         micro_batch=1, num_microbatches=8)
 
 
@@ -109,7 +111,7 @@ def test_published_rows_stop_early_where_their_runtime_does(data_dir):
     by_framework = {}
     for run in runs:
         framework = run.source.split()[0].lower()
-        by_framework.setdefault(framework, set()).add(run.workload.recompute_early_stop)
+        by_framework.setdefault(framework, set()).add(run.runtime.recompute_early_stop)
     assert by_framework["pytorch/torchtitan"] == {True}
     assert by_framework["mosaicml/llm-foundry"] == {True}
     assert by_framework["nvidia-nemo/megatron-bridge"] == {False}
@@ -121,14 +123,15 @@ def test_cli_flag_prices_early_stop():
 
         out = subprocess.run([sys.executable, "-m", "autotune", "evaluate", "--model", "llama3-8b", "--gpus", "8",
                               "--dp", "8", "--zero", "3", "--micro-batch", "1", "--global-batch", "16", "--recompute", "full",
-                              "--json", *extra],
+                              "--runtime", "deepspeed", "--json", *extra],
                              capture_output=True, text=True, check=True).stdout
         return json.loads(out)["step_time_s"]
     assert step_s("--recompute-early-stop") < step_s()
 
 
-def test_workload_default_is_the_whole_layer():
-    assert replace(TrainingWorkload(global_batch=8, seq_len=128)).recompute_early_stop is False
+def test_runtime_default_is_the_whole_layer():
+    assert replace(Runtime(name="neutral")).recompute_early_stop is False
+    assert load_runtime("megatron").recompute_early_stop is False
 
 
 def test_the_torchtitan_space_prices_recomputation_as_torchtitan_runs_it():
@@ -137,14 +140,19 @@ def test_the_torchtitan_space_prices_recomputation_as_torchtitan_runs_it():
 
     model, cluster = load_preset("llama3-8b"), load_cluster("dgx-h100")
     work = TrainingWorkload(global_batch=64, seq_len=4096)
-    titan = SearchProblem(model=model, workload=work, cluster=cluster, gpus=8, space=load_space("torchtitan"))
-    megatron = SearchProblem(model=model, workload=work, cluster=cluster, gpus=8, space=load_space("megatron"))
+    neutral = Runtime(name="neutral")
+    titan = SearchProblem(model=model, workload=work, runtime=neutral, cluster=cluster, gpus=8,
+                          space=load_space("torchtitan"))
+    megatron = SearchProblem(model=model, workload=work, runtime=neutral, cluster=cluster, gpus=8,
+                             space=load_space("megatron"))
     assert load_space("torchtitan").recompute_early_stop and not load_space("megatron").recompute_early_stop
-    assert titan.workload.recompute_early_stop and not megatron.workload.recompute_early_stop
+    assert titan.runtime.recompute_early_stop and not megatron.runtime.recompute_early_stop
+    assert load_runtime("torchtitan").recompute_early_stop
 
 
-def test_a_workload_flag_that_is_not_a_bool_is_refused():
+def test_a_runtime_flag_that_is_not_a_bool_is_refused():
     from autotune.errors import AutotuneError
 
-    with pytest.raises(AutotuneError, match="recompute_early_stop"):
-        TrainingWorkload(global_batch=8, seq_len=128, recompute_early_stop="yes")
+    with pytest.raises(AutotuneError, match="runtime.recompute_early_stop") as err:
+        Runtime(name="neutral", recompute_early_stop="yes")
+    assert err.value.field == "runtime.recompute_early_stop"

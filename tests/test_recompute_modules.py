@@ -15,6 +15,7 @@ from autotune.graph import model_tables
 from autotune.plan.plan import Plan, StagePlan
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload
 from moe_models import MIXTRAL_8X7B
 
@@ -24,7 +25,8 @@ POS = StagePosition(inflight=2.0, neighbors=2, p2p_inter_node=False)
 
 def _ctx(model, gpus=8):
     w = TrainingWorkload(global_batch=64, seq_len=4096)
-    return StageContext(tables=model_tables(model, 4096, 2), workload=w, cluster=CLUSTER.for_gpus(gpus),
+    return StageContext(tables=model_tables(model, 4096, 2), workload=w, runtime=Runtime(name="neutral"),
+                        cluster=CLUSTER.for_gpus(gpus),
                         micro_batch=1, num_microbatches=8)
 
 
@@ -92,7 +94,7 @@ def test_nemo_moe_rows_recompute_their_recipes_modules(data_dir):
     from autotune.calibrate.modern import modern_run_from_row
 
     rows = {r["id"]: r for r in csv.DictReader(open(data_dir / "modern_runs.csv"))}
-    modules = {i: modern_run_from_row(rows[i])[3].stages[0].recompute_modules
+    modules = {i: modern_run_from_row(rows[i])[4].stages[0].recompute_modules
                for i in ("nemo-mb-082", "nemo-mb-040", "nemo-mb-022", "nemo-mb-002", "nemo-mb-042")}
     assert modules == {"nemo-mb-082": ("mla_up_proj", "mlp"), "nemo-mb-040": ("mla_up_proj",),
                        "nemo-mb-022": ("layernorm", "moe_act"), "nemo-mb-002": (), "nemo-mb-042": ()}

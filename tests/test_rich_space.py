@@ -23,6 +23,9 @@ from autotune.search.space import load_space
 from autotune.search.tables import choice_costs
 from autotune.spec.presets import load_preset
 from autotune.spec.resolve import resolve_cluster, training_workload
+from autotune.spec.runtime import Runtime
+
+NEUTRAL = Runtime(name="neutral")  # runs every plan of the rich space, priced as before runtimes
 
 
 def test_rich_space_loads_with_every_knob():
@@ -79,7 +82,7 @@ def _evaluate(model: str, cluster: str, dtype: str = "bf16", **stage):
     work = training_workload(spec, global_batch=64, dtype=dtype)
     plan = uniform_plan(num_layers=spec.num_layers, gpus=8, tp=2, pp=2, micro_batch=4, global_batch=64,
                         sequence_parallel=True, **stage)
-    return evaluate_plan(spec, work, resolve_cluster(cluster, None).for_gpus(8), plan)
+    return evaluate_plan(spec, work, resolve_cluster(cluster, None).for_gpus(8), plan, runtime=NEUTRAL)
 
 
 def test_partial_recomputation_costs_its_share_of_full_recomputation():
@@ -103,7 +106,7 @@ def test_an_fp8_stage_is_priced_as_the_fp8_recipe():
 
 def _problem(model: str, gpus: int, cluster: str = "dgx-h100", global_batch: int = 16) -> SearchProblem:
     spec = load_preset(model)
-    return SearchProblem(model=spec, workload=training_workload(spec, global_batch=global_batch),
+    return SearchProblem(model=spec, workload=training_workload(spec, global_batch=global_batch), runtime=NEUTRAL,
                          cluster=resolve_cluster(cluster, None), gpus=gpus, space=load_space("rich"))
 
 
@@ -133,8 +136,9 @@ def test_vectorised_counts_equal_the_cost_model():
 
 @pytest.mark.parametrize("model, gpus, batch", [("small", 1, 16), ("gpt3-125m", 2, 16)])
 def test_default_search_on_the_rich_space_equals_exhaustive(model, gpus, batch):
-    default = search_api.search(model, gpus, global_batch=batch, space="rich", cache=False)
-    exhaustive = search_api.search(model, gpus, global_batch=batch, space="rich", method="exhaustive", cache=False)
+    default = search_api.search(model, gpus, global_batch=batch, space="rich", runtime=NEUTRAL, cache=False)
+    exhaustive = search_api.search(model, gpus, global_batch=batch, space="rich", runtime=NEUTRAL, method="exhaustive",
+                                   cache=False)
     assert default.estimate.step_time_s == pytest.approx(exhaustive.estimate.step_time_s, rel=1e-9)
     assert exhaustive.stats.num_trials > default.stats.num_trials
 

@@ -13,6 +13,7 @@ from autotune.search.driver import SearchProblem, SliceSearch
 from autotune.search.space import load_space
 from autotune.spec.resolve import resolve_cluster, training_workload
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime
 from autotune.spec.presets import load_preset
 
 # (model, GPUs, cluster, global batch): 1 to 64 GPUs, inside one node and across nodes.
@@ -46,7 +47,8 @@ def test_the_agreement_cases_exercise_sampled_studies():
     TPE sampler (not enumeration) must find their optimum."""
     model = load_preset("llama3-8b")
     problem = SearchProblem(model=model, workload=training_workload(model, global_batch=64, seq_len=2048),
-                            cluster=resolve_cluster("dgx-h100"), gpus=64, space=load_space())
+                            runtime=Runtime(name="neutral"), cluster=resolve_cluster("dgx-h100"), gpus=64,
+                            space=load_space())
     search = SliceSearch(problem)
     sizes = [len(r.costs) for r in search.results(1)]
     assert max(sizes) > problem.space.n_trials // 2 and search.num_trials < sum(

@@ -111,11 +111,11 @@ def test_evaluate_prices_each_distinct_stage_once_with_the_same_estimate(model, 
 
     cl = resolve_cluster(cluster, None)
     for plan in plans:
-        fast = ev.evaluate_plan(spec, work, cl, plan)
+        fast = ev.evaluate_plan(spec, work, cl, plan, runtime=result.runtime)
         real = ev._stage_costs
         try:
             ev._stage_costs = lambda ctx, stages, positions, g: [stage_cost(ctx, s, p) for s, p in zip(stages, positions)]
-            plain = ev.evaluate_plan(spec, work, cl, plan)
+            plain = ev.evaluate_plan(spec, work, cl, plan, runtime=result.runtime)
         finally:
             ev._stage_costs = real
         assert fast == plain

@@ -11,6 +11,10 @@ from autotune.cost.evaluate import evaluate_plan
 from autotune.cost.sharding import LayerTraffic, shard_groups, sharded_state_memory, zero3_microbatch_comm_s
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware_data import load_cluster
+from autotune.spec.runtime import Runtime
+
+# every ZeRO stage and FSDP variant, priced as before runtimes (host hidden, flat coalesced gathers)
+NEUTRAL = Runtime(name="neutral")
 
 
 def _stage(dp: int, zero: int = 3, dp_shard: int = 0, reshard: bool = True, cp: int = 1) -> StagePlan:
@@ -68,7 +72,7 @@ def test_state_memory_shards_over_dp_shard_and_keeps_gathered_weights_without_re
 
 
 def _eval(**kw):
-    base = dict(cluster="dgx-h100", global_batch=256, seq_len=2048, dp=16, recompute="full")
+    base = dict(cluster="dgx-h100", global_batch=256, seq_len=2048, dp=16, recompute="full", runtime=NEUTRAL)
     return evaluate("llama3-8b", 16, **{**base, **kw})
 
 
@@ -102,8 +106,10 @@ def test_sc21_zero3_rows_plateau_at_deepspeed_2021s_gather_rate(data_dir):
     # gather behind one module's compute only (calibrate/deepspeed_2021.py, cost/zero3_calls.py):
     # as the GPUs double, each module's compute halves and hides less, and each call's latency,
     # copies and host loop grow by a step per rank, so 1536 GPUs are no faster than 768
-    estimates = [evaluate_plan(model, work, load_cluster(cluster), plan)
-                 for model, work, cluster, plan, _ in _sc21_zero3_rows(data_dir)]
+    rows = _sc21_zero3_rows(data_dir)
+    assert len(rows) == 3 and all(runtime.name == "deepspeed-2021" for _, _, runtime, *_ in rows)
+    estimates = [evaluate_plan(model, work, load_cluster(cluster), plan, runtime=runtime)
+                 for model, work, runtime, cluster, plan, _ in rows]
     comm = [e.breakdown["dp_comm_s"] for e in estimates]
     compute = [e.breakdown["compute_s"] for e in estimates]
     assert comm[0] > 10 and comm[1] > comm[0] + 0.25 * (compute[0] - compute[1])  # exposed traffic grows
@@ -113,23 +119,26 @@ def test_sc21_zero3_rows_plateau_at_deepspeed_2021s_gather_rate(data_dir):
     assert step[2] == pytest.approx(step[1], rel=0.10)  # the plateau: 1536 GPUs within 10% of 768
     assert step[1] < 0.9 * step[0]
     # a runtime with one flat, overlapped gather per layer at NCCL's ring rate would scale
-    nccl = [evaluate_plan(model, replace(work, param_gather_bytes_per_s=0.0, **_FLAT_CALLS), load_cluster(cluster), plan)
-            for model, work, cluster, plan, _ in _sc21_zero3_rows(data_dir)]
+    nccl = [evaluate_plan(model, work, load_cluster(cluster), plan,
+                          runtime=runtime.with_changes(param_gather_bytes_per_s=0.0, **_FLAT_CALLS))
+            for model, work, runtime, cluster, plan, _ in rows]
     assert nccl[2].step_time_s < 0.6 * nccl[1].step_time_s
 
 
-_FLAT_CALLS = {"gather_tensor_shares": (), "regathered_tensors": (), "per_rank_copies": False,
+_FLAT_CALLS = {"zero3_persistence_elements": 0, "zero3_max_reuse_elements": 0.0, "per_rank_copies": False,
                "gather_host_s_per_rank": 0.0, "nccl_tuning": ""}
 
 
 def test_sc21_zero3_per_call_costs_grow_with_ranks(data_dir):
     # the copies (a kernel per rank and call) and the host loop (a Python op per rank and gather)
     # grow with the ranks: each adds more at 1536 GPUs than at 768, and at 768 than at 384
+    from autotune.cost.zero3_calls import gather_calls
+
     rows = _sc21_zero3_rows(data_dir)
 
     def step(row, **changes):
-        model, work, cluster, plan, _ = row
-        return evaluate_plan(model, replace(work, **changes), load_cluster(cluster), plan).step_time_s
+        model, work, runtime, cluster, plan, _ = row
+        return evaluate_plan(model, work, load_cluster(cluster), plan, runtime=runtime.with_changes(**changes)).step_time_s
 
     for change in ({"per_rank_copies": False}, {"gather_host_s_per_rank": 0.0}):
         added = [step(row) - step(row, **change) for row in rows]
@@ -137,10 +146,13 @@ def test_sc21_zero3_per_call_costs_grow_with_ranks(data_dir):
         assert added[2] > 1.5 * added[1]
     # GPT-3 175B's layer (1.8e9 elements) is wider than max_reuse_distance: Q/K/V, the attention
     # output and the FFN's up projection are gathered again for the backward after recomputing
-    work = rows[0][1]
-    assert work.gather_tensor_shares == pytest.approx((3 / 12, 1 / 12, 4 / 12, 4 / 12))
-    assert work.regathered_tensors == (0, 1, 2)
-    assert all(step(row) > step(row, regathered_tensors=()) for row in rows)
+    model, _, runtime, _, plan, _ = rows[0]
+    calls = gather_calls(runtime, model, plan.stages[0].tp, 0.0)
+    assert calls.shares == pytest.approx((3 / 12, 1 / 12, 4 / 12, 4 / 12))
+    assert calls.regathered == (0, 1, 2)
+    kept = {"zero3_max_reuse_elements": 0.0}  # no reuse distance: nothing gathered again
+    assert gather_calls(runtime.with_changes(**kept), model, plan.stages[0].tp, 0.0).regathered == ()
+    assert all(step(row) > step(row, **kept) for row in rows)
 
 
 def test_modern_runtimes_issue_flat_coalesced_gathers(data_dir):
@@ -154,9 +166,10 @@ def test_modern_runtimes_issue_flat_coalesced_gathers(data_dir):
 
     with open(data_dir / "modern_runs.csv", newline="") as handle:
         runs = [safe_modern_run(row) for row in csv.DictReader(handle)]
-    workloads = [run[1] for run in runs if isinstance(run, tuple)]
-    assert len(workloads) > 20
-    assert all(gather_calls(w, 2.6e-6) is None for w in workloads)
+    built = [run for run in runs if isinstance(run, tuple)]
+    assert len(built) > 20
+    assert all(gather_calls(runtime, model, plan.stages[0].tp, 2.6e-6) is None
+               for model, _, runtime, _, plan, _ in built)
     # one flat call per layer through the per-tensor path prices the flat collective
     cluster, groups = load_cluster("dgx-a100-80gb"), shard_groups(_stage(64), GroupSpan(8, 8))
     flat = layer_traffic(cluster, groups, 2e8, 2.0, 2.0, 0.1, 0.3)
@@ -172,13 +185,19 @@ def test_modern_runtimes_issue_flat_coalesced_gathers(data_dir):
 def test_llama3_405b_gathers_once_per_step():
     # Llama 3 405B on 8,192 H100 (TP8 PP16 DP64, 32 micro-batches): FSDP without resharding
     # after forward, gradients reduced once per step (Dubey et al. 2024, sec. 3.3); measured ~12.1 s.
-    def step(**kw):
+    from autotune.spec.runtime import load_runtime
+
+    meta = load_runtime("meta")
+
+    def step(runtime=meta, **kw):
         return evaluate("llama3-405b", 8192, cluster="dgx-h100", tp=8, pp=16, dp=64, micro_batch=1,
-                        global_batch=2048, seq_len=8192, **kw).step_time_s
+                        global_batch=2048, seq_len=8192, runtime=runtime, **kw).step_time_s
     once = step(zero=3, reshard_after_forward=False)
     assert once == pytest.approx(12.1, rel=0.25)
-    assert step(zero=2) > 1.15 * once  # DeepSpeed's per-micro-batch reduce-scatter
-    assert step(zero=3) > 1.5 * once  # gathering every micro-batch's forward and backward
+    assert step() == once  # the meta runtime's own FSDP
+    # the same runtime had it run ZeRO 2: DeepSpeed's per-micro-batch reduce-scatter
+    assert step(meta.with_changes(zero_stages=(0, 1, 2, 3)), zero=2) > 1.15 * once
+    assert step(zero=3, reshard_after_forward=True) > 1.5 * once  # gathering every micro-batch's forward and backward
 
 
 def test_async_tp_overlaps_the_forward_pass_only():
@@ -186,7 +205,7 @@ def test_async_tp_overlaps_the_forward_pass_only():
     # (its authors: up to 29% faster forward, 8% end to end), so it saves well under half as much
     def tp_s(**kw):
         return evaluate("llama3-70b", 64, cluster="dgx-h100", tp=8, dp=8, micro_batch=1, global_batch=64,
-                        seq_len=8192, zero=3, recompute="full", **kw).breakdown["tp_cp_comm_s"]
+                        seq_len=8192, zero=3, recompute="full", runtime=NEUTRAL, **kw).breakdown["tp_cp_comm_s"]
     plain, both = tp_s(), tp_s(overlap_tp_comm=True)
     forward_only = tp_s(overlap_tp_comm=True, overlap_tp_backward=False)
     assert both < forward_only < plain

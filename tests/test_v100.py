@@ -133,10 +133,11 @@ def test_the_fused_attention_operator_costs_what_the_unfused_operators_cost(monk
 def test_flash_and_unfused_plans_price_alike_on_volta():
     import autotune
     from autotune.spec.presets import load_preset
+    from autotune.spec.runtime import Runtime
     from autotune.spec.workload import TrainingWorkload
 
     model = load_preset("gpt3-1.3b").with_changes(dropout=False)  # attention dropout only exists unfused
-    steps = [autotune.evaluate(model, 16, cluster="dgx-1-v100", workload=TrainingWorkload(
+    steps = [autotune.evaluate(model, 16, cluster="dgx-1-v100", runtime=Runtime(name="neutral"), workload=TrainingWorkload(
         global_batch=64, seq_len=2048, dtype="fp16", attention_impl=impl)).step_time_s for impl in ("flash", "unfused")]
     assert steps[0] == pytest.approx(steps[1], rel=0.05)
 
@@ -164,11 +165,14 @@ def test_megatron_rows_of_2019_to_2021_run_that_code(data_dir):
 
     with open(data_dir / "v100_runs.csv", newline="") as handle:
         row = next(csv.DictReader(handle))
-    model, workload, _, plan, _ = modern_run_from_row(row)
+    model, workload, runtime, _, plan, _ = modern_run_from_row(row)
+    assert runtime.name == "megatron-2019" and runtime.attention_impl == "unfused_eager_mask"
     assert workload.attention_impl == "unfused_eager_mask" and model.dropout
     assert not (plan.overlap_grad_reduce or plan.overlap_tp_comm or plan.overlap_p2p_comm)
     of_2021 = {k: v.replace("2019", "2021") for k, v in row.items()}
-    assert modern_run_from_row(of_2021)[1].attention_impl == "unfused"
+    _, workload, runtime, *_ = modern_run_from_row(of_2021)
+    assert runtime.name == "megatron-2021" and workload.attention_impl == "unfused"
     today = dict(row, framework="Megatron-LM", source="Megatron-LM benchmark", gpu="A100-SXM4-80GB")
-    model, workload, _, plan, _ = modern_run_from_row(today)
+    model, workload, runtime, _, plan, _ = modern_run_from_row(today)
+    assert runtime.name == "megatron"
     assert workload.attention_impl == "flash" and not model.dropout and plan.overlap_grad_reduce

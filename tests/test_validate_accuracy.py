@@ -14,6 +14,7 @@ wait (10% wall), Spearman 0.94; the largest error is TP=2 (-30%: DTensor's host 
 not modelled, docs/validation.md).
 """
 
+from autotune.spec.runtime import load_runtime
 import os
 import statistics
 
@@ -34,7 +35,7 @@ pytestmark = pytest.mark.exclusive
 @pytest.fixture(scope="session")  # session: built once even when xdist interleaves other modules on its worker
 def suite():
     cluster = resolve_cluster("cpu")
-    options = with_suite_steps(ValidateOptions(cluster=cluster, max_world=2, timeout_s=240.0))
+    options = with_suite_steps(ValidateOptions(runtime=load_runtime("torch"), cluster=cluster, max_world=2, timeout_s=240.0))
     slowdowns, rounds = [machine_slowdown(cluster.device, clock="cpu")], []
     for _ in range(2):  # the probe brackets each round
         rounds += run_suite(options, rounds=1)

@@ -2,6 +2,7 @@
 losses; a broken gradient sync is caught; crashes, hangs and plans too big for the machine
 are reported per plan with no worker left behind; the CLI end to end."""
 
+from autotune.spec.runtime import load_runtime
 import json
 import os
 from pathlib import Path
@@ -29,7 +30,7 @@ BATCH = 8
 
 
 def _options(**changes):
-    base = dict(cluster=resolve_cluster("cpu"), max_world=4, timeout_s=120.0, numerics_steps=3, warmup_steps=0,
+    base = dict(cluster=resolve_cluster("cpu"), runtime=load_runtime("torch"), max_world=4, timeout_s=120.0, numerics_steps=3, warmup_steps=0,
                 measured_steps=1)
     return ValidateOptions(**{**base, **changes})
 
@@ -136,7 +137,8 @@ def test_cli_validates_a_run_directory_with_scale(tmp_path, capsys):
     run = tmp_path / "runs" / "20250101-large-16"
     plan = uniform_plan(num_layers=36, gpus=16, tp=4, pp=2, micro_batch=2, global_batch=128, sequence_parallel=True)
     write_plan_file(run / "plan.json", plan=plan, model=load_preset("large"),
-                    workload=TrainingWorkload(global_batch=128, seq_len=512), cluster="dgx-h100")
+                    workload=TrainingWorkload(global_batch=128, seq_len=512), runtime=load_runtime("torch"),
+                    cluster="dgx-h100")
     code = main(["validate", str(run), "--scale", "hidden=64,layers=4,seq=32,vocab=128,microbatches=2",
                  "--max-world", "2", "--steps", "2", "--json"])
     report = json.loads(capsys.readouterr().out)

@@ -1,5 +1,6 @@
 """How DeepSpeed's ZeRO-3 of 2021 (releases 0.3.13-0.4.x, PyTorch 1.8, NCCL 2.8) issued its
-collectives, as TrainingWorkload settings for the rows that ran it (calibrate/modern.py).
+collectives: the sources of the deepspeed-2021 runtime preset (autotune/data/runtimes/deepspeed-2021.toml),
+priced by cost/zero3_calls.py.
 
 Read from the code of the time (microsoft/DeepSpeed at v0.3.13-v0.3.16):
 
@@ -28,10 +29,7 @@ Read from the code of the time (microsoft/DeepSpeed at v0.3.13-v0.3.16):
 
 from __future__ import annotations
 
-from autotune.spec.model import ModelSpec
-
-__all__ = ["DEEPSPEED_2021_PERSISTENCE_ELEMENTS", "DEEPSPEED_2021_MAX_REUSE_ELEMENTS", "PYTHON_OP_S", "layer_weight_elements",
-           "deepspeed_2021_calls"]
+__all__ = ["DEEPSPEED_2021_PERSISTENCE_ELEMENTS", "DEEPSPEED_2021_MAX_REUSE_ELEMENTS", "PYTHON_OP_S"]
 
 # zero/constants.py at v0.3.13-v0.4.5: ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT = 100000
 DEEPSPEED_2021_PERSISTENCE_ELEMENTS = 100_000
@@ -41,24 +39,3 @@ DEEPSPEED_2021_MAX_REUSE_ELEMENTS = 1_000_000_000
 # pytorch/pytorch#41383, July 2020, PyTorch 1.5/1.6); priced once per rank and gather (the narrow;
 # the same loop's torch.distributed.get_rank call is left out, no figure).
 PYTHON_OP_S = 2e-6
-
-
-def layer_weight_elements(model: ModelSpec, tp: int, qkv_fused: bool) -> list[int]:
-    """Elements per GPU of one layer's weight matrices in forward order: Q/K/V (fused or three),
-    the attention output, the FFN's (gate and up, or up) and its down projection."""
-    h, q_dim, kv_dim, ffn = model.hidden_size, model.head_dim * model.num_heads, model.kv_dim, model.ffn_hidden_size
-    attention = [h * (q_dim + 2 * kv_dim)] if qkv_fused else [h * q_dim, h * kv_dim, h * kv_dim]
-    up = [h * ffn, h * ffn] if model.is_gated_ffn else [h * ffn]
-    return [elements // tp for elements in (*attention, q_dim * h, *up, ffn * h)]
-
-
-def deepspeed_2021_calls(model: ModelSpec, tp: int, qkv_fused: bool) -> dict:
-    """TrainingWorkload fields for DeepSpeed ZeRO-3 of 2021 (see the module's docstring); the
-    re-gathers apply where a stage recomputes fully."""
-    gathered = [e for e in layer_weight_elements(model, tp, qkv_fused) if e >= DEEPSPEED_2021_PERSISTENCE_ELEMENTS]
-    if not gathered:  # every tensor persists: nothing is gathered per layer
-        return {}
-    # released after the recomputed forward when the backward comes back too far
-    regathered = tuple(i for i in range(len(gathered)) if 2 * sum(gathered[i + 1:]) > DEEPSPEED_2021_MAX_REUSE_ELEMENTS)
-    return {"gather_tensor_shares": tuple(e / sum(gathered) for e in gathered), "regathered_tensors": regathered,
-            "per_rank_copies": True, "gather_host_s_per_rank": PYTHON_OP_S, "nccl_tuning": "2.8"}

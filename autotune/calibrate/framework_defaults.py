@@ -11,29 +11,14 @@ from autotune.calibrate.deepspeed_2021 import (DEEPSPEED_2021_MAX_REUSE_ELEMENTS
                                                PYTHON_OP_S)
 from autotune.calibrate.framework_kernels import PYTORCH_GEMM_IN_STEP_HOPPER
 from autotune.calibrate.source_flops import SOURCE_FLOPS
+from autotune.spec.runtime import load_runtime
 
-__all__ = ["FRAMEWORK_DEFAULTS", "DEEPSPEED_2021_GATHER_BYTES_PER_S", "WEIGHT_CAST_REUSERS", "EARLY_STOP_RECOMPUTERS",
-           "EAGER_ELEMENTWISE"]
+__all__ = ["FRAMEWORK_DEFAULTS", "DEEPSPEED_2021_GATHER_BYTES_PER_S"]
 
-# DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU even over
-# NVLink: each of 8 GPUs took in 7/8 of 10 GB of fp16 weights in the 420 ms a 5B model's forward
-# took longer than under ZeRO-2 on one 8-A100 node (DeepSpeed issue #1174, v0.3.16). There each
-# prefetch held several tensors whose gathers each synchronised the device: "the async version is
-# not async at all" (DeepSpeed PR #1188, June 2021); how a prefetch of one tensor overlaps its
-# module's compute is calibrate/deepspeed_2021.py's and cost/zero3_calls.py's.
-DEEPSPEED_2021_GATHER_BYTES_PER_S = 10e9 * 7 / 8 / 0.42
-
-# Frameworks whose FP8 weights are cast on a step's first micro-batch and reused by the rest
-# (TrainingWorkload.reuse_weight_casts): Megatron-Core's schedules.forward_step calls
-# set_is_first_microbatch, and Transformer Engine's modules keep the cast weight while it is
-# False. torchao's Float8Linear (torchtitan) and TE modules called without the flag
-# (Composer/llm-foundry) cast it at every forward.
-WEIGHT_CAST_REUSERS = ("nemo", "megatron")
-# Runtimes whose full recomputation is PyTorch's non-reentrant checkpoint with early stop
-# (TrainingWorkload.recompute_early_stop): torchtitan (checkpoint_wrapper, torch >= 2.5) and llm-foundry's
-# benchmark sweep (activation_checkpointing_reentrant: false in its pretrain yamls, run on
-# mosaicml/pytorch:2.1.0 by scripts/train/benchmarking/sweep.sh @b2a43a1, Oct 2023).
-EARLY_STOP_RECOMPUTERS = ("torchtitan", "llm-foundry")
+# DeepSpeed's ZeRO-3 of 2021 gathered parameters at about 21 GB/s received per GPU (the deepspeed-2021
+# runtime preset gives the source); how a prefetch of one tensor overlaps its module's compute is
+# calibrate/deepspeed_2021.py's and cost/zero3_calls.py's.
+DEEPSPEED_2021_GATHER_BYTES_PER_S = load_runtime("deepspeed-2021").param_gather_bytes_per_s
 
 # (setting, value assumed, why). Printed by ``autotune check-published --assumptions``.
 FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
@@ -95,7 +80,7 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
          "activation_checkpoint.selective_ac_option defaults to op (torchtitan _op_sac policy)"),
         ("torch.compile", "as the compile column; empty = off (torchtitan's default)",
          "compiled rows price each norm and activation as one fused kernel; eager rows as the unfused "
-         "ops of torchtitan's RMSNorm and SwiGLU (EAGER_ELEMENTWISE)"),
+         "ops of torchtitan's RMSNorm and SwiGLU (cost/runtime_kernels.py EAGER_ELEMENTWISE)"),
     ),
     "deepspeed": (
         ("sharding", "the row's ZeRO stage; parameters prefetched and gradients reduced overlapped",
@@ -191,12 +176,3 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[tuple[str, str, str], ...]] = {
     # Not a framework: how rows that gave only TFLOP/s per GPU get their iteration time (source_flops.py).
     "TFLOP/s-only rows (the source's FLOP count)": SOURCE_FLOPS,
 }
-
-# Eager PyTorch runs a norm or an activation as several kernels, each streaming the whole tensor
-# through HBM, where the cost model's operators are one fused kernel (read x, write y): per role,
-# (bytes moved / the fused kernel's, kernels launched). Counted from torchtitan's RMSNorm
-# (torchtitan/models/norms.py: x.float(), pow, mean, rsqrt, mul, type_as, * weight: 20 B read and
-# 16 B written per bf16 element against 2 + 2 fused, 7 launches) and its SwiGLU
-# (silu(w1 x) * w3 x: silu r2 w2 plus mul r4 w2 = 10 B per element of the FFN width against the
-# fused 6 B, 2 launches). torch.compile fuses both back (Inductor), so compiled rows keep 1.
-EAGER_ELEMENTWISE = {"norm": (36.0 / 4.0, 7), "activation": (10.0 / 6.0, 2)}

@@ -8,21 +8,12 @@ its framework's own kernels: both tables below give a speed relative to the devi
 
 from __future__ import annotations
 
-__all__ = ["ATTENTION_KERNEL_SPEED", "GEMM_IN_STEP_SPEED", "IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "GPU_GENERATIONS",
-           "gpu_generation", "attention_kernel_speed", "gemm_in_step_speed"]
+__all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER"]
 
-# llm-foundry's benchmark sweep runs attn_impl "triton" (scripts/train/benchmarking/
-# submit_benchmarks.py): FlashAttention in Triton (triton-pre-mlir, llm-foundry v0.3.0 setup.py),
-# which FlashAttention-2 beats by 1.3-2.5x (Dao 2023, sec. 4.1); the geometric mean 1.8 is taken.
-# torch SDPA (torchtitan) runs FlashAttention-2 on H100, the device's fit: its cuDNN backend was
-# opt-in after torch 2.5 (pytorch#138522; 2.6.0.dev20241204 ran 329 TFLOP/s where cuDNN ran 631,
-# pytorch#142132) and became the SM90 default only for 2.9 (pytorch#162073, Sep 2025), after
-# every torchtitan row here. Transformer Engine (NeMo, Megatron-Core) selects cuDNN's fused
-# attention on sm90 since v1.2 (transformer_engine/pytorch/attention.py, "Select FusedAttention
-# on sm90 ... for performance"), 1.6x FlashAttention-2 in the FlashAttention-3 paper's H100
-# figures (Shah et al. 2024, head dim 128); it is not listed: the cuDNN releases in the
-# published containers (9.0 for NeMo 24.03) are not the paper's, and their speed is unsourced.
-ATTENTION_KERNEL_SPEED = {("llm-foundry", "*"): 1 / 1.8}
+# The attention kernels of llm-foundry (Triton FlashAttention, 1/1.8 of FlashAttention-2's speed),
+# torch SDPA and Transformer Engine on Hopper, with their sources, are the runtime presets'
+# (autotune/data/runtimes/*.toml attention_speed); the GEMM rate below is their gemm_in_step_speed.
+
 
 # GEMMs that eager PyTorch issues inside a training step run slower than the same shapes back to
 # back: measured on this workplace's H100 (docs/h100-measured.md, torch 2.11, CUDA 13), the GEMM
@@ -37,27 +28,3 @@ IN_STEP_GEMM_MEASUREMENTS = (("gpt3-1.3b", 4, 116.1e-3, 92.7e-3), ("gpt3-1.3b", 
                              ("gpt3-2.7b", 4, 213.0e-3, 183.7e-3))
 # 0.798, 0.766, 0.862 of the line: mean 0.809
 PYTORCH_GEMM_IN_STEP_HOPPER = sum(line / measured for _, _, measured, line in IN_STEP_GEMM_MEASUREMENTS) / 3
-GEMM_IN_STEP_SPEED = {("llm-foundry", "hopper"): PYTORCH_GEMM_IN_STEP_HOPPER,
-                      ("torchtitan", "hopper"): PYTORCH_GEMM_IN_STEP_HOPPER}
-
-# GPU columns by generation (the kernels a framework picks depend on it).
-GPU_GENERATIONS = {"hopper": ("H100", "H200", "H800", "GH200")}
-
-
-def gpu_generation(gpu: str) -> str:
-    """'hopper' for an H100/H200 column, else 'other'."""
-    return next((gen for gen, prefixes in GPU_GENERATIONS.items() if gpu.upper().startswith(prefixes)), "other")
-
-
-def _speed(table: dict[tuple[str, str], float], framework: str, gpu: str) -> float:
-    return table.get((framework, gpu_generation(gpu)), table.get((framework, "*"), 1.0))
-
-
-def attention_kernel_speed(framework: str, gpu: str) -> float:
-    """The framework's attention kernel on this GPU against the device's fitted one."""
-    return _speed(ATTENTION_KERNEL_SPEED, framework, gpu)
-
-
-def gemm_in_step_speed(framework: str, gpu: str) -> float:
-    """The framework's bf16/fp16 GEMMs inside a step against the device's GEMM fit."""
-    return _speed(GEMM_IN_STEP_SPEED, framework, gpu)

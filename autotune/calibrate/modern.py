@@ -9,24 +9,22 @@ the reason, never guessed.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from autotune.calibrate.deepspeed_2021 import deepspeed_2021_calls
-from autotune.calibrate.framework_defaults import (DEEPSPEED_2021_GATHER_BYTES_PER_S, EAGER_ELEMENTWISE,  # noqa: F401
-                                                   EARLY_STOP_RECOMPUTERS, FRAMEWORK_DEFAULTS, WEIGHT_CAST_REUSERS)
-from autotune.calibrate.framework_kernels import ATTENTION_KERNEL_SPEED  # noqa: F401
+from autotune.calibrate.framework_defaults import FRAMEWORK_DEFAULTS
 from autotune.calibrate.nemo_moe_recipes import (NEMO_CUDA_GRAPHS, NEMO_MOE_RECIPES, NEMO_NO_TP_OVERLAP,  # noqa: F401
                                                  NEMO_RECOMPUTE_MODULES)
-from autotune.calibrate.nemo_recipes import (NEMO_ACTIVATION_OFFLOAD, NEMO_NO_TP_OVERLAP_PRECISIONS, embedding_loss_slots, fp8_recipe_of,
-                                             fp8_params_of, grad_reduce_in_fp32_of,
-                                             low_precision_tp_gathers, with_embedding_loss_slots)
-from autotune.errors import AutotuneError
-from autotune.plan.builders import uniform_plan
+from autotune.calibrate.nemo_recipes import (NEMO_ACTIVATION_OFFLOAD, fp8_recipe_of,
+                                             fp8_params_of, grad_reduce_in_fp32_of)
+from autotune.errors import AutotuneError, require_positive
+from autotune.plan.runtime_plan import runtime_plan
 from autotune.spec.model import ModelSpec
 from autotune.spec.presets import load_preset
+from autotune.spec.runtime import Runtime, load_runtime, runtime_names
 from autotune.spec.workload import TrainingWorkload
 
-__all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "ATTENTION_KERNEL_SPEED", "EAGER_ELEMENTWISE", "Unexpressible", "runs_eager", "framework_of", "modern_run_from_row"]
+__all__ = ["FRAMEWORK_DEFAULTS", "GPU_CLUSTERS", "Unexpressible", "framework_of", "modern_run_from_row",
+           "runtime_of_row", "runtime_name_of"]
 
 
 # Which cluster preset (or shipped cluster) each GPU column names.
@@ -45,11 +43,6 @@ class Unexpressible:
     run_id: str
     regime: str
     reason: str
-
-
-def runs_eager(row: dict[str, str]) -> bool:
-    """Whether the row ran eager PyTorch elementwise kernels (torchtitan without torch.compile)."""
-    return framework_of(row) == "torchtitan" and (row.get("compile") or "no").lower() != "yes"
 
 
 # Other names of the frameworks above: Composer is llm-foundry's trainer (MosaicML); Megatron-LM and
@@ -108,16 +101,13 @@ def activation_offload_layers(row: dict[str, str], framework: str, pp: int) -> i
     return entry[0] if entry else 0
 
 
-def _host_settings(row: dict[str, str], framework: str) -> dict:
-    """Megatron-Core rows issue kernels from eager PyTorch (cost/host.py), outside the CUDA
-    graphs a NeMo MoE recipe captures (NEMO_CUDA_GRAPHS)."""
-    if framework not in ("nemo", "megatron"):
-        return {}
+def _cuda_graph_scope(row: dict[str, str]) -> tuple:
+    """The CUDA-graph scopes a NeMo MoE recipe captures (NEMO_CUDA_GRAPHS); () elsewhere."""
     match = re.search(r"container (\d+\.\d+(?:\.\d+)?)", row.get("source", ""))
     name = row["model"].lower()
     key = next((k for k in MOE_PRESETS if name.startswith(k)), None)
     graphs = NEMO_CUDA_GRAPHS.get((match.group(1) if match else "", row["gpu"], key)) if row.get("arch") == "moe" else None
-    return {"host_dispatch": "eager", "cuda_graph_scope": graphs[0] if graphs else ()}
+    return graphs[0] if graphs else ()
 
 
 def stated_settings(row: dict[str, str]) -> dict:
@@ -157,8 +147,10 @@ def _moe_preset(row: dict[str, str], columns: ModelSpec) -> ModelSpec:
         raise AutotuneError("model", f"row {row['id']} disagrees with preset {preset.name} on "
                             f"{differ or ['num_layers']}")
     # fewer layers than the preset: a shortened proxy of the model (its dense first layers kept)
-    return preset.with_changes(name=columns.name, source=columns.source, max_seq_len=columns.max_seq_len,
-                               num_layers=columns.num_layers)
+    require_positive("seq", columns.max_seq_len)
+    if columns.max_seq_len > preset.max_seq_len:
+        raise AutotuneError("seq", f"row {row['id']}: {columns.max_seq_len} tokens exceed {preset.name}'s {preset.max_seq_len}")
+    return preset.with_changes(name=columns.name, source=columns.source, num_layers=columns.num_layers)
 
 
 def _model(row: dict[str, str], framework: str) -> ModelSpec:
@@ -189,27 +181,21 @@ def regime_of(row: dict[str, str]) -> str:
 
 
 
-def _plan_options(row: dict[str, str], framework: str, pp: int, tp: int) -> dict:
-    """Plan fields the framework's defaults decide."""
+def stated_plan_options(row: dict[str, str], framework: str, tp: int) -> dict:
+    """Plan options the row states beyond its runtime's defaults: async TP (its source or its table's
+    caption says so), and what its NeMo recipe sets (no TP overlap, offloaded layers, recomputed modules)."""
     text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
-    zero = int(row["zero"]) if row["zero"] else (3 if framework in ("llm-foundry", "torchtitan", "meta") else 1)
-    async_tp = (("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text))
-                and "vanilla tp" not in text)
-    nemo_overlap = (framework == "nemo" and _precision(row) not in NEMO_NO_TP_OVERLAP_PRECISIONS
-                    and (row.get("arch") != "moe" or _recipe_key(row) not in NEMO_NO_TP_OVERLAP))
-    options = {"zero": zero, "overlap_grad_reduce": True, "overlap_param_gather": True, "overlap_p2p_comm": True,
-               "overlap_tp_comm": tp > 1 and (nemo_overlap or async_tp)}
-    if megatron_legacy(row, framework):  # nothing overlapped (megatron_legacy)
-        options.update(overlap_grad_reduce=False, overlap_param_gather=False, overlap_p2p_comm=False,
-                       overlap_tp_comm=False)
-    if framework == "meta":  # FSDP without resharding after forward (FRAMEWORK_DEFAULTS)
-        options["reshard_after_forward"] = False
-    if framework == "llm-foundry" and zero == 2:  # composer's SHARD_GRAD_OP (FRAMEWORK_DEFAULTS)
-        options.update(zero=3, reshard_after_forward=False)
-    if framework == "torchtitan":
-        options["overlap_tp_backward"] = False  # PyTorch async TP decomposes the forward graph's collectives
-        options["reshard_after_forward"] = pp == 1
-        options["cp_comm"] = "all_gather"
+    options: dict = {}
+    if tp > 1 and ("asynctp" in text.replace(" ", "") or "async tp" in text or _captioned_async_tp(text)) \
+            and "vanilla tp" not in text:
+        options.update(overlap_tp_comm=True, overlap_tp_backward=False)  # PyTorch async TP: the forward only
+    if framework == "nemo" and row.get("arch") == "moe" and _recipe_key(row) in NEMO_NO_TP_OVERLAP:
+        options["overlap_tp_comm"] = False
+    pp = int(row["pp"])
+    if offload := activation_offload_layers(row, framework, pp):  # the recipe's cpu_offloading_num_layers
+        options["activation_offload_layers"] = offload
+    if modules := tuple(row.get("recompute_modules", "").split()) or _recompute_modules(row, framework):
+        options["recompute_modules"] = modules
     return options
 
 
@@ -259,12 +245,6 @@ def megatron_eager_mask(row: dict[str, str], framework: str) -> bool:
     return framework == "megatron" and bool(re.search(r"\b2019\b", text))
 
 
-def _attention_impl(row: dict[str, str], framework: str) -> str:
-    if megatron_eager_mask(row, framework):
-        return "unfused_eager_mask"
-    return "unfused" if _deepspeed_2021(row, framework) or megatron_legacy(row, framework) else "flash"
-
-
 def modern_run_from_row(row: dict[str, str]):
     """(model, workload, cluster name, plan) of one modern row, or an Unexpressible."""
     framework = framework_of(row)
@@ -281,46 +261,48 @@ def modern_run_from_row(row: dict[str, str]):
         model = model.with_changes(dropout=True)
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
     vpp, schedule = _schedule(row, framework, pp)
-    slots = embedding_loss_slots(model.num_layers, pp * vpp, framework)
-    if model.num_layers % (pp * vpp) and not slots:  # rounded up (see FRAMEWORK_DEFAULTS)
-        model = model.with_changes(num_layers=-(-model.num_layers // (pp * vpp)) * pp * vpp)
-    tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
-    gpus = int(row["gpus"])
-    dp = int(row["dp"]) if row["dp"] else gpus // (tp * pp * cp)
-    global_batch = int(row["global_batch"])
-    micro_batch = int(row["micro_batch"] or 1)
-    if framework == "torchtitan" and pp > 1:  # one micro-batch per stage
-        micro_batch = max(1, global_batch // dp // pp)
+    gpus, global_batch = int(row["gpus"]), int(row["global_batch"])
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
-    of_2021 = _deepspeed_2021(row, framework)
+    runtime = runtime_of_row(row, framework, dtype)
     workload = TrainingWorkload(global_batch=global_batch, seq_len=int(row["seq"]), dtype=dtype,
-                                attention_impl=_attention_impl(row, framework),
-                                fp8_all_gather="fp8 all-gather on" in text, sp_batch_first=framework == "torchtitan",
-                                fp8_tp_all_gather=low_precision_tp_gathers(framework, dtype, tp),
-                                qkv_fused=framework != "torchtitan", kv_heads_expanded=framework == "torchtitan",
-                                reuse_weight_casts=framework in WEIGHT_CAST_REUSERS,
-                                recompute_early_stop=framework in EARLY_STOP_RECOMPUTERS,
-                                fp8_recipe=fp8_recipe_of(row, framework),
-                                grad_reduce_in_fp32=grad_reduce_in_fp32_of(row, framework),
-                                fp8_params=fp8_params_of(row, framework, dtype),
-                                param_gather_bytes_per_s=DEEPSPEED_2021_GATHER_BYTES_PER_S if of_2021 else 0.0,
-                                **(deepspeed_2021_calls(model, tp, True) if of_2021 else {}),
-                                **{**(_moe_recipe(row) if framework == "nemo" else {}), **_host_settings(row, framework),
-                                   **stated_settings(row)})
-    sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
-    plan = uniform_plan(
-        num_layers=model.num_layers + slots, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch,
-        global_batch=global_batch, sequence_parallel=sp, recompute=row["recompute"] or "none",
-        schedule=schedule, ep=int(row.get("ep") or 1), **_plan_options(row, framework, pp, tp))
-    if slots:
-        plan = with_embedding_loss_slots(plan)
-    if offload := activation_offload_layers(row, framework, pp):  # the recipe's cpu_offloading_num_layers
-        plan = plan.with_changes(stages=tuple(replace(s, activation_offload_layers=offload) for s in plan.stages))
-    if modules := tuple(row.get("recompute_modules", "").split()) or _recompute_modules(row, framework):
-        plan = plan.with_changes(stages=tuple(replace(s, recompute_modules=modules) for s in plan.stages))
-    if framework == "torchtitan" and plan.stages[0].recompute == "selective":  # its op-level policy
-        plan = plan.with_changes(stages=tuple(replace(s, recompute="selective_op") for s in plan.stages))
-    return model, workload, cluster, plan, regime
+                                attention_impl=runtime.attention_impl)
+    pipelined_split = runtime.pipeline_microbatches == "stages" and pp > 1  # its micro-batch cell is the local batch
+    model, plan = runtime_plan(
+        runtime, model, gpus=gpus, global_batch=global_batch, dtype=dtype, tp=tp, pp=pp, cp=cp, vpp=vpp,
+        dp=int(row["dp"]) if row["dp"] else None, micro_batch=None if pipelined_split else int(row["micro_batch"] or 1),
+        zero=int(row["zero"]) if row["zero"] else None, recompute=row["recompute"] or "none",
+        sequence_parallel=row["sequence_parallel"] == "yes" if row["sequence_parallel"] else None, schedule=schedule,
+        ep=int(row.get("ep") or 1), **stated_plan_options(row, framework, tp))
+    return model, workload, runtime, cluster, plan, regime
+
+
+def runtime_name_of(row: dict[str, str], framework: str) -> str:
+    """The runtime preset a row ran on: its framework, dated where that framework's behaviour changed."""
+    if megatron_eager_mask(row, framework):
+        return "megatron-2019"
+    if megatron_legacy(row, framework):
+        return "megatron-2021"
+    if _deepspeed_2021(row, framework):
+        return "deepspeed-2021"
+    return framework if framework in runtime_names() else "megatron"
+
+
+def runtime_of_row(row: dict[str, str], framework: str, dtype: str) -> Runtime:
+    """The row's runtime preset with what the row's own cells (and its recipe, named by its source)
+    set: FP8 all-gathers, torch.compile, NeMo's releases before Megatron-Bridge, MoE recipes."""
+    text = (row.get("source", "") + " " + row.get("confidence", "")).lower()
+    runtime = load_runtime(runtime_name_of(row, framework))
+    changes: dict = {}
+    if "fp8 all-gather on" in text:
+        changes["fp8_all_gather"] = True
+    if framework == "torchtitan" and (row.get("compile") or "no").lower() == "yes":
+        changes["eager_elementwise"] = False  # Inductor fuses norms and activations
+    if framework == "nemo":
+        changes.update(fp8_recipe=fp8_recipe_of(row, framework), grad_reduce_in_fp32=grad_reduce_in_fp32_of(row, framework),
+                       fp8_params=fp8_params_of(row, framework, dtype), **_moe_recipe(row))
+        changes["cuda_graph_scope"] = _cuda_graph_scope(row)
+    changes.update(stated_settings(row))
+    return runtime.with_changes(**changes) if changes else runtime
 
 
 def safe_modern_run(row: dict[str, str]):

@@ -3,17 +3,7 @@ file or Transformer Engine's source (calibrate/modern.py builds the rows with th
 
 from __future__ import annotations
 
-from dataclasses import replace
-
-__all__ = ["NEMO_NO_TP_OVERLAP_PRECISIONS", "NEMO_ACTIVATION_OFFLOAD", "embedding_loss_slots", "with_embedding_loss_slots",
-           "fp8_recipe_of", "grad_reduce_in_fp32_of", "fp8_params_of", "low_precision_tp_gathers"]
-
-# Precisions whose NeMo/Megatron-Bridge recipes turn TP communication overlap (userbuffers) off:
-# every Llama recipe sets tp_comm_overlap = False if precision == "nvfp4" (scripts/performance/configs/
-# llama/llama3_llm_pretrain.py and llama31_llm_pretrain.py @c8327cfc2~1; the flat perf_recipes/llama/
-# gb200/llama31.py @067f987 keeps it for llama31_405b_pretrain_256gpu_gb200_nvfp4_config).
-NEMO_NO_TP_OVERLAP_PRECISIONS = ("nvfp4",)
-
+__all__ = ["NEMO_ACTIVATION_OFFLOAD", "fp8_recipe_of", "grad_reduce_in_fp32_of", "fp8_params_of"]
 
 # Layers whose activations NeMo / Megatron-Bridge performance recipes offload to the host (Megatron-Core
 # cpu_offloading_num_layers; StagePlan.activation_offload_layers): (container, gpu, model as in the row,
@@ -30,26 +20,6 @@ NEMO_ACTIVATION_OFFLOAD = {
     ("25.11", "GB200", "LLAMA3_70B", "fp8"): (40, f"{_MB_0_2_L3}:73-78 LLAMA3_70B_GB200_FP8_CS_BASE_CONFIG"),
     ("25.11", "B200", "LLAMA3_70B", "fp8"): (5, f"{_MB_0_2_L3}:108-112 LLAMA3_70B_B200_FP8_CS_BASE_CONFIG"),
 }
-
-
-def embedding_loss_slots(num_layers: int, chunks: int, framework: str) -> int:
-    """2 where the embedding and the loss each take a layer's slot in the pipeline split (Megatron-Core's
-    account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split, which Megatron-Bridge's
-    Llama 3.1 405B recipe sets: recipes/llama/h100/llama3.py @067f987; the Llama 3 paper's sec. 3.3.2
-    for Meta's runs) because the layers alone do not split into pp x vpp chunks and the layers plus
-    those two do; else 0."""
-    fits = num_layers % chunks and not (num_layers + 2) % chunks
-    return 2 if fits and framework in ("nemo", "meta") else 0
-
-
-def with_embedding_loss_slots(plan):
-    """The plan of ``num_layers + 2`` slots with one layer fewer on the first stage (the embedding's
-    slot) and one fewer on the last (the loss's)."""
-    stages, last = [], len(plan.stages) - 1
-    for i, stage in enumerate(plan.stages):
-        first, end = stage.layers
-        stages.append(replace(stage, layers=(max(first - 1, 0), end - 1 - (i == last))))
-    return plan.with_changes(stages=tuple(stages))
 
 
 def fp8_recipe_of(row: dict[str, str], framework: str) -> str:
@@ -94,13 +64,3 @@ def fp8_params_of(row: dict[str, str], framework: str, dtype: str) -> bool:
     if "megatron-bridge" in row.get("framework", "").lower() or "Megatron-Bridge" in source:
         return not (dtype == "fp8" and "alt variant in parentheses" in row.get("model", ""))
     return dtype == "fp8" and any(r in source for r in _BF16_GRAD_NEMO_RELEASES)
-
-
-def low_precision_tp_gathers(framework: str, dtype: str, tp: int) -> bool:
-    """TrainingWorkload.fp8_tp_all_gather of a row: torchtitan's tensorwise FP8 (torchao's float8 TP
-    plans) and Transformer Engine's Linear in every low-precision format, which quantizes a
-    sequence-parallel input before gather_along_first_dim or the userbuffers all-gather and the
-    output gradient before the backward's (module/linear.py, layernorm_linear.py)."""
-    if tp <= 1:
-        return False
-    return dtype == "fp8" if framework == "torchtitan" else framework == "nemo" and dtype in ("fp8", "mxfp8", "nvfp4")

@@ -17,12 +17,10 @@ Where a source leaves settings unstated, the assumption is made here, once, for 
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from autotune.calibrate.framework_kernels import attention_kernel_speed, gemm_in_step_speed
-from autotune.calibrate.modern import (EAGER_ELEMENTWISE, GPU_CLUSTERS, Unexpressible, framework_of, regime_of,
-                                      runs_eager, safe_modern_run)
+from autotune.calibrate.modern import GPU_CLUSTERS, Unexpressible, regime_of, safe_modern_run
 from autotune.calibrate.row_cells import missing_columns, normalized_row
 from autotune.calibrate.source_flops import derive_iter_s
 from autotune.cost.estimate import Estimate
@@ -33,6 +31,7 @@ from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime, load_runtime
 from autotune.spec.workload import TrainingWorkload
 
 __all__ = ["PublishedRun", "RunCheck", "Unexpressible", "load_published_runs", "load_runs", "check_runs", "check_published", "moe_priced"]
@@ -47,10 +46,8 @@ class PublishedRun:
     cluster_name: str
     plan: Plan
     iter_s: float
+    runtime: Runtime  # the row's runtime preset with what its cells set
     regime: str = ""  # device | dense or moe | precision | framework (check-published groups by it)
-    attention_speed: float = 1.0  # the framework's attention kernel against the device's fitted one
-    gemm_speed: float = 1.0  # the framework's bf16/fp16 GEMMs inside a step against the device's fit
-    eager_elementwise: bool = False  # norms and activations as eager PyTorch's unfused kernels
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,8 +72,9 @@ def _run_from_row(row: dict[str, str]) -> PublishedRun:
         num_heads=int(row["heads"]), num_kv_heads=int(row["kv_heads"]), ffn_hidden_size=int(row["ffn"]),
         ffn_activation=row["ffn_act"], vocab_size=int(row["vocab"]), max_seq_len=int(row["seq"]),
         tied_embeddings=True, dropout=True, source=row["source"])
+    runtime = load_runtime("megatron-2021" if legacy else "megatron")
     workload = TrainingWorkload(global_batch=int(row["global_batch"]), seq_len=int(row["seq"]), dtype=row["dtype"],
-                                attention_impl="unfused" if legacy else "flash", host_dispatch="eager")
+                                attention_impl=runtime.attention_impl)
     tp = int(row["tp"])
     sp = row["sequence_parallel"] == "yes" if row["sequence_parallel"] else tp > 1
     overlap = not legacy
@@ -87,7 +85,7 @@ def _run_from_row(row: dict[str, str]) -> PublishedRun:
         zero=int(row["zero"]) if row["zero"] else 1, overlap_grad_reduce=overlap, overlap_param_gather=overlap,
         overlap_tp_comm=overlap, overlap_p2p_comm=overlap)
     cluster = "dgx-a100-80gb" if "A100" in row["gpu"] else "dgx-h100"
-    return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload,
+    return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload, runtime=runtime,
                         cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]),
                         regime=f"{row['gpu']} | dense | {row['dtype']} | megatron")
 
@@ -96,8 +94,7 @@ def _modern_run(row: dict[str, str]) -> PublishedRun | Unexpressible:
     built = safe_modern_run(row)
     if isinstance(built, Unexpressible):
         return built
-    model, workload, cluster, plan, regime = built
-    framework = framework_of(row)
+    model, workload, runtime, cluster, plan, regime = built
     try:
         load_cluster(cluster)
     except AutotuneError as err:
@@ -105,38 +102,8 @@ def _modern_run(row: dict[str, str]) -> PublishedRun | Unexpressible:
     if model.is_moe and not moe_priced():
         return Unexpressible(run_id=row["id"], regime=regime,
                              reason="MoE: the operator graph has no expert layers yet (they light up when it does)")
-    return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload,
-                        cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]), regime=regime,
-                        attention_speed=attention_kernel_speed(framework, row["gpu"]),
-                        gemm_speed=gemm_in_step_speed(framework, row["gpu"]), eager_elementwise=runs_eager(row))
-
-
-def _with_framework_kernels(cluster: ClusterSpec, speed: float, eager: bool, gemm_speed: float = 1.0) -> ClusterSpec:
-    """The cluster with its device's fused-attention fits ``speed`` times as fast, its bf16/fp16
-    GEMM fits ``gemm_speed`` times as fast (framework_kernels.py) and, for eager runs, its norm
-    and activation kernels moving and launching what eager PyTorch does (EAGER_ELEMENTWISE)."""
-    if speed == 1.0 and not eager and gemm_speed == 1.0:
-        return cluster
-    device = cluster.device
-    compute = {key: _scaled(fit, speed if key[0] == "attention" else
-                            gemm_speed if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0)
-               for key, fit in device.compute.items()}
-    kernels = dict(device.memory_kernels)
-    if eager:
-        for role, (bytes_ratio, launches) in EAGER_ELEMENTWISE.items():
-            fit = device.memory_regression(role)
-            kernels[role] = replace(fit, latency_s=fit.latency_s * launches,
-                                    seconds_per_unit=fit.seconds_per_unit * bytes_ratio,
-                                    source=f"{fit.source}; eager PyTorch: x{bytes_ratio:.3g} bytes, {launches} kernels")
-    return cluster.with_changes(device=device.with_changes(compute=compute, memory_kernels=kernels))
-
-
-def _scaled(fit, speed: float):
-    """A compute fit ``speed`` times as fast (unchanged at 1)."""
-    if speed == 1.0:
-        return fit
-    return replace(fit, seconds_per_unit=fit.seconds_per_unit / speed,
-                   source=f"{fit.source}; x{speed:.3g} for the framework's kernel")
+    return PublishedRun(run_id=row["id"], source=row["source"], model=model, workload=workload, runtime=runtime,
+                        cluster_name=cluster, plan=plan, iter_s=float(row["iter_s"]), regime=regime)
 
 
 def moe_priced() -> bool:
@@ -230,10 +197,8 @@ def check_runs(runs: list[PublishedRun], clusters: dict[str, ClusterSpec] | None
     clusters = dict(clusters or {})
     checks = []
     for run in runs:
-        key = (run.cluster_name, run.attention_speed, run.eager_elementwise, run.gemm_speed)
-        if key not in clusters:
-            base = clusters.get(run.cluster_name) or load_cluster(run.cluster_name)
-            clusters[key] = _with_framework_kernels(base, run.attention_speed, run.eager_elementwise, run.gemm_speed)
-        cluster = clusters[key]
-        checks.append(RunCheck(run=run, estimate=evaluate_plan(run.model, run.workload, cluster, run.plan)))
+        if run.cluster_name not in clusters:  # one object per name: the runtime's kernels are cached by it
+            clusters[run.cluster_name] = load_cluster(run.cluster_name)
+        estimate = evaluate_plan(run.model, run.workload, clusters[run.cluster_name], run.plan, runtime=run.runtime)
+        checks.append(RunCheck(run=run, estimate=estimate))
     return checks

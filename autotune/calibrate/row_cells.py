@@ -14,7 +14,8 @@ import re
 
 from autotune.plan.plan import RECOMPUTE_MODULES
 from autotune.spec.model import FFN_ACTIVATIONS
-from autotune.spec.workload import CUDA_GRAPH_SCOPES, DTYPES, EP_DISPATCHERS
+from autotune.spec.runtime import CUDA_GRAPH_SCOPES, EP_DISPATCHERS
+from autotune.spec.workload import DTYPES
 
 __all__ = ["REQUIRED_COLUMNS", "missing_columns", "normalized_row", "canonical_gpu"]
 

@@ -17,13 +17,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--runs-detail", action="store_true", help="print every run, not only the regimes")
     parser.add_argument("--assumptions", action="store_true",
-                        help="print the framework defaults assumed for empty cells, then exit")
+                        help="print the runtime presets and the defaults assumed for empty cells, then exit")
     parser.set_defaults(func=run)
 
 
 def _assumptions() -> None:
     from autotune.calibrate.modern import FRAMEWORK_DEFAULTS
+    from autotune.spec.runtime import load_runtime, runtime_names
 
+    print("runtime presets (each row is priced by its framework's, plus what its cells state):")
+    for name in runtime_names():
+        runtime = load_runtime(name)
+        print(f"{name}: {runtime.description}")
+        for setting, source in runtime.sources:
+            print(f"  {setting:28s} {getattr(runtime, setting)!r}  ({source})")
+    print("\nrow cells and recipes (where a row's cell is empty):")
     for framework, rows in FRAMEWORK_DEFAULTS.items():
         print(f"{framework}:")
         for setting, value, reason in rows:

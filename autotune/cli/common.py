@@ -41,7 +41,7 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
                              "GEMM fit (CPUs)")
     parser.add_argument("--fp8-all-gather", action="store_true",
                         help="with --dtype fp8/mxfp8: FSDP gathers FP8 weights (torchao enable_fsdp_float8_all_gather)")
-    parser.add_argument("--attention", default="flash", help="flash (fused kernel), unfused (scores in memory, pre-2022 Megatron) or "
+    parser.add_argument("--attention", default=None, help="default: the runtime's; flash (fused kernel), unfused (scores in memory, pre-2022 Megatron) or "
                         "unfused_eager_mask (also scale and causal mask as eager kernels, Megatron-LM 2019)")
 
 
@@ -50,9 +50,12 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pp", type=positive_int, default=1, help="pipeline stages")
     parser.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree (default: the rest)")
     parser.add_argument("--cp", type=positive_int, default=1, help="context-parallel degree")
-    parser.add_argument("--vpp", type=positive_int, default=1, help="virtual stages per pipeline rank (interleaved 1F1B)")
+    parser.add_argument("--vpp", type=positive_int, default=None,
+                        help="virtual stages per pipeline rank (interleaved 1F1B); default: the runtime's (1 for most)")
     parser.add_argument("--schedule", default=None, help="pipeline schedule: 1f1b (default), gpipe, or interleaved (with --vpp > 1)")
-    parser.add_argument("--micro-batch", type=positive_int, default=1, help="sequences per micro-batch per data-parallel replica")
+    parser.add_argument("--micro-batch", type=positive_int, default=None,
+                        help="sequences per micro-batch per data-parallel replica; default: 1, or the local batch over "
+                             "pp micro-batches where the runtime splits it so (torchtitan)")
     parser.add_argument("--recompute", default="none", help="activation recomputation: none, selective or full")
     parser.add_argument("--recompute-layers", type=int, default=0,
                         help="with --recompute full: recompute only the first N layers of each stage, as "
@@ -61,8 +64,14 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     sp.add_argument("--sequence-parallel", dest="sequence_parallel", action="store_true", default=None,
                     help="sequence parallelism (default: on when tp > 1)")
     sp.add_argument("--no-sequence-parallel", dest="sequence_parallel", action="store_false")
-    parser.add_argument("--zero", type=int, default=0, help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP)")
-    parser.add_argument("--overlap-tp-comm", action="store_true", help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap)")
+    parser.add_argument("--zero", type=int, default=None,
+                        help="ZeRO stage 0-3 (1 = distributed optimizer, 3 = FSDP); default: the runtime's (megatron 1, "
+                             "torchtitan and llm-foundry 3, `autotune runtimes`)")
+    overlap = parser.add_mutually_exclusive_group()
+    overlap.add_argument("--overlap-tp-comm", action="store_true", default=None,
+                         help="overlap TP collectives with GEMMs (Megatron --tp-comm-overlap); default: the runtime's")
+    overlap.add_argument("--no-overlap-tp-comm", dest="overlap_tp_comm", action="store_false",
+                         help="TP collectives not overlapped, where the runtime would")
     parser.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after the backward pass, not overlapped")
     parser.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree (MoE; divides the experts)")
     parser.add_argument("--etp", type=positive_int, default=1, help="tensor-parallel degree inside each expert (MoE)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from autotune.cli.common import add_workload_args, print_json, resolve_dtype
+from autotune.cli.evaluate_cmd import add_runtime_args, runtime_from_args
 from autotune.spec.resolve import DEFAULT_CLUSTER
 
 EXAMPLES = """examples:
@@ -30,7 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cluster", default=DEFAULT_CLUSTER, help="cluster preset or a cluster file")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` replacing the device's fits")
     add_workload_args(parser)
-    parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")
+    add_runtime_args(parser)
+    parser.add_argument("--space", default=None, help="search space name (search_spaces/*.toml) or a .toml path; "
+                                                      "default: the runtime's")
     parser.add_argument("--seed", type=int, default=0, help="random seed of the searches")
     parser.add_argument("--threshold", type=float, default=0.8,
                         help="scaling efficiency that defines the knee (default 0.8)")
@@ -51,17 +54,19 @@ def run(args: argparse.Namespace) -> int:
     require(0.0 < args.threshold <= 1.0, "threshold", f"must be in (0, 1], got {args.threshold}")
     if not args.no_run_dir:
         check_writable(Path(args.runs_dir))  # before the searches, not after
-    inputs = {"cluster": args.cluster, "profile": args.profile, "global_batch": args.global_batch,
+    runtime = runtime_from_args(args)
+    inputs = {"cluster": args.cluster, "profile": args.profile, "global_batch": args.global_batch, "runtime": runtime,
               "seq_len": args.seq_len, "dtype": resolve_dtype(args), "attention": args.attention, "space": args.space,
               "seed": args.seed}
     curve = scaling_curve(args.model, counts, efficiency_threshold=args.threshold, **inputs)
-    record = {**curve.to_dict(), "inputs": {**inputs, "gpus": counts}}
+    record = {"runtime": runtime.to_dict(), **curve.to_dict(), "inputs": {**inputs, "runtime": runtime.name, "gpus": counts}}
     files = {} if args.no_run_dir else _write_run(Path(args.runs_dir), curve, record)
     if args.json:
         print_json({**record, "files": files})
         return 0
     from autotune.outputs.curve_report import curve_table
 
+    print(f"runtime {runtime.name}")
     print("\n".join(curve_table(curve)))
     for name, path in files.items():
         print(f"{name}: {path}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from autotune.spec.runtime import EP_DISPATCHERS, FP8_RECIPES, HOST_DISPATCH
 from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, parser_defaults,
                                  positive_int, print_json, refuse_given)
 
@@ -25,6 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_memory_args(parser)
     add_sharding_args(parser)
     add_runtime_args(parser)
+    parser.add_argument("--async-tp", action="store_true",
+                        help="PyTorch's async TP: TP collectives overlapped in the forward pass only (torchtitan)")
     parser.add_argument("--recompute-modules", default="",
                         help="comma-separated Megatron-Core modules recomputed in backward on top of --recompute none "
                              "or selective: core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe")
@@ -38,8 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 DEFAULTS: dict[str, object] = {}
 INFERENCE_ONLY = ("batch", "prompt_len", "output_len", "target_tpot_ms", "target_ttft_ms")
-TRAINING_ONLY = ("global_batch", "seq_len", "activation_offload_layers", "unfused_qkv", "param_gather_gbps", "host_dispatch", "cuda_graph_scope",
-                 "recompute_early_stop")
+TRAINING_ONLY = ("global_batch", "seq_len", "activation_offload_layers", "qkv_fused", "param_gather_gbps", "host_dispatch",
+                 "cuda_graph_scope", "recompute_early_stop", "reuse_weight_casts", "fp8_params", "grad_reduce", "overlap_ep_comm")
 DEGREES = ("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "recompute_layers", "recompute_modules", "activation_offload_layers", "sequence_parallel", "zero", "schedule",
            "overlap_tp_comm", "async_tp", "no_overlap_grad_reduce", "cache_group_layers", "cache_tile_tokens", *PLACEMENT_FLAGS)
 
@@ -64,44 +67,91 @@ def add_inference_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_sharding_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cp-comm", default="ring",
-                        help="context-parallel exchange: ring (p2p, overlapped), all_gather or all_to_all (Ulysses)")
+    parser.add_argument("--cp-comm", default=None,
+                        help="context-parallel exchange: ring (p2p, overlapped), all_gather or all_to_all (Ulysses); "
+                             "default: the runtime's")
     parser.add_argument("--dp-shard", type=int, default=0,
                         help="HSDP: shard ZeRO/FSDP state over N data-parallel ranks, replicate over dp/N (0: all of dp)")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--reshard-after-forward", dest="reshard_after_forward", action="store_true", default=True,
-                       help="ZeRO-3/FSDP: free gathered weights after forward, gather again in backward (default)")
+    group.add_argument("--reshard-after-forward", dest="reshard_after_forward", action="store_true", default=None,
+                       help="ZeRO-3/FSDP: free gathered weights after forward, gather again in backward (default: "
+                            "the runtime's, which does unless it keeps them for pipelining)")
     group.add_argument("--no-reshard-after-forward", dest="reshard_after_forward", action="store_false",
                        help="ZeRO-3/FSDP: keep gathered weights for the step; gather and reduce once per step")
 
 
 def add_runtime_args(parser: argparse.ArgumentParser) -> None:
-    """How the runtime runs the plan, where runtimes differ (cost/stage.py, cost/sharding.py)."""
-    parser.add_argument("--async-tp", action="store_true",
-                        help="PyTorch's async TP: TP collectives overlapped in the forward pass only (torchtitan)")
-    parser.add_argument("--unfused-qkv", action="store_true",
+    """--runtime and the settings of it a run may change (autotune.spec.runtime.Runtime); a setting
+    not given is the runtime preset's."""
+    parser.add_argument("--runtime", default=None,
+                        help="what runs the plan: megatron (default), nemo, torchtitan, llm-foundry, deepspeed, torch, "
+                             "transformers, meta, or a dated behaviour (megatron-2019, megatron-2021, deepspeed-2021); "
+                             "`autotune runtimes` lists them with their sources")
+    parser.add_argument("--unfused-qkv", dest="qkv_fused", action="store_false", default=None,
                         help="Q, K and V projections as three GEMMs (torchtitan, Hugging Face), not one")
-    parser.add_argument("--recompute-early-stop", action="store_true",
+    parser.add_argument("--recompute-early-stop", action="store_true", default=None,
                         help="full recomputation skips each block's FFN down projection and last residual add "
-                             "(PyTorch's non-reentrant checkpoint: torchtitan, llm-foundry), not the whole layer "
-                             "(Megatron-Core, DeepSpeed)")
-    parser.add_argument("--recast-weights", action="store_true",
+                             "(PyTorch's non-reentrant checkpoint: torchtitan, llm-foundry), not the whole layer")
+    parser.add_argument("--recast-weights", dest="reuse_weight_casts", action="store_false", default=None,
                         help="low-precision recipes: cast the weights at every micro-batch's forward (torchao "
                              "float8, llm-foundry), not once per step (Transformer Engine under Megatron)")
-    parser.add_argument("--fp8-recipe", choices=("cast", "te_delayed", "te_current"), default="cast",
-                        help="how per-tensor fp8 casts run (cost/quantize.py): standalone casts taking their own amax "
-                             "(torchao, te.Linear alone), or Transformer Engine's delayed / current scaling in "
-                             "Megatron-Core's layers (norms and activations quantize their output; current scaling "
-                             "adds an amax kernel and TP amax all-reduces)")
-    parser.add_argument("--host-dispatch", choices=("hidden", "eager"), default="hidden",
+    parser.add_argument("--fp8-recipe", choices=FP8_RECIPES, default=None,
+                        help="how per-tensor fp8 casts run (cost/quantize.py): standalone casts (cast), Transformer "
+                             "Engine's delayed (te_delayed) or current (te_current) scaling in Megatron-Core's layers")
+    params = parser.add_mutually_exclusive_group()
+    params.add_argument("--fp8-params", action="store_true", default=None,
+                        help="fp8/mxfp8: weights kept only in FP8 and gathered in FP8 (Megatron --fp8-param-gather); "
+                             "default: the runtime's")
+    params.add_argument("--no-fp8-params", dest="fp8_params", action="store_false",
+                        help="fp8/mxfp8: a BF16 copy of the weights is kept and gathered")
+    parser.add_argument("--grad-reduce", choices=("fp32", "bf16"), default=None,
+                        help="gradient buffers and data-parallel reductions in fp32 or the 16-bit dtype "
+                             "(Megatron --grad-reduce-in-bf16)")
+    parser.add_argument("--host-dispatch", choices=HOST_DISPATCH, default=None,
                         help="eager: price the GPU waiting for an eager PyTorch host to issue Megatron-Core's "
                              "kernels (docs/moe.md, Host dispatch); hidden: the host always runs ahead")
-    parser.add_argument("--cuda-graph-scope", default="",
-                        help="with --host-dispatch eager: comma-separated scopes replayed as CUDA graphs "
-                             "(attn, mlp, moe_router, moe_preprocess, moe, full_iteration)")
-    parser.add_argument("--param-gather-gbps", type=float, default=0.0,
+    parser.add_argument("--cuda-graph-scope", default=None,
+                        help="comma-separated scopes replayed as CUDA graphs (attn, mlp, moe_router, moe_preprocess, "
+                             "moe, full_iteration)")
+    parser.add_argument("--ep-dispatcher", choices=EP_DISPATCHERS, default=None,
+                        help="MoE token dispatch: alltoall (NCCL) or deepep (DeepEP / HybridEP)")
+    parser.add_argument("--overlap-ep-comm", action="store_true", default=None,
+                        help="MoE: Megatron's 1F1B all-to-all overlap (--overlap-moe-expert-parallel-comm)")
+    parser.add_argument("--compile", dest="eager_elementwise", action="store_false", default=None,
+                        help="torch.compile (torchtitan --compile.enable): Inductor fuses each norm and activation "
+                             "into one kernel; default: the runtime's (eager for torchtitan, torch, transformers)")
+    parser.add_argument("--param-gather-gbps", type=float, default=None,
                         help="ZeRO-3: the runtime's parameter-gather rate per GPU in GB/s where below the "
                              "network's (DeepSpeed of 2021: 21), 0: the network's")
+
+
+# Flags of add_runtime_args and add_workload_args that set a Runtime field, with how to read them.
+_RUNTIME_FLAGS = {"qkv_fused": None, "eager_elementwise": None, "recompute_early_stop": None, "reuse_weight_casts": None, "fp8_recipe": None,
+                  "fp8_params": None, "host_dispatch": None, "ep_dispatcher": None, "overlap_ep_comm": None,
+                  "fp8_all_gather": None, "grad_reduce": ("grad_reduce_in_fp32", lambda v: v == "fp32"),
+                  "cuda_graph_scope": ("cuda_graph_scope", lambda v: tuple(s.strip() for s in v.split(",") if s.strip())),
+                  "param_gather_gbps": ("param_gather_bytes_per_s", lambda v: v * 1e9)}
+
+
+def runtime_from_args(args: argparse.Namespace, export_format: str | None = None):
+    """The runtime --runtime names (or the one --export's format is for; else megatron) with the
+    settings the flags give."""
+    from autotune.errors import require
+    from autotune.spec.runtime import EXPORT_RUNTIMES, resolve_runtime
+
+    name = getattr(args, "runtime", None) or (EXPORT_RUNTIMES.get(export_format) if export_format else None)
+    runtime = resolve_runtime(name)
+    changes = {}
+    for dest, how in _RUNTIME_FLAGS.items():
+        value = getattr(args, dest, None)
+        if value is None or value is False and dest in ("fp8_all_gather",):
+            continue
+        field, convert = how or (dest, lambda v: v)
+        changes[field] = convert(value)
+    if "param_gather_bytes_per_s" in changes:
+        require(changes["param_gather_bytes_per_s"] >= 0, "--param-gather-gbps",
+                f"must be >= 0 GB/s (0: the network's rate), got {args.param_gather_gbps}")
+    return runtime.with_changes(**changes) if changes else runtime
 
 
 def add_moe_args(parser: argparse.ArgumentParser) -> None:
@@ -118,28 +168,21 @@ def add_memory_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cache-tile-tokens", type=int, default=0, help="tokens per tile through a cache group")
 
 
-def _workload(args: argparse.Namespace, model: object) -> object:
+def _workload(args: argparse.Namespace, model: object, runtime) -> object:
+    """The step the flags describe; attention as the runtime runs it unless --attention says."""
     from autotune.spec.resolve import inference_workload, training_workload
     from autotune.cli.common import resolve_dtype
 
     args.dtype = resolve_dtype(args)
+    attention = args.attention or runtime.attention_impl
     if args.workload == "train":
         from dataclasses import replace
 
         work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
-                                 attention=args.attention)
-        work = replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0),
-                       qkv_fused=not getattr(args, "unfused_qkv", False),
-                       reuse_weight_casts=not getattr(args, "recast_weights", False),
-                       recompute_early_stop=getattr(args, "recompute_early_stop", False),
-                       fp8_recipe=getattr(args, "fp8_recipe", "cast"),
-                       param_gather_bytes_per_s=getattr(args, "param_gather_gbps", 0.0) * 1e9,
-                       host_dispatch=getattr(args, "host_dispatch", "hidden"),
-                       cuda_graph_scope=tuple(s for s in getattr(args, "cuda_graph_scope", "").split(",") if s))
-        fp8_gather = getattr(args, "fp8_all_gather", False)
-        return replace(work, fp8_all_gather=True) if fp8_gather else work
+                                 attention=attention)
+        return replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0))
     return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
-                              output_len=args.output_len, dtype=args.dtype, attention=args.attention,
+                              output_len=args.output_len, dtype=args.dtype, attention=attention,
                               target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
 
 
@@ -165,33 +208,25 @@ def run(args: argparse.Namespace) -> int:
     from autotune.spec.summary import architecture_dict, architecture_line
 
     require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
-    require(args.param_gather_gbps >= 0, "--param-gather-gbps", f"must be >= 0 GB/s (0: the network's rate), "
-                                                                 f"got {args.param_gather_gbps}")
     check_workload_flags(args, DEFAULTS)
     if args.plan:
         refuse_given(args, DEFAULTS, DEGREES, "shapes a plan built from degrees; --plan gives the whole plan")
     plan = read_plan(args.plan) if args.plan else None
     require(plan is not None or args.gpus is not None, "gpus", "give --gpus (or --plan)")
     model = resolve_model(args.model)
-    options = {name: getattr(args, name) for name in PLACEMENT_FLAGS}
     dtype_given = args.dtype is not None
-    workload = _workload(args, model)
-    estimate = evaluate(
-        model, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=workload,
-        tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch,
-        recompute=args.recompute, recompute_layers=args.recompute_layers, sequence_parallel=args.sequence_parallel,
-        zero=args.zero, schedule=args.schedule, overlap_tp_comm=args.overlap_tp_comm or args.async_tp,
-        overlap_tp_backward=not args.async_tp, overlap_grad_reduce=not args.no_overlap_grad_reduce,
-        cache_group_layers=args.cache_group_layers, cache_tile_tokens=args.cache_tile_tokens,
-        dp_shard=args.dp_shard, reshard_after_forward=args.reshard_after_forward, cp_comm=args.cp_comm,
-        ep=args.ep, etp=args.etp, activation_offload_layers=args.activation_offload_layers,
-        recompute_modules=tuple(x.strip() for x in args.recompute_modules.split(",") if x.strip()),
-        **options)
-    assumed = assumed_defaults(args, workload, plan_given=plan is not None, dtype_given=dtype_given)
+    runtime = runtime_from_args(args)
+    workload = _workload(args, model, runtime)
+    priced = model
+    if plan is None:
+        priced, plan = _degree_plan(args, model, workload, runtime)
+    estimate = evaluate(priced, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=workload,
+                        runtime=runtime)
+    assumed = assumed_defaults(args, workload, plan=None if args.plan else plan, dtype_given=dtype_given)
     if args.json:
-        print_json({**estimate.to_dict(), "model": architecture_dict(model), "assumed": assumed})
+        print_json({"runtime": runtime.to_dict(), **estimate.to_dict(), "model": architecture_dict(model), "assumed": assumed})
     else:
-        print(architecture_line(model))
+        print(f"{architecture_line(model)}; runtime {runtime.name}")
         print(estimate_table(estimate))
         if args.workload != "train":
             print(inference_lines(estimate))
@@ -201,27 +236,46 @@ def run(args: argparse.Namespace) -> int:
     return 0 if estimate.fits else 1
 
 
-# Plan options evaluate fills in when they are not given (issue 14, item 6: a silent micro-batch
-# of 1 can make a plan look ten times slower than it is).
-_ASSUMED_PLAN = ("micro_batch", "recompute", "zero", "pp", "cp", "vpp", "dp", "schedule", "sequence_parallel")
+def _degree_plan(args: argparse.Namespace, model, workload, runtime):
+    """(the model as priced, the plan) the degree flags describe, the runtime's where a flag is not given."""
+    from autotune.errors import require
+    from autotune.plan.runtime_plan import runtime_plan
+
+    require(args.gpus is not None, "gpus", "give --gpus (or --plan)")
+    options = {name: getattr(args, name) for name in PLACEMENT_FLAGS}
+    given = {"reshard_after_forward": args.reshard_after_forward, "cp_comm": args.cp_comm}
+    if args.overlap_tp_comm is not None:
+        given["overlap_tp_comm"] = args.overlap_tp_comm
+    if args.async_tp:
+        given.update(overlap_tp_comm=True, overlap_tp_backward=False)
+    if args.no_overlap_grad_reduce:
+        given["overlap_grad_reduce"] = False
+    return runtime_plan(
+        runtime, model, gpus=args.gpus, global_batch=workload.global_batch, training=args.workload == "train",
+        dtype=workload.dtype,
+        tp=args.tp, pp=args.pp, dp=args.dp, cp=args.cp, vpp=args.vpp, micro_batch=args.micro_batch, zero=args.zero,
+        recompute=args.recompute, sequence_parallel=args.sequence_parallel, schedule=args.schedule,
+        recompute_layers=args.recompute_layers, cache_group_layers=args.cache_group_layers,
+        cache_tile_tokens=args.cache_tile_tokens, dp_shard=args.dp_shard, ep=args.ep, etp=args.etp,
+        activation_offload_layers=args.activation_offload_layers,
+        recompute_modules=tuple(x.strip() for x in args.recompute_modules.split(",") if x.strip()),
+        **{k: v for k, v in given.items() if v is not None}, **options)
 
 
-def assumed_defaults(args: argparse.Namespace, workload, *, plan_given: bool, dtype_given: bool) -> dict[str, object]:
-    """Every default the evaluation used for an option the user did not give, as used (the
-    data-parallel degree as the GPUs left over, sequence parallelism as decided for the TP)."""
+# Plan options evaluate fills in when they are not given are printed (issue 14, item 6: a silent
+# micro-batch of 1 can make a plan look ten times slower than it is).
+def assumed_defaults(args: argparse.Namespace, workload, *, plan, dtype_given: bool) -> dict[str, object]:
+    """Every default the evaluation used for an option the user did not give, as the plan built from
+    the degrees has it (the runtime's ZeRO stage and micro-batch, dp as the GPUs left over...)."""
     given = lambda name: getattr(args, name, None) != DEFAULTS.get(name)  # noqa: E731
     out: dict[str, object] = {}
-    if not plan_given:
+    if plan is not None:
+        stage = plan.stages[0]
+        used = {"micro_batch": plan.micro_batch, "recompute": stage.recompute, "zero": stage.zero, "pp": plan.pp,
+                "cp": stage.cp, "vpp": plan.vpp, "dp": stage.dp, "schedule": plan.schedule,
+                "sequence_parallel": "on" if stage.sequence_parallel else "off"}
         training_only = () if workload.kind == "train" else ("recompute", "zero", "vpp", "schedule")
-        for name in _ASSUMED_PLAN:
-            if not given(name) and name not in training_only:
-                out[name] = getattr(args, name)
-        if "dp" in out:
-            out["dp"] = args.gpus // (args.tp * args.pp * args.cp)  # the rest of the GPUs
-        if "schedule" in out:
-            out["schedule"] = "interleaved" if args.vpp > 1 else "1f1b"
-        if "sequence_parallel" in out:
-            out["sequence_parallel"] = "on" if args.tp > 1 and workload.kind == "train" else "off"
+        out.update({name: value for name, value in used.items() if not given(name) and name not in training_only})
     if not given("cluster"):
         out["cluster"] = args.cluster
     for name in ("global_batch", "seq_len") if workload.kind == "train" else ("batch", "prompt_len"):

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("plan", metavar="RUN|PLAN", help="a run directory or a plan file (plan.json)")
     parser.add_argument("--format", required=True, help=f"one of: {', '.join(FORMATS)}")
     parser.add_argument("--out", default=None, help="write the config to this file (default: print it)")
+    parser.add_argument("--runtime", default=None,
+                        help="the runtime settings to write (fp8 recipe, gradient reduction...): default the plan "
+                             "file's own (megatron for files written before runtimes were recorded)")
     parser.add_argument("--json", action="store_true", help="print {format, text, notes, out} as JSON")
     parser.set_defaults(func=run)
 
@@ -43,12 +46,19 @@ def run(args: argparse.Namespace) -> int:
     if args.out:
         check_output_path(args.out)  # before reading and converting: nothing is done that cannot be written
     plan_file = read_plan_file(args.plan)
+    if args.runtime:
+        from dataclasses import replace
+
+        from autotune.spec.runtime import load_runtime
+
+        plan_file = replace(plan_file, runtime=load_runtime(args.runtime))
     if args.out:
         path, result = write_export(plan_file, args.format, args.out)
     else:
         path, result = None, export(plan_file, args.format)
     if args.json:
-        print_json({"format": result.format, "text": result.text, "notes": list(result.notes),
+        print_json({"runtime": (plan_file.runtime.name if plan_file.runtime else "megatron"),
+                    "format": result.format, "text": result.text, "notes": list(result.notes),
                     "out": str(path) if path else None})
         return 0
     if path is None:

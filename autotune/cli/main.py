@@ -27,6 +27,7 @@ COMMANDS = {
     "graph": "autotune.cli.graph_cmd",
     "benchmark": "autotune.cli.benchmark_cmd",
     "curve": "autotune.cli.curve_cmd",
+    "runtimes": "autotune.cli.runtimes_cmd",
 }
 
 EXAMPLES = """examples:

@@ -7,7 +7,7 @@ from pathlib import Path
 import sys
 
 from autotune.cli.common import add_model_args, add_workload_args, parser_defaults
-from autotune.cli.evaluate_cmd import add_inference_args, add_moe_args
+from autotune.cli.evaluate_cmd import add_inference_args, add_moe_args, add_runtime_args
 from autotune.cli.export_cmd import FORMATS
 
 
@@ -20,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_workload_args(parser)
     add_inference_args(parser)
     add_moe_args(parser)
-    parser.add_argument("--space", default="default", help="search space name (search_spaces/*.toml) or a .toml path")
+    add_runtime_args(parser)
+    parser.add_argument("--space", default=None, help="search space name (search_spaces/*.toml) or a .toml path; "
+                                                      "default: the runtime's (every plan it can run)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a parameter of a standalone space (e.g. --space cxl-lora --set d=1024)")
     parser.add_argument("--seed", type=int, default=0, help="random seed: results are deterministic for a seed")
@@ -32,8 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--storage", default=None, help="keep the study in this database (postgresql+psycopg://...) shared with `autotune worker`")
     parser.add_argument("--study", default=None, help="study name in --storage (default: derived from the problem)")
     parser.add_argument("--export", default=None, choices=FORMATS, metavar="FORMAT",
-                        help=f"also write the plan as a {'/'.join(FORMATS)} config into the run directory "
-                             "(a plan the framework cannot express is reported; the search still succeeds)")
+                        help=f"also write the plan as a {'/'.join(FORMATS)} config into the run directory; without "
+                             "--runtime the search plans for that framework (an export that fails exits 1)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     parser.add_argument("--plots", default="background", choices=("background", "sync", "none"),
                         help="draw the run's plots in a detached process after returning (default), before "
@@ -88,7 +90,7 @@ def run(args: argparse.Namespace) -> int:
 
         require_choice("workload", args.workload, ("train", "prefill", "decode", "serve"))
         check_workload_flags(args, _DEFAULTS)
-    scenario = None if args.resume else STANDALONE_RUNNERS.get(load_space(args.space).kind)
+    scenario = None if args.resume or args.space is None else STANDALONE_RUNNERS.get(load_space(args.space).kind)
     require(scenario is not None or not args.set, "set",
             f"--set overrides a parameter of a standalone space (e.g. --space cxl-lora); space {args.space!r} "
             "takes none: copy its TOML file, edit it and pass --space FILE.toml")
@@ -108,12 +110,13 @@ def run(args: argparse.Namespace) -> int:
     result = (search_api.resume(args.resume, progress=progress, plots=args.plots) if args.resume
               else _new_search(args, progress))
     exported = _export(args.export, result.run_dir) if args.export and result.run_dir else None
-    return _print(args, result, exported)
+    code = _print(args, result, exported)
+    return 1 if exported and exported["path"] is None else code
 
 
 def _export(fmt: str, run_dir: str) -> dict:
     """The run's plan as a ``fmt`` config in the run directory. A plan the framework cannot express
-    is one line on stderr, not an error: the search succeeded and its run is kept."""
+    is one line on stderr and exit 1 (the run is kept: the search itself succeeded)."""
     from autotune.errors import AutotuneError
     from autotune.outputs.export import write_export
     from autotune.plan.io import read_plan_file
@@ -132,16 +135,17 @@ def _new_search(args: argparse.Namespace, progress):
     """Everything is validated by the library before it makes the run directory (nothing
     half-written; a search stopped before any finished slice leaves nothing behind)."""
     from autotune.search import api as search_api
-    from autotune.cli.evaluate_cmd import _workload
+    from autotune.cli.evaluate_cmd import _workload, runtime_from_args
     from autotune.errors import require
     from autotune.spec.presets import resolve_model
 
     require(args.model is not None, "model", "give --model (a preset or a config.json), or --resume RUN")
     require(args.gpus is not None, "gpus", "give --gpus N (or --resume RUN)")
     model = resolve_model(args.model)
-    workload = _workload(args, model)
+    runtime = runtime_from_args(args, export_format=args.export)
+    workload = _workload(args, model, runtime)
     runs_dir = None if (args.no_run_dir or args.storage) else args.runs_dir
-    return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload,
+    return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload, runtime=runtime,
                              space=args.space, seed=args.seed, method=args.method, runs_dir=runs_dir,
                              storage=args.storage, study_name=args.study, progress=progress, announce=_announce,
                              plots=args.plots)
@@ -179,7 +183,7 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
                     **({"plots": plots} if plots else {})})
         return 0
     if model is not None:
-        print(architecture_line(model))
+        print(f"{architecture_line(model)}; runtime {result.runtime.name if result.runtime else 'megatron'}")
     capacity = result.estimate.memory_capacity_bytes
     print("\n".join(plan_table(result.plan, result.estimate)))
     print("\n".join(summary_text(result.plan, result.estimate, capacity)))

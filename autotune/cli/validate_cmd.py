@@ -27,6 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cluster", default=None,
                         help="cluster preset or file to predict with (default: cpu; required with --device cuda)")
     parser.add_argument("--profile", default=None, help="profile JSON from `autotune profile` for this machine")
+    parser.add_argument("--runtime", default="torch",
+                        help="the runtime whose prediction is compared: torch (default: what validate runs, eager "
+                             "PyTorch with DDP, FSDP2, DTensor and pipelining), or another preset (autotune runtimes)")
     parser.add_argument("--steps", type=positive_int, default=5, help="timed steps per plan (default 5)")
     parser.add_argument("--timeout", type=positive_int, default=300, help="seconds before a plan's run is killed")
     parser.add_argument("--out", default=None, help="report path (default: RUN/validation.json, or beside the plan file)")
@@ -66,9 +69,11 @@ def run(args: argparse.Namespace) -> int:
     from autotune.plan.io import check_output_path
 
     check_output_path(_report_path(args))  # before any plan runs: its report could not be kept
-    options = ValidateOptions(cluster=cluster, scale=scale, max_world=world, timeout_s=float(args.timeout),
+    from autotune.spec.runtime import resolve_runtime
+
+    options = ValidateOptions(cluster=cluster, runtime=resolve_runtime(args.runtime), scale=scale, max_world=world, timeout_s=float(args.timeout),
                               measured_steps=args.steps, backend="nccl" if args.device == "cuda" else "gloo")
-    context = {"cluster": cluster.name, "profile": args.profile, "max_world": world, "cpu_count": os.cpu_count(),
+    context = {"runtime": args.runtime, "cluster": cluster.name, "profile": args.profile, "max_world": world, "cpu_count": os.cpu_count(),
                "scale": args.scale, "load_average_before": os.getloadavg()[0]}
     out = _report_path(args)
 

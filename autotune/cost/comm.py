@@ -127,14 +127,15 @@ def _collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: Cluster
     return level_time_s(op, nbytes, 2, inter)
 
 
-def tp_collective_bytes(op: str, act_bytes, workload, bytes_per_element: float):
+def tp_collective_bytes(op: str, act_bytes, runtime, dtype: str, bytes_per_element: float):
     """Bytes a sequence-parallel TP collective moves: all-gathers in the GEMMs' low-precision format
-    where the workload casts before gathering (TrainingWorkload.fp8_tp_all_gather), else ``act_bytes``."""
-    if op != "all_gather" or not getattr(workload, "fp8_tp_all_gather", False):
-        return act_bytes
+    where the runtime casts before gathering (Runtime.fp8_tp_all_gather), else ``act_bytes``. Row-wise
+    FP8 gathers BF16: torchao's float8 TP plans are tensorwise only and TE has no row-wise recipe."""
     from autotune.spec.workload import GEMM_OPERAND_BYTES
 
-    return act_bytes * GEMM_OPERAND_BYTES[workload.dtype] / bytes_per_element
+    if op != "all_gather" or not runtime.fp8_tp_all_gather or dtype not in GEMM_OPERAND_BYTES or dtype == "fp8_rowwise":
+        return act_bytes
+    return act_bytes * GEMM_OPERAND_BYTES[dtype] / bytes_per_element
 
 
 @dataclass(frozen=True)

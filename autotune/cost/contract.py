@@ -17,10 +17,12 @@ from autotune.cost.inference import (InferenceContext, check_inference_stage, de
 from autotune.cost.inference_moe import moe_inference_stage_cost
 from autotune.cost.moe_stage import moe_stage_cost
 from autotune.cost.recompute import has_variant, variant_stage_cost
+from autotune.cost.runtime_kernels import runtime_cluster
 from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
 __all__ = ["StageCostModel", "TrainingCostModel", "InferenceCostModel", "phase_cost_models", "stage_cost",
@@ -81,19 +83,23 @@ class InferenceCostModel:
 
 
 def phase_cost_models(tables: ModelTables, workload: TrainingWorkload | InferenceWorkload, cluster: ClusterSpec, *,
-                      micro_batch: object, num_microbatches: object,
+                      runtime: Runtime, micro_batch: object, num_microbatches: object,
                       overlap_tp_comm: bool = False) -> list[tuple[float, StageCostModel]]:
     """(weight, cost model) per phase of a step: training is one phase; serving is the prefill
     plus ``decode_steps`` decode steps (static batching); prefill and decode are one each."""
+    cluster = runtime_cluster(cluster, runtime)
     if isinstance(workload, TrainingWorkload):
-        context = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=micro_batch,
+        context = StageContext(tables=tables, workload=workload, runtime=runtime, cluster=cluster, micro_batch=micro_batch,
+                               overlap_grad_reduce=runtime.overlap_grad_reduce, overlap_param_gather=runtime.overlap_param_gather,
+                               overlap_p2p_comm=runtime.overlap_p2p_comm,
+                               overlap_tp_backward=runtime.overlap_tp_backward,
                                num_microbatches=num_microbatches, overlap_tp_comm=overlap_tp_comm)
         return [(1.0, TrainingCostModel(context))]
 
     out: list[tuple[float, StageCostModel]] = []
     for phase in workload_phases(workload):
         weight = 1.0 if (phase == "prefill" or workload.kind == "decode") else float(workload.decode_steps)
-        context = inference_context(tables.model, workload, cluster, phase, micro_batch=micro_batch,
+        context = inference_context(tables.model, workload, cluster, phase, runtime=runtime, micro_batch=micro_batch,
                                     num_microbatches=num_microbatches)
         out.append((weight, InferenceCostModel(context)))
     return out

@@ -8,29 +8,34 @@ from autotune.cost.estimate import Estimate
 from autotune.cost.inference_plan import evaluate_inference_plan
 from autotune.cost.offload import offloads, tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
-from autotune.cost.plan_common import check_plan, stage_estimate, stage_positions, uncertainty_pct
+from autotune.cost.plan_common import check_plan, check_runtime_plan, stage_estimate, stage_positions, uncertainty_pct
 from autotune.cost.contract import stage_cost
 from autotune.cost.recompute import has_variant
+from autotune.cost.runtime_kernels import runtime_cluster
 from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
 from autotune.graph.table import ModelTables, model_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload, is_training
 
 __all__ = ["evaluate_plan", "check_plan", "stage_positions"]
 
 
-def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> Estimate:
-    """Predict step time and memory of ``plan`` for a training step, or for an inference
-    workload (prefill, decode, serve: autotune/cost/inference_plan.py)."""
+def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan, *,
+                  runtime: Runtime) -> Estimate:
+    """Predict step time and memory of ``plan`` run by ``runtime`` for a training step, or for an
+    inference workload (prefill, decode, serve: autotune/cost/inference_plan.py)."""
     if not is_training(workload):
-        return evaluate_inference_plan(model, workload, cluster, plan)
+        return evaluate_inference_plan(model, workload, cluster, plan, runtime=runtime)
     check_plan(model, workload, cluster, plan)
-    cluster = cluster.for_gpus(plan.gpus)  # CPU workers sharing cores run slower
+    check_runtime_plan(runtime, workload, plan)
+    # CPU workers sharing cores run slower; the runtime's kernels replace the device's fitted ones
+    cluster = runtime_cluster(cluster.for_gpus(plan.gpus), runtime)
     tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl,
-                          workload.qkv_fused)
-    ctx = StageContext(tables=tables, workload=workload, cluster=cluster, micro_batch=plan.micro_batch,
+                          runtime.qkv_fused)
+    ctx = StageContext(tables=tables, workload=workload, runtime=runtime, cluster=cluster, micro_batch=plan.micro_batch,
                        num_microbatches=plan.num_microbatches, vpp=plan.vpp,
                        overlap_grad_reduce=plan.overlap_grad_reduce and cluster.comm_overlaps_compute,
                        overlap_param_gather=plan.overlap_param_gather and cluster.comm_overlaps_compute,

@@ -64,13 +64,13 @@ def _scopes(moe: bool, shared_experts: bool) -> tuple:
     return ("attn", "moe_router", "moe_preprocess", "moe", "expert") + (("mlp",) if shared_experts else ())
 
 
-def layer_host_s(workload, cluster, *, moe: bool, shared_experts: bool = False) -> tuple[float, float]:
+def layer_host_s(runtime, cluster, *, moe: bool, shared_experts: bool = False) -> tuple[float, float]:
     """(forward, backward) host seconds of one layer for one micro-batch: its operators outside
-    the workload's CUDA-graph scopes, plus one graph launch per captured scope. The routed
+    the runtime's CUDA-graph scopes, plus one graph launch per captured scope. The routed
     experts count as one (a grouped GEMM); shared experts as a dense MLP (scope "moe")."""
-    if getattr(workload, "host_dispatch", "hidden") != "eager":
+    if runtime.host_dispatch != "eager":
         return 0.0, 0.0
-    graphed = set(getattr(workload, "cuda_graph_scope", ()))
+    graphed = set(runtime.cuda_graph_scope)
     if "full_iteration" in graphed:
         return 0.0, 0.0
     if "moe" in graphed:  # the whole MoE block: experts and shared experts with it
@@ -103,9 +103,9 @@ def layers_host_s(ctx, stage, *, moe: bool, gpu_fwd_s, gpu_bwd_s):
     recomputation issues the forward's operators again in the backward. MoE layers synchronise
     in the forward unless their whole block is a CUDA graph (which needs static, padded shapes)."""
     m = ctx.tables.model
-    host_fwd, host_bwd = layer_host_s(ctx.workload, ctx.cluster, moe=moe, shared_experts=bool(m.num_shared_experts))
+    host_fwd, host_bwd = layer_host_s(ctx.runtime, ctx.cluster, moe=moe, shared_experts=bool(m.num_shared_experts))
     if stage.recompute == "full":
         host_bwd += host_fwd
-    graphed = set(getattr(ctx.workload, "cuda_graph_scope", ()))
+    graphed = set(ctx.runtime.cuda_graph_scope)
     synced = moe and not graphed & {"moe", "full_iteration"}
     return exposed_host_s(host_fwd, host_bwd, gpu_fwd_s, gpu_bwd_s, op_host_s(ctx.cluster), synced)

@@ -32,6 +32,7 @@ from autotune.errors import require
 from autotune.graph.operators import decode_attention, qkv_proj_width
 from autotune.graph.table import ModelTables, OpTable, model_tables
 from autotune.plan.plan import StagePlan
+from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import InferenceWorkload
@@ -109,6 +110,7 @@ class InferenceContext:
 
     tables: ModelTables
     workload: InferenceWorkload
+    runtime: Runtime
     cluster: ClusterSpec
     phase: str
     micro_batch: object
@@ -129,8 +131,8 @@ class InferenceContext:
 
 
 def inference_context(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, phase: str, *,
-                      micro_batch: object, num_microbatches: object) -> InferenceContext:
-    return InferenceContext(tables=inference_tables(model, workload, phase), workload=workload, cluster=cluster,
+                      runtime: Runtime, micro_batch: object, num_microbatches: object) -> InferenceContext:
+    return InferenceContext(tables=inference_tables(model, workload, phase), workload=workload, runtime=runtime, cluster=cluster,
                             phase=phase, micro_batch=micro_batch, num_microbatches=num_microbatches)
 
 

@@ -30,6 +30,8 @@ from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.stage import StageCost
 from autotune.errors import AutotuneError, require
 from autotune.plan.plan import Plan
+from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import InferenceWorkload
@@ -74,8 +76,8 @@ def _breakdown(costs: list[StageCost], num_microbatches: int, step_s: float, rep
 
 
 def _run_phase(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, plan: Plan,
-               positions: list, phase: str) -> _Phase:
-    ctx = inference_context(model, workload, cluster, phase, micro_batch=plan.micro_batch,
+               positions: list, phase: str, runtime: Runtime) -> _Phase:
+    ctx = inference_context(model, workload, cluster, phase, runtime=runtime, micro_batch=plan.micro_batch,
                             num_microbatches=plan.num_microbatches)
     costs = [inference_stage_cost(ctx, stage, pos) for stage, pos in zip(plan.stages, positions)]
     times = [c.time.microbatch_s for c in costs]
@@ -126,7 +128,8 @@ def _peak_costs(phases: dict[str, _Phase]) -> list[StageCost]:
     return [max(options, key=lambda c: c.memory.peak_bytes) for options in zip(*lists)]
 
 
-def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, plan: Plan) -> Estimate:
+def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, plan: Plan, *,
+                            runtime: Runtime) -> Estimate:
     """Predict time, TPS, TPOT, TTFT and memory of ``plan`` for an inference workload.
 
     ``step_time_s`` is the whole workload (prefill plus every decode step); ``inference``
@@ -134,9 +137,10 @@ def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, clust
     serving targets hold.
     """
     check_inference_plan(model, workload, cluster, plan)
-    cluster = cluster.for_gpus(plan.gpus)  # as evaluate_plan: CPU workers sharing cores run slower
+    # as evaluate_plan: CPU workers sharing cores run slower; the runtime's kernels
+    cluster = runtime_cluster(cluster.for_gpus(plan.gpus), runtime)
     positions = [replace(p, inflight=float(plan.num_microbatches)) for p in stage_positions(plan, cluster.gpus_per_node)]
-    phases = {phase: _run_phase(model, workload, cluster, plan, positions, phase) for phase in workload_phases(workload)}
+    phases = {phase: _run_phase(model, workload, cluster, plan, positions, phase, runtime) for phase in workload_phases(workload)}
     total_s = sum(p.total_s for p in phases.values())
     breakdown = {key: sum(p.breakdown[key] for p in phases.values()) for key in BREAKDOWN_KEYS}
     costs = _peak_costs(phases)

@@ -226,7 +226,7 @@ def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
     m, e = ctx.tables.model, ctx.tables.act_bytes
     nbytes = rows_busy * m.hidden_size * e  # the routed rows a rank sends (and, busiest, receives)
     # a deduplicating dispatcher's network bytes (the all-to-all's cross-node term dominates)
-    nbytes = nbytes * network_copy_share(m, spans["ep"], getattr(ctx.workload, "ep_dispatcher", "alltoall"))
+    nbytes = nbytes * network_copy_share(m, spans["ep"], ctx.runtime.ep_dispatcher)
     a2a = collective_time_s("all_to_all", nbytes, spans["ep"], ctx.cluster)
     fwd = 2 * a2a  # dispatch and combine
     if stage.etp > 1:
@@ -248,7 +248,7 @@ def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
     (``num_local_experts > 1``), as profilers/moe_traffic.py measured at ep 1
     (docs/measurements/moe_traffic_2026-11-25.json: the two row copies, 131 KB per token each way).
     Training only: serving engines run their own fused MoE dispatch."""
-    if not is_training(ctx.workload) or getattr(ctx.workload, "ep_dispatcher", "alltoall") != "alltoall":
+    if not is_training(ctx.workload) or ctx.runtime.ep_dispatcher != "alltoall":
         return 0.0, 0.0
     device = ctx.cluster.device
     fit = device.memory_regression("stream")
@@ -323,14 +323,14 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     m = tables.model
     spans = expert_spans(stage, ctx.cluster.gpus_per_node, first_gpu)
     rows = np.asarray(ctx.micro_batch, dtype=float) * tables.seq_len * m.num_experts_per_token / (stage.tp * stage.cp)
-    imbalance = load_imbalance(rows, stage.ep, getattr(ctx.workload, "expert_load_imbalance", 0.0))
+    imbalance = load_imbalance(rows, stage.ep, ctx.workload.expert_load_imbalance)
     rows_busy = rows * imbalance
     # distinct tokens that can reach this GPU's experts: its EP group's, gathered over etp
     tokens = rows / m.num_experts_per_token * stage.ep * stage.etp
     n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
     casts_per_step = np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0) \
-        if getattr(ctx.workload, "reuse_weight_casts", False) else 1.0
-    main_grad = MAIN_GRAD_BYTES_PER_PARAM if getattr(ctx.workload, "grad_reduce_in_fp32", True) \
+        if ctx.runtime.reuse_weight_casts else 1.0
+    main_grad = MAIN_GRAD_BYTES_PER_PARAM if ctx.runtime.grad_reduce_in_fp32 \
         else BF16_MAIN_GRAD_BYTES_PER_PARAM
     fwd, bwd = _expert_kernels_s(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy, n_active, stage.etp,
                                  casts_per_step, main_grad)
@@ -341,7 +341,7 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     comm, fwd_comm = _comm_s(ctx, stage, spans, rows_busy)
     act_fwd, act_out = _expert_act(tables, ctx.cluster.device, ctx.workload.dtype, rows_busy)
     scale = rows_busy / (tables.seq_len * m.num_experts_per_token)
-    saved = float(_expert_saved_bytes(tables, ctx.workload)) * scale
+    saved = float(_expert_saved_bytes(tables, ctx.workload.dtype, ctx.runtime.fp8_recipe)) * scale
     # send and receive buffers of the permuted rows, and the etp-gathered rows
     buffers = rows_busy * m.hidden_size * tables.act_bytes * (2.0 + (stage.etp if stage.etp > 1 else 0.0))
     return ExpertLayerCost(
@@ -352,12 +352,11 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
         act_fwd_s=_plain(act_fwd), act_out_bytes=_plain(act_out))
 
 
-def _expert_saved_bytes(tables: ModelTables, workload) -> float:
+def _expert_saved_bytes(tables: ModelTables, dtype: str, fp8_recipe: str) -> float:
     """Bytes the routed experts keep for backward per sequence's routed rows: Transformer Engine's
     grouped linears keep their inputs quantized under its recipes (cost/compute.py te_saved_input_factor)."""
     t = tables.experts
-    dtype = getattr(workload, "dtype", "bf16")
-    if dtype in GEMM_OPERAND_BYTES and getattr(workload, "fp8_recipe", "cast") != "cast":
+    if dtype in GEMM_OPERAND_BYTES and fp8_recipe != "cast":
         return float((t.saved_bytes * te_saved_input_factor(t, dtype)).sum())
     return float(t.saved_bytes.sum())
 

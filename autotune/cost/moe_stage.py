@@ -42,7 +42,7 @@ def _expert_zero3_s(ctx, stage: StagePlan, span, ex: ExpertLayerCost, fwd_layer,
     if stage.zero < 3 or span.size <= 1:
         return 0.0 * n_moe
     gather = collective_time_s("all_gather", ex.params_per_gpu * st._gather_bytes(ctx), span, ctx.cluster)
-    scatter = collective_time_s("reduce_scatter", ex.params_per_gpu * grad_comm_bytes(ctx.workload),
+    scatter = collective_time_s("reduce_scatter", ex.params_per_gpu * grad_comm_bytes(ctx.runtime, ctx.workload.dtype),
                                 span, ctx.cluster)
     per_layer = np.maximum(0.0, gather - fwd_layer) + np.maximum(0.0, gather + scatter - bwd_layer)
     return n_moe * per_layer
@@ -61,7 +61,7 @@ def _exposed_ep_comm_s(ctx, stage: StagePlan, moe, ex: ExpertLayerCost):
     backward compute stays exposed (the steady state; warm-up and cool-down are not modelled),
     and the overlapped compute runs on the SMs the exchange leaves (EP_COMM_SM_SHARE)."""
     comm = ex.comm_s + (ex.recompute_comm_s if stage.recompute == "full" else expert_modules(stage, ex)[2])
-    if not getattr(ctx.workload, "overlap_ep_comm", False):
+    if not ctx.runtime.overlap_ep_comm:
         return comm
     compute = st._scalar(moe.fwd_s) + st._scalar(moe.bwd_s) + ex.fwd_s + ex.bwd_s
     slowed = np.minimum(comm, compute) * EP_COMM_SM_SHARE / (1.0 - EP_COMM_SM_SHARE)
@@ -115,7 +115,7 @@ def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost,
 
 def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe, params, pos):
     gather = st._gather_bytes(ctx)
-    flags = state_flags(ctx.workload)
+    flags = state_flags(ctx.runtime, ctx.workload.dtype)
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather, *flags)
     e_weights, e_grads, e_optim = sharded_state_memory(n_moe * ex.params_per_gpu, ctx.workload.dtype,
                                                        _expert_stage(stage), gather, *flags)

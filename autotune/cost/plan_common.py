@@ -16,9 +16,24 @@ from autotune.graph.table import ModelTables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec, DeviceProfile
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import TrainingWorkload, gemm_dtype, is_training
 
-__all__ = ["check_plan", "stage_positions", "stage_estimate", "uncertainty_pct"]
+__all__ = ["check_plan", "check_runtime_plan", "stage_positions", "stage_estimate", "uncertainty_pct"]
+
+
+def check_runtime_plan(runtime: Runtime, workload, plan: Plan) -> None:
+    """Reject a plan choice the runtime cannot run (a ZeRO stage it lacks, FSDP2's reshard and HSDP
+    variants), naming the field and what the runtime offers."""
+    if not is_training(workload):
+        return
+    for stage in plan.stages:
+        require(stage.zero in runtime.zero_stages, "zero", f"runtime {runtime.name} runs ZeRO stage(s) "
+                f"{', '.join(map(str, runtime.zero_stages))}, not {stage.zero}")
+        variant = (not stage.reshard_after_forward or stage.dp_shard not in (0, stage.dp)) and stage.zero == 3
+        require(runtime.reshard_variants or not variant, "reshard_after_forward" if not stage.reshard_after_forward
+                else "dp_shard", f"runtime {runtime.name} has no FSDP2 reshard_after_forward=False or HSDP setting; "
+                f"give --runtime torchtitan, torch, transformers or meta for them")
 
 
 def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> None:

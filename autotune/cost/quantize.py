@@ -141,9 +141,9 @@ def amax_all_reduces_per_layer(dtype: str, fp8_recipe: str, tp: int, sequence_pa
     return 4 if amax_from_data and tp > 1 and sequence_parallel else 0
 
 
-def amax_all_reduce_s(workload: object, stage: object, span: object, cluster: object) -> float:
+def amax_all_reduce_s(dtype: str, fp8_recipe: str, stage: object, span: object, cluster: object) -> float:
     """Seconds per layer and micro-batch of those all-reduces (4 bytes each, exposed: the cast waits)."""
-    count = amax_all_reduces_per_layer(getattr(workload, "dtype", "bf16"), getattr(workload, "fp8_recipe", "cast"),
+    count = amax_all_reduces_per_layer(dtype, fp8_recipe,
                                        stage.tp, stage.sequence_parallel)
     return count * collective_time_s("all_reduce", 4.0, span, cluster) if count else 0.0
 

@@ -114,4 +114,4 @@ def early_stop_applies(ctx) -> bool:
     """Whether the stage's full recomputation stops early: the runtime's checkpoint does
     (TrainingWorkload.recompute_early_stop) and no dropout after the FFN saves a mask, which makes
     the down projection's output needed again (measured as EARLY_STOP_SKIPPED)."""
-    return bool(getattr(ctx.workload, "recompute_early_stop", False)) and not ctx.tables.model.dropout
+    return bool(ctx.runtime.recompute_early_stop) and not ctx.tables.model.dropout

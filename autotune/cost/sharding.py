@@ -38,7 +38,7 @@ from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 
 __all__ = ["GRAD_COMM_BYTES", "OVERLAP_COMPUTE_SLOWDOWN", "ShardGroups", "shard_groups", "zero3_microbatch_comm_s",
-           "dp_step_comm_s", "sharded_state_memory", "grad_comm_bytes", "state_flags", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
+           "dp_step_comm_s", "sharded_state_memory", "grad_comm_bytes", "state_flags", "keeps_fp8_params", "overlapped_exposed_s", "overlap_penalty_s", "rate_share"]
 
 # Compute that runs while a collective is in flight is slower: the collective's kernels hold SMs
 # (NCCL runs one thread block per channel) and share HBM bandwidth. Lee et al. 2025 ("Characterizing
@@ -72,17 +72,24 @@ def rate_share(span: GroupSpan, cluster: ClusterSpec) -> float:
 GRAD_COMM_BYTES = {"fp32": 4.0, "bf16": 4.0, "fp16": 2.0, "fp8": 4.0, "fp8_rowwise": 4.0, "mxfp8": 4.0, "nvfp4": 4.0}
 
 
-def state_flags(workload) -> tuple[bool, bool]:
-    """(grad_reduce_in_fp32, fp8_params) of a training workload, for sharded_state_memory."""
-    return getattr(workload, "grad_reduce_in_fp32", True), getattr(workload, "fp8_params", False)
+def state_flags(runtime, dtype: str) -> tuple[bool, bool]:
+    """(grad_reduce_in_fp32, fp8_params) of a runtime training in ``dtype``, for sharded_state_memory:
+    weights are kept only in FP8 under the FP8 and MXFP8 recipes (no runtime keeps NVFP4 weights,
+    Megatron-Bridge's bf16_with_nvfp4_mixed sets no fp8_param_gather)."""
+    return runtime.grad_reduce_in_fp32, keeps_fp8_params(runtime, dtype)
 
 
-def grad_comm_bytes(workload) -> float:
-    """Bytes per gradient element in the data-parallel reduction of ``workload``: GRAD_COMM_BYTES,
-    or 2 where the run reduces in 16 bits (TrainingWorkload.grad_reduce_in_fp32 False)."""
-    if not getattr(workload, "grad_reduce_in_fp32", True) and workload.dtype != "fp32":
+def keeps_fp8_params(runtime, dtype: str) -> bool:
+    """Whether the runtime holds the weights only in the GEMM format (Runtime.fp8_params) for ``dtype``."""
+    return runtime.fp8_params and dtype in ("fp8", "fp8_rowwise", "mxfp8")
+
+
+def grad_comm_bytes(runtime, dtype: str) -> float:
+    """Bytes per gradient element in the data-parallel reduction: GRAD_COMM_BYTES, or 2 where the
+    runtime reduces in 16 bits (Runtime.grad_reduce_in_fp32 False)."""
+    if not runtime.grad_reduce_in_fp32 and dtype != "fp32":
         return 2.0
-    return GRAD_COMM_BYTES[workload.dtype]
+    return GRAD_COMM_BYTES[dtype]
 
 
 @dataclass(frozen=True)

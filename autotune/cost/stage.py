@@ -19,7 +19,7 @@ from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
 from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, state_flags, overlap_penalty_s,
+from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, keeps_fp8_params, state_flags, overlap_penalty_s,
                                     overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
 from autotune.cost.zero3_calls import zero3_layer_traffic
 from autotune.cost.mesh import group_spans
@@ -30,6 +30,7 @@ from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload, compute_dtype
 
 __all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "dense_stage_cost", "overlapped_exposed_s"]
@@ -51,6 +52,7 @@ class StageContext:
 
     tables: ModelTables
     workload: TrainingWorkload
+    runtime: Runtime
     cluster: ClusterSpec
     micro_batch: int
     num_microbatches: int
@@ -126,7 +128,7 @@ def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, t
 def _block(ctx: StageContext, table, stage: StagePlan, dtype: str | None = None) -> BlockTimes:
     b = np.asarray(ctx.micro_batch)
     block = _cached_block(table, ctx.cluster.device, dtype or ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
-                          stage.tp, stage.cp, bool(stage.sequence_parallel), getattr(ctx.workload, "fp8_recipe", "cast"))
+                          stage.tp, stage.cp, bool(stage.sequence_parallel), ctx.runtime.fp8_recipe)
     return _reuse_weight_casts(ctx, block)
 
 
@@ -134,7 +136,7 @@ def _reuse_weight_casts(ctx: StageContext, block: BlockTimes) -> BlockTimes:
     """Weights cast to the low-precision format once per step, not per micro-batch, where the
     runtime keeps the cast copy (Transformer Engine's ``is_first_microbatch``, which Megatron-Core's
     schedules set on a step's first micro-batch: TrainingWorkload.reuse_weight_casts)."""
-    if isinstance(block.weight_cast_fwd_ops_s, float) or not getattr(ctx.workload, "reuse_weight_casts", False):
+    if isinstance(block.weight_cast_fwd_ops_s, float) or not ctx.runtime.reuse_weight_casts:
         return block  # no low-precision casts, or none reused
     n = np.maximum(np.asarray(ctx.num_microbatches, dtype=float), 1.0)
     if not np.any(n > 1.0):
@@ -190,7 +192,7 @@ def _overlapped_tp_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer
         idx = qkv_projection_indices(names) if gemm == "qkv_proj" else [names.index(gemm)] if gemm in names else []
         if not idx:
             continue
-        comm = collective_time_s(op, tp_collective_bytes(op, act, ctx.workload, ctx.tables.act_bytes), span, ctx.cluster)
+        comm = collective_time_s(op, tp_collective_bytes(op, act, ctx.runtime, ctx.workload.dtype, ctx.tables.act_bytes), span, ctx.cluster)
         fwd_gemm, bwd_gemm = _scalar(layer.fwd_ops_s[..., idx].sum(-1)), _scalar(layer.bwd_ops_s[..., idx].sum(-1))
         fwd = np.maximum(comm / stage.tp, comm - fwd_gemm)
         in_backward = (2 if stage.recompute == "full" else 1)  # the backward, and the recomputed forward
@@ -208,7 +210,7 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
-        gather = collective_time_s("all_gather", tp_collective_bytes("all_gather", act, ctx.workload, ctx.tables.act_bytes), span, cl)
+        gather = collective_time_s("all_gather", tp_collective_bytes("all_gather", act, ctx.runtime, ctx.workload.dtype, ctx.tables.act_bytes), span, cl)
         one = gather + collective_time_s("reduce_scatter", act, span, cl) + 2 * _sp_layout_copy_s(ctx, act)
     else:
         one = collective_time_s("all_reduce", act, span, cl)
@@ -218,7 +220,7 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         per_pass = 2 if m.has_attention else 1
         passes = 2 + (1 if stage.recompute == "full" else 0)
         total = n * per_pass * passes * one
-    total += n * amax_all_reduce_s(ctx.workload, stage, span, cl)  # TE's scales before SP gathers
+    total += n * amax_all_reduce_s(ctx.workload.dtype, ctx.runtime.fp8_recipe, stage, span, cl)  # TE's scales before SP gathers
     if stage.has_embedding and m.has_embeddings:
         total += one  # vocab-parallel embedding output
     if stage.has_head and m.has_embeddings:
@@ -234,7 +236,7 @@ def _sp_layout_copy_s(ctx: StageContext, act) -> float:
     and a reduce-scatter preceded by one (torch.distributed._functional_collectives, all_gather_tensor
     and reduce_scatter_tensor with gather/scatter dim != 0): the whole buffer read and written once.
     Megatron's sequence-first [s, b, h] activations gather along dim 0 and copy nothing."""
-    if not getattr(ctx.workload, "sp_batch_first", False):
+    if not ctx.runtime.sp_batch_first:
         return 0.0
     device = ctx.cluster.device
     return device.memory.time_s(2.0 * act) / device.kernel_efficiency
@@ -249,7 +251,7 @@ def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     width = ctx.tables.act_bytes / stage.tp
     attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
     comm = getattr(stage, "cp_comm", "ring")
-    kv_dim = m.num_heads * m.head_dim if getattr(ctx.workload, "kv_heads_expanded", False) else m.kv_dim
+    kv_dim = m.num_heads * m.head_dim if ctx.runtime.kv_heads_expanded else m.kv_dim
     per_layer = cp_layer_comm_s(
         ctx.cluster, comm, span, kv_bytes=tokens * 2 * kv_dim * width,
         qkv_local_bytes=tokens / stage.cp * (m.num_heads * m.head_dim + 2 * kv_dim) * width,
@@ -283,8 +285,8 @@ def _sharding(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Block
     """Shard/replica groups and one layer's ZeRO traffic with its compute windows (cost/sharding.py, zero3_calls.py)."""
     table = ctx.tables.moe_layer if np.shape(getattr(layer, "fwd_ops_s", ()))[-1:] != (len(ctx.tables.layer),) else ctx.tables.layer
     groups, recompute = shard_groups(stage, span), _recompute_fwd_s(stage, layer, table, early_stop_applies(ctx))
-    return groups, zero3_layer_traffic(ctx.workload, ctx.cluster, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
-                                       grad_comm_bytes(ctx.workload), _scalar(layer.fwd_s),
+    return groups, zero3_layer_traffic(ctx, stage.tp, groups, _scalar(layer.params_per_gpu), _gather_bytes(ctx),
+                                       grad_comm_bytes(ctx.runtime, ctx.workload.dtype), _scalar(layer.fwd_s),
                                        _scalar(layer.bwd_s) + recompute, recompute)
 
 
@@ -292,7 +294,7 @@ def _gather_bytes(ctx: StageContext) -> float:
     """Bytes per parameter in a weight all-gather: the compute dtype's, or the FP8 copy's when
     FSDP gathers FP8 weights (torchao float8's enable_fsdp_float8_all_gather; its amax
     all-reduce is one small collective per step and left out) or the weights are kept in FP8."""
-    if getattr(ctx.workload, "fp8_all_gather", False) or getattr(ctx.workload, "fp8_params", False):
+    if (ctx.runtime.fp8_all_gather and ctx.workload.dtype in GEMM_OPERAND_BYTES) or keeps_fp8_params(ctx.runtime, ctx.workload.dtype):
         return GEMM_OPERAND_BYTES[ctx.workload.dtype]
     return float(ctx.tables.act_bytes)
 
@@ -319,7 +321,7 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
                         if ctx.overlap_param_gather else n * t.gather_s)
     return dp_step_comm_s(ctx.cluster, stage, groups, params=params, fwd_s=fwd_s, bwd_s=bwd_s,
                           num_microbatches=ctx.num_microbatches, gather_bytes_per_param=_gather_bytes(ctx),
-                          grad_bytes_per_param=grad_comm_bytes(ctx.workload),
+                          grad_bytes_per_param=grad_comm_bytes(ctx.runtime, ctx.workload.dtype),
                           bucket_bytes=ctx.grad_bucket_bytes, overlap_grad=ctx.overlap_grad_reduce,
                           overlap_gather=ctx.overlap_param_gather, first_gather_s=first_gather)
 
@@ -385,7 +387,7 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
         dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
         optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx), *state_flags(ctx.workload))
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx), *state_flags(ctx.runtime, ctx.workload.dtype))
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,

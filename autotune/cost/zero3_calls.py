@@ -1,5 +1,5 @@
 """ZeRO-3 gathered tensor by tensor, as DeepSpeed's stage 3 of 2021 ran it (the settings and their
-sources: calibrate/deepspeed_2021.py).
+sources: the deepspeed-2021 runtime preset and calibrate/deepspeed_2021.py).
 
 Each weight tensor of a layer has its own all-gather before its module runs and its own
 reduce-scatter after its backward. The runtime synchronises the device when a module is fetched,
@@ -22,13 +22,15 @@ from autotune.cost.comm import GroupSpan, collective_time_s, nccl_2_8_ring_s
 from autotune.cost.sharding import LayerTraffic, ShardGroups, layer_traffic, overlap_penalty_s, rate_share
 from autotune.errors import require, require_choice
 from autotune.spec.hardware import ClusterSpec
+from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime
 
-__all__ = ["GatherCalls", "TensorTraffic", "gather_calls", "tensor_layer_traffic", "zero3_layer_traffic"]
+__all__ = ["GatherCalls", "TensorTraffic", "gather_calls", "layer_weight_elements", "tensor_layer_traffic", "zero3_layer_traffic"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class GatherCalls:
-    """How a runtime issues a layer's ZeRO-3 collectives (TrainingWorkload's fields): ``shares``
+    """How a runtime issues a layer's ZeRO-3 collectives (Runtime's fields): ``shares``
     of the layer's weights, one call each in forward order; ``regathered``: the tensors gathered
     again for the backward after a full recomputation; ``copy_kernel_s``: one copy kernel."""
 
@@ -63,16 +65,34 @@ class GatherCalls:
         return latency + copies, host, transfer
 
 
-def gather_calls(workload, copy_kernel_s: float) -> GatherCalls | None:
-    """The workload's per-tensor ZeRO-3 settings, or None: one flat, coalesced call per layer."""
-    shares = tuple(getattr(workload, "gather_tensor_shares", ()))
-    fields = {"regathered": tuple(getattr(workload, "regathered_tensors", ())),
-              "per_rank_copies": getattr(workload, "per_rank_copies", False),
-              "gather_host_s_per_rank": getattr(workload, "gather_host_s_per_rank", 0.0),
-              "nccl_tuning": getattr(workload, "nccl_tuning", "")}
+def layer_weight_elements(model: ModelSpec, tp: int, qkv_fused: bool) -> list[int]:
+    """Elements per GPU of one layer's weight matrices in forward order: Q/K/V (fused or three),
+    the attention output, the FFN's (gate and up, or up) and its down projection."""
+    h, q_dim, kv_dim, ffn = model.hidden_size, model.head_dim * model.num_heads, model.kv_dim, model.ffn_hidden_size
+    attention = [h * (q_dim + 2 * kv_dim)] if qkv_fused else [h * q_dim, h * kv_dim, h * kv_dim]
+    up = [h * ffn, h * ffn] if model.is_gated_ffn else [h * ffn]
+    return [elements // tp for elements in (*attention, q_dim * h, *up, ffn * h)]
+
+
+def gather_calls(runtime: Runtime, model: ModelSpec, tp: int, copy_kernel_s: float) -> GatherCalls | None:
+    """How the runtime issues a layer's ZeRO-3 collectives, or None: one flat, coalesced call per
+    layer. Per-tensor runtimes (Runtime.zero3_persistence_elements > 0) gather each weight tensor of
+    at least that many elements in its own call; a tensor is gathered again for the backward after
+    a full recomputation when twice its layer's later weights exceed the reuse distance."""
+    fields = {"per_rank_copies": runtime.per_rank_copies, "gather_host_s_per_rank": runtime.gather_host_s_per_rank,
+              "nccl_tuning": runtime.nccl_tuning}
+    shares: tuple[float, ...] = ()
+    regathered: tuple[int, ...] = ()
+    if runtime.zero3_persistence_elements:
+        gathered = [e for e in layer_weight_elements(model, tp, runtime.qkv_fused) if e >= runtime.zero3_persistence_elements]
+        if not gathered:  # every tensor persists: nothing is gathered per layer
+            return None
+        shares = tuple(e / sum(gathered) for e in gathered)
+        limit = runtime.zero3_max_reuse_elements
+        regathered = tuple(i for i in range(len(gathered)) if limit and 2 * sum(gathered[i + 1:]) > limit)
     if not shares and not any(fields.values()):
         return None
-    return GatherCalls(shares=shares or (1.0,), copy_kernel_s=copy_kernel_s, **fields)
+    return GatherCalls(shares=shares or (1.0,), regathered=regathered, copy_kernel_s=copy_kernel_s, **fields)
 
 
 def _prefetched_s(gathers, windows, share: float) -> float:
@@ -138,12 +158,13 @@ def tensor_layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params: floa
                         share=rate_share(shard, cluster), tensors=tensors)
 
 
-def zero3_layer_traffic(workload, cluster: ClusterSpec, groups: ShardGroups, params: float, gather_bytes_per_param: float,
+def zero3_layer_traffic(ctx, tp: int, groups: ShardGroups, params: float, gather_bytes_per_param: float,
                         grad_bytes_per_param: float, fwd_s, bwd_s, recompute_s) -> LayerTraffic:
-    """The layer's traffic as the workload's runtime issues it: tensor by tensor, or one flat call
+    """The layer's traffic as the context's runtime issues it: tensor by tensor, or one flat call
     (sharding.layer_traffic); a copy kernel is priced as the device's back-to-back memory kernel."""
-    rate = getattr(workload, "param_gather_bytes_per_s", 0.0)
-    calls = gather_calls(workload, cluster.device.memory.latency_s)
+    cluster = ctx.cluster
+    rate = ctx.runtime.param_gather_bytes_per_s
+    calls = gather_calls(ctx.runtime, ctx.tables.model, tp, cluster.device.memory.latency_s)
     if calls is None:
         return layer_traffic(cluster, groups, params, gather_bytes_per_param, grad_bytes_per_param, fwd_s, bwd_s, rate)
     return tensor_layer_traffic(cluster, groups, params, gather_bytes_per_param, grad_bytes_per_param, fwd_s,

@@ -16,6 +16,7 @@ __all__ = ["rescore"]
 def rescore(target: str | Path) -> tuple[PlanFile, Estimate]:
     """(plan file, estimate) of a run directory or plan file, scored now."""
     from autotune.spec.resolve import resolve_cluster
+    from autotune.spec.runtime import resolve_runtime
     from autotune.spec.hardware_data import cluster_from_dict
 
     plan_file = read_plan_file(target)
@@ -24,4 +25,5 @@ def rescore(target: str | Path) -> tuple[PlanFile, Estimate]:
     ref = plan_file.cluster
     cluster = cluster_from_dict(ref["name"], ref["data"]) if isinstance(ref, dict) else ref
     cluster_spec = resolve_cluster(cluster, plan_file.profile)
-    return plan_file, evaluate_plan(plan_file.model, plan_file.workload, cluster_spec, plan_file.plan)
+    return plan_file, evaluate_plan(plan_file.model, plan_file.workload, cluster_spec, plan_file.plan,
+                                    runtime=resolve_runtime(plan_file.runtime))

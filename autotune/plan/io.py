@@ -2,7 +2,7 @@
 
 ``plan.json`` in a run directory, and any file ``autotune search`` or a user writes:
 
-    {"schema": "autotune.plan/1", "plan": {...}, "model": {...}, "workload": {...},
+    {"schema": "autotune.plan/1", "plan": {...}, "model": {...}, "workload": {...}, "runtime": {...},
      "cluster": "dgx-h100" | {...cluster file data...}, "profile": null | "path",
      "estimate": {...} | null}
 
@@ -21,6 +21,7 @@ from typing import Any
 from autotune.errors import AutotuneError
 from autotune.plan.plan import PLAN_SCHEMA, Plan
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime, runtime_from_dict
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
 __all__ = ["PlanFile", "read_plan", "read_plan_file", "write_plan_file", "plan_file_dict", "atomic_write_text",
@@ -35,6 +36,7 @@ class PlanFile:
     cluster: str | dict | None
     profile: str | None = None
     estimate: dict | None = None
+    runtime: Runtime | None = None  # None: a file written before runtimes were recorded (the default)
 
 
 def _umask() -> int:
@@ -110,10 +112,10 @@ WORKLOAD_KINDS: dict[str, type] = {"train": TrainingWorkload, "prefill": Inferen
                                    "decode": InferenceWorkload, "serve": InferenceWorkload}
 
 
-def plan_file_dict(*, plan: Plan, model: ModelSpec, workload: Any, cluster: str | dict,
+def plan_file_dict(*, plan: Plan, model: ModelSpec, workload: Any, runtime: Runtime, cluster: str | dict,
                    profile: str | None = None, estimate: dict | None = None) -> dict[str, Any]:
     return {"schema": PLAN_SCHEMA, "plan": plan.to_dict(), "model": asdict(model), "workload": asdict(workload),
-            "cluster": cluster, "profile": profile, "estimate": estimate}
+            "runtime": runtime.to_dict(), "cluster": cluster, "profile": profile, "estimate": estimate}
 
 
 def write_plan_file(path: str | Path, **content: Any) -> None:
@@ -146,7 +148,8 @@ def read_plan_file(path: str | Path) -> PlanFile:
         plan=Plan.from_dict(data["plan"]),
         model=model_from_dict(data["model"]) if data.get("model") else None,
         workload=workload_from_dict(data["workload"]) if data.get("workload") else None,
-        cluster=data.get("cluster"), profile=data.get("profile"), estimate=data.get("estimate"))
+        cluster=data.get("cluster"), profile=data.get("profile"), estimate=data.get("estimate"),
+        runtime=runtime_from_dict(data["runtime"]) if data.get("runtime") else None)
 
 
 def read_plan(path: str | Path) -> Plan:

@@ -24,6 +24,7 @@ from autotune.cost.cache import PERSISTING_FRACTION, cache_tier, layer_weight_by
 from autotune.cost.estimate import Estimate
 from autotune.cost.inference import inference_tables
 from autotune.plan.plan import Plan
+from autotune.spec.runtime import resolve_runtime
 from autotune.search.serving import Scored, best_plan, plan_label, score_plans, uniform_inference_plans
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
@@ -66,7 +67,8 @@ class SeedComparison:
 
 def _best_for(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, **degrees: int) -> Scored:
     """The best fitting plan with these degrees (or, if none fits, the fastest, marked by fits=False)."""
-    scored = score_plans(model, workload, cluster, uniform_inference_plans(model, workload, GPUS, **degrees))
+    scored = score_plans(model, workload, cluster, uniform_inference_plans(model, workload, GPUS, **degrees),
+                         runtime=resolve_runtime(None))
     return best_plan(scored) or max(scored, key=lambda s: s.estimate.inference.tps)
 
 
@@ -136,7 +138,7 @@ def seed_comparison(extra_plans: dict[str, Plan] | None = None, *, include_best_
             rows.append(Row(name="best-uniform", workload=phase, plan=best.plan, estimate=best.estimate))
         for name, plan in (extra_plans or {}).items():
             rows += [Row(name=name, workload=phase, plan=s.plan, estimate=s.estimate)
-                     for s in score_plans(model, workload, cluster, iter([plan]), tune_kv_share=False)]
+                     for s in score_plans(model, workload, cluster, iter([plan]), runtime=resolve_runtime(None), tune_kv_share=False)]
         ranked = sorted(named, key=lambda r: (not r.estimate.fits, -r.tps))
         why[phase], bounds[phase] = _explain(ranked[0], ranked[1]), _bound(model, workload, cluster)
     return SeedComparison(rows=tuple(rows), bounds=bounds, why=why, cache=_cache_note(model, cluster))

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from autotune.spec.runtime import DEFAULT_RUNTIME, resolve_runtime, runtime_from_dict
 from autotune.spec.resolve import DEFAULT_CLUSTER, resolve_cluster, training_workload
 from autotune.errors import AutotuneError, Interrupted
 from autotune.spec import arguments as A
@@ -38,11 +39,11 @@ def _cluster_ref(cluster: Any) -> Any:
     raise AutotuneError("cluster", "a study needs the cluster as a preset name or a cluster file")
 
 
-def problem_refs(*, model: Any, workload: Any, cluster: Any, profile: Any, gpus: int, space: Any, seed: int,
+def problem_refs(*, model: Any, workload: Any, runtime: Any, cluster: Any, profile: Any, gpus: int, space: Any, seed: int,
                  method: str) -> dict[str, Any]:
     profile_data = profile if isinstance(profile, dict) or profile is None else load_profile(profile)
     space_ref = str(Path(space).resolve()) if str(space).endswith(".toml") else str(space)
-    return {"model": asdict(model), "workload": asdict(workload), "cluster": _cluster_ref(cluster),
+    return {"model": asdict(model), "workload": asdict(workload), "runtime": runtime.to_dict(), "cluster": _cluster_ref(cluster),
             "profile": profile_data, "gpus": gpus, "space": space_ref, "seed": seed, "method": method}
 
 
@@ -54,6 +55,7 @@ def problem_from_refs(refs: dict[str, Any]) -> SearchProblem:
         cluster = (cluster_from_dict(cluster_ref["name"], cluster_ref["data"]) if isinstance(cluster_ref, dict)
                    else cluster_ref)
         return SearchProblem(model=model_from_dict(refs["model"]), workload=workload_from_dict(refs["workload"]),
+                             runtime=runtime_from_dict(refs.get("runtime") or {"name": DEFAULT_RUNTIME}),
                              cluster=resolve_cluster(cluster, refs.get("profile")), gpus=int(refs["gpus"]),
                              space=load_space(refs["space"]), seed=int(refs["seed"]), method=refs["method"])
     except (KeyError, TypeError, ValueError, AttributeError) as err:
@@ -78,8 +80,8 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
     from autotune.outputs.search_run import report_for, write_search_plots
 
     result = SearchResult(plan=result.plan, estimate=result.estimate, baselines=result.baselines,
-                          stats=result.stats, candidates=result.candidates, run_dir=str(run_dir))
-    plan_file = plan_file_dict(plan=result.plan, model=problem.model, workload=problem.workload,
+                          stats=result.stats, candidates=result.candidates, run_dir=str(run_dir), runtime=problem.runtime)
+    plan_file = plan_file_dict(plan=result.plan, model=problem.model, workload=problem.workload, runtime=problem.runtime,
                                cluster=refs["cluster"], profile=None, estimate=result.estimate.to_dict())
     plan_file["profile"] = refs["profile"]
     report = report_for(problem, result)
@@ -121,20 +123,21 @@ def _close(study) -> None:
 
 
 SEARCH_CHECKS = {"model": A.model_arg, "gpus": A.count_arg, "cluster": A.cluster_arg, "workload": A.workload_arg,
-                  "space": A.optional_path_arg, "seed": A.seed_arg, "method": A.text_arg, "profile": A.profile_arg,
+                  "space": A.optional_path_arg, "runtime": A.runtime_arg, "seed": A.seed_arg, "method": A.text_arg, "profile": A.profile_arg,
                   "global_batch": A.optional_count_arg, "seq_len": A.optional_count_arg, "dtype": A.text_arg,
-                  "attention": A.text_arg, "run_dir": A.optional_path_arg, "runs_dir": A.optional_path_arg,
+                  "attention": A.optional_text_arg, "run_dir": A.optional_path_arg, "runs_dir": A.optional_path_arg,
                   "storage": A.optional_text_arg, "study_name": A.optional_text_arg, "progress": A.callable_arg,
                   "announce": A.callable_arg, "cache": A.bool_arg, "plots": A.text_arg}
 
 
 @A.entry_point(SEARCH_CHECKS)
-def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, space: Any = "default",
-           seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
-           seq_len: int | None = None, dtype: str = "bf16", attention: str = "flash", run_dir: str | Path | None = None,
+def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, runtime: Any = None,
+           space: Any = None, seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
+           seq_len: int | None = None, dtype: str = "bf16", attention: str | None = None, run_dir: str | Path | None = None,
            runs_dir: str | Path | None = None, storage: str | None = None, study_name: str | None = None,
            progress=None, announce=None, cache: bool = True, plots: str = "sync") -> SearchResult:
-    """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``.
+    """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``, run by ``runtime`` (a preset
+    name or a Runtime; None: megatron). ``space`` (None: the runtime's own) narrows the plans searched.
 
     ``run_dir`` (an empty or new directory) keeps the plan study in ``run_dir/study.db`` and
     writes plan.json, search.json and report.md; ``runs_dir`` does the same in a new directory
@@ -156,13 +159,16 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     require_choice("method", method, ("optuna", "exhaustive"))
     require(not (run_dir and runs_dir), "run_dir", "give run_dir or runs_dir, not both")
     spec = resolve_model(model)
-    work = workload or training_workload(spec, global_batch=global_batch, seq_len=seq_len, dtype=dtype, attention=attention)
+    run_by = resolve_runtime(runtime)
+    space = run_by.space if space is None else space
+    work = workload or training_workload(spec, global_batch=global_batch, seq_len=seq_len, dtype=dtype,
+                                         attention=attention or run_by.attention_impl)
     _check_length(spec, work)
-    problem = SearchProblem(model=spec, workload=work, cluster=resolve_cluster(cluster, profile), gpus=gpus,
+    problem = SearchProblem(model=spec, workload=work, runtime=run_by, cluster=resolve_cluster(cluster, profile), gpus=gpus,
                             space=load_space(space), seed=seed, method=method)
     problem.cluster.check_gpus(gpus)
     problem.cluster.device.require_dtype(work.dtype)  # FP8 on an A100 and the like: refused at once
-    refs = problem_refs(model=spec, workload=work, cluster=cluster, profile=profile, gpus=gpus, space=space,
+    refs = problem_refs(model=spec, workload=work, runtime=run_by, cluster=cluster, profile=profile, gpus=gpus, space=space,
                         seed=seed, method=method) if (run_dir or runs_dir or storage) else None
     made = _NO_RUN_DIR
     if run_dir is not None or runs_dir is not None:

@@ -30,9 +30,12 @@ def _stage(result: IntraOpResult, choice_index: int, dp: int, first: int, n: int
 
 def _plan(search, key, stages: list[StagePlan], schedule: str = "1f1b", vpp: int = 1) -> Plan:
     num_mb = search.problem.workload.global_batch // (key.dp * key.micro_batch)
+    runtime, training = search.problem.runtime, search.problem.workload.kind == "train"
     return Plan(gpus=search.problem.gpus, micro_batch=key.micro_batch, num_microbatches=num_mb,
                 stages=tuple(stages), schedule=schedule, vpp=vpp,
-                overlap_tp_comm=search.problem.space.overlap_tp_comm and search.problem.workload.kind == "train")
+                overlap_tp_comm=search.problem.space.overlap_tp_comm and training,
+                overlap_tp_backward=runtime.overlap_tp_backward, overlap_grad_reduce=runtime.overlap_grad_reduce,
+                overlap_param_gather=runtime.overlap_param_gather, overlap_p2p_comm=runtime.overlap_p2p_comm)
 
 
 def _from_solution(search, key, group: list[IntraOpResult], solution, index: np.ndarray) -> Plan:

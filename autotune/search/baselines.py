@@ -33,7 +33,7 @@ def _score(problem, **degrees) -> tuple[Plan, Estimate] | None:
         plan = uniform_plan(num_layers=m.num_layers, gpus=problem.gpus, global_batch=w.global_batch,
                             has_embeddings=m.has_embeddings, sequence_parallel=training and degrees.get("tp", 1) > 1,
                             **degrees)
-        return plan, evaluate_plan(m, w, problem.cluster, plan)
+        return plan, evaluate_plan(m, w, problem.cluster, plan, runtime=problem.runtime)
     except AutotuneError:
         return None
 
@@ -55,7 +55,8 @@ def _best_inference(problem, **degrees: int) -> tuple[Plan | None, Estimate | No
     from autotune.search.serving import best_plan, score_plans, uniform_inference_plans
 
     scored = score_plans(problem.model, problem.workload, problem.cluster,
-                         uniform_inference_plans(problem.model, problem.workload, problem.gpus, **degrees))
+                         uniform_inference_plans(problem.model, problem.workload, problem.gpus, **degrees),
+                         runtime=problem.runtime)
     best = best_plan(scored) or (min(scored, key=lambda s: s.estimate.peak_memory_bytes_per_gpu) if scored else None)
     return (best.plan, best.estimate) if best else (None, None)
 

@@ -26,15 +26,17 @@ from autotune.search.space import SearchSpace
 from autotune.search.tables import SliceContext
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime
 from autotune.spec.workload import is_training
 
-__all__ = ["SearchProblem", "SliceKey", "SliceOutcome", "SliceSearch", "plan_slices"]
+__all__ = ["runtime_space", "SearchProblem", "SliceKey", "SliceOutcome", "SliceSearch", "plan_slices"]
 
 
 @dataclass(frozen=True, kw_only=True)
 class SearchProblem:
     model: ModelSpec
     workload: object
+    runtime: Runtime
     cluster: ClusterSpec
     gpus: int
     space: SearchSpace
@@ -44,9 +46,18 @@ class SearchProblem:
     def __post_init__(self) -> None:
         # Stage tables see the cluster as evaluate_plan does: CPU workers sharing cores run slower.
         object.__setattr__(self, "cluster", self.cluster.for_gpus(self.gpus))
-        if self.space.recompute_early_stop and hasattr(self.workload, "recompute_early_stop"):
+        if self.space.recompute_early_stop and not self.runtime.recompute_early_stop:
             # the space's runtime recomputes as PyTorch's checkpoint does (search_spaces/torchtitan.toml)
-            object.__setattr__(self, "workload", replace(self.workload, recompute_early_stop=True))
+            object.__setattr__(self, "runtime", self.runtime.with_changes(recompute_early_stop=True))
+        object.__setattr__(self, "space", runtime_space(self.space, self.runtime))
+
+
+def runtime_space(space: SearchSpace, runtime: Runtime) -> SearchSpace:
+    """The space less what the runtime cannot run: ZeRO stages it lacks, FSDP2's reshard and HSDP
+    variants where it has none; TP communication overlapped where the runtime overlaps it."""
+    zero = tuple(z for z in space.zero if z in runtime.zero_stages) or (min(runtime.zero_stages),)
+    sharding = space.sharding if runtime.reshard_variants else ("full",)
+    return replace(space, zero=zero, sharding=sharding, overlap_tp_comm=space.overlap_tp_comm or runtime.overlap_tp_comm)
 
 
 @dataclass(frozen=True, order=True)
@@ -106,13 +117,13 @@ class SliceSearch:
     def __post_init__(self) -> None:
         w = self.problem.workload
         self.tables = model_tables(self.problem.model, w.seq_len, w.activation_bytes, w.attention_impl,
-                                   getattr(w, "qkv_fused", True))
+                                   self.problem.runtime.qkv_fused)
         self.capacity = self.problem.cluster.device.memory_bytes
         if self.cache is not None:
             from autotune.search.cache import fingerprint
 
             p = self.problem
-            self.base_key = fingerprint(p.model, p.workload, p.cluster, p.space, p.seed, p.method)
+            self.base_key = fingerprint(p.model, p.workload, p.runtime, p.cluster, p.space, p.seed, p.method)
 
     def micro_batches(self, dp: int) -> tuple[int, ...]:
         return micro_batch_sizes(self.problem, dp)
@@ -167,7 +178,7 @@ class SliceSearch:
 
     def _slice_context(self, dp: int) -> SliceContext:
         p = self.problem
-        return SliceContext(tables=self.tables, workload=p.workload, cluster=p.cluster, dp=dp,
+        return SliceContext(tables=self.tables, workload=p.workload, runtime=p.runtime, cluster=p.cluster, dp=dp,
                             micro_batches=self.micro_batches(dp), gpus=p.gpus, overlap_tp_comm=p.space.overlap_tp_comm)
 
     def _run_study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
@@ -239,7 +250,8 @@ class SliceSearch:
     def solve_slice(self, key: SliceKey, prune_above: float = math.inf) -> tuple[Plan | None, Estimate | None]:
         best: tuple[Plan | None, Estimate | None] = (None, None)
         for plan in build_plans(self, key, prune_above):
-            estimate = evaluate_plan(self.problem.model, self.problem.workload, self.problem.cluster, plan)
+            estimate = evaluate_plan(self.problem.model, self.problem.workload, self.problem.cluster, plan,
+                                     runtime=self.problem.runtime)
             if best[1] is None or _better(estimate, best[1]):
                 best = (plan, estimate)
         return best

@@ -38,7 +38,8 @@ def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
         key = SliceKey(dp, b)
         plan_json = trial.user_attrs.get("plan")
         plan = Plan.from_dict(json.loads(plan_json)) if plan_json else None
-        estimate = evaluate_plan(problem.model, problem.workload, problem.cluster, plan) if plan else None
+        estimate = evaluate_plan(problem.model, problem.workload, problem.cluster, plan,
+                                 runtime=problem.runtime) if plan else None
         out[key] = SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=trial.user_attrs.get("lower_bound_s", 0.0),
                                 pruned=trial.state.name == "PRUNED")
     return out
@@ -133,12 +134,12 @@ def _no_plan_reason(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcom
     """Why nothing fits: memory (the plans built all overflow), or no plan shape uses the GPUs."""
     where = f"{problem.gpus} GPUs of {problem.cluster.name}"
     built = [o.estimate for o in outcomes.values() if o.estimate is not None]
-    if built:
-        need = gpus_needed(problem)
-        least = min(e.peak_memory_bytes_per_gpu for e in built) / 2**30
+    need = gpus_needed(problem)  # a bound for any plan: every state sharded over every GPU
+    if built or need > problem.gpus:
         capacity = f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB"
-        more = (f"it needs at least {need} GPUs of {capacity} for its weights and optimizer states alone"
-                if need > problem.gpus else f"the plan with the least memory needs {least:.1f} GiB of {capacity} per GPU")
+        more = (f"it needs at least {need} GPUs of {capacity} for its weights and optimizer states alone" if need > problem.gpus
+                else f"the plan with the least memory needs "
+                     f"{min(e.peak_memory_bytes_per_gpu for e in built) / 2**30:.1f} GiB of {capacity} per GPU")
         return f"{problem.model.name} does not fit on {where} with any plan of the space: {more}"
     return (f"no plan of the space splits {problem.model.name} ({problem.model.num_layers} layers) over exactly {where}: "
             f"the global batch {problem.workload.global_batch} divides among dp {_few(sorted({k.dp for k in outcomes}))}, "
@@ -188,7 +189,8 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
                         num_intra_op_studies=len(search.studies),
                         num_trials=search.num_trials + (_shared_trials(study) if shared else 0), best_from=source)
     candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
-    result = SearchResult(plan=plan, estimate=estimate, baselines=extras, stats=stats, candidates=candidates)
+    result = SearchResult(plan=plan, estimate=estimate, baselines=extras, stats=stats, candidates=candidates,
+                          runtime=problem.runtime)
     if result_key is not None:
         cache.store_result(result_key, result)
     return result

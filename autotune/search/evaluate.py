@@ -11,10 +11,12 @@ from autotune.cost.inference_plan import require_targets
 from autotune.errors import require
 from autotune.spec import arguments as A
 from autotune.plan.builders import uniform_plan
+from autotune.plan.runtime_plan import runtime_plan
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.presets import resolve_model
+from autotune.spec.runtime import resolve_runtime
 from autotune.spec.resolve import DEFAULT_CLUSTER, resolve_cluster, training_workload
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
@@ -37,19 +39,23 @@ def _plan_option_names() -> set[str]:
 
 _EVALUATE_CHECKS = {"model": A.model_arg, "gpus": A.optional_count_arg, "cluster": A.cluster_arg,
                     "workload": A.workload_arg, "profile": A.profile_arg, "tp": A.count_arg, "pp": A.count_arg,
-                    "dp": A.optional_count_arg, "cp": A.count_arg, "vpp": A.count_arg, "micro_batch": A.count_arg,
+                    "dp": A.optional_count_arg, "cp": A.count_arg, "vpp": A.optional_count_arg,
+                    "micro_batch": A.optional_count_arg,
                     "global_batch": A.optional_count_arg, "seq_len": A.optional_count_arg, "recompute": A.text_arg,
-                    "zero": A.int_arg, "dtype": A.text_arg, "attention": A.text_arg}
+                    "zero": A.optional_int_arg, "dtype": A.text_arg, "attention": A.optional_text_arg, "runtime": A.runtime_arg}
 
 
 @A.entry_point(_EVALUATE_CHECKS, extra=_plan_option_names)
 def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | ClusterSpec = DEFAULT_CLUSTER,
              plan: Plan | None = None, workload: TrainingWorkload | InferenceWorkload | None = None, profile: Any = None,
-             tp: int = 1, pp: int = 1, dp: int | None = None, cp: int = 1, vpp: int = 1, micro_batch: int = 1,
-             global_batch: int | None = None, seq_len: int | None = None, recompute: str = "none",
-             sequence_parallel: bool | None = None, zero: int = 0, dtype: str = "bf16",
-             attention: str = "flash", **plan_options: Any) -> Estimate:
-    """Predict step time and memory of a plan (given, or built Megatron-style from degrees).
+             tp: int = 1, pp: int = 1, dp: int | None = None, cp: int = 1, vpp: int | None = None,
+             micro_batch: int | None = None, global_batch: int | None = None, seq_len: int | None = None,
+             recompute: str = "none", sequence_parallel: bool | None = None, zero: int | None = None, dtype: str = "bf16",
+             attention: str | None = None, runtime: Any = None, **plan_options: Any) -> Estimate:
+    """Predict step time and memory of a plan (given, or built Megatron-style from degrees) run by
+    ``runtime`` (a preset name or a Runtime; None: megatron). A plan built from degrees takes what the
+    runtime does where an argument is None or an option is not given (its ZeRO stage, micro-batches,
+    interleaving, overlaps, resharding, pipeline split: autotune.plan.runtime_plan).
 
     ``sequence_parallel=None`` turns it on whenever ``tp > 1`` in training (inference runs TP
     with all-reduces). ``plan_options`` go to the plan (``overlap_grad_reduce``,
@@ -59,17 +65,18 @@ def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | 
     """
     spec = resolve_model(model)
     cluster_spec = resolve_cluster(cluster, profile)
+    run_by = resolve_runtime(runtime)
     work = workload or training_workload(spec, global_batch=global_batch, seq_len=seq_len, dtype=dtype,
-                                         attention=attention)
+                                         attention=attention or run_by.attention_impl)
     if plan is None:
         require(gpus is not None, "gpus", "give the GPU count (or a plan)")
         cluster_spec.check_gpus(gpus)
-        plan = uniform_plan(num_layers=spec.num_layers, gpus=gpus, tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp,
-                            micro_batch=micro_batch, global_batch=work.global_batch,
-                            sequence_parallel=(tp > 1 and work.kind == "train") if sequence_parallel is None else sequence_parallel,
-                            recompute=recompute, zero=zero, has_embeddings=spec.has_embeddings, **plan_options)
-    estimate = evaluate_plan(spec, work, cluster_spec, plan)
+        spec, plan = runtime_plan(run_by, spec, gpus=gpus, global_batch=work.global_batch, training=work.kind == "train",
+                                  dtype=work.dtype,
+                                  tp=tp, pp=pp, dp=dp, cp=cp, vpp=vpp, micro_batch=micro_batch, zero=zero,
+                                  recompute=recompute, sequence_parallel=sequence_parallel, **plan_options)
+    estimate = evaluate_plan(spec, work, cluster_spec, plan, runtime=run_by)
     if estimate.inference is not None and not estimate.inference.meets_targets:
         from autotune.search.serving import best_plan_note  # enumerates plans: only when needed
-        require_targets(estimate, work, best_plan_note(spec, work, cluster_spec, plan.gpus))
+        require_targets(estimate, work, best_plan_note(spec, work, cluster_spec, plan.gpus, run_by))
     return estimate

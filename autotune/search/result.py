@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from autotune.spec.runtime import Runtime
 from autotune.cost.estimate import Estimate
 from autotune.plan.plan import Plan
 
@@ -49,8 +50,10 @@ class SearchResult:
     candidates: tuple[tuple[Plan, Estimate], ...] = ()  # each slice's best plan (Pareto plots)
     run_dir: str | None = None
     extra: dict = field(default_factory=dict)
+    runtime: Runtime | None = None  # what runs the plan (None only for standalone scenarios)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"plan": self.plan.to_dict(), "estimate": self.estimate.to_dict(),
+        return {"runtime": self.runtime.to_dict() if self.runtime else None,
+                "plan": self.plan.to_dict(), "estimate": self.estimate.to_dict(),
                 "baselines": [b.to_dict() for b in self.baselines], "run_dir": self.run_dir,
                 "stats": vars(self.stats)}

@@ -17,6 +17,7 @@ from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.plan.plan import Plan
+from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import InferenceWorkload
@@ -55,17 +56,17 @@ def uniform_inference_plans(model: ModelSpec, workload: InferenceWorkload, gpus:
 
 
 def score_plans(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, plans: Iterator[Plan], *,
-                tune_kv_share: bool = True) -> list[Scored]:
+                runtime: Runtime, tune_kv_share: bool = True) -> list[Scored]:
     """Estimates of the plans the cost model accepts (invalid ones, e.g. tp not dividing the heads,
     skipped); a plan with its KV cache off HBM keeps only the share that HBM cannot hold there."""
     out = []
     for plan in plans:
         try:
-            scored = Scored(plan=plan, estimate=evaluate_plan(model, workload, cluster, plan))
+            scored = Scored(plan=plan, estimate=evaluate_plan(model, workload, cluster, plan, runtime=runtime))
         except AutotuneError:
             continue
         if tune_kv_share and plan.stages[0].kv_cache_in != "hbm" and scored.estimate.fits:
-            scored = least_kv_offload(model, workload, cluster, scored)
+            scored = least_kv_offload(model, workload, cluster, scored, runtime)
         out.append(scored)
     return out
 
@@ -74,14 +75,15 @@ def _with_kv_share(plan: Plan, share: float) -> Plan:
     return plan.with_changes(stages=tuple(replace(s, kv_cache_in_share=share) for s in plan.stages))
 
 
-def least_kv_offload(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, offloaded: Scored) -> Scored:
+def least_kv_offload(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, offloaded: Scored,
+                     runtime: Runtime) -> Scored:
     """The plan with the smallest share of its KV cache off HBM (in hundredths) that fits.
 
     A stage's HBM peak is linear in the share, so it is solved from the peaks with the whole
     cache in HBM and with all of it off, then checked; if none fits, ``offloaded`` is returned."""
     plan = offloaded.plan
     in_hbm = evaluate_plan(model, workload, cluster, plan.with_changes(
-        stages=tuple(replace(s, kv_cache_in="hbm") for s in plan.stages)))
+        stages=tuple(replace(s, kv_cache_in="hbm") for s in plan.stages)), runtime=runtime)
     capacity = cluster.device.memory_bytes
     shares = [(a.peak_memory_bytes - capacity) / (a.peak_memory_bytes - b.peak_memory_bytes)
               for a, b in zip(in_hbm.stages, offloaded.estimate.stages) if a.peak_memory_bytes > capacity]
@@ -89,7 +91,7 @@ def least_kv_offload(model: ModelSpec, workload: InferenceWorkload, cluster: Clu
     if share >= 1.0:
         return offloaded
     candidate = _with_kv_share(plan, share)
-    estimate = evaluate_plan(model, workload, cluster, candidate)
+    estimate = evaluate_plan(model, workload, cluster, candidate, runtime=runtime)
     return Scored(plan=candidate, estimate=estimate) if estimate.fits else offloaded
 
 
@@ -113,9 +115,9 @@ def plan_label(plan: Plan) -> str:
     return label
 
 
-def best_plan_note(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, gpus: int) -> str:
+def best_plan_note(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, gpus: int, runtime: Runtime) -> str:
     """What the best uniform plan on ``gpus`` reaches (for a missed serving target)."""
-    best = best_plan(score_plans(model, workload, cluster, uniform_inference_plans(model, workload, gpus)))
+    best = best_plan(score_plans(model, workload, cluster, uniform_inference_plans(model, workload, gpus), runtime=runtime))
     if best is None:
         return f"no uniform plan on {gpus} GPUs fits"
     metrics = best.estimate.inference

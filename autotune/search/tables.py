@@ -17,6 +17,7 @@ from autotune.cost.stage import StagePosition
 from autotune.errors import AutotuneError
 from autotune.graph.table import ModelTables
 from autotune.search.choices import StageChoice
+from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 
 __all__ = ["POSITIONS", "ChoiceCosts", "SliceContext", "choice_costs", "best_by_inflight"]
@@ -32,6 +33,7 @@ class SliceContext:
 
     tables: ModelTables
     workload: object
+    runtime: Runtime
     cluster: ClusterSpec
     dp: int
     micro_batches: tuple[int, ...]
@@ -67,7 +69,8 @@ def positions_needed(ctx: SliceContext, stage_gpus: int) -> list[int]:
 
 def _phase_costers(ctx: SliceContext) -> list[tuple[float, StageCostModel]]:
     """(weight, cost model) per phase of the workload (autotune.cost.contract)."""
-    return phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, micro_batch=np.array(ctx.micro_batches)[:, None],
+    return phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, runtime=ctx.runtime,
+                             micro_batch=np.array(ctx.micro_batches)[:, None],
                              num_microbatches=ctx.num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm)
 
 

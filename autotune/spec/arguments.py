@@ -13,8 +13,8 @@ from typing import Any
 
 from autotune.errors import AutotuneError, require_positive, require_type
 
-__all__ = ["entry_point", "model_arg", "cluster_arg", "profile_arg", "workload_arg", "count_arg", "optional_count_arg",
-           "int_arg", "seed_arg", "MAX_SEED", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg"]
+__all__ = ["entry_point", "model_arg", "cluster_arg", "profile_arg", "workload_arg", "runtime_arg", "count_arg", "optional_count_arg",
+           "int_arg", "optional_int_arg", "seed_arg", "MAX_SEED", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg"]
 
 Check = Callable[[str, Any], None]
 
@@ -44,6 +44,13 @@ def workload_arg(name: str, value: Any) -> None:
                      "None (the preset's training step) or a TrainingWorkload / InferenceWorkload")
 
 
+def runtime_arg(name: str, value: Any) -> None:
+    from autotune.spec.runtime import Runtime
+
+    if value is not None:
+        require_type(name, value, (str, Runtime), "None (megatron), a runtime name, or a Runtime")
+
+
 def count_arg(name: str, value: Any) -> None:
     require_positive(name, value)
 
@@ -55,6 +62,11 @@ def optional_count_arg(name: str, value: Any) -> None:
 
 def int_arg(name: str, value: Any) -> None:
     require_type(name, value, int, "an integer")
+
+
+def optional_int_arg(name: str, value: Any) -> None:
+    if value is not None:
+        require_type(name, value, int, "None or an integer")
 
 
 MAX_SEED = 2**32 - 1  # numpy's generators (Optuna's samplers) take seeds 0 .. 2**32 - 1

@@ -235,6 +235,8 @@ def _gpt2(r: ConfigReader) -> Fields:
         "ffn_activation": _activation(r.str("activation_function", default="gelu_new"), gated=False),
         "vocab_size": r.int("vocab_size"), "max_seq_len": r.int("n_positions", "n_ctx", default=1024),
         "tied_embeddings": r.bool("tie_word_embeddings", True), "position_embedding": "learned",
+        # GPT-2's residual dropout (transformers GPT2Config resid_pdrop, default 0.1)
+        "dropout": r.float("resid_pdrop", default=0.1) > 0,
     }
 
 

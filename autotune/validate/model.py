@@ -24,7 +24,7 @@ from torch.utils.checkpoint import checkpoint
 
 from autotune.errors import require, require_choice
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import ATTENTION_IMPLS
+from autotune.spec.runtime import ATTENTION_IMPLS
 from autotune.validate.feed_forward import FeedForward
 from autotune.validate.moe_model import MoEFeedForward
 

@@ -22,6 +22,7 @@ from autotune.graph.table import model_tables
 from autotune.plan.builders import uniform_plan
 from autotune.plan.io import read_plan_file
 from autotune.plan.plan import Plan
+from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import TrainingWorkload
@@ -45,6 +46,7 @@ def default_world(device: str = "cpu") -> int:
 @dataclass(frozen=True, kw_only=True)
 class ValidateOptions:
     cluster: ClusterSpec
+    runtime: Runtime  # whose prediction the measured step is compared with (torch: what runs here)
     scale: ScaleTarget | None = None
     max_world: int = 2
     timeout_s: float = 300.0
@@ -126,9 +128,9 @@ def ddp_bucket_bytes(case: PlanCase, cluster: ClusterSpec) -> float:
     return max(2**16, math.sqrt(total * overhead_s / per_byte_s))
 
 
-def _predict(case: PlanCase, cluster: ClusterSpec) -> tuple[Estimate | None, str]:
+def _predict(case: PlanCase, cluster: ClusterSpec, runtime: Runtime) -> tuple[Estimate | None, str]:
     try:
-        return evaluate_plan(case.model, case.workload, cluster, case.plan), ""
+        return evaluate_plan(case.model, case.workload, cluster, case.plan, runtime=runtime), ""
     except AutotuneError as err:
         return None, f"no prediction: {err}"
 
@@ -168,7 +170,7 @@ def run_case(case: PlanCase, options: ValidateOptions, cache: dict, fault: str =
     from autotune.validate.launch import launch
     from autotune.validate.train import check_runnable
 
-    estimate, predict_note = _predict(case, options.cluster)
+    estimate, predict_note = _predict(case, options.cluster, options.runtime)
     config = RunConfig(model=case.model, workload=case.workload, plan=case.plan,
                        numerics_steps=options.numerics_steps, warmup_steps=options.warmup_steps,
                        measured_steps=options.measured_steps, bucket_bytes=ddp_bucket_bytes(case, options.cluster),

@@ -16,6 +16,7 @@ from autotune.errors import AutotuneError
 from autotune.plan.io import PlanFile
 from autotune.plan.plan import Plan, StagePlan
 from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime, resolve_runtime
 from autotune.spec.workload import TrainingWorkload, is_training
 
 __all__ = ["ExportResult", "ExportContext", "export_context", "refuse", "check_mesh_order", "require_placements",
@@ -52,6 +53,7 @@ class ExportContext:
     plan: Plan
     model: ModelSpec
     workload: TrainingWorkload
+    runtime: Runtime
     stage: StagePlan
     estimate: dict | None = None
 
@@ -137,7 +139,8 @@ def export_context(plan_file: PlanFile, framework: str, *, plan_fields: Iterable
     _check_uniform(framework, plan.stages)
     for stage in plan.stages:
         _check_mapped(framework, stage, CORE_STAGE_FIELDS | set(stage_fields), "stages.")
-    return ExportContext(framework=framework, plan=plan, model=model, workload=workload, stage=plan.stages[0],
+    runtime = resolve_runtime(plan_file.runtime)
+    return ExportContext(framework=framework, plan=plan, model=model, workload=workload, runtime=runtime, stage=plan.stages[0],
                          estimate=plan_file.estimate)
 
 

@@ -41,8 +41,8 @@ PLAN_FIELDS = ("overlap_grad_reduce", "overlap_param_gather", "overlap_tp_comm",
 
 def _check_expressible(ctx: ExportContext) -> None:
     p, s = ctx.plan, ctx.stage
-    if not getattr(ctx.workload, "grad_reduce_in_fp32", True):
-        raise refuse(NAME, "workload.grad_reduce_in_fp32", "the exported config keeps DeepSpeed's gradient "
+    if not ctx.runtime.grad_reduce_in_fp32:
+        raise refuse(NAME, "runtime.grad_reduce_in_fp32", "the exported config keeps DeepSpeed's gradient "
                                                            "accumulation and reduction dtype (no data_types key is mapped)")
     if ctx.model.is_moe and (s.ep > 1 or s.etp > 1):
         raise refuse(NAME, "stages.ep", "its JSON config has no expert-parallel setting: experts and their "

@@ -116,7 +116,7 @@ def _data_parallel_flags(ctx: ExportContext) -> list[Flag]:
     if p.overlap_param_gather and s.zero >= 1:
         flags.append(("--overlap-param-gather", None))
     if p.grad_bucket_bytes > 0:  # --ddp-bucket-size counts gradient elements, not bytes
-        flags.append(("--ddp-bucket-size", str(int(p.grad_bucket_bytes // grad_comm_bytes(ctx.workload)))))
+        flags.append(("--ddp-bucket-size", str(int(p.grad_bucket_bytes // grad_comm_bytes(ctx.runtime, ctx.workload.dtype)))))
     return flags
 
 
@@ -240,7 +240,7 @@ def _step_flags(ctx: ExportContext) -> list[Flag]:
     if ctx.stage.fp8 and w.dtype == "bf16":  # FP8 GEMMs, E4M3 forward / E5M2 gradients, per-tensor (delayed) scales
         flags.append(("--fp8-format", "hybrid"))
     flags += _low_precision_flags(ctx)
-    if w.dtype != "fp16" and w.dtype != "fp32" and not w.grad_reduce_in_fp32:  # gradients accumulated and reduced in bf16
+    if w.dtype != "fp16" and w.dtype != "fp32" and not ctx.runtime.grad_reduce_in_fp32:  # gradients accumulated and reduced in bf16
         flags.append(("--grad-reduce-in-bf16", None))
     return flags
 
@@ -260,8 +260,8 @@ def _low_precision_flags(ctx: ExportContext) -> list[Flag]:
     if w.dtype == "nvfp4":
         return [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     flags = [("--bf16", None), ("--fp8-format", "hybrid" if w.dtype == "fp8" else "e4m3"),
-             ("--fp8-recipe", _FP8_RECIPE[w.fp8_recipe] if w.dtype == "fp8" else "mxfp8")]
-    if w.fp8_params:  # weights kept in FP8, gathered in FP8 (MXFP8 reuses the gradient buffer for it)
+             ("--fp8-recipe", _FP8_RECIPE[ctx.runtime.fp8_recipe] if w.dtype == "fp8" else "mxfp8")]
+    if ctx.runtime.fp8_params:  # weights kept in FP8, gathered in FP8 (MXFP8 reuses the gradient buffer for it)
         flags.append(("--fp8-param-gather", None))
         flags += [("--reuse-grad-buf-for-mxfp8-param-ag", None)] if w.dtype == "mxfp8" else []
     return flags

@@ -154,11 +154,11 @@ def _training(ctx: ExportContext) -> dict:
     if w.dtype in ("fp16", "nvfp4"):
         raise refuse(NAME, "workload.dtype", f"its mixed precision is bfloat16 or float32, with float8/mx "
                                              f"converters on the linears ({w.dtype} has no setting)")
-    if w.fp8_params:
-        raise refuse(NAME, "workload.fp8_params", "torchao's float8 keeps BF16 weights and casts them each step "
+    if ctx.runtime.fp8_params and w.dtype in ("fp8", "mxfp8"):
+        raise refuse(NAME, "runtime.fp8_params", "torchao's float8 keeps BF16 weights and casts them each step "
                                                  "(enable_fsdp_float8_all_gather casts before the gather)")
-    if not w.grad_reduce_in_fp32:
-        raise refuse(NAME, "workload.grad_reduce_in_fp32", "FSDP2 reduces gradients in float32 only "
+    if not ctx.runtime.grad_reduce_in_fp32:
+        raise refuse(NAME, "runtime.grad_reduce_in_fp32", "FSDP2 reduces gradients in float32 only "
                                                            "(training.mixed_precision_reduce accepts 'float32')")
     require_placements(ctx, {name: ("hbm", "host") for name in ("weights_in", "optimizer_in", "gradients_in")},
                        "its only offload is FSDP2's CPU offload of weights, gradients and optimizer states together")

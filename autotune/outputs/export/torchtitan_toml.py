@@ -28,7 +28,7 @@ NAME = "torchtitan 0.2"
 TARGET = "torchtitan v0.2.2 (73a0e6979, 2026-02-20): torchrun ... -m torchtitan.train --job.config_file FILE"
 
 
-def _low_precision(config: dict, workload, fp8_stages: bool = False) -> None:
+def _low_precision(config: dict, workload, runtime, fp8_stages: bool = False) -> None:
     """torchao float8 (tensorwise or rowwise) or MXFP8 training of the linear layers; FP8
     stages of a bf16 plan are the tensorwise recipe (per-tensor scales)."""
     dtype = "fp8" if fp8_stages and workload.dtype == "bf16" else workload.dtype
@@ -36,7 +36,7 @@ def _low_precision(config: dict, workload, fp8_stages: bool = False) -> None:
         config["model"]["converters"] = ["quantize.linear.float8"]
         recipe = "tensorwise" if dtype == "fp8" else "rowwise"
         config["quantize"] = {"linear": {"float8": {
-            "recipe_name": recipe, "enable_fsdp_float8_all_gather": bool(workload.fp8_all_gather)}}}
+            "recipe_name": recipe, "enable_fsdp_float8_all_gather": bool(runtime.fp8_all_gather)}}}
     elif dtype == "mxfp8":
         config["model"]["converters"] = ["quantize.linear.mx"]
         config["quantize"] = {"linear": {"mx": {"recipe_name": "mxfp8"}}}
@@ -67,7 +67,7 @@ def to_torchtitan_toml(plan_file: PlanFile) -> ExportResult:
         notes.append(selective_note())
     config = {"job": {"description": f"autotune plan for {ctx.model.name} on {ctx.plan.gpus} GPUs"},
               "model": {"name": "llama3", "flavor": flavor}, **job, "activation_checkpoint": checkpoint}
-    _low_precision(config, ctx.workload, fp8_stages=s.fp8)
+    _low_precision(config, ctx.workload, ctx.runtime, fp8_stages=s.fp8)
     if s.tp > 1 and ctx.plan.overlap_tp_comm:
         notes += async_tp_notes(ctx)
         config["parallelism"]["enable_async_tensor_parallel"] = True  # needs [compile] enable (tensor_parallel.py)

@@ -1,0 +1,69 @@
+"""The device's kernel fits as a runtime runs them (autotune.spec.runtime.Runtime).
+
+The device profiles price one attention kernel (FlashAttention-2 on A100/H100/H200, cuDNN on
+Blackwell), GEMMs at the rate a sustained micro-benchmark reaches, and each norm or activation as
+one fused kernel. A runtime that issues another attention kernel, whose GEMMs run slower inside a
+step, or that runs norms and activations as eager PyTorch's unfused kernels, sees the fits changed
+here, once per (cluster, runtime), before any stage is priced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.runtime import Runtime
+
+__all__ = ["runtime_cluster", "gpu_generation", "GPU_GENERATIONS", "EAGER_ELEMENTWISE"]
+
+# GPU names by generation (the kernels a runtime picks depend on it).
+GPU_GENERATIONS = {"hopper": ("H100", "H200", "H800", "GH200")}
+
+# Eager PyTorch runs a norm or an activation as several kernels, each streaming the whole tensor
+# through HBM, where the cost model's operators are one fused kernel (read x, write y): per role,
+# (bytes moved / the fused kernel's, kernels launched). Counted from torchtitan's RMSNorm
+# (torchtitan/models/norms.py: x.float(), pow, mean, rsqrt, mul, type_as, * weight: 20 B read and
+# 16 B written per bf16 element against 2 + 2 fused, 7 launches) and its SwiGLU
+# (silu(w1 x) * w3 x: silu r2 w2 plus mul r4 w2 = 10 B per element of the FFN width against the
+# fused 6 B, 2 launches). torch.compile fuses both back (Inductor).
+EAGER_ELEMENTWISE = {"norm": (36.0 / 4.0, 7), "activation": (10.0 / 6.0, 2)}
+
+
+def gpu_generation(gpu: str) -> str:
+    """'hopper' for an H100/H200 name, else 'other'."""
+    return next((gen for gen, prefixes in GPU_GENERATIONS.items() if gpu.upper().startswith(prefixes)), "other")
+
+
+@lru_cache(maxsize=64)
+def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
+    """The cluster with its device's fused-attention fits ``runtime.attention_speed`` times as fast,
+    its bf16/fp16 GEMM fits at the runtime's in-step speed for the GPU's generation and, for eager
+    runtimes, its norm and activation kernels moving and launching what eager PyTorch does where the
+    profile prices them as one fused streaming kernel (a profile that measured torch's own norm or
+    activation op, such as `autotune profile` on a CPU, already holds what eager PyTorch runs). The
+    same object for the same pair (cluster specs compare by identity), so stage caches keep hitting."""
+    device = cluster.device
+    attention, gemm = runtime.attention_speed, runtime.gemm_speed(gpu_generation(device.name))
+    if attention == 1.0 and gemm == 1.0 and not runtime.eager_elementwise:
+        return cluster
+    compute = {key: _scaled(fit, attention if key[0] == "attention" else
+                            gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
+               for key, fit in device.compute.items()}
+    kernels = dict(device.memory_kernels)
+    if runtime.eager_elementwise:
+        for role, (bytes_ratio, launches) in EAGER_ELEMENTWISE.items():
+            if role in device.memory_kernels:  # measured by running torch's own op: already what eager issues
+                continue
+            fit = device.memory_regression(role)
+            kernels[role] = replace(fit, latency_s=fit.latency_s * launches,
+                                    seconds_per_unit=fit.seconds_per_unit * bytes_ratio,
+                                    source=f"{fit.source}; eager PyTorch: x{bytes_ratio:.3g} bytes, {launches} kernels")
+    return cluster.with_changes(device=device.with_changes(compute=compute, memory_kernels=kernels))
+
+
+def _scaled(fit, speed: float, runtime: str):
+    """A compute fit ``speed`` times as fast (unchanged at 1)."""
+    if speed == 1.0:
+        return fit
+    return replace(fit, seconds_per_unit=fit.seconds_per_unit / speed, source=f"{fit.source}; x{speed:.3g} for {runtime}'s kernel")
