@@ -534,10 +534,12 @@ def _model(name: str):
         return model_from_hf_dict(QWEN2_7B, name=name)
     if name == "gemma2-like":  # windows on every other layer
         return load_preset("llama3-8b").with_changes(name=name, sliding_window=4096, sliding_window_every=2)
+    if name == "gemma3-like":  # full attention on every 6th layer (1-based), windows on the others
+        return load_preset("llama3-8b").with_changes(name=name, sliding_window=1024, full_attention_every=6)
     return load_preset(name)
 
 
-MODELS = ["llama3-8b", "llama3-70b", "gpt3-175b", "mistral-7b", "qwen2-7b", "gemma2-like"]
+MODELS = ["llama3-8b", "llama3-70b", "gpt3-175b", "mistral-7b", "qwen2-7b", "gemma2-like", "gemma3-like"]
 
 
 @pytest.mark.parametrize("name", MODELS)
@@ -561,8 +563,7 @@ def test_megatron_core_builds_the_same_attention(megatron_core, name):
     assert config.gated_linear_unit == (model.ffn_activation == "swiglu")
     windowed = [i for i in range(model.num_layers)
                 if is_layer_window_attention(config.window_size, config.window_attn_skip_freq, i + 1)]
-    every = model.sliding_window_every if model.sliding_window else 0
-    assert windowed == ([i for i in range(model.num_layers) if i % every == 0] if every else [])
+    assert windowed == [i for i in range(model.num_layers) if model.is_windowed_layer(i)]
     if model.sliding_window:
         assert config.window_size == (model.sliding_window - 1, 0)
     gpt = kwargs["gpt"]

@@ -39,6 +39,9 @@ DENSE_VARIANTS = {
     "deepseek-mla-no-q-lora": {**_llama(), "model_type": "deepseek_v2", "n_routed_experts": 0, "q_lora_rank": None,
                                "kv_lora_rank": 64, "qk_rope_head_dim": 16, "qk_nope_head_dim": 32,
                                "v_head_dim": 48},
+    "gemma3-qk-norm-5-to-1": {**_llama(), "model_type": "gemma3_text", "head_dim": 64, "sliding_window": 128},
+    "llama4-l2-chunked-dense": {**_llama(), "model_type": "llama4_text", "head_dim": 64, "moe_layers": [],
+                                "intermediate_size_mlp": 2048, "attention_chunk_size": 256},
 }
 
 
@@ -83,6 +86,30 @@ def test_sliding_window_attention_flops():
     table = model_tables(windowed, s, 2, "unfused").layer
     model_attn = sum(f for n, f in zip(table.names, table.model_flops) if n in ("attn_scores", "attn_context"))
     assert model_attn == pytest.approx(2 * flops(windowed, s))
+
+
+def test_chunked_attention_and_full_layers_every_n():
+    """Llama 4: 3 of 4 layers attend within chunks of w (w^2 / 2 pairs per chunk), the 4th fully;
+    Gemma 3: 5 of 6 layers slide a window of w."""
+    scout = model_from_hf_dict({**_llama(num_hidden_layers=8), "model_type": "llama4_text", "moe_layers": [],
+                                "attention_chunk_size": 1024})
+    s, w = 8192 + 512, 1024
+    chunked = 8 * w * w / 2 + 512 * 512 / 2
+    assert attended_pairs(scout, s) == pytest.approx(0.75 * chunked + 0.25 * s * s / 2)
+    assert attended_pairs(scout, w) == w * w / 2  # one chunk: plain causal
+    assert scout.cached_positions(8192.0) == pytest.approx(0.75 * 1024 + 0.25 * 8192)
+    gemma3 = model_from_hf_dict({**_llama(num_hidden_layers=12), "model_type": "gemma3_text", "head_dim": 64,
+                                 "sliding_window": w})
+    assert attended_pairs(gemma3, s) == pytest.approx(10 / 12 * (s * w - w * w / 2) + 2 / 12 * s * s / 2)
+
+
+def test_attention_sinks_and_router_bias_are_parameters():
+    gpt_oss = load_preset("gpt-oss-20b")
+    table = model_tables(gpt_oss, 256, 2, "flash")
+    assert dict(zip(table.layer.names, table.layer.params))["attention"] == 64  # a sink per head
+    assert dict(zip(table.moe_layer.names, table.moe_layer.params))["router"] == 2880 * 32 + 32
+    unfused = model_tables(gpt_oss, 256, 2, "unfused").layer
+    assert dict(zip(unfused.names, unfused.params))["softmax"] == 64
 
 
 def test_latent_attention_operators_match_deepseek_v3():

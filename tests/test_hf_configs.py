@@ -3,10 +3,13 @@
 
 Configs are written by transformers' own config classes at the published dimensions (a few with
 fewer layers, said so, where building the full model is slow); the counts must agree within 0.5%.
+Multimodal configs (llama4, gemma3) are counted for their text model: transformers builds it from
+the config's text_config (Llama4ForCausalLM, Gemma3ForCausalLM), the vision tower left out.
 """
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -70,9 +73,29 @@ FAMILIES = {
     "olmoe": ("OLMoE-1B-7B", dict(hidden_size=2048, num_hidden_layers=16, num_attention_heads=16,
                                   num_key_value_heads=16, intermediate_size=1024, num_experts=64,
                                   num_experts_per_tok=8, vocab_size=50304, max_position_embeddings=4096)),
+    "gpt_oss": ("gpt-oss-120b", dict(hidden_size=2880, num_hidden_layers=36, num_attention_heads=64,
+                                     num_key_value_heads=8, head_dim=64, intermediate_size=2880, num_local_experts=128,
+                                     num_experts_per_tok=4, vocab_size=201088, sliding_window=128)),
+    "llama4": ("Llama-4-Scout-17B-16E", dict(text_config=dict(
+        hidden_size=5120, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+        intermediate_size=8192, intermediate_size_mlp=16384, num_local_experts=16, num_experts_per_tok=1,
+        interleave_moe_layer_step=1, vocab_size=202048, attention_chunk_size=8192, use_qk_norm=True))),
+    # Maverick: dense and MoE layers alternate (interleave_moe_layer_step 2), 128 experts, no QK norm
+    "llama4_text": ("Llama-4-Maverick-17B-128E (text)", dict(
+        hidden_size=5120, num_hidden_layers=48, num_attention_heads=40, num_key_value_heads=8, head_dim=128,
+        intermediate_size=8192, intermediate_size_mlp=16384, num_local_experts=128, num_experts_per_tok=1,
+        interleave_moe_layer_step=2, vocab_size=202048, attention_chunk_size=8192, use_qk_norm=False)),
+    "gemma3": ("Gemma-3-27B", dict(text_config=dict(
+        hidden_size=5376, num_hidden_layers=62, num_attention_heads=32, num_key_value_heads=16, head_dim=128,
+        intermediate_size=21504, query_pre_attn_scalar=168, sliding_window=1024,
+        rope_scaling={"rope_type": "linear", "factor": 8.0}))),
+    "gemma3_text": ("Gemma-3-4B (text)", dict(hidden_size=2560, num_hidden_layers=34, num_attention_heads=8,
+                                              num_key_value_heads=4, head_dim=256, intermediate_size=10240,
+                                              vocab_size=262208, sliding_window=1024)),
 }
 # Further structural variants: Falcon-40B's new decoder architecture (8 of its 60 layers), Qwen MoE
-# with dense layers and a sparse step, Gemma 2 with fewer layers.
+# with dense layers and a sparse step, Gemma 2 with fewer layers, gpt-oss-20b, Gemma 3 1B (5 windowed
+# layers to 1 full, 26 layers: the last two windowed), Llama 4 with NoPE layers listed.
 VARIANTS = {
     "falcon-40b-8l": ("falcon", dict(hidden_size=8192, num_hidden_layers=8, num_attention_heads=128, num_kv_heads=8,
                                      new_decoder_architecture=True, vocab_size=65024, parallel_attn=True)),
@@ -84,6 +107,16 @@ VARIANTS = {
     "llama-biases-tied": ("llama", dict(hidden_size=1024, num_hidden_layers=4, num_attention_heads=8,
                                         num_key_value_heads=2, head_dim=96, intermediate_size=2816, vocab_size=32000,
                                         attention_bias=True, mlp_bias=True, tie_word_embeddings=True)),
+    "gpt-oss-20b": ("gpt_oss", dict(hidden_size=2880, num_hidden_layers=24, num_attention_heads=64,
+                                    num_key_value_heads=8, head_dim=64, intermediate_size=2880, num_local_experts=32,
+                                    num_experts_per_tok=4, vocab_size=201088, sliding_window=128)),
+    "gemma-3-1b": ("gemma3_text", dict(hidden_size=1152, num_hidden_layers=26, num_attention_heads=4,
+                                       num_key_value_heads=1, head_dim=256, intermediate_size=6912, vocab_size=262144,
+                                       sliding_window=512)),
+    "llama4-nope-listed-dense-first": ("llama4_text", dict(
+        hidden_size=512, num_hidden_layers=6, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
+        intermediate_size=256, intermediate_size_mlp=1024, num_local_experts=4, num_experts_per_tok=2,
+        moe_layers=[2, 3, 5], no_rope_layers=[1, 0, 1, 0, 1, 0], vocab_size=1000, attention_bias=True)),
 }
 
 
@@ -92,8 +125,10 @@ def _config(model_type: str, keys: dict):
 
 
 def _meta_counts(config) -> tuple[int, int]:
-    """(total parameters, parameters a token uses) of the model transformers builds; the active
-    count removes the unused (E - k) / E share of every routed-expert tensor."""
+    """(total parameters, parameters a token uses) of the model transformers builds (a multimodal
+    config: its text model); the active count removes the unused (E - k) / E share of every
+    routed-expert tensor."""
+    config = config.get_text_config()
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(config)
     total = sum(p.numel() for p in model.parameters())
@@ -125,6 +160,22 @@ def test_parameter_counts_match_transformers(model_type, label, keys, tmp_path):
     assert model.is_moe == (active < total)
 
 
+# The hub's own files (tests/data/hf_configs/, as published: 4.x keys, only the differences from the
+# config class's defaults for Gemma 3), read by transformers 5.24 and by autotune.
+HUB_FILES = ["gpt-oss-120b.json", "gpt-oss-20b.json", "llama-4-scout-17b-16e.json", "gemma-3-27b.json"]
+
+
+@pytest.mark.parametrize("file", HUB_FILES)
+def test_published_configs_match_transformers(data_dir, file):
+    data = json.loads((data_dir / "hf_configs" / file).read_text())
+    keys = {k: v for k, v in data.items() if k not in ("_comment", "model_type", "quantization_config")}  # MXFP4 aside
+    if "attn_temperature_tuning" in keys.get("text_config", {}):  # 4.51 wrote 4; 5.24's strict class wants a bool
+        keys["text_config"] = {**keys["text_config"], "attn_temperature_tuning": True}
+    total, active = _meta_counts(transformers.AutoConfig.for_model(data["model_type"], **keys))
+    model = model_from_hf_config(data_dir / "hf_configs" / file)
+    assert (model.num_parameters(), model.num_active_parameters()) == (total, active)
+
+
 def test_every_supported_family_is_tested():
     assert set(FAMILIES) == set(supported_model_types())
 
@@ -150,6 +201,9 @@ FLOP_CASES = {
     "gemma": dict(_SMALL, num_key_value_heads=2, head_dim=48),
     "falcon": dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=8, vocab_size=1000),
     "qwen3": dict(_SMALL, num_key_value_heads=2, head_dim=64),
+    "gemma3_text": dict(_SMALL, num_key_value_heads=2, head_dim=64, sliding_window=16, sliding_window_pattern=2),
+    "llama4_text": dict(_SMALL, num_key_value_heads=2, head_dim=32, intermediate_size_mlp=384, moe_layers=[],
+                        attention_chunk_size=16),
 }
 
 
@@ -184,3 +238,19 @@ def test_attention_details_survive_the_config_round_trip(tmp_path):
     qwen3_moe = read("qwen3_moe")
     assert (qwen3_moe.num_experts, qwen3_moe.head_dim, qwen3_moe.qk_norm) == (128, 128, "head")
     assert read("olmoe").qk_norm == "full" and read("bloom").embedding_norm
+    gpt_oss = read("gpt_oss")
+    assert (gpt_oss.sliding_window, gpt_oss.sliding_window_every, gpt_oss.attention_sinks, gpt_oss.router_bias) == \
+        (128, 2, True, True)
+    assert (gpt_oss.router, gpt_oss.expert_act_clamp, gpt_oss.rope_scaling, gpt_oss.rope_yarn_truncate) == \
+        ("topk_softmax", 7.0, "yarn", False)
+    scout, maverick = read("llama4"), read("llama4_text")
+    assert (scout.sliding_window, scout.full_attention_every, scout.window_kind, scout.qk_norm) == \
+        (8192, 4, "chunked", "l2")
+    assert (scout.router, scout.num_shared_experts, scout.num_moe_layers, scout.ffn_hidden_size) == \
+        ("topk_sigmoid", 1, 48, 16384)
+    assert (maverick.num_moe_layers, maverick.first_k_dense_layers, maverick.moe_layer_frequency) == (24, 1, 2)
+    gemma3 = read("gemma3")
+    assert (gemma3.sliding_window, gemma3.full_attention_every, gemma3.qk_norm, gemma3.norms_per_layer) == \
+        (1024, 6, "head", 4)
+    assert (gemma3.rope_scaling, gemma3.rope_scaling_factor, gemma3.rope_theta) == ("linear", 8.0, 1e6)
+    assert "text model only" in gemma3.source and gemma3.tied_embeddings

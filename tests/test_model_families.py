@@ -41,6 +41,41 @@ def test_stored_transformers_configs(data_dir, file, total):
     assert model.num_parameters() == total
 
 
+@pytest.mark.parametrize("file, total, active", [
+    # as transformers 5.24 builds them (tests/test_hf_configs.py test_published_configs_match_transformers);
+    # the model card's 116.83B / 20.91B; its 5.13B / 3.61B active leave out the token embedding (0.58B)
+    ("gpt-oss-120b.json", 116_829_156_672, 5_711_982_912),
+    ("gpt-oss-20b.json", 20_914_757_184, 4_187_440_704),
+    ("llama-4-scout-17b-16e.json", 107_769_861_120, 17_172_894_720),  # text model: 109.7B less the vision tower
+    ("gemma-3-27b.json", 27_009_346_304, 27_009_346_304),  # text model
+])
+def test_published_configs(data_dir, file, total, active):
+    """The hub's config.json files as published (4.x keys; Gemma 3's only the non-default ones)."""
+    model = model_from_hf_config(data_dir / "hf_configs" / file)
+    assert (model.num_parameters(), model.num_active_parameters()) == (total, active)
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "gpt-oss-20b"])
+def test_gpt_oss_presets_are_their_configs(data_dir, name):
+    preset, read = load_preset(name), model_from_hf_config(data_dir / "hf_configs" / f"{name}.json")
+    explicit = preset.with_changes(source="", qkv_bias=True, attn_out_bias=True, ffn_bias=True)  # bias = true, spelt out
+    assert explicit == read.with_changes(source="")
+
+
+def test_published_configs_read_attention_and_experts(data_dir):
+    read = lambda f: model_from_hf_config(data_dir / "hf_configs" / f)  # noqa: E731
+    gpt = read("gpt-oss-120b.json")
+    assert [gpt.is_windowed_layer(i) for i in range(4)] == [True, False, True, False]
+    assert gpt.cached_positions(4096) == pytest.approx((4096 + 128) / 2)
+    scout = read("llama-4-scout-17b-16e.json")
+    assert [scout.is_windowed_layer(i) for i in range(8)] == [True, True, True, False] * 2
+    assert (scout.window_kind, scout.router, scout.rope_scaling, scout.max_seq_len) == \
+        ("chunked", "topk_sigmoid", "llama3", 262144)
+    gemma = read("gemma-3-27b.json")
+    assert [i for i in range(62) if not gemma.is_windowed_layer(i)] == list(range(5, 62, 6))
+    assert (gemma.vocab_size, gemma.head_dim, gemma.ffn_activation) == (262208, 128, "geglu")  # vocab: the default
+
+
 def test_stored_configs_read_every_detail(data_dir):
     read = lambda f: model_from_hf_config(data_dir / "hf_configs" / f)  # noqa: E731
     ds = read("deepseek-v3.json")
@@ -85,8 +120,26 @@ def _llama(**extra):
     ({**_llama(), "model_type": "deepseek_v2", "num_experts_per_tok": None}, "config.num_experts_per_tok"),
     ({**_llama(), "model_type": "deepseek_v3", "first_k_dense_replace": 0, "moe_layer_freq": 0},
      "config.moe_layer_freq"),
-    ({**_llama(), "model_type": "gemma2", "layer_types": ["sliding_attention", "sliding_attention",
-                                                          "full_attention", "sliding_attention"]},
+    ({**_llama(), "model_type": "gemma2", "layer_types": ["full_attention", "sliding_attention",
+                                                          "sliding_attention", "full_attention"]},
+     "config.layer_types"),
+    ({**_llama(), "model_type": "gpt_oss", "num_local_experts": 0}, "config.num_local_experts"),
+    ({**_llama(), "model_type": "gpt_oss", "num_local_experts": 4, "num_experts_per_tok": 5},
+     "config.num_experts_per_tok"),
+    ({**_llama(), "model_type": "gpt_oss", "swiglu_limit": "7"}, "config.swiglu_limit"),
+    ({"model_type": "llama4", "text_config": [1]}, "config.text_config"),
+    ({**_llama(), "model_type": "llama4_text", "moe_layers": [0, 9]}, "config.moe_layers"),
+    ({**_llama(), "model_type": "llama4_text", "interleave_moe_layer_step": 0}, "config.interleave_moe_layer_step"),
+    ({**_llama(), "model_type": "llama4_text", "no_rope_layers": [1, 0]}, "config.no_rope_layers"),
+    ({**_llama(), "model_type": "llama4_text", "no_rope_layer_interval": 0}, "config.no_rope_layer_interval"),
+    ({**_llama(), "model_type": "llama4_text", "attention_chunk_size": None,
+      "layer_types": ["chunked_attention"] * 4}, "config.attention_chunk_size"),
+    ({"model_type": "gemma3", "text_config": {**_llama(), "sliding_window_pattern": 0}},
+     "config.sliding_window_pattern"),
+    ({**_llama(), "model_type": "gemma3_text", "use_bidirectional_attention": True},
+     "config.use_bidirectional_attention"),
+    ({**_llama(), "model_type": "gemma3_text", "layer_types": ["full_attention", "sliding_attention",
+                                                               "sliding_attention", "full_attention"]},
      "config.layer_types"),
 ])
 def test_bad_configs_name_the_key(data, field):
@@ -130,6 +183,15 @@ def test_windows_and_rope():
                                   "rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})
     assert mistral.sliding_window == 0 and mistral.rope_theta == 1e6
     assert model_from_hf_dict({**_llama(), "model_type": "mistral"}).sliding_window == 4096  # MistralConfig default
+    # all but every 3rd layer windowed: Gemma 3's pattern at 3, read from layer_types
+    three = model_from_hf_dict({**_llama(num_hidden_layers=6), "model_type": "gemma2", "sliding_window": 64,
+                                "layer_types": ["sliding_attention", "sliding_attention", "full_attention"] * 2})
+    assert (three.full_attention_every, [three.is_windowed_layer(i) for i in range(6)]) == \
+        (3, [True, True, False, True, True, False])
+    gemma3 = model_from_hf_dict({**_llama(), "model_type": "gemma3_text", "sliding_window": None})
+    assert gemma3.sliding_window == 0 and gemma3.vocab_size == 1000  # null: no window (Gemma3TextConfig allows it)
+    yarn = {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 512}
+    assert model_from_hf_dict({**_llama(rope_scaling=yarn)}).rope_yarn_truncate
 
 
 def test_spec_refuses_contradicting_moe_fields():
@@ -142,6 +204,12 @@ def test_spec_refuses_contradicting_moe_fields():
         base.with_changes(q_lora_rank=64)
     with pytest.raises(AutotuneError, match="model.norms_per_layer"):
         base.with_changes(norms_per_layer=3)
+    with pytest.raises(AutotuneError, match="model.full_attention_every"):
+        base.with_changes(sliding_window=64, full_attention_every=1)
+    with pytest.raises(AutotuneError, match="model.full_attention_every"):
+        base.with_changes(sliding_window=64, full_attention_every=4, sliding_window_every=2)
+    with pytest.raises(AutotuneError, match="model.window_kind"):
+        base.with_changes(window_kind="blocked")
 
 
 def test_active_parameters_of_a_dense_model_are_all():

@@ -123,3 +123,30 @@ def test_megatron_qk_norm_per_head_and_refusals():
     with pytest.raises(AutotuneError) as err:
         export_plan(_pf(load_preset("olmoe-1b-7b"), gpus=8, ep=8), "megatron")
     assert err.value.field == "model.qk_norm"
+
+
+def test_megatron_gpt_oss_sinks_windows_and_yarn():
+    """Megatron-Bridge's gpt-oss flags: --softmax-type learnable, windows on odd 1-based layers, YaRN
+    without rounding the correction range."""
+    from autotune.spec.presets import load_preset
+    flags = megatron_flags(export_plan(_pf(load_preset("gpt-oss-20b"), gpus=8, ep=8), "megatron"))
+    _check_documented(flags)
+    assert flags["--softmax-type"] == "learnable" and "--no-yarn-correction-range-round-to-int" in flags
+    assert flags["--window-size"] == "127,0" and flags["--window-attn-skip-freq"] == "2"
+    assert flags["--moe-router-score-function"] == "softmax" and flags["--moe-router-topk"] == "4"
+
+
+def test_megatron_llama4_router_and_chunked_windows():
+    """Llama 4's router at top-1: sigmoid of the logit on the expert's input; at top-2 and with
+    chunked attention, refused."""
+    top1 = tiny_moe(router="topk_sigmoid", num_experts_per_token=1)
+    flags = megatron_flags(export_plan(_pf(top1, gpus=4, ep=2), "megatron"))
+    _check_documented(flags)
+    assert flags["--moe-router-score-function"] == "sigmoid" and "--moe-apply-probs-on-input" in flags
+    gemma3_like = tiny_moe(sliding_window=32, full_attention_every=4)
+    assert megatron_flags(export_plan(_pf(gemma3_like, gpus=4, ep=2), "megatron"))["--window-attn-skip-freq"] == "4"
+    for model, field in ((tiny_moe(router="topk_sigmoid"), "model.router"),
+                         (tiny_moe(sliding_window=32, window_kind="chunked"), "model.window_kind")):
+        with pytest.raises(AutotuneError) as err:
+            export_plan(_pf(model, gpus=4, ep=2), "megatron")
+        assert err.value.field == field

@@ -49,7 +49,7 @@ def test_routed_expert_flops_count_top_k_rows():
 
 
 @pytest.mark.parametrize("name", ["mixtral-8x7b", "mixtral-8x22b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b",
-                                  "olmoe-1b-7b"])
+                                  "olmoe-1b-7b", "gpt-oss-120b", "gpt-oss-20b"])
 def test_graph_counts_equal_the_spec_counts_for_moe_presets(name):
     from autotune.spec.presets import load_preset
     model = load_preset(name)
@@ -62,3 +62,12 @@ def test_shared_expert_gate_is_in_the_graph():
     gated = tiny_moe(shared_expert_gate=True)
     assert model_tables(gated, 128, 2).num_params == gated.num_parameters()
     assert model_tables(gated, 128, 2).num_params - model_tables(tiny_moe(), 128, 2).num_params == 3 * 64
+
+
+@pytest.mark.parametrize("file", ["llama-4-scout-17b-16e.json", "gemma-3-27b.json"])
+def test_graph_counts_equal_the_spec_counts_for_published_configs(data_dir, file):
+    """Llama 4's shared expert, sigmoid router and weightless QK norm; Gemma 3's QK norms and sandwich norms."""
+    from autotune.spec.hf_config import model_from_hf_config
+    model = model_from_hf_config(data_dir / "hf_configs" / file)
+    tables = model_tables(model, 1024, 2)
+    assert (tables.num_params, tables.num_active_params) == (model.num_parameters(), model.num_active_parameters())

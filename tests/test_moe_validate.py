@@ -35,7 +35,8 @@ def test_torch_moe_flops_match_the_analytic_graph(changes):
 
 
 @pytest.mark.parametrize("changes", [{}, {"router": "topk_softmax", "ffn_activation": "gelu", "num_layers": 6,
-                                      "moe_layer_frequency": 2}, {"shared_expert_gate": True}])
+                                      "moe_layer_frequency": 2}, {"shared_expert_gate": True},
+                                     {"router": "topk_sigmoid", "router_bias": True}])
 def test_traced_moe_graph_matches_the_analytic_graph(changes):
     from profilers.trace import trace_module
     spec = tiny_moe(**changes)
@@ -45,9 +46,10 @@ def test_traced_moe_graph_matches_the_analytic_graph(changes):
     assert traced.num_params == tables.num_params
 
 
-def test_traced_form_computes_what_the_per_expert_form_does():
+@pytest.mark.parametrize("router", ["softmax_topk", "topk_sigmoid"])
+def test_traced_form_computes_what_the_per_expert_form_does(router):
     from autotune.validate.moe_model import _gates
-    spec = tiny_moe(first_k_dense_layers=0)
+    spec = tiny_moe(first_k_dense_layers=0, router=router)
     layer = build_model(spec).layers["0"].feed_forward
     tokens = torch.randn(16, spec.hidden_size)
     with torch.no_grad():

@@ -78,7 +78,7 @@ def ffn_has_bias(m: ModelSpec) -> bool:
 
 def _router_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
     n, h = m.num_experts, m.hidden_size
-    router = _linear("router", s, h, n, e, "replicated", False)
+    router = _linear("router", s, h, n, e, "replicated", m.router_bias)  # GPT-OSS: a bias per expert
     # Megatron-Core's top-k (topk_routing_with_score_function, fused or not) writes dense [tokens, E]
     # probabilities in the logits' dtype and a bool routing map, not k indices (measured boundary:
     # 640 B per token for 128 experts in bf16, docs/measurements/moe_traffic_2026-11-25.json)

@@ -38,13 +38,19 @@ def attended_pairs(m: ModelSpec, s: int) -> float:
     """(query, key) pairs a causal kernel computes for one sequence, averaged over the layers:
     s^2 / 2 on full-attention layers; on sliding-window layers each query sees at most ``w``
     keys, s w - w^2 / 2 pairs for s > w (Beltagy et al. 2020, Longformer sec. 3; Mistral 7B's
-    window, Jiang et al. 2023 sec. 2)."""
+    window, Jiang et al. 2023 sec. 2); on chunked layers (Llama 4) a query sees its own chunk of
+    ``w`` only, w^2 / 2 pairs per whole chunk (transformers' chunked_overlay: key and query in the
+    same chunk)."""
     full = s * s / 2.0
     w = m.sliding_window
     if not w or s <= w:
         return full
-    windowed = sum(m.is_windowed_layer(i) for i in range(m.num_layers)) / m.num_layers
-    return (1.0 - windowed) * full + windowed * (s * w - w * w / 2.0)
+    if m.window_kind == "chunked":
+        chunks, rest = divmod(s, w)
+        windowed_pairs = chunks * w * w / 2.0 + rest * rest / 2.0
+    else:
+        windowed_pairs = s * w - w * w / 2.0
+    return (1.0 - m.windowed_share) * full + m.windowed_share * windowed_pairs
 
 
 def _attention_widths(m: ModelSpec) -> tuple[int, int, int, int]:
@@ -70,12 +76,19 @@ def _attention_ops(m: ModelSpec, s: int, e: int, impl: str) -> list[Operator]:
         # Backward recomputes the scores: 2.5x forward FLOPs (Dao 2023, FlashAttention-2 sec. 3).
         return [Operator(
             name="attention", kind="attention", flops=pair_flops * executed, model_flops=model_flops,
-            act_in_bytes=qkv_in, act_out_bytes=s * wo * e, weight_bytes=0.0, params=0,
+            act_in_bytes=qkv_in, act_out_bytes=s * wo * e, weight_bytes=0.0, params=_sink_params(m),
             saved_bytes=qkv_in + 4.0 * a * s, sharding="split",
             bwd_flops_factor=2.5, bwd_bytes_factor=2.0, head_dim=wq / a,
         )]
     ops = _unfused_attention_ops(m, s, e, model_flops / (pair_flops * s * s))
     return _eager_mask_ops(m, s, e) + ops if impl == "unfused_eager_mask" else ops
+
+
+def _sink_params(m: ModelSpec) -> int:
+    """GPT-OSS's attention sinks: one learned logit per head joins the softmax's denominator
+    (transformers' GptOssAttention.sinks); split with the heads. Their FLOPs (one more score per
+    query and head) are left out: 1 / s of the softmax's."""
+    return m.num_heads if m.attention_sinks else 0
 
 
 def _eager_mask_ops(m: ModelSpec, s: int, e: int) -> list[Operator]:
@@ -115,7 +128,7 @@ def _unfused_attention_ops(m: ModelSpec, s: int, e: int, share: float) -> list[O
                  bwd_bytes_factor=2.0, bwd_kernels=2, selective_recompute=True),
         # Megatron's fused scale-mask-softmax: read scores, write probabilities (saved: 2as^2b).
         Operator(name="softmax", kind="elementwise", flops=0.0, model_flops=0.0,
-                 act_in_bytes=scores, act_out_bytes=scores, weight_bytes=0.0, params=0,
+                 act_in_bytes=scores, act_out_bytes=scores, weight_bytes=0.0, params=_sink_params(m),
                  saved_bytes=scores, sharding="split", selective_recompute=True,
                  selective_dropped_bytes=scores),
     ]
@@ -204,9 +217,11 @@ def attention_operators(m: ModelSpec, s: int, e: int, impl: str, qkv_fused: bool
         ops = _qkv_projections(m, s, e, qkv_fused)
         if m.qk_norm != "none":  # Qwen3: RMSNorm per head (weights shared by heads); OLMoE: over Q and K
             width = m.q_width + m.kv_dim
-            params = 2 * m.head_dim if m.qk_norm == "head" else width
-            ops.append(_norm("qk_norm", m, s, e, width, sharding="split",
-                             params=params * (2 if m.norm == "layernorm" else 1)))
+            params = {"head": 2 * m.head_dim, "full": width, "l2": 0}[m.qk_norm]
+            norm = _norm("qk_norm", m, s, e, width, sharding="split",
+                         params=params * (2 if m.norm == "layernorm" else 1))
+            # Llama 4's L2 norm has no weights (and runs on its RoPE layers only; priced on all)
+            ops.append(replace(norm, weight_bytes=0.0) if m.qk_norm == "l2" else norm)
     ops.extend(_attention_ops(m, s, e, impl))
     ops.append(_linear("out_proj", s, m.attn_out_width, h, e, "row", _bias(m, "attn_out_bias")))
     if m.norms_per_layer == 4:  # sandwich norms (Gemma 2 report, sec. 2.2)

@@ -1,6 +1,7 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`, by its ``model_type``.
 
-The families and the keys each reads live in :mod:`autotune.spec.hf_families`; this module reads
+The families and the keys each reads live in :mod:`autotune.spec.hf_families` (and the 2025 ones,
+GPT-OSS, Llama 4 and Gemma 3, in :mod:`autotune.spec.hf_families_recent`); this module reads
 the file, type-checks every value it takes (a wrong type names its key), and refuses model types
 it does not know (encoder-decoders, state-space models, ...) with the list of those it does.
 """
@@ -11,12 +12,15 @@ import json
 from pathlib import Path
 
 from autotune.errors import AutotuneError
-from autotune.spec.hf_families import FAMILIES
+from autotune.spec.hf_families import FAMILIES as _FAMILIES
+from autotune.spec.hf_families_recent import RECENT_FAMILIES, WRAPPERS, text_view
 from autotune.spec.hf_reader import ConfigReader
 from autotune.spec.hf_rope_router import rope_scaling_fields, router_fields
 from autotune.spec.model import ModelSpec
 
 __all__ = ["ConfigReader", "model_from_hf_config", "model_from_hf_dict", "supported_model_types"]
+
+FAMILIES = {**_FAMILIES, **RECENT_FAMILIES}
 
 
 def supported_model_types() -> list[str]:
@@ -45,14 +49,15 @@ def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
         what = "no model_type" if model_type is None else f"{model_type!r} is not supported"
         kind = _unsupported_kind(data)
         raise AutotuneError("config.model_type", f"{what}{kind}; supported: {supported}")
-    reader = ConfigReader(data)
+    reader = ConfigReader(text_view(data, model_type))
     fields = FAMILIES[model_type](reader)
     if fields.get("position_embedding") == "rotary":
         fields.update(rope_scaling_fields(reader, max_positions=int(fields["max_seq_len"])))
     if fields.get("num_experts"):
         fields.update(router_fields(reader, model_type))
     label = str(data.get("_name_or_path") or name).rstrip("/").split("/")[-1] or name
-    return ModelSpec(name=label, source=f"Hugging Face config.json (model_type {model_type})", **fields)
+    text_only = "; its text model only, the vision tower and projector not counted" if model_type in WRAPPERS else ""
+    return ModelSpec(name=label, source=f"Hugging Face config.json (model_type {model_type}){text_only}", **fields)
 
 
 def _unsupported_kind(data: dict) -> str:

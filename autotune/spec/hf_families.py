@@ -9,7 +9,7 @@ from collections.abc import Callable
 from autotune.errors import AutotuneError
 from autotune.spec.hf_reader import ConfigReader
 
-__all__ = ["FAMILIES", "moe_layer_pattern", "window_pattern"]
+__all__ = ["FAMILIES", "common_fields", "check_moe", "moe_layer_pattern", "window_pattern", "windowed_layers"]
 
 Fields = dict[str, object]
 
@@ -38,13 +38,23 @@ def window_pattern(r: ConfigReader, num_layers: int, *, every: int = 1, default:
     if types is None or not window:
         return {"sliding_window": window, "sliding_window_every": every if window else 1}
     windowed = [i for i, kind in enumerate(types[:num_layers]) if kind == "sliding_attention"]
+    return windowed_layers(windowed, num_layers, window)
+
+
+def windowed_layers(windowed: list[int], num_layers: int, window: int) -> Fields:
+    """The spec's window fields for a list of windowed layers: every n-th from layer 0
+    (sliding_window_every), or all but every n-th, 1-based (full_attention_every: Gemma 3's 5
+    local to 1 global, Llama 4's 3 chunked to 1 full)."""
     if not windowed:
         return {"sliding_window": 0}
     for n in range(1, num_layers + 1):
         if windowed == list(range(0, num_layers, n)):
             return {"sliding_window": window, "sliding_window_every": n}
-    raise AutotuneError("config.layer_types", "sliding-window layers must be every n-th layer from layer 0; "
-                        f"got layers {windowed}")
+    for n in range(2, num_layers + 1):
+        if windowed == [i for i in range(num_layers) if (i + 1) % n]:
+            return {"sliding_window": window, "full_attention_every": n}
+    raise AutotuneError("config.layer_types", "windowed layers must be every n-th layer from layer 0, or all but every "
+                        f"n-th; got layers {windowed}")
 
 
 def moe_layer_pattern(moe_layers: list[int], num_layers: int) -> Fields:
@@ -64,7 +74,7 @@ def moe_layer_pattern(moe_layers: list[int], num_layers: int) -> Fields:
     return {"first_k_dense_layers": first, "moe_layer_frequency": freq, "mlp_only_layers": tuple(extra)}
 
 
-def _check_moe(r: ConfigReader, experts_key: str, experts: int, top_k: int) -> None:
+def check_moe(r: ConfigReader, experts_key: str, experts: int, top_k: int) -> None:
     if experts and not top_k:
         raise AutotuneError("config.num_experts_per_tok", f"{experts} experts ({experts_key}) need top-k > 0")
     if experts and top_k > experts:
@@ -74,7 +84,7 @@ def _check_moe(r: ConfigReader, experts_key: str, experts: int, top_k: int) -> N
         raise AutotuneError("config.num_experts_per_tok", f"top-k {top_k} given, but {experts_key} is 0 (a dense model)")
 
 
-def _common(r: ConfigReader, *, tied: bool = False, head_dim: int | None = None) -> Fields:
+def common_fields(r: ConfigReader, *, tied: bool = False, head_dim: int | None = None) -> Fields:
     """Keys shared by the Llama-style families (RMSNorm, RoPE, gated FFN, no biases)."""
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
@@ -92,20 +102,20 @@ def _common(r: ConfigReader, *, tied: bool = False, head_dim: int | None = None)
 
 
 def _llama(r: ConfigReader) -> Fields:
-    f = _common(r)
+    f = common_fields(r)
     return {**f, "qkv_bias": r.bool("attention_bias", False), "attn_out_bias": r.bool("attention_bias", False),
             "ffn_bias": r.bool("mlp_bias", False)}
 
 
 def _mistral(r: ConfigReader) -> Fields:
-    f = _common(r)
+    f = common_fields(r)
     return {**f, **window_pattern(r, f["num_layers"], default=4096)}  # MistralConfig's default window
 
 
 def _mixtral(r: ConfigReader) -> Fields:
-    f = _common(r)
+    f = common_fields(r)
     experts, top_k = r.int("num_local_experts", "num_experts", default=8), r.int("num_experts_per_tok", default=2)
-    _check_moe(r, "num_local_experts", experts, top_k)
+    check_moe(r, "num_local_experts", experts, top_k)
     return {**f, **window_pattern(r, f["num_layers"]), "num_experts": experts, "num_experts_per_token": top_k,
             "expert_ffn_hidden_size": f["ffn_hidden_size"] if experts else 0}
 
@@ -129,7 +139,7 @@ def _qwen_moe(r: ConfigReader, f: Fields, *, shared: bool) -> Fields:
     # Qwen2MoeConfig / Qwen3MoeConfig defaults: 60 / 128 experts, top-4 / top-8, width 1408 / 768
     experts = r.int("num_experts", "num_local_experts", default=60 if shared else 128)
     top_k = r.int("num_experts_per_tok", default=4 if shared else 8)
-    _check_moe(r, "num_experts", experts, top_k)
+    check_moe(r, "num_experts", experts, top_k)
     step = r.int("decoder_sparse_step", default=1)
     if step < 1:
         raise AutotuneError("config.decoder_sparse_step", f"must be >= 1, got {step}")
@@ -147,14 +157,14 @@ def _qwen_moe(r: ConfigReader, f: Fields, *, shared: bool) -> Fields:
 
 
 def _qwen2(r: ConfigReader, *, moe: bool = False) -> Fields:
-    f = _common(r)
+    f = common_fields(r)
     bias = r.bool("qkv_bias", True)  # Qwen2 hard-codes QKV biases; Qwen2-MoE reads qkv_bias (default true)
     extra = _qwen_moe(r, f, shared=True) if moe else {}
     return {**f, **_qwen_windows(r, f["num_layers"]), "qkv_bias": bias, "attn_out_bias": False, **extra}
 
 
 def _qwen3(r: ConfigReader, *, moe: bool = False) -> Fields:
-    f = _common(r, head_dim=None if moe else 128)  # Qwen3Config defaults head_dim to 128
+    f = common_fields(r, head_dim=None if moe else 128)  # Qwen3Config defaults head_dim to 128
     bias = r.bool("attention_bias", False)
     extra = _qwen_moe(r, f, shared=False) if moe else {}
     return {**f, **_qwen_windows(r, f["num_layers"]), "qkv_bias": bias, "attn_out_bias": bias, "qk_norm": "head",
@@ -162,16 +172,16 @@ def _qwen3(r: ConfigReader, *, moe: bool = False) -> Fields:
 
 
 def _olmoe(r: ConfigReader) -> Fields:
-    f = _common(r)
+    f = common_fields(r)
     experts, top_k = r.int("num_experts", "num_local_experts", default=64), r.int("num_experts_per_tok", default=8)
-    _check_moe(r, "num_experts", experts, top_k)
+    check_moe(r, "num_experts", experts, top_k)
     bias = r.bool("attention_bias", False)
     return {**f, "qkv_bias": bias, "attn_out_bias": bias, "qk_norm": "full", "num_experts": experts,
             "num_experts_per_token": top_k, "expert_ffn_hidden_size": f["ffn_hidden_size"] if experts else 0}
 
 
 def _gemma(r: ConfigReader, *, version: int = 1) -> Fields:
-    f = _common(r, tied=True, head_dim=256)  # GemmaConfig defaults head_dim to 256
+    f = common_fields(r, tied=True, head_dim=256)  # GemmaConfig defaults head_dim to 256
     bias = r.bool("attention_bias", False)
     f.update(qkv_bias=bias, attn_out_bias=bias)
     if version == 2:  # sandwich norms; even layers windowed (Gemma 2 report, sec. 2)
@@ -180,12 +190,12 @@ def _gemma(r: ConfigReader, *, version: int = 1) -> Fields:
 
 
 def _phi3(r: ConfigReader) -> Fields:
-    f = _common(r)  # fused qkv_proj and gate_up_proj: the same parameters as separate ones
+    f = common_fields(r)  # fused qkv_proj and gate_up_proj: the same parameters as separate ones
     return {**f, **window_pattern(r, f["num_layers"])}
 
 
 def _deepseek(r: ConfigReader, *, version: int) -> Fields:
-    f = _common(r)
+    f = common_fields(r)
     heads = f["num_heads"]
     bias = r.bool("attention_bias", False)
     f.update(num_kv_heads=heads, head_dim_size=0, qkv_bias=bias, attn_out_bias=bias,
@@ -196,7 +206,7 @@ def _deepseek(r: ConfigReader, *, version: int) -> Fields:
              qk_nope_head_dim=r.int("qk_nope_head_dim", default=128), v_head_dim=r.int("v_head_dim", default=128))
     experts = r.int("n_routed_experts", default=256 if version == 3 else 64)
     top_k = r.int("num_experts_per_tok", default=8 if version == 3 else 0)
-    _check_moe(r, "n_routed_experts", experts, top_k)
+    check_moe(r, "n_routed_experts", experts, top_k)
     _check_groups(r, experts, top_k)
     first_k = r.int("first_k_dense_replace", default=3 if version == 3 else 0)
     freq = r.int("moe_layer_freq", default=1)

@@ -11,6 +11,9 @@ Routers, as transformers 5.x builds them (models/*/modeling_*.py):
 - DeepSeek-V3: sigmoid, a score-correction bias for selection only, group-limited top-k
   (``n_group``/``topk_group``, default 8/4), renormalised with ``norm_topk_prob`` (default true),
   times ``routed_scaling_factor`` (default 2.5).
+- GPT-OSS: top-k of the (biased) logits, softmax over those (GptOssTopKRouter).
+- Llama 4: top-k of the logits, each the sigmoid of its own, scaling the expert's input
+  (Llama4Router, Llama4TextMoe).
 
 Softmax then top-k then renormalise equals top-k of the logits then softmax over those (softmax is
 monotonic and the renormalisation cancels the partition function): the spec's ``topk_softmax``.
@@ -18,7 +21,8 @@ monotonic and the renormalisation cancels the partition function): the spec's ``
 RoPE scaling: ``rope_scaling`` (4.x; ``type`` or ``rope_type``) or ``rope_parameters`` (5.x)
 with the keys of transformers' modeling_rope_utils.py: ``factor``, ``original_max_position_embeddings``,
 ``low_freq_factor``/``high_freq_factor`` (llama3), ``beta_fast``/``beta_slow``/``mscale``/
-``mscale_all_dim`` (yarn; mscale 1 and mscale_all_dim 0 are its defaults' equivalent).
+``mscale_all_dim`` (yarn; mscale 1 and mscale_all_dim 0 are its defaults' equivalent; ``truncate``
+false, GPT-OSS: the correction range is not rounded to integers).
 """
 
 from __future__ import annotations
@@ -33,8 +37,10 @@ Fields = dict[str, object]
 
 def router_fields(r: ConfigReader, model_type: str) -> Fields:
     """The spec's router fields for an MoE config of ``model_type``."""
-    if model_type == "mixtral":
+    if model_type in ("mixtral", "gpt_oss"):
         return {"router": "topk_softmax"}
+    if model_type in ("llama4", "llama4_text"):
+        return {"router": "topk_sigmoid"}
     if model_type in ("qwen2_moe", "qwen3_moe", "olmoe"):
         return {"router": "topk_softmax" if r.bool("norm_topk_prob", False) else "softmax_topk"}
     if model_type == "deepseek_v2":
@@ -101,9 +107,9 @@ def rope_scaling_fields(r: ConfigReader, *, max_positions: int) -> Fields:
 
 
 def _yarn(s: ConfigReader, table: dict, max_positions: int) -> Fields:
-    if table.get("attention_factor") is not None or table.get("truncate") is False:
-        raise AutotuneError("config.rope_scaling", "yarn with an explicit attention_factor or truncate false is not "
-                                                   "supported (factor, beta_fast/slow, mscale/mscale_all_dim are)")
+    if table.get("attention_factor") is not None:
+        raise AutotuneError("config.rope_scaling", "yarn with an explicit attention_factor is not supported "
+                                                   "(factor, beta_fast/slow, mscale/mscale_all_dim, truncate are)")
     original = s.int("original_max_position_embeddings", default=max_positions)
     both = bool(table.get("mscale")) and bool(table.get("mscale_all_dim"))  # else transformers uses mscale 1 over 0
     return {"rope_original_max_positions": original,
@@ -111,4 +117,5 @@ def _yarn(s: ConfigReader, table: dict, max_positions: int) -> Fields:
             if table.get("factor") is not None else max_positions / original,
             "rope_beta_fast": float(table.get("beta_fast") or 32.0), "rope_beta_slow": float(table.get("beta_slow") or 1.0),
             "rope_mscale": s.float("mscale", default=1.0) if both else 1.0,
-            "rope_mscale_all_dim": s.float("mscale_all_dim", default=0.0) if both else 0.0}
+            "rope_mscale_all_dim": s.float("mscale_all_dim", default=0.0) if both else 0.0,
+            "rope_yarn_truncate": s.bool("truncate", True)}

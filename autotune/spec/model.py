@@ -8,7 +8,7 @@ from autotune.errors import require, require_choice, require_positive
 from autotune.spec.limits import check_limit
 
 __all__ = ["ModelSpec", "FFN_ACTIVATIONS", "GATED_ACTIVATIONS", "LAYER_KINDS", "NORMS", "POSITION_EMBEDDINGS",
-           "QK_NORMS", "ROPE_SCALINGS", "ROUTERS"]
+           "QK_NORMS", "ROPE_SCALINGS", "ROUTERS", "WINDOW_KINDS"]
 
 # swiglu and geglu (Gemma) are gated: three matrices (gate, up, down); the others two.
 FFN_ACTIVATIONS = ("gelu", "swiglu", "geglu", "relu", "none")
@@ -20,15 +20,21 @@ POSITION_EMBEDDINGS = ("learned", "rotary", "alibi", "none")
 # probabilities kept as they are (Switch, DeepSeek-V2, Qwen-MoE/OLMoE with norm_topk_prob false);
 # top-k logits then softmax over those, i.e. the top-k probabilities renormalised to sum to 1
 # (Mixtral, Qwen3-MoE/OLMoE with norm_topk_prob true); sigmoid scores, top-k, renormalised
-# (DeepSeek-V3). Each is then scaled by ``router_scaling_factor``.
-ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_topk")
+# (DeepSeek-V3); top-k logits, each weight the sigmoid of its own logit, not renormalised, scaling
+# the expert's input (Llama 4: transformers' Llama4Router and Llama4TextMoe.forward). Each is then
+# scaled by ``router_scaling_factor``.
+ROUTERS = ("softmax_topk", "topk_softmax", "sigmoid_topk", "topk_sigmoid")
 # RoPE frequency scaling for long context (transformers' rope_scaling / rope_parameters rope_type):
 # position interpolation ("linear", Chen et al. 2023), Llama 3.1's band-wise "llama3", YaRN
 # (Peng et al. 2023, DeepSeek-V2/V3).
 ROPE_SCALINGS = ("none", "linear", "llama3", "yarn")
-# Norms of queries and keys before RoPE: none, one per head of head_dim (Qwen3), or over the
-# whole projection width (OLMoE).
-QK_NORMS = ("none", "head", "full")
+# Norms of queries and keys before RoPE: none, one per head of head_dim (Qwen3), over the whole
+# projection width (OLMoE), or a per-head L2 norm without weights (Llama 4's Llama4TextL2Norm).
+QK_NORMS = ("none", "head", "full", "l2")
+# What a windowed layer's query sees: the last ``sliding_window`` positions (Mistral, Gemma 2/3,
+# GPT-OSS), or its own chunk of ``sliding_window`` positions from the last multiple of it (Llama 4's
+# attention_chunk_size; transformers' create_chunked_causal_mask).
+WINDOW_KINDS = ("sliding", "chunked")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +71,9 @@ class ModelSpec:
     ffn_bias: bool | None = None  # None: follows ``bias``
     sliding_window: int = 0  # tokens each query sees on windowed layers (0: full attention)
     sliding_window_every: int = 1  # every n-th layer is windowed (Gemma 2 alternates: 2)
+    full_attention_every: int = 0  # else: every n-th layer (1-based n, 2n, ...) full, the rest windowed (Gemma 3: 6)
+    window_kind: str = "sliding"  # one of WINDOW_KINDS
+    attention_sinks: bool = False  # a learned logit per head joins each softmax (GPT-OSS's sinks)
     rope_theta: float = 10000.0
     rope_scaling: str = "none"  # one of ROPE_SCALINGS
     rope_scaling_factor: float = 1.0  # context extension factor
@@ -75,6 +84,7 @@ class ModelSpec:
     rope_beta_slow: float = 1.0
     rope_mscale: float = 1.0  # yarn: attention temperature coefficients (DeepSeek's mscale, mscale_all_dim)
     rope_mscale_all_dim: float = 0.0
+    rope_yarn_truncate: bool = True  # yarn: correction range rounded to integers (GPT-OSS: false)
     # Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank 0 means not MLA.
     q_lora_rank: int = 0  # 0: queries projected directly (no low-rank query path)
     kv_lora_rank: int = 0
@@ -94,6 +104,7 @@ class ModelSpec:
     router_groups: int = 0  # group-limited routing: experts in this many groups (DeepSeek n_group; 0: off)
     router_group_topk: int = 0  # groups a token's experts may come from (DeepSeek topk_group)
     router_expert_bias: bool = False  # aux-loss-free balancing bias added to the scores for selection only
+    router_bias: bool = False  # the router's linear layer has a bias, a parameter per expert (GPT-OSS)
     mlp_only_layers: tuple[int, ...] = ()  # further layers that keep a dense FFN (Qwen-MoE mlp_only_layers)
     shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) scales the shared expert (Qwen2-MoE)
     expert_act_clamp: float = 0.0  # the routed experts' gated-activation inputs clamped at +-this (GPT-OSS 7; 0: none)
@@ -146,8 +157,9 @@ class ModelSpec:
         require(self.rope_scaling_factor >= 1.0, "model.rope_scaling_factor",
                 f"must be >= 1 (a context extension), got {self.rope_scaling_factor!r}")
         if self.rope_scaling == "llama3":
-            require(self.rope_high_freq_factor > self.rope_low_freq_factor > 0, "model.rope_high_freq_factor",
-                    f"must exceed rope_low_freq_factor > 0, got {self.rope_high_freq_factor!r} and "
+            # equal factors leave no smoothed band (transformers' _compute_llama3_parameters masks it out)
+            require(self.rope_high_freq_factor >= self.rope_low_freq_factor > 0, "model.rope_high_freq_factor",
+                    f"must be at least rope_low_freq_factor > 0, got {self.rope_high_freq_factor!r} and "
                     f"{self.rope_low_freq_factor!r}")
         if self.rope_scaling in ("llama3", "yarn"):
             require_positive("model.rope_original_max_positions", self.rope_original_max_positions)
@@ -180,7 +192,7 @@ class ModelSpec:
                     "model.kv_lora_rank", "latent attention needs qk_rope_head_dim, qk_nope_head_dim and v_head_dim > 0")
         else:
             require(self.q_lora_rank == 0, "model.q_lora_rank", "a low-rank query path needs kv_lora_rank > 0 (MLA)")
-        require_positive("model.sliding_window_every", self.sliding_window_every)
+        self._check_windows()
         if self.num_experts == 0:
             require(self.num_experts_per_token == 0 and self.num_shared_experts == 0 and not self.shared_expert_gate,
                     "model.num_experts",
@@ -193,6 +205,15 @@ class ModelSpec:
                 "model.shared_expert_ffn_hidden_size", "must be > 0 when num_shared_experts > 0")
         require(self.first_k_dense_layers < self.num_layers, "model.first_k_dense_layers",
                 f"must be below num_layers {self.num_layers}, got {self.first_k_dense_layers}")
+
+    def _check_windows(self) -> None:
+        require_positive("model.sliding_window_every", self.sliding_window_every)
+        require_choice("model.window_kind", self.window_kind, WINDOW_KINDS)
+        every = self.full_attention_every
+        require(isinstance(every, int) and not isinstance(every, bool) and (every == 0 or every >= 2),
+                "model.full_attention_every", f"must be 0 (unused) or >= 2, got {every!r}")
+        require(not every or self.sliding_window_every == 1, "model.full_attention_every",
+                f"set either it or sliding_window_every, got {every} and {self.sliding_window_every}")
 
     @property
     def is_moe(self) -> bool:
@@ -213,8 +234,16 @@ class ModelSpec:
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
 
     def is_windowed_layer(self, layer: int) -> bool:
-        """Layer ``layer`` uses sliding-window attention."""
+        """Layer ``layer`` (0-based) uses windowed attention: every ``sliding_window_every``-th from
+        layer 0, or all but every ``full_attention_every``-th (1-based)."""
+        if self.full_attention_every:
+            return self.sliding_window > 0 and (layer + 1) % self.full_attention_every != 0
         return self.sliding_window > 0 and layer % self.sliding_window_every == 0
+
+    @property
+    def windowed_share(self) -> float:
+        """The share of the layers that attend through a window."""
+        return sum(self.is_windowed_layer(i) for i in range(self.num_layers)) / self.num_layers
 
     @property
     def has_attention(self) -> bool:
@@ -275,10 +304,11 @@ class ModelSpec:
     def cached_positions(self, context_len: float) -> float:
         """Positions one layer's KV cache holds for a sequence of ``context_len``, averaged over
         the layers: a windowed layer keeps the last ``sliding_window`` only (Mistral 7B's rolling
-        buffer cache, Jiang et al. 2023, sec. 2)."""
+        buffer cache, Jiang et al. 2023, sec. 2); a chunked one as many (transformers 5.x
+        cache_utils.py gives chunked_attention layers a sliding-window cache of attention_chunk_size)."""
         if not self.sliding_window:
             return float(context_len)
-        windowed = sum(self.is_windowed_layer(i) for i in range(self.num_layers)) / self.num_layers
+        windowed = self.windowed_share
         return (1.0 - windowed) * context_len + windowed * min(context_len, self.sliding_window)
 
     def kv_cache_shards(self, tp: int) -> int:

@@ -47,8 +47,9 @@ def attention_parameters(m: ModelSpec) -> int:
               + m.kv_lora_rank * m.num_heads * (m.qk_nope_head_dim + m.v_head_dim))
         return q + kv + out
     qkv = _linear(h, m.q_width + 2 * m.kv_dim, qkv_bias)
-    qk_norm = {"none": 0, "head": 2 * m.head_dim, "full": m.q_width + m.kv_dim}[m.qk_norm]
-    return qkv + out + norm_parameters(m, qk_norm)
+    qk_norm = {"none": 0, "head": 2 * m.head_dim, "full": m.q_width + m.kv_dim, "l2": 0}[m.qk_norm]
+    sinks = m.num_heads if m.attention_sinks else 0  # GPT-OSS: GptOssAttention.sinks, one logit per head
+    return qkv + out + norm_parameters(m, qk_norm) + sinks
 
 
 def dense_ffn_parameters(m: ModelSpec, width: int | None = None) -> int:
@@ -69,7 +70,8 @@ def moe_ffn_parameters(m: ModelSpec, *, active: bool = False) -> int:
     h = m.hidden_size
     routed = m.num_experts_per_token if active else m.num_experts
     shared = m.num_shared_experts * dense_ffn_parameters(m, m.shared_expert_ffn_hidden_size)
-    return h * m.num_experts + routed * expert_parameters(m) + shared + (h if m.shared_expert_gate else 0)
+    router = _linear(h, m.num_experts, m.router_bias)
+    return router + routed * expert_parameters(m) + shared + (h if m.shared_expert_gate else 0)
 
 
 def _layer_parameters(m: ModelSpec, layer: int, active: bool) -> int:

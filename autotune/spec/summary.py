@@ -25,7 +25,12 @@ def _attention_text(m: ModelSpec) -> list[str]:
                      f"nope {m.qk_nope_head_dim}, v {m.v_head_dim})"]
     if m.sliding_window:
         every = "" if m.sliding_window_every == 1 else f" on 1 of every {m.sliding_window_every} layers"
-        parts.append(f"window {m.sliding_window}{every}")
+        if m.full_attention_every:
+            every = f" except 1 of every {m.full_attention_every} layers"
+        kind = "chunks of" if m.window_kind == "chunked" else "window"
+        parts.append(f"{kind} {m.sliding_window}{every}")
+    if m.attention_sinks:
+        parts.append("attention sinks")
     return parts
 
 

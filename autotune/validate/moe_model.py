@@ -1,9 +1,10 @@
 """Mixture-of-experts FFN of the reference transformer, with expert parallelism over a group.
 
-A token's router logits (``router``, hidden -> experts, no bias) pick its top-k experts; the
-gate weights follow the spec's router (softmax then top-k; top-k then softmax, Mixtral;
-sigmoid then top-k, normalised over the chosen, DeepSeek-V3). Routed rows are sorted by
-expert, and under expert parallelism sent to the experts' owners with
+A token's router logits (``router``, hidden -> experts, with GPT-OSS's bias where the spec has
+it) pick its top-k experts; the gate weights follow the spec's router (softmax then top-k; top-k
+then softmax, Mixtral; sigmoid then top-k, normalised over the chosen, DeepSeek-V3; top-k then
+each one's sigmoid, Llama 4, applied here to the expert's output, not its input: the same work).
+Routed rows are sorted by expert, and under expert parallelism sent to the experts' owners with
 ``torch.distributed.nn.functional.all_to_all_single`` (differentiable: backward runs the
 reverse all-to-all), computed per expert as plain matmuls over that expert's rows (dropless,
 as Megatron-Core's grouped GEMM), sent back, and summed with their gate weights. Shared
@@ -31,9 +32,9 @@ def _activate(up: torch.Tensor, gate: torch.Tensor | None, activation: str) -> t
 
 def _gates(logits: torch.Tensor, k: int, router: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, expert indices), each (tokens, k)."""
-    if router == "topk_softmax":
+    if router in ("topk_softmax", "topk_sigmoid"):  # Llama 4: each weight the sigmoid of its logit
         top, idx = logits.topk(k, dim=-1)
-        return top.softmax(-1), idx
+        return (top.softmax(-1) if router == "topk_softmax" else top.sigmoid()), idx
     scores = logits.sigmoid() if router == "sigmoid_topk" else logits.softmax(-1)
     top, idx = scores.topk(k, dim=-1)
     if router == "sigmoid_topk":
@@ -50,7 +51,7 @@ class MoEFeedForward(nn.Module):
         self.k, self.router_kind, self.activation = spec.num_experts_per_token, spec.router, spec.ffn_activation
         self.num_experts = n
         self.scale = float(spec.router_scaling_factor)  # DeepSeek's routed_scaling_factor
-        self.router = nn.Linear(h, n, bias=False)
+        self.router = nn.Linear(h, n, bias=spec.router_bias)  # GPT-OSS: a bias per expert
         self.experts_w1 = nn.Parameter(torch.empty(n, h, f))
         self.experts_w3 = nn.Parameter(torch.empty(n, h, f)) if spec.is_gated_ffn else None
         self.experts_w2 = nn.Parameter(torch.empty(n, f, h))

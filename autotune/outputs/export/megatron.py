@@ -189,12 +189,17 @@ def _window_flags(m) -> list[Flag]:
     """Sliding windows: --window-size (left, right) in tokens before and after the query, so a
     window of W tokens including the query is (W - 1, 0); --window-attn-skip-freq says which
     layers (Megatron-Core transformer/utils.py is_layer_window_attention: with an integer N, the
-    1-based layers not divisible by N; or a 0/1 list, 1 = windowed)."""
+    1-based layers not divisible by N, i.e. full attention every N-th; or a 0/1 list, 1 = windowed).
+    Chunked attention (Llama 4) has no flag."""
     if not m.sliding_window:
         return []
+    if m.window_kind == "chunked":
+        raise refuse(NAME, "model.window_kind", "its windows slide (--window-size); the model attends within chunks")
     flags: list[Flag] = [("--window-size", f"{m.sliding_window - 1},0")]
     n = m.sliding_window_every
-    if n == 2:
+    if m.full_attention_every:
+        flags.append(("--window-attn-skip-freq", str(m.full_attention_every)))
+    elif n == 2:
         flags.append(("--window-attn-skip-freq", "2"))  # 1-based odd layers = 0-based layers 0, 2, 4, ...
     elif n > 2:
         pattern = ",".join("1" if i % n == 0 else "0" for i in range(m.num_layers))
@@ -204,7 +209,7 @@ def _window_flags(m) -> list[Flag]:
 
 def _attention_flags(ctx: ExportContext) -> list[Flag]:
     """What Megatron needs to build the same attention: RoPE base (its default is 10000, Llama 3
-    uses 500000), head width, biases, per-head QK norm and sliding windows."""
+    uses 500000), head width, biases, per-head QK norm, attention sinks and sliding windows."""
     m = ctx.model
     flags = _bias_flags(m)
     if m.position_embedding == "rotary":
@@ -217,6 +222,8 @@ def _attention_flags(ctx: ExportContext) -> list[Flag]:
         flags.append(("--qk-layernorm", None))
     elif m.qk_norm != "none":
         raise refuse(NAME, "model.qk_norm", f"its QK norm (--qk-layernorm) is per head; the model normalises {m.qk_norm}")
+    if m.attention_sinks:  # a learned logit per head in the softmax's denominator (GPT-OSS)
+        flags.append(("--softmax-type", "learnable"))
     return flags + _window_flags(m)
 
 

@@ -11,7 +11,9 @@ names checked against tests/data/frameworks/megatron_arguments.tsv):
   in megatron-core 0.16.1): softmax after top-k is Megatron's default, i.e. the top-k
   probabilities renormalised (the spec's ``topk_softmax``); ``--moe-router-pre-softmax`` keeps the
   softmax over all experts unrenormalised (``softmax_topk``); ``--moe-router-score-function
-  sigmoid`` always renormalises the top-k sigmoid scores when k > 1 (``sigmoid_topk``);
+  sigmoid`` always renormalises the top-k sigmoid scores when k > 1 (``sigmoid_topk``), and at
+  k = 1 keeps the sigmoid of the one logit, which ``--moe-apply-probs-on-input`` multiplies into the
+  expert's input (Llama 4's ``topk_sigmoid``, top-1 only);
   ``--moe-router-topk-scaling-factor`` multiplies the weights in every case. Group-limited
   routing (``--moe-router-num-groups``/``--moe-router-group-topk``) scores a group by the sum of
   its top (k / group_topk) scores, DeepSeek-V3's rule.
@@ -37,7 +39,8 @@ NAME = "Megatron-LM"
 Flag = tuple[str, str | None]
 _ROUTER = {"topk_softmax": [("--moe-router-score-function", "softmax")],
            "softmax_topk": [("--moe-router-score-function", "softmax"), ("--moe-router-pre-softmax", None)],
-           "sigmoid_topk": [("--moe-router-score-function", "sigmoid")]}
+           "sigmoid_topk": [("--moe-router-score-function", "sigmoid")],
+           "topk_sigmoid": [("--moe-router-score-function", "sigmoid"), ("--moe-apply-probs-on-input", None)]}
 _LLAMA3_FIXED = (1.0, 4.0, 8192)  # RotaryEmbedding._apply_scaling's low/high freq factors and original context
 _MLA_YARN_FIXED = (4096, 32.0, 1.0)  # MLATransformerConfig original_max_position_embeddings, beta_fast, beta_slow
 
@@ -83,10 +86,17 @@ def moe_model_flags(m: ModelSpec) -> list[Flag]:
 
 
 def _router_flags(m: ModelSpec) -> list[Flag]:
-    if m.num_experts_per_token == 1 and m.router != "softmax_topk":
+    if m.router == "topk_sigmoid" and m.num_experts_per_token > 1:
+        raise refuse(NAME, "model.router", f"Megatron-Core renormalises top-{m.num_experts_per_token} sigmoid scores; "
+                                           "the model keeps each expert's sigmoid (it matches at top-1 only)")
+    if m.num_experts_per_token == 1 and m.router not in ("softmax_topk", "topk_sigmoid"):
         raise refuse(NAME, "model.router", f"with top-1 a renormalised weight is 1, but Megatron-Core needs "
                                            f"--moe-router-pre-softmax at top-1 (softmax) or does not renormalise "
                                            f"(sigmoid); {m.router} at top-1 has no setting")
+    linear_bias = m.bias if m.attn_out_bias is None else m.attn_out_bias  # what --disable-bias-linear follows
+    if m.router_bias != linear_bias:  # megatron-core 0.16.1 transformer/moe/router.py: a bias iff add_bias_linear
+        raise refuse(NAME, "model.router_bias", f"Megatron-Core's router has a bias exactly when the linear layers do; "
+                                                f"the model has router bias {m.router_bias}, linear biases {linear_bias}")
     flags = list(_ROUTER[m.router])
     if m.router_scaling_factor != 1.0:
         flags.append(("--moe-router-topk-scaling-factor", repr(float(m.router_scaling_factor))))
@@ -137,10 +147,13 @@ def rope_flags(m: ModelSpec) -> list[Flag]:
                                                      "factors 1/4 and the original context 8192")
         return [("--use-rope-scaling", None), ("--rope-scaling-factor", repr(factor))]
     if kind == "yarn":
+        # Megatron-Core rounds the correction range by default (megatron-core 0.16.1 yarn_rotary_pos_embedding.py
+        # correction_range_round_to_int True); GPT-OSS does not (Megatron-Bridge's gpt_oss bridge sets it False)
+        truncate: list[Flag] = [] if m.rope_yarn_truncate else [("--no-yarn-correction-range-round-to-int", None)]
         return [("--rotary-scaling-factor", repr(factor)),
                 ("--yarn-original-max-position-embeddings", str(m.rope_original_max_positions)),
                 ("--yarn-beta-fast", repr(m.rope_beta_fast)), ("--yarn-beta-slow", repr(m.rope_beta_slow)),
-                ("--mscale", repr(m.rope_mscale)), ("--mscale-all-dim", repr(m.rope_mscale_all_dim))]
+                ("--mscale", repr(m.rope_mscale)), ("--mscale-all-dim", repr(m.rope_mscale_all_dim))] + truncate
     return []
 
 
