@@ -19,6 +19,7 @@ from autotune.search import api as search_api
 from autotune.search.choices import StageChoice, choice_values
 from autotune.search.driver import SearchProblem, SliceSearch
 from autotune.search.intra_op import IntraOpResult, with_partial_recompute
+from autotune.search.members import count_costs
 from autotune.search.space import load_space
 from autotune.search.tables import choice_costs
 from autotune.spec.presets import load_preset
@@ -124,14 +125,42 @@ def test_vectorised_counts_equal_the_cost_model():
     ctx = search._slice_context(1)
     full = choice_costs(ctx, StageChoice(tp=2, cp=1, sequence_parallel=True, recompute="full", zero=0,
                                          mesh_order="tp-cp-dp", fp8=True))
-    out = with_partial_recompute(ctx, IntraOpResult(model_parallel=2, dp=1, costs=(full,), num_trials=1), [3, 7])
-    assert {c.choice.recompute_layers for c in out.costs} == {0, 3, 7}
+    none = choice_costs(ctx, replace(full.choice, recompute="none"))
     for k in (3, 7):
-        derived = next(c for c in out.costs if c.choice.recompute_layers == k)
+        derived = count_costs(none, full, k)
+        assert derived.choice.recompute_layers == k
         direct = choice_costs(ctx, derived.choice)
         for name in ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes"):
             np.testing.assert_allclose(getattr(derived, name)[:, k + 1:], getattr(direct, name)[:, k + 1:], rtol=1e-9)
             assert np.all(np.isinf(getattr(derived, name)[:, :k + 1]))  # every layer: plain full recomputation
+
+
+def test_counts_reduced_in_blocks_equal_their_tables_reduced_at_once(monkeypatch):
+    """best_by_inflight with (full, none) pairs standing for every count picks what it picks from
+    every count's table made and stacked, blocks of counts or not."""
+    from autotune.search import tables
+
+    search = SliceSearch(_problem("small", 2))
+    ctx = search._slice_context(1)
+    study = with_partial_recompute(ctx, IntraOpResult(model_parallel=2, dp=1, costs=tuple(
+        choice_costs(ctx, StageChoice(tp=t, cp=2 // t, sequence_parallel=t > 1, recompute=r, zero=0, mesh_order="tp-cp-dp"))
+        for t in (1, 2) for r in ("selective", "full")), num_trials=4), list(range(1, 12)))
+    assert len(study.pairs) == 2 and len(study.costs) == 6  # two twins priced
+    made = list(study.costs) + [count_costs(study.costs[none], study.costs[full], k)
+                                for full, none in study.pairs for k in study.counts]
+    need = np.concatenate([(c.mem_base_bytes[0] + c.mem_per_microbatch_bytes[0]).ravel() for c in made])
+    picked_counts = False
+    for block in (1 << 22, 40):
+        monkeypatch.setattr(tables, "_COUNT_BLOCK_ELEMENTS", block)
+        for cap in [*np.quantile(need[np.isfinite(need)], [0.2, 0.4, 0.6]), 1e30]:  # counts win where none does not fit
+            streamed = tables.best_by_inflight(list(study.costs), 0, 8, 8, cap, study.pairs, study.counts)
+            whole = tables.best_by_inflight(made, 0, 8, 8, cap)
+            for a, b in zip(streamed, whole):
+                np.testing.assert_array_equal(a, b)
+            index = streamed[2]
+            assert all(study.choice(int(i)) == made[int(i)].choice for i in np.unique(index[index >= 0]))
+            picked_counts |= bool((index >= len(study.costs)).any())
+    assert picked_counts
 
 
 @pytest.mark.parametrize("model, gpus, batch", [("small", 1, 16), ("gpt3-125m", 2, 16)])

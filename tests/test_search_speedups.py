@@ -69,18 +69,19 @@ def test_collective_memo_returns_the_computed_times_read_only():
 
 
 def test_studies_in_worker_processes_give_the_same_search(monkeypatch):
-    """The forked studies (autotune.search.parallel) change nothing: plan, estimate, trials."""
+    """The forked studies (autotune.search.parallel) change nothing: plan, estimate, trials (a
+    space with stages of their own choices: uniform spaces price lazily, autotune.search.uniform)."""
     from autotune.search import parallel
     from autotune.search.api import search
 
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "1")
-    serial = search("large", 16, cache=False)
+    serial = search("large", 16, cache=False, space="default")
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
     monkeypatch.setattr(parallel, "MIN_STUDIES", 2)
     ran = []
     real = parallel.run_studies
     monkeypatch.setattr(parallel, "run_studies", lambda search_, keys: ran.append(out := real(search_, keys)) or out)
-    forked = search("large", 16, cache=False)
+    forked = search("large", 16, cache=False, space="default")
     assert ran and ran[0] or not parallel._can_fork()
     assert forked.plan == serial.plan and forked.estimate == serial.estimate
     assert (forked.stats.num_trials, forked.stats.num_intra_op_studies) == (serial.stats.num_trials, serial.stats.num_intra_op_studies)
@@ -103,7 +104,7 @@ def test_evaluate_prices_each_distinct_stage_once_with_the_same_estimate(model, 
     from autotune.cost.contract import stage_cost
     from autotune.search.api import search
 
-    result = search(model, gpus, cluster=cluster, cache=False)
+    result = search(model, gpus, cluster=cluster, cache=False, space="default")  # every slice's plan kept
     plans = [p for p, _ in result.candidates] + [b.plan for b in result.baselines if b.plan is not None]
     assert any(p.pp > 2 for p in plans)
     spec, work = _model_and_workload(model)

@@ -23,7 +23,7 @@ def _position(first: int, n: int, num_layers: int) -> int:
 
 
 def _stage(result: IntraOpResult, choice_index: int, dp: int, first: int, n: int, num_layers: int) -> StagePlan:
-    choice = result.costs[choice_index].choice
+    choice = result.choice(choice_index)
     return choice.stage_plan(dp=dp, layers=(first, first + n), has_embedding=first == 0,
                              has_head=first + n == num_layers)
 

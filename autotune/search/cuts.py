@@ -42,7 +42,8 @@ def _inflight_tables(search: SliceSearch, result: IntraOpResult, b_index: int, n
         memo["deep_slice"] = (result.dp, b_index, num_mb)
     found = memo.get(key)
     if found is None or found[0] is not result or found[1] < max_inflight:
-        found = (result, max_inflight, best_by_inflight(list(result.costs), b_index, num_mb, max_inflight, search.capacity))
+        found = (result, max_inflight, best_by_inflight(list(result.costs), b_index, num_mb, max_inflight, search.capacity,
+                                                                 result.pairs, result.counts))
         memo[key] = found
     return tuple(a[..., : max_inflight + 1] for a in found[2])
 
@@ -92,4 +93,4 @@ def solve_cuts(search: SliceSearch, key: SliceKey, prune_above: float = math.inf
 def _single(result: IntraOpResult, choice_index: int) -> IntraOpResult:
     """The study's result narrowed to one of its choices (for plans whose stages share it)."""
     return IntraOpResult(model_parallel=result.model_parallel, dp=result.dp, costs=(result.costs[choice_index],),
-                         num_trials=0)
+                         num_trials=0)  # (inference only: no recomputation counts)

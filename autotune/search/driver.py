@@ -119,11 +119,26 @@ class SliceSearch:
         self.tables = model_tables(self.problem.model, w.seq_len, w.activation_bytes, w.attention_impl,
                                    self.problem.runtime.qkv_fused)
         self.capacity = self.problem.cluster.device.memory_bytes
+        self.keys = plan_slices(self.problem)
+        self.uniform = None
+        if self.problem.space.uniform_stages and is_training(w):  # one choice for every stage: bounded enumeration
+            from autotune.search.uniform import UniformSearch
+
+            self.uniform = UniformSearch(self)
         if self.cache is not None:
             from autotune.search.cache import fingerprint
 
             p = self.problem
             self.base_key = fingerprint(p.model, p.workload, p.runtime, p.cluster, p.space, p.seed, p.method)
+
+    @property
+    def num_studies(self) -> int:
+        """(dp, stage size) problems whose stage choices were priced."""
+        return len(self.studies) + (len(self.uniform.studies) if self.uniform is not None else 0)
+
+    def evaluate(self, plan: Plan) -> Estimate:
+        p = self.problem
+        return evaluate_plan(p.model, p.workload, p.cluster, plan, runtime=p.runtime)
 
     def micro_batches(self, dp: int) -> tuple[int, ...]:
         return micro_batch_sizes(self.problem, dp)
@@ -222,6 +237,8 @@ class SliceSearch:
         """No plan of the slice is faster: a stage of n layers on m units takes at least
         n * a_m, a_m the least per-layer time of a fitting choice holding one micro-batch, so
         max_i t_i >= sum_i n_i a_m m_i / U >= L min_m(a_m m) / U, and the step >= B max_i t_i."""
+        if self.uniform is not None:
+            return self.uniform.lower_bound_s(key)
         units = self.problem.gpus // key.dp
         num_mb = self.problem.workload.global_batch // (key.dp * key.micro_batch)
         per_layer = [self.least_layer_time_s(key, r) * r.model_parallel for r in self.results(key.dp)]
@@ -238,7 +255,8 @@ class SliceSearch:
 
     def iter_outcomes(self, keys: list[SliceKey], prune_above: Callable[[], float]) -> Iterator[SliceOutcome]:
         """Solve slices in order of their lower bounds, skipping those that cannot win."""
-        self.prefetch(sorted({k.dp for k in keys}))  # the bounds read every dp's studies
+        if self.uniform is None:
+            self.prefetch(sorted({k.dp for k in keys}))  # the bounds read every dp's studies
         bounds = sorted((self.lower_bound_s(k), k) for k in keys)
         for bound, key in bounds:
             if bound >= prune_above():
@@ -248,10 +266,11 @@ class SliceSearch:
             yield SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=bound)
 
     def solve_slice(self, key: SliceKey, prune_above: float = math.inf) -> tuple[Plan | None, Estimate | None]:
+        if self.uniform is not None:
+            return self.uniform.solve(key, prune_above)
         best: tuple[Plan | None, Estimate | None] = (None, None)
         for plan in build_plans(self, key, prune_above):
-            estimate = evaluate_plan(self.problem.model, self.problem.workload, self.problem.cluster, plan,
-                                     runtime=self.problem.runtime)
+            estimate = self.evaluate(plan)
             if best[1] is None or _better(estimate, best[1]):
                 best = (plan, estimate)
         return best

@@ -186,7 +186,7 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     pruned = sum(1 for o in outcomes.values() if o.pruned)
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
                         num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=0 if shared else resumed,
-                        num_intra_op_studies=len(search.studies),
+                        num_intra_op_studies=search.num_studies,
                         num_trials=search.num_trials + (_shared_trials(study) if shared else 0), best_from=source)
     candidates = tuple((o.plan, o.estimate) for o in outcomes.values() if o.plan is not None and o.estimate is not None)
     result = SearchResult(plan=plan, estimate=estimate, baselines=extras, stats=stats, candidates=candidates,

@@ -32,10 +32,23 @@ __all__ = ["IntraOpResult", "optimize_stage", "expert_choices", "stage_study", "
 
 @dataclass(frozen=True, kw_only=True)
 class IntraOpResult:
+    """The priced choices of one (stage size, dp) study. Partial recomputation counts are not
+    tables of their own: each (full, none) index pair in ``pairs`` stands for its choice with
+    every count in ``counts``, interpolated when the stage tables are reduced (tables.py)."""
+
     model_parallel: int
     dp: int
     costs: tuple[ChoiceCosts, ...]  # every distinct choice the study evaluated
     num_trials: int
+    pairs: tuple[tuple[int, int], ...] = ()  # (full recomputation, its no-recomputation twin) indices
+    counts: tuple[int, ...] = ()
+
+    def choice(self, index: int) -> StageChoice:
+        """The choice at a reduced table's index: a priced one, or a count of a pair (after them)."""
+        if index < len(self.costs):
+            return self.costs[index].choice
+        pair, k = divmod(index - len(self.costs), len(self.counts))
+        return replace(self.costs[self.pairs[pair][0]].choice, recompute_layers=self.counts[k])
 
 
 def expert_choices(values: dict[str, list], model_parallel: int, space: SearchSpace) -> list[dict]:
@@ -135,36 +148,21 @@ def stage_study(ctx: SliceContext, space: SearchSpace, values: dict[str, list], 
     return with_partial_recompute(ctx, result, counts) if counts else result
 
 
-def _blend(none: np.ndarray, full: np.ndarray, f: np.ndarray, counted: np.ndarray) -> np.ndarray:
-    """none + f (full - none) where the count is below the layer count n, inf elsewhere (there
-    the count is every layer: plain full recomputation, already a choice)."""
-    with np.errstate(invalid="ignore"):
-        out = none + f * (full - none)
-    return np.where(counted & np.isfinite(none) & np.isfinite(full), out, np.inf)
-
-
 def with_partial_recompute(ctx: SliceContext, result: IntraOpResult, counts: list[int]) -> IntraOpResult:
-    """``result`` plus, for each full-recomputation choice, the same choice recomputing only
-    the first N layers of its stage for every N in ``counts``, interpolated between the choice
-    and its no-recomputation twin (priced here when the study did not)."""
-    by_choice = {c.choice: c for c in result.costs}
-    extra, trials = [], 0
-    n = np.arange(result.costs[0].time_s.shape[1], dtype=float)[None, :, None] if result.costs else None
-    for full in [c for c in result.costs if c.choice.recompute == "full" and c.choice.recompute_layers == 0]:
+    """``result`` standing also for each full-recomputation choice recomputing only the first N
+    layers of its stage, for every N in ``counts``: its no-recomputation twin is priced here when
+    the study did not, and the counts are interpolated between the two when the tables are
+    reduced (tables.best_by_inflight), so no count has a table of its own."""
+    by_choice = {c.choice: i for i, c in enumerate(result.costs)}
+    costs, pairs, trials = list(result.costs), [], 0
+    for i, full in enumerate(result.costs):
+        if full.choice.recompute != "full" or full.choice.recompute_layers:
+            continue
         twin = replace(full.choice, recompute="none")
         if twin not in by_choice:
-            by_choice[twin] = choice_costs(ctx, twin)
-            extra.append(by_choice[twin])
+            by_choice[twin] = len(costs)
+            costs.append(choice_costs(ctx, twin))
             trials += 1
-        none = by_choice[twin]
-        for k in counts:
-            counted = n > k
-            with np.errstate(divide="ignore", invalid="ignore"):
-                f = np.where(counted, k / np.maximum(n, 1.0), 1.0)
-            extra.append(ChoiceCosts(
-                choice=replace(full.choice, recompute_layers=k),
-                time_s=_blend(none.time_s, full.time_s, f, counted), tail_s=_blend(none.tail_s, full.tail_s, f, counted),
-                mem_base_bytes=_blend(none.mem_base_bytes, full.mem_base_bytes, f, counted),
-                mem_per_microbatch_bytes=_blend(none.mem_per_microbatch_bytes, full.mem_per_microbatch_bytes, f, counted)))
-    return IntraOpResult(model_parallel=result.model_parallel, dp=result.dp, costs=result.costs + tuple(extra),
-                         num_trials=result.num_trials + trials)
+        pairs.append((i, by_choice[twin]))
+    return IntraOpResult(model_parallel=result.model_parallel, dp=result.dp, costs=tuple(costs),
+                         num_trials=result.num_trials + trials, pairs=tuple(pairs), counts=tuple(counts) if pairs else ())

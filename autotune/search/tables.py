@@ -42,7 +42,8 @@ class SliceContext:
 
     @property
     def num_microbatches(self) -> np.ndarray:
-        return np.array([self.workload.global_batch // (self.dp * b) for b in self.micro_batches])[:, None]
+        """Per micro-batch size; at least 1 (a floor's tables may hold sizes larger than a replica's batch)."""
+        return np.array([max(1, self.workload.global_batch // (self.dp * b)) for b in self.micro_batches])[:, None]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -98,8 +99,9 @@ def _stage_arrays(costers, stage, pos: StagePosition, n: np.ndarray) -> tuple[np
     return time, tail, base, per
 
 
-def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
-    """Score ``choice`` for every micro-batch size, layer count and position."""
+def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | None = None) -> ChoiceCosts:
+    """Score ``choice`` for every micro-batch size, layer count and position (``positions``:
+    those to price; by default those its pipelines can take, positions_needed)."""
     num_layers = ctx.tables.model.num_layers
     n = np.arange(1, num_layers + 1)[None, :]
     costers = _phase_costers(ctx)
@@ -107,7 +109,7 @@ def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
     inter = size >= ctx.cluster.gpus_per_node
     shape = (len(ctx.micro_batches), num_layers + 1, len(POSITIONS))
     arrays = {k: np.full(shape, np.inf) for k in ("time", "tail", "base", "per")}
-    for index in positions_needed(ctx, size):
+    for index in positions_needed(ctx, size) if positions is None else positions:
         emb, head, neighbors = POSITIONS[index]
         pos = StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter)
         try:  # a choice this stage cannot take (a cache group that does not fit, ep x etp not dividing it)
@@ -122,10 +124,16 @@ def choice_costs(ctx: SliceContext, choice: StageChoice) -> ChoiceCosts:
 
 
 def best_by_inflight(costs: list[ChoiceCosts], b_index: int, num_microbatches: int, max_inflight: int,
-                     capacity_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                     capacity_bytes: float, pairs: tuple[tuple[int, int], ...] = (),
+                     counts: tuple[int, ...] = ()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For every (n, position, in-flight r = 1..max_inflight): the fitting choice that minimises
     its step contribution B * time + tail (the lowest index among equals). Returns (time, tail,
-    choice index), indexed [n, position, r] (r = 0 unused); inf / -1 where nothing fits."""
+    choice index), indexed [n, position, r] (r = 0 unused); inf / -1 where nothing fits.
+
+    Each (full, none) pair of ``pairs`` also stands for its full choice recomputing only the
+    first k layers, for every k in ``counts`` (index len(costs) + pair * len(counts) + k's
+    position): interpolated a block of counts at a time (cost/recompute.py), so memory stays
+    bounded whatever the number of counts."""
     time = np.stack([c.time_s[b_index] for c in costs])  # (C, n, pos)
     tail = np.stack([c.tail_s[b_index] for c in costs])
     base = np.stack([c.mem_base_bytes[b_index] for c in costs])
@@ -134,10 +142,49 @@ def best_by_inflight(costs: list[ChoiceCosts], b_index: int, num_microbatches: i
     found = _best_by_sorting(score, base, per, max_inflight, capacity_bytes) if max_inflight >= _SORT_FROM_DEPTH else None
     best, ok = found if found is not None else _best_by_scoring(score, base, per, max_inflight, capacity_bytes)
     n_idx, p_idx = np.ogrid[: time.shape[1], : time.shape[2]]
-    pick = lambda a: np.where(ok, a[best, n_idx, p_idx], np.inf)  # noqa: E731
-    index = np.where(ok, best, -1)
+    pick = lambda a, i: np.where(ok, a[i, n_idx, p_idx], np.inf)  # noqa: E731
+    out = {"time": pick(time, best), "tail": pick(tail, best), "score": pick(score, best), "index": np.where(ok, best, -1)}
+    for p, (full, none) in enumerate(pairs):
+        _merge_counts(out, costs[none], costs[full], b_index, num_microbatches, max_inflight, capacity_bytes, counts,
+                      len(costs) + p * len(counts))
     order = (1, 2, 0)  # -> [n, pos, r]
-    return pick(time).transpose(order), pick(tail).transpose(order), index.transpose(order)
+    return out["time"].transpose(order), out["tail"].transpose(order), out["index"].transpose(order)
+
+
+def blend_counts(none: np.ndarray, full: np.ndarray, fraction: np.ndarray, counted: np.ndarray) -> np.ndarray:
+    """``none + fraction (full - none)`` where the count is below the layer count (``counted``), inf
+    elsewhere (there the count is every layer: plain full recomputation, a choice of its own);
+    ``fraction`` = count / layers broadcast over [count, n, 1] against tables [n, pos]."""
+    with np.errstate(invalid="ignore"):
+        mixed = none + fraction * (full - none)
+    return np.where(counted & np.isfinite(none) & np.isfinite(full), mixed, np.inf)
+
+
+_COUNT_BLOCK_ELEMENTS = 1 << 22  # a block of counts scored at once holds about this many floats per array
+
+
+def _merge_counts(out: dict, none: ChoiceCosts, full: ChoiceCosts, b_index: int, num_microbatches: int,
+                  max_inflight: int, capacity_bytes: float, counts: tuple[int, ...], first_index: int) -> None:
+    """Fold the counts of one (full, none) pair into the running best (strictly better only: a
+    lower index wins a tie)."""
+    n = np.arange(full.time_s.shape[1], dtype=float)[None, :, None]
+    size = max(1, _COUNT_BLOCK_ELEMENTS // ((max_inflight + 1) * full.time_s[b_index].size))
+    for start in range(0, len(counts), size):
+        k = np.asarray(counts[start:start + size], dtype=float)[:, None, None]
+        counted = n > k
+        with np.errstate(divide="ignore", invalid="ignore"):
+            f = np.where(counted, k / np.maximum(n, 1.0), 1.0)
+        time, tail, base, per = (blend_counts(getattr(none, name)[b_index], getattr(full, name)[b_index], f, counted)
+                                 for name in ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes"))
+        score = num_microbatches * time + tail
+        best, ok = _best_by_scoring(score, base, per, max_inflight, capacity_bytes)
+        n_idx, p_idx = np.ogrid[: time.shape[1], : time.shape[2]]
+        found = np.where(ok, score[best, n_idx, p_idx], np.inf)
+        better = found < out["score"]
+        out["score"] = np.where(better, found, out["score"])
+        out["time"] = np.where(better, time[best, n_idx, p_idx], out["time"])
+        out["tail"] = np.where(better, tail[best, n_idx, p_idx], out["tail"])
+        out["index"] = np.where(better, first_index + start + best, out["index"])
 
 
 # From this depth on the sorted search beats scoring every depth (measured on GPT-3 175B's tables).

@@ -1,0 +1,97 @@
+"""Stage choices grouped for bounding, and partial recomputation counts scored from two tables.
+
+A *class* is the choices of a stage that differ only in what trades time for memory:
+recomputation (none, selective, full, full on the first N layers), ZeRO 0-2 (the same kernels
+and collectives per micro-batch; the step's tail and the memory differ) and offloading. Its
+*representative* is the class member with nothing traded: no recomputation, ZeRO 0 (or ZeRO 3,
+a class of its own: its weights are gathered per micro-batch) and nothing offloaded. Each of
+these adds work to a micro-batch, so the representative's stage time is a floor for every
+member (tests/test_search_bounds.py checks this against the cost model), and a stage's time
+per micro-batch does not fall as the data-parallel degree grows (gradient and ZeRO groups only
+get larger): one representative priced at the smallest data-parallel degree bounds the class at
+every degree, before any member is priced.
+
+Partial recomputation (the first N layers of a stage fully recomputed) costs the interpolation
+``none + min(N, n) / n * (full - none)`` of its stage's tables without and with full
+recomputation (autotune/cost/recompute.py), so a count's table is made from two priced ones.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autotune.search.bounds import interleaved_floor_s, pipeline_floor_s
+from autotune.search.choices import StageChoice
+from autotune.search.tables import ChoiceCosts, blend_counts
+
+__all__ = ["Member", "representative", "count_costs", "member_floors", "count_floors"]
+
+# placements that trade time for memory: folded into the class representative (no offload)
+_OFFLOAD_FIELDS = ("optimizer_in", "gradients_in", "weights_in", "activations_in")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Member:
+    """One uniform choice of a slice's stages: its tables, its submesh, and its rank (the order
+    in which equal objectives are settled: submesh, then choice as enumerated, then count)."""
+
+    rank: tuple[int, int, int]
+    model_parallel: int
+    costs: ChoiceCosts
+
+
+def representative(choice: StageChoice) -> StageChoice:
+    """The class representative of ``choice``: no recomputation, nothing offloaded, ZeRO 0
+    unless it is ZeRO 3 (then its FSDP sharding variant stays: it sets the per-micro-batch
+    gathers)."""
+    zero3 = choice.zero >= 3
+    kept = tuple((k, v) for k, v in choice.placements if k not in _OFFLOAD_FIELDS and zero3)
+    return replace(choice, recompute="none", recompute_layers=0, zero=3 if zero3 else 0, placements=kept)
+
+
+def _fractions(counts, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """(count / n, n > count) over [count, n, 1]."""
+    k = np.asarray(counts, dtype=float).reshape(-1, 1, 1)
+    n = np.arange(num_rows, dtype=float)[None, :, None]
+    counted = n > k
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(counted, k / np.maximum(n, 1.0), 1.0), counted
+
+
+def count_costs(none: ChoiceCosts, full: ChoiceCosts, count: int) -> ChoiceCosts:
+    """The tables of ``full``'s choice recomputing only the first ``count`` layers of a stage:
+    interpolated where the stage has more layers than ``count``, inf elsewhere (there it is
+    plain full recomputation, a member of its own)."""
+    f, counted = _fractions([count], full.time_s.shape[1])
+    arrays = {name: blend_counts(getattr(none, name), getattr(full, name), f, counted)
+              for name in ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes")}
+    return ChoiceCosts(choice=replace(full.choice, recompute_layers=count), **arrays)
+
+
+def _floors(time, tail, base, per, capacity_bytes: float, shape: tuple[int, int, int, int, int]) -> tuple:
+    """(1F1B floor, interleaved score or inf) of tables [..., n, pos]; ``shape``: (layers, stages,
+    micro-batches, chunks per rank, micro-batches an interleaved stage holds)."""
+    num_layers, num_stages, num_mb, chunks, inflight = shape
+    plain = pipeline_floor_s(time, tail, base, per, capacity_bytes, num_layers, num_stages, num_mb)
+    if chunks <= 1:
+        return plain, np.full_like(plain, np.inf)
+    return plain, interleaved_floor_s(time, base, per, capacity_bytes, num_layers, num_stages, num_mb, chunks, inflight)
+
+
+def member_floors(costs: ChoiceCosts, b_index: int, capacity_bytes: float, shape: tuple) -> tuple[float, float]:
+    """(1F1B, interleaved) floors of one priced member at micro-batch ``b_index`` (``shape`` as _floors)."""
+    plain, interleaved = _floors(costs.time_s[b_index], costs.tail_s[b_index], costs.mem_base_bytes[b_index],
+                                 costs.mem_per_microbatch_bytes[b_index], capacity_bytes, shape)
+    return float(plain), float(interleaved)
+
+
+def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_index: int, capacity_bytes: float,
+                 shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """member_floors of every count at once (arrays over ``counts``), without making each
+    count's tables: the interpolation over a [count, n, pos] grid at one micro-batch size."""
+    f, counted = _fractions(counts, full.time_s.shape[1])
+    time, tail, base, per = (blend_counts(getattr(none, name)[b_index], getattr(full, name)[b_index], f, counted)
+                             for name in ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes"))
+    return _floors(time, tail, base, per, capacity_bytes, shape)
