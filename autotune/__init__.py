@@ -6,6 +6,7 @@ The public API (imported lazily, so ``import autotune`` stays fast and never loa
     autotune.search(model=..., gpus=..., cluster=..., runtime=..., seed=...) -> SearchResult
     autotune.resume(run_dir)                                        -> SearchResult
     autotune.scaling_curve(model, gpus=[1, 2, 4, ...], ...)         -> ScalingCurve
+    autotune.search_many([{"model": ..., "gpus": ...}, ...], ...)   -> tuple[SearchAnswer, ...]
 """
 
 from __future__ import annotations
@@ -18,14 +19,15 @@ from typing import Any
 import autotune.search as _search_package  # noqa: F401  (cheap: its __init__ imports nothing)
 
 __all__ = [
-    "evaluate", "search", "resume", "scaling_curve", "AutotuneError", "ModelSpec", "TrainingWorkload",
+    "evaluate", "search", "resume", "scaling_curve", "search_many", "SearchAnswer", "AutotuneError", "ModelSpec", "TrainingWorkload",
     "Plan", "StagePlan", "Estimate", "SearchResult", "load_preset", "load_cluster", "preset_names", "cluster_names",
     "Runtime", "load_runtime", "runtime_names",
 ]
 
 _WHERE = {
     "evaluate": "autotune.search.evaluate", "resume": "autotune.search.api",
-    "scaling_curve": "autotune.search.curve", "AutotuneError": "autotune.errors", "ModelSpec": "autotune.spec.model",
+    "scaling_curve": "autotune.search.curve", "search_many": "autotune.search.many",
+    "SearchAnswer": "autotune.search.many", "AutotuneError": "autotune.errors", "ModelSpec": "autotune.spec.model",
     "TrainingWorkload": "autotune.spec.workload", "Plan": "autotune.plan.plan", "StagePlan": "autotune.plan.plan",
     "Estimate": "autotune.cost.estimate", "SearchResult": "autotune.search.result",
     "load_preset": "autotune.spec.presets", "preset_names": "autotune.spec.presets",

@@ -127,7 +127,7 @@ SEARCH_CHECKS = {"model": A.model_arg, "gpus": A.count_arg, "cluster": A.cluster
                   "global_batch": A.optional_count_arg, "seq_len": A.optional_count_arg, "dtype": A.text_arg,
                   "attention": A.optional_text_arg, "run_dir": A.optional_path_arg, "runs_dir": A.optional_path_arg,
                   "storage": A.optional_text_arg, "study_name": A.optional_text_arg, "progress": A.callable_arg,
-                  "announce": A.callable_arg, "cache": A.bool_arg, "plots": A.text_arg}
+                  "announce": A.callable_arg, "cache": A.bool_arg, "plots": A.text_arg, "baselines": A.bool_arg}
 
 
 @A.entry_point(SEARCH_CHECKS)
@@ -135,7 +135,7 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
            space: Any = None, seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
            seq_len: int | None = None, dtype: str = "bf16", attention: str | None = None, run_dir: str | Path | None = None,
            runs_dir: str | Path | None = None, storage: str | None = None, study_name: str | None = None,
-           progress=None, announce=None, cache: bool = True, plots: str = "sync") -> SearchResult:
+           progress=None, announce=None, cache: bool = True, plots: str = "sync", baselines: bool = True) -> SearchResult:
     """The fastest plan that fits ``model`` on ``gpus`` GPUs of ``cluster``, run by ``runtime`` (a preset
     name or a Runtime; None: megatron). ``space`` (None: the runtime's own) narrows the plans searched.
 
@@ -149,6 +149,8 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     process-wide plan cache (autotune.search.cache): a repeated query returns at once and
     another GPU count of the same model reuses stage costs. ``plots`` (with a run directory):
     ``sync`` draws them before returning, ``background`` in a detached process, ``none`` not at all.
+    ``baselines``: score the hand-made baselines beside the plan (False: none, a faster answer for
+    callers that need only the plan, such as autotune.search_many and autotune.scaling_curve).
     """
     import time
 
@@ -182,7 +184,7 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
         from autotune.search.cache import PLAN_CACHE
 
         result = run_search(problem, study=study, progress=progress, cache=PLAN_CACHE if cache else None,
-                            shared=storage is not None, started_s=started_s)
+                            shared=storage is not None, started_s=started_s, with_baselines=baselines)
         return _finish(problem, refs, result, path, study, plots)
     except BaseException as err:
         note = made.clean_up(err)

@@ -78,7 +78,7 @@ def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: 
     if S == 1:
         one = _fitting(time, base, per, capacity_bytes, SINGLE, 1)[..., L]
         with np.errstate(invalid="ignore"):
-            return np.nan_to_num(B * one + _tail(tail, SINGLE)[..., L], nan=np.inf)
+            return np.nan_to_num(B * one + _tail(tail, SINGLE)[..., L], nan=np.inf, posinf=np.inf)
     first = _fitting(time, base, per, capacity_bytes, FIRST, min(S, B))
     others = _fitting(time, base, per, capacity_bytes, LAST, 1)
     if S > 2:
@@ -91,14 +91,14 @@ def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: 
             t_rest = others[..., rest]
             total = t_first + t_rest + (B - 1) * np.maximum(t_first, t_rest)
         else:
-            per_layer = np.nan_to_num(others[..., 1:] / np.arange(1, L + 1), nan=np.inf).min(axis=-1)[..., None]
+            per_layer = np.nan_to_num(others[..., 1:] / np.arange(1, L + 1), nan=np.inf, posinf=np.inf).min(axis=-1)[..., None]
             suffix = np.minimum.accumulate(others[..., ::-1], axis=-1)[..., ::-1]  # least time of >= m layers
             slowest = suffix[..., -(-rest // (S - 1))]
             total = t_first + per_layer * rest + (B - 1) * np.maximum(t_first, slowest)
             room = _layers_held(base, per, capacity_bytes, S, B)  # the other stages hold at most this many
             total = np.where(rest <= room[..., None], total, np.inf)
         total = total + _tail(tail, FIRST)[..., n_first]
-    return np.nan_to_num(total, nan=np.inf).min(axis=-1)
+    return np.nan_to_num(total, nan=np.inf, posinf=np.inf).min(axis=-1)
 
 
 def interleaved_floor_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float, num_layers: int,
@@ -113,4 +113,4 @@ def interleaved_floor_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, cap
     with np.errstate(invalid="ignore"):
         total = (at[FIRST] + at[LAST] + (S - 2) * at.get(MIDDLE, 0.0)) / chunks + (B - 1.0 / chunks) * np.maximum.reduce(
             list(at.values()))
-    return np.nan_to_num(total, nan=np.inf)
+    return np.nan_to_num(total, nan=np.inf, posinf=np.inf)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.cost.estimate import Estimate
-from autotune.errors import AutotuneError, NoPlanError, require
+from autotune.errors import AutotuneError, require
 from autotune.spec import arguments as A
 from autotune.plan.plan import Plan
 
@@ -69,23 +69,18 @@ def _search_keywords() -> set[str]:
 
     from autotune.search.api import search
 
-    return set(inspect.signature(search.__wrapped__).parameters) - {"model", "gpus", "run_dir", "runs_dir"}
+    from autotune.search.many import _PER_RUN
+
+    return set(inspect.signature(search.__wrapped__).parameters) - {"model", "gpus", *_PER_RUN}
 
 
-def _point(gpus: int, search_kwargs: dict) -> tuple[Plan | None, Estimate | None, str]:
-    from autotune.search.api import search
-
-    try:
-        result = search(gpus=gpus, **search_kwargs)
-        return result.plan, result.estimate, ""
-    except NoPlanError as err:  # a count where nothing fits is a point of the curve, not an error
-        return None, None, err.message
 
 
 @A.entry_point({"model": A.model_arg}, extra=_search_keywords)
 def scaling_curve(model: Any, gpus: Sequence[int], *, efficiency_threshold: float = 0.8, **search_kwargs: Any) -> ScalingCurve:
     """Search every GPU count (``search_kwargs`` go to autotune.search: cluster, workload,
-    space, seed...). Counts where nothing fits get a point with a note, not an error."""
+    space, seed...) as one batch (autotune.search_many: stage tables shared by the counts; no
+    baselines unless ``baselines=True``). Counts where nothing fits get a point with a note."""
     require(isinstance(gpus, Sequence) and not isinstance(gpus, str), "gpus",
             f"must be a list of GPU counts, e.g. [1, 2, 4, 8], got {gpus!r}")
     require(bool(gpus) and all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in gpus), "gpus",
@@ -104,7 +99,12 @@ def scaling_curve(model: Any, gpus: Sequence[int], *, efficiency_threshold: floa
     cluster = resolve_cluster(search_kwargs.get("cluster", DEFAULT_CLUSTER))
     for count in counts:
         cluster.check_gpus(count)  # a count the cluster cannot form is bad input, before any work
-    results = [(count, *_point(count, {**search_kwargs, "model": spec})) for count in counts]
+    from autotune.search.many import search_many
+
+    answers = search_many([{"gpus": count} for count in counts], model=spec,
+                          **{"baselines": False, **search_kwargs})
+    results = [(a.query["gpus"], a.result.plan if a.result else None, a.result.estimate if a.result else None, a.note)
+               for a in answers]
     fitting = [(c, e) for c, _, e, _ in results if e is not None]
     base = fitting[0][1].tokens_per_s / fitting[0][0] if fitting else 0.0
     points = tuple(CurvePoint(gpus=c, plan=p, estimate=e, efficiency=(e.tokens_per_s / c / base) if e and base else 0.0,

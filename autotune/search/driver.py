@@ -8,6 +8,7 @@ plan of every slice is re-scored with the full cost model (autotune.cost.evaluat
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -254,13 +255,23 @@ class SliceSearch:
         return float(np.min(per)) if per.size else math.inf
 
     def iter_outcomes(self, keys: list[SliceKey], prune_above: Callable[[], float]) -> Iterator[SliceOutcome]:
-        """Solve slices in order of their lower bounds, skipping those that cannot win."""
+        """Solve slices in order of their lower bounds, skipping those that cannot win. Uniform
+        spaces order them by a coarse bound first and make a slice's exact bound only when it
+        comes up (it goes back in line if that is larger): slices a good plan prunes on their
+        coarse bound never price their memory screens."""
         if self.uniform is None:
             self.prefetch(sorted({k.dp for k in keys}))  # the bounds read every dp's studies
-        bounds = sorted((self.lower_bound_s(k), k) for k in keys)
-        for bound, key in bounds:
+            line = [(self.lower_bound_s(k), True, k) for k in keys]
+        else:
+            line = [(self.uniform.coarse_bound_s(k), False, k) for k in keys]
+        heapq.heapify(line)
+        while line:
+            bound, exact, key = heapq.heappop(line)
             if bound >= prune_above():
                 yield SliceOutcome(key=key, plan=None, estimate=None, lower_bound_s=bound, pruned=True)
+                continue
+            if not exact:
+                heapq.heappush(line, (max(bound, self.lower_bound_s(key)), True, key))
                 continue
             plan, estimate = self.solve_slice(key, prune_above())
             yield SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=bound)

@@ -159,18 +159,20 @@ def _shared_trials(study) -> int:
 
 
 def run_search(problem: SearchProblem, *, study=None, progress: Progress | None = None, cache=None,
-               shared: bool = False, started_s: float | None = None) -> SearchResult:
+               shared: bool = False, started_s: float | None = None, with_baselines: bool = True) -> SearchResult:
     """The fastest plan that fits; finished slices go to ``study`` (Optuna) as they complete.
     ``cache`` (a PlanCache) returns a finished result of the same problem, and lends intra-op
     studies to other GPU counts of the same model, workload and cluster. ``shared``: the
-    study's slices were solved by this process and its workers (not resumed from a run)."""
+    study's slices were solved by this process and its workers (not resumed from a run).
+    ``with_baselines``: score the hand-made baselines beside the search (and let one the space
+    allows win if the search missed it); without them the result's baselines are empty."""
     start = time.perf_counter() if started_s is None else started_s
     problem.cluster.check_gpus(problem.gpus)
     keys = plan_slices(problem)
     if not keys:
         raise NoPlanError("gpus", f"no data-parallel degree divides both {problem.gpus} GPUs and the global batch "
                                     f"{problem.workload.global_batch}; change --global-batch or --gpus")
-    result_key = fingerprint(problem) if cache is not None and study is None else None
+    result_key = fingerprint(problem, with_baselines) if cache is not None and study is None else None
     if result_key is not None and (found := cache.result(result_key)) is not None:
         return found
     search = SliceSearch(problem, cache=cache)
@@ -178,11 +180,13 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     best = _best(outcomes)
     if best is None and _can_fall_back(problem):  # nothing fits in HBM: search again with offload choices
         wider = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
-        return run_search(wider, study=study, progress=progress, cache=cache, shared=shared, started_s=start)
+        return run_search(wider, study=study, progress=progress, cache=cache, shared=shared, started_s=start,
+                          with_baselines=with_baselines)
     if best is None:
         _missed_targets(problem, outcomes)
         raise NoPlanError("gpus", _no_plan_reason(problem, outcomes, search))
-    extras, plan, estimate, source = _with_baselines(problem, best)
+    extras, plan, estimate, source = _with_baselines(problem, best) if with_baselines else ((), best.plan, best.estimate,
+                                                                                             "search")
     pruned = sum(1 for o in outcomes.values() if o.pruned)
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
                         num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=0 if shared else resumed,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -49,6 +50,7 @@ class PipelineSolution:
     stages: tuple[StageCut, ...]
 
 
+@lru_cache(maxsize=16)
 def _position_matrix(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
     """For every (n, k): the position of a stage of n layers starting at layer k, and validity."""
     n = np.arange(num_layers + 1)[:, None]
@@ -56,7 +58,34 @@ def _position_matrix(num_layers: int) -> tuple[np.ndarray, np.ndarray]:
     end = n + k
     pos = np.where(k == 0, np.where(end == num_layers, SINGLE, FIRST), np.where(end == num_layers, LAST, MIDDLE))
     valid = (n >= 1) & (end <= num_layers)
-    return np.broadcast_to(pos, valid.shape), valid
+    return _frozen(np.broadcast_to(pos, valid.shape)), _frozen(valid)
+
+
+def _frozen(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@lru_cache(maxsize=16)
+def _layout(num_layers: int) -> dict[str, np.ndarray]:
+    """What every solve over ``num_layers`` layers shares (read-only): layer counts by (n, k),
+    k + n clamped, which (n, k) reach past the end, the positions a count can take, the
+    middle-stage mask and the last stages' counts."""
+    L = num_layers
+    _, valid = _position_matrix(L)
+    n_idx = np.broadcast_to(np.arange(L + 1)[:, None], valid.shape)
+    shift = np.arange(L + 1)[:, None] + np.arange(L + 1)[None, :]
+    # the positions a stage of n layers can take over its starts k: only stage (n = L);
+    # first or last (n = L - 1); first, middle or last (n <= L - 2)
+    n = np.arange(L + 1)
+    reach = np.zeros((L + 1, 4), dtype=bool)
+    reach[1:, FIRST] = n[1:] < L
+    reach[1:, LAST] = n[1:] < L
+    reach[1:, MIDDLE] = n[1:] <= L - 2
+    reach[L, SINGLE] = True
+    middle = valid & (n_idx >= 1) & (np.arange(L + 1)[None, :] >= 1) & (shift < L)
+    return {k: _frozen(v) for k, v in {"n_idx": n_idx, "gather": np.minimum(shift, L), "gather_ok": shift <= L,
+                                       "reach": reach, "middle": middle, "last_n": np.arange(1, L)}.items()}
 
 
 class _Tables:
@@ -66,25 +95,13 @@ class _Tables:
     def __init__(self, time_s: np.ndarray, tail_s: np.ndarray) -> None:
         num_layers = time_s.shape[1] - 1
         self.time_s, self.tail_s = time_s, tail_s
-        pos, valid = _position_matrix(num_layers)
-        self.pos, self.valid = pos, valid
-        self.n_idx = np.broadcast_to(np.arange(num_layers + 1)[:, None], valid.shape)
+        self.pos, self.valid = _position_matrix(num_layers)
+        shared = _layout(num_layers)
+        self.n_idx, self.gather, self.gather_ok = shared["n_idx"], shared["gather"], shared["gather_ok"]
+        self.reach, self.middle, self.last_n = shared["reach"], shared["middle"], shared["last_n"]
         self.num_layers = num_layers
         self.depth = time_s.shape[3]
-        shift = np.arange(num_layers + 1)[:, None] + np.arange(num_layers + 1)[None, :]
-        self.gather = np.minimum(shift, num_layers)  # (n, k) -> k + n
-        self.gather_ok = shift <= num_layers
-        # the positions a stage of n layers can take over its starts k: only stage (n = L);
-        # first or last (n = L - 1); first, middle or last (n <= L - 2)
-        n = np.arange(num_layers + 1)
-        reach = np.zeros((num_layers + 1, 4), dtype=bool)
-        reach[1:, FIRST] = n[1:] < num_layers
-        reach[1:, LAST] = n[1:] < num_layers
-        reach[1:, MIDDLE] = n[1:] <= num_layers - 2
-        reach[num_layers, SINGLE] = True
-        self.reach = reach
-        self.middle = valid & (self.n_idx >= 1) & (np.arange(num_layers + 1)[None, :] >= 1) & (shift < num_layers)
-        self.last_n = np.arange(1, num_layers)  # a last stage of n layers starts at k = L - n >= 1
+        reach = self.reach
         # least stage time of each layer count n over submeshes, in-flight depths and starts
         masked = np.where(reach[None, :, :, None], time_s, np.inf)  # [m, n, p, r]
         self.least_time_by_n = masked.min(axis=(0, 2, 3))

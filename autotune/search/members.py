@@ -26,7 +26,7 @@ from autotune.search.bounds import interleaved_floor_s, pipeline_floor_s
 from autotune.search.choices import StageChoice
 from autotune.search.tables import ChoiceCosts, blend_counts
 
-__all__ = ["Member", "representative", "count_costs", "member_floors", "count_floors"]
+__all__ = ["Member", "representative", "count_costs", "member_floors", "screen_floors", "count_floors"]
 
 # placements that trade time for memory: folded into the class representative (no offload)
 _OFFLOAD_FIELDS = ("optimizer_in", "gradients_in", "weights_in", "activations_in")
@@ -80,11 +80,18 @@ def _floors(time, tail, base, per, capacity_bytes: float, shape: tuple[int, int,
     return plain, interleaved_floor_s(time, base, per, capacity_bytes, num_layers, num_stages, num_mb, chunks, inflight)
 
 
-def member_floors(costs: ChoiceCosts, b_index: int, capacity_bytes: float, shape: tuple) -> tuple[float, float]:
-    """(1F1B, interleaved) floors of one priced member at micro-batch ``b_index`` (``shape`` as _floors)."""
-    plain, interleaved = _floors(costs.time_s[b_index], costs.tail_s[b_index], costs.mem_base_bytes[b_index],
-                                 costs.mem_per_microbatch_bytes[b_index], capacity_bytes, shape)
-    return float(plain), float(interleaved)
+def member_floors(costs: list[ChoiceCosts], b_index: int, capacity_bytes: float, shape: tuple) -> tuple:
+    """(1F1B, interleaved) floors (arrays over ``costs``) of priced members at micro-batch
+    ``b_index`` (``shape`` as _floors)."""
+    time, tail, base, per = (np.stack([getattr(c, name)[b_index] for c in costs])
+                             for name in ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes"))
+    return _floors(time, tail, base, per, capacity_bytes, shape)
+
+
+def screen_floors(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float, shape: tuple) -> tuple:
+    """(1F1B, interleaved) floors of classes from their screens: tables [class, n, pos] of the
+    representatives' times and the leanest members' memory (no tail: members' tails differ)."""
+    return _floors(time, np.zeros_like(time), base, per, capacity_bytes, shape)
 
 
 def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_index: int, capacity_bytes: float,

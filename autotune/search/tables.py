@@ -99,14 +99,16 @@ def _stage_arrays(costers, stage, pos: StagePosition, n: np.ndarray) -> tuple[np
     return time, tail, base, per
 
 
-def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | None = None) -> ChoiceCosts:
+def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | None = None,
+                 inter_node: bool | None = None) -> ChoiceCosts:
     """Score ``choice`` for every micro-batch size, layer count and position (``positions``:
-    those to price; by default those its pipelines can take, positions_needed)."""
+    those to price; by default those its pipelines can take, positions_needed); ``inter_node``:
+    whether pipeline sends cross nodes (by default: when the stage spans a node or more)."""
     num_layers = ctx.tables.model.num_layers
     n = np.arange(1, num_layers + 1)[None, :]
     costers = _phase_costers(ctx)
     size = choice.tp * choice.cp * ctx.dp
-    inter = size >= ctx.cluster.gpus_per_node
+    inter = size >= ctx.cluster.gpus_per_node if inter_node is None else inter_node
     shape = (len(ctx.micro_batches), num_layers + 1, len(POSITIONS))
     arrays = {k: np.full(shape, np.inf) for k in ("time", "tail", "base", "per")}
     for index in positions_needed(ctx, size) if positions is None else positions:

@@ -22,56 +22,20 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from autotune.plan.plan import Plan
 from autotune.search.assemble import _plan
 from autotune.search.bounds import positions_of
-from autotune.search.choices import StageChoice, choice_values, enumerate_choices
+from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.members import Member, count_costs, count_floors, member_floors, representative
-from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, best_by_inflight, choice_costs
+from autotune.search.members import Member, count_costs, count_floors, member_floors
+from autotune.search.screens import Screens, price_positions
+from autotune.search.tables import ChoiceCosts, best_by_inflight
 
 __all__ = ["UniformSearch"]
-
-
-@dataclass(frozen=True)
-class _Class:
-    """One class of a (dp, submesh) study: its representative and members (index, choice)."""
-
-    rep: StageChoice
-    members: tuple[tuple[int, StageChoice], ...]
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Screen:
-    """A class's floor tables: the representative's times at ``time_dp``, the least memory of its
-    leanest members at the largest degree (arrays [micro-batch in ``memory_sizes``, n, position])."""
-
-    time_dp: int
-    time: ChoiceCosts
-    memory_sizes: tuple[int, ...]
-    base: np.ndarray
-    per: np.ndarray
-
-
-def _leanest(cls: _Class) -> list[StageChoice]:
-    """The members that keep the least in HBM: the most recomputation and the highest ZeRO stage,
-    with each offload the class has (offloads differ in what they move)."""
-    choices = [c for _, c in cls.members]
-    order = {"full": 0, "selective": 1, "selective_op": 1, "none": 2}
-    least = min(order.get(c.recompute, 2) for c in choices)
-    choices = [c for c in choices if order.get(c.recompute, 2) == least]
-    top = max(c.zero for c in choices)
-    return [c for c in choices if c.zero == top]
-
-
-def _price_positions(num_stages: int) -> list[int]:
-    """Positions priced for a study: the only stage, or first, last and middle (one set serves
-    every pipeline depth of 2 or more, so other GPU counts reuse it)."""
-    return [SINGLE] if num_stages == 1 else [FIRST, LAST, MIDDLE]
 
 
 class UniformSearch:
@@ -80,96 +44,13 @@ class UniformSearch:
 
     def __init__(self, search) -> None:
         self.search, self.problem = search, search.problem
-        p = self.problem
-        self.num_layers = p.model.num_layers
-        self.exhaustive = p.method == "exhaustive"
-        self.counts: dict[tuple[int, int], list[int]] = {}
-        self._classes: dict[tuple[int, int], dict[StageChoice, _Class]] = {}
+        self.screens = Screens(search)
+        self.num_layers = self.problem.model.num_layers
+        self.exhaustive = self.problem.method == "exhaustive"
         self._priced: dict[tuple, dict[int, ChoiceCosts]] = {}
-        self._screens: dict[tuple[int, StageChoice], _Screen | None] = {}
         self._items: dict = {}  # by slice: its candidates' floors, until it is solved
         self.studies: set[tuple[int, int]] = set()
         self.num_evaluated = 0
-
-    # -- what a slice may use ------------------------------------------------------------
-    def dps(self) -> list[int]:
-        return sorted({k.dp for k in self.search.keys})
-
-    def submeshes(self, dp: int) -> list[tuple[int, int]]:
-        """(model-parallel size, stages) of the slice's pipelines: stages of equal submeshes."""
-        units = self.problem.gpus // dp
-        most = min(self.problem.space.max_stages, self.num_layers, units)
-        return [(m, units // m) for m in self.search.stage_sizes(dp) if units % m == 0 and units // m <= most]
-
-    def classes(self, dp: int, mp: int) -> dict[StageChoice, _Class]:
-        """The study's choices by class (enumerated, not priced), and its recomputation counts."""
-        found = self._classes.get((dp, mp))
-        if found is None:
-            p = self.problem
-            values = choice_values(p.space, p.model, p.workload, p.cluster, mp, dp)
-            self.counts[(dp, mp)] = [k for k in values.pop("recompute_layers", []) if k > 0]
-            groups: dict[StageChoice, list] = {}
-            for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
-                groups.setdefault(representative(choice), []).append((i, choice))
-            found = self._classes[(dp, mp)] = {rep: _Class(rep, tuple(m)) for rep, m in groups.items()}
-        return found
-
-    # -- floors shared by every data-parallel degree --------------------------------------
-    def screen(self, mp: int, rep: StageChoice) -> _Screen | None:
-        """The class's floor tables shared by every degree: the representative's times at the
-        smallest degree whose studies have the class, and the least memory of its leanest members
-        (full recomputation, the highest ZeRO stage, each offload) at the largest (memory does not
-        grow with the degree), at every position any degree's pipelines take."""
-        key = (mp, rep)
-        if key not in self._screens:
-            dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)]
-            found = None
-            if dps:
-                stages = {s for dp in dps for m, s in self.submeshes(dp) if m == mp}
-                positions = sorted({x for s in stages for x in _price_positions(s)})
-                time = self._price(dps[0], mp, rep, positions, "screen")
-                sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-                lean = [self._price(dps[-1], mp, c, positions, "lean", sizes)
-                        for c in _leanest(self.classes(dps[-1], mp)[rep])]
-                found = _Screen(time_dp=dps[0], time=time, memory_sizes=sizes,
-                                base=np.minimum.reduce([c.mem_base_bytes for c in lean]),
-                                per=np.minimum.reduce([c.mem_per_microbatch_bytes for c in lean]))
-            self._screens[key] = found
-        return self._screens[key]
-
-    def _price(self, dp: int, mp: int, choice: StageChoice, positions: list[int], kind: str,
-               sizes: tuple[int, ...] | None = None) -> ChoiceCosts:
-        """choice_costs through the plan cache (shared by GPU counts: the tables do not depend on
-        them); ``sizes``: micro-batch sizes other than the degree's own."""
-        cache, ctx = self.search.cache, self.search._slice_context(dp)
-        if sizes is not None:
-            ctx = replace(ctx, micro_batches=sizes)
-        key = None
-        if cache is not None:
-            key = (self.search.base_key, kind, dp, mp, ctx.micro_batches, tuple(positions), choice)
-            found = cache.study(key)
-            if found is not None:
-                return found
-        costs = choice_costs(ctx, choice, positions)
-        self.search.num_trials += 1
-        if cache is not None:
-            cache.store_study(key, costs)
-        return costs
-
-    def _class_floor(self, key, mp: int, stages: int, rep: StageChoice, chunks: int) -> tuple[float, float]:
-        """(1F1B, interleaved) floors of a class from its screen (no member is faster nor needs less
-        memory); 0 where the screen lacks this micro-batch size (the class is priced to know)."""
-        found = self.screen(mp, rep)
-        if found is None:
-            return math.inf, math.inf
-        time_sizes, memory_sizes = self.search.micro_batches(found.time_dp), found.memory_sizes
-        if key.micro_batch not in time_sizes or key.micro_batch not in memory_sizes:
-            return 0.0, 0.0
-        b, m = time_sizes.index(key.micro_batch), memory_sizes.index(key.micro_batch)
-        time = found.time.time_s[b][None]
-        floors = ChoiceCosts(choice=rep, time_s=time, tail_s=np.zeros_like(time), mem_base_bytes=found.base[m][None],
-                             mem_per_microbatch_bytes=found.per[m][None])
-        return member_floors(floors, 0, self.search.capacity, self._shape(key, stages, chunks))
 
     def _shape(self, key, stages: int, chunks: int) -> tuple[int, int, int, int, int]:
         """(layers, stages, micro-batches, chunks, micro-batches an interleaved stage holds) of a pipeline."""
@@ -183,15 +64,15 @@ class UniformSearch:
         key = (dp, mp, rep)
         found = self._priced.get(key)
         if found is None:
-            positions = _price_positions(stages)
-            cls = self.classes(dp, mp)[rep]
-            found = {i: self._price(dp, mp, c, positions, "member") for i, c in cls.members}
-            if self.counts[(dp, mp)]:
+            positions, screens = price_positions(stages), self.screens
+            cls = screens.classes(dp, mp)[rep]
+            found = {i: screens.price(dp, mp, c, positions, "member") for i, c in cls.members}
+            if screens.counts[(dp, mp)]:
                 by_choice = {c: found[i] for i, c in cls.members}
                 for i, c in cls.members:
                     if c.recompute == "full":
                         twin = replace(c, recompute="none")
-                        found[-1 - i] = by_choice.get(twin) or self._price(dp, mp, twin, positions, "member")
+                        found[-1 - i] = by_choice.get(twin) or screens.price(dp, mp, twin, positions, "member")
             self._priced[key] = found
             self.studies.add((dp, mp))
         return found
@@ -201,9 +82,10 @@ class UniformSearch:
         priced = self.members(key.dp, mp, stages, rep)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
-        counts = np.array(self.counts[(key.dp, mp)], dtype=int)
-        for i, choice in self.classes(key.dp, mp)[rep].members:
-            plain, inter = member_floors(priced[i], b, cap, shape)
+        counts = np.array(self.screens.counts[(key.dp, mp)], dtype=int)
+        members = self.screens.classes(key.dp, mp)[rep].members
+        plains, inters = member_floors([priced[i] for i, _ in members], b, cap, shape)
+        for (i, choice), plain, inter in zip(members, plains.tolist(), inters.tolist()):
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
             if counts.size and choice.recompute == "full":
                 none = priced[-1 - i]
@@ -218,15 +100,16 @@ class UniformSearch:
         found = self._items.get(key)
         if found is None:
             found = []
-            for mi, (mp, stages) in enumerate(self.submeshes(key.dp)):
+            for mi, (mp, stages) in enumerate(self.screens.submeshes(key.dp)):
                 chunks = self._chunks(key, stages)
-                for rep, cls in self.classes(key.dp, mp).items():
-                    if self.exhaustive:
-                        found += [(plain, inter, 1, rank, (mp, stages, spec)) for plain, inter, rank, spec
-                                  in self._member_items(key, mi, mp, stages, rep, chunks)]
-                    else:
-                        plain, inter = self._class_floor(key, mp, stages, rep, chunks)
-                        found.append((plain, inter, 0, (mi, cls.members[0][0], 0), (mi, mp, stages, rep)))
+                classes = self.screens.classes(key.dp, mp)
+                if self.exhaustive:
+                    found += [(plain, inter, 1, rank, (mp, stages, spec)) for rep in classes for plain, inter, rank, spec
+                              in self._member_items(key, mi, mp, stages, rep, chunks)]
+                    continue
+                floors = self.screens.class_floors(key, mp, list(classes), self._shape(key, stages, chunks), memory=True)
+                found += [(plain, inter, 0, (mi, cls.members[0][0], 0), (mi, mp, stages, rep))
+                          for (rep, cls), (plain, inter) in zip(classes.items(), floors)]
             self._items[key] = found
         return found
 
@@ -241,6 +124,18 @@ class UniformSearch:
     def lower_bound_s(self, key) -> float:
         """No plan of the slice is faster (the least floor of its candidates)."""
         return min((min(item[0], item[1]) for item in self._slice_items(key)), default=math.inf)
+
+    def coarse_bound_s(self, key) -> float:
+        """A floor of lower_bound_s from the classes' times alone (no memory screens priced);
+        the exhaustive method's is the exact one."""
+        if self.exhaustive:
+            return self.lower_bound_s(key)
+        floors = [0.0]
+        for mp, stages in self.screens.submeshes(key.dp):
+            classes = list(self.screens.classes(key.dp, mp))
+            shape = self._shape(key, stages, self._chunks(key, stages))
+            floors += [min(a, c) for a, c in self.screens.class_floors(key, mp, classes, shape, memory=False)]
+        return min(floors[1:], default=math.inf)
 
     def _chunks(self, key, stages: int) -> int:
         """The most chunks per rank an interleaved layout of ``stages`` equal stages may take (1: none)."""

@@ -1,0 +1,174 @@
+"""What a uniform-stage search shares between slices, data-parallel degrees and GPU counts: the
+classes of each (dp, submesh) study, priced tables, and each class's screen.
+
+A class's screen (autotune.search.members) is two tables shared by every degree: its
+representative's stage times priced at the smallest degree whose studies have the class (a
+micro-batch's time does not fall as the degree grows), and the least memory of its leanest
+members priced at the largest (memory does not grow with the degree). A class's floor on a slice
+comes from the times alone (``memory=False``: cheap, one table per class) or from both.
+
+Tables go through the plan cache (autotune.search.cache) when the search has one: a table
+depends on the stage's submesh, degree, micro-batch sizes and positions, not on the GPU count,
+so another GPU count of the same model, workload, runtime and space reuses it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from autotune.search.choices import StageChoice, choice_values, enumerate_choices
+from autotune.search.members import representative, screen_floors
+from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
+
+__all__ = ["ChoiceClass", "Screens", "price_positions"]
+
+
+@dataclass(frozen=True)
+class ChoiceClass:
+    """One class of a (dp, submesh) study: its representative and members (index, choice)."""
+
+    rep: StageChoice
+    members: tuple[tuple[int, StageChoice], ...]
+
+
+def price_positions(num_stages: int) -> list[int]:
+    """Positions priced for a study: the only stage, or first, last and middle (one set serves
+    every pipeline depth of 2 or more, so other GPU counts reuse it)."""
+    return [SINGLE] if num_stages == 1 else [FIRST, LAST, MIDDLE]
+
+
+def _leanest(cls: ChoiceClass) -> list[StageChoice]:
+    """The members that keep the least in HBM: the most recomputation and the highest ZeRO stage,
+    with each offload the class has (offloads differ in what they move)."""
+    choices = [c for _, c in cls.members]
+    order = {"full": 0, "selective": 1, "selective_op": 1, "none": 2}
+    least = min(order.get(c.recompute, 2) for c in choices)
+    choices = [c for c in choices if order.get(c.recompute, 2) == least]
+    top = max(c.zero for c in choices)
+    return [c for c in choices if c.zero == top]
+
+
+class Screens:
+    """Classes, priced tables and screens of one search problem (``search``: its SliceSearch)."""
+
+    def __init__(self, search) -> None:
+        self.search, self.problem = search, search.problem
+        self.counts: dict[tuple[int, int], list[int]] = {}
+        self._classes: dict[tuple[int, int], dict[StageChoice, ChoiceClass]] = {}
+        self._time: dict[tuple[int, StageChoice], tuple[int, ChoiceCosts] | None] = {}
+        self._memory: dict[tuple[int, StageChoice], tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
+        self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
+
+    def dps(self) -> list[int]:
+        return sorted({k.dp for k in self.search.keys})
+
+    def submeshes(self, dp: int) -> list[tuple[int, int]]:
+        """(model-parallel size, stages) of the slice's pipelines: stages of equal submeshes."""
+        units = self.problem.gpus // dp
+        most = min(self.problem.space.max_stages, self.problem.model.num_layers, units)
+        return [(m, units // m) for m in self.search.stage_sizes(dp) if units % m == 0 and units // m <= most]
+
+    def classes(self, dp: int, mp: int) -> dict[StageChoice, ChoiceClass]:
+        """The study's choices by class (enumerated, not priced); its counts go to ``counts``."""
+        found = self._classes.get((dp, mp))
+        if found is None:
+            p = self.problem
+            values = choice_values(p.space, p.model, p.workload, p.cluster, mp, dp)
+            self.counts[(dp, mp)] = [k for k in values.pop("recompute_layers", []) if k > 0]
+            groups: dict[StageChoice, list] = {}
+            for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
+                groups.setdefault(representative(choice), []).append((i, choice))
+            found = self._classes[(dp, mp)] = {rep: ChoiceClass(rep, tuple(m)) for rep, m in groups.items()}
+        return found
+
+    def price(self, dp: int, mp: int, choice: StageChoice, positions: list[int], kind: str,
+              sizes: tuple[int, ...] | None = None, inter_node: bool | None = None) -> ChoiceCosts:
+        """choice_costs through the plan cache; ``sizes``: micro-batch sizes other than the
+        degree's own; ``inter_node`` as choice_costs."""
+        cache, ctx = self.search.cache, self.search._slice_context(dp)
+        if sizes is not None:
+            ctx = replace(ctx, micro_batches=sizes)
+        key = None
+        if cache is not None:
+            key = (self.search.base_key, kind, dp, mp, ctx.micro_batches, tuple(positions), inter_node, choice)
+            found = cache.study(key)
+            if found is not None:
+                return found
+        costs = choice_costs(ctx, choice, positions, inter_node)
+        self.search.num_trials += 1
+        if cache is not None:
+            cache.store_study(key, costs)
+        return costs
+
+    def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
+        """(degrees whose studies have the class, positions their pipelines take)."""
+        found = self._where.get((mp, rep))
+        if found is None:
+            dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)]
+            stages = {s for dp in dps for m, s in self.submeshes(dp) if m == mp}
+            found = self._where[(mp, rep)] = (dps, sorted({x for s in stages for x in price_positions(s)}))
+        return found
+
+    def time_screen(self, mp: int, rep: StageChoice) -> tuple[int, ChoiceCosts] | None:
+        """(degree, tables) of the representative at the smallest degree with the class. Pipeline
+        sends inside a node and across nodes are priced differently, neither always the faster:
+        where the degrees' stages do both, the screen takes the lesser time of each."""
+        key = (mp, rep)
+        if key not in self._time:
+            dps, positions = self._degrees(mp, rep)
+            found = None
+            if dps:
+                found = self.price(dps[0], mp, rep, positions, "screen")
+                node = self.problem.cluster.gpus_per_node
+                if len({mp * dp >= node for dp in dps}) > 1:  # both: the smallest stage is inside a node
+                    other = self.price(dps[0], mp, rep, positions, "screen", inter_node=True)
+                    found = replace(found, time_s=np.fmin(found.time_s, other.time_s))
+                found = (dps[0], found)
+            self._time[key] = found
+        return self._time[key]
+
+    def memory_screen(self, mp: int, rep: StageChoice) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+        """(micro-batch sizes, base, per-micro-batch bytes): the least memory of the class's leanest
+        members at the largest degree with the class, for every size any degree has."""
+        key = (mp, rep)
+        if key not in self._memory:
+            dps, positions = self._degrees(mp, rep)
+            sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
+            lean = [self.price(dps[-1], mp, c, positions, "lean", sizes) for c in _leanest(self.classes(dps[-1], mp)[rep])]
+            self._memory[key] = (sizes, np.minimum.reduce([c.mem_base_bytes for c in lean]),
+                                 np.minimum.reduce([c.mem_per_microbatch_bytes for c in lean]))
+        return self._memory[key]
+
+    def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool) -> list[tuple]:
+        """(1F1B, interleaved) floors of the classes ``reps`` on slice ``key`` (``shape`` as
+        members._floors) from their screens, memory included or not; 0 where a screen lacks the
+        slice's micro-batch size (the class is priced to know), inf where the class has none."""
+        out: list[tuple] = [(0.0, 0.0)] * len(reps)
+        rows, where = [], []
+        for j, rep in enumerate(reps):
+            found = self.time_screen(mp, rep)
+            if found is None:
+                out[j] = (math.inf, math.inf)
+                continue
+            sizes = self.search.micro_batches(found[0])
+            if key.micro_batch not in sizes:
+                continue
+            time = found[1].time_s[sizes.index(key.micro_batch)]
+            base = per = np.zeros_like(time)
+            if memory:
+                memory_sizes, bases, pers = self.memory_screen(mp, rep)
+                if key.micro_batch not in memory_sizes:
+                    continue
+                m = memory_sizes.index(key.micro_batch)
+                base, per = bases[m], pers[m]
+            rows.append((time, base, per))
+            where.append(j)
+        if rows:
+            time, base, per = (np.stack(column) for column in zip(*rows))
+            plain, inter = screen_floors(time, base, per, self.search.capacity if memory else math.inf, shape)
+            for j, a, c in zip(where, plain.tolist(), inter.tolist()):
+                out[j] = (a, c)
+        return out

@@ -1,0 +1,169 @@
+"""The floors that let the uniform-stage search skip work: never above what they bound.
+
+Pure floors (autotune.search.bounds) against brute force on random tables, and the cost-model
+facts the shared screens rest on (autotune.search.members, screens): a class's representative is
+no slower than its members, a stage's time does not fall as the data-parallel degree grows, and
+the leanest members' memory at the largest degree is no more than any member's."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from autotune.search.bounds import interleaved_floor_s, pipeline_floor_s, positions_of
+from autotune.search.driver import SearchProblem, SliceSearch
+from autotune.search.members import count_costs, count_floors, member_floors, representative
+from autotune.search.screens import _leanest, price_positions
+from autotune.search.space import load_space
+from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
+from autotune.spec.presets import load_preset
+from autotune.spec.resolve import resolve_cluster, training_workload
+from autotune.spec.runtime import load_runtime
+
+
+def _brute(time, tail, base, per, cap, L, S, B):
+    """The least 1F1B objective over every cut of L layers into S stages that fits."""
+    best = np.inf
+    for cuts in itertools.combinations(range(1, L), S - 1):
+        edges = (0, *cuts, L)
+        times, ok = [], True
+        for i, pos in enumerate(positions_of(S)):
+            n = edges[i + 1] - edges[i]
+            r = min(S - i, B)
+            ok &= bool(base[n, pos] + r * per[n, pos] <= cap)
+            times.append(time[n, pos])
+        if ok and all(np.isfinite(times)):
+            best = min(best, sum(times) + (B - 1) * max(times) + tail[edges[1], FIRST if S > 1 else SINGLE])
+    return best
+
+
+def _random_tables(rng, L):
+    n = np.arange(L + 1, dtype=float)[:, None]
+    time = n * rng.uniform(0.5, 2.0) + rng.uniform(0.0, 1.0, size=(L + 1, 4))
+    tail = rng.uniform(0.0, 1.0, size=(L + 1, 4))
+    base = n * rng.uniform(1.0, 3.0) + rng.uniform(0.0, 2.0, size=(L + 1, 4))
+    per = n * rng.uniform(0.0, 1.0) + rng.uniform(0.0, 1.0, size=(L + 1, 4))
+    for a in (time, tail, base, per):
+        a[0] = np.inf
+    time[rng.random(time.shape) < 0.1] = np.inf
+    return time, tail, base, per
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_pipeline_floor_is_at_most_the_best_cut(seed):
+    rng = np.random.default_rng(seed)
+    L = int(rng.integers(1, 9))
+    S, B = int(rng.integers(1, L + 1)), int(rng.integers(1, 10))
+    time, tail, base, per = _random_tables(rng, L)
+    cap = float(rng.choice([np.inf, np.quantile(base[1:] + per[1:], 0.6)]))
+    floor = float(pipeline_floor_s(time, tail, base, per, cap, L, S, B))
+    exact = _brute(time, tail, base, per, cap, L, S, B)
+    assert floor <= exact * (1 + 1e-12) or (np.isinf(floor) and np.isinf(exact))
+    if S <= 2:  # first stage and the rest: exact
+        assert floor == pytest.approx(exact, rel=1e-12) or (np.isinf(floor) and np.isinf(exact))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_interleaved_floor_is_the_equal_layout_score(seed):
+    rng = np.random.default_rng(100 + seed)
+    L, S = 12, int(rng.choice([2, 3, 4, 6]))
+    B, v = int(rng.integers(S, 3 * S)), int(rng.choice([2, 3]))
+    time, tail, base, per = _random_tables(rng, L)
+    n = L // S
+    times = [time[n, pos] for pos in positions_of(S)]
+    want = sum(times) / v + (B - 1 / v) * max(times)
+    got = float(interleaved_floor_s(time, base, per, np.inf, L, S, B, v, min(B, S)))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
+def _problem(model: str, gpus: int, runtime: str = "megatron", cluster: str = "dgx-h100", batch: int = 64):
+    spec = load_preset(model)
+    run = load_runtime(runtime)
+    return SearchProblem(model=spec, workload=training_workload(spec, global_batch=batch), runtime=run,
+                         cluster=resolve_cluster(cluster), gpus=gpus, space=load_space(run.space))
+
+
+def test_count_floors_equal_the_floors_of_each_counts_tables():
+    search = SliceSearch(_problem("small", 4))
+    screens = search.uniform.screens
+    full = next(c for rep, cls in screens.classes(1, 4).items() for _, c in cls.members if c.recompute == "full")
+    ctx = search._slice_context(1)
+    full_costs, none_costs = choice_costs(ctx, full), choice_costs(ctx, full.__class__(**{**vars(full), "recompute": "none"}))
+    counts = np.arange(1, search.problem.model.num_layers)
+    shape = (search.problem.model.num_layers, 4, 16, 1, 4)
+    plains, _ = count_floors(none_costs, full_costs, counts, 0, search.capacity, shape)
+    each, _ = member_floors([count_costs(none_costs, full_costs, int(k)) for k in counts], 0, search.capacity, shape)
+    np.testing.assert_allclose(plains, each, rtol=1e-12)
+
+
+CASES = [("llama3-8b", 64, "megatron"), ("olmoe-1b-7b", 32, "megatron"), ("llama3-8b", 32, "torchtitan")]
+
+
+@pytest.mark.parametrize("model, gpus, runtime", CASES)
+def test_representatives_and_the_smallest_degree_floor_every_member_at_every_degree(model, gpus, runtime):
+    """The time screen's facts: a class member's micro-batch time at any degree is at least its
+    representative's at the smallest degree with the class (where both price a micro-batch size
+    and a position)."""
+    search = SliceSearch(_problem(model, gpus, runtime))
+    screens = search.uniform.screens
+    checked = 0
+    for mp in (2, 8):
+        dps = [dp for dp in screens.dps() if any(m == mp for m, _ in screens.submeshes(dp))]
+        for rep in list(screens.classes(dps[-1], mp))[:4]:
+            dp_min, floor = screens.time_screen(mp, rep)
+            floor_sizes = search.micro_batches(dp_min)
+            for dp in (dps[0], dps[-1]):
+                if rep not in screens.classes(dp, mp):
+                    continue
+                ctx = search._slice_context(dp)
+                positions = sorted(set(positions_of(dict(screens.submeshes(dp))[mp])))
+                for _, choice in screens.classes(dp, mp)[rep].members[:6]:
+                    costs = choice_costs(ctx, choice, positions)
+                    for b in set(ctx.micro_batches) & set(floor_sizes):
+                        got = costs.time_s[ctx.micro_batches.index(b)][:, positions]
+                        low = floor.time_s[floor_sizes.index(b)][:, positions]
+                        ok = np.isfinite(got) & np.isfinite(low)
+                        assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
+                        checked += int(ok.sum())
+    assert checked > 100
+
+
+@pytest.mark.parametrize("model, gpus, runtime", CASES)
+def test_the_leanest_members_at_the_largest_degree_floor_every_members_memory(model, gpus, runtime):
+    search = SliceSearch(_problem(model, gpus, runtime))
+    screens = search.uniform.screens
+    checked = 0
+    for mp in (2, 8):
+        dps = [dp for dp in screens.dps() if any(m == mp for m, _ in screens.submeshes(dp))]
+        for rep in list(screens.classes(dps[-1], mp))[:4]:
+            sizes, base, per = screens.memory_screen(mp, rep)
+            for dp in dps:
+                if rep not in screens.classes(dp, mp):
+                    continue
+                ctx = search._slice_context(dp)
+                stages = dict(screens.submeshes(dp))[mp]
+                positions = sorted(set(positions_of(stages)))  # where this degree's stages sit
+                for _, choice in screens.classes(dp, mp)[rep].members[:6]:
+                    costs = choice_costs(ctx, choice, positions)
+                    for b in ctx.micro_batches:
+                        i, m = ctx.micro_batches.index(b), sizes.index(b)
+                        for r in (1.0, 4.0):
+                            got = (costs.mem_base_bytes[i] + r * costs.mem_per_microbatch_bytes[i])[:, positions]
+                            low = (base[m] + r * per[m])[:, positions]
+                            ok = np.isfinite(got)
+                            assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
+                            checked += int(ok.sum())
+    assert checked > 100
+
+
+def test_classes_fold_only_what_trades_time_for_memory():
+    search = SliceSearch(_problem("llama3-8b", 64))
+    for cls in search.uniform.screens.classes(4, 8).values():
+        assert representative(cls.rep) == cls.rep and cls.rep.recompute == "none" and cls.rep.zero in (0, 3)
+        assert {(c.tp, c.cp, c.fp8, c.ep, c.etp, c.mesh_order) for _, c in cls.members} == {
+            (cls.rep.tp, cls.rep.cp, cls.rep.fp8, cls.rep.ep, cls.rep.etp, cls.rep.mesh_order)}
+        assert all(c.recompute == "full" for c in _leanest(cls))
+    assert price_positions(1) == [SINGLE] and price_positions(5) == [FIRST, LAST, MIDDLE]
+    assert isinstance(search.uniform.screens.price(4, 8, cls.rep, [MIDDLE], "member"), ChoiceCosts)
