@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
-from autotune.search.members import representative, screen_floors
+from autotune.search.members import count_floors, member_floors, representative, screen_floors
 from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
 
 __all__ = ["ChoiceClass", "Screens", "price_positions"]
@@ -40,10 +40,10 @@ def price_positions(num_stages: int) -> list[int]:
     return [SINGLE] if num_stages == 1 else [FIRST, LAST, MIDDLE]
 
 
-def _leanest(cls: ChoiceClass) -> list[StageChoice]:
-    """The members that keep the least in HBM: the most recomputation and the highest ZeRO stage,
-    with each offload the class has (offloads differ in what they move)."""
-    choices = [c for _, c in cls.members]
+def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice]:
+    """The members (recomputing as ``recompute``, if given) that keep the least in HBM: the most
+    recomputation and the highest ZeRO stage, with each offload (offloads move different things)."""
+    choices = [c for _, c in cls.members if recompute is None or c.recompute == recompute]
     order = {"full": 0, "selective": 1, "selective_op": 1, "none": 2}
     least = min(order.get(c.recompute, 2) for c in choices)
     choices = [c for c in choices if order.get(c.recompute, 2) == least]
@@ -58,8 +58,8 @@ class Screens:
         self.search, self.problem = search, search.problem
         self.counts: dict[tuple[int, int], list[int]] = {}
         self._classes: dict[tuple[int, int], dict[StageChoice, ChoiceClass]] = {}
-        self._time: dict[tuple[int, StageChoice], tuple[int, ChoiceCosts] | None] = {}
-        self._memory: dict[tuple[int, StageChoice], tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
+        self._time: dict[tuple, tuple[int, ChoiceCosts] | None] = {}
+        self._memory: dict[tuple, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
 
     def dps(self) -> list[int]:
@@ -112,35 +112,72 @@ class Screens:
             found = self._where[(mp, rep)] = (dps, sorted({x for s in stages for x in price_positions(s)}))
         return found
 
-    def time_screen(self, mp: int, rep: StageChoice) -> tuple[int, ChoiceCosts] | None:
-        """(degree, tables) of the representative at the smallest degree with the class. Pipeline
-        sends inside a node and across nodes are priced differently, neither always the faster:
-        where the degrees' stages do both, the screen takes the lesser time of each."""
-        key = (mp, rep)
+    def time_screen(self, mp: int, rep: StageChoice, recompute: str = "none") -> tuple[int, ChoiceCosts] | None:
+        """(degree, tables) of the representative (with ``recompute``: the floor of the class's
+        members that recompute so) at the smallest degree with the class. Pipeline sends inside
+        a node and across nodes are priced differently, neither always the faster: where the
+        degrees' stages do both, the screen takes the lesser time of each."""
+        key = (mp, rep, recompute)
         if key not in self._time:
             dps, positions = self._degrees(mp, rep)
             found = None
             if dps:
-                found = self.price(dps[0], mp, rep, positions, "screen")
+                choice = replace(rep, recompute=recompute)
+                found = self.price(dps[0], mp, choice, positions, "screen")
                 node = self.problem.cluster.gpus_per_node
                 if len({mp * dp >= node for dp in dps}) > 1:  # both: the smallest stage is inside a node
-                    other = self.price(dps[0], mp, rep, positions, "screen", inter_node=True)
+                    other = self.price(dps[0], mp, choice, positions, "screen", inter_node=True)
                     found = replace(found, time_s=np.fmin(found.time_s, other.time_s))
                 found = (dps[0], found)
             self._time[key] = found
         return self._time[key]
 
-    def memory_screen(self, mp: int, rep: StageChoice) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
+    def memory_screen(self, mp: int, rep: StageChoice,
+                      recompute: str | None = None) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
         """(micro-batch sizes, base, per-micro-batch bytes): the least memory of the class's leanest
-        members at the largest degree with the class, for every size any degree has."""
-        key = (mp, rep)
+        members (of those recomputing as ``recompute``, if given) at the largest degree with the
+        class, for every size any degree has."""
+        key = (mp, rep, recompute)
         if key not in self._memory:
             dps, positions = self._degrees(mp, rep)
             sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-            lean = [self.price(dps[-1], mp, c, positions, "lean", sizes) for c in _leanest(self.classes(dps[-1], mp)[rep])]
+            lean = [self.price(dps[-1], mp, c, positions, "lean", sizes)
+                    for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
             self._memory[key] = (sizes, np.minimum.reduce([c.mem_base_bytes for c in lean]),
                                  np.minimum.reduce([c.mem_per_microbatch_bytes for c in lean]))
         return self._memory[key]
+
+    def _screen_at(self, key, mp: int, rep: StageChoice, recompute: str, memory_of: str | None) -> ChoiceCosts | None:
+        """One micro-batch size's floor tables [1, n, pos]: the ``recompute`` representative's
+        times, the least memory of the members recomputing as ``memory_of`` (None: any)."""
+        found = self.time_screen(mp, rep, recompute)
+        sizes = self.search.micro_batches(found[0])
+        memory_sizes, bases, pers = self.memory_screen(mp, rep, memory_of)
+        if key.micro_batch not in sizes or key.micro_batch not in memory_sizes:
+            return None
+        m = memory_sizes.index(key.micro_batch)
+        time = found[1].time_s[sizes.index(key.micro_batch)][None]
+        return ChoiceCosts(choice=rep, time_s=time, tail_s=np.zeros_like(time), mem_base_bytes=bases[m][None],
+                           mem_per_microbatch_bytes=pers[m][None])
+
+    def refined_floor(self, key, mp: int, rep: StageChoice, shape: tuple) -> tuple[float, float]:
+        """A class's (1F1B, interleaved) floor on slice ``key`` taken per way of recomputing (each
+        kind's representative times and leanest memory; partial counts between the none and the
+        full kinds' tables): tighter than class_floors where recomputation is what fits, at up to
+        four more screens per class, shared by every degree."""
+        cls = self.classes(key.dp, mp)[rep]
+        kinds = sorted({c.recompute for _, c in cls.members})
+        tables = {r: self._screen_at(key, mp, rep, r, r) for r in kinds}
+        if any(t is None for t in tables.values()):
+            return 0.0, 0.0
+        plain, inter = member_floors(list(tables.values()), 0, self.search.capacity, shape)
+        best = (float(plain.min()), float(inter.min()))
+        counts = self.counts.get((key.dp, mp), [])
+        if counts and "full" in tables:
+            none = tables.get("none") or self._screen_at(key, mp, rep, "none", "full")
+            plains, inters = count_floors(none, tables["full"], np.array(counts), 0, self.search.capacity, shape)
+            best = (min(best[0], float(plains.min())), min(best[1], float(inters.min())))
+        return best
 
     def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool) -> list[tuple]:
         """(1F1B, interleaved) floors of the classes ``reps`` on slice ``key`` (``shape`` as

@@ -49,6 +49,7 @@ class UniformSearch:
         self.exhaustive = self.problem.method == "exhaustive"
         self._priced: dict[tuple, dict[int, ChoiceCosts]] = {}
         self._items: dict = {}  # by slice: its candidates' floors, until it is solved
+        self._time_only: dict = {}  # by (slice, submesh, class): its floors from times alone
         self.studies: set[tuple[int, int]] = set()
         self.num_evaluated = 0
 
@@ -108,7 +109,7 @@ class UniformSearch:
                               in self._member_items(key, mi, mp, stages, rep, chunks)]
                     continue
                 floors = self.screens.class_floors(key, mp, list(classes), self._shape(key, stages, chunks), memory=True)
-                found += [(plain, inter, 0, (mi, cls.members[0][0], 0), (mi, mp, stages, rep))
+                found += [(plain, inter, 0, (mi, cls.members[0][0], 0), (mi, mp, stages, rep, False))
                           for (rep, cls), (plain, inter) in zip(classes.items(), floors)]
             self._items[key] = found
         return found
@@ -130,12 +131,14 @@ class UniformSearch:
         the exhaustive method's is the exact one."""
         if self.exhaustive:
             return self.lower_bound_s(key)
-        floors = [0.0]
+        floors = []
         for mp, stages in self.screens.submeshes(key.dp):
             classes = list(self.screens.classes(key.dp, mp))
             shape = self._shape(key, stages, self._chunks(key, stages))
-            floors += [min(a, c) for a, c in self.screens.class_floors(key, mp, classes, shape, memory=False)]
-        return min(floors[1:], default=math.inf)
+            for rep, pair in zip(classes, self.screens.class_floors(key, mp, classes, shape, memory=False)):
+                self._time_only[(key, mp, rep)] = pair
+                floors.append(min(pair))
+        return min(floors, default=math.inf)
 
     def _chunks(self, key, stages: int) -> int:
         """The most chunks per rank an interleaved layout of ``stages`` equal stages may take (1: none)."""
@@ -154,11 +157,22 @@ class UniformSearch:
             self.num_evaluated += 1
         found = self._best_interleaved(key, prune_above, plan, estimate)
         self._items.pop(key, None)
+        for done in [k for k in self._time_only if k[0] == key]:
+            del self._time_only[done]
         return found
 
-    def _expand(self, key, heap, tie, payload, interleaved: bool) -> None:
-        mi, mp, stages, rep = payload
+    def _expand(self, key, heap, tie, item, interleaved: bool) -> None:
+        """A class taken from the heap: first its floor per way of recomputing (back in line if
+        that is higher), then its members priced at the slice's degree."""
+        floor, _, rank, _, (mi, mp, stages, rep, refined) = item
         chunks = self._chunks(key, stages)
+        time_only = self._time_only.get((key, mp, rep), (0.0, 0.0))[1 if interleaved else 0]
+        if not refined and floor > time_only:  # memory binds even the leanest members: worth four screens
+            plain, inter = self.screens.refined_floor(key, mp, rep, self._shape(key, stages, chunks))
+            better = inter if interleaved else plain
+            if better > floor:
+                heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, True)))
+                return
         for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks):
             heapq.heappush(heap, (inter if interleaved else plain, 1, rank, next(tie), (mp, stages, member)))
 
@@ -168,11 +182,12 @@ class UniformSearch:
         heap, tie = self._candidates(key, interleaved=False)
         best = None
         while heap:
-            floor, kind, rank, _, payload = heapq.heappop(heap)
+            item = heapq.heappop(heap)
+            floor, kind, rank, _, payload = item
             if floor >= prune_above or (best is not None and floor > best[0]):
                 break
             if kind == 0:
-                self._expand(key, heap, tie, payload, interleaved=False)
+                self._expand(key, heap, tie, item, interleaved=False)
                 continue
             if best is not None and floor == best[0] and rank > best[1]:
                 continue
@@ -206,12 +221,13 @@ class UniformSearch:
             return plan, estimate
         heap, tie = self._candidates(key, interleaved=True)
         while heap:
-            floor, kind, rank, _, payload = heapq.heappop(heap)
+            item = heapq.heappop(heap)
+            floor, kind, rank, _, payload = item
             bar = min(prune_above, estimate.step_time_s if estimate is not None and estimate.fits else math.inf)
             if floor >= bar:
                 break
             if kind == 0:
-                self._expand(key, heap, tie, payload, interleaved=True)
+                self._expand(key, heap, tie, item, interleaved=True)
                 continue
             mp, stages, spec = payload
             for layout in self._layouts(key, _materialise(spec), stages):
