@@ -137,6 +137,13 @@ class SliceSearch:
         """(dp, stage size) problems whose stage choices were priced."""
         return len(self.studies) + (len(self.uniform.studies) if self.uniform is not None else 0)
 
+    def has_shapes(self) -> bool:
+        """Whether some pipeline of the space's submeshes fills a replica's GPUs (else more
+        choices, offloading among them, cannot help)."""
+        if self.uniform is None:
+            return True
+        return any(self.uniform.screens.submeshes(dp) for dp in self.uniform.screens.dps())
+
     def evaluate(self, plan: Plan) -> Estimate:
         p = self.problem
         return evaluate_plan(p.model, p.workload, p.cluster, plan, runtime=p.runtime)

@@ -131,15 +131,21 @@ def _with_baselines(problem: SearchProblem, best: SliceOutcome):
 
 
 def _no_plan_reason(problem: SearchProblem, outcomes: dict[SliceKey, SliceOutcome], search: SliceSearch) -> str:
-    """Why nothing fits: memory (the plans built all overflow), or no plan shape uses the GPUs."""
+    """Why nothing fits: memory (the plans built all overflow, or none could be laid out in
+    memory), or no plan shape uses the GPUs."""
     where = f"{problem.gpus} GPUs of {problem.cluster.name}"
     built = [o.estimate for o in outcomes.values() if o.estimate is not None]
     need = gpus_needed(problem)  # a bound for any plan: every state sharded over every GPU
-    if built or need > problem.gpus:
+    shaped = search.uniform is not None and search.has_shapes()  # shapes exist: memory is what failed
+    if built or need > problem.gpus or shaped:
         capacity = f"{problem.cluster.device.memory_bytes / 2**30:.1f} GiB"
-        more = (f"it needs at least {need} GPUs of {capacity} for its weights and optimizer states alone" if need > problem.gpus
-                else f"the plan with the least memory needs "
-                     f"{min(e.peak_memory_bytes_per_gpu for e in built) / 2**30:.1f} GiB of {capacity} per GPU")
+        if need > problem.gpus:
+            more = f"it needs at least {need} GPUs of {capacity} for its weights and optimizer states alone"
+        elif built:
+            more = (f"the plan with the least memory needs "
+                    f"{min(e.peak_memory_bytes_per_gpu for e in built) / 2**30:.1f} GiB of {capacity} per GPU")
+        else:
+            more = f"no stage of its plans holds its layers and micro-batches in {capacity} per GPU"
         return f"{problem.model.name} does not fit on {where} with any plan of the space: {more}"
     return (f"no plan of the space splits {problem.model.name} ({problem.model.num_layers} layers) over exactly {where}: "
             f"the global batch {problem.workload.global_batch} divides among dp {_few(sorted({k.dp for k in outcomes}))}, "
@@ -178,7 +184,7 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     search = SliceSearch(problem, cache=cache)
     outcomes, resumed = _solve_slices(problem, keys, study, progress, search)
     best = _best(outcomes)
-    if best is None and _can_fall_back(problem):  # nothing fits in HBM: search again with offload choices
+    if best is None and _can_fall_back(problem) and search.has_shapes():  # nothing fits in HBM: offload
         wider = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
         return run_search(wider, study=study, progress=progress, cache=cache, shared=shared, started_s=start,
                           with_baselines=with_baselines)

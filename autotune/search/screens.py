@@ -51,6 +51,23 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     return [c for c in choices if c.zero == top]
 
 
+_FIELDS = ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes")
+
+
+@dataclass(frozen=True)
+class _PositionTables:
+    """One position's tables of a priced choice, [micro-batch, n] (cached on their own)."""
+
+    time_s: np.ndarray
+    tail_s: np.ndarray
+    mem_base_bytes: np.ndarray
+    mem_per_microbatch_bytes: np.ndarray
+
+    @property
+    def costs(self) -> tuple:  # what the plan cache counts the bytes of
+        return (self,)
+
+
 class Screens:
     """Classes, priced tables and screens of one search problem (``search``: its SliceSearch)."""
 
@@ -75,33 +92,54 @@ class Screens:
         """The study's choices by class (enumerated, not priced); its counts go to ``counts``."""
         found = self._classes.get((dp, mp))
         if found is None:
-            p = self.problem
-            values = choice_values(p.space, p.model, p.workload, p.cluster, mp, dp)
-            self.counts[(dp, mp)] = [k for k in values.pop("recompute_layers", []) if k > 0]
-            groups: dict[StageChoice, list] = {}
-            for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
-                groups.setdefault(representative(choice), []).append((i, choice))
-            found = self._classes[(dp, mp)] = {rep: ChoiceClass(rep, tuple(m)) for rep, m in groups.items()}
+            cache = self.search.cache
+            key = (self.search.base_key, "classes", dp, mp) if cache is not None else None
+            made = cache.study(key) if key is not None else None
+            if made is None:
+                made = self._enumerate(dp, mp)
+                if key is not None:
+                    cache.store_study(key, made)
+            found, self.counts[(dp, mp)] = made
+            self._classes[(dp, mp)] = found
         return found
+
+    def _enumerate(self, dp: int, mp: int) -> tuple[dict[StageChoice, ChoiceClass], list[int]]:
+        p = self.problem
+        values = choice_values(p.space, p.model, p.workload, p.cluster, mp, dp)
+        counts = [k for k in values.pop("recompute_layers", []) if k > 0]
+        groups: dict[StageChoice, list] = {}
+        for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
+            groups.setdefault(representative(choice), []).append((i, choice))
+        return {rep: ChoiceClass(rep, tuple(m)) for rep, m in groups.items()}, counts
 
     def price(self, dp: int, mp: int, choice: StageChoice, positions: list[int], kind: str,
               sizes: tuple[int, ...] | None = None, inter_node: bool | None = None) -> ChoiceCosts:
-        """choice_costs through the plan cache; ``sizes``: micro-batch sizes other than the
-        degree's own; ``inter_node`` as choice_costs."""
+        """choice_costs through the plan cache, a position at a time (another pipeline depth or
+        GPU count needing some of the same positions reuses them); ``sizes``: micro-batch sizes
+        other than the degree's own; ``inter_node`` as choice_costs. ``kind`` names what the
+        tables are for (screens, leanest members, members), not part of what they are."""
         cache, ctx = self.search.cache, self.search._slice_context(dp)
         if sizes is not None:
             ctx = replace(ctx, micro_batches=sizes)
-        key = None
-        if cache is not None:
-            key = (self.search.base_key, kind, dp, mp, ctx.micro_batches, tuple(positions), inter_node, choice)
-            found = cache.study(key)
-            if found is not None:
-                return found
-        costs = choice_costs(ctx, choice, positions, inter_node)
-        self.search.num_trials += 1
-        if cache is not None:
-            cache.store_study(key, costs)
-        return costs
+        if cache is None:
+            self.search.num_trials += 1
+            return choice_costs(ctx, choice, positions, inter_node)
+        keys = {pos: (self.search.base_key, "position", dp, mp, ctx.micro_batches, inter_node, choice, pos)
+                for pos in positions}
+        found = {pos: cache.study(key) for pos, key in keys.items()}
+        missing = [pos for pos, value in found.items() if value is None]
+        if missing:
+            made = choice_costs(ctx, choice, missing, inter_node)
+            self.search.num_trials += 1
+            for pos in missing:
+                found[pos] = _PositionTables(*(getattr(made, name)[:, :, pos].copy() for name in _FIELDS))
+                cache.store_study(keys[pos], found[pos])
+        shape = (len(ctx.micro_batches), self.problem.model.num_layers + 1, 4)
+        arrays = {name: np.full(shape, np.inf) for name in _FIELDS}
+        for pos, tables in found.items():
+            for name in _FIELDS:
+                arrays[name][:, :, pos] = getattr(tables, name)
+        return ChoiceCosts(choice=choice, **arrays)
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
         """(degrees whose studies have the class, positions their pipelines take)."""

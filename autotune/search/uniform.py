@@ -180,7 +180,8 @@ class UniformSearch:
         """min over members of the stage DP's objective, by branch and bound: (objective, rank,
         member, solution) or None."""
         heap, tie = self._candidates(key, interleaved=False)
-        best = None
+        best, solved_tables = None, {}
+        b = self.search.micro_batches(key.dp).index(key.micro_batch)
         while heap:
             item = heapq.heappop(heap)
             floor, kind, rank, _, payload = item
@@ -193,6 +194,10 @@ class UniformSearch:
                 continue
             mp, stages, spec = payload
             member = Member(rank=rank, model_parallel=mp, costs=_materialise(spec))
+            tables = _at(member.costs, b)
+            if any(other_rank < rank and _dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
+                continue  # a member before it is no slower, no longer-tailed and no larger anywhere
+            solved_tables.setdefault(mp, []).append((rank, tables))
             solved = self._solve_member(key, member, stages)
             if solved is not None and (best is None or (solved.objective_s, rank) < (best[0], best[1])):
                 best = (solved.objective_s, rank, member, solved)
@@ -251,6 +256,20 @@ class UniformSearch:
                                                has_head=i == stages - 1) for i in range(stages)]
         for v in sorted(v for v in self.problem.space.vpp if v > 1 and n % v == 0):
             yield _plan(self.search, key, stage_plans, schedule="interleaved", vpp=v)
+
+
+def _at(costs: ChoiceCosts, b_index: int) -> np.ndarray:
+    """A member's tables at one micro-batch size, stacked [time, tail, base, per][n, pos]."""
+    return np.stack([costs.time_s[b_index], costs.tail_s[b_index], costs.mem_base_bytes[b_index],
+                     costs.mem_per_microbatch_bytes[b_index]])
+
+
+def _dominates(earlier: np.ndarray, later: np.ndarray) -> bool:
+    """Whether no plan of ``later``'s scores below the same plan of ``earlier``'s: the stage DP's
+    objective only grows with a stage's time and tail, and a stage that fits with more memory
+    fits with less (the caller checks that ``earlier`` also ranks first, so it wins a tie)."""
+    with np.errstate(invalid="ignore"):
+        return bool(np.all((earlier <= later) | np.isinf(later) & (later > 0)))
 
 
 def _materialise(spec) -> ChoiceCosts:
