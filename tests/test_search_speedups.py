@@ -179,3 +179,22 @@ def _marked(marker: str) -> list[int]:
         except OSError:
             continue
     return found
+
+
+def test_screen_tables_made_in_worker_processes_give_the_same_search(monkeypatch):
+    """A uniform-stage search whose screens are priced by forked workers (parallel.price_tables)
+    finds what it finds alone: plan, estimate and the tables it priced."""
+    from autotune.search import parallel
+    from autotune.search.api import search
+
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "1")
+    serial = search("medium", 16, cache=False)
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
+    monkeypatch.setattr(parallel, "MIN_TABLES", 2)
+    made = []
+    real = parallel.price_tables
+    monkeypatch.setattr(parallel, "price_tables", lambda search_, keys: made.append(out := real(search_, keys)) or out)
+    forked = search("medium", 16, cache=False)
+    assert made and made[0] or not parallel._can_fork()
+    assert forked.plan == serial.plan and forked.estimate == serial.estimate
+    assert forked.stats.num_trials == serial.stats.num_trials

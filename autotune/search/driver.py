@@ -270,6 +270,8 @@ class SliceSearch:
             self.prefetch(sorted({k.dp for k in keys}))  # the bounds read every dp's studies
             line = [(self.lower_bound_s(k), True, k) for k in keys]
         else:
+            if self.problem.method != "exhaustive":
+                self.uniform.screens.prefetch(keys)  # in worker processes where that pays
             line = [(self.uniform.coarse_bound_s(k), False, k) for k in keys]
         heapq.heapify(line)
         while line:

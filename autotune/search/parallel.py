@@ -19,7 +19,7 @@ import signal
 import sys
 import threading
 
-__all__ = ["MIN_STUDIES", "run_studies", "processes"]
+__all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processes"]
 
 # Fewer studies than MIN_STUDIES run in the search's own process: the forks, the transfers and
 # Optuna's import cost about what a second core saves (`large` on 16 GPUs, 15 studies in ~0.3 s:
@@ -29,6 +29,11 @@ __all__ = ["MIN_STUDIES", "run_studies", "processes"]
 # (GPT-3 175B on 1024 GPUs: 65) they pay at any load. Whether a search forks depends on the
 # problem only, not on the machine's load.
 MIN_STUDIES = 24
+
+# A table costs 3-15 ms to price (one cost-model call per pipeline position) against a whole
+# study's 50-300 ms: forking and sending the tables back (about 0.15 s) pays from about this
+# many (DeepSeek-V3 on 2048 GPUs: 588 screen tables; large on 16 GPUs: about 40, made here).
+MIN_TABLES = 128
 
 _SEARCH = None  # the SliceSearch the forked workers read (inherited by fork, never pickled)
 
@@ -73,24 +78,43 @@ def _study(key: tuple[int, int]):
         return key, None, False
 
 
+def _tables(key: tuple):
+    try:  # (dp, model-parallel size, choice, positions, micro-batch sizes, inter-node) -> its tables
+        return key, _SEARCH.uniform.screens.compute(*key), True
+    except BaseException:  # noqa: BLE001  (as _study)
+        return key, None, False
+
+
 def run_studies(search, keys: list[tuple[int, int]]) -> dict:
     """``search._run_study(dp, model_parallel)`` of each key, run in two forked workers; {} when
     that is not possible or not worth it, and without the keys whose study failed or whose
     worker died (the caller runs those itself)."""
-    global _SEARCH
     if len(keys) < MIN_STUDIES or processes() < 2 or not _can_fork():
         return {}
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
     from autotune.search.intra_op import load_optuna
 
     load_optuna()  # once here rather than once in each worker
+    return _run(search, _study, keys)
+
+
+def price_tables(search, keys: list[tuple]) -> dict:
+    """Stage tables of a uniform-stage search (autotune.search.screens Screens.compute of each
+    key) made in two forked workers, as run_studies; {} when not possible or not worth it."""
+    if len(keys) < MIN_TABLES or processes() < 2 or not _can_fork():
+        return {}
+    return _run(search, _tables, keys)
+
+
+def _run(search, task, keys: list) -> dict:
+    global _SEARCH
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
     _SEARCH = search
     out = {}
     pool = ProcessPoolExecutor(2, mp_context=mp.get_context("fork"), initializer=_quiet_worker, initargs=(os.getpid(),))
     try:
-        for done in as_completed([pool.submit(_study, key) for key in keys]):
+        for done in as_completed([pool.submit(task, key) for key in keys]):
             if done.exception() is None:  # else a worker died (BrokenProcessPool): its studies are left
                 key, result, ok = done.result()
                 if ok:

@@ -78,6 +78,7 @@ class Screens:
         self._time: dict[tuple, tuple[int, ChoiceCosts] | None] = {}
         self._memory: dict[tuple, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
+        self._made: dict[tuple, ChoiceCosts] = {}  # tables worker processes made, until priced
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -121,15 +122,16 @@ class Screens:
         cache, ctx = self.search.cache, self.search._slice_context(dp)
         if sizes is not None:
             ctx = replace(ctx, micro_batches=sizes)
+        made = self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)  # by workers
         if cache is None:
             self.search.num_trials += 1
-            return choice_costs(ctx, choice, positions, inter_node)
+            return made if made is not None else choice_costs(ctx, choice, positions, inter_node)
         keys = {pos: (self.search.base_key, "position", dp, mp, ctx.micro_batches, inter_node, choice, pos)
                 for pos in positions}
         found = {pos: cache.study(key) for pos, key in keys.items()}
         missing = [pos for pos, value in found.items() if value is None]
         if missing:
-            made = choice_costs(ctx, choice, missing, inter_node)
+            made = made if made is not None else choice_costs(ctx, choice, missing, inter_node)
             self.search.num_trials += 1
             for pos in missing:
                 found[pos] = _PositionTables(*(getattr(made, name)[:, :, pos].copy() for name in _FIELDS))
@@ -140,6 +142,40 @@ class Screens:
             for name in _FIELDS:
                 arrays[name][:, :, pos] = getattr(tables, name)
         return ChoiceCosts(choice=choice, **arrays)
+
+    def compute(self, dp: int, mp: int, choice: StageChoice, positions: tuple[int, ...], sizes: tuple[int, ...] | None,
+                inter_node: bool | None) -> ChoiceCosts:
+        """choice_costs as price makes it, without the cache (what a worker process runs)."""
+        ctx = self.search._slice_context(dp)
+        return choice_costs(ctx if sizes is None else replace(ctx, micro_batches=sizes), choice, list(positions), inter_node)
+
+    def prefetch(self, keys) -> None:
+        """Make the screens the slices' floors will read in worker processes where that pays
+        (autotune.search.parallel): every class's time screen and leanest members."""
+        from autotune.search.parallel import price_tables
+
+        wanted = []
+        for key in keys:
+            for mp, _ in self.submeshes(key.dp):
+                for rep in self.classes(key.dp, mp):
+                    wanted += [t for t in self._screen_tasks(mp, rep) if t not in wanted]
+        cache = self.search.cache
+        if cache is not None:  # what another GPU count already priced stays where it is
+            wanted = [t for t in wanted if any(cache.study((self.search.base_key, "position", t[0], t[1],
+                                                            t[4] or self.search.micro_batches(t[0]), t[5], t[2], pos))
+                                               is None for pos in t[3])]
+        self._made.update(price_tables(self.search, wanted))
+
+    def _screen_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
+        """The price calls of a class's time and memory screens."""
+        dps, positions = self._degrees(mp, rep)
+        if not dps:
+            return []
+        out = [(dps[0], mp, rep, tuple(positions), None, None)]
+        if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) > 1:
+            out.append((dps[0], mp, rep, tuple(positions), None, True))
+        sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
+        return out + [(dps[-1], mp, c, tuple(positions), sizes, None) for c in _leanest(self.classes(dps[-1], mp)[rep])]
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
         """(degrees whose studies have the class, positions their pipelines take)."""
