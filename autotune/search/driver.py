@@ -142,7 +142,8 @@ class SliceSearch:
         choices, offloading among them, cannot help)."""
         if self.uniform is None:
             return True
-        return any(self.uniform.screens.submeshes(dp) for dp in self.uniform.screens.dps())
+        screens = self.uniform.screens
+        return any(screens.classes(dp, mp) for dp in screens.dps() for mp, _ in screens.submeshes(dp))
 
     def evaluate(self, plan: Plan) -> Estimate:
         p = self.problem
@@ -283,7 +284,9 @@ class SliceSearch:
                 heapq.heappush(line, (max(bound, self.lower_bound_s(key)), True, key))
                 continue
             plan, estimate = self.solve_slice(key, prune_above())
-            yield SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=bound)
+            # a uniform slice without a plan had every candidate cut by its floor (inf: nothing fits)
+            yield SliceOutcome(key=key, plan=plan, estimate=estimate, lower_bound_s=bound,
+                               pruned=plan is None and self.uniform is not None)
 
     def solve_slice(self, key: SliceKey, prune_above: float = math.inf) -> tuple[Plan | None, Estimate | None]:
         if self.uniform is not None:
