@@ -1,9 +1,14 @@
-"""The two-level search: intra-op studies per (stage size, dp), then the stage DP per slice.
+"""The two-level search: stage tables per (stage size, dp), then the stage DP per slice.
 
 A slice is one (data-parallel degree, micro-batch) pair: every stage of its plans shares them.
 For each slice the DP cuts the layers into stages on submeshes using the stage tables the
 intra-op level produced; interleaved pipelines (vpp > 1) are scored as equal stages. The best
 plan of every slice is re-scored with the full cost model (autotune.cost.evaluate).
+
+Spaces whose stages share one choice (the megatron, torchtitan and deepspeed spaces: what those
+runtimes' configs express) are solved by bounded enumeration (autotune.search.uniform): tables
+are priced only where a floor says they may win, and shared by degrees and GPU counts. Other
+spaces run an intra-op study per (stage size, dp): enumerated when small, Optuna otherwise.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ class SearchStats:
     num_slices_pruned: int
     num_slices_resumed: int
     num_intra_op_studies: int
-    num_trials: int
+    num_trials: int  # stage tables priced (uniform spaces) or intra-op trials (others)
     best_from: str = "search"  # or "baseline NAME" when a baseline outside the space was faster
 
 
