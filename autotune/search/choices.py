@@ -21,7 +21,7 @@ from autotune.spec.workload import is_training
 __all__ = ["StageChoice", "valid_stage_sizes", "choice_values", "enumerate_choices", "make_choice",
            "choice_params", "OFFLOADS", "SHARDINGS"]
 
-TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload", "sharding", "fp8", "recompute_layers")
+TRAINING_PARAMS = ("tp", "recompute", "zero", "mesh_order", "offload", "sharding", "fp8", "recompute_layers", "cp_comm")
 INFERENCE_PARAMS = ("tp", "mesh_order", "kv_cache", "grouping")
 
 
@@ -41,6 +41,7 @@ class StageChoice:
     etp: int = 1
     recompute_layers: int = 0  # with recompute "full": the first N layers of the stage only (0: all)
     fp8: bool = False
+    cp_comm: str = "ring"  # the context-parallel exchange (StagePlan.cp_comm)
 
     def stage_plan(self, *, dp: int, layers: tuple[int, int] | None = None, has_embedding: bool = False,
                    has_head: bool = False) -> StagePlan:
@@ -53,7 +54,7 @@ class StageChoice:
                          num_gpus=self.tp * self.cp * dp, tp=self.tp, cp=self.cp, dp=dp,
                          sequence_parallel=self.sequence_parallel, recompute=self.recompute, zero=self.zero,
                          mesh_order=self.mesh_order, ep=self.ep, etp=self.etp, recompute_layers=count,
-                         fp8=self.fp8, **dict(self.placements))
+                         fp8=self.fp8, cp_comm=self.cp_comm, **dict(self.placements))
 
 
 def choice_params(workload: object) -> tuple[str, ...]:
@@ -122,6 +123,8 @@ def choice_values(space: SearchSpace, model: ModelSpec, workload: object, cluste
     offload = list(space.offload) if not model.is_moe else ["none"]  # not modelled for MoE stages
     values = {"tp": tps, "recompute": list(space.recompute), "zero": zeros, "mesh_order": orders,
               "offload": offload, **experts}
+    if len(space.cp_comm) > 1 and any(model_parallel // t > 1 for t in tps):
+        values["cp_comm"] = list(space.cp_comm)
     node = _node_shard(model_parallel, dp, cluster.gpus_per_node)
     shardings = [s if s != "node" else f"hsdp:{node}" for s in space.sharding if s != "node" or node]
     if len(shardings) > 1:
@@ -192,10 +195,11 @@ def make_choice(space: SearchSpace, model_parallel: int, params: dict, training:
     ep, etp = int(params.get("ep", 1)), min(int(params.get("etp", 1)), tp)
     recompute = str(params.get("recompute", "none"))
     count = int(params.get("recompute_layers", 0)) if recompute == "full" else 0
+    exchange = str(params.get("cp_comm", space.cp_comm[0] if space.cp_comm else "ring"))
     return StageChoice(tp=tp, cp=model_parallel // tp, sequence_parallel=sp, recompute=recompute,
                        zero=int(params.get("zero", 0)), mesh_order=str(params["mesh_order"]),
                        placements=tuple(sorted(_placements(params).items())), ep=ep, etp=etp,
-                       recompute_layers=count, fp8=bool(params.get("fp8", False)))
+                       recompute_layers=count, fp8=bool(params.get("fp8", False)), cp_comm=exchange)
 
 
 def enumerate_choices(space: SearchSpace, model_parallel: int, values: dict[str, list], training: bool = True) -> list[StageChoice]:

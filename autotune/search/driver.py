@@ -60,10 +60,12 @@ class SearchProblem:
 
 def runtime_space(space: SearchSpace, runtime: Runtime) -> SearchSpace:
     """The space less what the runtime cannot run: ZeRO stages it lacks, FSDP2's reshard and HSDP
-    variants where it has none; TP communication overlapped where the runtime overlaps it."""
+    variants where it has none; TP communication overlapped where the runtime overlaps it; the
+    runtime's context-parallel exchange unless the space names its own."""
     zero = tuple(z for z in space.zero if z in runtime.zero_stages) or (min(runtime.zero_stages),)
     sharding = space.sharding if runtime.reshard_variants else ("full",)
-    return replace(space, zero=zero, sharding=sharding, overlap_tp_comm=space.overlap_tp_comm or runtime.overlap_tp_comm)
+    return replace(space, zero=zero, sharding=sharding, overlap_tp_comm=space.overlap_tp_comm or runtime.overlap_tp_comm,
+                   cp_comm=space.cp_comm or (runtime.cp_comm,))
 
 
 @dataclass(frozen=True, order=True)

@@ -65,6 +65,8 @@ class SearchSpace:
     # the runtime's full recomputation skips each block's trailing FFN down projection (PyTorch's
     # non-reentrant checkpoint: TrainingWorkload.recompute_early_stop); false: Megatron-Core's
     recompute_early_stop: bool = False
+    # context-parallel exchanges to choose among (StagePlan.cp_comm); () takes the runtime's own
+    cp_comm: tuple[str, ...] = ()
     kind: str = "parallel"  # "parallel" plans, or a standalone problem such as "cxl-lora"
     raw: tuple[tuple[str, Any], ...] = ()
 
@@ -87,6 +89,8 @@ class SearchSpace:
             require_choice("space.offload", value, tuple(OFFLOADS))
         for value in self.sharding:
             require_choice("space.sharding", value, SHARDINGS)
+        for value in self.cp_comm:
+            require_choice("space.cp_comm", value, ("ring", "all_gather", "all_to_all"))
         for value in self.fp8:
             require(isinstance(value, bool), "space.fp8", f"needs true/false values, got {list(self.fp8)}")
         counts = self.recompute_layers
@@ -148,6 +152,7 @@ def _from_table(data: dict[str, Any], fallback_name: str) -> SearchSpace:
             ep=tuple(stage.get("ep", [1])), etp=tuple(stage.get("etp", [1])),
             fp8=tuple(stage.get("fp8", [False])), recompute_layers=_counts(stage.get("recompute_layers", [])),
             recompute_early_stop=bool(glob.get("recompute_early_stop", False)),
+            cp_comm=tuple(stage.get("cp_comm", [])),
             raw=tuple(data.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("space", f"space {name!r} is missing or mistypes {err}") from None
