@@ -37,6 +37,8 @@ def positions_of(num_stages: int) -> list[int]:
 
 def _fitting(time, base, per, capacity_bytes: float, pos: int, inflight: int) -> np.ndarray:
     """[..., n]: the stage time at ``pos`` where it fits holding ``inflight`` micro-batches, else inf."""
+    if capacity_bytes == np.inf:  # times alone (a class's first floor): everything fits
+        return time[..., pos]
     with np.errstate(invalid="ignore"):
         ok = base[..., pos] + inflight * per[..., pos] <= capacity_bytes
     return np.where(ok, time[..., pos], np.inf)
@@ -95,8 +97,9 @@ def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: 
             suffix = np.minimum.accumulate(others[..., ::-1], axis=-1)[..., ::-1]  # least time of >= m layers
             slowest = suffix[..., -(-rest // (S - 1))]
             total = t_first + per_layer * rest + (B - 1) * np.maximum(t_first, slowest)
-            room = _layers_held(base, per, capacity_bytes, S, B)  # the other stages hold at most this many
-            total = np.where(rest <= room[..., None], total, np.inf)
+            if capacity_bytes != np.inf:
+                room = _layers_held(base, per, capacity_bytes, S, B)  # the other stages hold at most this many
+                total = np.where(rest <= room[..., None], total, np.inf)
         total = total + _tail(tail, FIRST)[..., n_first]
     return np.nan_to_num(total, nan=np.inf, posinf=np.inf).min(axis=-1)
 
