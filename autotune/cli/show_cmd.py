@@ -37,10 +37,14 @@ def run_explain(args: argparse.Namespace) -> int:
     from autotune.outputs.report import plan_table, stage_breakdown_text
     from autotune.outputs.rescore import rescore
 
+    from autotune.spec.runtime import resolve_runtime
+
     plan_file, estimate = rescore(args.run)
+    runtime = resolve_runtime(plan_file.runtime)
     if args.json:
-        print_json({"plan": plan_file.plan.to_dict(), "estimate": estimate.to_dict()})
+        print_json({"runtime": runtime.to_dict(), "plan": plan_file.plan.to_dict(), "estimate": estimate.to_dict()})
         return 0
+    print(f"runtime {runtime.name}")
     print("\n".join(plan_table(plan_file.plan, estimate)))
     print(estimate_table(estimate))
     print("per stage:")

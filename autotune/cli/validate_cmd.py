@@ -86,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
+        print(f"predictions for runtime {args.runtime}")
         print(format_table(results))
         print(f"wrote {out}")
     return 0 if results and all(r.status == "ok" for r in results) else 1

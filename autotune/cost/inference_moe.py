@@ -18,10 +18,15 @@ from autotune.cost.stage import StageCost, StageTime
 from autotune.errors import require
 from autotune.plan.plan import StagePlan
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a stage of training or of inference
+    from autotune.cost.context import CostContext
+
 __all__ = ["moe_inference_stage_cost"]
 
 
-def moe_inference_stage_cost(ctx, stage: StagePlan, pos, num_layers=None) -> StageCost:
+def moe_inference_stage_cost(ctx: CostContext, stage: StagePlan, pos, num_layers=None) -> StageCost:
     """inference_stage_cost for a stage of an MoE model."""
     m = ctx.tables.model
     require(m.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {m.num_experts} experts")

@@ -250,7 +250,7 @@ def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     tokens = ctx.micro_batch * ctx.tables.seq_len
     width = ctx.tables.act_bytes / stage.tp
     attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
-    comm = getattr(stage, "cp_comm", "ring")
+    comm = stage.cp_comm
     kv_dim = m.num_heads * m.head_dim if ctx.runtime.kv_heads_expanded else m.kv_dim
     per_layer = cp_layer_comm_s(
         ctx.cluster, comm, span, kv_bytes=tokens * 2 * kv_dim * width,

@@ -27,17 +27,38 @@ def plan_table(plan: Plan, estimate: Estimate | None = None) -> list[str]:
     """One line per stage: layers, GPUs and intra-op choices (and memory if known)."""
     experts = any(s.ep > 1 or s.etp > 1 for s in plan.stages)  # MoE columns only where used
     fp8 = any(s.fp8 for s in plan.stages)
+    optional = [(name, cell) for name, cell in _OPTIONAL_COLUMNS if any(cell(s) != "-" for s in plan.stages)]
     lines = [f"{'stage':>5} {'layers':>9} {'gpus':>5} {'tp':>3} {'cp':>3} {'dp':>4} "
              + (f"{'ep':>3} {'etp':>3} " if experts else "") + f"{'sp':>3} "
-             f"{'recompute':>9} {'zero':>4} {'mesh order':>10}" + (" fp8" if fp8 else "") + ("  memory/GPU" if estimate else "")]
+             f"{'recompute':>9} {'zero':>4} {'mesh order':>10}" + (" fp8" if fp8 else "")
+             + "".join(f" {name:>9}" for name, _ in optional) + ("  memory/GPU" if estimate else "")]
     for i, s in enumerate(plan.stages):
         extra = f"  {_gib(estimate.stages[i].peak_memory_bytes)}" if estimate and estimate.stages else ""
         tags = ("E" if s.has_embedding else "") + ("H" if s.has_head else "")
         lines.append(f"{i:>5} {f'{s.layers[0]}-{s.layers[1] - 1}':>9}{tags:2s}{s.num_gpus:>4} {s.tp:>3} {s.cp:>3} "
                      f"{s.dp:>4} " + (f"{s.ep:>3} {s.etp:>3} " if experts else "")
                      + f"{'on' if s.sequence_parallel else '-':>3} {_recompute(s):>9} {s.zero:>4} "
-                     f"{s.mesh_order:>10}" + (f" {'on' if s.fp8 else '-':>3}" if fp8 else "") + extra)
+                     f"{s.mesh_order:>10}" + (f" {'on' if s.fp8 else '-':>3}" if fp8 else "")
+                     + "".join(f" {cell(s):>9}" for _, cell in optional) + extra)
     return lines
+
+
+def _fsdp(s) -> str:
+    """The ZeRO-3/FSDP variant an export depends on: kept gathered for the step, or HSDP's shard group."""
+    if s.zero != 3 or (s.reshard_after_forward and s.dp_shard in (0, s.dp)):
+        return "-"
+    return ("keep" if not s.reshard_after_forward else "") + (f"hsdp{s.dp_shard}" if s.dp_shard not in (0, s.dp) else "")
+
+
+def _offloaded(s) -> str:
+    names = {"weights_in": "w", "optimizer_in": "opt", "gradients_in": "grad", "activations_in": "act"}
+    return ",".join(short for name, short in names.items() if getattr(s, name) != "hbm") or "-"
+
+
+# Columns shown only where a stage differs from the default, each a setting an export depends on.
+_OPTIONAL_COLUMNS = (("fsdp", _fsdp), ("cp comm", lambda s: s.cp_comm if s.cp > 1 and s.cp_comm != "ring" else "-"),
+                     ("offload", _offloaded),
+                     ("act.off", lambda s: str(s.activation_offload_layers) if s.activation_offload_layers else "-"))
 
 
 def summary_text(plan: Plan, estimate: Estimate, capacity_bytes: float) -> list[str]:

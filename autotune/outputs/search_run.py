@@ -20,6 +20,7 @@ def context_lines(problem) -> list[str]:
     w, m, c = problem.workload, problem.model, problem.cluster
     return [f"model: {m.name} ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads)",
             f"workload: training, global batch {w.global_batch} x {w.seq_len} tokens, {w.dtype}, attention {w.attention_impl}",
+            f"runtime: {problem.runtime.name} ({problem.runtime.description})",
             f"cluster: {c.name}, {problem.gpus} x {c.device.name} ({c.gpus_per_node} per node)",
             f"search: space {problem.space.name}, method {problem.method}, seed {problem.seed}"]
 

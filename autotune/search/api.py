@@ -218,7 +218,7 @@ def _check_length(model, workload) -> None:
     """Sequences longer than the model's positions are refused before any work."""
     from autotune.errors import require
 
-    longest = getattr(workload, "max_context_len", workload.seq_len)
+    longest = workload.seq_len if is_training(workload) else workload.max_context_len
     field = "seq_len" if is_training(workload) else "prompt_len"
     require(longest <= model.max_seq_len, field,
             f"{longest} positions exceed {model.name}'s maximum sequence length {model.max_seq_len}")

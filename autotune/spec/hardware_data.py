@@ -178,7 +178,7 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
             host_link=link_from_dict(data["host_link"], "host_link"),
             cxl_link=link_from_dict(cxl, "cxl_link") if cxl else None,
             max_nodes=_count(data, "max_nodes", "cluster") if data.get("max_nodes") is not None else None, source=str(data.get("source", "")),
-            cores_per_node=data.get("cores_per_node"),
+            cores_per_node=data.get("cores_per_node"), node_slices=tuple(data.get("node_slices", ())),
         )
     except KeyError as err:
         raise AutotuneError("cluster", f"cluster {name!r} lacks {err.args[0]!r}") from None

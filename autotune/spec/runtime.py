@@ -103,7 +103,8 @@ class Runtime:
     grad_reduce_in_fp32: bool = True  # gradient buffers and reductions in fp32 (else the 16-bit dtype)
     fp8_params: bool = False  # under an FP8 recipe: weights kept only in FP8 and gathered in FP8
     fp8_all_gather: bool = False  # under an FP8 recipe: FSDP gathers FP8 weights
-    fp8_tp_all_gather: bool = False  # under an FP8 recipe: sequence-parallel gathers move FP8
+    fp8_tp_all_gather: bool = False  # under tp_gather_dtypes: sequence-parallel gathers move the GEMM format
+    tp_gather_dtypes: tuple[str, ...] = ("fp8", "mxfp8", "nvfp4")  # the recipes whose TP gathers it quantizes
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_p2p_comm: bool = True
@@ -128,7 +129,8 @@ class Runtime:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (setting, where its value comes from)
 
     def __post_init__(self) -> None:
-        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "sources", "no_tp_overlap_dtypes"):
+        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "sources", "no_tp_overlap_dtypes",
+                     "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -148,6 +150,8 @@ class Runtime:
         require_choice("runtime.pipeline_microbatches", self.pipeline_microbatches, ("given", "stages"))
         require_choice("runtime.selective_recompute", self.selective_recompute, ("selective", "selective_op"))
         require_choice("runtime.pipeline_split", self.pipeline_split, PIPELINE_SPLITS)
+        require(all(d in ("fp8", "fp8_rowwise", "mxfp8", "nvfp4") for d in self.tp_gather_dtypes), "runtime.tp_gather_dtypes",
+                f"must list low-precision dtypes (fp8, fp8_rowwise, mxfp8, nvfp4), got {list(self.tp_gather_dtypes)}")
         require(self.zero_default in self.zero_stages, "runtime.zero_default",
                 f"must be one of its zero_stages {list(self.zero_stages)}, got {self.zero_default!r}")
         require(isinstance(self.vpp_default, int) and self.vpp_default >= 1, "runtime.vpp_default",
