@@ -13,9 +13,10 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.plan.io import atomic_write_text, check_output_path, read_plan_file
+from autotune.search.sqlite_url import shell_word, sqlite_uri, sqlite_url
 
 __all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE",
-           "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri"]
+           "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri", "resume_note"]
 
 STUDY_FILE = "study.db"
 
@@ -53,6 +54,11 @@ def create_run_dir(root: Path, model_name: str, gpus: int) -> Path:
     raise AutotuneError("run_dir", f"cannot create a new run directory under {str(root)!r}")
 
 
+def resume_note(run_dir: Path) -> str:
+    """What an interrupted search says about the slices it kept, with a command that resumes it."""
+    return f"finished slices are kept in {run_dir}; continue with autotune search --resume {shell_word(run_dir)}"
+
+
 @dataclass
 class NewRunDir:
     """A run directory a search made (``path``; None: none), and the folders made for it."""
@@ -70,7 +76,7 @@ class NewRunDir:
         summary = study_db_summary(self.path / STUDY_FILE)
         finished = summary is None or any(n > 0 for _, n in summary)  # unreadable: keep, never lose work
         if finished and self.path.exists() and not isinstance(err, NoPlanError):
-            return (f"finished slices are kept in {self.path}; continue with autotune search --resume {self.path}")
+            return resume_note(self.path)
         shutil.rmtree(self.path, ignore_errors=True)
         for folder in reversed(self.made):
             if folder != self.path and folder.is_dir() and not any(folder.iterdir()):
@@ -121,11 +127,12 @@ def read_only_uri(db: Path) -> str:
     present every commit is in the file (``immutable``: no -shm/-wal made); with one, a
     read-only connection that also reads the log."""
     wal = db.with_name(db.name + "-wal")
-    return f"file:{db.resolve()}?{'mode=ro' if wal.exists() else 'immutable=1'}"
+    return sqlite_uri(db, **({"mode": "ro"} if wal.exists() else {"immutable": "1"}))
 
 
 def study_url(run_dir: Path) -> str:
-    return f"sqlite:///{(run_dir / STUDY_FILE).resolve()}"
+    """The storage URL of a run's study (any characters in the path: autotune.search.sqlite_url)."""
+    return sqlite_url(run_dir / STUDY_FILE)
 
 
 def write_run(run_dir: Path, *, plan_file: dict[str, Any], search: dict[str, Any], report: str) -> None:

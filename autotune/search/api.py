@@ -244,7 +244,7 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
     """Continue an interrupted search from its run directory's study; finished slices are kept.
     The study is read without writing until it is known to hold one recorded problem."""
     from autotune.errors import require_choice
-    from autotune.outputs.run_dir import STUDY_FILE, study_url
+    from autotune.outputs.run_dir import STUDY_FILE, resume_note, study_url
     from autotune.search.store import open_study
 
     require_choice("plots", plots, PLOT_MODES)
@@ -258,7 +258,7 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
     try:
         return _finish(problem, refs, run_search(problem, study=study, progress=progress), path, study, plots)
     except KeyboardInterrupt:
-        raise Interrupted(f"finished slices are kept in {path}; continue with autotune search --resume {path}") from None
+        raise Interrupted(resume_note(path)) from None
 
 
 def _recorded_problem(db: Path) -> tuple[str, dict]:

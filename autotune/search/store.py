@@ -20,6 +20,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune.errors import AutotuneError, require
+from autotune.search.sqlite_url import sqlite_file
 from autotune.search.study_file import (BASE_ROUND, CATEGORICAL_PARAMS, CONSTRAINTS_KEY, INT_PARAMS, choice_params,
                                         memory_constraint, plan_choice_attrs, slice_attrs, slice_value)
 
@@ -116,12 +117,10 @@ def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
 def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: bool = False) -> optuna.Study:
     """Create (with ``problem``) or load (without) the plan study ``name`` at ``url``. Loading
     from an SQLite file that does not exist is refused (opening it would create it)."""
-    if problem is None and url.startswith("sqlite:///"):
-        from pathlib import Path
-
+    db = sqlite_file(url)
+    if problem is None and db is not None:
         from autotune.outputs.run_dir import study_db_summary
 
-        db = Path(url[len("sqlite:///"):])
         require(db.is_file(), "storage", f"no study database at {str(db)!r}; give the URL autotune search printed")
         names = [n for n, _ in study_db_summary(db) or ()]  # read-only: a refused load leaves the file as it was
         require(name in names, "study", f"no study {name!r} at {url!r}; studies there: {', '.join(names) or 'none'}")

@@ -137,7 +137,9 @@ def template_path() -> Path:
         os.unlink(tmp)
         import optuna
 
-        storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}")
+        from autotune.search.sqlite_url import sqlite_url
+
+        storage = optuna.storages.RDBStorage(sqlite_url(tmp))
         storage.engine.dispose()
         os.replace(tmp, path)  # atomic: concurrent makers each write a whole file
     return path
