@@ -13,10 +13,11 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.plan.io import atomic_write_text, check_output_path, read_plan_file
-from autotune.search.sqlite_url import shell_word, sqlite_uri, sqlite_url
+from autotune.search.sqlite_url import shell_word, sqlite_file, sqlite_uri, sqlite_url
 
 __all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE",
-           "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri", "resume_note"]
+           "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri", "resume_note",
+           "check_study_target"]
 
 STUDY_FILE = "study.db"
 
@@ -128,6 +129,22 @@ def read_only_uri(db: Path) -> str:
     read-only connection that also reads the log."""
     wal = db.with_name(db.name + "-wal")
     return sqlite_uri(db, **({"mode": "ro"} if wal.exists() else {"immutable": "1"}))
+
+
+def check_study_target(run_dir: Path | None, storage: str | None, name: str) -> None:
+    """A run's study.db holds its own search's study only: a shared ``storage`` may not be a
+    run's study file, and a run directory given again may only continue the study ``name``."""
+    db = sqlite_file(storage) if storage is not None else None
+    if db is not None and db.resolve().name == STUDY_FILE:
+        run = db.parent if db.name == STUDY_FILE else db.resolve().parent  # (a link to a run's study: the run)
+        raise AutotuneError("storage", f"{str(db)!r} is a run's own study ({STUDY_FILE}), not a shared one; continue "
+                                       f"that run with autotune search --resume {shell_word(run)}, or name "
+                                       "the shared database otherwise")
+    if storage is None and run_dir is not None:
+        names = [n for n, _ in study_db_summary(run_dir / STUDY_FILE) or ()]
+        if names not in ([], [name]):
+            raise AutotuneError("run_dir", f"{str(run_dir)!r} holds the study of another search "
+                                           f"({', '.join(names)}); give a new directory")
 
 
 def study_url(run_dir: Path) -> str:

@@ -63,7 +63,9 @@ def problem_from_refs(refs: dict[str, Any]) -> SearchProblem:
 
 
 def study_name_for(refs: dict[str, Any]) -> str:
-    digest = hashlib.sha256(json.dumps(refs, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    from autotune.search.problem_id import problem_json
+
+    digest = hashlib.sha256(problem_json(refs).encode()).hexdigest()[:10]
     return f"{refs['model']['name']}-{refs['gpus']}gpus-{digest}"
 
 
@@ -221,22 +223,24 @@ def _check_length(model, workload) -> None:
 def _open_study(refs, run_dir, storage, study_name):
     if refs is None:
         return None, None
-    from autotune.outputs.run_dir import STUDY_FILE, study_url
+    from autotune.outputs.run_dir import STUDY_FILE, check_study_target, study_url
 
     path = Path(run_dir) if run_dir else None
+    name = study_name or study_name_for(refs)
+    check_study_target(path, storage, name)  # no other search's study in a run's study.db
     if storage is None and not (path / STUDY_FILE).exists():  # a new run: written without loading Optuna
         import sqlite3
 
         from autotune.search.study_file import StudyFile
 
         try:
-            return StudyFile(path / STUDY_FILE, study_name or study_name_for(refs), refs), path
+            return StudyFile(path / STUDY_FILE, name, refs), path
         except (OSError, sqlite3.Error):  # no usable template (an unwritable cache, say): through Optuna
             (path / STUDY_FILE).unlink(missing_ok=True)
     url = storage or study_url(path)
     from autotune.search.store import open_study
 
-    return open_study(url, study_name or study_name_for(refs), refs, heartbeat=storage is not None), path
+    return open_study(url, name, refs, heartbeat=storage is not None), path
 
 
 @A.entry_point({"run_dir": A.path_arg, "progress": A.callable_arg, "plots": A.text_arg})

@@ -20,6 +20,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from autotune.errors import AutotuneError, require
+from autotune.search.problem_id import PROBLEM_ATTR, check_problem, problem_attrs
 from autotune.search.sqlite_url import sqlite_file
 from autotune.search.study_file import (BASE_ROUND, CATEGORICAL_PARAMS, CONSTRAINTS_KEY, INT_PARAMS, choice_params,
                                         memory_constraint, plan_choice_attrs, slice_attrs, slice_value)
@@ -30,7 +31,6 @@ __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "q
            "slice_value", "shared_trials", "TRIALS_ATTR", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S",
            "heartbeat_settings", "plan_choice_attrs", "memory_constraint", "CONSTRAINTS_KEY", "FINISHED_STATES"]
 
-PROBLEM_ATTR = "problem"
 HEARTBEAT_S = 5  # seconds between heartbeats of a running trial; $AUTOTUNE_HEARTBEAT_S overrides
 GRACE_S = 20  # seconds without a heartbeat before a trial's process counts as dead; $AUTOTUNE_GRACE_S overrides
 _DISTRIBUTIONS = {k: IntDistribution(*INT_PARAMS[k]) for k in ("dp", "micro_batch")}
@@ -101,15 +101,27 @@ def _retrying_races(action):
 def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
     """Write-ahead log with NORMAL sync: a commit no longer waits for fsync (18 ms each here),
     and a committed trial still survives the process being killed (only a power loss can
-    drop the last ones) -- SQLite's documented trade-off for WAL mode."""
+    drop the last ones) -- SQLite's documented trade-off for WAL mode.
+
+    Every transaction is ``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for pysqlite): by default
+    pysqlite starts a transaction only at the first write, so Optuna's "read the waiting trial,
+    mark it running" is two steps, and two searches sharing one SQLite storage both took the
+    same queued slice (the second then failed to finish it). Holding the write lock from the
+    read on makes the step atomic, as PostgreSQL's row locks do; waiters queue on busy_timeout."""
     from sqlalchemy import event
 
     @event.listens_for(storage.engine, "connect")
     def _pragmas(dbapi_connection, _record) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own; _begin does
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(RACE_WAIT_S * 1000)}")
         cursor.close()
+
+    @event.listens_for(storage.engine, "begin")
+    def _begin(connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     storage.engine.dispose()  # connections opened so far predate the pragmas
 
@@ -130,9 +142,8 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
         if problem is None:
             study = optuna.load_study(study_name=name, storage=storage)
         else:
-            study, stored_problem = _retrying_races(lambda: _created_study(storage, name, problem))
-            if stored_problem is not None and stored_problem != problem:
-                raise AutotuneError("study", f"study {name!r} at {url!r} was made for another problem; use another name")
+            study = _retrying_races(lambda: _created_study(storage, name, problem))
+        check_problem(study.user_attrs, problem, f"study {name!r} at {url!r}")
         return study
     except KeyError:
         known = [s.study_name for s in optuna.get_all_study_summaries(storage)]
@@ -143,13 +154,13 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
         raise AutotuneError("study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
 
 
-def _created_study(storage, name: str, problem: dict) -> tuple[optuna.Study, dict | None]:
-    """(the study ``name``, created or loaded; the problem it was made for, None if new here)."""
+def _created_study(storage, name: str, problem: dict) -> optuna.Study:
+    """The study ``name``, created or loaded; a new one records ``problem`` (canonical: as read back)."""
     study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
-    stored = study.user_attrs.get(PROBLEM_ATTR)
-    if stored is None:
-        study.set_user_attr(PROBLEM_ATTR, problem)
-    return study, stored
+    if PROBLEM_ATTR not in study.user_attrs:
+        for key, value in problem_attrs(problem).items():
+            study.set_user_attr(key, value)
+    return study
 
 
 _CHOICE_DISTRIBUTIONS = {**{k: IntDistribution(*INT_PARAMS[k]) for k in ("pp", "vpp", "tp", "cp", "zero")},

@@ -23,12 +23,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autotune.search.problem_id import problem_attrs
+
 __all__ = ["StudyFile", "slice_attrs", "plan_choice_attrs", "memory_constraint", "slice_value", "choice_params",
            "INT_PARAMS", "CATEGORICAL_PARAMS", "CONSTRAINTS_KEY", "BASE_ROUND", "template_path"]
 
 CONSTRAINTS_KEY = "constraints"  # Optuna's (and optuna-dashboard's) system attribute of constraint values
 BASE_ROUND = "base"  # slices of the space as given; "offload" marks the fallback round
-PROBLEM_ATTR = "problem"
 # Trial parameters: integers (low, high) and categoricals (choices), as Optuna distributions.
 INT_PARAMS = {"dp": (1, 1 << 20), "micro_batch": (1, 1 << 20), "pp": (1, 1 << 20), "vpp": (1, 1 << 10),
               "tp": (1, 1 << 20), "cp": (1, 1 << 20), "zero": (0, 3)}
@@ -160,8 +161,8 @@ class StudyFile:
             self.study_id = self._conn.execute("INSERT INTO studies (study_name) VALUES (?)", (name,)).lastrowid
             self._conn.execute("INSERT INTO study_directions (direction, study_id, objective) VALUES ('MINIMIZE', ?, 0)",
                                (self.study_id,))
-            self._conn.execute("INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (?, ?, ?)",
-                               (self.study_id, PROBLEM_ATTR, json.dumps(problem)))
+            self._conn.executemany("INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (?, ?, ?)",
+                                   [(self.study_id, k, json.dumps(v)) for k, v in problem_attrs(problem).items()])
 
     def record(self, outcome, round_name: str = BASE_ROUND) -> None:
         """Commit one solved slice as autotune.search.store.record_slice does through Optuna."""
