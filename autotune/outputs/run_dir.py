@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.plan.io import atomic_write_text, check_output_path, read_plan_file
+from autotune.plan.io import atomic_write_texts, check_output_path, read_plan_file
 from autotune.search.sqlite_url import shell_word, sqlite_file, sqlite_uri, sqlite_url
 
 __all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE",
@@ -52,6 +52,8 @@ def create_run_dir(root: Path, model_name: str, gpus: int) -> Path:
             return path
         except FileExistsError:
             continue
+        except OSError as err:  # a full disk, a read-only file system
+            raise AutotuneError("runs_dir", f"cannot create {str(path)!r}: {err.strerror}") from None
     raise AutotuneError("run_dir", f"cannot create a new run directory under {str(root)!r}")
 
 
@@ -78,11 +80,22 @@ class NewRunDir:
         finished = summary is None or any(n > 0 for _, n in summary)  # unreadable: keep, never lose work
         if finished and self.path.exists() and not isinstance(err, NoPlanError):
             return resume_note(self.path)
-        shutil.rmtree(self.path, ignore_errors=True)
-        for folder in reversed(self.made):
-            if folder != self.path and folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+        if self.path in self.made:  # made by this search: all of it goes
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:  # a directory that was there before: only the study this search wrote in it
+            for suffix in ("", "-wal", "-shm"):
+                (self.path / f"{STUDY_FILE}{suffix}").unlink(missing_ok=True)
+        _remove_empty(self.made)
         return ""
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """The folders a search made for its run directory, innermost first, where nothing is in them."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another run), or gone
+            continue
 
 
 def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_name: str, gpus: int) -> NewRunDir:
@@ -90,7 +103,11 @@ def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_
     call only once the inputs are known to be good."""
     if runs_dir is not None:
         made = _missing_parents(Path(runs_dir))
-        path = create_run_dir(Path(runs_dir), model_name, gpus)
+        try:
+            path = create_run_dir(Path(runs_dir), model_name, gpus)
+        except BaseException:
+            _remove_empty(made)
+            raise
         return NewRunDir(path=path, made=[*made, path])
     if run_dir is not None:
         path = Path(run_dir)
@@ -98,6 +115,7 @@ def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
+            _remove_empty(made)
             raise AutotuneError("run_dir", f"cannot create {str(path)!r}: {err.strerror}") from None
         return NewRunDir(path=path, made=made)
     return NewRunDir()
@@ -153,10 +171,11 @@ def study_url(run_dir: Path) -> str:
 
 
 def write_run(run_dir: Path, *, plan_file: dict[str, Any], search: dict[str, Any], report: str) -> None:
-    """plan.json (the plan file), search.json (result and problem), report.md; each atomically."""
-    atomic_write_text(run_dir / "plan.json", json.dumps(plan_file, indent=2, default=str) + "\n")
-    atomic_write_text(run_dir / "search.json", json.dumps(search, indent=2, default=str) + "\n")
-    atomic_write_text(run_dir / "report.md", report)
+    """plan.json (the plan file), search.json (result and problem), report.md: all or none (a
+    run with plan.json is a finished one; a failed write, a full disk, leaves the study only)."""
+    atomic_write_texts({run_dir / "plan.json": json.dumps(plan_file, indent=2, default=str) + "\n",
+                        run_dir / "search.json": json.dumps(search, indent=2, default=str) + "\n",
+                        run_dir / "report.md": report}, "run_dir")
 
 
 def load_search_record(run_dir: str | Path) -> tuple[Path, dict[str, Any]]:

@@ -86,9 +86,11 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
     plan_file["profile"] = refs["profile"]
     report = report_for(problem, result)
     history, points = _history_and_points(study)
-    write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs, "slice_history": history,
-                                                    "slice_points": points}, report=report)
-    _close(study)  # SQLite folds its write-ahead log back into study.db
+    try:
+        write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs, "slice_history": history,
+                                                        "slice_points": points}, report=report)
+    finally:
+        _close(study)  # SQLite folds its write-ahead log back into study.db (also when a write failed)
     if plots == "sync":
         write_search_plots(run_dir, result, history, report=report)  # last: a plotting failure cannot lose the run
     elif plots == "background":
@@ -181,10 +183,23 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
                             shared=storage is not None, started_s=started_s)
         return _finish(problem, refs, result, path, study, plots)
     except BaseException as err:
-        note = made.clean_up(err)
-        if note and isinstance(err, KeyboardInterrupt):
-            raise Interrupted(note) from None
+        replaced = _failure(err, made.clean_up(err))
+        if replaced is not None:
+            raise replaced from None
         raise
+
+
+def _failure(err: BaseException, note: str) -> BaseException | None:
+    """What a failed or interrupted search raises instead of ``err`` (None: ``err`` itself):
+    with ``note`` (the finished slices kept) after an interrupt or a refused write, and a
+    refused write (a full disk) as one line."""
+    from autotune.errors import write_failure
+
+    if isinstance(err, KeyboardInterrupt):
+        return Interrupted(note) if note else None
+    if isinstance(err, AutotuneError) and err.field == "disk":
+        return AutotuneError("disk", f"{err.message}; {note}") if note else None
+    return write_failure(err, note)
 
 
 class _NoRunDir:
@@ -261,8 +276,11 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
     study = open_study(study_url(path), name)
     try:
         return _finish(problem, refs, run_search(problem, study=study, progress=progress), path, study, plots)
-    except KeyboardInterrupt:
-        raise Interrupted(resume_note(path)) from None
+    except BaseException as err:
+        replaced = _failure(err, resume_note(path))
+        if replaced is not None:
+            raise replaced from None
+        raise
 
 
 def _recorded_problem(db: Path) -> tuple[str, dict]:

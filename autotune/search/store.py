@@ -19,7 +19,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from autotune.errors import AutotuneError, require
+from autotune.errors import AutotuneError, require, write_failure
 from autotune.search.problem_id import PROBLEM_ATTR, check_problem, problem_attrs
 from autotune.search.sqlite_url import sqlite_file
 from autotune.search.study_file import (BASE_ROUND, CATEGORICAL_PARAMS, CONSTRAINTS_KEY, INT_PARAMS, choice_params,
@@ -62,7 +62,8 @@ def _storage(url: str, heartbeat: bool) -> optuna.storages.BaseStorage:
         try:
             return _retrying_races(lambda: _open_storage(url, kwargs))
         except Exception as err:  # SQLAlchemy raises many types for bad URLs and dead servers
-            raise AutotuneError("storage", f"cannot open {url!r}: {str(err).splitlines()[0][:200]}") from None
+            failure = write_failure(err)  # a full disk, a read-only file system
+            raise failure or AutotuneError("storage", f"cannot open {url!r}: {str(err).splitlines()[0][:200]}") from None
 
 
 def _open_storage(url: str, kwargs: dict[str, Any]) -> optuna.storages.BaseStorage:
@@ -151,7 +152,8 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
     except AutotuneError:
         raise
     except Exception as err:
-        raise AutotuneError("study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
+        raise write_failure(err) or AutotuneError(
+            "study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
 
 
 def _created_study(storage, name: str, problem: dict) -> optuna.Study:
