@@ -187,7 +187,9 @@ def load_search_record(run_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     if not record.exists():
         read_plan_file(path)  # raises a clear error if plan.json is missing too
         raise AutotuneError("run", f"{str(path)!r} has no search.json (an unfinished search? resume it with --resume)")
-    try:
-        return path, json.loads(record.read_text())
-    except json.JSONDecodeError as err:
-        raise AutotuneError("run", f"{str(record)!r} is not valid JSON: {err}") from None
+    from autotune.plan.checks import check_search_record
+    from autotune.plan.json_file import read_json_file
+
+    data = read_json_file(record, "run")  # binary, a FIFO, NaN, nested too deep: one line
+    check_search_record(data, record)
+    return path, data

@@ -132,6 +132,9 @@ def atomic_write_texts(files: dict[Path, str], field: str = "out") -> None:
 
 
 def model_from_dict(data: dict) -> ModelSpec:
+    from autotune.plan.checks import check_fields
+
+    check_fields(data, ModelSpec, "model")
     names = {f.name for f in fields(ModelSpec)}
     try:
         return ModelSpec(**{k: v for k, v in data.items() if k in names})
@@ -141,10 +144,15 @@ def model_from_dict(data: dict) -> ModelSpec:
 
 def workload_from_dict(data: dict) -> Any:
     """Training workloads; inference workloads register their kinds in WORKLOAD_KINDS."""
+    from autotune.plan.checks import check_fields
+
+    if not isinstance(data, dict):
+        raise AutotuneError("workload", f"must be an object of workload fields, got {data!r}"[:120])
     kind = data.get("kind", "train")
-    cls = WORKLOAD_KINDS.get(kind)
+    cls = WORKLOAD_KINDS.get(kind) if isinstance(kind, str) else None
     if cls is None:
         raise AutotuneError("workload.kind", f"{kind!r}; known: {', '.join(WORKLOAD_KINDS)}")
+    check_fields(data, cls, "workload")
     names = {f.name for f in fields(cls)}
     try:
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -169,15 +177,18 @@ def write_plan_file(path: str | Path, **content: Any) -> None:
 
 
 def _load_json(path: str | Path) -> tuple[Path, Any]:
+    """A plan file (or a run directory's plan.json), read defensively and checked field by
+    field (autotune.plan.json_file, autotune.plan.checks): nonsense is one line naming the field."""
+    from autotune.plan.checks import check_plan_document
+    from autotune.plan.json_file import check_tree, read_json_file
+
     target = Path(path)
     if target.is_dir():
         target = target / "plan.json"
-    try:
-        return target, json.loads(target.read_text())
-    except OSError as err:
-        raise AutotuneError("plan", f"cannot read {str(target)!r}: {err.strerror}") from None
-    except json.JSONDecodeError as err:
-        raise AutotuneError("plan", f"{str(target)!r} is not valid JSON: {err}") from None
+    data = read_json_file(target, "plan", root=None)
+    check_tree(data, "" if isinstance(data, dict) and "plan" in data else "plan", target)
+    check_plan_document(data, target)
+    return target, data
 
 
 def read_plan_file(path: str | Path) -> PlanFile:
