@@ -152,8 +152,10 @@ def _new_search(args: argparse.Namespace, progress):
 
 
 def _announce(study_name: str, storage: str) -> None:
+    from autotune.search.sqlite_url import shell_word
+
     sys.stderr.write(f"study {study_name!r} queued; more machines can help with:\n"
-                     f"  autotune worker --study {study_name} --storage {storage}\n")
+                     f"  autotune worker --study {shell_word(study_name)} --storage {shell_word(storage)}\n")
 
 
 def _plots_status(args: argparse.Namespace, result) -> dict | None:

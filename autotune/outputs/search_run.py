@@ -81,7 +81,11 @@ def plots_in_background(run_dir: Path) -> None:
     for matplotlib (about a second); the PNGs appear in the run directory moments later."""
     import subprocess
 
-    log = open(run_dir / "plots.log", "w")  # noqa: SIM115  (kept open by the child process)
+    try:
+        log = open(run_dir / "plots.log", "w")  # noqa: SIM115  (kept open by the child process)
+    except OSError as err:  # a full disk: the run itself is written; only its plots are missing
+        sys.stderr.write(f"autotune: plots not drawn in {run_dir}: {err.strerror}\n")
+        return
     subprocess.Popen([sys.executable, "-m", "autotune.outputs.search_run", str(run_dir)], stdin=subprocess.DEVNULL,
                      stdout=log, stderr=log, start_new_session=True)
 
