@@ -133,6 +133,39 @@ _RUNTIME_FLAGS = {"qkv_fused": None, "eager_elementwise": None, "recompute_early
                   "param_gather_gbps": ("param_gather_bytes_per_s", lambda v: v * 1e9)}
 
 
+def refuse_idle_flags(args: argparse.Namespace, model, workload, runtime, plan=None) -> None:
+    """A flag that would change nothing for this model, workload, runtime and plan is refused, not
+    ignored (README): each (given, why it changes nothing, what would make it count)."""
+    from autotune.errors import AutotuneError
+    from autotune.spec.workload import LOW_PRECISION_DTYPES
+
+    stage = plan.stages[0] if plan is not None else None
+    zero3 = stage is None or stage.zero == 3
+    checks = (
+        ("cuda_graph_scope", runtime.host_dispatch != "eager", "replays scopes whose host issue is priced only with "
+         "--host-dispatch eager (the megatron and nemo runtimes)"),
+        ("fp8_recipe", workload.dtype not in LOW_PRECISION_DTYPES, f"acts only under an FP8 dtype, not {workload.dtype}"),
+        ("fp8_params", workload.dtype not in ("fp8", "fp8_rowwise", "mxfp8"), f"acts only under fp8 or mxfp8, not {workload.dtype}"),
+        ("fp8_all_gather", workload.dtype not in LOW_PRECISION_DTYPES, f"acts only under an FP8 dtype, not {workload.dtype}"),
+        ("expert_load_imbalance", not model.is_moe, f"applies to mixtures of experts; {model.name} is dense"),
+        ("ep_dispatcher", not model.is_moe, f"applies to mixtures of experts; {model.name} is dense"),
+        ("overlap_ep_comm", not model.is_moe, f"applies to mixtures of experts; {model.name} is dense"),
+        ("param_gather_gbps", not zero3, "prices ZeRO-3 parameter gathers; the plan's stages are not ZeRO 3"),
+        ("dp_shard", stage is not None and (stage.zero != 3 or stage.dp_shard in (0, stage.dp)),
+         "shards ZeRO-3 state over fewer than all data-parallel ranks: give --zero 3 and 1 < N < dp"),
+    )
+    for dest, idle, why in checks:
+        value = getattr(args, dest, None)
+        if idle and value not in (None, False, 0, 0.0, ""):
+            raise AutotuneError("--" + dest.replace("_", "-"), f"changes nothing here: it {why}")
+    rate = getattr(args, "param_gather_gbps", None)
+    if rate:
+        from autotune.errors import require
+
+        require(1e-3 <= rate < 1e5, "--param-gather-gbps", f"must be 0 (the network's rate) or a GPU's gather rate "
+                                                           f"between 0.001 and 100000 GB/s, got {rate}")
+
+
 def runtime_from_args(args: argparse.Namespace, export_format: str | None = None):
     """The runtime --runtime names (or the one --export's format is for; else megatron) with the
     settings the flags give."""
@@ -220,6 +253,7 @@ def run(args: argparse.Namespace) -> int:
     priced = model
     if plan is None:
         priced, plan = _degree_plan(args, model, workload, runtime)
+    refuse_idle_flags(args, model, workload, runtime, plan)
     estimate = evaluate(priced, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=workload,
                         runtime=runtime)
     assumed = assumed_defaults(args, workload, plan=None if args.plan else plan, dtype_given=dtype_given)

@@ -135,7 +135,7 @@ def _new_search(args: argparse.Namespace, progress):
     """Everything is validated by the library before it makes the run directory (nothing
     half-written; a search stopped before any finished slice leaves nothing behind)."""
     from autotune.search import api as search_api
-    from autotune.cli.evaluate_cmd import _workload, runtime_from_args
+    from autotune.cli.evaluate_cmd import _workload, refuse_idle_flags, runtime_from_args
     from autotune.errors import require
     from autotune.spec.presets import resolve_model
 
@@ -144,6 +144,9 @@ def _new_search(args: argparse.Namespace, progress):
     model = resolve_model(args.model)
     runtime = runtime_from_args(args, export_format=args.export)
     workload = _workload(args, model, runtime)
+    refuse_idle_flags(args, model, workload, runtime)
+    require(args.study is None or args.storage is not None, "study", "names a study in --storage; give --storage too "
+                                                                     "(a run directory keeps one study of its own)")
     runs_dir = None if (args.no_run_dir or args.storage) else args.runs_dir
     return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload, runtime=runtime,
                              space=args.space, seed=args.seed, method=args.method, runs_dir=runs_dir,

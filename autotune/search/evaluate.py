@@ -63,6 +63,10 @@ def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | 
     inference workload that misses its serving target raises an AutotuneError saying what
     the plan and the best uniform plan on these GPUs reach.
     """
+    require(sequence_parallel is None or isinstance(sequence_parallel, bool), "sequence_parallel",
+            f"must be None (on with tp > 1), True or False, got {sequence_parallel!r}")
+    require(workload is None or dtype == "bf16" or dtype == workload.dtype, "dtype",
+            f"conflicts with the workload's dtype {workload.dtype if workload else ''}: give one of them")
     spec = resolve_model(model)
     cluster_spec = resolve_cluster(cluster, profile)
     run_by = resolve_runtime(runtime)
