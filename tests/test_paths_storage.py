@@ -16,7 +16,7 @@ import pytest
 from autotune.errors import Interrupted
 from autotune.outputs.run_dir import read_only_uri, study_db_summary, study_url
 from autotune.search.api import resume, search
-from autotune.search.sqlite_url import sqlite_file, sqlite_uri, sqlite_url
+from autotune.plan.sqlite_url import sqlite_file, sqlite_uri, sqlite_url
 
 ROOT = Path(__file__).resolve().parent.parent
 NAMES = ["my#runs", "p?q", "p%41q", "100%", "two words", "br{ace}s", "it's", "a#b?c%d e"]

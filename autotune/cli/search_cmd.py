@@ -155,7 +155,7 @@ def _new_search(args: argparse.Namespace, progress):
 
 
 def _announce(study_name: str, storage: str) -> None:
-    from autotune.search.sqlite_url import shell_word
+    from autotune.plan.sqlite_url import shell_word
 
     sys.stderr.write(f"study {study_name!r} queued; more machines can help with:\n"
                      f"  autotune worker --study {shell_word(study_name)} --storage {shell_word(storage)}\n")

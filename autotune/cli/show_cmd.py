@@ -23,7 +23,9 @@ def run_show(args: argparse.Namespace) -> int:
 
     from autotune.plan.io import read_plan_file
 
-    path, record = load_search_record(args.run)
+    from autotune.search.record import check_search_record
+
+    path, record = load_search_record(args.run, check=check_search_record)
     read_plan_file(path)  # a missing or corrupt plan.json is an error, not a report printed as if whole
     if args.json:
         print_json(record)

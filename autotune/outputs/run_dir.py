@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 from autotune.plan.io import atomic_write_texts, check_output_path, read_plan_file
-from autotune.search.sqlite_url import shell_word, sqlite_file, sqlite_uri, sqlite_url
+from autotune.plan.sqlite_url import shell_word, sqlite_file, sqlite_uri, sqlite_url
 
 __all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE",
            "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri", "resume_note",
@@ -166,7 +166,7 @@ def check_study_target(run_dir: Path | None, storage: str | None, name: str) -> 
 
 
 def study_url(run_dir: Path) -> str:
-    """The storage URL of a run's study (any characters in the path: autotune.search.sqlite_url)."""
+    """The storage URL of a run's study (any characters in the path: autotune.plan.sqlite_url)."""
     return sqlite_url(run_dir / STUDY_FILE)
 
 
@@ -178,8 +178,9 @@ def write_run(run_dir: Path, *, plan_file: dict[str, Any], search: dict[str, Any
                         run_dir / "report.md": report}, "run_dir")
 
 
-def load_search_record(run_dir: str | Path) -> tuple[Path, dict[str, Any]]:
-    """A finished run's directory and its search.json."""
+def load_search_record(run_dir: str | Path, check=None) -> tuple[Path, dict[str, Any]]:
+    """A finished run's directory and its search.json, checked by ``check(data, path)`` where given
+    (autotune.search.record.check_search_record: the search layer knows the classes that wrote it)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise AutotuneError("run", f"{str(path)!r} is not a run directory")
@@ -187,9 +188,9 @@ def load_search_record(run_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     if not record.exists():
         read_plan_file(path)  # raises a clear error if plan.json is missing too
         raise AutotuneError("run", f"{str(path)!r} has no search.json (an unfinished search? resume it with --resume)")
-    from autotune.plan.checks import check_search_record
     from autotune.plan.json_file import read_json_file
 
     data = read_json_file(record, "run")  # binary, a FIFO, NaN, nested too deep: one line
-    check_search_record(data, record)
+    if check is not None:
+        check(data, record)
     return path, data

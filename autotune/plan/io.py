@@ -18,7 +18,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, require
+from autotune.plan.checks import _in_file, _optional, _shown, check_cluster_ref, check_estimate_numbers, check_fields
 from autotune.plan.plan import PLAN_SCHEMA, Plan
 from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime, runtime_from_dict
@@ -134,7 +135,6 @@ def atomic_write_texts(files: dict[Path, str], field: str = "out") -> None:
 
 
 def model_from_dict(data: dict) -> ModelSpec:
-    from autotune.plan.checks import check_fields
 
     check_fields(data, ModelSpec, "model")
     names = {f.name for f in fields(ModelSpec)}
@@ -146,7 +146,6 @@ def model_from_dict(data: dict) -> ModelSpec:
 
 def workload_from_dict(data: dict) -> Any:
     """Training workloads; inference workloads register their kinds in WORKLOAD_KINDS."""
-    from autotune.plan.checks import check_fields
 
     if not isinstance(data, dict):
         raise AutotuneError("workload", f"must be an object of workload fields, got {data!r}"[:120])
@@ -181,7 +180,6 @@ def write_plan_file(path: str | Path, **content: Any) -> None:
 def _load_json(path: str | Path) -> tuple[Path, Any]:
     """A plan file (or a run directory's plan.json), read defensively and checked field by
     field (autotune.plan.json_file, autotune.plan.checks): nonsense is one line naming the field."""
-    from autotune.plan.checks import check_plan_document
     from autotune.plan.json_file import check_tree, read_json_file
 
     target = Path(path)
@@ -212,3 +210,36 @@ def read_plan_file(path: str | Path) -> PlanFile:
 
 def read_plan(path: str | Path) -> Plan:
     return read_plan_file(path).plan
+
+
+def check_plan_document(data: Any, source: str | Path) -> None:
+    """A plan file: ``{"schema", "plan", "model", "workload", "cluster", "profile", "estimate"}``,
+    or a bare plan object."""
+    def check() -> None:
+        require(isinstance(data, dict), "plan", f"must be a JSON object, got {_shown(data)}")
+        if "plan" not in data:
+            return check_fields(data, Plan, "plan")
+        require(isinstance(data.get("schema", ""), str), "schema", f"must be a string, got {_shown(data.get('schema'))}")
+        check_fields(data["plan"], Plan, "plan")
+        _optional(data, "model", (dict,), "an object of model fields")
+        _optional(data, "workload", (dict,), "an object of workload fields")
+        _optional(data, "cluster", (str, dict), "a cluster name or an object")
+        _optional(data, "profile", (str, dict), "a profile path or an object")
+        _optional(data, "estimate", (dict,), "an object")
+        if data.get("estimate") is not None:
+            check_estimate_numbers(data["estimate"])
+        check_cluster_ref(data.get("cluster"))
+        _check_model_and_workload(data)
+    _in_file(check, source)
+
+
+def _check_model_and_workload(data: dict) -> None:
+    from autotune.spec.model import ModelSpec
+
+    if data.get("model"):
+        check_fields(data["model"], ModelSpec, "model")
+    workload = data.get("workload")
+    if workload:
+        kind = workload.get("kind", "train")
+        require(isinstance(kind, str) and kind in WORKLOAD_KINDS, "workload.kind", f"{_shown(kind)}; known: {', '.join(WORKLOAD_KINDS)}")
+        check_fields(workload, WORKLOAD_KINDS[kind], "workload")

@@ -21,7 +21,7 @@ from optuna.trial import TrialState
 
 from autotune.errors import AutotuneError, require, write_failure
 from autotune.search.problem_id import PROBLEM_ATTR, check_problem, problem_attrs
-from autotune.search.sqlite_url import sqlite_file
+from autotune.plan.sqlite_url import sqlite_file
 from autotune.search.study_file import (BASE_ROUND, CATEGORICAL_PARAMS, CONSTRAINTS_KEY, INT_PARAMS, choice_params,
                                         memory_constraint, plan_choice_attrs, slice_attrs, slice_value)
 

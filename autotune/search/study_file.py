@@ -138,7 +138,7 @@ def template_path() -> Path:
         os.unlink(tmp)
         import optuna
 
-        from autotune.search.sqlite_url import sqlite_url
+        from autotune.plan.sqlite_url import sqlite_url
 
         try:
             storage = optuna.storages.RDBStorage(sqlite_url(tmp))
