@@ -73,7 +73,7 @@ class ServingEngine:
     scheduler_steps: int = 1  # decode steps per scheduler call (vLLM multi-step); tokens stream per call
     step_host_s: float = 0.0  # host seconds per scheduler call the GPU waits for
     step_host_share: float = 0.0  # host time the GPU waits for, as a share of each step's GPU time
-    attention_dp: bool = False  # MoE: each rank runs attention on its own requests (DP attention) beside EP
+    supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
     export: str = ""  # SERVING_EXPORTS
