@@ -79,6 +79,16 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled)
 
 
+def eager_issue_s(dep: ServingDeployment) -> float:
+    """Host seconds a Python engine takes to issue one eager forward of every layer: the operators
+    of a Megatron-Core layer's forward (cost/host.py LAYER_OPS, dense: attention and MLP scopes) at
+    the host's seconds per operator (op_host_s). Serving engines fuse more, so this bounds them above."""
+    from autotune.cost.host import LAYER_OPS, op_host_s
+
+    ops = LAYER_OPS["fwd"]["attn"] + LAYER_OPS["fwd"]["mlp"]
+    return dep.model.num_layers * ops * op_host_s(dep.cluster)
+
+
 def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
     engine = dep.runtime.serving
@@ -97,5 +107,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         max_num_batched_tokens=limits.max_num_batched_tokens,
                         kv_capacity_tokens=limits.kv_capacity_tokens, kv_block_tokens=engine.kv_block_tokens,
                         kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,
-                        step_host_s=engine.step_host_s, step_host_share=engine.step_host_share)
+                        step_host_s=engine.step_host_s, step_host_share=engine.step_host_share,
+                        eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
+                        decode_graph_max_batch=engine.decode_cuda_graph_max_batch)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(requests_for(load), schedule, step))

@@ -61,6 +61,8 @@ class Schedule:
     scheduler_steps: int = 1
     step_host_s: float = 0.0
     step_host_share: float = 0.0
+    eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
+    decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -210,8 +212,11 @@ def _fill_prompts(st: _State, sched: Schedule, budget: int) -> list:
     return chunks
 
 
-def _host_s(sched: Schedule, gpu_s, calls: float) -> float:
-    return gpu_s * (1.0 + sched.step_host_share) + calls * sched.step_host_s
+def _host_s(sched: Schedule, gpu_s, calls: float, eager: bool) -> float:
+    """A step's wall time: its GPU time, or the host's issue of its operators where that is longer
+    (an eager step: the host cannot run ahead of a GPU faster than it), plus the scheduler's host time."""
+    busy = np.maximum(gpu_s, sched.eager_issue_s) if eager else gpu_s
+    return busy * (1.0 + sched.step_host_share) + calls * sched.step_host_s
 
 
 def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, decodes: np.ndarray) -> None:
@@ -224,7 +229,7 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     gpu = step.gpu_s(decodes=len(decodes), context=float(_kv_tokens(st, decodes).sum()),
                      prefill_tokens=int(takes.sum()), pairs=float(np.sum(takes * (st.done[ids] + (takes + 1) / 2.0))),
                      sampled=sampled)
-    st.t += _host_s(sched, gpu, 1)
+    st.t += _host_s(sched, gpu, 1, eager=True)  # prompt steps run eagerly (graphs are captured for decodes)
     st.done[ids] += takes
     completed = ids[st.done[ids] >= st.prompt[ids]]
     new = completed[st.generated[completed] == 0]
@@ -291,9 +296,11 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     first = step.gpu_s(decodes=b, context=context, prefill_tokens=0, pairs=0.0, sampled=b)
     slope = step.num_layers * step.decode_s_per_position * b
 
+    eager = b > sched.decode_graph_max_batch
+
     def durations_of(k: int) -> np.ndarray:
         j = np.arange(k, dtype=float)
-        return _host_s(sched, first + slope * j, (j % calls == 0).astype(float))
+        return _host_s(sched, first + slope * j, (j % calls == 0).astype(float), eager)
 
     k = _stretch_length(st, sched, decodes, durations_of) if fast_forward else 1
     if calls > 1:  # a multi-step call runs all its steps (requests finishing early are dropped at its end)
