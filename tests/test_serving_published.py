@@ -44,6 +44,17 @@ def test_a_row_is_read_from_its_own_cells():
         case_from_row(mlperf)
 
 
+def test_an_mlperf_row_with_its_lengths_is_priced_per_instance():
+    """MLPerf's Server rows: the system's QPS split over its instances, LoadGen's ns, the system's tokens/s."""
+    server = dict(_rows("mlp41-006")[0], isl="300", osl="294")
+    case = case_from_row(server)
+    assert (case.deployment.tp, case.deployment.replicas, case.deployment.dtype) == (1, 8, "fp8")
+    assert case.load.kind == "rate" and case.load.rate_per_s == pytest.approx(101 / 8)
+    assert case.scope == "system" and case.deployment.runtime.name == "mlperf-nvidia-4.1"
+    latency = case_from_row(dict(_rows("mlp41-007")[0], isl="300", osl="294"))
+    assert latency.unit_to_si == 1e-9 and latency.metric == "ttft_mean"
+
+
 def test_versions_resolve_to_the_newest_preset_not_newer_than_the_row():
     assert engine_runtime("vllm", "0.6.0").name == "vllm-0.6"
     assert engine_runtime("vllm", "0.6.3").name == "vllm-0.6"

@@ -139,7 +139,7 @@ def _lengths(row: dict) -> tuple[int, int, tuple[str, ...]]:
     isl, osl = _int(row, "isl"), _int(row, "osl")
     if isl and osl:
         return isl, osl, ()
-    notes = row.get("notes", "").lower()
+    notes = f"{row.get('notes', '')} {row.get('model', '')}".lower()  # the notes or the benchmark name the data
     for name, data in _datasets().items():
         if any(m in notes for m in data["match"]):
             if "mean_input_tokens" not in data:
