@@ -70,6 +70,8 @@ def is_serving_csv(path: str | Path) -> bool:
             header = next(csv.reader(handle), [])
     except OSError as err:
         raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
+    except (csv.Error, UnicodeDecodeError):
+        return False  # not a serving CSV: the training check says what is wrong with it
     return {"engine", "metric", "value"} <= set(header)
 
 

@@ -16,7 +16,7 @@ def is_engine_search(args: argparse.Namespace) -> bool:
     """Whether the search is for a serving engine (its --runtime is one)."""
     from autotune.spec.runtime import load_runtime, runtime_names
 
-    name = getattr(args, "runtime", None)
+    name = args.runtime
     return bool(name) and name in runtime_names() and load_runtime(name).serving is not None
 
 
@@ -27,7 +27,7 @@ def run_engine_search(args: argparse.Namespace) -> int:
     from autotune.spec.resolve import resolve_cluster
 
     for dest, flag in _REFUSED.items():
-        require(not getattr(args, dest, None), dest, f"{flag} is for the stage search; a serving engine's plan "
+        require(not getattr(args, dest), dest, f"{flag} is for the stage search; a serving engine's plan "
                 "is its launch settings (the engine search takes --model, --gpus, --cluster and the workload)")
     require(args.workload == "serve", "workload", f"--runtime {args.runtime} is a serving engine: give --workload serve")
     require(args.model is not None and args.gpus is not None, "model", "give --model and --gpus")
@@ -43,7 +43,7 @@ def run_engine_search(args: argparse.Namespace) -> int:
                                     f"{runtime.name} room for a KV cache")
     from autotune.outputs.export.serving import launch_command
 
-    launch = launch_command(best.deployment, best.run.limits, model=getattr(args, "checkpoint", None) or "")
+    launch = launch_command(best.deployment, best.run.limits)
     record = {"runtime": runtime.to_dict(), "model": model.name, "gpus": args.gpus, "cluster": cluster.name,
               "workload": {"batch": workload.batch, "prompt_len": workload.prompt_len, "output_len": workload.output_len,
                            "dtype": workload.dtype, "target_tpot_s": workload.target_tpot_s,
