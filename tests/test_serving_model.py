@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from autotune.cost.serving_eval import ServingDeployment, run_serving
-from autotune.cost.serving_limits import trtllm_bench_setting, vllm_device_defaults
+from autotune.cost.serving_limits import sglang_max_running, trtllm_bench_setting, vllm_device_defaults
 from autotune.cost.serving_load import Load, metric_value, mlperf_server_max_rate, requests_for, weighted_percentile
 from autotune.cost.serving_sim import Schedule, simulate
 from autotune.cost.serving_step import ReplicaShape, step_model
@@ -55,6 +55,12 @@ def test_trtllm_bench_build_heuristic_by_hand():
     bs, tokens = trtllm_bench_setting(params_b=70.6, num_layers=80, num_kv_heads=8, head_dim=128, tp=4,
                                       device_memory_gib=79.6, weight_bytes=1, kv_bytes=1, input_len=2048, output_len=128)
     assert bs % 128 == 0 and tokens % 1024 == 0 and tokens >= bs * (1 + 2048 / 128) - 1024
+
+
+def test_sglang_caps_running_requests_by_its_pool():
+    assert sglang_max_running(10_000, 8192) == 2047  # the pool's floor of 2048 slots, one kept free
+    assert sglang_max_running(1_000, 8192) == 500  # half the KV tokens
+    assert sglang_max_running(8_000_000, 32768) == 5119  # the pool's ceiling
 
 
 def test_vllm_defaults_follow_the_gpu():

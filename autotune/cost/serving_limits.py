@@ -21,7 +21,8 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.serving_engine import ServingEngine
 
-__all__ = ["EngineLimits", "engine_limits", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token"]
+__all__ = ["EngineLimits", "engine_limits", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
+           "sglang_max_running"]
 
 _GIB = 2.0**30
 
@@ -91,6 +92,14 @@ def vllm_device_defaults(device_name: str, memory_bytes: float) -> tuple[int, in
     return 256, 2048
 
 
+def sglang_max_running(kv_tokens: int, context_len: int) -> int:
+    """SGLang's running-request cap when not given: max_total_num_tokens // 2, below its request pool
+    of min(max(tokens / context_len x 512, 2048), 5120) slots, one kept free (tp_worker.py and
+    model_runner.py init_memory_pool, 0.3.0)."""
+    pool = min(max(int(kv_tokens / context_len * 512), 2048), 5120)
+    return max(1, min(kv_tokens // 2, pool - 1))
+
+
 def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weights: float,
                       activations: float) -> tuple[float, str]:
     device = cluster.device
@@ -126,8 +135,8 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
     require(kv_bytes > 0, "gpus", f"{model.name}'s weights ({weight_bytes_per_gpu / _GIB:.1f} GiB per GPU at tp={tp}) "
             f"leave no KV cache on {cluster.device.name} under {engine.engine} {engine.version}'s memory rule ({note})")
     capacity = int(kv_bytes / kv_bytes_per_token_per_gpu) // engine.kv_block_tokens * engine.kv_block_tokens
-    if seqs == 0:  # memory decides (SGLang: max_running_requests = max_total_num_tokens // 2, and its pool)
-        seqs = max(1, capacity // 2) if engine.engine == "sglang" else max(1, capacity)
+    if seqs == 0:  # memory decides
+        seqs = sglang_max_running(capacity, model.max_seq_len) if engine.engine == "sglang" else max(1, capacity)
     require(tokens > 0, "serving.max_num_batched_tokens", f"{engine.engine} {engine.version} states no token budget and no rule for one")
     return EngineLimits(max_num_seqs=int(seqs), max_num_batched_tokens=int(tokens),
                         kv_capacity_tokens=capacity, kv_cache_bytes_per_gpu=kv_bytes, memory_note=note)
