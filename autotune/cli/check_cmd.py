@@ -12,8 +12,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Predict each run of published-runs CSVs and print the errors by "
                                                "regime (device, dense/moe, precision, framework).")
     parser.add_argument("runs", nargs="*", default=None,
-                        help="CSVs with the columns of tests/data/published_runs.csv or modern_runs.csv "
-                             "(default: both shipped ones)")
+                        help="CSVs with the columns of tests/data/published_runs.csv or modern_runs.csv, or serving "
+                             "CSVs with those of tests/data/serving_runs.csv (default: the shipped training ones)")
+    parser.add_argument("--serving", action="store_true",
+                        help="check the shipped serving runs (tests/data/serving_runs.csv) instead")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--runs-detail", action="store_true", help="print every run, not only the regimes")
     parser.add_argument("--assumptions", action="store_true",
@@ -42,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autotune.calibrate.published import check_published
+    from autotune.calibrate.serving_published import is_serving_csv
     from autotune.calibrate.regimes import errors_by_regime, overall_error
     from autotune.cli.common import print_json
 
@@ -49,7 +52,9 @@ def run(args: argparse.Namespace) -> int:
         _assumptions()
         return 0
     data = Path(__file__).resolve().parents[2] / "tests" / "data"
-    paths = args.runs or [data / name for name in SHIPPED]
+    paths = args.runs or ([data / "serving_runs.csv"] if args.serving else [data / name for name in SHIPPED])
+    if any(is_serving_csv(p) for p in paths):
+        return _run_serving(args, paths)
     checks, skipped = [], []
     for path in paths:
         got, left = check_published(path)
@@ -80,4 +85,21 @@ def run(args: argparse.Namespace) -> int:
         for reason, ids in reasons.items():
             print(f"  {len(ids):3d}  {reason} ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})")
     print(f"mean absolute error {100 * total.mean_abs_error:.1f}%, worst {100 * total.worst_abs_error:.1f}%")
+    return 0
+
+
+def _run_serving(args: argparse.Namespace, paths: list) -> int:
+    """Serving CSVs (one kind per call: serving and training rows are different checks)."""
+    from autotune.calibrate.serving_published import is_serving_csv
+    from autotune.cli.check_serving import print_serving, serving_report
+    from autotune.cli.common import print_json
+    from autotune.errors import AutotuneError
+
+    if not all(is_serving_csv(p) for p in paths):
+        raise AutotuneError("runs", "give serving CSVs (serving_runs.csv's columns) or training CSVs, not both at once")
+    report = serving_report(paths)
+    if args.json:
+        print_json({k: v for k, v in report.items() if not k.startswith("_")})
+        return 0
+    print_serving(report, detail=args.runs_detail)
     return 0

@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from autotune.errors import AutotuneError, require, require_choice
     from autotune.search.space import load_space
 
+    from autotune.cli.search_serving import is_engine_search, run_engine_search
+
+    if is_engine_search(args):  # a serving engine's plan is its launch settings
+        return run_engine_search(args)
     if args.resume:
         _check_resume(args)
     else:

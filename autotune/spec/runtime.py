@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 from autotune.errors import AutotuneError, closest, require, require_choice
+from autotune.spec.serving_engine import SERVING_SETTING_NAMES, ServingEngine, serving_engine_from_dict
 
 __all__ = ["Runtime", "load_runtime", "runtime_names", "resolve_runtime", "DEFAULT_RUNTIME", "ATTENTION_IMPLS",
            "FP8_RECIPES", "HOST_DISPATCH", "runtime_from_dict", "CUDA_GRAPH_SCOPES", "EP_DISPATCHERS", "NCCL_TUNINGS", "EXPORT_FORMATS",
@@ -126,6 +127,9 @@ class Runtime:
     # -- host --
     host_dispatch: str = "hidden"  # HOST_DISPATCH
     cuda_graph_scope: tuple[str, ...] = ()  # CUDA_GRAPH_SCOPES replayed as graphs
+    # -- serving: a serving engine's scheduler, batch limits, KV cache and memory share
+    # (autotune/spec/serving_engine.py); None for training runtimes, and training never reads it --
+    serving: ServingEngine | None = None
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (setting, where its value comes from)
 
     def __post_init__(self) -> None:
@@ -135,6 +139,8 @@ class Runtime:
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
         require(isinstance(self.name, str) and self.name.strip() != "", "runtime.name", "must be a non-empty string")
+        if self.serving is not None:
+            object.__setattr__(self, "serving", serving_engine_from_dict(self.serving))
         for f in fields(self):
             if f.type == "bool":
                 require(isinstance(getattr(self, f.name), bool), f"runtime.{f.name}",
@@ -183,7 +189,9 @@ class Runtime:
 
     def settings(self) -> dict[str, Any]:
         """Every setting (not name, description or sources), for outputs and JSON."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("name", "description", "sources")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("name", "description", "sources")}
+        out["serving"] = self.serving.to_dict() if self.serving is not None else None
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, **self.settings()}
@@ -218,6 +226,14 @@ def load_runtime(name: str) -> Runtime:
         if key not in SETTING_NAMES:
             raise AutotuneError(f"runtime {name}: settings.{key}", f"is not a runtime setting; valid: {', '.join(SETTING_NAMES)}")
         values[key], sources[key] = entry["value"], entry["source"]
+    if "serving" in data:  # a serving engine: [serving] entries over its base's
+        serving = dict(values.get("serving") or {})
+        for key, entry in data["serving"].items():
+            if key not in SERVING_SETTING_NAMES:
+                raise AutotuneError(f"runtime {name}: serving.{key}",
+                                    f"is not a serving setting; valid: {', '.join(SERVING_SETTING_NAMES)}")
+            serving[key], sources[f"serving.{key}"] = entry["value"], entry["source"]
+        values["serving"] = serving
     return Runtime(name=name, description=data["description"], sources=tuple(sources.items()), **values)
 
 

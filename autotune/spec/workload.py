@@ -21,9 +21,11 @@ __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES",
 # GEMMs run slower than per-tensor scaling on H100.
 LOW_PRECISION_DTYPES = ("fp8", "fp8_rowwise", "mxfp8", "nvfp4")
 DTYPES = ("fp32", "bf16", "fp16", *LOW_PRECISION_DTYPES)
-# Inference prices weights in the compute dtype: FP8/FP4 serving with pre-quantized weights (no
-# per-step casts, 1-byte weight reads) is not modelled, so those dtypes are training-only.
-INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
+# Inference in fp8 / nvfp4 serves a pre-quantized checkpoint: GEMM weights stored and read at 1 / 0.5
+# byte, no per-pass weight casts, activations and the KV cache in BF16 (cost/inference.py
+# _prequantized; FP8 KV caches are the serving engine's setting, autotune/spec/serving_engine.py).
+# vLLM (quantization fp8), SGLang and TensorRT-LLM (ModelOpt FP8/NVFP4 checkpoints) serve them.
+INFERENCE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "nvfp4")
 # The attention kernels (flash, unfused, unfused_eager_mask) are the runtime's (spec/runtime.py).
 
 # Bytes per activation element: low-precision recipes keep activations in BF16.
