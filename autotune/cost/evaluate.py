@@ -6,6 +6,7 @@ from dataclasses import replace
 
 from autotune.cost.estimate import Estimate
 from autotune.cost.inference_plan import evaluate_inference_plan
+from autotune.cost.memory import memory_at_risk
 from autotune.cost.offload import offloads, tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.plan_common import check_plan, check_runtime_plan, stage_estimate, stage_positions, uncertainty_pct
@@ -109,4 +110,5 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         breakdown=breakdown, memory_breakdown=dict(peak_stage.memory_bytes),
         uncertainty_pct=uncertainty_pct(cluster, workload.dtype, 1.0 - comm / step_s, comm / step_s, tables),
         model_flops_per_step=model_flops_per_step, stages=tuple(stages), reason=reason,
+        memory_at_risk=fits and any(memory_at_risk(c.memory, capacity) for c in costs),
     )

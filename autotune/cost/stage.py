@@ -392,7 +392,7 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
         activations_bytes=saved * pos.inflight, temporary_bytes=temporary,
-        reserved_bytes=ctx.cluster.device.reserved_bytes,
+        reserved_bytes=ctx.cluster.device.reserved_bytes, allocator_share=ctx.runtime.allocator_reserve_share,
     )
     if offloads(stage):  # tensor classes in host or CXL memory (cost/offload.py)
         time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved, fwd_s=fwd, bwd_s=bwd, params=params, num_layers=n)

@@ -125,6 +125,11 @@ class Runtime:
     # -- host --
     host_dispatch: str = "hidden"  # HOST_DISPATCH
     cuda_graph_scope: tuple[str, ...] = ()  # CUDA_GRAPH_SCOPES replayed as graphs
+    # -- memory beyond the tensors --
+    # device memory its allocator holds at the step's peak beyond the bytes allocated to tensors, as a
+    # share of them (PyTorch's caching allocator: blocks cached or split, fragmentation); the CUDA
+    # context and library modules are the device's reserved_bytes (cost/memory.py StageMemory)
+    allocator_reserve_share: float = 0.0
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (setting, where its value comes from)
 
     def __post_init__(self) -> None:
@@ -158,6 +163,9 @@ class Runtime:
                 f"must be a non-empty list of {list(ZERO_STAGES)}, got {list(self.zero_stages)}")
         require(isinstance(self.zero3_persistence_elements, int) and self.zero3_persistence_elements >= 0,
                 "runtime.zero3_persistence_elements", f"must be an integer >= 0, got {self.zero3_persistence_elements!r}")
+        share = self.allocator_reserve_share
+        require(isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share < 1,
+                "runtime.allocator_reserve_share", f"must be a number in [0, 1), got {share!r}")
         for name in ("attention_speed", "param_gather_bytes_per_s", "zero3_max_reuse_elements", "gather_host_s_per_rank"):
             value = getattr(self, name)
             require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
