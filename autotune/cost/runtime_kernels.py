@@ -47,7 +47,7 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     attention, gemm = runtime.attention_speed, runtime.gemm_speed(gpu_generation(device.name))
     if attention == 1.0 and gemm == 1.0 and not runtime.eager_elementwise:
         return cluster
-    compute = {key: _scaled(fit, attention if key[0] == "attention" else
+    compute = {key: _scaled(fit, attention if key[0] in ("attention", "attention_bwd") else
                             gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
                for key, fit in device.compute.items()}
     kernels = dict(device.memory_kernels)
