@@ -192,11 +192,12 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
     act = amounts.act_in_bytes + amounts.act_out_bytes
     fwd = np.maximum(table.kernels * coef.lat_c + flops * coef.spf,
                      table.kernels * coef.lat_m + (act + weights) * coef.spb)
+    fwd = np.where(table.kernels > 0, fwd, 0.0)  # a captured backward kernel launches nothing forward (graph/opstream.py)
     has_bwd_compute = table.bwd_flops_factor > 0
     bwd_compute = np.where(has_bwd_compute,
                            table.bwd_kernels * coef.bwd_lat_c + flops * table.bwd_flops_factor * coef.bwd_spf, 0.0)
     bwd_memory = table.bwd_kernels * coef.lat_m + (act * table.bwd_bytes_factor + 2.0 * weights) * coef.spb
-    bwd = np.maximum(bwd_compute, bwd_memory)
+    bwd = np.where(table.bwd_kernels > 0, np.maximum(bwd_compute, bwd_memory), 0.0)  # a captured forward kernel: none
     weight_cast = 0.0
     if dtype in GEMM_OPERAND_BYTES:
         fwd_cast, bwd_cast, weight_cast = cast_s(table, coef, dtype, amounts, fp8_recipe=fp8_recipe,

@@ -12,9 +12,9 @@ from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.plan_common import check_plan, check_runtime_plan, stage_estimate, stage_positions, uncertainty_pct
 from autotune.cost.contract import stage_cost
 from autotune.cost.recompute import has_variant
-from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
 from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
-from autotune.graph.table import ModelTables, model_tables
+from autotune.graph.table import ModelTables, runtime_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
@@ -33,9 +33,8 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
     check_plan(model, workload, cluster, plan)
     check_runtime_plan(runtime, workload, plan)
     # CPU workers sharing cores run slower; the runtime's kernels replace the device's fitted ones
-    cluster = runtime_cluster(cluster.for_gpus(plan.gpus), runtime)
-    tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl,
-                          runtime.qkv_fused)
+    tables = runtime_tables(model, workload, runtime)  # its captured operator stream, or the graph
+    cluster = runtime_cluster(cluster.for_gpus(plan.gpus), kernel_runtime(runtime, tables))
     ctx = StageContext(tables=tables, workload=workload, runtime=runtime, cluster=cluster, micro_batch=plan.micro_batch,
                        num_microbatches=plan.num_microbatches, vpp=plan.vpp,
                        overlap_grad_reduce=plan.overlap_grad_reduce and cluster.comm_overlaps_compute,
