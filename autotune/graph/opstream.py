@@ -16,7 +16,7 @@ splits, recomputation, memory) reads those tables as it reads the hand-written g
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 from typing import Any
@@ -138,10 +138,30 @@ def _operator(kernel: dict, values: dict[str, float], head_dim: float) -> Operat
                     bwd_flops_factor=1.0 if flops else 0.0, bwd_bytes_factor=1.0, kernels=0, bwd_kernels=1)
 
 
+_SUMMED = ("flops", "model_flops", "act_in_bytes", "act_out_bytes", "weight_bytes", "params", "saved_bytes",
+           "kernels", "bwd_kernels", "selective_dropped_bytes")
+
+
+def _merged(ops: list[Operator]) -> list[Operator]:
+    """Kernels of one operator name, kind, split and pass as one operator (first occurrence's
+    place): their times add exactly (each class sits on one side of the roofline: the fit's
+    latency times the kernel count plus the summed amounts), and the tables stay a few dozen
+    operators long for the search."""
+    groups: dict[tuple, list[Operator]] = {}
+    for op in ops:
+        groups.setdefault((op.name, op.kind, op.sharding, op.kernels > 0, op.bwd_flops_factor > 0), []).append(op)
+    out = []
+    for members in groups.values():
+        first = members[0]
+        sums = {f: sum(getattr(m, f) for m in members) for f in _SUMMED}
+        out.append(replace(first, **sums))
+    return out
+
+
 def stream_operators(name: str, block: str, model: ModelSpec, seq_len: int) -> list[Operator]:
     """The operators of ``block`` ("embedding", "layer", "head") of stream ``name`` for ``model``."""
     values = symbol_values(model, seq_len)
-    return [_operator(k, values, float(model.head_dim)) for k in load_stream(name)["blocks"][block]["kernels"]]
+    return _merged([_operator(k, values, float(model.head_dim)) for k in load_stream(name)["blocks"][block]["kernels"]])
 
 
 @dataclass(frozen=True, kw_only=True)
