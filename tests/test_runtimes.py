@@ -48,7 +48,10 @@ def test_every_setting_a_preset_changes_names_its_source(name):
 
 def test_preset_numbers_are_the_measurements_and_sources_they_cite():
     for name in ("torchtitan", "llm-foundry", "torch", "transformers"):
-        assert math.isclose(load_runtime(name).gemm_speed("hopper"), PYTORCH_GEMM_IN_STEP_HOPPER, abs_tol=5e-4)
+        # torch and transformers are priced from their operator streams, with in-step speeds measured
+        # against them (tests/test_opstream.py); the graph-priced runtimes use the graph's
+        if name in ("torchtitan", "llm-foundry"):
+            assert math.isclose(load_runtime(name).gemm_speed("hopper"), PYTORCH_GEMM_IN_STEP_HOPPER, abs_tol=5e-4)
         assert load_runtime(name).gemm_speed("other") == 1.0
     assert math.isclose(load_runtime("llm-foundry").attention_speed, 1 / 1.8, rel_tol=1e-3)
     ds = load_runtime("deepspeed-2021")

@@ -24,7 +24,9 @@ from autotune.spec.hardware_data import PROFILE_SCHEMA, check_profile
 
 __all__ = ["HostInfo", "ProfileData", "build_profile", "profile_data", "write_profile", "COMPUTE_CLASSES"]
 
-COMPUTE_CLASSES = ("gemm", "bmm", "attention")
+# attention_bwd: the fused attention's backward kernels, fitted apart from its forward where the
+# sweep timed both (they run at different rates: docs/h100-measured.md, Attention)
+COMPUTE_CLASSES = ("gemm", "bmm", "attention", "attention_bwd")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,9 +73,14 @@ def _fit_all(groups: dict[str, list[Measurement]], limits: FitLimits) -> tuple[d
 
 
 def _by_group(measurements: Sequence[Measurement]) -> dict[str, list[Measurement]]:
+    """Measurements by group; an attention sweep's backward points (labels ending in "bwd") form
+    their own ``attention_bwd/<dtype>`` group, so forward and backward get their own lines."""
     groups: dict[str, list[Measurement]] = {}
     for m in measurements:
-        groups.setdefault(m.group, []).append(m)
+        group = m.group
+        if group.startswith("attention/") and m.label.endswith(" bwd"):
+            group = "attention_bwd/" + group.split("/", 1)[1]
+        groups.setdefault(group, []).append(m)
     return groups
 
 

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from autotune.cost.memory import TENSOR_BYTES_UNCERTAINTY
 from autotune.spec.resolve import DEFAULT_CLUSTER
 
 __all__ = ["add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
@@ -137,7 +138,9 @@ def estimate_table(estimate: Any) -> str:
         f"throughput     {e.tokens_per_s:,.0f} tokens/s",
         f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%",
         f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
-        + ("" if e.fits else "   DOES NOT FIT"),
+        + ("" if e.fits else "   DOES NOT FIT")
+        + (f"   within the +-{100 * TENSOR_BYTES_UNCERTAINTY:.0f}% uncertainty of its tensors' bytes of the limit"
+           if e.memory_at_risk else ""),
         "time breakdown:",
     ]
     lines += [f"  {k[:-2]:18s} {fmt_s(v):>10s}  {100 * v / e.step_time_s:5.1f}%" for k, v in e.breakdown.items() if v > 0]

@@ -132,7 +132,8 @@ def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_den
     return StageMemory(
         weights_bytes=weights + e_weights, gradients_bytes=grads + e_grads,
         optimizer_states_bytes=optim + e_optim, activations_bytes=saved * pos.inflight,
-        temporary_bytes=np.maximum(temporary, moe_temp), reserved_bytes=ctx.cluster.device.reserved_bytes)
+        temporary_bytes=np.maximum(temporary, moe_temp), reserved_bytes=ctx.cluster.device.reserved_bytes,
+        allocator_share=ctx.runtime.allocator_reserve_share)
 
 
 def _host_s(ctx, stage: StagePlan, dense, moe, ex: ExpertLayerCost, per_layer_comm, n_dense, n_moe):

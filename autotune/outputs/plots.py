@@ -23,7 +23,8 @@ __all__ = ["stage_pass_times_s", "timeline_figure", "plot_timeline", "drawn_micr
 # Stacked memory classes (Estimate memory keys) and their labels; offloaded bytes are not in HBM.
 MEMORY_CLASSES = (("weights_bytes", "weights"), ("gradients_bytes", "gradients"),
                   ("optimizer_states_bytes", "optimizer states"), ("activations_bytes", "activations"),
-                  ("temporary_bytes", "temporary"), ("reserved_bytes", "reserved"))
+                  ("temporary_bytes", "temporary"), ("allocator_bytes", "allocator reserve"),
+                  ("reserved_bytes", "reserved"))
 _COLORS = {"F": "#4C72B0", "B": "#DD8452"}
 _GIB = 2.0**30
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from autotune.cost.estimate import Estimate
+from autotune.cost.memory import TENSOR_BYTES_UNCERTAINTY
 from autotune.plan.plan import Plan
 
-__all__ = ["plan_table", "summary_text", "report_markdown", "why_it_wins", "stage_breakdown_text"]
+__all__ = ["plan_table", "summary_text", "report_markdown", "why_it_wins", "stage_breakdown_text", "memory_line"]
 
 
 def _gib(nbytes: float) -> str:
@@ -68,8 +69,29 @@ def summary_text(plan: Plan, estimate: Estimate, capacity_bytes: float) -> list[
         f"micro-batches x dp {plan.dp} = global batch {plan.global_batch}",
         f"step time {_s(estimate.step_time_s)} (+-{estimate.uncertainty_pct:.0f}%), "
         f"{estimate.tokens_per_s:,.0f} tokens/s, {estimate.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {100 * estimate.mfu:.1f}%",
-        f"memory {_gib(estimate.peak_memory_bytes_per_gpu)} of {_gib(capacity_bytes)} per GPU (peak stage)",
+        memory_line(estimate, capacity_bytes),
     ]
+
+
+def memory_line(estimate: Estimate, capacity_bytes: float) -> str:
+    """The peak stage's memory against the capacity: its tensors, the allocator's reserve beyond
+    them and the device's reserved bytes (CUDA context, libraries), and whether it is within
+    the uncertainty of its tensors' bytes of the limit."""
+    parts = memory_parts(estimate)
+    line = (f"memory {_gib(estimate.peak_memory_bytes_per_gpu)} of {_gib(capacity_bytes)} per GPU (peak stage: "
+            + ", ".join(f"{_gib(v)} {k}" for k, v in parts.items() if v > 0) + ")")
+    if estimate.memory_at_risk:
+        line += (f"; within the +-{100 * TENSOR_BYTES_UNCERTAINTY:.0f}% uncertainty of its tensors' bytes "
+                 "of the limit: it may not fit")
+    return line
+
+
+def memory_parts(estimate: Estimate) -> dict[str, float]:
+    """{"tensors", "allocator reserve", "reserved"} bytes of the peak stage."""
+    mem = estimate.memory_breakdown
+    held = mem.get("allocator_bytes", 0.0) + mem.get("reserved_bytes", 0.0)
+    return {"tensors": estimate.peak_memory_bytes_per_gpu - held, "allocator reserve": mem.get("allocator_bytes", 0.0),
+            "reserved": mem.get("reserved_bytes", 0.0)}
 
 
 def _dominant_differences(best: Estimate, other: Estimate) -> list[str]:

@@ -91,8 +91,9 @@ class DeviceProfile:
 
     Compared and hashed by identity (caches key on the object); ``fingerprint`` identifies
     the numbers. ``compute[(op_class, dtype)]`` is the compute regression (per FLOP) of an operator class:
-    ``gemm`` (dense matmuls), ``bmm`` (attention's batched matmuls when unfused) and
-    ``attention`` (a fused flash-attention kernel). ``memory`` is the regression (per byte) of
+    ``gemm`` (dense matmuls), ``bmm`` (attention's batched matmuls when unfused),
+    ``attention`` (a fused flash-attention kernel) and, where a profile timed it apart,
+    ``attention_bwd`` (that kernel's backward; else ``attention`` prices both passes). ``memory`` is the regression (per byte) of
     memory-bound kernels against the HBM tier; ``memory_kernels`` optionally holds measured
     per-byte fits of memory-bound kernels that do more than stream (``norm``, ``activation``,
     ``softmax``: on a CPU core their reductions and transcendentals are compute bound), which
@@ -171,6 +172,8 @@ class DeviceProfile:
             return self.compute[key]
         if (op_class, "bf16") in self.compute and dtype == "fp16":
             return self.compute[(op_class, "bf16")]
+        if op_class == "attention_bwd":  # no backward line of its own: the attention fit prices both passes
+            return self.regression("attention", dtype)
         if op_class != "gemm":
             return self.regression("gemm", dtype)
         have = sorted({d for (_, d) in self.compute})

@@ -53,6 +53,8 @@ NCCL_TUNINGS = ("", "2.8")
 # Config formats autotune writes (autotune/outputs/export); "" for a runtime with no config file.
 EXPORT_FORMATS = ("megatron", "torchtitan", "torchtitan-0.2", "deepspeed", "")
 ZERO_STAGES = (0, 1, 2, 3)
+# Families of operator streams captured from a runtime's own code (profilers/opstreams.py)
+OP_STREAM_FAMILIES = ("", "torch", "transformers")
 # "always": weights freed after forward and gathered again for backward (FSDP's default);
 # "unless_pipelined": kept gathered when pp > 1 (torchtitan: reshard_after_forward = not pp_enabled);
 # "never": gathered once per step (the Llama 3 paper's FSDP).
@@ -93,7 +95,16 @@ class Runtime:
     # its bf16/fp16 GEMMs inside a training step over the device's GEMM fit, per GPU generation
     # (("hopper", 0.81),); a generation not listed runs at the fit
     gemm_in_step_speed: tuple[tuple[str, float], ...] = ()
+    # its fused attention kernels (forward and backward) inside a step over the device's attention
+    # fits, per GPU generation, as gemm_in_step_speed; a generation not listed runs at the fits
+    attention_in_step_speed: tuple[tuple[str, float], ...] = ()
+    # its memory-bound kernels (norms, activations, casts, elementwise) inside a step over the device's
+    # memory fits, per GPU generation
+    memory_in_step_speed: tuple[tuple[str, float], ...] = ()
     eager_elementwise: bool = False  # norms and activations as eager PyTorch's unfused kernels
+    # the family of captured operator streams its steps are priced from (autotune/data/opstreams,
+    # graph/opstream.py): "torch" (autotune's reference model), "transformers"; "" the graph
+    op_stream: str = ""
     qkv_fused: bool = True  # Q, K and V projected by one GEMM (else three)
     kv_heads_expanded: bool = False  # K/V repeated to every query head before attention
     sp_batch_first: bool = False  # sequence-parallel buffers copied by each TP gather/reduce-scatter
@@ -127,14 +138,22 @@ class Runtime:
     # -- host --
     host_dispatch: str = "hidden"  # HOST_DISPATCH
     cuda_graph_scope: tuple[str, ...] = ()  # CUDA_GRAPH_SCOPES replayed as graphs
+    # -- memory beyond the tensors --
+    # device memory its allocator holds at the step's peak beyond the bytes allocated to tensors, as a
+    # share of them (PyTorch's caching allocator: blocks cached or split, fragmentation); the CUDA
+    # context and library modules are the device's reserved_bytes (cost/memory.py StageMemory)
+    allocator_reserve_share: float = 0.0
+    # gradients freed after every optimizer step (zero_grad(set_to_none=True)) and allocated again
+    # in backward, where no data-parallel wrapper keeps them in buckets; else held for the whole step
+    grads_freed_each_step: bool = False
     # -- serving: a serving engine's scheduler, batch limits, KV cache and memory share
     # (autotune/spec/serving_engine.py); None for training runtimes, and training never reads it --
     serving: ServingEngine | None = None
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (setting, where its value comes from)
 
     def __post_init__(self) -> None:
-        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "sources", "no_tp_overlap_dtypes",
-                     "tp_gather_dtypes"):
+        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "attention_in_step_speed",
+                     "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -152,6 +171,7 @@ class Runtime:
         require_choice("runtime.nccl_tuning", self.nccl_tuning, NCCL_TUNINGS)
         require_choice("runtime.export_format", self.export_format, EXPORT_FORMATS)
         require_choice("runtime.cp_comm", self.cp_comm, ("ring", "all_gather", "all_to_all"))
+        require_choice("runtime.op_stream", self.op_stream, OP_STREAM_FAMILIES)
         require_choice("runtime.reshard_after_forward", self.reshard_after_forward, RESHARD_RULES)
         require_choice("runtime.pipeline_microbatches", self.pipeline_microbatches, ("given", "stages"))
         require_choice("runtime.selective_recompute", self.selective_recompute, ("selective", "selective_op"))
@@ -168,14 +188,18 @@ class Runtime:
                 f"must be a non-empty list of {list(ZERO_STAGES)}, got {list(self.zero_stages)}")
         require(isinstance(self.zero3_persistence_elements, int) and self.zero3_persistence_elements >= 0,
                 "runtime.zero3_persistence_elements", f"must be an integer >= 0, got {self.zero3_persistence_elements!r}")
+        share = self.allocator_reserve_share
+        require(isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share < 1,
+                "runtime.allocator_reserve_share", f"must be a number in [0, 1), got {share!r}")
         for name in ("attention_speed", "param_gather_bytes_per_s", "zero3_max_reuse_elements", "gather_host_s_per_rank"):
             value = getattr(self, name)
             require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
                     and (name != "attention_speed" or value > 0), f"runtime.{name}",
                     f"must be a finite number {'> 0' if name == 'attention_speed' else '>= 0'}, got {value!r}")
-        require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf")
-                    for g, s in self.gemm_in_step_speed), "runtime.gemm_in_step_speed",
-                f"must map GPU generations to positive speeds, got {self.gemm_in_step_speed!r}")
+        for name in ("gemm_in_step_speed", "attention_in_step_speed", "memory_in_step_speed"):
+            value = getattr(self, name)
+            require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf") for g, s in value),
+                    f"runtime.{name}", f"must map GPU generations to positive speeds, got {value!r}")
 
     def with_changes(self, **changes: Any) -> "Runtime":
         return replace(self, **changes)
@@ -183,6 +207,20 @@ class Runtime:
     def gemm_speed(self, generation: str) -> float:
         """Its bf16/fp16 GEMMs inside a step over the device's GEMM fit on this GPU generation."""
         return dict(self.gemm_in_step_speed).get(generation, 1.0)
+
+    def attention_in_step(self, generation: str) -> float:
+        """Its fused attention kernels inside a step over the device's fits on this GPU generation."""
+        return dict(self.attention_in_step_speed).get(generation, 1.0)
+
+    def measured_in_step(self, generation: str) -> bool:
+        """Whether its GEMM, attention and memory-bound kernels all have in-step speeds measured on
+        this generation (they then replace the device's class-blind kernel_efficiency)."""
+        return all(generation in dict(v) for v in (self.gemm_in_step_speed, self.attention_in_step_speed,
+                                                   self.memory_in_step_speed))
+
+    def memory_in_step(self, generation: str) -> float:
+        """Its memory-bound kernels inside a step over the device's memory fits on this GPU generation."""
+        return dict(self.memory_in_step_speed).get(generation, 1.0)
 
     def source_of(self, setting: str) -> str:
         return dict(self.sources).get(setting, "")
