@@ -32,7 +32,10 @@ def _assumptions() -> None:
         runtime = load_runtime(name)
         print(f"{name}: {runtime.description}")
         for setting, source in runtime.sources:
-            print(f"  {setting:28s} {getattr(runtime, setting)!r}  ({source})")
+            value = runtime
+            for part in setting.split("."):  # serving engines' settings are nested (serving.engine, ...)
+                value = getattr(value, part)
+            print(f"  {setting:28s} {value!r}  ({source})")
     print("\nrow cells and recipes (where a row's cell is empty):")
     for framework, rows in FRAMEWORK_DEFAULTS.items():
         print(f"{framework}:")
