@@ -10,7 +10,10 @@ from typing import Any
 from autotune.spec.resolve import DEFAULT_CLUSTER
 
 __all__ = ["add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
-           "estimate_table", "parser_defaults", "refuse_given"]
+           "estimate_table", "parser_defaults", "refuse_given", "require_torch", "TORCH_CPU_INSTALL"]
+
+# PyTorch's own index of CPU-only wheels: PyPI's Linux torch wheel pulls several GB of CUDA libraries.
+TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def positive_int(text: str) -> int:
@@ -93,6 +96,20 @@ def refuse_given(args: argparse.Namespace, defaults: dict[str, Any], dests: tupl
     for dest in dests:
         if dest in defaults and getattr(args, dest, defaults[dest]) != defaults[dest]:
             raise AutotuneError(dest, f"--{dest.replace('_', '-')} {why}; drop it")
+
+
+def require_torch(command: str) -> None:
+    """validate, profile, graph and benchmark run PyTorch; the base install (search, evaluate,
+    curve, export, check-published) has none, so its absence is one line (exit 2) saying how to
+    install the CPU wheel."""
+    from autotune.errors import AutotuneError
+
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:
+        raise AutotuneError("torch", f"autotune {command} runs PyTorch, which is not importable here ({err}); install "
+                                     f"the CPU wheel with `{TORCH_CPU_INSTALL}` (search, evaluate, curve, export and "
+                                     "check-published need no torch)") from None
 
 
 def resolve_dtype(args: argparse.Namespace) -> str:
