@@ -146,20 +146,25 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us"
 
 
-def estimate_table(estimate: Any) -> str:
-    """A readable summary of an Estimate."""
+def estimate_table(estimate: Any, workload: Any = None) -> str:
+    """A readable summary of an Estimate; an inference estimate's in serving terms (TPS, TPOT and
+    TTFT against ``workload``'s targets, the KV cache), without MFU."""
     e = estimate
-    lines = [
-        f"step time      {fmt_s(e.step_time_s)}  (+-{e.uncertainty_pct:.0f}%)",
-        f"throughput     {e.tokens_per_s:,.0f} tokens/s",
-        f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%",
-        f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
-        + ("" if e.fits else "   DOES NOT FIT"),
-        "time breakdown:",
-    ]
+    if e.inference is not None:
+        from autotune.outputs.serving_report import inference_head_lines
+
+        lines = inference_head_lines(e, workload)
+    else:
+        lines = [f"step time      {fmt_s(e.step_time_s)}  (+-{e.uncertainty_pct:.0f}%)",
+                 f"throughput     {e.tokens_per_s:,.0f} tokens/s",
+                 f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%"]
+    lines += [f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
+              + ("" if e.fits else "   DOES NOT FIT"),
+              "time breakdown:"]
     lines += [f"  {k[:-2]:18s} {fmt_s(v):>10s}  {100 * v / e.step_time_s:5.1f}%" for k, v in e.breakdown.items() if v > 0]
     lines.append("memory breakdown (peak stage):")
-    lines += [f"  {k[:-6]:22s} {fmt_bytes(v):>11s}" for k, v in e.memory_breakdown.items() if v > 0]
+    names = {"activations_bytes": "kv_cache+activations"} if e.inference is not None else {}
+    lines += [f"  {names.get(k, k[:-6]):22s} {fmt_bytes(v):>11s}" for k, v in e.memory_breakdown.items() if v > 0]
     if not e.fits:
         lines.append(f"does not fit: {e.reason}")
     return "\n".join(lines)

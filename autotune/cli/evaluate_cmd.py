@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
-
 from autotune.spec.runtime import EP_DISPATCHERS, FP8_RECIPES, HOST_DISPATCH
 from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, parser_defaults,
                                  positive_int, print_json, refuse_given)
-
-if TYPE_CHECKING:
-    from autotune.cost.estimate import Estimate
 
 PLACEMENT_FLAGS = ("weights_in", "kv_cache_in", "activations_in", "gradients_in", "optimizer_in")
 
@@ -186,23 +181,10 @@ def _workload(args: argparse.Namespace, model: object, runtime) -> object:
                               target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
 
 
-def inference_lines(estimate: "Estimate") -> str:
-    """TPS, TPOT, TTFT and the KV cache of an inference estimate."""
-    from autotune.cli.common import fmt_bytes, fmt_s
-
-    metrics = estimate.inference
-    lines = [f"TPS            {metrics.tps:,.0f} tokens/s   (1/TPS {fmt_s(metrics.time_per_token_s)})"]
-    if metrics.tpot_s is not None:
-        lines.append(f"TPOT           {fmt_s(metrics.tpot_s)} per output token")
-    if metrics.ttft_s is not None:
-        lines.append(f"TTFT           {fmt_s(metrics.ttft_s)} (the batch's prefill)")
-    lines.append(f"KV cache       {fmt_bytes(metrics.kv_cache_bytes_per_gpu)} per GPU, {fmt_bytes(metrics.kv_cache_bytes)} in all")
-    return "\n".join(lines)
-
-
 def run(args: argparse.Namespace) -> int:
     from autotune.search.evaluate import evaluate
     from autotune.errors import require, require_choice
+    from autotune.outputs.serving_report import targets_dict
     from autotune.plan.io import read_plan
     from autotune.spec.presets import resolve_model
     from autotune.spec.summary import architecture_dict, architecture_line
@@ -224,12 +206,12 @@ def run(args: argparse.Namespace) -> int:
                         runtime=runtime)
     assumed = assumed_defaults(args, workload, plan=None if args.plan else plan, dtype_given=dtype_given)
     if args.json:
-        print_json({"runtime": runtime.to_dict(), **estimate.to_dict(), "model": architecture_dict(model), "assumed": assumed})
+        targets = {"targets": targets_dict(estimate.inference, workload)} if estimate.inference is not None else {}
+        print_json({"runtime": runtime.to_dict(), **estimate.to_dict(), **targets, "model": architecture_dict(model),
+                    "assumed": assumed})
     else:
         print(f"{architecture_line(model)}; runtime {runtime.name}")
-        print(estimate_table(estimate))
-        if args.workload != "train":
-            print(inference_lines(estimate))
+        print(estimate_table(estimate, workload))
         if assumed:
             print("assumed (not given): " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in assumed.items())
                   + "; give the flags to change them, or let autotune search choose the plan")

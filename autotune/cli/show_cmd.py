@@ -34,15 +34,18 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     from autotune.cli.common import estimate_table, print_json
-    from autotune.outputs.report import plan_table, stage_breakdown_text
+    from autotune.outputs.report import LAYERS_KEY, plan_table, stage_breakdown_text
     from autotune.outputs.rescore import rescore
+    from autotune.outputs.search_run import workload_text
 
     plan_file, estimate = rescore(args.run)
     if args.json:
         print_json({"plan": plan_file.plan.to_dict(), "estimate": estimate.to_dict()})
         return 0
+    print(f"workload: {workload_text(plan_file.workload)}")
     print("\n".join(plan_table(plan_file.plan, estimate)))
-    print(estimate_table(estimate))
+    print(f"({LAYERS_KEY})")
+    print(estimate_table(estimate, plan_file.workload))
     print("per stage:")
     print("\n".join(stage_breakdown_text(estimate)))
     return 0
