@@ -58,20 +58,26 @@ def _shade(color: str, chunk: int, num_chunks: int) -> tuple[float, ...]:
     return tuple(c + (1.0 - c) * mix for c in to_rgb(color))
 
 
-def _block_labels(ax: Any, blocks: Sequence[Block], scale: float, span_s: float) -> None:
+def _block_labels(ax: Any, blocks: Sequence[Block], scale: float) -> None:
     """Micro-batch numbers on the bars while they fit; with a few blocks a row (a one-stage plan),
-    each bar says what it is and how long it takes."""
+    each bar says what it is and how long it takes, as long a label as fits in the bar."""
     if len(blocks) > 200:
         return
     words = {"F": "forward", "B": "backward"}
-    per_row = max(sum(1 for b in blocks if b.stage == s) for s in {b.stage for b in blocks})
+    few = max(sum(1 for b in blocks if b.stage == s) for s in {b.stage for b in blocks}) <= 6
+    renderer = ax.figure.canvas.get_renderer() if few else None
     for b in blocks:
+        x = (b.start_s + b.end_s) / 2 * scale
         width = b.end_s - b.start_s
-        text = str(b.microbatch)
-        if per_row <= 6 and width > 0.12 * span_s:
-            text = f"{words[b.kind]} (micro-batch {b.microbatch}): {_ms(width)}"
-        ax.text((b.start_s + b.end_s) / 2 * scale, b.stage, text, ha="center", va="center",
-                fontsize=6 if text.isdigit() else 9, color="white")
+        labels = [f"{words[b.kind]} (micro-batch {b.microbatch}): {_ms(width)}", f"{b.kind}{b.microbatch}: {_ms(width)}"] if few else []
+        bar_px = abs(ax.transData.transform((b.end_s * scale, 0))[0] - ax.transData.transform((b.start_s * scale, 0))[0])
+        for text in labels:
+            label = ax.text(x, b.stage, text, ha="center", va="center", fontsize=8, color="white")
+            if label.get_window_extent(renderer).width < 0.92 * bar_px:
+                break
+            label.remove()
+        else:
+            ax.text(x, b.stage, str(b.microbatch), ha="center", va="center", fontsize=6, color="white")
 
 
 def _tail(ax: Any, num_stages: int, start_s: float, tail: tuple[float, str], scale: float) -> None:
@@ -104,15 +110,15 @@ def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = ""
             bars = ax.broken_barh([(b.start_s * scale, (b.end_s - b.start_s) * scale) for b in mine],
                                   (stage - 0.4, 0.8), facecolors=colors, edgecolors="white", linewidth=edge_pt)
             bars.set_gid("blocks")
-    _block_labels(ax, blocks, scale, span)
     if tail[0] > 0:
         _tail(ax, num_stages, end, tail, scale)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(num_stages - 0.5, -0.5)
+    _block_labels(ax, blocks, scale)
     ax.set_yticks(range(num_stages), [f"stage {i}" for i in range(num_stages)])
     ax.set_xlabel(f"time ({unit})")
     labels = {"F": "forward", "B": "backward"}
-    extra = [Patch(color="#BBBBBB", label=f"rest of the step ({tail[1]})")] if tail[0] > 0 else []
+    extra = [Patch(color="#BBBBBB", label="rest of the step")] if tail[0] > 0 else []
     ax.legend(handles=[Patch(color=_COLORS[k], label=labels[k]) for k in kinds] + extra,
               loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=3, fontsize=8, frameon=False)
     ax.set_title(title or "pipeline timeline", loc="left")
@@ -139,10 +145,16 @@ def _is_inference(estimate: Estimate) -> bool:
     return estimate.inference is not None
 
 
-def _timeline_note(plan: Plan, estimate: Estimate, drawn: int) -> str:
+def _timeline_note(plan: Plan, estimate: Estimate, drawn: int, tail: tuple[float, str] = (0.0, "")) -> str:
+    """The step time, the pipeline bubble's share (with stages), the rest of the step drawn grey
+    and how many micro-batches are drawn, as the plot's note."""
     bubble_s = estimate.breakdown.get("pipeline_bubble_s", 0.0)
     step = estimate.step_time_s
-    parts = [f"step {step:.3g} s", f"pipeline bubble {bubble_s:.3g} s ({100 * bubble_s / step:.1f}% of the step)"]
+    parts = [f"step {_ms(step)}"]
+    if plan.pp > 1:
+        parts.append(f"pipeline bubble {_ms(bubble_s)} ({100 * bubble_s / step:.1f}% of the step)")
+    if tail[0] > 0:
+        parts.append(f"rest of the step (grey) {tail[1]}")
     if drawn < plan.num_microbatches:
         parts.insert(0, f"{drawn} of {plan.num_microbatches} micro-batches drawn (the steady state repeats)")
     return "; ".join(parts) + " [estimate]"
@@ -165,18 +177,17 @@ def plot_timeline(plan: Plan, estimate: Estimate, path: str | Path, *, title: st
     blocks = simulate_schedule(fwd, bwd, drawn, plan.schedule, plan.vpp)
     if inference:
         blocks = [b for b in blocks if b.kind == "F"]
-    kind = "inference (forward only)" if inference else f"{plan.schedule} schedule"
+    kind = "prefill (forward only)" if inference else f"{plan.schedule} schedule"
     chunks = f" x {plan.vpp} chunks" if plan.vpp > 1 else ""
     stages = f"{plan.pp} stage" + ("s" if plan.pp != 1 else "")
     microbatches = f"{plan.num_microbatches} micro-batch" + ("es" if plan.num_microbatches != 1 else "")
-    default = f"{kind}: {stages} x {microbatches}{chunks}; step {_ms(estimate.step_time_s)}"
-    note = _timeline_note(plan, estimate, drawn) if (plan.pp > 1 or drawn < plan.num_microbatches) else ""
+    default = f"{kind}: {stages} x {microbatches}{chunks}"
     tail = _step_tail(estimate, max(b.end_s for b in blocks)) if drawn == plan.num_microbatches else (0.0, "")
+    note = _timeline_note(plan, estimate, drawn, tail)
     return _save(timeline_figure(blocks, plan.pp, title=title or default, note=note, tail=tail), path)
 
 
-_TAIL_PARTS = (("dp_comm_s", "gradient sync"), ("optimizer_s", "optimizer"), ("host_s", "host issue"),
-               ("offload_s", "offload"))
+_TAIL_PARTS = (("dp_comm_s", "gradient sync"), ("optimizer_s", "optimizer"))  # the breakdown's per-step tail
 
 
 def _step_tail(estimate: Estimate, schedule_s: float) -> tuple[float, str]:
@@ -187,7 +198,7 @@ def _step_tail(estimate: Estimate, schedule_s: float) -> tuple[float, str]:
     if tail_s < 0.01 * estimate.step_time_s:
         return 0.0, ""
     parts = [name for key, name in _TAIL_PARTS if estimate.breakdown.get(key, 0.0) > 0.002 * estimate.step_time_s]
-    return tail_s, f"{_ms(tail_s)}" + (f": {', '.join(parts)}" if parts else "")
+    return tail_s, f"{_ms(tail_s)}" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def memory_figure(estimate: Estimate, *, title: str = "") -> Any:
