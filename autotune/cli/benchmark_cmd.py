@@ -72,6 +72,9 @@ def _check_device(name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autotune.cli.common import require_torch
+
+    require_torch("benchmark")
     from autotune.errors import AutotuneError, require, require_choice
     from autotune.spec.presets import default_training_shape, resolve_model
     from autotune.spec.workload import DTYPES

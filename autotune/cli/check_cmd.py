@@ -58,17 +58,19 @@ def run(args: argparse.Namespace) -> int:
     paths = args.runs or ([data / "serving_runs.csv"] if args.serving else [data / name for name in SHIPPED])
     if any(is_serving_csv(p) for p in paths):
         return _run_serving(args, paths)
-    checks, skipped = [], []
+    checks, skipped, by_file = [], [], {}
     for path in paths:
         got, left = check_published(path)
         checks += got
         skipped += left
+        by_file[Path(path).name] = got
     regimes = errors_by_regime(checks)
     total = overall_error(checks)
+    groups = _groups(by_file, checks)
     if args.json:
         print_json({"runs": [{"id": c.run.run_id, "regime": c.run.regime, "published_iter_s": c.run.iter_s,
                               "predicted_step_time_s": c.estimate.step_time_s, "error": c.error} for c in checks],
-                    "regimes": [vars(r) for r in regimes],
+                    "regimes": [vars(r) for r in regimes], "groups": [vars(g) for g in groups],
                     "not_expressible": [vars(s) for s in skipped],
                     "mean_abs_error": total.mean_abs_error, "max_abs_error": total.worst_abs_error})
         return 0
@@ -77,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         for c in checks:
             print(f"{c.run.run_id:15s} {c.run.iter_s:10.3f} {c.estimate.step_time_s:10.3f} {100 * c.error:+7.1f}%")
     print(f"{'regime (device | arch | precision | framework)':58s} {'n':>3s} {'mean':>7s} {'bias':>7s} {'worst':>7s}")
-    for r in regimes + [total]:
+    for r in regimes + groups + [total]:
         print(f"{r.regime:58s} {r.num_runs:3d} {100 * r.mean_abs_error:6.1f}% {100 * r.mean_signed_error:+6.1f}% "
               f"{100 * r.worst_abs_error:6.1f}% ({r.worst_run})")
     if skipped:
@@ -87,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
             reasons.setdefault(s.reason, []).append(s.run_id)
         for reason, ids in reasons.items():
             print(f"  {len(ids):3d}  {reason} ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})")
-    print(f"mean absolute error {100 * total.mean_abs_error:.1f}%, worst {100 * total.worst_abs_error:.1f}%")
+    print(f"mean absolute error {100 * total.mean_abs_error:.1f}%, worst {100 * total.worst_abs_error:.1f}% "
+          f"({total.num_runs} rows)")
     return 0
 
 
@@ -106,3 +109,20 @@ def _run_serving(args: argparse.Namespace, paths: list) -> int:
         return 0
     print_serving(report, detail=args.runs_detail)
     return 0
+
+
+def _groups(by_file: dict, checks: list) -> list:
+    """Errors of each file's rows and of the dense and the MoE rows (what the README's
+    accuracy section quotes), where there is more than one of a kind."""
+    from dataclasses import replace
+
+    from autotune.calibrate.regimes import overall_error
+
+    groups = [replace(overall_error(got), regime=f"file {name}") for name, got in by_file.items() if got]
+    if len(groups) < 2:
+        groups = []
+    for arch in ("dense", "moe"):
+        rows = [c for c in checks if c.run.regime.split(" | ")[1:2] == [arch]]
+        if rows and len(rows) < len(checks):
+            groups.append(replace(overall_error(rows), regime=f"all {arch} rows"))
+    return groups

@@ -11,7 +11,10 @@ from autotune.cost.memory import TENSOR_BYTES_UNCERTAINTY
 from autotune.spec.resolve import DEFAULT_CLUSTER
 
 __all__ = ["add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
-           "estimate_table", "parser_defaults", "refuse_given"]
+           "estimate_table", "parser_defaults", "refuse_given", "require_torch", "TORCH_CPU_INSTALL"]
+
+# PyTorch's own index of CPU-only wheels: PyPI's Linux torch wheel pulls several GB of CUDA libraries.
+TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def positive_int(text: str) -> int:
@@ -96,6 +99,20 @@ def refuse_given(args: argparse.Namespace, defaults: dict[str, Any], dests: tupl
             raise AutotuneError(dest, f"--{dest.replace('_', '-')} {why}; drop it")
 
 
+def require_torch(command: str) -> None:
+    """validate, profile, graph and benchmark run PyTorch; the base install (search, evaluate,
+    curve, export, check-published) has none, so its absence is one line (exit 2) saying how to
+    install the CPU wheel."""
+    from autotune.errors import AutotuneError
+
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:
+        raise AutotuneError("torch", f"autotune {command} runs PyTorch, which is not importable here ({err}); install "
+                                     f"the CPU wheel with `{TORCH_CPU_INSTALL}` (search, evaluate, curve, export and "
+                                     "check-published need no torch)") from None
+
+
 def resolve_dtype(args: argparse.Namespace) -> str:
     """--dtype, or its default: bf16 where the device has a bf16 GEMM fit, fp16 on a GPU with
     FP16 tensor cores only (Volta), else fp32 (a CPU profile refuses bf16 fits whose throughput
@@ -130,22 +147,27 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us"
 
 
-def estimate_table(estimate: Any) -> str:
-    """A readable summary of an Estimate."""
+def estimate_table(estimate: Any, workload: Any = None) -> str:
+    """A readable summary of an Estimate; an inference estimate's in serving terms (TPS, TPOT and
+    TTFT against ``workload``'s targets, the KV cache), without MFU."""
     e = estimate
-    lines = [
-        f"step time      {fmt_s(e.step_time_s)}  (+-{e.uncertainty_pct:.0f}%)",
-        f"throughput     {e.tokens_per_s:,.0f} tokens/s",
-        f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%",
-        f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
-        + ("" if e.fits else "   DOES NOT FIT")
-        + (f"   within the +-{100 * TENSOR_BYTES_UNCERTAINTY:.0f}% uncertainty of its tensors' bytes of the limit"
-           if e.memory_at_risk else ""),
-        "time breakdown:",
-    ]
+    if e.inference is not None:
+        from autotune.outputs.serving_report import inference_head_lines
+
+        lines = inference_head_lines(e, workload)
+    else:
+        lines = [f"step time      {fmt_s(e.step_time_s)}  (+-{e.uncertainty_pct:.0f}%)",
+                 f"throughput     {e.tokens_per_s:,.0f} tokens/s",
+                 f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%"]
+    lines += [f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
+              + ("" if e.fits else "   DOES NOT FIT")
+              + (f"   within the +-{100 * TENSOR_BYTES_UNCERTAINTY:.0f}% uncertainty of its tensors' bytes of the limit"
+                 if e.memory_at_risk else ""),
+              "time breakdown:"]
     lines += [f"  {k[:-2]:18s} {fmt_s(v):>10s}  {100 * v / e.step_time_s:5.1f}%" for k, v in e.breakdown.items() if v > 0]
     lines.append("memory breakdown (peak stage):")
-    lines += [f"  {k[:-6]:22s} {fmt_bytes(v):>11s}" for k, v in e.memory_breakdown.items() if v > 0]
+    names = {"activations_bytes": "kv_cache+activations"} if e.inference is not None else {}
+    lines += [f"  {names.get(k, k[:-6]):22s} {fmt_bytes(v):>11s}" for k, v in e.memory_breakdown.items() if v > 0]
     if not e.fits:
         lines.append(f"does not fit: {e.reason}")
     return "\n".join(lines)

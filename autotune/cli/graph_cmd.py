@@ -92,6 +92,9 @@ def _check_source_options(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autotune.cli.common import require_torch
+
+    require_torch("graph")
     from autotune.spec.hardware_data import load_device
     from autotune.spec.presets import default_training_shape, resolve_model
     from autotune.spec.workload import DTYPES, bytes_per_element

@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     from autotune.plan.io import check_output_path
 
     check_output_path(args.out or args.refit or f"profile-{args.device.replace(':', '')}.json")  # before measuring
+    if not args.refit:  # --show and --refit only read a profile; measuring one runs torch
+        from autotune.cli.common import require_torch
+
+        require_torch("profile")
     if args.refit:
         from autotune.calibrate.profile_io import profile_data
 

@@ -181,13 +181,17 @@ def _plots_status(args: argparse.Namespace, result) -> dict | None:
 
 def _print(args: argparse.Namespace, result, exported: dict | None = None) -> int:
     from autotune.cli.common import print_json
-    from autotune.outputs.report import plan_table, summary_text, why_it_wins
+    from autotune.outputs.report import LAYERS_KEY, plan_table, summary_text, why_it_wins
     from autotune.spec.summary import architecture_dict, architecture_line
 
-    model = _searched_model(args, result)
+    model, workload = _searched(args, result)
     plots = _plots_status(args, result)
     if args.json:
         described = {"model": architecture_dict(model)} if model is not None else {}
+        if result.estimate.inference is not None and workload is not None:
+            from autotune.outputs.serving_report import targets_dict
+
+            described["targets"] = targets_dict(result.estimate.inference, workload)
         print_json({**result.to_dict(), **described, **({"export": exported} if exported else {}),
                     **({"plots": plots} if plots else {})})
         return 0
@@ -195,13 +199,10 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
         print(f"{architecture_line(model)}; runtime {result.runtime.name if result.runtime else 'megatron'}")
     capacity = result.estimate.memory_capacity_bytes
     print("\n".join(plan_table(result.plan, result.estimate)))
-    print("\n".join(summary_text(result.plan, result.estimate, capacity)))
-    if result.estimate.inference is not None:
-        from autotune.cli.evaluate_cmd import inference_lines
-
-        print(inference_lines(result.estimate))
+    print(f"({LAYERS_KEY})")
+    print("\n".join(summary_text(result.plan, result.estimate, capacity, workload)))
     print("baselines (same cost model):")
-    print("\n".join(why_it_wins(result.estimate, result.baselines)))
+    print("\n".join(why_it_wins(result.estimate, result.baselines, workload)))
     s = result.stats
     print(f"searched {s.num_slices} slices ({s.num_slices_solved} solved, {s.num_slices_pruned} pruned by bound, "
           f"{s.num_slices_resumed} resumed), {s.num_intra_op_studies} intra-op studies, {s.num_trials} trials "
@@ -216,14 +217,18 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
     return 0
 
 
-def _searched_model(args: argparse.Namespace, result):
-    """The model searched: from --model, or from the resumed run's plan file."""
-    if getattr(args, "model", None) and not args.resume:
-        from autotune.spec.presets import resolve_model
-
-        return resolve_model(args.model)
+def _searched(args: argparse.Namespace, result) -> tuple[object, object]:
+    """(model, workload) searched: the run's plan file records both; a search without a run
+    directory (--no-run-dir, --storage) has them from its flags."""
     if result.run_dir:
         from autotune.plan.io import read_plan_file
 
-        return read_plan_file(result.run_dir).model
-    return None
+        plan_file = read_plan_file(result.run_dir)
+        return plan_file.model, plan_file.workload
+    if args.model and not args.resume:
+        from autotune.cli.evaluate_cmd import _workload
+        from autotune.spec.presets import resolve_model
+
+        model = resolve_model(args.model)
+        return model, _workload(args, model, result.runtime)
+    return None, None

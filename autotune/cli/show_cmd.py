@@ -38,8 +38,9 @@ def run_show(args: argparse.Namespace) -> int:
 
 def run_explain(args: argparse.Namespace) -> int:
     from autotune.cli.common import estimate_table, print_json
-    from autotune.outputs.report import plan_table, stage_breakdown_text
+    from autotune.outputs.report import LAYERS_KEY, plan_table, stage_breakdown_text
     from autotune.outputs.rescore import rescore
+    from autotune.outputs.search_run import workload_text
 
     from autotune.spec.runtime import resolve_runtime
 
@@ -49,8 +50,10 @@ def run_explain(args: argparse.Namespace) -> int:
         print_json({"runtime": runtime.to_dict(), "plan": plan_file.plan.to_dict(), "estimate": estimate.to_dict()})
         return 0
     print(f"runtime {runtime.name}")
+    print(f"workload: {workload_text(plan_file.workload)}")
     print("\n".join(plan_table(plan_file.plan, estimate)))
-    print(estimate_table(estimate))
+    print(f"({LAYERS_KEY})")
+    print(estimate_table(estimate, plan_file.workload))
     print("per stage:")
     print("\n".join(stage_breakdown_text(estimate)))
     return 0

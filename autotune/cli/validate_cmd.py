@@ -51,6 +51,9 @@ def _report_path(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from autotune.cli.common import require_torch
+
+    require_torch("validate")
     from autotune.spec.resolve import resolve_cluster
     from autotune.plan.io import atomic_write_text
     from autotune.validate.report import format_table, report_dict
