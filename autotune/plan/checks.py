@@ -18,7 +18,7 @@ from typing import Any
 from autotune.errors import AutotuneError, require
 from autotune.plan.json_file import field_path
 
-__all__ = ["check_fields", "check_estimate_numbers", "check_cluster_ref"]
+__all__ = ["check_fields", "check_value", "check_estimate_numbers", "check_cluster_ref"]
 
 _KINDS = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
@@ -49,10 +49,12 @@ def check_fields(data: Any, cls: type, where: str) -> None:
     hints = _hints(cls)
     for name, value in data.items():
         if name in hints:
-            _check_value(value, hints[name], field_path(where, name))
+            check_value(value, hints[name], field_path(where, name))
 
 
-def _check_value(value: Any, hint: Any, where: str) -> None:
+def check_value(value: Any, hint: Any, where: str) -> None:
+    """``value`` (as JSON or TOML holds it: a list for a tuple) of the declared type ``hint``;
+    the error names ``where``."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (typing.Union, types.UnionType):
         options = [a for a in args if a is not type(None)]
@@ -62,16 +64,16 @@ def _check_value(value: Any, hint: Any, where: str) -> None:
     if origin in (dict, collections.abc.Mapping):
         require(isinstance(value, dict), where, f"must be an object, got {_shown(value)}")
         for key, item in value.items():
-            _check_value(item, args[1] if len(args) == 2 else Any, field_path(where, key))
+            check_value(item, args[1] if len(args) == 2 else Any, field_path(where, key))
     elif origin is tuple:
         require(isinstance(value, list), where, f"must be a list, got {_shown(value)}")
         if len(args) == 2 and args[1] is Ellipsis:
             for i, item in enumerate(value):
-                _check_value(item, args[0], field_path(where, i))
+                check_value(item, args[0], field_path(where, i))
             return
         require(len(value) == len(args), where, f"must be a list of {len(args)}, got {_shown(value)}")
         for i, (item, item_hint) in enumerate(zip(value, args)):
-            _check_value(item, item_hint, field_path(where, i))
+            check_value(item, item_hint, field_path(where, i))
     elif dataclasses.is_dataclass(hint):
         check_fields(value, hint, where)
     elif hint in _KINDS:
