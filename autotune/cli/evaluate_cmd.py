@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import argparse
 from autotune.spec.runtime import EP_DISPATCHERS, FP8_RECIPES, HOST_DISPATCH
-from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, parser_defaults,
-                                 positive_int, print_json, refuse_given)
+from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, count, estimate_table, number,
+                                 parser_defaults, positive_int, print_json, refuse_given)
+from autotune.spec.workload import MAX_IMBALANCE, MAX_TARGET_S
+
+MAX_TARGET_MS = MAX_TARGET_S * 1e3
+_TARGET_WHY = "a service target of more than an hour is none"
+_IMBALANCE_WHY = "0: model it; else the busiest expert-parallel rank's load over the mean, at most the ranks"
 
 PLACEMENT_FLAGS = ("weights_in", "kv_cache_in", "activations_in", "gradients_in", "optimizer_in")
 
@@ -26,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--recompute-modules", default="",
                         help="comma-separated Megatron-Core modules recomputed in backward on top of --recompute none "
                              "or selective: core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe")
-    parser.add_argument("--activation-offload-layers", type=int, default=0,
+    parser.add_argument("--activation-offload-layers", type=count("num_layers", least=0), default=0,
                         help="training: offload the activations of the first N layers to host memory in forward, "
                              "reload them in backward (Megatron-Core --cpu-offloading-num-layers N; 0: none)")
     parser.add_argument("--plan", default=None,
@@ -59,16 +64,19 @@ def add_inference_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", "--concurrency", dest="batch", type=positive_int, default=None,
                         help="inference: sequences (concurrent requests) in the batch (preset default)")
     parser.add_argument("--prompt-len", type=positive_int, default=None, help="inference: prompt tokens per sequence (preset default)")
-    parser.add_argument("--output-len", type=int, default=0, help="decode/serve: tokens generated per sequence")
-    parser.add_argument("--target-tpot-ms", type=float, default=0.0, help="serve: time-per-output-token target")
-    parser.add_argument("--target-ttft-ms", type=float, default=0.0, help="serve: time-to-first-token target")
+    parser.add_argument("--output-len", type=count("seq_len", least=0), default=0,
+                        help="decode/serve: tokens generated per sequence")
+    parser.add_argument("--target-tpot-ms", type=number(0.0, MAX_TARGET_MS, _TARGET_WHY), default=0.0,
+                        help="serve: time-per-output-token target (0: none)")
+    parser.add_argument("--target-ttft-ms", type=number(0.0, MAX_TARGET_MS, _TARGET_WHY), default=0.0,
+                        help="serve: time-to-first-token target (0: none)")
 
 
 def add_sharding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cp-comm", default=None,
                         help="context-parallel exchange: ring (p2p, overlapped), all_gather or all_to_all (Ulysses); "
                              "default: the runtime's")
-    parser.add_argument("--dp-shard", type=int, default=0,
+    parser.add_argument("--dp-shard", type=count("gpus", least=0), default=0,
                         help="HSDP: shard ZeRO/FSDP state over N data-parallel ranks, replicate over dp/N (0: all of dp)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--reshard-after-forward", dest="reshard_after_forward", action="store_true", default=None,
@@ -118,7 +126,8 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", dest="eager_elementwise", action="store_false", default=None,
                         help="torch.compile (torchtitan --compile.enable): Inductor fuses each norm and activation "
                              "into one kernel; default: the runtime's (eager for torchtitan, torch, transformers)")
-    parser.add_argument("--param-gather-gbps", type=float, default=None,
+    parser.add_argument("--param-gather-gbps", type=number(0.0, 1e5, "0: the network's rate; no GPU gathers 1e5 GB/s"),
+                        default=None,
                         help="ZeRO-3: the runtime's parameter-gather rate per GPU in GB/s where below the "
                              "network's (DeepSpeed of 2021: 21), 0: the network's")
 
@@ -186,7 +195,7 @@ def runtime_from_args(args: argparse.Namespace, export_format: str | None = None
 
 
 def add_moe_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--expert-load-imbalance", type=float, default=0.0,
+    parser.add_argument("--expert-load-imbalance", type=number(0.0, MAX_IMBALANCE, _IMBALANCE_WHY), default=0.0,
                         help="MoE: the busiest expert-parallel rank's tokens over the mean, as measured "
                              "(default 0: the floor of unskewed routing, docs/moe.md)")
 
@@ -195,8 +204,10 @@ def add_memory_args(parser: argparse.ArgumentParser) -> None:
     for name in PLACEMENT_FLAGS:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, default="hbm", help=f"where {name[:-3].replace('_', ' ')} live: hbm, host or cxl")
-    parser.add_argument("--cache-group-layers", type=int, default=0, help="layers per on-chip cache group (0: off)")
-    parser.add_argument("--cache-tile-tokens", type=int, default=0, help="tokens per tile through a cache group")
+    parser.add_argument("--cache-group-layers", type=count("num_layers", least=0), default=0,
+                        help="layers per on-chip cache group (0: off)")
+    parser.add_argument("--cache-tile-tokens", type=count("seq_len", least=0), default=0,
+                        help="tokens per tile through a cache group")
 
 
 def _workload(args: argparse.Namespace, model: object, runtime, base=None) -> object:
