@@ -14,7 +14,7 @@ from typing import Any
 from autotune.errors import AutotuneError, require_positive, require_type
 
 __all__ = ["entry_point", "model_arg", "cluster_arg", "profile_arg", "workload_arg", "runtime_arg", "count_arg", "optional_count_arg",
-           "int_arg", "optional_int_arg", "seed_arg", "MAX_SEED", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg"]
+           "int_arg", "optional_int_arg", "seed_arg", "MAX_SEED", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg", "plan_arg"]
 
 Check = Callable[[str, Any], None]
 
@@ -105,9 +105,21 @@ def callable_arg(name: str, value: Any) -> None:
         raise AutotuneError(name, f"must be None or a callable, got {value!r}")
 
 
-def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | None = None):
+def plan_arg(name: str, value: Any) -> None:
+    from autotune.plan.plan import Plan
+
+    if value is not None:
+        require_type(name, value, Plan, "None (a plan built from the degrees) or a Plan (autotune.plan.io.read_plan "
+                                        "reads a plan.json)")
+
+
+def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | None = None,
+                excludes: dict[str, tuple[str, ...]] | None = None):
     """Wrap a library entry point: unknown keywords (beyond ``extra()`` for a ``**kwargs``
-    catch-all), missing arguments and failed ``checks`` raise AutotuneError naming the argument."""
+    catch-all), missing arguments and failed ``checks`` raise AutotuneError naming the argument.
+    ``excludes`` maps an argument to those it replaces: when it is given (not None), each of
+    them (``**`` for the catch-all's keywords) must keep its default, else the call is refused
+    (a value that would be ignored)."""
     def wrap(fn):
         sig = inspect.signature(fn)
         named = {n for n, p in sig.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
@@ -127,6 +139,22 @@ def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | Non
             bound.apply_defaults()
             for key, check in checks.items():
                 check(key, bound.arguments[key])
+            _refuse_excluded(sig, bound.arguments, excludes or {}, fn.__name__)
             return fn(*args, **kwargs)
         return call
     return wrap
+
+
+def _refuse_excluded(sig: inspect.Signature, given: dict[str, Any], excludes: dict[str, tuple[str, ...]],
+                     name: str) -> None:
+    catch_all = next((n for n, p in sig.parameters.items() if p.kind == p.VAR_KEYWORD), None)
+    for key, others in excludes.items():
+        if given.get(key) is None:
+            continue
+        for other in others:
+            if other == "**":
+                extra = sorted(given.get(catch_all) or {}) if catch_all else []
+                if extra:
+                    raise AutotuneError(extra[0], f"conflicts with {key}= in autotune.{name}(): {key} gives it; drop it")
+            elif given[other] != sig.parameters[other].default:
+                raise AutotuneError(other, f"conflicts with {key}= in autotune.{name}(): {key} gives it; drop {other}")

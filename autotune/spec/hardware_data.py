@@ -159,10 +159,12 @@ def _tiers(entries: Any, where: str = "tiers") -> tuple[MemoryTier, ...]:
         raise AutotuneError(where, f"must be a list of tier tables, got {_shown(entries)}")
     tiers = []
     for i, tier in enumerate(entries):
-        at = f"{where}[{i}]"
         if not isinstance(tier, dict):
-            raise AutotuneError(at, f"must be a table (name, capacity_bytes, bandwidth_bytes_per_s, latency_s), got {_shown(tier)}")
-        tiers.append(MemoryTier(name=_text(tier, "name", at, None), capacity_bytes=_number(tier, "capacity_bytes", at, "bytes"),
+            raise AutotuneError(f"{where}[{i}]", f"must be a table (name, capacity_bytes, bandwidth_bytes_per_s, "
+                                                 f"latency_s), got {_shown(tier)}")
+        name = _text(tier, "name", f"{where}[{i}]", None)
+        at = f"{where}.{name}"
+        tiers.append(MemoryTier(name=name, capacity_bytes=_number(tier, "capacity_bytes", at, "bytes"),
                                 bandwidth_bytes_per_s=_number(tier, "bandwidth_bytes_per_s", at, "bytes_per_s"),
                                 latency_s=_number(tier, "latency_s", at), source=_text(tier, "source", at)))
     return tuple(tiers)
