@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import autotune
+from autotune.cli.main import main
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.spec.presets import load_preset
@@ -79,6 +80,17 @@ def test_a_model_deeper_than_the_limit_is_refused_with_the_bound(capsys, tmp_pat
     extra = ["--runs-dir", "runs"] if command == "search" else ["--pp", "100000"]
     err = refused(capsys, tmp_path, [command, "--model", model, "--gpus", "8", *extra], "config.num_hidden_layers")
     assert "at most 10,000 layers" in err
+
+
+def test_a_search_deeper_than_it_can_hold_is_refused_evaluate_still_prices_it(capsys, tmp_path, monkeypatch):
+    """The search's pipeline DP grows with the square of the layers (1.8 GB at 2,000 layers on 64
+    GPUs, over 19 GB at 10,000 on 1,024): refused up front with the bound; evaluate prices it."""
+    monkeypatch.chdir(tmp_path)
+    model = _config(tmp_path, num_hidden_layers=1001)
+    err = refused(capsys, tmp_path, ["search", "--model", model, "--gpus", "8", "--runs-dir", "runs"], "model.num_layers")
+    assert "at most 1,000 layers" in err
+    assert main(["evaluate", "--model", model, "--gpus", "8"]) == 1  # a valid problem: it does not fit
+    capsys.readouterr()
 
 
 BENCHMARK_CASES = [

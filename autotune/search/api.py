@@ -234,8 +234,14 @@ def _solve_shared(study, problem: SearchProblem, storage: str, announce) -> None
 
 
 def _check_length(model, workload) -> None:
-    """Sequences longer than the model's positions are refused before any work."""
+    """Sequences longer than the model's positions, and models deeper than a search can hold in
+    memory, are refused before any work."""
     from autotune.errors import require
+    from autotune.spec.limits import LIMITS
+
+    most, why = LIMITS["search_layers"]
+    require(model.num_layers <= most, "model.num_layers", f"{model.num_layers:,} layers are more than a search "
+            f"holds: at most {most:,} {why}; autotune evaluate prices a plan of up to {LIMITS['num_layers'][0]:,}")
 
     longest = workload.seq_len if is_training(workload) else workload.max_context_len
     field = "seq_len" if is_training(workload) else "prompt_len"
