@@ -362,3 +362,28 @@ def test_shipped_hardware_still_reads():
         load_device(name)
     for name in ("cpu", "h100-sxm-measured"):
         load_profile(ROOT / f"autotune/data/devices/{name}.json")
+
+
+LONG = "x" * 300  # one name of 300 bytes: file systems take at most 255 (NAME_MAX)
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["search", "--model", "small", "--gpus", "8", "--runs-dir", LONG], "runs_dir"),
+    (["search", "--model", "small", "--gpus", "8", "--runs-dir", f"runs/{LONG}/deeper"], "runs_dir"),
+    (["curve", "--model", "small", "--gpus", "1,2", "--runs-dir", LONG], "runs_dir"),
+    (["profile", "--quick", "--out", f"{LONG}.json"], "out"),
+    (["scenario", "seed-experiment", "--out", f"{LONG}.md"], "out"),
+], ids=["search-runs-dir", "search-runs-dir-nested", "curve-runs-dir", "profile-out", "scenario-out"])
+def test_output_names_longer_than_the_file_system_takes_are_refused_first(capsys, tmp_path, monkeypatch, argv, field):
+    monkeypatch.chdir(tmp_path)
+    err = refused(capsys, tmp_path, argv, field)
+    assert "a name of 30" in err and "at most 255 bytes" in err
+
+
+def test_library_run_dir_with_a_long_name_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    import autotune
+
+    with pytest.raises(AutotuneError, match="run_dir"):
+        autotune.search("small", 8, run_dir=tmp_path / LONG)
+    assert list(tmp_path.iterdir()) == []

@@ -102,6 +102,7 @@ def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_
     """The run directory of a search: ``run_dir`` as given, or a new one under ``runs_dir``;
     call only once the inputs are known to be good."""
     if runs_dir is not None:
+        check_writable(Path(runs_dir))  # before looking for its parents: a name too long is refused here
         made = _missing_parents(Path(runs_dir))
         try:
             path = create_run_dir(Path(runs_dir), model_name, gpus)
@@ -111,6 +112,7 @@ def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_
         return NewRunDir(path=path, made=[*made, path])
     if run_dir is not None:
         path = Path(run_dir)
+        check_output_path(path, "run_dir", directory=True)
         made = _missing_parents(path)
         try:
             path.mkdir(parents=True, exist_ok=True)

@@ -46,11 +46,38 @@ def _umask() -> int:
     return mask
 
 
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name longer than the file system takes (ENAMETOOLONG) and the like
+        return False
+
+
 def _nearest_existing(path: Path) -> Path:
     for candidate in (path, *path.parents):
-        if candidate.exists():
+        if _exists(candidate):
             return candidate
     return Path(".")
+
+
+def _check_name_lengths(target: Path, field: str) -> None:
+    """Each name in ``target`` within what the file system takes (NAME_MAX bytes, 255 on ext4,
+    XFS and tmpfs), and the whole path within PATH_MAX: refused before any work, not by the
+    write at the end."""
+    base = _nearest_existing(target)
+    try:
+        most_name, most_path = os.pathconf(base, "PC_NAME_MAX"), os.pathconf(base, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        most_name, most_path = 255, 4096
+    shown = f"{str(target)[:60]}..." if len(str(target)) > 60 else str(target)
+    for part in target.parts:
+        size = len(os.fsencode(part))
+        if size > most_name:
+            raise AutotuneError(field, f"cannot write {shown!r}: a name of {size} bytes; the file system takes at most "
+                                       f"{most_name} bytes a name")
+    size = len(os.fsencode(str(target.absolute())))
+    if size > most_path:
+        raise AutotuneError(field, f"cannot write {shown!r}: a path of {size} bytes; at most {most_path}")
 
 
 def check_output_path(path: str | Path, field: str = "out", *, directory: bool = False) -> None:
@@ -58,6 +85,7 @@ def check_output_path(path: str | Path, field: str = "out", *, directory: bool =
     cannot be written: its nearest existing ancestor must be a writable directory. Nothing is
     created: the command still writes nothing when it fails later."""
     target = Path(path)
+    _check_name_lengths(target, field)
     if target.exists() and target.is_dir() != directory:
         kind = "a directory; give a file path" if target.is_dir() else "a file; give a directory"
         raise AutotuneError(field, f"cannot write {str(target)!r}: it is {kind}")
