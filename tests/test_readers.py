@@ -387,3 +387,38 @@ def test_library_run_dir_with_a_long_name_is_refused(tmp_path, monkeypatch):
     with pytest.raises(AutotuneError, match="run_dir"):
         autotune.search("small", 8, run_dir=tmp_path / LONG)
     assert list(tmp_path.iterdir()) == []
+
+
+CPU_PROFILE = json.loads((ROOT / "autotune/data/devices/cpu.json").read_text())
+# what profile --refit reads back (the measurements, the host) and profile --show prints (fits, mesh)
+KEPT_CASES = {
+    "measurement-amount-lots": (("measurements", 0, "amount"), "lots", "profile.measurements[0].amount", True),
+    "measurement-group-number": (("measurements", 0, "group"), 5, "profile.measurements[0].group", True),
+    "measurement-group-unknown": (("measurements", 0, "group"), "gemm/x/y", "is not a measured group", True),
+    "collective-ranks-word": (("measurements", -1, "group"), "all_reduce/two", "is not a measured group", True),
+    "measurement-not-object": (("measurements", 0), 5, "profile.measurements[0]", True),
+    "measurement-unknown-key": (("measurements", 0, "bogus"), 1, "profile.measurements[0].bogus", True),
+    "measurements-string": (("measurements",), "x", "profile.measurements", True),
+    "repeats-string": (("measurements", 0, "num_repeats"), "x", "profile.measurements[0].num_repeats", True),
+    "host-threads-string": (("host", "threads_per_process"), "x", "profile.host.threads_per_process", False),
+    "host-number": (("host",), 5, "profile.host", False),
+    "host-load-string": (("host", "load_average"), "x", "profile.host.load_average", False),
+    "host-quick-string": (("host", "quick"), "x", "profile.host.quick", False),
+    "mesh-string": (("mesh",), "x", "profile.mesh", False),
+    "mesh-level-size-string": (("mesh", "levels", 0, "size"), "x", "profile.mesh.levels[0].size", False),
+    "failures-number": (("failures",), 5, "profile.failures", False),
+    "fits-string": (("fits",), "x", "profile.fits", False),
+    "fit-r2-string": (("fits", "memory", "r2"), "x", "profile.fits.memory.r2", False),
+    "fit-point-label-number": (("fits", "memory", "points", 0, "label"), 5, "profile.fits.memory.points[0].label", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEPT_CASES))
+def test_bad_profile_measurements_and_report_are_one_line(capsys, tmp_path, monkeypatch, name):
+    path, value, field, refit_only = KEPT_CASES[name]
+    file = tmp_path / "p.json"
+    file.write_text(json.dumps(_edit(CPU_PROFILE, path, value)))
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, tmp_path, ["profile", "--refit", str(file), "--out", "out.json"], field)
+    if not refit_only:
+        refused(capsys, tmp_path, ["profile", "--show", str(file)], field)

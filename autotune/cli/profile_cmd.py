@@ -118,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
         from autotune.errors import require
 
         require(not (args.out or args.refit), "show", "--show prints a profile and writes nothing; drop --out/--refit")
-        print(format_fit_report(load_profile(args.show), residuals=args.residuals))
+        from autotune.calibrate.profile_io import check_kept
+
+        shown = load_profile(args.show)
+        check_kept(shown)
+        print(format_fit_report(shown, residuals=args.residuals))
         return 0
     from autotune.calibrate.profile_io import build_profile, write_profile
     from autotune.plan.io import check_output_path
