@@ -422,3 +422,29 @@ def test_bad_profile_measurements_and_report_are_one_line(capsys, tmp_path, monk
     refused(capsys, tmp_path, ["profile", "--refit", str(file), "--out", "out.json"], field)
     if not refit_only:
         refused(capsys, tmp_path, ["profile", "--show", str(file)], field)
+
+
+CXL = (ROOT / "search_spaces/cxl-lora.toml").read_text()
+
+
+@pytest.mark.parametrize("change, sets, field", [
+    (("d = 512", 'd = "512"'), [], "space.d: must be a whole number"),
+    (("d = 512", "d = 512.7"), [], "space.d: must be a whole number"),
+    (("latency_s = 1.0e-6", "latency_s = inf"), [], "space.parameters.latency_s: must be a finite number"),
+    (None, ["d=1e300"], "d='1e300' is not a whole number"),
+    (None, ["latency_s=inf"], "--set latency_s: must be a finite number"),
+    (None, ["n_trials=1000000000"], "n_trials: must be at most 10,000"),
+    (None, ["b_max=1000000000000000", "step=1", "--method", "exhaustive"], "step: the grid has"),
+], ids=["d-string", "d-fraction", "latency-inf", "set-d-huge", "set-latency-inf", "set-trials", "grid-1e15"])
+def test_standalone_space_values_are_typed(capsys, tmp_path, monkeypatch, change, sets, field):
+    """A cxl-lora space's values are read as the TOML has them (never coerced), --set values
+    finite and whole where the problem takes integers, and the exhaustive grid sized before it is
+    built (a grid of 1e15 points would not fit in memory)."""
+    path = tmp_path / "cxl.toml"
+    assert change is None or change[0] in CXL
+    path.write_text(CXL.replace(*change) if change else CXL)
+    monkeypatch.chdir(tmp_path)
+    argv = ["search", "--space", str(path), "--runs-dir", "runs"]
+    for item in sets:
+        argv += [item] if item.startswith("--") or item == "exhaustive" else ["--set", item]
+    refused(capsys, tmp_path, argv, field)
