@@ -21,7 +21,7 @@ LIMITS: dict[str, tuple[int, str]] = {
     # 1e5 layers took over a minute to evaluate at pp 1e5 (issue 29); 1e4 take seconds
     "num_layers": (10_000, "layers: the deepest trained transformers have about 1e3 (DeepNet, Wang et al. 2022)"),
     # a search's pipeline DP keeps (layers + 1)^2 stage cuts per submesh and in-flight depth:
-    # measured peak 0.75 GB at 1,000 layers on 1,024 GPUs, over 1.8 GB at 2,000 on 64 (issue 29)
+    # measured peak 0.75 GB at 1,000 layers on 1,024 GPUs, 2.6 GB at 2,000 on 64 (issue 29)
     "search_layers": (1_000, "layers (more would hold over a gigabyte); the deepest trained transformers have "
                              "about 1e3 (DeepNet), large language models at most about 130 (Llama 3 405B 126)"),
     "width": (10_000_000, "units of a layer's width: the widest published models have about 5e4 "

@@ -42,6 +42,13 @@ QK_NORMS = ("none", "head", "full", "l2")
 WINDOW_KINDS = ("sliding", "chunked")
 
 
+# The spec/limits.py bound each integer field keeps (the rest: heads, head dims, ranks, experts and
+# widths, "width"): a count beyond any real model is a typo, refused before any work.
+_SIZE_BOUNDS = {"num_layers": "num_layers", "first_k_dense_layers": "num_layers", "moe_layer_frequency": "num_layers",
+                "sliding_window_every": "num_layers", "full_attention_every": "num_layers", "vocab_size": "vocab_size",
+                "max_seq_len": "seq_len", "sliding_window": "seq_len", "rope_original_max_positions": "seq_len"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
     """Shape of a decoder-only transformer.
@@ -166,6 +173,7 @@ class ModelSpec:
             elif spec.type == "int":
                 require(isinstance(value, int) and not isinstance(value, bool), f"model.{spec.name}",
                         f"must be an integer, got {value!r:.60}")
+                check_limit(f"model.{spec.name}", value, _SIZE_BOUNDS.get(spec.name, "width"))
             elif spec.type == "bool":
                 require(isinstance(value, bool), f"model.{spec.name}", f"must be True or False, got {value!r:.60}")
 
