@@ -202,3 +202,8 @@ def test_space_fields_are_typed_in_the_library():
 def test_a_plan_with_its_own_gpu_count_still_evaluates():
     assert autotune.evaluate("small", 8, plan=PLAN).step_time_s > 0
     assert autotune.evaluate("small", plan=PLAN).step_time_s > 0
+
+
+def test_arguments_the_workload_repeats_with_the_same_value_are_accepted():
+    same = autotune.evaluate("small", 8, workload=WORK, global_batch=64, seq_len=512, dtype="bf16")
+    assert same.step_time_s == autotune.evaluate("small", 8, workload=WORK).step_time_s

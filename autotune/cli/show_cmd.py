@@ -30,7 +30,7 @@ def run_show(args: argparse.Namespace) -> int:
     if args.json:
         print_json(record)
         return 0
-    from autotune.plan.json_file import read_text_file
+    from autotune.spec.json_file import read_text_file
 
     print(read_text_file(path / "report.md", "run") if (path / "report.md").exists() else record)
     return 0

@@ -190,7 +190,7 @@ def load_search_record(run_dir: str | Path, check=None) -> tuple[Path, dict[str,
     if not record.exists():
         read_plan_file(path)  # raises a clear error if plan.json is missing too
         raise AutotuneError("run", f"{str(path)!r} has no search.json (an unfinished search? resume it with --resume)")
-    from autotune.plan.json_file import read_json_file
+    from autotune.spec.json_file import read_json_file
 
     data = read_json_file(record, "run")  # binary, a FIFO, NaN, nested too deep: one line
     if check is not None:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, require
-from autotune.plan.json_file import field_path
+from autotune.spec.json_file import field_path
 
 __all__ = ["check_fields", "check_value", "check_estimate_numbers", "check_cluster_ref"]
 

@@ -208,7 +208,7 @@ def write_plan_file(path: str | Path, **content: Any) -> None:
 def _load_json(path: str | Path) -> tuple[Path, Any]:
     """A plan file (or a run directory's plan.json), read defensively and checked field by
     field (autotune.plan.json_file, autotune.plan.checks): nonsense is one line naming the field."""
-    from autotune.plan.json_file import check_tree, read_json_file
+    from autotune.spec.json_file import check_tree, read_json_file
 
     target = Path(path)
     if target.is_dir():

@@ -134,7 +134,8 @@ SEARCH_CHECKS = {"model": A.model_arg, "gpus": A.count_arg, "cluster": A.cluster
                   "announce": A.callable_arg, "cache": A.bool_arg, "plots": A.text_arg}
 
 
-@A.entry_point(SEARCH_CHECKS, excludes={"workload": ("global_batch", "seq_len", "attention")})
+@A.entry_point(SEARCH_CHECKS, excludes={"workload": {"global_batch": "global_batch", "seq_len": "seq_len",
+                                                     "attention": "attention_impl", "dtype": "dtype"}})
 def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, runtime: Any = None,
            space: Any = None, seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
            seq_len: int | None = None, dtype: str = "bf16", attention: str | None = None, run_dir: str | Path | None = None,
@@ -162,8 +163,6 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     require_choice("plots", plots, PLOT_MODES)
     require_choice("method", method, ("optuna", "exhaustive"))
     require(not (run_dir and runs_dir), "run_dir", "give run_dir or runs_dir, not both")
-    require(workload is None or dtype in ("bf16", workload.dtype), "dtype",
-            f"conflicts with the workload's dtype {workload.dtype if workload else ''}: give one of them")
     spec = resolve_model(model)
     run_by = resolve_runtime(runtime)
     space = run_by.space if space is None else space

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, closest, require, require_choice
-from autotune.plan.json_file import check_tree, read_text_file
+from autotune.spec.json_file import check_tree, read_text_file
 from autotune.plan.plan import MESH_ORDERS, RECOMPUTE
 from autotune.spec.limits import check_limit
 

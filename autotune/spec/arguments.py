@@ -14,7 +14,7 @@ from typing import Any
 from autotune.errors import AutotuneError, require_positive, require_type
 
 __all__ = ["entry_point", "model_arg", "cluster_arg", "profile_arg", "workload_arg", "runtime_arg", "count_arg", "optional_count_arg",
-           "int_arg", "optional_int_arg", "seed_arg", "MAX_SEED", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg", "plan_arg"]
+           "int_arg", "optional_int_arg", "seed_arg", "MAX_SEED", "text_arg", "optional_text_arg", "path_arg", "optional_path_arg", "callable_arg", "bool_arg"]
 
 Check = Callable[[str, Any], None]
 
@@ -105,21 +105,13 @@ def callable_arg(name: str, value: Any) -> None:
         raise AutotuneError(name, f"must be None or a callable, got {value!r}")
 
 
-def plan_arg(name: str, value: Any) -> None:
-    from autotune.plan.plan import Plan
-
-    if value is not None:
-        require_type(name, value, Plan, "None (a plan built from the degrees) or a Plan (autotune.plan.io.read_plan "
-                                        "reads a plan.json)")
-
-
 def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | None = None,
-                excludes: dict[str, tuple[str, ...]] | None = None):
+                excludes: dict[str, dict[str, str | None]] | None = None):
     """Wrap a library entry point: unknown keywords (beyond ``extra()`` for a ``**kwargs``
     catch-all), missing arguments and failed ``checks`` raise AutotuneError naming the argument.
-    ``excludes`` maps an argument to those it replaces: when it is given (not None), each of
-    them (``**`` for the catch-all's keywords) must keep its default, else the call is refused
-    (a value that would be ignored)."""
+    ``excludes`` maps an argument to those it gives: when it is given (not None), each of them
+    (``**`` for the catch-all's keywords) must keep its default or, where an attribute is named,
+    equal that attribute of it; else the call is refused (a value that would be ignored)."""
     def wrap(fn):
         sig = inspect.signature(fn)
         named = {n for n, p in sig.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
@@ -145,16 +137,24 @@ def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | Non
     return wrap
 
 
-def _refuse_excluded(sig: inspect.Signature, given: dict[str, Any], excludes: dict[str, tuple[str, ...]],
+def _refuse_excluded(sig: inspect.Signature, given: dict[str, Any], excludes: dict[str, dict[str, str | None]],
                      name: str) -> None:
     catch_all = next((n for n, p in sig.parameters.items() if p.kind == p.VAR_KEYWORD), None)
     for key, others in excludes.items():
-        if given.get(key) is None:
+        source = given.get(key)
+        if source is None:
             continue
-        for other in others:
+        for other, attribute in others.items():
             if other == "**":
                 extra = sorted(given.get(catch_all) or {}) if catch_all else []
                 if extra:
                     raise AutotuneError(extra[0], f"conflicts with {key}= in autotune.{name}(): {key} gives it; drop it")
-            elif given[other] != sig.parameters[other].default:
+                continue
+            value = given[other]
+            if value == sig.parameters[other].default:
+                continue
+            if attribute is None:
                 raise AutotuneError(other, f"conflicts with {key}= in autotune.{name}(): {key} gives it; drop {other}")
+            if value != getattr(source, attribute):
+                raise AutotuneError(other, f"{value!r} conflicts with the {key}'s {attribute} "
+                                           f"{getattr(source, attribute)!r} in autotune.{name}(): give one of them")

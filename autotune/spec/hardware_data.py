@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, closest
-from autotune.plan.json_file import check_tree, read_json_file, read_text_file
+from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
 
 __all__ = [

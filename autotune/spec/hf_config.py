@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.errors import AutotuneError
-from autotune.plan.json_file import check_tree, read_json_file
+from autotune.spec.json_file import check_tree, read_json_file
 from autotune.spec.hf_families import FAMILIES as _FAMILIES
 from autotune.spec.hf_families_recent import RECENT_FAMILIES, WRAPPERS, text_view
 from autotune.spec.hf_reader import ConfigReader
