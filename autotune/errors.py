@@ -6,7 +6,7 @@ import difflib
 from collections.abc import Iterable
 
 __all__ = ["AutotuneError", "NoPlanError", "Interrupted", "closest", "require", "require_positive", "require_choice",
-           "require_type"]
+           "require_type", "write_failure"]
 
 
 class AutotuneError(ValueError):
@@ -75,3 +75,46 @@ def require_type(field: str, value: object, types: type | tuple[type, ...], what
     kinds = types if isinstance(types, tuple) else (types,)
     ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
     require(ok, field, f"must be {what}, got {value!r} ({type(value).__name__})")
+
+
+# A write the file system refused: disk full, quota, file too large, read-only, I/O error.
+_WRITE_ERRNOS = {"ENOSPC": "no space left on the device", "EDQUOT": "disk quota exceeded",
+                 "EFBIG": "file too large", "EROFS": "read-only file system", "EIO": "input/output error"}
+_SQLITE_SIGNS = {"database or disk is full": "no space left on the device",
+                 "attempt to write a readonly database": "read-only database or file system",
+                 "disk I/O error": "input/output error"}
+
+
+def write_failure(err: BaseException, note: str = "", path: object = None) -> AutotuneError | None:
+    """``err`` as one line when it means the file system refused a write (``OSError`` ENOSPC,
+    EDQUOT, EFBIG, EROFS, EIO; SQLite's "database or disk is full" and the like, also wrapped by
+    SQLAlchemy or Optuna); None for any other error. ``path``: the file written (else the
+    error's own); ``note`` (what was kept) ends the message."""
+    for cause in _causes(err):
+        reason, target = _write_reason(cause, path)
+        if reason is not None:
+            return AutotuneError("disk", f"cannot write {target}: {reason}" + (f"; {note}" if note else ""))
+    return None
+
+
+def _causes(err: BaseException | None, depth: int = 8) -> list[BaseException]:
+    """``err``, the driver error SQLAlchemy wraps (``orig``), and what it was raised from."""
+    chain: list[BaseException] = []
+    while err is not None and len(chain) < depth:
+        chain.append(err)
+        orig = getattr(err, "orig", None)
+        if isinstance(orig, BaseException):
+            chain.append(orig)
+        err = err.__cause__ or err.__context__
+    return chain
+
+
+def _write_reason(cause: BaseException, path: object) -> tuple[str | None, str]:
+    import errno
+
+    if isinstance(cause, OSError):
+        reason = next((text for name, text in _WRITE_ERRNOS.items() if cause.errno == getattr(errno, name, -1)), None)
+        where = path if path is not None else cause.filename
+        return reason, repr(str(where)) if where is not None else "a file"
+    text = str(cause) if type(cause).__module__ == "sqlite3" else ""
+    return next((why for sign, why in _SQLITE_SIGNS.items() if sign in text), None), "the study database"

@@ -91,7 +91,7 @@ CASES = [
     (SEARCH + ["--global-batch", "100000001"], "global_batch"),
     (SEARCH + ["--seq-len", "1000000000"], "seq_len"),
     (["search", "--model", "large", "--gpus", "2000000"], "gpus"),
-    (["search", "--model", "deep.json", "--gpus", "8"], "num_layers"),
+    (["search", "--model", "deep.json", "--gpus", "8"], "config.n_layer"),
     (SEARCH + ["--global-batch", "0"], "--global-batch"),
     (SEARCH + ["--global-batch", "1e23"], "--global-batch"),
     (["search", "--model", "nosuch", "--gpus", "8"], "model"),

@@ -76,7 +76,6 @@ def test_fp8_all_gather_halves_the_fsdp_gather():
 
 
 def test_fp8_weight_casts_once_per_step_where_the_runtime_reuses_them():
-    from dataclasses import replace
 
     from autotune.spec.resolve import training_workload
     from autotune.spec.presets import resolve_model

@@ -141,7 +141,7 @@ def test_bad_workloads_name_the_field(kwargs, field):
 def test_inference_rejects_training_only_choices(plan_kw, kind, field):
     model = load_preset("llama3-8b")
     gpus = 2 if plan_kw.get("tp") == 2 or plan_kw.get("cp") == 2 else 1
-    work = InferenceWorkload(kind=kind, batch=2, prompt_len=128, output_len=4)
+    work = InferenceWorkload(kind=kind, batch=2, prompt_len=128, output_len=0 if kind == "prefill" else 4)
     with pytest.raises(AutotuneError) as err:
         evaluate_plan(model, work, H100, _plan(model, gpus, 2, micro_batch=2, **plan_kw), runtime=NEUTRAL)
     assert err.value.field == field
@@ -223,7 +223,7 @@ def test_stage_cost_broadcasts_over_micro_batches_and_layer_counts(kind, group):
     from autotune.plan.plan import StagePlan
 
     model = load_preset("small")
-    work = InferenceWorkload(kind=kind, batch=64, prompt_len=256, output_len=16)
+    work = InferenceWorkload(kind=kind, batch=64, prompt_len=256, output_len=0 if kind == "prefill" else 16)
     stage = StagePlan(layers=(0, 3), has_embedding=True, has_head=False, num_gpus=1, tp=1, cp=1, dp=1,
                       kv_cache_in="host", cache_group_layers=group, cache_tile_tokens=4 if group else 0)
     pos = StagePosition(inflight=4.0, neighbors=1, p2p_inter_node=False)

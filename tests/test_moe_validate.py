@@ -106,3 +106,49 @@ def test_scaling_an_expert_parallel_plan_keeps_experts_and_shrinks_ep():
     assert case.model.num_experts == 8 and case.model.num_experts_per_token == 2
     assert case.model.expert_ffn_hidden_size == 14336 * case.model.hidden_size // 4096
     assert any("ep 8 -> 2" in note for note in case.notes) and any("zero 1 -> 0" in note for note in case.notes)
+
+
+def _scaled_plan_e():
+    """Plan e of the H200 runs (olmoe-1b-7b, 8 x 2048, full recomputation), scaled as
+    ``validate --scale`` scales it, its bf16 kept."""
+    from pathlib import Path
+    from autotune.plan.io import read_plan_file
+    from autotune.validate.scale import parse_scale, scale_case
+    e = read_plan_file(Path(__file__).parent / "data" / "h200" / "plans" / "e-olmoe.json")
+    return scale_case(e.model, e.workload, e.plan, parse_scale("hidden=64,layers=2,seq=64,vocab=128,micro_batch=2",
+                                                                world=1), ("bf16",))
+
+
+def test_plan_e_trains_under_bf16_autocast_on_cpu():
+    # it crashed on the H200: index_add_(): self (Float) and source (BFloat16) must have the same scalar type
+    from autotune.validate.parallelize import apply_recompute
+    case = _scaled_plan_e()
+    assert case.workload.dtype == "bf16" and case.model.is_moe and case.plan.stages[0].recompute == "full"
+    model = build_model(case.model, seed=0)
+    apply_recompute(model, "full")
+    tokens = torch.randint(0, case.model.vocab_size, (case.plan.micro_batch, case.workload.seq_len + 1),
+                           generator=torch.Generator().manual_seed(0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(tokens[:, :-1])
+        loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+    loss.backward()
+    assert torch.isfinite(loss)
+    grads = [p.grad for p in model.parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in grads)
+    layer = model.layers["1"]._checkpoint_wrapped_module.feed_forward
+    assert layer.experts_w1.grad.abs().sum() > 0  # the routed experts learn
+
+
+@pytest.mark.slow
+def test_cli_validates_plan_e_in_bf16_on_cpu(tmp_path, capsys):
+    # the whole runner (worker process, reference losses) under bf16 autocast: the H200 cluster's
+    # profile scores bf16, so the scaled case keeps it
+    import shutil
+    from pathlib import Path
+    plan = tmp_path / "e-olmoe.json"
+    shutil.copy(Path(__file__).parent / "data" / "h200" / "plans" / "e-olmoe.json", plan)
+    code = main(["validate", str(plan), "--cluster", "dgx-h200", "--scale", "hidden=64,layers=2,seq=64,vocab=128",
+                 "--max-world", "1", "--steps", "2", "--json"])
+    row = json.loads(capsys.readouterr().out)["plans"][0]
+    assert code == 0 and row["status"] == "ok" and row["numerics_ok"], row
+    assert row["workload"]["dtype"] == "bf16" and row["model"]["num_experts"] > 1

@@ -125,4 +125,4 @@ def test_zero_bandwidth_tier_in_a_cluster_file_is_bad_input(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "autotune", "evaluate", "--model", "gpt3-1.3b", "--gpus", "8",
                            "--cluster", str(text)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1
-    assert "tier.cxl.bandwidth_bytes_per_s" in proc.stderr and "Traceback" not in proc.stderr
+    assert "tiers.cxl.bandwidth_bytes_per_s" in proc.stderr and "Traceback" not in proc.stderr

@@ -261,7 +261,7 @@ def test_a_long_interleaved_timeline_is_summarised_with_bubble_and_step_time(tmp
 
     note = _timeline_note(plan, estimate, 16)
     share = 100 * estimate.breakdown["pipeline_bubble_s"] / estimate.step_time_s
-    assert "16 of 48 micro-batches" in note and f"{share:.1f}%" in note and f"{estimate.step_time_s:.3g} s" in note
+    assert "16 of 48 micro-batches" in note and f"{share:.1f}%" in note and f"step {estimate.step_time_s:.3f} s" in note
     assert path.exists()
 
 
@@ -281,7 +281,7 @@ def test_inference_plots_have_no_backward_and_label_the_kv_cache():
 
 
 def test_pareto_marks_the_chosen_plan_and_baselines_without_overlapping_labels(tmp_path, monkeypatch):
-    from autotune.outputs import plots
+    from autotune.outputs import pareto_plot as plots
 
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or Path(path))
@@ -299,3 +299,53 @@ def test_pareto_marks_the_chosen_plan_and_baselines_without_overlapping_labels(t
     assert boxes and all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     key = next(t for t in fig.texts if t.get_gid() == "pareto-key").get_text()
     assert "*: close 5" in key and key.count("\n") - 1 >= len(ax.texts) >= 3  # a crowded label is left out
+
+
+def test_pareto_shows_a_baseline_that_is_the_chosen_plan_and_spans_the_points(tmp_path, monkeypatch):
+    """The data-parallel baseline that is the chosen plan is not hidden under its star, and the
+    memory axis spans the points (4-13 GiB), not the 80 GiB capacity (issue 30)."""
+    from autotune.outputs import pareto_plot
+
+    figures = []
+    monkeypatch.setattr(pareto_plot, "_save", lambda fig, path: figures.append(fig) or Path(path))
+    points = [(2.1e5, 4 * 2**30, "a"), (7.5e5, 7 * 2**30, "b"), (1.39e6, 12.6 * 2**30, "c")]
+    chosen = points[-1]
+    pareto_plot.plot_pareto(points, tmp_path / "p.png", capacity_bytes=80 * 2**30, chosen=chosen,
+                            baselines=[(1.39e6, 12.6 * 2**30, "data-parallel"), (7.9e5, 6.6 * 2**30, "megatron-rule")])
+    (fig,) = figures
+    ax = fig.axes[0]
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "baseline data-parallel (= the chosen plan)" in legend and "baseline megatron-rule" in legend
+    star = next(c for c in ax.collections if c.get_label() == "chosen plan")
+    ring = next(c for c in ax.collections if c.get_label().startswith("baseline data-parallel"))
+    assert ring.get_zorder() > star.get_zorder() and len(ring.get_facecolors()) == 0  # hollow, on top
+    left, right = ax.get_xlim()
+    assert left == 0 and 12.6 < right < 20  # the points fill the axis
+    assert any("capacity 80 GiB" in t.get_text() for t in ax.texts)  # the capacity, off the axis, is named
+    pareto_plot.plot_pareto(points, tmp_path / "q.png", capacity_bytes=16 * 2**30, chosen=chosen)
+    near = figures[-1].axes[0]
+    assert near.get_xlim()[1] >= 16 and any(line.get_label() == "capacity 16 GiB" for line in near.lines)
+
+
+def test_one_stage_timeline_names_its_bars_and_draws_the_whole_step(tmp_path, monkeypatch):
+    """A one-stage plan's timeline is not two bars with tiny numbers: each bar says what it is
+    and how long it takes, and the rest of the step (gradient sync, optimizer) is drawn, so the
+    axis ends at the step time (issue 30)."""
+    import autotune
+    from autotune.outputs import plots
+    from autotune.plan.builders import uniform_plan
+
+    figures = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or Path(path))
+    plan = uniform_plan(num_layers=36, gpus=16, global_batch=128, has_embeddings=True, micro_batch=8)
+    estimate = autotune.evaluate("large", 16, plan=plan)
+    plots.plot_timeline(plan, estimate, tmp_path / "t.png")
+    ax = figures[0].axes[0]
+    texts = [t.get_text() for t in ax.texts]
+    assert any(t.startswith("forward (micro-batch 0): ") for t in texts)
+    assert any(t.startswith("backward (micro-batch 0): ") for t in texts)
+    assert ax.get_xlim()[1] == pytest.approx(estimate.step_time_s * 1e3)
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "rest of the step" in legend
+    note = next(t for t in figures[0].texts if t.get_gid() == "timeline-note").get_text()
+    assert "rest of the step (grey)" in note and "gradient sync" in note and "bubble" not in note

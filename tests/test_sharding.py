@@ -1,7 +1,6 @@
 """Data-parallel sharding as runtimes run it (autotune/cost/sharding.py): formulas against hand
 computations, when each collective runs, HSDP groups, and the ZeRO-3 behaviour of published runs."""
 
-from dataclasses import replace
 
 import pytest
 

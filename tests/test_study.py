@@ -12,6 +12,7 @@ import pytest
 from optuna.trial import TrialState
 
 from autotune.cost.evaluate import evaluate_plan
+from autotune.spec.runtime import load_runtime
 from autotune.plan.builders import uniform_plan
 from autotune.search.driver import SliceKey, SliceOutcome
 from autotune.search.store import CONSTRAINTS_KEY, finished_slices, open_study, record_slice, slice_history
@@ -25,7 +26,7 @@ def _outcome(gpus: int, **degrees) -> SliceOutcome:
     model = load_preset("llama3-8b")
     work = training_workload(model, global_batch=64, seq_len=2048)
     plan = uniform_plan(num_layers=model.num_layers, gpus=gpus, global_batch=64, has_embeddings=True, **degrees)
-    estimate = evaluate_plan(model, work, resolve_cluster("dgx-h100"), plan)
+    estimate = evaluate_plan(model, work, resolve_cluster("dgx-h100"), plan, runtime=load_runtime("megatron"))
     return SliceOutcome(key=SliceKey(plan.dp, plan.micro_batch), plan=plan, estimate=estimate, lower_bound_s=0.0)
 
 

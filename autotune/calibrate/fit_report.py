@@ -15,7 +15,7 @@ def _duration(seconds: float) -> str:
 
 def _rate(name: str, seconds_per_unit: float) -> str:
     per_s = 1.0 / seconds_per_unit
-    if name.split("/")[0] in ("gemm", "bmm", "attention"):
+    if name.split("/")[0] in ("gemm", "bmm", "attention", "attention_bwd"):
         return f"{per_s / 1e9:,.1f} GFLOP/s"
     return f"{per_s / 1e9:,.2f} GB/s"
 

@@ -8,7 +8,8 @@ its framework's own kernels: both tables below give a speed relative to the devi
 
 from __future__ import annotations
 
-__all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER"]
+__all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "IN_STEP_KERNEL_MEASUREMENTS",
+           "stream_class_seconds", "stream_in_step_speeds"]
 
 # The attention kernels of llm-foundry (Triton FlashAttention, 1/1.8 of FlashAttention-2's speed),
 # torch SDPA and Transformer Engine on Hopper, with their sources, are the runtime presets'
@@ -28,3 +29,55 @@ IN_STEP_GEMM_MEASUREMENTS = (("gpt3-1.3b", 4, 116.1e-3, 92.7e-3), ("gpt3-1.3b", 
                              ("gpt3-2.7b", 4, 213.0e-3, 183.7e-3))
 # 0.798, 0.766, 0.862 of the line: mean 0.809
 PYTORCH_GEMM_IN_STEP_HOPPER = sum(line / measured for _, _, measured, line in IN_STEP_GEMM_MEASUREMENTS) / 3
+
+
+# Per-class CUDA kernel time of the same `autotune benchmark` fwd+bwd steps on this workplace's H100
+# (docs/h100-measured.md, "Where the step goes"; torch.profiler over 5 steps): (model, batch of
+# 2048-token sequences, GEMM s, attention s, other kernels s). The runtimes priced from their
+# operator streams (torch, transformers) take their in-step speeds from these against the stream
+# priced by that H100's measured lines (stream_in_step_speeds).
+IN_STEP_KERNEL_MEASUREMENTS = (("gpt3-1.3b", 4, 116.1e-3, 18.8e-3, 62.9e-3), ("gpt3-1.3b", 8, 235.6e-3, 36.3e-3, 113.7e-3),
+                               ("gpt3-2.7b", 4, 213.0e-3, 47.8e-3, 100.9e-3))
+# the fused attention kernels' speed depends on the head dimension (cost/compute.py
+# attention_head_dim_speed): the attention in-step speed is taken where the fits were, at 128
+_ATTENTION_HEAD_DIM = 128
+
+
+def stream_class_seconds(profile: str, name: str, batch: int) -> dict[str, float]:
+    """The reference model's fwd+bwd kernels of one step at ``batch`` x 2048 tokens, captured
+    operator stream (runtime torch) priced by ``profile``'s lines (no in-step speed), by class:
+    {"gemm", "attention", "other"} seconds."""
+    from autotune.cost.compute import block_times
+    from autotune.graph.table import runtime_tables
+    from autotune.spec.presets import load_preset
+    from autotune.spec.resolve import resolve_cluster
+    from autotune.spec.runtime import load_runtime
+    from autotune.spec.workload import TrainingWorkload
+
+    model = load_preset(name)
+    tables = runtime_tables(model, TrainingWorkload(global_batch=batch, seq_len=2048), load_runtime("torch"))
+    device = resolve_cluster("dgx-h100", profile=profile).device
+    totals = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+    for block, count in (("layer", model.num_layers), ("embedding", 1), ("head", 1)):
+        table = getattr(tables, block)
+        times = block_times(table, device, "bf16", batch, 1, 1, False)
+        for kind, seconds in zip(table.kinds, (times.fwd_ops_s + times.bwd_ops_s).reshape(-1)):
+            totals[kind if kind in ("gemm", "attention") else "other"] += count * float(seconds)
+    return totals
+
+
+def stream_in_step_speeds(profile: str) -> dict[str, float]:
+    """Line seconds over measured seconds per class, summed over IN_STEP_KERNEL_MEASUREMENTS
+    (attention over the runs at head dimension 128)."""
+    from autotune.spec.presets import load_preset
+
+    line = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+    measured = dict(line)
+    for name, batch, gemm_s, attention_s, other_s in IN_STEP_KERNEL_MEASUREMENTS:
+        priced = stream_class_seconds(profile, name, batch)
+        for cls, seconds in (("gemm", gemm_s), ("attention", attention_s), ("other", other_s)):
+            if cls == "attention" and load_preset(name).head_dim != _ATTENTION_HEAD_DIM:
+                continue
+            line[cls] += priced[cls]
+            measured[cls] += seconds
+    return {cls: line[cls] / measured[cls] for cls in line}

@@ -210,14 +210,13 @@ def _captioned_async_tp(text: str) -> bool:
                for page, tables in ASYNC_TP_CAPTIONS.items())
 
 
-def _schedule(row: dict[str, str], framework: str, pp: int) -> tuple[int, str | None]:
-    """(vpp, schedule): the row's vpp; torchtitan's interleaved tables and Meta's runs at 2 stages per rank."""
+def _vpp(row: dict[str, str], framework: str, pp: int) -> int | None:
+    """The row's vpp; 2 on torchtitan's tables whose source says interleaved; else the runtime's (None)."""
     if row["vpp"]:
-        vpp = int(row["vpp"])
-        return vpp, ("interleaved" if vpp > 1 else None)
-    if pp > 1 and (framework == "meta" or (framework == "torchtitan" and "interleaved" in row["source"].lower())):
-        return 2, "interleaved"
-    return 1, None
+        return int(row["vpp"])
+    if pp > 1 and framework == "torchtitan" and "interleaved" in row["source"].lower():
+        return 2
+    return None
 
 
 def _deepspeed_2021(row: dict[str, str], framework: str) -> bool:
@@ -260,7 +259,7 @@ def modern_run_from_row(row: dict[str, str]):
     if legacy:
         model = model.with_changes(dropout=True)
     tp, pp, cp = int(row["tp"]), int(row["pp"]), int(row["cp"] or 1)
-    vpp, schedule = _schedule(row, framework, pp)
+    vpp = _vpp(row, framework, pp)
     gpus, global_batch = int(row["gpus"]), int(row["global_batch"])
     dtype = "fp8_rowwise" if _precision(row) == "fp8" and "rowwise" in text else _precision(row)
     runtime = runtime_of_row(row, framework, dtype)
@@ -271,7 +270,7 @@ def modern_run_from_row(row: dict[str, str]):
         runtime, model, gpus=gpus, global_batch=global_batch, dtype=dtype, tp=tp, pp=pp, cp=cp, vpp=vpp,
         dp=int(row["dp"]) if row["dp"] else None, micro_batch=None if pipelined_split else int(row["micro_batch"] or 1),
         zero=int(row["zero"]) if row["zero"] else None, recompute=row["recompute"] or "none",
-        sequence_parallel=row["sequence_parallel"] == "yes" if row["sequence_parallel"] else None, schedule=schedule,
+        sequence_parallel=row["sequence_parallel"] == "yes" if row["sequence_parallel"] else None,
         ep=int(row.get("ep") or 1), **stated_plan_options(row, framework, tp))
     return model, workload, runtime, cluster, plan, regime
 

@@ -117,9 +117,11 @@ def _source_flags(row: dict[str, str], framework: str, text: str) -> list[str]:
 
 def _nemo_recipe_flags(row: dict[str, str], framework: str) -> list[str]:
     precision = row.get("precision") or "bf16"
-    out = ["--fp8-recipe", fp8_recipe_of(row, framework),
-           "--grad-reduce", "fp32" if grad_reduce_in_fp32_of(row, framework) else "bf16"]
-    out.append("--fp8-params" if fp8_params_of(row, framework, precision) else "--no-fp8-params")
+    out = ["--grad-reduce", "fp32" if grad_reduce_in_fp32_of(row, framework) else "bf16"]
+    if precision in ("fp8", "mxfp8", "nvfp4"):  # the FP8 flags act only under an FP8 recipe (else refused)
+        out += ["--fp8-recipe", fp8_recipe_of(row, framework)]
+    if precision in ("fp8", "mxfp8"):
+        out.append("--fp8-params" if fp8_params_of(row, framework, precision) else "--no-fp8-params")
     recipe = runtime_of_row(row, framework, precision)
     if recipe.ep_dispatcher != "alltoall" and not row.get("ep_dispatcher"):
         out += ["--ep-dispatcher", recipe.ep_dispatcher]

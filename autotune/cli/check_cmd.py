@@ -12,8 +12,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                                    description="Predict each run of published-runs CSVs and print the errors by "
                                                "regime (device, dense/moe, precision, framework).")
     parser.add_argument("runs", nargs="*", default=None,
-                        help="CSVs with the columns of tests/data/published_runs.csv or modern_runs.csv "
-                             "(default: both shipped ones)")
+                        help="CSVs with the columns of tests/data/published_runs.csv or modern_runs.csv, or serving "
+                             "CSVs with those of tests/data/serving_runs.csv (default: the shipped training ones)")
+    parser.add_argument("--serving", action="store_true",
+                        help="check the shipped serving runs (tests/data/serving_runs.csv) instead")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--runs-detail", action="store_true", help="print every run, not only the regimes")
     parser.add_argument("--assumptions", action="store_true",
@@ -30,7 +32,10 @@ def _assumptions() -> None:
         runtime = load_runtime(name)
         print(f"{name}: {runtime.description}")
         for setting, source in runtime.sources:
-            print(f"  {setting:28s} {getattr(runtime, setting)!r}  ({source})")
+            value = runtime
+            for part in setting.split("."):  # serving engines' settings are nested (serving.engine, ...)
+                value = getattr(value, part)
+            print(f"  {setting:28s} {value!r}  ({source})")
     print("\nrow cells and recipes (where a row's cell is empty):")
     for framework, rows in FRAMEWORK_DEFAULTS.items():
         print(f"{framework}:")
@@ -42,6 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from autotune.calibrate.published import check_published
+    from autotune.calibrate.serving_published import is_serving_csv
     from autotune.calibrate.regimes import errors_by_regime, overall_error
     from autotune.cli.common import print_json
 
@@ -49,18 +55,22 @@ def run(args: argparse.Namespace) -> int:
         _assumptions()
         return 0
     data = Path(__file__).resolve().parents[2] / "tests" / "data"
-    paths = args.runs or [data / name for name in SHIPPED]
-    checks, skipped = [], []
+    paths = args.runs or ([data / "serving_runs.csv"] if args.serving else [data / name for name in SHIPPED])
+    if any(is_serving_csv(p) for p in paths):
+        return _run_serving(args, paths)
+    checks, skipped, by_file = [], [], {}
     for path in paths:
         got, left = check_published(path)
         checks += got
         skipped += left
+        by_file[Path(path).name] = got
     regimes = errors_by_regime(checks)
     total = overall_error(checks)
+    groups = _groups(by_file, checks)
     if args.json:
         print_json({"runs": [{"id": c.run.run_id, "regime": c.run.regime, "published_iter_s": c.run.iter_s,
                               "predicted_step_time_s": c.estimate.step_time_s, "error": c.error} for c in checks],
-                    "regimes": [vars(r) for r in regimes],
+                    "regimes": [vars(r) for r in regimes], "groups": [vars(g) for g in groups],
                     "not_expressible": [vars(s) for s in skipped],
                     "mean_abs_error": total.mean_abs_error, "max_abs_error": total.worst_abs_error})
         return 0
@@ -69,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         for c in checks:
             print(f"{c.run.run_id:15s} {c.run.iter_s:10.3f} {c.estimate.step_time_s:10.3f} {100 * c.error:+7.1f}%")
     print(f"{'regime (device | arch | precision | framework)':58s} {'n':>3s} {'mean':>7s} {'bias':>7s} {'worst':>7s}")
-    for r in regimes + [total]:
+    for r in regimes + groups + [total]:
         print(f"{r.regime:58s} {r.num_runs:3d} {100 * r.mean_abs_error:6.1f}% {100 * r.mean_signed_error:+6.1f}% "
               f"{100 * r.worst_abs_error:6.1f}% ({r.worst_run})")
     if skipped:
@@ -79,5 +89,40 @@ def run(args: argparse.Namespace) -> int:
             reasons.setdefault(s.reason, []).append(s.run_id)
         for reason, ids in reasons.items():
             print(f"  {len(ids):3d}  {reason} ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})")
-    print(f"mean absolute error {100 * total.mean_abs_error:.1f}%, worst {100 * total.worst_abs_error:.1f}%")
+    print(f"mean absolute error {100 * total.mean_abs_error:.1f}%, worst {100 * total.worst_abs_error:.1f}% "
+          f"({total.num_runs} rows)")
     return 0
+
+
+def _run_serving(args: argparse.Namespace, paths: list) -> int:
+    """Serving CSVs (one kind per call: serving and training rows are different checks)."""
+    from autotune.calibrate.serving_published import is_serving_csv
+    from autotune.cli.check_serving import print_serving, serving_report
+    from autotune.cli.common import print_json
+    from autotune.errors import AutotuneError
+
+    if not all(is_serving_csv(p) for p in paths):
+        raise AutotuneError("runs", "give serving CSVs (serving_runs.csv's columns) or training CSVs, not both at once")
+    report = serving_report(paths)
+    if args.json:
+        print_json({k: v for k, v in report.items() if not k.startswith("_")})
+        return 0
+    print_serving(report, detail=args.runs_detail)
+    return 0
+
+
+def _groups(by_file: dict, checks: list) -> list:
+    """Errors of each file's rows and of the dense and the MoE rows (what the README's
+    accuracy section quotes), where there is more than one of a kind."""
+    from dataclasses import replace
+
+    from autotune.calibrate.regimes import overall_error
+
+    groups = [replace(overall_error(got), regime=f"file {name}") for name, got in by_file.items() if got]
+    if len(groups) < 2:
+        groups = []
+    for arch in ("dense", "moe"):
+        rows = [c for c in checks if c.run.regime.split(" | ")[1:2] == [arch]]
+        if rows and len(rows) < len(checks):
+            groups.append(replace(overall_error(rows), regime=f"all {arch} rows"))
+    return groups

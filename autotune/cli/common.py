@@ -7,10 +7,14 @@ import json
 import sys
 from typing import Any
 
+from autotune.cost.memory import TENSOR_BYTES_UNCERTAINTY
 from autotune.spec.resolve import DEFAULT_CLUSTER
 
-__all__ = ["add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
-           "estimate_table", "parser_defaults", "refuse_given"]
+__all__ = ["count", "number", "add_model_args", "add_workload_args", "add_degree_args", "resolve_dtype", "print_json", "fmt_bytes", "fmt_s",
+           "estimate_table", "parser_defaults", "refuse_given", "require_torch", "TORCH_CPU_INSTALL"]
+
+# PyTorch's own index of CPU-only wheels: PyPI's Linux torch wheel pulls several GB of CUDA libraries.
+TORCH_CPU_INSTALL = "pip install torch --index-url https://download.pytorch.org/whl/cpu"
 
 
 def positive_int(text: str) -> int:
@@ -21,6 +25,42 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
     return value
+
+
+def count(limit: str | None = None, *, least: int = 1):
+    """An argparse type: a whole number >= ``least``, at most spec/limits.py's ``LIMITS[limit]``
+    (the error states the bound and why)."""
+    def parse(text: str) -> int:
+        from autotune.spec.limits import LIMITS
+
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {text!r}") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"must be a whole number >= {least}, got {text!r}")
+        if limit is not None and value > LIMITS[limit][0]:
+            most, why = LIMITS[limit]
+            raise argparse.ArgumentTypeError(f"{value:,} is beyond any real input: at most {most:,} {why}")
+        return value
+    parse.__name__ = "count"  # argparse names the type in its messages
+    return parse
+
+
+def number(least: float, most: float, why: str):
+    """An argparse type: a finite number from ``least`` to ``most`` (``why`` says why not more)."""
+    def parse(text: str) -> float:
+        import math
+
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        if not math.isfinite(value) or not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"must be a finite number from {least:g} to {most:g} ({why}), got {text!r}")
+        return value
+    parse.__name__ = "number"
+    return parse
 
 
 def add_model_args(parser: argparse.ArgumentParser, *, gpus_required: bool = True, model_required: bool = True) -> None:
@@ -46,18 +86,18 @@ def add_workload_args(parser: argparse.ArgumentParser) -> None:
 
 
 def add_degree_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree")
-    parser.add_argument("--pp", type=positive_int, default=1, help="pipeline stages")
-    parser.add_argument("--dp", type=positive_int, default=None, help="data-parallel degree (default: the rest)")
-    parser.add_argument("--cp", type=positive_int, default=1, help="context-parallel degree")
-    parser.add_argument("--vpp", type=positive_int, default=None,
+    parser.add_argument("--tp", type=count("gpus"), default=1, help="tensor-parallel degree")
+    parser.add_argument("--pp", type=count("gpus"), default=1, help="pipeline stages")
+    parser.add_argument("--dp", type=count("gpus"), default=None, help="data-parallel degree (default: the rest)")
+    parser.add_argument("--cp", type=count("gpus"), default=1, help="context-parallel degree")
+    parser.add_argument("--vpp", type=count("num_layers"), default=None,
                         help="virtual stages per pipeline rank (interleaved 1F1B); default: the runtime's (1 for most)")
     parser.add_argument("--schedule", default=None, help="pipeline schedule: 1f1b (default), gpipe, or interleaved (with --vpp > 1)")
-    parser.add_argument("--micro-batch", type=positive_int, default=None,
+    parser.add_argument("--micro-batch", type=count("global_batch"), default=None,
                         help="sequences per micro-batch per data-parallel replica; default: 1, or the local batch over "
                              "pp micro-batches where the runtime splits it so (torchtitan)")
     parser.add_argument("--recompute", default="none", help="activation recomputation: none, selective or full")
-    parser.add_argument("--recompute-layers", type=int, default=0,
+    parser.add_argument("--recompute-layers", type=count("num_layers", least=0), default=0,
                         help="with --recompute full: recompute only the first N layers of each stage, as "
                              "Megatron's block method (0: every layer)")
     sp = parser.add_mutually_exclusive_group()
@@ -73,8 +113,8 @@ def add_degree_args(parser: argparse.ArgumentParser) -> None:
     overlap.add_argument("--no-overlap-tp-comm", dest="overlap_tp_comm", action="store_false",
                          help="TP collectives not overlapped, where the runtime would")
     parser.add_argument("--no-overlap-grad-reduce", action="store_true", help="gradient sync after the backward pass, not overlapped")
-    parser.add_argument("--ep", type=positive_int, default=1, help="expert-parallel degree (MoE; divides the experts)")
-    parser.add_argument("--etp", type=positive_int, default=1, help="tensor-parallel degree inside each expert (MoE)")
+    parser.add_argument("--ep", type=count("gpus"), default=1, help="expert-parallel degree (MoE; divides the experts)")
+    parser.add_argument("--etp", type=count("gpus"), default=1, help="tensor-parallel degree inside each expert (MoE)")
 
 
 def parser_defaults(parser: argparse.ArgumentParser) -> dict[str, Any]:
@@ -93,6 +133,20 @@ def refuse_given(args: argparse.Namespace, defaults: dict[str, Any], dests: tupl
     for dest in dests:
         if dest in defaults and getattr(args, dest, defaults[dest]) != defaults[dest]:
             raise AutotuneError(dest, f"--{dest.replace('_', '-')} {why}; drop it")
+
+
+def require_torch(command: str) -> None:
+    """validate, profile, graph and benchmark run PyTorch; the base install (search, evaluate,
+    curve, export, check-published) has none, so its absence is one line (exit 2) saying how to
+    install the CPU wheel."""
+    from autotune.errors import AutotuneError
+
+    try:
+        import torch  # noqa: F401
+    except ImportError as err:
+        raise AutotuneError("torch", f"autotune {command} runs PyTorch, which is not importable here ({err}); install "
+                                     f"the CPU wheel with `{TORCH_CPU_INSTALL}` (search, evaluate, curve, export and "
+                                     "check-published need no torch)") from None
 
 
 def resolve_dtype(args: argparse.Namespace) -> str:
@@ -129,20 +183,27 @@ def fmt_s(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us"
 
 
-def estimate_table(estimate: Any) -> str:
-    """A readable summary of an Estimate."""
+def estimate_table(estimate: Any, workload: Any = None) -> str:
+    """A readable summary of an Estimate; an inference estimate's in serving terms (TPS, TPOT and
+    TTFT against ``workload``'s targets, the KV cache), without MFU."""
     e = estimate
-    lines = [
-        f"step time      {fmt_s(e.step_time_s)}  (+-{e.uncertainty_pct:.0f}%)",
-        f"throughput     {e.tokens_per_s:,.0f} tokens/s",
-        f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%",
-        f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
-        + ("" if e.fits else "   DOES NOT FIT"),
-        "time breakdown:",
-    ]
+    if e.inference is not None:
+        from autotune.outputs.serving_report import inference_head_lines
+
+        lines = inference_head_lines(e, workload)
+    else:
+        lines = [f"step time      {fmt_s(e.step_time_s)}  (+-{e.uncertainty_pct:.0f}%)",
+                 f"throughput     {e.tokens_per_s:,.0f} tokens/s",
+                 f"model TFLOP/s  {e.tflops_per_gpu:.1f} per GPU   MFU {100 * e.mfu:.1f}%"]
+    lines += [f"memory         {fmt_bytes(e.peak_memory_bytes_per_gpu)} of {fmt_bytes(e.memory_capacity_bytes)} per GPU"
+              + ("" if e.fits else "   DOES NOT FIT")
+              + (f"   within the +-{100 * TENSOR_BYTES_UNCERTAINTY:.0f}% uncertainty of its tensors' bytes of the limit"
+                 if e.memory_at_risk else ""),
+              "time breakdown:"]
     lines += [f"  {k[:-2]:18s} {fmt_s(v):>10s}  {100 * v / e.step_time_s:5.1f}%" for k, v in e.breakdown.items() if v > 0]
     lines.append("memory breakdown (peak stage):")
-    lines += [f"  {k[:-6]:22s} {fmt_bytes(v):>11s}" for k, v in e.memory_breakdown.items() if v > 0]
+    names = {"activations_bytes": "kv_cache+activations"} if e.inference is not None else {}
+    lines += [f"  {names.get(k, k[:-6]):22s} {fmt_bytes(v):>11s}" for k, v in e.memory_breakdown.items() if v > 0]
     if not e.fits:
         lines.append(f"does not fit: {e.reason}")
     return "\n".join(lines)

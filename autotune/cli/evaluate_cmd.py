@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING
-
 from autotune.spec.runtime import EP_DISPATCHERS, FP8_RECIPES, HOST_DISPATCH
-from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, estimate_table, parser_defaults,
-                                 positive_int, print_json, refuse_given)
+from autotune.cli.common import (add_degree_args, add_model_args, add_workload_args, count, estimate_table, number,
+                                 parser_defaults, positive_int, print_json, refuse_given)
+from autotune.spec.workload import MAX_IMBALANCE, MAX_TARGET_S
 
-if TYPE_CHECKING:
-    from autotune.cost.estimate import Estimate
+MAX_TARGET_MS = MAX_TARGET_S * 1e3
+_TARGET_WHY = "a service target of more than an hour is none"
+_IMBALANCE_WHY = "0: model it; else the busiest expert-parallel rank's load over the mean, at most the ranks"
 
 PLACEMENT_FLAGS = ("weights_in", "kv_cache_in", "activations_in", "gradients_in", "optimizer_in")
 
@@ -18,7 +18,7 @@ PLACEMENT_FLAGS = ("weights_in", "kv_cache_in", "activations_in", "gradients_in"
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("evaluate", help="predict step time and memory of a parallel plan",
                                    description="Predict step time, throughput, MFU and memory per GPU of a plan.")
-    add_model_args(parser, gpus_required=False)
+    add_model_args(parser, gpus_required=False, model_required=False)
     add_workload_args(parser)
     add_inference_args(parser)
     add_moe_args(parser)
@@ -31,11 +31,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--recompute-modules", default="",
                         help="comma-separated Megatron-Core modules recomputed in backward on top of --recompute none "
                              "or selective: core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe")
-    parser.add_argument("--activation-offload-layers", type=int, default=0,
+    parser.add_argument("--activation-offload-layers", type=count("num_layers", least=0), default=0,
                         help="training: offload the activations of the first N layers to host memory in forward, "
                              "reload them in backward (Megatron-Core --cpu-offloading-num-layers N; 0: none)")
-    parser.add_argument("--plan", default=None, help="a plan.json (from autotune search) instead of the degrees")
-    parser.set_defaults(func=run)
+    parser.add_argument("--plan", default=None,
+                        help="a plan.json (from autotune search) instead of the degrees; its model, workload, runtime, "
+                             "cluster and profile are used unless the flags give them")
+    # None = not given: the plan file's, else train on dgx-h100 (resolved in _inputs)
+    parser.set_defaults(func=run, workload=None, cluster=None)
     DEFAULTS.update(parser_defaults(parser))
 
 
@@ -61,16 +64,19 @@ def add_inference_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", "--concurrency", dest="batch", type=positive_int, default=None,
                         help="inference: sequences (concurrent requests) in the batch (preset default)")
     parser.add_argument("--prompt-len", type=positive_int, default=None, help="inference: prompt tokens per sequence (preset default)")
-    parser.add_argument("--output-len", type=int, default=0, help="decode/serve: tokens generated per sequence")
-    parser.add_argument("--target-tpot-ms", type=float, default=0.0, help="serve: time-per-output-token target")
-    parser.add_argument("--target-ttft-ms", type=float, default=0.0, help="serve: time-to-first-token target")
+    parser.add_argument("--output-len", type=count("seq_len", least=0), default=0,
+                        help="decode/serve: tokens generated per sequence")
+    parser.add_argument("--target-tpot-ms", type=number(0.0, MAX_TARGET_MS, _TARGET_WHY), default=0.0,
+                        help="serve: time-per-output-token target (0: none)")
+    parser.add_argument("--target-ttft-ms", type=number(0.0, MAX_TARGET_MS, _TARGET_WHY), default=0.0,
+                        help="serve: time-to-first-token target (0: none)")
 
 
 def add_sharding_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cp-comm", default=None,
                         help="context-parallel exchange: ring (p2p, overlapped), all_gather or all_to_all (Ulysses); "
                              "default: the runtime's")
-    parser.add_argument("--dp-shard", type=int, default=0,
+    parser.add_argument("--dp-shard", type=count("gpus", least=0), default=0,
                         help="HSDP: shard ZeRO/FSDP state over N data-parallel ranks, replicate over dp/N (0: all of dp)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--reshard-after-forward", dest="reshard_after_forward", action="store_true", default=None,
@@ -120,7 +126,8 @@ def add_runtime_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compile", dest="eager_elementwise", action="store_false", default=None,
                         help="torch.compile (torchtitan --compile.enable): Inductor fuses each norm and activation "
                              "into one kernel; default: the runtime's (eager for torchtitan, torch, transformers)")
-    parser.add_argument("--param-gather-gbps", type=float, default=None,
+    parser.add_argument("--param-gather-gbps", type=number(0.0, 1e5, "0: the network's rate; no GPU gathers 1e5 GB/s"),
+                        default=None,
                         help="ZeRO-3: the runtime's parameter-gather rate per GPU in GB/s where below the "
                              "network's (DeepSpeed of 2021: 21), 0: the network's")
 
@@ -133,14 +140,47 @@ _RUNTIME_FLAGS = {"qkv_fused": None, "eager_elementwise": None, "recompute_early
                   "param_gather_gbps": ("param_gather_bytes_per_s", lambda v: v * 1e9)}
 
 
-def runtime_from_args(args: argparse.Namespace, export_format: str | None = None):
-    """The runtime --runtime names (or the one --export's format is for; else megatron) with the
-    settings the flags give."""
+def refuse_idle_flags(args: argparse.Namespace, model, workload, runtime, plan=None) -> None:
+    """A flag that would change nothing for this model, workload, runtime and plan is refused, not
+    ignored (README): each (given, why it changes nothing, what would make it count)."""
+    from autotune.errors import AutotuneError
+    from autotune.spec.workload import LOW_PRECISION_DTYPES
+
+    stage = plan.stages[0] if plan is not None else None
+    zero3 = stage is None or stage.zero == 3
+    checks = (
+        ("cuda_graph_scope", runtime.host_dispatch != "eager", "replays scopes whose host issue is priced only with "
+         "--host-dispatch eager (the megatron and nemo runtimes)"),
+        ("fp8_recipe", workload.dtype not in LOW_PRECISION_DTYPES, f"acts only under an FP8 dtype, not {workload.dtype}"),
+        ("fp8_params", workload.dtype not in ("fp8", "fp8_rowwise", "mxfp8"), f"acts only under fp8 or mxfp8, not {workload.dtype}"),
+        ("fp8_all_gather", workload.dtype not in LOW_PRECISION_DTYPES, f"acts only under an FP8 dtype, not {workload.dtype}"),
+        ("expert_load_imbalance", not model.is_moe, f"applies to mixtures of experts; {model.name} is dense"),
+        ("ep_dispatcher", not model.is_moe, f"applies to mixtures of experts; {model.name} is dense"),
+        ("overlap_ep_comm", not model.is_moe, f"applies to mixtures of experts; {model.name} is dense"),
+        ("param_gather_gbps", not zero3, "prices ZeRO-3 parameter gathers; the plan's stages are not ZeRO 3"),
+        ("dp_shard", stage is not None and (stage.zero != 3 or stage.dp_shard in (0, stage.dp)),
+         "shards ZeRO-3 state over fewer than all data-parallel ranks: give --zero 3 and 1 < N < dp"),
+    )
+    for dest, idle, why in checks:
+        value = getattr(args, dest, None)
+        if idle and value not in (None, False, 0, 0.0, ""):
+            raise AutotuneError("--" + dest.replace("_", "-"), f"changes nothing here: it {why}")
+    rate = getattr(args, "param_gather_gbps", None)
+    if rate:
+        from autotune.errors import require
+
+        require(1e-3 <= rate < 1e5, "--param-gather-gbps", f"must be 0 (the network's rate) or a GPU's gather rate "
+                                                           f"between 0.001 and 100000 GB/s, got {rate}")
+
+
+def runtime_from_args(args: argparse.Namespace, export_format: str | None = None, base=None):
+    """The runtime --runtime names (or the one --export's format is for; else ``base``, a plan
+    file's; else megatron) with the settings the flags give."""
     from autotune.errors import require
     from autotune.spec.runtime import EXPORT_RUNTIMES, resolve_runtime
 
     name = getattr(args, "runtime", None) or (EXPORT_RUNTIMES.get(export_format) if export_format else None)
-    runtime = resolve_runtime(name)
+    runtime = resolve_runtime(name) if name or base is None else base
     changes = {}
     for dest, how in _RUNTIME_FLAGS.items():
         value = getattr(args, dest, None)
@@ -155,7 +195,7 @@ def runtime_from_args(args: argparse.Namespace, export_format: str | None = None
 
 
 def add_moe_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--expert-load-imbalance", type=float, default=0.0,
+    parser.add_argument("--expert-load-imbalance", type=number(0.0, MAX_IMBALANCE, _IMBALANCE_WHY), default=0.0,
                         help="MoE: the busiest expert-parallel rank's tokens over the mean, as measured "
                              "(default 0: the floor of unskewed routing, docs/moe.md)")
 
@@ -164,76 +204,118 @@ def add_memory_args(parser: argparse.ArgumentParser) -> None:
     for name in PLACEMENT_FLAGS:
         flag = "--" + name.replace("_", "-")
         parser.add_argument(flag, default="hbm", help=f"where {name[:-3].replace('_', ' ')} live: hbm, host or cxl")
-    parser.add_argument("--cache-group-layers", type=int, default=0, help="layers per on-chip cache group (0: off)")
-    parser.add_argument("--cache-tile-tokens", type=int, default=0, help="tokens per tile through a cache group")
+    parser.add_argument("--cache-group-layers", type=count("num_layers", least=0), default=0,
+                        help="layers per on-chip cache group (0: off)")
+    parser.add_argument("--cache-tile-tokens", type=count("seq_len", least=0), default=0,
+                        help="tokens per tile through a cache group")
 
 
-def _workload(args: argparse.Namespace, model: object, runtime) -> object:
-    """The step the flags describe; attention as the runtime runs it unless --attention says."""
+def _workload(args: argparse.Namespace, model: object, runtime, base=None) -> object:
+    """The step the flags describe; attention as the runtime runs it unless --attention says. A
+    field a flag does not give is ``base``'s (a plan file's workload of the same kind) if any."""
     from autotune.spec.resolve import inference_workload, training_workload
     from autotune.cli.common import resolve_dtype
 
+    same = base is not None and base.kind == args.workload
+    if args.dtype is None and same:
+        args.dtype = base.dtype
     args.dtype = resolve_dtype(args)
-    attention = args.attention or runtime.attention_impl
+    attention = args.attention or (base.attention_impl if same else runtime.attention_impl)
     if args.workload == "train":
         from dataclasses import replace
 
-        work = training_workload(model, global_batch=args.global_batch, seq_len=args.seq_len, dtype=args.dtype,
+        work = training_workload(model, global_batch=args.global_batch or (base.global_batch if same else None),
+                                 seq_len=args.seq_len or (base.seq_len if same else None), dtype=args.dtype,
                                  attention=attention)
-        return replace(work, expert_load_imbalance=getattr(args, "expert_load_imbalance", 0.0))
-    return inference_workload(model, args.workload, batch=args.batch, prompt_len=args.prompt_len,
-                              output_len=args.output_len, dtype=args.dtype, attention=attention,
-                              target_tpot_s=args.target_tpot_ms / 1e3, target_ttft_s=args.target_ttft_ms / 1e3)
-
-
-def inference_lines(estimate: "Estimate") -> str:
-    """TPS, TPOT, TTFT and the KV cache of an inference estimate."""
-    from autotune.cli.common import fmt_bytes, fmt_s
-
-    metrics = estimate.inference
-    lines = [f"TPS            {metrics.tps:,.0f} tokens/s   (1/TPS {fmt_s(metrics.time_per_token_s)})"]
-    if metrics.tpot_s is not None:
-        lines.append(f"TPOT           {fmt_s(metrics.tpot_s)} per output token")
-    if metrics.ttft_s is not None:
-        lines.append(f"TTFT           {fmt_s(metrics.ttft_s)} (the batch's prefill)")
-    lines.append(f"KV cache       {fmt_bytes(metrics.kv_cache_bytes_per_gpu)} per GPU, {fmt_bytes(metrics.kv_cache_bytes)} in all")
-    return "\n".join(lines)
+        return replace(work, expert_load_imbalance=args.expert_load_imbalance)
+    kept = (lambda flag, field: flag or (getattr(base, field) if same else flag))  # noqa: E731
+    return inference_workload(model, args.workload, batch=kept(args.batch, "batch"),
+                              prompt_len=kept(args.prompt_len, "prompt_len"), output_len=kept(args.output_len, "output_len"),
+                              dtype=args.dtype, attention=attention,
+                              target_tpot_s=kept(args.target_tpot_ms / 1e3, "target_tpot_s"),
+                              target_ttft_s=kept(args.target_ttft_ms / 1e3, "target_ttft_s"))
 
 
 def run(args: argparse.Namespace) -> int:
     from autotune.search.evaluate import evaluate
-    from autotune.errors import require, require_choice
-    from autotune.plan.io import read_plan
-    from autotune.spec.presets import resolve_model
+    from autotune.errors import require
+    from autotune.outputs.serving_report import targets_dict
+    from autotune.plan.io import read_plan_file
     from autotune.spec.summary import architecture_dict, architecture_line
 
-    require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
-    check_workload_flags(args, DEFAULTS)
     if args.plan:
         refuse_given(args, DEFAULTS, DEGREES, "shapes a plan built from degrees; --plan gives the whole plan")
-    plan = read_plan(args.plan) if args.plan else None
-    require(plan is not None or args.gpus is not None, "gpus", "give --gpus (or --plan)")
-    model = resolve_model(args.model)
-    dtype_given = args.dtype is not None
-    runtime = runtime_from_args(args)
-    workload = _workload(args, model, runtime)
-    priced = model
-    if plan is None:
-        priced, plan = _degree_plan(args, model, workload, runtime)
+    plan_file = read_plan_file(args.plan) if args.plan else None
+    require(plan_file is not None or args.model is not None, "model", "give --model (a preset or a config.json), or --plan")
+    require(plan_file is not None or args.gpus is not None, "gpus", "give --gpus (or --plan)")
+    dtype_given, cluster_given = args.dtype is not None, args.cluster is not None
+    model, workload, runtime, taken = _inputs(args, plan_file)
+    priced, plan = (model, plan_file.plan) if plan_file else _degree_plan(args, model, workload, runtime)
+    refuse_idle_flags(args, model, workload, runtime, plan)
     estimate = evaluate(priced, args.gpus, cluster=args.cluster, plan=plan, profile=args.profile, workload=workload,
                         runtime=runtime)
-    assumed = assumed_defaults(args, workload, plan=None if args.plan else plan, dtype_given=dtype_given)
+    assumed = assumed_defaults(args, workload, plan=None if args.plan else plan, dtype_given=dtype_given,
+                               cluster_given=cluster_given, from_file=tuple(taken))
     if args.json:
-        print_json({"runtime": runtime.to_dict(), **estimate.to_dict(), "model": architecture_dict(model), "assumed": assumed})
+        targets = {"targets": targets_dict(estimate.inference, workload)} if estimate.inference is not None else {}
+        print_json({"runtime": runtime.to_dict(), **estimate.to_dict(), **targets, "model": architecture_dict(model),
+                    "assumed": assumed, **({"from_plan_file": taken} if plan_file else {})})
     else:
         print(f"{architecture_line(model)}; runtime {runtime.name}")
-        print(estimate_table(estimate))
-        if args.workload != "train":
-            print(inference_lines(estimate))
+        if taken:
+            print(f"from {args.plan}: {', '.join(taken)} (flags override them)")
+        print(estimate_table(estimate, workload))
         if assumed:
             print("assumed (not given): " + ", ".join(f"{k.replace('_', '-')} {v}" for k, v in assumed.items())
                   + "; give the flags to change them, or let autotune search choose the plan")
     return 0 if estimate.fits else 1
+
+
+_WORKLOAD_FLAGS = ("workload", "global_batch", "seq_len", "batch", "prompt_len", "output_len", "target_tpot_ms",
+                   "target_ttft_ms", "dtype", "attention", "expert_load_imbalance")
+_RUNTIME_SETTINGS = ("runtime", *(dest for dest in ("qkv_fused", "eager_elementwise", "recompute_early_stop",
+                                                      "reuse_weight_casts", "fp8_recipe", "fp8_params", "host_dispatch",
+                                                      "ep_dispatcher", "overlap_ep_comm", "grad_reduce",
+                                                      "cuda_graph_scope", "param_gather_gbps")))
+
+
+def _inputs(args: argparse.Namespace, plan_file) -> tuple[object, object, object, list[str]]:
+    """(model, workload, runtime, what was taken from the plan file): the flags where given, else
+    the plan file's model, workload, runtime, cluster, profile and GPU count; without a file, the
+    flags and their defaults (train, dgx-h100). Sets args.cluster/profile/gpus/workload."""
+    from autotune.errors import require, require_choice
+    from autotune.spec.presets import resolve_model
+    from autotune.spec.resolve import DEFAULT_CLUSTER
+
+    given = lambda name: getattr(args, name) != DEFAULTS.get(name)  # noqa: E731
+    file = plan_file
+    taken = [] if file is None else [name for name, flag in (("model", "model"), ("cluster", "cluster"),
+                                                            ("profile", "profile"))
+                                     if not given(flag) and getattr(file, name) is not None]
+    if file is not None and file.workload is not None and not any(given(f) for f in _WORKLOAD_FLAGS):
+        taken.append("workload")
+    if file is not None and file.runtime is not None and not any(given(f) for f in _RUNTIME_SETTINGS):
+        taken.append("runtime")
+    model = resolve_model(file.model if "model" in taken else args.model)
+    args.cluster = _file_cluster(file.cluster) if "cluster" in taken else (args.cluster or DEFAULT_CLUSTER)
+    args.profile = file.profile if "profile" in taken else args.profile
+    args.gpus = args.gpus or (file.plan.gpus if file else None)
+    base = file.workload if file is not None else None
+    args.workload = args.workload or (base.kind if base is not None else "train")
+    require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
+    check_workload_flags(args, DEFAULTS)
+    runtime = runtime_from_args(args, base=file.runtime if file is not None else None)
+    workload = base if "workload" in taken else _workload(args, model, runtime, base=base)
+    require(file is None or file.workload is not None or given("model"), "plan",
+            "this plan file records no model or workload; give --model and the workload flags")
+    return model, workload, runtime, taken
+
+
+def _file_cluster(ref):
+    """A plan file's cluster: a preset name, or a whole cluster recorded as {name, data}."""
+    from autotune.spec.hardware_data import cluster_from_dict
+
+    return cluster_from_dict(ref["name"], ref["data"]) if isinstance(ref, dict) else ref
 
 
 def _degree_plan(args: argparse.Namespace, model, workload, runtime):
@@ -264,9 +346,11 @@ def _degree_plan(args: argparse.Namespace, model, workload, runtime):
 
 # Plan options evaluate fills in when they are not given are printed (issue 14, item 6: a silent
 # micro-batch of 1 can make a plan look ten times slower than it is).
-def assumed_defaults(args: argparse.Namespace, workload, *, plan, dtype_given: bool) -> dict[str, object]:
-    """Every default the evaluation used for an option the user did not give, as the plan built from
-    the degrees has it (the runtime's ZeRO stage and micro-batch, dp as the GPUs left over...)."""
+def assumed_defaults(args: argparse.Namespace, workload, *, plan, dtype_given: bool, cluster_given: bool,
+                     from_file: tuple[str, ...] = ()) -> dict[str, object]:
+    """Every default the evaluation used for an option the user did not give (nor the plan file,
+    ``from_file``), as the plan built from the degrees has it (the runtime's ZeRO stage and
+    micro-batch, dp as the GPUs left over...)."""
     given = lambda name: getattr(args, name, None) != DEFAULTS.get(name)  # noqa: E731
     out: dict[str, object] = {}
     if plan is not None:
@@ -276,8 +360,10 @@ def assumed_defaults(args: argparse.Namespace, workload, *, plan, dtype_given: b
                 "sequence_parallel": "on" if stage.sequence_parallel else "off"}
         training_only = () if workload.kind == "train" else ("recompute", "zero", "vpp", "schedule")
         out.update({name: value for name, value in used.items() if not given(name) and name not in training_only})
-    if not given("cluster"):
+    if not cluster_given and "cluster" not in from_file:
         out["cluster"] = args.cluster
+    if "workload" in from_file:
+        return out
     for name in ("global_batch", "seq_len") if workload.kind == "train" else ("batch", "prompt_len"):
         if not given(name):
             out[name] = getattr(workload, name)

@@ -7,7 +7,7 @@ import argparse
 from collections import Counter
 from typing import Any
 
-from autotune.cli.common import fmt_s, positive_int, print_json
+from autotune.cli.common import count, fmt_s, print_json
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -19,8 +19,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     source.add_argument("--module", help="pkg.mod:factory returning an nn.Module or (module, example_args)")
     source.add_argument("--model", help="a preset or config.json: trace the reference transformer")
     parser.add_argument("--input", action="append", default=[], help="example input SHAPE[:DTYPE], e.g. 1x512:int64 (repeatable)")
-    parser.add_argument("--batch", type=positive_int, default=1, help="sequences traced (--model; default 1)")
-    parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (--model; preset default)")
+    parser.add_argument("--batch", type=count("batch"), default=1, help="sequences traced (--model; default 1)")
+    parser.add_argument("--seq-len", type=count("seq_len"), default=None, help="tokens per sequence (--model; preset default)")
     parser.add_argument("--device", default="h100", help="device profile that prices the graph (name or profile file)")
     parser.add_argument("--dtype", default="fp32", help="dtype of the traced tensors, for the regressions (default fp32)")
     parser.add_argument("--training", action="store_true",
@@ -92,21 +92,28 @@ def _check_source_options(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from autotune.cli.common import require_torch
+
+    require_torch("graph")
     from autotune.spec.hardware_data import load_device
     from autotune.spec.presets import default_training_shape, resolve_model
     from autotune.spec.workload import DTYPES, bytes_per_element
-    from autotune.errors import require_choice
-    from profilers.trace_inputs import trace_factory, trace_spec, trace_spec_training
+    from autotune.errors import require, require_choice
 
     require_choice("dtype", args.dtype, DTYPES)
     _check_source_options(args)
     device = load_device(args.device)
+    spec = resolve_model(args.model) if args.model else None  # before torch loads: refused at once
+    seq_len = (args.seq_len or default_training_shape(spec)[1]) if spec else 0
+    if spec is not None:
+        require(seq_len <= spec.max_seq_len, "--seq-len",
+                f"{seq_len} positions exceed {spec.name}'s maximum sequence length {spec.max_seq_len}")
+    from profilers.trace_inputs import trace_factory, trace_spec, trace_spec_training
+
     if args.module:
         traced = trace_factory(args.module, args.input)
         data = _summary(traced, device, args.dtype)
     else:
-        spec = resolve_model(args.model)
-        seq_len = args.seq_len or default_training_shape(spec)[1]
         traced = trace_spec(spec, args.batch, seq_len)
         data = _summary(traced, device, args.dtype)
         data["analytic"] = _analytic(spec, seq_len, args.batch, device, args.dtype, bytes_per_element(args.dtype))

@@ -148,6 +148,12 @@ def _exit_code(command: str, err: BaseException, signals) -> int:
         return 2
     if isinstance(err, BrokenPipeError):
         return 0
+    from autotune.errors import write_failure
+
+    failure = write_failure(err)  # a full disk or a read-only file system, wherever it was met
+    if failure is not None:
+        sys.stderr.write(f"{command}: error: {failure}\n")
+        return 2
     raise err
 
 

@@ -60,7 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _options(args: argparse.Namespace):
     """The validated options, the device and its collective backend checked: bad input fails
     here, before anything is measured or printed."""
-    from autotune.errors import AutotuneError
+    import os
+
+    from autotune.errors import AutotuneError, require
+
+    cpus = len(os.sched_getaffinity(0))  # before torch loads: refused at once
+    require(args.threads <= cpus, "--threads", f"{args.threads} threads on the {cpus} CPUs this process may use would "
+                                               f"only contend; give at most {cpus}")
     from profilers.collectives import backend_problem
     from profilers.measure import ProfileOptions
     from profilers.timing import resolve_device
@@ -69,6 +75,8 @@ def _options(args: argparse.Namespace):
         device = resolve_device(args.device)
     except (ValueError, RuntimeError) as err:
         raise AutotuneError("device", f"{args.device!r}: {str(err).splitlines()[0]}") from None
+    if device.type == "cpu":
+        _check_workers(args.workers_per_node)
     options = ProfileOptions(device=args.device, quick=args.quick, threads=args.threads, dtypes=args.dtypes,
                              world_sizes=() if args.no_collectives else args.world_sizes,
                              workers_per_node=args.workers_per_node, aliases=tuple(args.alias), clock=args.clock)
@@ -77,6 +85,18 @@ def _options(args: argparse.Namespace):
     if problem:
         raise AutotuneError("backend", problem)
     return options
+
+
+def _check_workers(workers: int) -> None:
+    """Each CPU worker holds at least a process with torch loaded (its reserved memory): more
+    than the machine's memory holds is refused before anything is measured (else the profile is
+    refused after minutes, its memory per worker below the reserved)."""
+    from autotune.errors import require
+    from profilers.measure import _meminfo_bytes, _rss_bytes
+
+    most = max(1, int(_meminfo_bytes("MemTotal") // _rss_bytes()))
+    require(workers <= most, "--workers-per-node", f"{workers} workers cannot share this machine's memory: each holds "
+            f"at least the {_rss_bytes() / 2**30:.2f} GiB of a process with torch loaded; give at most {most}")
 
 
 def _measure(options) -> object:
@@ -98,12 +118,20 @@ def run(args: argparse.Namespace) -> int:
         from autotune.errors import require
 
         require(not (args.out or args.refit), "show", "--show prints a profile and writes nothing; drop --out/--refit")
-        print(format_fit_report(load_profile(args.show), residuals=args.residuals))
+        from autotune.calibrate.profile_io import check_kept
+
+        shown = load_profile(args.show)
+        check_kept(shown)
+        print(format_fit_report(shown, residuals=args.residuals))
         return 0
     from autotune.calibrate.profile_io import build_profile, write_profile
     from autotune.plan.io import check_output_path
 
     check_output_path(args.out or args.refit or f"profile-{args.device.replace(':', '')}.json")  # before measuring
+    if not args.refit:  # --show and --refit only read a profile; measuring one runs torch
+        from autotune.cli.common import require_torch
+
+        require_torch("profile")
     if args.refit:
         from autotune.calibrate.profile_io import profile_data
 

@@ -26,9 +26,18 @@ def run(args: argparse.Namespace) -> int:
     for runtime in runtimes:
         default = " (default)" if runtime.name == DEFAULT_RUNTIME else ""
         print(f"{runtime.name}{default}: {runtime.description}")
-        print(f"    search space {runtime.space}; exports to {runtime.export_format or 'no config format'}; "
-              f"ZeRO {', '.join(map(str, runtime.zero_stages))}")
-        if args.name:
+        if runtime.serving is not None:  # a serving engine: what it runs and how it launches
+            engine = runtime.serving
+            print(f"    serving engine {engine.engine} {engine.version}; launches as {engine.export or 'no command'}; "
+                  f"serves {', '.join(engine.weight_dtypes)} weights")
+        else:
+            print(f"    search space {runtime.space}; exports to {runtime.export_format or 'no config format'}; "
+                  f"ZeRO {', '.join(map(str, runtime.zero_stages))}")
+        if args.name and runtime.serving is not None:
+            for setting, value in runtime.serving.to_dict().items():
+                source = runtime.source_of(f"serving.{setting}")
+                print(f"    serving.{setting} = {value!r}" + (f"  ({source})" if source else "  (default)"))
+        elif args.name:
             for setting, value in runtime.settings().items():
                 source = runtime.source_of(setting)
                 print(f"    {setting} = {value!r}" + (f"  ({source})" if source else "  (neutral default)"))

@@ -80,6 +80,10 @@ def run(args: argparse.Namespace) -> int:
     from autotune.errors import AutotuneError, require, require_choice
     from autotune.search.space import load_space
 
+    from autotune.cli.search_serving import is_engine_search, run_engine_search
+
+    if is_engine_search(args):  # a serving engine's plan is its launch settings
+        return run_engine_search(args)
     if args.resume:
         _check_resume(args)
     else:
@@ -135,7 +139,7 @@ def _new_search(args: argparse.Namespace, progress):
     """Everything is validated by the library before it makes the run directory (nothing
     half-written; a search stopped before any finished slice leaves nothing behind)."""
     from autotune.search import api as search_api
-    from autotune.cli.evaluate_cmd import _workload, runtime_from_args
+    from autotune.cli.evaluate_cmd import _workload, refuse_idle_flags, runtime_from_args
     from autotune.errors import require
     from autotune.spec.presets import resolve_model
 
@@ -144,6 +148,9 @@ def _new_search(args: argparse.Namespace, progress):
     model = resolve_model(args.model)
     runtime = runtime_from_args(args, export_format=args.export)
     workload = _workload(args, model, runtime)
+    refuse_idle_flags(args, model, workload, runtime)
+    require(args.study is None or args.storage is not None, "study", "names a study in --storage; give --storage too "
+                                                                     "(a run directory keeps one study of its own)")
     runs_dir = None if (args.no_run_dir or args.storage) else args.runs_dir
     return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload, runtime=runtime,
                              space=args.space, seed=args.seed, method=args.method, runs_dir=runs_dir,
@@ -152,8 +159,10 @@ def _new_search(args: argparse.Namespace, progress):
 
 
 def _announce(study_name: str, storage: str) -> None:
+    from autotune.plan.sqlite_url import shell_word
+
     sys.stderr.write(f"study {study_name!r} queued; more machines can help with:\n"
-                     f"  autotune worker --study {study_name} --storage {storage}\n")
+                     f"  autotune worker --study {shell_word(study_name)} --storage {shell_word(storage)}\n")
 
 
 def _plots_status(args: argparse.Namespace, result) -> dict | None:
@@ -172,13 +181,17 @@ def _plots_status(args: argparse.Namespace, result) -> dict | None:
 
 def _print(args: argparse.Namespace, result, exported: dict | None = None) -> int:
     from autotune.cli.common import print_json
-    from autotune.outputs.report import plan_table, summary_text, why_it_wins
+    from autotune.outputs.report import LAYERS_KEY, plan_table, summary_text, why_it_wins
     from autotune.spec.summary import architecture_dict, architecture_line
 
-    model = _searched_model(args, result)
+    model, workload = _searched(args, result)
     plots = _plots_status(args, result)
     if args.json:
         described = {"model": architecture_dict(model)} if model is not None else {}
+        if result.estimate.inference is not None and workload is not None:
+            from autotune.outputs.serving_report import targets_dict
+
+            described["targets"] = targets_dict(result.estimate.inference, workload)
         print_json({**result.to_dict(), **described, **({"export": exported} if exported else {}),
                     **({"plots": plots} if plots else {})})
         return 0
@@ -186,13 +199,10 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
         print(f"{architecture_line(model)}; runtime {result.runtime.name if result.runtime else 'megatron'}")
     capacity = result.estimate.memory_capacity_bytes
     print("\n".join(plan_table(result.plan, result.estimate)))
-    print("\n".join(summary_text(result.plan, result.estimate, capacity)))
-    if result.estimate.inference is not None:
-        from autotune.cli.evaluate_cmd import inference_lines
-
-        print(inference_lines(result.estimate))
+    print(f"({LAYERS_KEY})")
+    print("\n".join(summary_text(result.plan, result.estimate, capacity, workload)))
     print("baselines (same cost model):")
-    print("\n".join(why_it_wins(result.estimate, result.baselines)))
+    print("\n".join(why_it_wins(result.estimate, result.baselines, workload)))
     s = result.stats
     print(f"searched {s.num_slices} slices ({s.num_slices_solved} solved, {s.num_slices_pruned} pruned by bound, "
           f"{s.num_slices_resumed} resumed), {s.num_intra_op_studies} intra-op studies, {s.num_trials} trials "
@@ -207,14 +217,18 @@ def _print(args: argparse.Namespace, result, exported: dict | None = None) -> in
     return 0
 
 
-def _searched_model(args: argparse.Namespace, result):
-    """The model searched: from --model, or from the resumed run's plan file."""
-    if getattr(args, "model", None) and not args.resume:
-        from autotune.spec.presets import resolve_model
-
-        return resolve_model(args.model)
+def _searched(args: argparse.Namespace, result) -> tuple[object, object]:
+    """(model, workload) searched: the run's plan file records both; a search without a run
+    directory (--no-run-dir, --storage) has them from its flags."""
     if result.run_dir:
         from autotune.plan.io import read_plan_file
 
-        return read_plan_file(result.run_dir).model
-    return None
+        plan_file = read_plan_file(result.run_dir)
+        return plan_file.model, plan_file.workload
+    if args.model and not args.resume:
+        from autotune.cli.evaluate_cmd import _workload
+        from autotune.spec.presets import resolve_model
+
+        model = resolve_model(args.model)
+        return model, _workload(args, model, result.runtime)
+    return None, None

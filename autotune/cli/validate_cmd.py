@@ -51,6 +51,9 @@ def _report_path(args: argparse.Namespace) -> Path:
 def run(args: argparse.Namespace) -> int:
     import os
 
+    from autotune.cli.common import require_torch
+
+    require_torch("validate")
     from autotune.spec.resolve import resolve_cluster
     from autotune.plan.io import atomic_write_text
     from autotune.validate.report import format_table, report_dict
@@ -86,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(report)
     else:
+        print(f"predictions for runtime {args.runtime}")
         print(format_table(results))
         print(f"wrote {out}")
     return 0 if results and all(r.status == "ok" for r in results) else 1

@@ -129,11 +129,11 @@ def _collective_time_s(op: str, nbytes: float, span: GroupSpan, cluster: Cluster
 
 def tp_collective_bytes(op: str, act_bytes, runtime, dtype: str, bytes_per_element: float):
     """Bytes a sequence-parallel TP collective moves: all-gathers in the GEMMs' low-precision format
-    where the runtime casts before gathering (Runtime.fp8_tp_all_gather), else ``act_bytes``. Row-wise
-    FP8 gathers BF16: torchao's float8 TP plans are tensorwise only and TE has no row-wise recipe."""
+    where the runtime casts before gathering in that recipe (Runtime.fp8_tp_all_gather and
+    tp_gather_dtypes), else ``act_bytes``."""
     from autotune.spec.workload import GEMM_OPERAND_BYTES
 
-    if op != "all_gather" or not runtime.fp8_tp_all_gather or dtype not in GEMM_OPERAND_BYTES or dtype == "fp8_rowwise":
+    if op != "all_gather" or not runtime.fp8_tp_all_gather or dtype not in runtime.tp_gather_dtypes:
         return act_bytes
     return act_bytes * GEMM_OPERAND_BYTES[dtype] / bytes_per_element
 

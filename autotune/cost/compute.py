@@ -46,6 +46,8 @@ class _Coefficients:
     spf: np.ndarray
     lat_m: np.ndarray  # per operator
     spb: np.ndarray
+    bwd_lat_c: np.ndarray  # the backward's compute fit: the forward's, but fused attention's own where measured
+    bwd_spf: np.ndarray
 
 
 # GEMMs outside Transformer Engine's low-precision modules: Megatron-Core's router is a plain
@@ -80,18 +82,22 @@ def attention_head_dim_speed(device: DeviceProfile, head_dim: float) -> float:
 @lru_cache(maxsize=512)
 def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coefficients:
     """Per-operator regression coefficients (cached per table, device and dtype)."""
-    lat_c, spf, lat_m, spb = (np.zeros(len(table)) for _ in range(4))
+    lat_c, spf, lat_m, spb, bwd_lat_c, bwd_spf = (np.zeros(len(table)) for _ in range(6))
     for i, (kind, name) in enumerate(zip(table.kinds, table.names)):
         op_class = _COMPUTE_CLASS.get(kind)
         if op_class is not None:  # low-precision recipes run only the GEMMs in the low format
-            fit = device.regression(op_class, gemm_dtype(dtype) if op_class == "gemm" else compute_dtype(dtype))
-            lat_c[i], spf[i] = fit.latency_s, fit.seconds_per_unit
+            op_dtype = gemm_dtype(dtype) if op_class == "gemm" else compute_dtype(dtype)
+            fit = device.regression(op_class, op_dtype)
+            bwd = device.regression("attention_bwd", op_dtype) if kind == "attention" else fit
+            lat_c[i], spf[i], bwd_lat_c[i], bwd_spf[i] = fit.latency_s, fit.seconds_per_unit, bwd.latency_s, bwd.seconds_per_unit
             if kind == "attention":
-                spf[i] /= attention_head_dim_speed(device, float(table.head_dim[i]))
+                speed = attention_head_dim_speed(device, float(table.head_dim[i]))
+                spf[i], bwd_spf[i] = spf[i] / speed, bwd_spf[i] / speed
         memory = device.memory_regression(memory_role(kind, name))
         lat_m[i], spb[i] = memory.latency_s, memory.seconds_per_unit
     eff = device.kernel_efficiency
-    return _Coefficients(lat_c=lat_c / eff, spf=spf / eff, lat_m=lat_m / eff, spb=spb / eff)
+    return _Coefficients(lat_c=lat_c / eff, spf=spf / eff, lat_m=lat_m / eff, spb=spb / eff,
+                         bwd_lat_c=bwd_lat_c / eff, bwd_spf=bwd_spf / eff)
 
 
 @dataclass(frozen=True, eq=False)
@@ -186,11 +192,12 @@ def block_times(table: OpTable, device: DeviceProfile, dtype: str, micro_batch: 
     act = amounts.act_in_bytes + amounts.act_out_bytes
     fwd = np.maximum(table.kernels * coef.lat_c + flops * coef.spf,
                      table.kernels * coef.lat_m + (act + weights) * coef.spb)
+    fwd = np.where(table.kernels > 0, fwd, 0.0)  # a captured backward kernel launches nothing forward (graph/opstream.py)
     has_bwd_compute = table.bwd_flops_factor > 0
     bwd_compute = np.where(has_bwd_compute,
-                           table.bwd_kernels * coef.lat_c + flops * table.bwd_flops_factor * coef.spf, 0.0)
+                           table.bwd_kernels * coef.bwd_lat_c + flops * table.bwd_flops_factor * coef.bwd_spf, 0.0)
     bwd_memory = table.bwd_kernels * coef.lat_m + (act * table.bwd_bytes_factor + 2.0 * weights) * coef.spb
-    bwd = np.maximum(bwd_compute, bwd_memory)
+    bwd = np.where(table.bwd_kernels > 0, np.maximum(bwd_compute, bwd_memory), 0.0)  # a captured forward kernel: none
     weight_cast = 0.0
     if dtype in GEMM_OPERAND_BYTES:
         fwd_cast, bwd_cast, weight_cast = cast_s(table, coef, dtype, amounts, fp8_recipe=fp8_recipe,

@@ -17,7 +17,7 @@ from autotune.cost.inference import (InferenceContext, check_inference_stage, de
 from autotune.cost.inference_moe import moe_inference_stage_cost
 from autotune.cost.moe_stage import moe_stage_cost
 from autotune.cost.recompute import has_variant, variant_stage_cost
-from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
 from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -87,7 +87,7 @@ def phase_cost_models(tables: ModelTables, workload: TrainingWorkload | Inferenc
                       overlap_tp_comm: bool = False) -> list[tuple[float, StageCostModel]]:
     """(weight, cost model) per phase of a step: training is one phase; serving is the prefill
     plus ``decode_steps`` decode steps (static batching); prefill and decode are one each."""
-    cluster = runtime_cluster(cluster, runtime)
+    cluster = runtime_cluster(cluster, kernel_runtime(runtime, tables))
     if isinstance(workload, TrainingWorkload):
         context = StageContext(tables=tables, workload=workload, runtime=runtime, cluster=cluster, micro_batch=micro_batch,
                                overlap_grad_reduce=runtime.overlap_grad_reduce, overlap_param_gather=runtime.overlap_param_gather,

@@ -12,7 +12,7 @@ __all__ = ["Estimate", "StageEstimate", "InferenceMetrics", "BREAKDOWN_KEYS", "M
 BREAKDOWN_KEYS = ("compute_s", "tp_cp_comm_s", "pp_comm_s", "pipeline_bubble_s", "dp_comm_s",
                   "optimizer_s", "offload_s", "ep_comm_s", "host_s")
 MEMORY_KEYS = ("weights_bytes", "gradients_bytes", "optimizer_states_bytes", "activations_bytes",
-               "temporary_bytes", "reserved_bytes", "offloaded_bytes")
+               "temporary_bytes", "allocator_bytes", "reserved_bytes", "offloaded_bytes")
 
 
 def _floats(mapping: Mapping[str, Any]) -> MappingProxyType:
@@ -98,7 +98,9 @@ class Estimate:
     communication for all micro-batches, the pipeline bubble, and the step's tail (exposed
     data-parallel/ZeRO communication and the optimizer). ``memory_breakdown`` (bytes) is the
     stage with the highest peak. ``uncertainty_pct`` is a +-% band on ``step_time_s`` carried
-    from the profile's fit residuals (or its check against published runs).
+    from the profile's fit residuals (or its check against published runs). ``memory_at_risk``:
+    the plan fits, but its tensors' bytes within their prediction's uncertainty would not
+    (cost/memory.py TENSOR_BYTES_UNCERTAINTY).
     """
 
     fits: bool
@@ -115,13 +117,14 @@ class Estimate:
     stages: tuple[StageEstimate, ...] = ()
     reason: str = ""  # why it does not fit (empty when it fits)
     inference: InferenceMetrics | None = None  # inference workloads only
+    memory_at_risk: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "breakdown", _floats(self.breakdown))
         object.__setattr__(self, "memory_breakdown", _floats(self.memory_breakdown))
         _plain(self, ("step_time_s", "tokens_per_s", "tflops_per_gpu", "mfu", "peak_memory_bytes_per_gpu",
                       "memory_capacity_bytes", "uncertainty_pct", "model_flops_per_step"), float)
-        _plain(self, ("fits",), bool)
+        _plain(self, ("fits", "memory_at_risk"), bool)
         object.__setattr__(self, "stages", tuple(self.stages))
 
     def to_dict(self, *, stages: bool = True) -> dict[str, Any]:
@@ -132,7 +135,8 @@ class Estimate:
             "memory_capacity_bytes": self.memory_capacity_bytes,
             "breakdown": dict(self.breakdown), "memory_breakdown": dict(self.memory_breakdown),
             "uncertainty_pct": self.uncertainty_pct, "model_flops_per_step": self.model_flops_per_step,
-            "reason": self.reason, **(self.inference.to_dict() if self.inference else {}),
+            "reason": self.reason, "memory_at_risk": self.memory_at_risk,
+            **(self.inference.to_dict() if self.inference else {}),
         }
         if stages:
             data["stages"] = [s.to_dict() for s in self.stages]

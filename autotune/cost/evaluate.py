@@ -6,14 +6,15 @@ from dataclasses import replace
 
 from autotune.cost.estimate import Estimate
 from autotune.cost.inference_plan import evaluate_inference_plan
+from autotune.cost.memory import memory_at_risk
 from autotune.cost.offload import offloads, tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.plan_common import check_plan, check_runtime_plan, stage_estimate, stage_positions, uncertainty_pct
 from autotune.cost.contract import stage_cost
 from autotune.cost.recompute import has_variant
-from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
 from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
-from autotune.graph.table import ModelTables, model_tables
+from autotune.graph.table import ModelTables, runtime_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
@@ -32,9 +33,8 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
     check_plan(model, workload, cluster, plan)
     check_runtime_plan(runtime, workload, plan)
     # CPU workers sharing cores run slower; the runtime's kernels replace the device's fitted ones
-    cluster = runtime_cluster(cluster.for_gpus(plan.gpus), runtime)
-    tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl,
-                          runtime.qkv_fused)
+    tables = runtime_tables(model, workload, runtime)  # its captured operator stream, or the graph
+    cluster = runtime_cluster(cluster.for_gpus(plan.gpus), kernel_runtime(runtime, tables))
     ctx = StageContext(tables=tables, workload=workload, runtime=runtime, cluster=cluster, micro_batch=plan.micro_batch,
                        num_microbatches=plan.num_microbatches, vpp=plan.vpp,
                        overlap_grad_reduce=plan.overlap_grad_reduce and cluster.comm_overlaps_compute,
@@ -109,4 +109,5 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         breakdown=breakdown, memory_breakdown=dict(peak_stage.memory_bytes),
         uncertainty_pct=uncertainty_pct(cluster, workload.dtype, 1.0 - comm / step_s, comm / step_s, tables),
         model_flops_per_step=model_flops_per_step, stages=tuple(stages), reason=reason,
+        memory_at_risk=fits and any(memory_at_risk(c.memory, capacity) for c in costs),
     )

@@ -64,12 +64,17 @@ def _scopes(moe: bool, shared_experts: bool) -> tuple:
     return ("attn", "moe_router", "moe_preprocess", "moe", "expert") + (("mlp",) if shared_experts else ())
 
 
-def layer_host_s(runtime, cluster, *, moe: bool, shared_experts: bool = False) -> tuple[float, float]:
+def layer_host_s(runtime, cluster, *, moe: bool, shared_experts: bool = False, stream_table=None) -> tuple[float, float]:
     """(forward, backward) host seconds of one layer for one micro-batch: its operators outside
     the runtime's CUDA-graph scopes, plus one graph launch per captured scope. The routed
-    experts count as one (a grouped GEMM); shared experts as a dense MLP (scope "moe")."""
+    experts count as one (a grouped GEMM); shared experts as a dense MLP (scope "moe").
+    ``stream_table``: a layer table from the runtime's captured operator stream, whose kernels
+    are the operators its host issues (graph/opstream.py; no CUDA graphs in eager PyTorch)."""
     if runtime.host_dispatch != "eager":
         return 0.0, 0.0
+    if stream_table is not None:
+        op_s = op_host_s(cluster)
+        return float(stream_table.kernels.sum()) * op_s, float(stream_table.bwd_kernels.sum()) * op_s
     graphed = set(runtime.cuda_graph_scope)
     if "full_iteration" in graphed:
         return 0.0, 0.0
@@ -103,7 +108,8 @@ def layers_host_s(ctx, stage, *, moe: bool, gpu_fwd_s, gpu_bwd_s):
     recomputation issues the forward's operators again in the backward. MoE layers synchronise
     in the forward unless their whole block is a CUDA graph (which needs static, padded shapes)."""
     m = ctx.tables.model
-    host_fwd, host_bwd = layer_host_s(ctx.runtime, ctx.cluster, moe=moe, shared_experts=bool(m.num_shared_experts))
+    host_fwd, host_bwd = layer_host_s(ctx.runtime, ctx.cluster, moe=moe, shared_experts=bool(m.num_shared_experts),
+                                      stream_table=ctx.tables.layer if ctx.tables.op_stream and not moe else None)
     if stage.recompute == "full":
         host_bwd += host_fwd
     graphed = set(ctx.runtime.cuda_graph_scope)

@@ -35,7 +35,7 @@ from autotune.plan.plan import StagePlan
 from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import InferenceWorkload
+from autotune.spec.workload import GEMM_OPERAND_BYTES, InferenceWorkload
 
 __all__ = ["PHASES", "InferenceContext", "inference_context", "inference_tables", "decode_layer_table",
            "dense_inference_stage_cost", "check_inference_stage", "kv_bytes_per_token_layer",
@@ -96,7 +96,30 @@ def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str) 
         if one.moe_layer is not None:  # an MoE layer's attention decodes the same way
             base = replace(base, moe_layer=_decode_attention(one.moe_layer, model, workload.mean_decode_context_len, e))
     head = None if one.head is None else _select(one.head, np.array([k != "loss" for k in one.head.kinds]))
-    return replace(base, layer=layer, head=head)
+    tables = replace(base, layer=layer, head=head)
+    if workload.dtype not in GEMM_OPERAND_BYTES:
+        return tables
+    return replace(tables, layer=_prequantized(tables.layer, workload.dtype, e),
+                   head=None if head is None else _prequantized(head, workload.dtype, e))
+
+
+def _prequantized(table: OpTable, dtype: str, act_bytes: int) -> OpTable:
+    """Inference in a low-precision format serves a pre-quantized checkpoint (FP8 per-tensor, NVFP4):
+    its GEMM weights are stored and read at the format's bytes (ModelOpt/llm-compressor checkpoints,
+    as vLLM, SGLang and TensorRT-LLM load them), activations stay in BF16."""
+    gemm = np.array([k == "gemm" for k in table.kinds])
+    return replace(table, weight_bytes=np.where(gemm, table.weight_bytes * GEMM_OPERAND_BYTES[dtype] / act_bytes,
+                                                table.weight_bytes))
+
+
+def weight_bytes_per_param(dtype: str, act_bytes: int) -> float:
+    """Bytes a stored weight takes in inference: the format's for pre-quantized checkpoints."""
+    return GEMM_OPERAND_BYTES.get(dtype, float(act_bytes))
+
+
+def _without_weight_casts(times: BlockTimes) -> BlockTimes:
+    """Pre-quantized weights are not cast per pass (only the activations are quantized)."""
+    return replace(times, fwd_ops_s=times.fwd_ops_s - times.weight_cast_fwd_ops_s, weight_cast_fwd_ops_s=0.0)
 
 
 def kv_bytes_per_token_layer(model: ModelSpec, act_bytes: int) -> float:
@@ -169,7 +192,7 @@ def _kv_out_share(table: OpTable, model: ModelSpec) -> np.ndarray:
 def _blocks(ctx: InferenceContext, stage: StagePlan, n: object) -> dict[str, BlockTimes]:
     dev, dtype, t = ctx.cluster.device, ctx.workload.dtype, ctx.tables
     args = (ctx.micro_batch, stage.tp, stage.cp, stage.sequence_parallel)
-    layer = block_times(t.layer, dev, dtype, *args)
+    layer = _without_weight_casts(block_times(t.layer, dev, dtype, *args))
     if stage.cache_group_layers:
         check_grouping(t.layer, dev, tp=stage.tp, sequence_parallel=stage.sequence_parallel,
                        group_layers=effective_group(stage.cache_group_layers, n),
@@ -184,7 +207,7 @@ def _blocks(ctx: InferenceContext, stage: StagePlan, n: object) -> dict[str, Blo
         embedding = model_tables(t.model, ctx.tokens_per_seq, t.act_bytes, "flash").embedding
         blocks["embedding"] = block_times(embedding, dev, dtype, *args)
     if stage.has_head and t.head is not None:  # one position per sequence, whatever the phase
-        blocks["head"] = block_times(t.head, dev, dtype, ctx.micro_batch, stage.tp, 1, False)
+        blocks["head"] = _without_weight_casts(block_times(t.head, dev, dtype, ctx.micro_batch, stage.tp, 1, False))
     return blocks
 
 
@@ -246,7 +269,7 @@ def _memory(ctx: InferenceContext, stage: StagePlan, blocks: dict[str, BlockTime
     live = tile_bytes_per_token(t.layer, t.seq_len, stage.tp, stage.sequence_parallel) * tokens
     if "head" in blocks:
         live = np.maximum(live, ctx.micro_batch * m.vocab_size * (t.act_bytes + 4.0) / stage.tp)
-    return StageMemory(weights_bytes=params * t.act_bytes, gradients_bytes=0.0 * params, optimizer_states_bytes=0.0,
+    return StageMemory(weights_bytes=params * weight_bytes_per_param(ctx.workload.dtype, t.act_bytes), gradients_bytes=0.0 * params, optimizer_states_bytes=0.0,
                        activations_bytes=kv * inflight, temporary_bytes=live,
                        reserved_bytes=ctx.cluster.device.reserved_bytes)
 

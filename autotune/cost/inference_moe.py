@@ -17,16 +17,25 @@ from autotune.cost.moe import expert_layer_cost, moe_layer_split
 from autotune.cost.stage import StageCost, StageTime
 from autotune.errors import require
 from autotune.plan.plan import StagePlan
+from autotune.spec.workload import GEMM_OPERAND_BYTES
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a stage of training or of inference
+    from autotune.cost.context import CostContext
 
 __all__ = ["moe_inference_stage_cost"]
 
 
-def moe_inference_stage_cost(ctx, stage: StagePlan, pos, num_layers=None) -> StageCost:
+def moe_inference_stage_cost(ctx: CostContext, stage: StagePlan, pos, num_layers=None) -> StageCost:
     """inference_stage_cost for a stage of an MoE model."""
     m = ctx.tables.model
     require(m.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {m.num_experts} experts")
     require(not inf.offloads(stage) and not stage.cache_group_layers, "stage",
             "offload and cache grouping are not modelled for mixture-of-experts stages")
+    require(ctx.workload.dtype not in GEMM_OPERAND_BYTES, "dtype",
+            "pre-quantized FP8/FP4 experts are priced by the serving engines (--runtime vllm, sglang, tensorrt-llm), "
+            "not by the static inference plan; use bf16 or fp16 here")
     n_total = stage.num_layers if num_layers is None else num_layers
     n_dense, n_moe = moe_layer_split(ctx.tables, stage, num_layers)
     blocks = inf._blocks(ctx, stage, n_total)

@@ -43,6 +43,11 @@ from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.workload import GEMM_OPERAND_BYTES, is_training
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a stage of training or of inference
+    from autotune.cost.context import CostContext
+
 __all__ = ["ExpertLayerCost", "expert_layer_cost", "load_imbalance", "moe_layer_split", "expert_spans",
            "experts_hit_share", "network_copy_share"]
 
@@ -188,7 +193,7 @@ def _expert_act(tables: ModelTables, device, dtype: str, rows_busy) -> tuple:
 _COUNT_BYTES = 8.0  # int64 tokens-per-expert counts (token_dispatcher.py: routing_map.sum(dim=0).long())
 
 
-def _dispatch_metadata_s(ctx, stage: StagePlan, spans: dict) -> float:
+def _dispatch_metadata_s(ctx: CostContext, stage: StagePlan, spans: dict) -> float:
     """Forward-only cost of Megatron-Core's alltoall dispatcher learning the split sizes each MoE
     layer (megatron/core/transformer/moe/token_dispatcher.py, MoEAlltoAllTokenDispatcher.preprocess):
     the E token counts all-gathered over the EP group, copied to the host, and a host wait
@@ -221,7 +226,7 @@ def network_copy_share(m, span: GroupSpan, dispatcher: str) -> float:
     return (nodes - 1) * (1.0 - missed) / (k * (nodes - 1) / nodes)
 
 
-def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
+def _comm_s(ctx: CostContext, stage: StagePlan, spans: dict, rows_busy) -> tuple:
     """(all collectives of one layer fwd+bwd, the forward ones) in seconds."""
     m, e = ctx.tables.model, ctx.tables.act_bytes
     nbytes = rows_busy * m.hidden_size * e  # the routed rows a rank sends (and, busiest, receives)
@@ -237,7 +242,7 @@ def _comm_s(ctx, stage: StagePlan, spans: dict, rows_busy) -> tuple:
     return 2 * fwd + metadata, fwd + metadata
 
 
-def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
+def _sort_by_expert_s(ctx: CostContext, stage: StagePlan, rows_busy, n_local) -> tuple:
     """(forward, backward) seconds of the alltoall dispatcher's second permutation: the rows a
     rank receives arrive grouped by source rank and are copied into local-expert order after
     the dispatch and back before the combine, when it holds more than one expert
@@ -265,7 +270,7 @@ def _sort_by_expert_s(ctx, stage: StagePlan, rows_busy, n_local) -> tuple:
 TE_PADDED_DTYPES = frozenset({"fp8", "mxfp8", "nvfp4"})
 
 
-def _quantization_padding_s(ctx, rows_busy) -> tuple:
+def _quantization_padding_s(ctx: CostContext, rows_busy) -> tuple:
     """(forward, backward) seconds of the copies Megatron-Core's TEGroupedMLP makes around the experts
     under an FP8/MXFP8/NVFP4 recipe (megatron/core/transformer/moe/experts.py TEGroupedMLP.forward:
     quantization_padding of the routed rows before linear_fc1, quantization_unpadding of linear_fc2's
@@ -293,7 +298,7 @@ EXPERT_BIAS_BYTES_PER_ELEMENT = {"fwd": 28.0, "bwd": 40.0}  # fwd: mul 4, add 10
 EXPERT_BIAS_KERNELS = {"fwd": (2.0, 2.0), "bwd": (6.0, 3.0)}  # (per local expert, fixed)
 
 
-def _expert_bias_s(ctx, rows, n_local) -> tuple:
+def _expert_bias_s(ctx: CostContext, rows, n_local) -> tuple:
     """(forward, backward) seconds of adding the routed experts' output biases, when the model's FFNs have
     biases (GPT-OSS): Transformer Engine's GroupedLinear adds linear_fc1's bias in its GEMM, but linear_fc2
     returns its biases (``skip_bias_add=True``) and TEGroupedMLP._apply_bias adds them, weighted by the
@@ -316,7 +321,7 @@ def _expert_bias_s(ctx, rows, n_local) -> tuple:
     return out[0], out[1]
 
 
-def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerCost:
+def expert_layer_cost(ctx: CostContext, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerCost:
     """The routed experts of one MoE layer for ``ctx`` (a StageContext or InferenceContext-like
     object with tables, cluster, workload and micro_batch)."""
     tables = ctx.tables
@@ -328,7 +333,7 @@ def expert_layer_cost(ctx, stage: StagePlan, first_gpu: int = 0) -> ExpertLayerC
     # distinct tokens that can reach this GPU's experts: its EP group's, gathered over etp
     tokens = rows / m.num_experts_per_token * stage.ep * stage.etp
     n_active = m.num_experts // stage.ep * experts_hit_share(tokens, m)
-    casts_per_step = np.maximum(np.asarray(getattr(ctx, "num_microbatches", 1), dtype=float), 1.0) \
+    casts_per_step = np.maximum(np.asarray(ctx.num_microbatches, dtype=float), 1.0) \
         if ctx.runtime.reuse_weight_casts else 1.0
     main_grad = MAIN_GRAD_BYTES_PER_PARAM if ctx.runtime.grad_reduce_in_fp32 \
         else BF16_MAIN_GRAD_BYTES_PER_PARAM

@@ -26,17 +26,22 @@ from autotune.cost.moe import ExpertLayerCost, expert_layer_cost, expert_spans, 
 from autotune.errors import require
 from autotune.plan.plan import StagePlan
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a stage of training or of inference
+    from autotune.cost.context import CostContext
+
 __all__ = ["moe_stage_cost"]
 
 
-def _tp_layer_share(ctx) -> float:
+def _tp_layer_share(ctx: CostContext) -> float:
     """TP collectives of an MoE layer relative to a dense layer's two pairs: attention's pair,
     plus the shared experts' pair; the routed experts exchange tokens by all-to-all instead
     (Megatron-Core's alltoall dispatcher on sequence-parallel tokens)."""
     return (1.0 + (1.0 if ctx.tables.model.num_shared_experts else 0.0)) / 2.0
 
 
-def _expert_zero3_s(ctx, stage: StagePlan, span, ex: ExpertLayerCost, fwd_layer, bwd_layer, n_moe):
+def _expert_zero3_s(ctx: CostContext, stage: StagePlan, span, ex: ExpertLayerCost, fwd_layer, bwd_layer, n_moe):
     """ZeRO-3 over edp for the expert weights: gather before forward and backward, scatter the
     gradients, prefetched one layer ahead (as _zero3_comm_s)."""
     if stage.zero < 3 or span.size <= 1:
@@ -127,7 +132,8 @@ def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_den
     return StageMemory(
         weights_bytes=weights + e_weights, gradients_bytes=grads + e_grads,
         optimizer_states_bytes=optim + e_optim, activations_bytes=saved * pos.inflight,
-        temporary_bytes=np.maximum(temporary, moe_temp), reserved_bytes=ctx.cluster.device.reserved_bytes)
+        temporary_bytes=np.maximum(temporary, moe_temp), reserved_bytes=ctx.cluster.device.reserved_bytes,
+        allocator_share=ctx.runtime.allocator_reserve_share)
 
 
 def _host_s(ctx, stage: StagePlan, dense, moe, ex: ExpertLayerCost, per_layer_comm, n_dense, n_moe):

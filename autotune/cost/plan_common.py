@@ -27,6 +27,8 @@ def check_runtime_plan(runtime: Runtime, workload, plan: Plan) -> None:
     variants), naming the field and what the runtime offers."""
     if not is_training(workload):
         return
+    require(runtime.serving is None, "runtime", f"{runtime.name} is a serving engine: it runs inference workloads "
+            "(prefill, decode, serve), not training steps")
     for stage in plan.stages:
         require(stage.zero in runtime.zero_stages, "zero", f"runtime {runtime.name} runs ZeRO stage(s) "
                 f"{', '.join(map(str, runtime.zero_stages))}, not {stage.zero}")

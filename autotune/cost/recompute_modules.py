@@ -46,7 +46,7 @@ EARLY_STOP_SKIPPED = ("ffn_down", "ffn_residual")
 
 
 def _modules(stage) -> tuple:
-    modules = getattr(stage, "recompute_modules", ())
+    modules = stage.recompute_modules
     return tuple(m for m in modules if m != "core_attn" or stage.recompute != "selective")
 
 

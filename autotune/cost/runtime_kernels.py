@@ -15,7 +15,7 @@ from functools import lru_cache
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.runtime import Runtime
 
-__all__ = ["runtime_cluster", "gpu_generation", "GPU_GENERATIONS", "EAGER_ELEMENTWISE"]
+__all__ = ["runtime_cluster", "gpu_generation", "GPU_GENERATIONS", "EAGER_ELEMENTWISE", "kernel_runtime"]
 
 # GPU names by generation (the kernels a runtime picks depend on it).
 GPU_GENERATIONS = {"hopper": ("H100", "H200", "H800", "GH200")}
@@ -31,35 +31,43 @@ EAGER_ELEMENTWISE = {"norm": (36.0 / 4.0, 7), "activation": (10.0 / 6.0, 2)}
 
 
 def gpu_generation(gpu: str) -> str:
-    """'hopper' for an H100/H200 name, else 'other'."""
-    return next((gen for gen, prefixes in GPU_GENERATIONS.items() if gpu.upper().startswith(prefixes)), "other")
+    """'hopper' for an H100/H200 name (a datasheet profile's "H200-SXM-141GB" or a measured one's
+    "NVIDIA H200"), else 'other'."""
+    words = gpu.upper().replace("-", " ").split()
+    return next((gen for gen, prefixes in GPU_GENERATIONS.items() if any(w.startswith(prefixes) for w in words)), "other")
 
 
 @lru_cache(maxsize=64)
 def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     """The cluster with its device's fused-attention fits ``runtime.attention_speed`` times as fast,
-    its bf16/fp16 GEMM fits at the runtime's in-step speed for the GPU's generation and, for eager
+    its bf16/fp16 GEMM, attention and memory-bound fits at the runtime's in-step speeds for the
+    GPU's generation and, for eager
     runtimes, its norm and activation kernels moving and launching what eager PyTorch does where the
     profile prices them as one fused streaming kernel (a profile that measured torch's own norm or
     activation op, such as `autotune profile` on a CPU, already holds what eager PyTorch runs). The
     same object for the same pair (cluster specs compare by identity), so stage caches keep hitting."""
     device = cluster.device
-    attention, gemm = runtime.attention_speed, runtime.gemm_speed(gpu_generation(device.name))
-    if attention == 1.0 and gemm == 1.0 and not runtime.eager_elementwise:
+    generation = gpu_generation(device.name)
+    attention, gemm = runtime.attention_speed * runtime.attention_in_step(generation), runtime.gemm_speed(generation)
+    memory = runtime.memory_in_step(generation)
+    if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise:
         return cluster
-    compute = {key: _scaled(fit, attention if key[0] == "attention" else
+    compute = {key: _scaled(fit, attention if key[0] in ("attention", "attention_bwd") else
                             gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
                for key, fit in device.compute.items()}
-    kernels = dict(device.memory_kernels)
+    kernels = {role: _scaled(fit, memory, runtime.name) for role, fit in device.memory_kernels.items()}
     if runtime.eager_elementwise:
         for role, (bytes_ratio, launches) in EAGER_ELEMENTWISE.items():
             if role in device.memory_kernels:  # measured by running torch's own op: already what eager issues
                 continue
-            fit = device.memory_regression(role)
+            fit = _scaled(device.memory_regression(role), memory, runtime.name)
             kernels[role] = replace(fit, latency_s=fit.latency_s * launches,
                                     seconds_per_unit=fit.seconds_per_unit * bytes_ratio,
                                     source=f"{fit.source}; eager PyTorch: x{bytes_ratio:.3g} bytes, {launches} kernels")
-    return cluster.with_changes(device=device.with_changes(compute=compute, memory_kernels=kernels))
+    # in-step speeds measured per kernel class take the place of the device's class-blind kernel_efficiency
+    efficiency = 1.0 if runtime.measured_in_step(generation) else device.kernel_efficiency
+    return cluster.with_changes(device=device.with_changes(compute=compute, memory=_scaled(device.memory, memory, runtime.name),
+                                                           memory_kernels=kernels, kernel_efficiency=efficiency))
 
 
 def _scaled(fit, speed: float, runtime: str):
@@ -67,3 +75,12 @@ def _scaled(fit, speed: float, runtime: str):
     if speed == 1.0:
         return fit
     return replace(fit, seconds_per_unit=fit.seconds_per_unit / speed, source=f"{fit.source}; x{speed:.3g} for {runtime}'s kernel")
+
+
+def kernel_runtime(runtime: Runtime, tables) -> Runtime:
+    """The runtime whose kernel speeds ``runtime_cluster`` applies for ``tables``: tables from a
+    captured operator stream list every eager kernel themselves, so norms and activations are
+    not expanded again."""
+    if tables.op_stream and runtime.eager_elementwise:
+        return runtime.with_changes(eager_elementwise=False)
+    return runtime

@@ -13,6 +13,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from autotune.cost.stream_memory import stream_activation_bytes
 from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s, tp_collective_bytes
 from autotune.cost.compute import BlockTimes, block_times
@@ -250,7 +251,7 @@ def _cp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     tokens = ctx.micro_batch * ctx.tables.seq_len
     width = ctx.tables.act_bytes / stage.tp
     attn = np.array([k in ("attention", "bmm") for k in ctx.tables.layer.kinds])
-    comm = getattr(stage, "cp_comm", "ring")
+    comm = stage.cp_comm
     kv_dim = m.num_heads * m.head_dim if ctx.runtime.kv_heads_expanded else m.kv_dim
     per_layer = cp_layer_comm_s(
         ctx.cluster, comm, span, kv_bytes=tokens * 2 * kv_dim * width,
@@ -337,6 +338,11 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
     """(bytes saved per micro-batch in flight, temporary working bytes)."""
     layer = blocks["layer"]
     full_layer = _scalar(layer.saved_bytes)
+    if ctx.tables.op_stream:  # what the runtime's captured step held (cost/stream_memory.py)
+        dropped = (_scalar(layer.selective_saved_bytes) if stage.recompute == "selective" else 0.0) \
+            + _scalar(modules_dropped_bytes(ctx, stage, ctx.tables.layer))
+        saved, temporary = stream_activation_bytes(ctx, stage, blocks, n, full_layer, dropped)
+        return saved, _zero3_buffers(stage, layer, ctx, temporary)
     if stage.recompute == "full":  # only each layer's input is kept (Korthikanti sec. 4.3)
         m = ctx.tables.model
         per_layer = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
@@ -354,9 +360,23 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
         m = ctx.tables.model
         logits = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.vocab_size / stage.tp
         temporary = np.maximum(temporary, logits * (ctx.tables.act_bytes + 4.0))
+    return saved, _zero3_buffers(stage, layer, ctx, temporary)
+
+
+def _gradients_at_peak(ctx: StageContext, stage: StagePlan, grads, activations):
+    """Gradient bytes at the step's peak. A runtime that frees gradients after each step
+    (Runtime.grads_freed_each_step) and runs one micro-batch without a data-parallel wrapper
+    allocates them in backward as the activations are freed: the peak is the larger of all
+    activations (no gradients yet) and all gradients, so only gradients beyond the activations count."""
+    if not ctx.runtime.grads_freed_each_step or stage.dp > 1:
+        return grads
+    return np.where(np.asarray(ctx.num_microbatches) == 1, np.maximum(grads - activations, 0.0), grads)
+
+
+def _zero3_buffers(stage: StagePlan, layer: BlockTimes, ctx: StageContext, temporary):
     if stage.zero >= 3:
         temporary = temporary + 2 * _scalar(layer.params_per_gpu) * ctx.tables.act_bytes  # current + prefetched layer
-    return saved, temporary
+    return temporary
 
 
 def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
@@ -389,10 +409,13 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
     )
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx), *state_flags(ctx.runtime, ctx.workload.dtype))
     saved, temporary = _activation_bytes(ctx, stage, blocks, n)
+    grads = _gradients_at_peak(ctx, stage, grads, saved * pos.inflight)
+    if ctx.tables.op_stream:  # the 16-bit weights are autocast's casts, counted with what each forward saves
+        weights = 0.0 * weights
     memory = StageMemory(
         weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
         activations_bytes=saved * pos.inflight, temporary_bytes=temporary,
-        reserved_bytes=ctx.cluster.device.reserved_bytes,
+        reserved_bytes=ctx.cluster.device.reserved_bytes, allocator_share=ctx.runtime.allocator_reserve_share,
     )
     if offloads(stage):  # tensor classes in host or CXL memory (cost/offload.py)
         time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved, fwd_s=fwd, bwd_s=bwd, params=params, num_layers=n)

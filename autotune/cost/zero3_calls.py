@@ -25,6 +25,11 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # a stage of training or of inference
+    from autotune.cost.context import CostContext
+
 __all__ = ["GatherCalls", "TensorTraffic", "gather_calls", "layer_weight_elements", "tensor_layer_traffic", "zero3_layer_traffic"]
 
 
@@ -158,7 +163,7 @@ def tensor_layer_traffic(cluster: ClusterSpec, groups: ShardGroups, params: floa
                         share=rate_share(shard, cluster), tensors=tensors)
 
 
-def zero3_layer_traffic(ctx, tp: int, groups: ShardGroups, params: float, gather_bytes_per_param: float,
+def zero3_layer_traffic(ctx: CostContext, tp: int, groups: ShardGroups, params: float, gather_bytes_per_param: float,
                         grad_bytes_per_param: float, fwd_s, bwd_s, recompute_s) -> LayerTraffic:
     """The layer's traffic as the context's runtime issues it: tensor by tensor, or one flat call
     (sharding.layer_traffic); a copy kernel is priced as the device's back-to-back memory kernel."""

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from autotune.graph.opstream import stream_for, stream_operators
 from autotune.graph.operators import (TP_SPLIT, Operator, embedding_operators, head_operators, layer_operators,
                                       operators)
 
@@ -20,7 +21,11 @@ if TYPE_CHECKING:
     import networkx as nx
 from autotune.spec.model import ModelSpec
 
-__all__ = ["OpTable", "ModelTables", "model_tables"]
+__all__ = ["OpTable", "ModelTables", "model_tables", "runtime_tables", "STREAM_DTYPES"]
+
+# Dtypes a captured operator stream holds for: it was captured under bf16 autocast (fp16's runs
+# the same kernels at the same sizes)
+STREAM_DTYPES = ("bf16", "fp16")
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,6 +107,7 @@ class ModelTables:
     moe_layer: OpTable | None = None
     experts: OpTable | None = None
     qkv_fused: bool = True  # Q, K and V as one GEMM (graph/operators.py _qkv_projections)
+    op_stream: str = ""  # the captured operator stream the tables come from (graph/opstream.py); "" the graph
 
     def layer_counts(self, first: int = 0, end: int | None = None) -> tuple[int, int]:
         """(dense layers, MoE layers) among layers ``[first, end)``."""
@@ -162,3 +168,20 @@ def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl:
     return ModelTables(model=model, seq_len=seq_len, act_bytes=act_bytes,
                        attention_impl=attention_impl, layer=layer, embedding=embedding, head=head,
                        moe_layer=moe_layer, experts=experts, qkv_fused=qkv_fused)
+
+
+@lru_cache(maxsize=256)
+def _stream_tables(model: ModelSpec, seq_len: int, act_bytes: int, stream: str, qkv_fused: bool) -> ModelTables:
+    blocks = {b: OpTable.from_operators(stream_operators(stream, b, model, seq_len)) for b in ("layer", "embedding", "head")}
+    return ModelTables(model=model, seq_len=seq_len, act_bytes=act_bytes, attention_impl="flash", layer=blocks["layer"],
+                       embedding=blocks["embedding"], head=blocks["head"], qkv_fused=qkv_fused, op_stream=stream)
+
+
+def runtime_tables(model: ModelSpec, workload, runtime) -> ModelTables:
+    """The tables a runtime's step is priced from: its captured operator stream for this
+    architecture (Runtime.op_stream, graph/opstream.py) where one was captured for the workload's
+    dtype and attention, else the hand-written graph with the runtime's QKV layout."""
+    stream = stream_for(model, runtime.op_stream) if runtime.op_stream else ""
+    if stream and workload.dtype in STREAM_DTYPES and workload.attention_impl == "flash":
+        return _stream_tables(model, workload.seq_len, workload.activation_bytes, stream, runtime.qkv_fused)
+    return model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl, runtime.qkv_fused)

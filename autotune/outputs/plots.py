@@ -8,12 +8,13 @@ points, (trial number, value) pairs.
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from autotune.cost.estimate import Estimate
+from autotune.outputs.figures import GIB as _GIB, fmt_duration as _ms, new_figure as _figure, save_png as _save
+from autotune.outputs.pareto_plot import Point, pareto_front, plot_pareto
 from autotune.outputs.schedule import Block, simulate_schedule
 from autotune.plan.plan import Plan
 
@@ -23,36 +24,9 @@ __all__ = ["stage_pass_times_s", "timeline_figure", "plot_timeline", "drawn_micr
 # Stacked memory classes (Estimate memory keys) and their labels; offloaded bytes are not in HBM.
 MEMORY_CLASSES = (("weights_bytes", "weights"), ("gradients_bytes", "gradients"),
                   ("optimizer_states_bytes", "optimizer states"), ("activations_bytes", "activations"),
-                  ("temporary_bytes", "temporary"), ("reserved_bytes", "reserved"))
+                  ("temporary_bytes", "temporary"), ("allocator_bytes", "allocator reserve"),
+                  ("reserved_bytes", "reserved"))
 _COLORS = {"F": "#4C72B0", "B": "#DD8452"}
-_GIB = 2.0**30
-
-
-def _figure(width_in: float, height_in: float, *, left_in: float = 0.85, right_in: float = 0.25,
-            top_in: float = 0.4, bottom_in: float = 0.55) -> Any:
-    """A figure with fixed margins (inches): a layout engine would double the drawing time
-    (0.6 s of the four run plots here), which every search run pays."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width_in, height_in), dpi=110)
-    fig.subplots_adjust(left=left_in / width_in, right=1.0 - right_in / width_in, top=1.0 - top_in / height_in,
-                        bottom=bottom_in / height_in)
-    FigureCanvasAgg(fig)
-    return fig
-
-
-def _save(fig: Any, path: str | Path) -> Path:
-    """Write the PNG through a temporary file, so a reader never sees half an image."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.tmp")
-    try:
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
 
 
 def stage_pass_times_s(plan: Plan, estimate: Estimate) -> tuple[list[float], list[float]]:
@@ -85,13 +59,45 @@ def _shade(color: str, chunk: int, num_chunks: int) -> tuple[float, ...]:
     return tuple(c + (1.0 - c) * mix for c in to_rgb(color))
 
 
-def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = "", note: str = "") -> Any:
+def _block_labels(ax: Any, blocks: Sequence[Block], scale: float) -> None:
+    """Micro-batch numbers on the bars while they fit; with a few blocks a row (a one-stage plan),
+    each bar says what it is and how long it takes, as long a label as fits in the bar."""
+    if len(blocks) > 200:
+        return
+    words = {"F": "forward", "B": "backward"}
+    few = max(sum(1 for b in blocks if b.stage == s) for s in {b.stage for b in blocks}) <= 6
+    renderer = ax.figure.canvas.get_renderer() if few else None
+    for b in blocks:
+        x = (b.start_s + b.end_s) / 2 * scale
+        width = b.end_s - b.start_s
+        labels = [f"{words[b.kind]} (micro-batch {b.microbatch}): {_ms(width)}", f"{b.kind}{b.microbatch}: {_ms(width)}"] if few else []
+        bar_px = abs(ax.transData.transform((b.end_s * scale, 0))[0] - ax.transData.transform((b.start_s * scale, 0))[0])
+        for text in labels:
+            label = ax.text(x, b.stage, text, ha="center", va="center", fontsize=8, color="white")
+            if label.get_window_extent(renderer).width < 0.92 * bar_px:
+                break
+            label.remove()
+        else:
+            ax.text(x, b.stage, str(b.microbatch), ha="center", va="center", fontsize=6, color="white")
+
+
+def _tail(ax: Any, num_stages: int, start_s: float, tail: tuple[float, str], scale: float) -> None:
+    """The step's tail after the schedule (exposed gradient sync, optimizer...) on every stage."""
+    tail_s, _ = tail  # its label is in the legend: the bar is often too narrow for it
+    ax.broken_barh([(start_s * scale, tail_s * scale)], (-0.4, num_stages - 0.2), facecolors="#BBBBBB",
+                   edgecolors="white", linewidth=0.5, gid="step-tail")
+
+
+def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = "", note: str = "",
+                    tail: tuple[float, str] = (0.0, "")) -> Any:
     """Stages (rows) x time: one bar per forward and backward of each micro-batch (and chunk,
-    lighter for later chunks); ``note`` is written in a box on the axes. A forward-only schedule
-    (inference) has no backward bars or legend entry."""
+    lighter for later chunks); ``note`` is written in a box on the axes; ``tail`` (seconds,
+    label) is the rest of the step after the schedule, grey. A forward-only schedule (inference)
+    has no backward bars or legend entry."""
     from matplotlib.patches import Patch
 
-    span = max(b.end_s for b in blocks)
+    end = max(b.end_s for b in blocks)
+    span = end + tail[0]
     scale, unit = _time_unit(span)
     num_chunks = 1 + max(b.chunk for b in blocks)
     kinds = [k for k in ("F", "B") if any(b.kind == k for b in blocks)]
@@ -105,17 +111,17 @@ def timeline_figure(blocks: Sequence[Block], num_stages: int, *, title: str = ""
             bars = ax.broken_barh([(b.start_s * scale, (b.end_s - b.start_s) * scale) for b in mine],
                                   (stage - 0.4, 0.8), facecolors=colors, edgecolors="white", linewidth=edge_pt)
             bars.set_gid("blocks")
-    if len(blocks) <= 200:  # micro-batch numbers, while they fit
-        for b in blocks:
-            ax.text((b.start_s + b.end_s) / 2 * scale, b.stage, str(b.microbatch), ha="center", va="center",
-                    fontsize=6, color="white")
+    if tail[0] > 0:
+        _tail(ax, num_stages, end, tail, scale)
     ax.set_xlim(0, span * scale)
     ax.set_ylim(num_stages - 0.5, -0.5)
+    _block_labels(ax, blocks, scale)
     ax.set_yticks(range(num_stages), [f"stage {i}" for i in range(num_stages)])
     ax.set_xlabel(f"time ({unit})")
     labels = {"F": "forward", "B": "backward"}
-    ax.legend(handles=[Patch(color=_COLORS[k], label=labels[k]) for k in kinds],
-              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=2, fontsize=8, frameon=False)
+    extra = [Patch(color="#BBBBBB", label="rest of the step")] if tail[0] > 0 else []
+    ax.legend(handles=[Patch(color=_COLORS[k], label=labels[k]) for k in kinds] + extra,
+              loc="lower right", bbox_to_anchor=(1.0, 1.0), ncols=3, fontsize=8, frameon=False)
     ax.set_title(title or "pipeline timeline", loc="left")
     if note:
         fig.text(0.5 / fig.get_figwidth(), 1.0 - 0.12 / fig.get_figheight(), note, fontsize=8, va="top", ha="left",
@@ -140,10 +146,16 @@ def _is_inference(estimate: Estimate) -> bool:
     return estimate.inference is not None
 
 
-def _timeline_note(plan: Plan, estimate: Estimate, drawn: int) -> str:
+def _timeline_note(plan: Plan, estimate: Estimate, drawn: int, tail: tuple[float, str] = (0.0, "")) -> str:
+    """The step time, the pipeline bubble's share (with stages), the rest of the step drawn grey
+    and how many micro-batches are drawn, as the plot's note."""
     bubble_s = estimate.breakdown.get("pipeline_bubble_s", 0.0)
     step = estimate.step_time_s
-    parts = [f"step {step:.3g} s", f"pipeline bubble {bubble_s:.3g} s ({100 * bubble_s / step:.1f}% of the step)"]
+    parts = [f"step {_ms(step)}"]
+    if plan.pp > 1:
+        parts.append(f"pipeline bubble {_ms(bubble_s)} ({100 * bubble_s / step:.1f}% of the step)")
+    if tail[0] > 0:
+        parts.append(f"rest of the step (grey) {tail[1]}")
     if drawn < plan.num_microbatches:
         parts.insert(0, f"{drawn} of {plan.num_microbatches} micro-batches drawn (the steady state repeats)")
     return "; ".join(parts) + " [estimate]"
@@ -154,7 +166,11 @@ def plot_timeline(plan: Plan, estimate: Estimate, path: str | Path, *, title: st
     runs forward passes only. Many micro-batches are summarised (:func:`drawn_microbatches`)
     with the step time and bubble share written on the plot."""
     inference = _is_inference(estimate)
-    if inference:
+    if inference and estimate.inference.tpot_s is not None:  # decode or serve: the phases, to scale
+        from autotune.outputs.serving_plots import serving_timeline_figure
+
+        return _save(serving_timeline_figure(estimate, title=title), path)
+    if inference:  # prefill only: the stage estimates are the prefill's
         fwd, bwd = [s.microbatch_time_s for s in estimate.stages], [0.0] * plan.pp
     else:
         fwd, bwd = stage_pass_times_s(plan, estimate)
@@ -162,13 +178,28 @@ def plot_timeline(plan: Plan, estimate: Estimate, path: str | Path, *, title: st
     blocks = simulate_schedule(fwd, bwd, drawn, plan.schedule, plan.vpp)
     if inference:
         blocks = [b for b in blocks if b.kind == "F"]
-    kind = "inference (forward only)" if inference else f"{plan.schedule} schedule"
+    kind = "prefill (forward only)" if inference else f"{plan.schedule} schedule"
     chunks = f" x {plan.vpp} chunks" if plan.vpp > 1 else ""
     stages = f"{plan.pp} stage" + ("s" if plan.pp != 1 else "")
     microbatches = f"{plan.num_microbatches} micro-batch" + ("es" if plan.num_microbatches != 1 else "")
     default = f"{kind}: {stages} x {microbatches}{chunks}"
-    note = _timeline_note(plan, estimate, drawn) if (plan.pp > 1 or drawn < plan.num_microbatches) else ""
-    return _save(timeline_figure(blocks, plan.pp, title=title or default, note=note), path)
+    tail = _step_tail(estimate, max(b.end_s for b in blocks)) if drawn == plan.num_microbatches else (0.0, "")
+    note = _timeline_note(plan, estimate, drawn, tail)
+    return _save(timeline_figure(blocks, plan.pp, title=title or default, note=note, tail=tail), path)
+
+
+_TAIL_PARTS = (("dp_comm_s", "gradient sync"), ("optimizer_s", "optimizer"))  # the breakdown's per-step tail
+
+
+def _step_tail(estimate: Estimate, schedule_s: float) -> tuple[float, str]:
+    """(seconds, label) of the step beyond the drawn schedule: the exposed data-parallel sync,
+    the optimizer step and what else the estimate adds outside the micro-batches (not drawn when
+    under 1% of the step)."""
+    tail_s = estimate.step_time_s - schedule_s
+    if tail_s < 0.01 * estimate.step_time_s:
+        return 0.0, ""
+    parts = [name for key, name in _TAIL_PARTS if estimate.breakdown.get(key, 0.0) > 0.002 * estimate.step_time_s]
+    return tail_s, f"{_ms(tail_s)}" + (f" ({', '.join(parts)})" if parts else "")
 
 
 def memory_figure(estimate: Estimate, *, title: str = "") -> Any:
@@ -207,81 +238,6 @@ def memory_figure(estimate: Estimate, *, title: str = "") -> Any:
 def plot_memory(estimate: Estimate, path: str | Path, *, title: str = "") -> Path:
     """:func:`memory_figure` as a PNG."""
     return _save(memory_figure(estimate, title=title), path)
-
-
-def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
-    """Indices of the (throughput, memory) points no other point beats on both (more
-    throughput, less memory), by increasing memory."""
-    order = sorted(range(len(points)), key=lambda i: (points[i][1], -points[i][0]))
-    front, best = [], -math.inf
-    for i in order:
-        if points[i][0] > best:
-            front.append(i)
-            best = points[i][0]
-    return front
-
-
-Point = tuple[float, float, str]  # (tokens/s, peak memory bytes per GPU, label)
-_BASELINE_MARKERS = ("s", "D", "^", "v", "P", "X")
-
-
-def _place_labels(ax: Any, xy: Sequence[tuple[float, float]], texts: Sequence[str]) -> None:
-    """Short labels next to points, each at the first of eight offsets where it overlaps no label
-    placed before (pixel boxes); a label with no free place is left out of the axes (the key
-    beside the plot still lists it)."""
-    fig = ax.figure
-    fig.canvas.draw()  # the axes transform needs the final limits
-    taken: list[Any] = []
-    offsets = [(4, 4), (4, -10), (-14, 4), (-14, -10), (4, 12), (-14, 12), (4, -18), (-14, -18)]
-    renderer = fig.canvas.get_renderer()
-    for (x, y), text in zip(xy, texts):
-        for dx, dy in offsets:
-            label = ax.annotate(text, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=7,
-                                fontweight="bold")
-            box = label.get_window_extent(renderer).expanded(1.1, 1.2)
-            if not any(box.overlaps(other) for other in taken):
-                taken.append(box)
-                break
-            label.remove()
-
-
-def plot_pareto(points: Sequence[Point], path: str | Path, *, capacity_bytes: float = 0.0, title: str = "",
-                chosen: Point | None = None, baselines: Sequence[Point] = ()) -> Path:
-    """Each slice's best plan as a grey point, the Pareto front in red with numbered points (the
-    key right of the axes says which plan each number is), the chosen plan as a star and each
-    baseline with its own marker, named in the legend."""
-    fig = _figure(10.0, 5.0, right_in=3.6)
-    ax = fig.add_subplot()
-    gib = lambda p: p[1] / _GIB  # noqa: E731
-    ax.scatter([gib(p) for p in points], [p[0] for p in points], s=12, color="#999999", label="each slice's best plan")
-    front = [points[i] for i in pareto_front([(p[0], p[1]) for p in points])]
-    if front:
-        ax.plot([gib(p) for p in front], [p[0] for p in front], "o-", color="#C44E52", drawstyle="steps-post",
-                markersize=4, label="Pareto front")
-    for i, b in enumerate(baselines):
-        ax.scatter([gib(b)], [b[0]], s=45, marker=_BASELINE_MARKERS[i % len(_BASELINE_MARKERS)], zorder=3,
-                   edgecolors="black", linewidths=0.5, label=f"baseline {b[2]}")
-    if chosen is not None:
-        ax.scatter([gib(chosen)], [chosen[0]], s=160, marker="*", color="#F2B701", edgecolors="black", linewidths=0.6,
-                   zorder=4, label="chosen plan")
-    if capacity_bytes > 0:
-        ax.axvline(capacity_bytes / _GIB, color="crimson", linestyle="--", label="capacity")
-    from matplotlib.ticker import EngFormatter
-
-    ax.yaxis.set_major_formatter(EngFormatter())  # 1.2M, not an offset label under the title
-    ax.set_xlabel("peak memory per GPU (GiB)")
-    ax.set_ylabel("tokens/s")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-    shown = front[:9]
-    _place_labels(ax, [(gib(p), p[0]) for p in shown], [str(i + 1) for i in range(len(shown))])
-    key = [f"{i + 1}: {p[2]}" for i, p in enumerate(shown)]
-    if chosen is not None:
-        key.append(f"*: {chosen[2]}")
-    if key:
-        fig.text(1.0 - 3.5 / fig.get_figwidth(), 0.1, "Pareto front\n" + "\n".join(key), fontsize=6.5, va="bottom",
-                 ha="left", family="monospace", gid="pareto-key")
-    ax.set_title(title or "throughput against memory")
-    return _save(fig, path)
 
 
 def plot_history(trials: Sequence[tuple[int, float | None]], path: str | Path, *, maximize: bool = True,
@@ -367,8 +323,9 @@ def write_run_plots(run_dir: str | Path, *, plan: Plan, estimate: Estimate,
              "memory": plot_memory(estimate, run / "memory.png")}
     if candidates:
         chosen = (estimate.tokens_per_s, estimate.peak_memory_bytes_per_gpu, plan_summary(plan))
+        ylabel = "TPS (tokens/s served)" if _is_inference(estimate) else "tokens/s"
         paths["pareto"] = plot_pareto(candidates, run / "pareto.png", capacity_bytes=estimate.memory_capacity_bytes,
-                                      chosen=chosen, baselines=baselines)
+                                      chosen=chosen, baselines=baselines, ylabel=ylabel)
     if history:
         paths["history"] = plot_history(history, run / "history.png", **(history_axes or {}))
     return paths

@@ -12,10 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError
-from autotune.plan.io import atomic_write_text, check_output_path, read_plan_file
+from autotune.plan.io import atomic_write_texts, check_output_path, read_plan_file
+from autotune.plan.sqlite_url import shell_word, sqlite_file, sqlite_uri, sqlite_url
 
 __all__ = ["create_run_dir", "check_writable", "study_url", "write_run", "load_search_record", "STUDY_FILE",
-           "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri"]
+           "NewRunDir", "make_run_dir", "study_db_summary", "read_only_uri", "resume_note",
+           "check_study_target"]
 
 STUDY_FILE = "study.db"
 
@@ -50,7 +52,14 @@ def create_run_dir(root: Path, model_name: str, gpus: int) -> Path:
             return path
         except FileExistsError:
             continue
+        except OSError as err:  # a full disk, a read-only file system
+            raise AutotuneError("runs_dir", f"cannot create {str(path)!r}: {err.strerror}") from None
     raise AutotuneError("run_dir", f"cannot create a new run directory under {str(root)!r}")
+
+
+def resume_note(run_dir: Path) -> str:
+    """What an interrupted search says about the slices it kept, with a command that resumes it."""
+    return f"finished slices are kept in {run_dir}; continue with autotune search --resume {shell_word(run_dir)}"
 
 
 @dataclass
@@ -70,27 +79,45 @@ class NewRunDir:
         summary = study_db_summary(self.path / STUDY_FILE)
         finished = summary is None or any(n > 0 for _, n in summary)  # unreadable: keep, never lose work
         if finished and self.path.exists() and not isinstance(err, NoPlanError):
-            return (f"finished slices are kept in {self.path}; continue with autotune search --resume {self.path}")
-        shutil.rmtree(self.path, ignore_errors=True)
-        for folder in reversed(self.made):
-            if folder != self.path and folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+            return resume_note(self.path)
+        if self.path in self.made:  # made by this search: all of it goes
+            shutil.rmtree(self.path, ignore_errors=True)
+        else:  # a directory that was there before: only the study this search wrote in it
+            for suffix in ("", "-wal", "-shm"):
+                (self.path / f"{STUDY_FILE}{suffix}").unlink(missing_ok=True)
+        _remove_empty(self.made)
         return ""
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """The folders a search made for its run directory, innermost first, where nothing is in them."""
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (another run), or gone
+            continue
 
 
 def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_name: str, gpus: int) -> NewRunDir:
     """The run directory of a search: ``run_dir`` as given, or a new one under ``runs_dir``;
     call only once the inputs are known to be good."""
     if runs_dir is not None:
+        check_writable(Path(runs_dir))  # before looking for its parents: a name too long is refused here
         made = _missing_parents(Path(runs_dir))
-        path = create_run_dir(Path(runs_dir), model_name, gpus)
+        try:
+            path = create_run_dir(Path(runs_dir), model_name, gpus)
+        except BaseException:
+            _remove_empty(made)
+            raise
         return NewRunDir(path=path, made=[*made, path])
     if run_dir is not None:
         path = Path(run_dir)
+        check_output_path(path, "run_dir", directory=True)
         made = _missing_parents(path)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as err:
+            _remove_empty(made)
             raise AutotuneError("run_dir", f"cannot create {str(path)!r}: {err.strerror}") from None
         return NewRunDir(path=path, made=made)
     return NewRunDir()
@@ -121,22 +148,41 @@ def read_only_uri(db: Path) -> str:
     present every commit is in the file (``immutable``: no -shm/-wal made); with one, a
     read-only connection that also reads the log."""
     wal = db.with_name(db.name + "-wal")
-    return f"file:{db.resolve()}?{'mode=ro' if wal.exists() else 'immutable=1'}"
+    return sqlite_uri(db, **({"mode": "ro"} if wal.exists() else {"immutable": "1"}))
+
+
+def check_study_target(run_dir: Path | None, storage: str | None, name: str) -> None:
+    """A run's study.db holds its own search's study only: a shared ``storage`` may not be a
+    run's study file, and a run directory given again may only continue the study ``name``."""
+    db = sqlite_file(storage) if storage is not None else None
+    if db is not None and db.resolve().name == STUDY_FILE:
+        run = db.parent if db.name == STUDY_FILE else db.resolve().parent  # (a link to a run's study: the run)
+        raise AutotuneError("storage", f"{str(db)!r} is a run's own study ({STUDY_FILE}), not a shared one; continue "
+                                       f"that run with autotune search --resume {shell_word(run)}, or name "
+                                       "the shared database otherwise")
+    if storage is None and run_dir is not None:
+        names = [n for n, _ in study_db_summary(run_dir / STUDY_FILE) or ()]
+        if names not in ([], [name]):
+            raise AutotuneError("run_dir", f"{str(run_dir)!r} holds the study of another search "
+                                           f"({', '.join(names)}); give a new directory")
 
 
 def study_url(run_dir: Path) -> str:
-    return f"sqlite:///{(run_dir / STUDY_FILE).resolve()}"
+    """The storage URL of a run's study (any characters in the path: autotune.plan.sqlite_url)."""
+    return sqlite_url(run_dir / STUDY_FILE)
 
 
 def write_run(run_dir: Path, *, plan_file: dict[str, Any], search: dict[str, Any], report: str) -> None:
-    """plan.json (the plan file), search.json (result and problem), report.md; each atomically."""
-    atomic_write_text(run_dir / "plan.json", json.dumps(plan_file, indent=2, default=str) + "\n")
-    atomic_write_text(run_dir / "search.json", json.dumps(search, indent=2, default=str) + "\n")
-    atomic_write_text(run_dir / "report.md", report)
+    """plan.json (the plan file), search.json (result and problem), report.md: all or none (a
+    run with plan.json is a finished one; a failed write, a full disk, leaves the study only)."""
+    atomic_write_texts({run_dir / "plan.json": json.dumps(plan_file, indent=2, default=str) + "\n",
+                        run_dir / "search.json": json.dumps(search, indent=2, default=str) + "\n",
+                        run_dir / "report.md": report}, "run_dir")
 
 
-def load_search_record(run_dir: str | Path) -> tuple[Path, dict[str, Any]]:
-    """A finished run's directory and its search.json."""
+def load_search_record(run_dir: str | Path, check=None) -> tuple[Path, dict[str, Any]]:
+    """A finished run's directory and its search.json, checked by ``check(data, path)`` where given
+    (autotune.search.record.check_search_record: the search layer knows the classes that wrote it)."""
     path = Path(run_dir)
     if not path.is_dir():
         raise AutotuneError("run", f"{str(path)!r} is not a run directory")
@@ -144,7 +190,9 @@ def load_search_record(run_dir: str | Path) -> tuple[Path, dict[str, Any]]:
     if not record.exists():
         read_plan_file(path)  # raises a clear error if plan.json is missing too
         raise AutotuneError("run", f"{str(path)!r} has no search.json (an unfinished search? resume it with --resume)")
-    try:
-        return path, json.loads(record.read_text())
-    except json.JSONDecodeError as err:
-        raise AutotuneError("run", f"{str(record)!r} is not valid JSON: {err}") from None
+    from autotune.spec.json_file import read_json_file
+
+    data = read_json_file(record, "run")  # binary, a FIFO, NaN, nested too deep: one line
+    if check is not None:
+        check(data, record)
+    return path, data

@@ -7,27 +7,53 @@ from pathlib import Path
 
 from autotune.outputs.report import report_markdown
 
-__all__ = ["report_for", "context_lines", "pareto_points", "write_search_plots", "PLOT_FILES",
+__all__ = ["report_for", "context_lines", "workload_text", "pareto_points", "write_search_plots", "PLOT_FILES",
            "render_run_plots", "plots_in_background"]
 
 # The run directory's plots and what each shows (listed in report.md).
 PLOT_FILES = {"timeline": "the pipeline schedule of the plan", "memory": "memory per GPU of each stage by class",
               "pareto": "tokens/s against peak memory of each slice's best plan and the baselines",
               "history": "each slice's step time in the order the slices were solved, and the best so far"}
+INFERENCE_PLOT_FILES = {**PLOT_FILES, "timeline": "one replica's batch over time: the prefill (TTFT), then each decode step (TPOT)",
+                        "memory": "memory per GPU of each stage by class, the KV cache with the activations",
+                        "pareto": "TPS against peak memory of each slice's best plan and the baselines",
+                        "history": "each slice's time for the whole batch in the order the slices were solved, and the best so far"}
+
+
+def _history_axes(estimate) -> dict:
+    what = "time for the batch (s)" if estimate.inference is not None else "step time (s)"
+    return {"maximize": False, "ylabel": what, "xlabel": "slice (in the order solved)"}
+
+
+def workload_text(workload) -> str:
+    """The workload in its own terms: a training step's batch, or what is served and its targets."""
+    from autotune.outputs.serving_report import workload_line
+    from autotune.spec.workload import is_training
+
+    w = workload
+    if not is_training(w):
+        return workload_line(w)
+    return f"training, global batch {w.global_batch} x {w.seq_len} tokens, {w.dtype}, attention {w.attention_impl}"
 
 
 def context_lines(problem) -> list[str]:
-    w, m, c = problem.workload, problem.model, problem.cluster
+    m, c = problem.model, problem.cluster
     return [f"model: {m.name} ({m.num_layers} layers, hidden {m.hidden_size}, {m.num_heads} heads)",
-            f"workload: training, global batch {w.global_batch} x {w.seq_len} tokens, {w.dtype}, attention {w.attention_impl}",
+            f"workload: {workload_text(problem.workload)}",
+            f"runtime: {problem.runtime.name} ({problem.runtime.description})",
             f"cluster: {c.name}, {problem.gpus} x {c.device.name} ({c.gpus_per_node} per node)",
+            f"runtime: {problem.runtime.name}",
             f"search: space {problem.space.name}, method {problem.method}, seed {problem.seed}"]
 
 
 def report_for(problem, result) -> str:
-    return report_markdown(title=f"Plan for {problem.model.name} on {problem.gpus} GPUs", plan=result.plan,
+    from autotune.spec.workload import is_training
+
+    kind = "Plan" if is_training(problem.workload) else f"{problem.workload.kind.capitalize()} plan"
+    return report_markdown(title=f"{kind} for {problem.model.name} on {problem.gpus} GPUs", plan=result.plan,
                            estimate=result.estimate, capacity_bytes=problem.cluster.device.memory_bytes,
-                           baselines=result.baselines, context=context_lines(problem), stats=vars(result.stats))
+                           baselines=result.baselines, context=context_lines(problem), stats=vars(result.stats),
+                           workload=problem.workload)
 
 
 def pareto_points(result) -> tuple[list[tuple[float, float, str]], list[tuple[float, float, str]]]:
@@ -68,10 +94,10 @@ def render_run_plots(run_dir: str | Path) -> list[str]:
     candidates, baselines = _record_points(record)
     paths = write_run_plots(path, plan=plan_file.plan, estimate=estimate, candidates=candidates, baselines=baselines,
                             history=[tuple(h) for h in record.get("slice_history", ())],
-                            history_axes={"maximize": False, "ylabel": "step time (s)",
-                                          "xlabel": "slice (in the order solved)"})
+                            history_axes=_history_axes(estimate))
     names = [name for name in PLOT_FILES if name in paths]
-    _add_plot_section(path, (path / "report.md").read_text().split("\n## Plots")[0].rstrip("\n") + "\n", names)
+    _add_plot_section(path, (path / "report.md").read_text().split("\n## Plots")[0].rstrip("\n") + "\n", names,
+                      inference=estimate.inference is not None)
     return [f"{name}.png" for name in names]
 
 
@@ -80,15 +106,20 @@ def plots_in_background(run_dir: Path) -> None:
     for matplotlib (about a second); the PNGs appear in the run directory moments later."""
     import subprocess
 
-    log = open(run_dir / "plots.log", "w")  # noqa: SIM115  (kept open by the child process)
+    try:
+        log = open(run_dir / "plots.log", "w")  # noqa: SIM115  (kept open by the child process)
+    except OSError as err:  # a full disk: the run itself is written; only its plots are missing
+        sys.stderr.write(f"autotune: plots not drawn in {run_dir}: {err.strerror}\n")
+        return
     subprocess.Popen([sys.executable, "-m", "autotune.outputs.search_run", str(run_dir)], stdin=subprocess.DEVNULL,
                      stdout=log, stderr=log, start_new_session=True)
 
 
-def _add_plot_section(run_dir: Path, report: str, names: list[str]) -> None:
+def _add_plot_section(run_dir: Path, report: str, names: list[str], *, inference: bool) -> None:
     from autotune.plan.io import atomic_write_text
 
-    section = ["", "## Plots", "", *[f"- `{name}.png`: {PLOT_FILES[name]}" for name in names]]
+    described = INFERENCE_PLOT_FILES if inference else PLOT_FILES
+    section = ["", "## Plots", "", *[f"- `{name}.png`: {described[name]}" for name in names]]
     atomic_write_text(run_dir / "report.md", report + "\n".join(section) + "\n")
 
 
@@ -102,14 +133,12 @@ def write_search_plots(run_dir: Path, result, history, *, report: str) -> list[s
         candidates, baselines = pareto_points(result)
         paths = write_run_plots(run_dir, plan=result.plan, estimate=result.estimate, candidates=candidates,
                                 baselines=baselines,
-                                history=history,
-                                history_axes={"maximize": False, "ylabel": "step time (s)",
-                                              "xlabel": "slice (in the order solved)"})
+                                history=history, history_axes=_history_axes(result.estimate))
     except Exception as err:  # noqa: BLE001  (any plotting error: the plan and report are already written)
         sys.stderr.write(f"autotune: plots not written to {run_dir}: {type(err).__name__}: {err}\n")
         return []
     names = [name for name in PLOT_FILES if name in paths]
-    _add_plot_section(run_dir, report, names)
+    _add_plot_section(run_dir, report, names, inference=result.estimate.inference is not None)
     return [f"{name}.png" for name in names]
 
 

@@ -252,6 +252,9 @@ class Plan:
     def from_dict(cls, data: dict[str, Any]) -> "Plan":
         if not isinstance(data, dict) or not isinstance(data.get("stages"), list):
             raise AutotuneError("plan", "a plan needs a 'stages' list")
+        from autotune.plan.checks import check_fields
+
+        check_fields(data, cls, "plan")  # each field of the type it declares: one line naming a wrong one
         stage_keys = {f.name for f in fields(StagePlan)}
         plan_keys = {f.name for f in fields(cls)} - {"stages"}
         try:

@@ -42,8 +42,8 @@ def with_embedding_loss_slots(plan: Plan) -> Plan:
 def _split(runtime: Runtime, model: ModelSpec, chunks: int) -> tuple[ModelSpec, int]:
     """(the model as priced, extra slots): 2 slots where the embedding and the loss make the layers split
     into ``chunks``; else the layers rounded up to a multiple of ``chunks``: an uneven split (Megatron's
-    decoder_first/last_pipeline_num_layers, torchtitan's split points) runs at the pace of its fullest
-    chunk, at most pp x vpp - 1 layers' work added."""
+    decoder_first/last_pipeline_num_layers or pipeline layout, torchtitan's split points) runs at the pace
+    of its fullest chunk, at most pp x vpp - 1 layers' work added (what check-published has always assumed)."""
     layers = model.num_layers
     if not layers % chunks:
         return model, 0

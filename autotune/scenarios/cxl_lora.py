@@ -79,7 +79,12 @@ class CxlLoraProblem:
             value = getattr(self, name)
             require(isinstance(value, (int, float)) and math.isfinite(value) and value > 0, name,
                     f"must be a finite number > 0, got {value!r}")
-        require(self.latency_s >= 0, "latency_s", f"must be >= 0, got {self.latency_s!r}")
+        require(isinstance(self.latency_s, (int, float)) and math.isfinite(self.latency_s) and self.latency_s >= 0,
+                "latency_s", f"must be a finite number >= 0, got {self.latency_s!r}")
+        from autotune.search.space import SPACE_LIMITS
+
+        most, why = SPACE_LIMITS["n_trials"]
+        require(self.n_trials <= most, "n_trials", f"must be at most {most:,} ({why}), got {self.n_trials:,}")
         for name in ("d", "r", "b_max", "step", "total_batch", "n_trials", "seed"):
             require(float(getattr(self, name)).is_integer(), name, f"must be an integer, got {getattr(self, name)!r}")
         require(self.total_batch >= 0 and self.total_batch % self.step == 0, "total_batch",
@@ -111,17 +116,27 @@ def problem_from_space(raw: Mapping[str, object], overrides: Mapping[str, str] |
         require(isinstance(section, dict), f"space.{table}", "must be a table")
         values.update(section)
     known = {f.name for f in fields(CxlLoraProblem)}
+    for name, value in values.items():  # as the TOML has them: never coerced ("512" or 512.7 is no d)
+        _check_number(f"space.{name}", value, integer=name in _INT_FIELDS)
     for name, text in (overrides or {}).items():
         require(name in known, "--set", f"unknown parameter {name!r}; known: {', '.join(sorted(known))}")
         try:
             values[name] = int(text) if name in _INT_FIELDS else float(text)
         except ValueError:
-            raise AutotuneError("--set", f"{name}={text!r} is not a number") from None
+            what = "a whole number" if name in _INT_FIELDS else "a number"
+            raise AutotuneError("--set", f"{name}={text!r} is not {what}") from None
+        _check_number(f"--set {name}", values[name], integer=name in _INT_FIELDS)
     missing = sorted(known - set(values) - {"step", "total_batch", "n_trials", "seed"})
     require(not missing, "space", f"cxl-lora space lacks {', '.join(missing)}")
     unknown = sorted(set(values) - known)
     require(not unknown, "space", f"unknown cxl-lora keys {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-    return CxlLoraProblem(**{k: (int(v) if k in _INT_FIELDS else float(v)) for k, v in values.items()})
+    return CxlLoraProblem(**{k: (v if k in _INT_FIELDS else float(v)) for k, v in values.items()})
+
+
+def _check_number(field: str, value: object, *, integer: bool) -> None:
+    ok = isinstance(value, int) if integer else isinstance(value, (int, float)) and math.isfinite(value)
+    require(ok and not isinstance(value, bool), field,
+            f"must be {'a whole number' if integer else 'a finite number'}, got {value!r:.40}")
 
 
 def stage_times(p: CxlLoraProblem, b1: object, b2: object, b3: object) -> dict[str, np.ndarray]:
@@ -234,10 +249,10 @@ def _no_solution(p: CxlLoraProblem, method: str) -> AutotuneError:
 
 def solve_exhaustive(p: CxlLoraProblem) -> CxlLoraSolution:
     """Every (b1, b2) of the grid with its best b3: the reference the Optuna result is checked against."""
-    grid = p.grid
-    pairs = len(grid) ** 2
+    pairs = (p.b_max // p.step + 1) ** 2  # counted before the grid is built: a grid of 1e15 would not fit
     require(pairs <= MAX_EXHAUSTIVE_PAIRS, "step", f"the grid has {pairs:,} (b1, b2) pairs; exhaustive enumeration "
             f"takes at most {MAX_EXHAUSTIVE_PAIRS:,}: raise step or lower b_max")
+    grid = p.grid
     best, best_value = None, -np.inf
     chunk = max(1, 2_000_000 // len(grid))
     for start in range(0, len(grid), chunk):

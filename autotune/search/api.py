@@ -65,7 +65,9 @@ def problem_from_refs(refs: dict[str, Any]) -> SearchProblem:
 
 
 def study_name_for(refs: dict[str, Any]) -> str:
-    digest = hashlib.sha256(json.dumps(refs, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    from autotune.search.problem_id import problem_json
+
+    digest = hashlib.sha256(problem_json(refs).encode()).hexdigest()[:10]
     return f"{refs['model']['name']}-{refs['gpus']}gpus-{digest}"
 
 
@@ -86,9 +88,11 @@ def _finish(problem: SearchProblem, refs: dict, result: SearchResult, run_dir: P
     plan_file["profile"] = refs["profile"]
     report = report_for(problem, result)
     history, points = _history_and_points(study)
-    write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs, "slice_history": history,
-                                                    "slice_points": points}, report=report)
-    _close(study)  # SQLite folds its write-ahead log back into study.db
+    try:
+        write_run(run_dir, plan_file=plan_file, search={**result.to_dict(), "problem": refs, "slice_history": history,
+                                                        "slice_points": points}, report=report)
+    finally:
+        _close(study)  # SQLite folds its write-ahead log back into study.db (also when a write failed)
     if plots == "sync":
         write_search_plots(run_dir, result, history, report=report)  # last: a plotting failure cannot lose the run
     elif plots == "background":
@@ -130,7 +134,8 @@ SEARCH_CHECKS = {"model": A.model_arg, "gpus": A.count_arg, "cluster": A.cluster
                   "announce": A.callable_arg, "cache": A.bool_arg, "plots": A.text_arg, "baselines": A.bool_arg}
 
 
-@A.entry_point(SEARCH_CHECKS)
+@A.entry_point(SEARCH_CHECKS, excludes={"workload": {"global_batch": "global_batch", "seq_len": "seq_len",
+                                                     "attention": "attention_impl", "dtype": "dtype"}})
 def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: Any = None, runtime: Any = None,
            space: Any = None, seed: int = 0, method: str = "optuna", profile: Any = None, global_batch: int | None = None,
            seq_len: int | None = None, dtype: str = "bf16", attention: str | None = None, run_dir: str | Path | None = None,
@@ -187,10 +192,23 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
                             shared=storage is not None, started_s=started_s, with_baselines=baselines)
         return _finish(problem, refs, result, path, study, plots)
     except BaseException as err:
-        note = made.clean_up(err)
-        if note and isinstance(err, KeyboardInterrupt):
-            raise Interrupted(note) from None
+        replaced = _failure(err, made.clean_up(err))
+        if replaced is not None:
+            raise replaced from None
         raise
+
+
+def _failure(err: BaseException, note: str) -> BaseException | None:
+    """What a failed or interrupted search raises instead of ``err`` (None: ``err`` itself):
+    with ``note`` (the finished slices kept) after an interrupt or a refused write, and a
+    refused write (a full disk) as one line."""
+    from autotune.errors import write_failure
+
+    if isinstance(err, KeyboardInterrupt):
+        return Interrupted(note) if note else None
+    if isinstance(err, AutotuneError) and err.field == "disk":
+        return AutotuneError("disk", f"{err.message}; {note}") if note else None
+    return write_failure(err, note)
 
 
 class _NoRunDir:
@@ -217,10 +235,16 @@ def _solve_shared(study, problem: SearchProblem, storage: str, announce) -> None
 
 
 def _check_length(model, workload) -> None:
-    """Sequences longer than the model's positions are refused before any work."""
+    """Sequences longer than the model's positions, and models deeper than a search can hold in
+    memory, are refused before any work."""
     from autotune.errors import require
+    from autotune.spec.limits import LIMITS
 
-    longest = getattr(workload, "max_context_len", workload.seq_len)
+    most, why = LIMITS["search_layers"]
+    require(model.num_layers <= most, "model.num_layers", f"{model.num_layers:,} layers are more than a search "
+            f"holds: at most {most:,} {why}; autotune evaluate prices a plan of up to {LIMITS['num_layers'][0]:,}")
+
+    longest = workload.seq_len if is_training(workload) else workload.max_context_len
     field = "seq_len" if is_training(workload) else "prompt_len"
     require(longest <= model.max_seq_len, field,
             f"{longest} positions exceed {model.name}'s maximum sequence length {model.max_seq_len}")
@@ -229,22 +253,24 @@ def _check_length(model, workload) -> None:
 def _open_study(refs, run_dir, storage, study_name):
     if refs is None:
         return None, None
-    from autotune.outputs.run_dir import STUDY_FILE, study_url
+    from autotune.outputs.run_dir import STUDY_FILE, check_study_target, study_url
 
     path = Path(run_dir) if run_dir else None
+    name = study_name or study_name_for(refs)
+    check_study_target(path, storage, name)  # no other search's study in a run's study.db
     if storage is None and not (path / STUDY_FILE).exists():  # a new run: written without loading Optuna
         import sqlite3
 
         from autotune.search.study_file import StudyFile
 
         try:
-            return StudyFile(path / STUDY_FILE, study_name or study_name_for(refs), refs), path
+            return StudyFile(path / STUDY_FILE, name, refs), path
         except (OSError, sqlite3.Error):  # no usable template (an unwritable cache, say): through Optuna
             (path / STUDY_FILE).unlink(missing_ok=True)
     url = storage or study_url(path)
     from autotune.search.store import open_study
 
-    return open_study(url, study_name or study_name_for(refs), refs, heartbeat=storage is not None), path
+    return open_study(url, name, refs, heartbeat=storage is not None), path
 
 
 @A.entry_point({"run_dir": A.path_arg, "progress": A.callable_arg, "plots": A.text_arg})
@@ -252,7 +278,7 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
     """Continue an interrupted search from its run directory's study; finished slices are kept.
     The study is read without writing until it is known to hold one recorded problem."""
     from autotune.errors import require_choice
-    from autotune.outputs.run_dir import STUDY_FILE, study_url
+    from autotune.outputs.run_dir import STUDY_FILE, resume_note, study_url
     from autotune.search.store import open_study
 
     require_choice("plots", plots, PLOT_MODES)
@@ -265,8 +291,11 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
     study = open_study(study_url(path), name)
     try:
         return _finish(problem, refs, run_search(problem, study=study, progress=progress), path, study, plots)
-    except KeyboardInterrupt:
-        raise Interrupted(f"finished slices are kept in {path}; continue with autotune search --resume {path}") from None
+    except BaseException as err:
+        replaced = _failure(err, resume_note(path))
+        if replaced is not None:
+            raise replaced from None
+        raise
 
 
 def _recorded_problem(db: Path) -> tuple[str, dict]:

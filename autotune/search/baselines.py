@@ -83,8 +83,9 @@ def _data_parallel(problem) -> Baseline:
     else:
         plan, est = _tuned(problem, tp=1, pp=1, zeros=(0, 1, 3))
     note = "" if per_replica else f"the global batch does not divide among {problem.gpus} replicas"
-    return Baseline(name="data-parallel", description="pure data parallel (DDP, ZeRO-1) or ZeRO-3/FSDP, best micro-batch and recomputation",
-                    plan=plan, estimate=est, note=note)
+    description = ("pure data parallel (DDP, ZeRO-1) or ZeRO-3/FSDP, best micro-batch and recomputation" if _training(problem)
+                   else "one model replica per GPU, best micro-batch and KV-cache placement")
+    return Baseline(name="data-parallel", description=description, plan=plan, estimate=est, note=note)
 
 
 def _megatron_tp(problem) -> int:

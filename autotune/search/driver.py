@@ -22,7 +22,7 @@ import numpy as np
 
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
-from autotune.graph.table import model_tables
+from autotune.graph.table import runtime_tables
 from autotune.plan.plan import Plan
 from autotune.search.assemble import build_plans
 from autotune.search.choices import choice_values, valid_stage_sizes
@@ -124,8 +124,7 @@ class SliceSearch:
 
     def __post_init__(self) -> None:
         w = self.problem.workload
-        self.tables = model_tables(self.problem.model, w.seq_len, w.activation_bytes, w.attention_impl,
-                                   self.problem.runtime.qkv_fused)
+        self.tables = runtime_tables(self.problem.model, w, self.problem.runtime)  # the runtime's operator stream or graph
         self.capacity = self.problem.cluster.device.memory_bytes
         self.keys = plan_slices(self.problem)
         self.uniform = None

@@ -47,10 +47,11 @@ def _resumed(problem: SearchProblem, study) -> dict[SliceKey, SliceOutcome]:
 
 def gpus_needed(problem: SearchProblem) -> int:
     """A lower bound on the GPUs this model needs: its weights, gradients and optimizer states
-    sharded over all of them (ZeRO-3) in the usable memory of each."""
+    sharded over all of them (ZeRO-3) in the usable memory of each, with the runtime's allocator
+    reserve beyond them (cost/memory.py StageMemory)."""
     w = problem.workload
     params = model_tables(problem.model, w.seq_len, w.activation_bytes, w.attention_impl).num_params
-    per_param = 16.0 if w.dtype == "fp32" else 18.0
+    per_param = (16.0 if w.dtype == "fp32" else 18.0) * (1.0 + problem.runtime.allocator_reserve_share)
     need = math.ceil(params * per_param / problem.cluster.device.usable_memory_bytes)
     per_node = problem.cluster.gpus_per_node
     return 1 << max(0, need - 1).bit_length() if need <= per_node else math.ceil(need / per_node) * per_node

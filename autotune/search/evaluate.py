@@ -8,7 +8,7 @@ from typing import Any
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.cost.inference_plan import require_targets
-from autotune.errors import require
+from autotune.errors import require, require_type
 from autotune.spec import arguments as A
 from autotune.plan.builders import uniform_plan
 from autotune.plan.runtime_plan import runtime_plan
@@ -37,15 +37,27 @@ def _plan_option_names() -> set[str]:
                                                                              "stage_options"}
 
 
+def _plan_arg(name: str, value: Any) -> None:
+    if value is not None:
+        require_type(name, value, Plan, "None (a plan built from the degrees) or a Plan (autotune.plan.io.read_plan "
+                                        "reads a plan.json)")
+
+
 _EVALUATE_CHECKS = {"model": A.model_arg, "gpus": A.optional_count_arg, "cluster": A.cluster_arg,
                     "workload": A.workload_arg, "profile": A.profile_arg, "tp": A.count_arg, "pp": A.count_arg,
                     "dp": A.optional_count_arg, "cp": A.count_arg, "vpp": A.optional_count_arg,
                     "micro_batch": A.optional_count_arg,
                     "global_batch": A.optional_count_arg, "seq_len": A.optional_count_arg, "recompute": A.text_arg,
-                    "zero": A.optional_int_arg, "dtype": A.text_arg, "attention": A.optional_text_arg, "runtime": A.runtime_arg}
+                    "zero": A.optional_int_arg, "dtype": A.text_arg, "attention": A.optional_text_arg, "runtime": A.runtime_arg,
+                    "plan": _plan_arg}
+# A plan gives every degree and option; a workload its batch, length and attention kernel.
+_EVALUATE_EXCLUDES = {"plan": dict.fromkeys(("tp", "pp", "dp", "cp", "vpp", "micro_batch", "recompute", "sequence_parallel",
+                                             "zero", "**")),
+                      "workload": {"global_batch": "global_batch", "seq_len": "seq_len", "attention": "attention_impl",
+                                   "dtype": "dtype"}}
 
 
-@A.entry_point(_EVALUATE_CHECKS, extra=_plan_option_names)
+@A.entry_point(_EVALUATE_CHECKS, extra=_plan_option_names, excludes=_EVALUATE_EXCLUDES)
 def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | ClusterSpec = DEFAULT_CLUSTER,
              plan: Plan | None = None, workload: TrainingWorkload | InferenceWorkload | None = None, profile: Any = None,
              tp: int = 1, pp: int = 1, dp: int | None = None, cp: int = 1, vpp: int | None = None,
@@ -63,6 +75,11 @@ def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | 
     inference workload that misses its serving target raises an AutotuneError saying what
     the plan and the best uniform plan on these GPUs reach.
     """
+    require(sequence_parallel is None or isinstance(sequence_parallel, bool), "sequence_parallel",
+            f"must be None (on with tp > 1), True or False, got {sequence_parallel!r}")
+    require(plan is None or gpus is None or gpus == plan.gpus, "gpus",
+            f"conflicts with the plan, which runs on {plan.gpus if plan else 0} GPUs: give {plan.gpus if plan else 0} or none")
+    _check_plan_options(plan_options)
     spec = resolve_model(model)
     cluster_spec = resolve_cluster(cluster, profile)
     run_by = resolve_runtime(runtime)
@@ -80,3 +97,22 @@ def evaluate(model: str | ModelSpec, gpus: int | None = None, *, cluster: str | 
         from autotune.search.serving import best_plan_note  # enumerates plans: only when needed
         require_targets(estimate, work, best_plan_note(spec, work, cluster_spec, plan.gpus, run_by))
     return estimate
+
+
+def _check_plan_options(options: dict[str, Any]) -> None:
+    """Each plan option of the type Plan or StagePlan declares for it (``overlap_grad_reduce="no"``
+    is refused, not read as true)."""
+    import typing
+
+    from autotune.plan.checks import check_value
+    from autotune.plan.plan import StagePlan
+
+    hints = {**typing.get_type_hints(StagePlan), **typing.get_type_hints(Plan)}
+    for name, value in options.items():
+        if name in hints:
+            check_value(_as_json(value), hints[name], name)
+
+
+def _as_json(value: Any) -> Any:
+    """Tuples as lists, the form check_value reads (JSON's)."""
+    return [_as_json(v) for v in value] if isinstance(value, tuple) else value

@@ -19,7 +19,9 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-from autotune.errors import AutotuneError, require
+from autotune.errors import AutotuneError, require, write_failure
+from autotune.search.problem_id import PROBLEM_ATTR, check_problem, problem_attrs
+from autotune.plan.sqlite_url import sqlite_file
 from autotune.search.study_file import (BASE_ROUND, CATEGORICAL_PARAMS, CONSTRAINTS_KEY, INT_PARAMS, choice_params,
                                         memory_constraint, plan_choice_attrs, slice_attrs, slice_value)
 
@@ -29,7 +31,6 @@ __all__ = ["open_study", "record_slice", "finished_slices", "enqueue_slices", "q
            "slice_value", "shared_trials", "TRIALS_ATTR", "slice_history", "slice_points", "PROBLEM_ATTR", "HEARTBEAT_S",
            "heartbeat_settings", "plan_choice_attrs", "memory_constraint", "CONSTRAINTS_KEY", "FINISHED_STATES"]
 
-PROBLEM_ATTR = "problem"
 HEARTBEAT_S = 5  # seconds between heartbeats of a running trial; $AUTOTUNE_HEARTBEAT_S overrides
 GRACE_S = 20  # seconds without a heartbeat before a trial's process counts as dead; $AUTOTUNE_GRACE_S overrides
 _DISTRIBUTIONS = {k: IntDistribution(*INT_PARAMS[k]) for k in ("dp", "micro_batch")}
@@ -61,7 +62,8 @@ def _storage(url: str, heartbeat: bool) -> optuna.storages.BaseStorage:
         try:
             return _retrying_races(lambda: _open_storage(url, kwargs))
         except Exception as err:  # SQLAlchemy raises many types for bad URLs and dead servers
-            raise AutotuneError("storage", f"cannot open {url!r}: {str(err).splitlines()[0][:200]}") from None
+            failure = write_failure(err)  # a full disk, a read-only file system
+            raise failure or AutotuneError("storage", f"cannot open {url!r}: {str(err).splitlines()[0][:200]}") from None
 
 
 def _open_storage(url: str, kwargs: dict[str, Any]) -> optuna.storages.BaseStorage:
@@ -100,15 +102,27 @@ def _retrying_races(action):
 def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
     """Write-ahead log with NORMAL sync: a commit no longer waits for fsync (18 ms each here),
     and a committed trial still survives the process being killed (only a power loss can
-    drop the last ones) -- SQLite's documented trade-off for WAL mode."""
+    drop the last ones) -- SQLite's documented trade-off for WAL mode.
+
+    Every transaction is ``BEGIN IMMEDIATE`` (SQLAlchemy's recipe for pysqlite): by default
+    pysqlite starts a transaction only at the first write, so Optuna's "read the waiting trial,
+    mark it running" is two steps, and two searches sharing one SQLite storage both took the
+    same queued slice (the second then failed to finish it). Holding the write lock from the
+    read on makes the step atomic, as PostgreSQL's row locks do; waiters queue on busy_timeout."""
     from sqlalchemy import event
 
     @event.listens_for(storage.engine, "connect")
     def _pragmas(dbapi_connection, _record) -> None:
+        dbapi_connection.isolation_level = None  # pysqlite emits no BEGIN of its own; _begin does
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={int(RACE_WAIT_S * 1000)}")
         cursor.close()
+
+    @event.listens_for(storage.engine, "begin")
+    def _begin(connection) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
 
     storage.engine.dispose()  # connections opened so far predate the pragmas
 
@@ -116,12 +130,10 @@ def _fast_sqlite(storage: optuna.storages.RDBStorage) -> None:
 def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: bool = False) -> optuna.Study:
     """Create (with ``problem``) or load (without) the plan study ``name`` at ``url``. Loading
     from an SQLite file that does not exist is refused (opening it would create it)."""
-    if problem is None and url.startswith("sqlite:///"):
-        from pathlib import Path
-
+    db = sqlite_file(url)
+    if problem is None and db is not None:
         from autotune.outputs.run_dir import study_db_summary
 
-        db = Path(url[len("sqlite:///"):])
         require(db.is_file(), "storage", f"no study database at {str(db)!r}; give the URL autotune search printed")
         names = [n for n, _ in study_db_summary(db) or ()]  # read-only: a refused load leaves the file as it was
         require(name in names, "study", f"no study {name!r} at {url!r}; studies there: {', '.join(names) or 'none'}")
@@ -131,9 +143,8 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
         if problem is None:
             study = optuna.load_study(study_name=name, storage=storage)
         else:
-            study, stored_problem = _retrying_races(lambda: _created_study(storage, name, problem))
-            if stored_problem is not None and stored_problem != problem:
-                raise AutotuneError("study", f"study {name!r} at {url!r} was made for another problem; use another name")
+            study = _retrying_races(lambda: _created_study(storage, name, problem))
+        check_problem(study.user_attrs, problem, f"study {name!r} at {url!r}")
         return study
     except KeyError:
         known = [s.study_name for s in optuna.get_all_study_summaries(storage)]
@@ -141,16 +152,17 @@ def open_study(url: str, name: str, problem: dict | None = None, *, heartbeat: b
     except AutotuneError:
         raise
     except Exception as err:
-        raise AutotuneError("study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
+        raise write_failure(err) or AutotuneError(
+            "study", f"cannot read the study database at {url!r} (corrupt?): {str(err).splitlines()[0][:160]}") from None
 
 
-def _created_study(storage, name: str, problem: dict) -> tuple[optuna.Study, dict | None]:
-    """(the study ``name``, created or loaded; the problem it was made for, None if new here)."""
+def _created_study(storage, name: str, problem: dict) -> optuna.Study:
+    """The study ``name``, created or loaded; a new one records ``problem`` (canonical: as read back)."""
     study = optuna.create_study(study_name=name, storage=storage, direction="minimize", load_if_exists=True)
-    stored = study.user_attrs.get(PROBLEM_ATTR)
-    if stored is None:
-        study.set_user_attr(PROBLEM_ATTR, problem)
-    return study, stored
+    if PROBLEM_ATTR not in study.user_attrs:
+        for key, value in problem_attrs(problem).items():
+            study.set_user_attr(key, value)
+    return study
 
 
 _CHOICE_DISTRIBUTIONS = {**{k: IntDistribution(*INT_PARAMS[k]) for k in ("pp", "vpp", "tp", "cp", "zero")},

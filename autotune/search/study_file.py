@@ -23,12 +23,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from autotune.search.problem_id import problem_attrs
+
 __all__ = ["StudyFile", "slice_attrs", "plan_choice_attrs", "memory_constraint", "slice_value", "choice_params",
            "INT_PARAMS", "CATEGORICAL_PARAMS", "CONSTRAINTS_KEY", "BASE_ROUND", "template_path"]
 
 CONSTRAINTS_KEY = "constraints"  # Optuna's (and optuna-dashboard's) system attribute of constraint values
 BASE_ROUND = "base"  # slices of the space as given; "offload" marks the fallback round
-PROBLEM_ATTR = "problem"
 # Trial parameters: integers (low, high) and categoricals (choices), as Optuna distributions.
 INT_PARAMS = {"dp": (1, 1 << 20), "micro_batch": (1, 1 << 20), "pp": (1, 1 << 20), "vpp": (1, 1 << 10),
               "tp": (1, 1 << 20), "cp": (1, 1 << 20), "zero": (0, 3)}
@@ -137,9 +138,14 @@ def template_path() -> Path:
         os.unlink(tmp)
         import optuna
 
-        storage = optuna.storages.RDBStorage(f"sqlite:///{tmp}")
-        storage.engine.dispose()
-        os.replace(tmp, path)  # atomic: concurrent makers each write a whole file
+        from autotune.plan.sqlite_url import sqlite_url
+
+        try:
+            storage = optuna.storages.RDBStorage(sqlite_url(tmp))
+            storage.engine.dispose()
+            os.replace(tmp, path)  # atomic: concurrent makers each write a whole file
+        finally:
+            Path(tmp).unlink(missing_ok=True)  # (a failure, a full disk: no half-made template)
     return path
 
 
@@ -147,19 +153,33 @@ class StudyFile:
     """A new Optuna study in ``db`` (which must not exist), written with plain sqlite3."""
 
     def __init__(self, db: Path, name: str, problem: dict[str, Any]) -> None:
-        shutil.copyfile(template_path(), db)
         self.path, self.study_name = db, name
         self.records: list[dict[str, Any]] = []  # what each recorded trial holds, in order
-        self._conn = sqlite3.connect(db, isolation_level=None)
-        self._conn.execute("PRAGMA journal_mode=WAL")  # as autotune.search.store: a commit waits for no fsync,
-        self._conn.execute("PRAGMA synchronous=NORMAL")  # a committed slice survives the process being killed
+        self._conn: sqlite3.Connection | None = None
+        try:
+            shutil.copyfile(template_path(), db)
+            self._conn = sqlite3.connect(db, isolation_level=None)
+            self._conn.execute("PRAGMA journal_mode=WAL")  # as autotune.search.store: a commit waits for no fsync,
+            self._conn.execute("PRAGMA synchronous=NORMAL")  # a committed slice survives the process being killed
+            self._add_study(name, problem)
+        except BaseException:  # a full disk, say: no half-made database is left behind
+            self._discard()
+            raise
+
+    def _discard(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def _add_study(self, name: str, problem: dict[str, Any]) -> None:
         with self._conn:
             self._conn.execute("BEGIN")
             self.study_id = self._conn.execute("INSERT INTO studies (study_name) VALUES (?)", (name,)).lastrowid
             self._conn.execute("INSERT INTO study_directions (direction, study_id, objective) VALUES ('MINIMIZE', ?, 0)",
                                (self.study_id,))
-            self._conn.execute("INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (?, ?, ?)",
-                               (self.study_id, PROBLEM_ATTR, json.dumps(problem)))
+            self._conn.executemany("INSERT INTO study_user_attributes (study_id, key, value_json) VALUES (?, ?, ?)",
+                                   [(self.study_id, k, json.dumps(v)) for k, v in problem_attrs(problem).items()])
 
     def record(self, outcome, round_name: str = BASE_ROUND) -> None:
         """Commit one solved slice as autotune.search.store.record_slice does through Optuna."""
@@ -169,6 +189,14 @@ class StudyFile:
         constraint = None if outcome.pruned else memory_constraint(outcome)
         user = {**slice_attrs(outcome), "round": round_name}
         system = {CONSTRAINTS_KEY: constraint} if constraint is not None else {}
+        try:
+            self._insert_trial(state, value, params, user, system)
+        except sqlite3.Error:  # a full disk, say: the slice is rolled back, and the file is closed whole
+            self.close()
+            raise
+        self.records.append({"value": value, "state": state, "user_attrs": user, "system_attrs": system})
+
+    def _insert_trial(self, state: str, value: float | None, params: dict, user: dict, system: dict) -> None:
         now = datetime.now().strftime("%Y-%m-%d %H:%M:%S.%f")
         c = self._conn
         with c:
@@ -184,7 +212,6 @@ class StudyFile:
                           [(trial, k, json.dumps(v)) for k, v in user.items()])
             c.executemany("INSERT INTO trial_system_attributes (trial_id, key, value_json) VALUES (?, ?, ?)",
                           [(trial, k, json.dumps(v)) for k, v in system.items()])
-        self.records.append({"value": value, "state": state, "user_attrs": user, "system_attrs": system})
 
     def history(self) -> list[tuple[int, float | None]]:
         """As autotune.search.store.slice_history: (order solved, step time s or None)."""

@@ -105,9 +105,13 @@ def callable_arg(name: str, value: Any) -> None:
         raise AutotuneError(name, f"must be None or a callable, got {value!r}")
 
 
-def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | None = None):
+def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | None = None,
+                excludes: dict[str, dict[str, str | None]] | None = None):
     """Wrap a library entry point: unknown keywords (beyond ``extra()`` for a ``**kwargs``
-    catch-all), missing arguments and failed ``checks`` raise AutotuneError naming the argument."""
+    catch-all), missing arguments and failed ``checks`` raise AutotuneError naming the argument.
+    ``excludes`` maps an argument to those it gives: when it is given (not None), each of them
+    (``**`` for the catch-all's keywords) must keep its default or, where an attribute is named,
+    equal that attribute of it; else the call is refused (a value that would be ignored)."""
     def wrap(fn):
         sig = inspect.signature(fn)
         named = {n for n, p in sig.parameters.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
@@ -127,6 +131,30 @@ def entry_point(checks: dict[str, Check], *, extra: Callable[[], set[str]] | Non
             bound.apply_defaults()
             for key, check in checks.items():
                 check(key, bound.arguments[key])
+            _refuse_excluded(sig, bound.arguments, excludes or {}, fn.__name__)
             return fn(*args, **kwargs)
         return call
     return wrap
+
+
+def _refuse_excluded(sig: inspect.Signature, given: dict[str, Any], excludes: dict[str, dict[str, str | None]],
+                     name: str) -> None:
+    catch_all = next((n for n, p in sig.parameters.items() if p.kind == p.VAR_KEYWORD), None)
+    for key, others in excludes.items():
+        source = given.get(key)
+        if source is None:
+            continue
+        for other, attribute in others.items():
+            if other == "**":
+                extra = sorted(given.get(catch_all) or {}) if catch_all else []
+                if extra:
+                    raise AutotuneError(extra[0], f"conflicts with {key}= in autotune.{name}(): {key} gives it; drop it")
+                continue
+            value = given[other]
+            if value == sig.parameters[other].default:
+                continue
+            if attribute is None:
+                raise AutotuneError(other, f"conflicts with {key}= in autotune.{name}(): {key} gives it; drop {other}")
+            if value != getattr(source, attribute):
+                raise AutotuneError(other, f"{value!r} conflicts with the {key}'s {attribute} "
+                                           f"{getattr(source, attribute)!r} in autotune.{name}(): give one of them")

@@ -91,8 +91,9 @@ class DeviceProfile:
 
     Compared and hashed by identity (caches key on the object); ``fingerprint`` identifies
     the numbers. ``compute[(op_class, dtype)]`` is the compute regression (per FLOP) of an operator class:
-    ``gemm`` (dense matmuls), ``bmm`` (attention's batched matmuls when unfused) and
-    ``attention`` (a fused flash-attention kernel). ``memory`` is the regression (per byte) of
+    ``gemm`` (dense matmuls), ``bmm`` (attention's batched matmuls when unfused),
+    ``attention`` (a fused flash-attention kernel) and, where a profile timed it apart,
+    ``attention_bwd`` (that kernel's backward; else ``attention`` prices both passes). ``memory`` is the regression (per byte) of
     memory-bound kernels against the HBM tier; ``memory_kernels`` optionally holds measured
     per-byte fits of memory-bound kernels that do more than stream (``norm``, ``activation``,
     ``softmax``: on a CPU core their reductions and transcendentals are compute bound), which
@@ -171,6 +172,8 @@ class DeviceProfile:
             return self.compute[key]
         if (op_class, "bf16") in self.compute and dtype == "fp16":
             return self.compute[(op_class, "bf16")]
+        if op_class == "attention_bwd":  # no backward line of its own: the attention fit prices both passes
+            return self.regression("attention", dtype)
         if op_class != "gemm":
             return self.regression("gemm", dtype)
         have = sorted({d for (_, d) in self.compute})
@@ -254,10 +257,15 @@ class ClusterSpec:
     source: str = ""
     cores_per_node: int | None = None
     comm_overlaps_compute: bool = True
+    # GPUs per node a job spanning several nodes may use of each, where not all (an NVL72 rack's
+    # 64-GPU slices): ``gpus`` = k x slice forms k nodes of ``slice`` GPUs (see :meth:`for_gpus`)
+    node_slices: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         require(isinstance(self.gpus_per_node, int) and self.gpus_per_node > 0,
                 "cluster.gpus_per_node", "must be a positive integer")
+        require(all(isinstance(s, int) and 0 < s < self.gpus_per_node for s in self.node_slices), "cluster.node_slices",
+                f"must be GPU counts below gpus_per_node {self.gpus_per_node}, got {list(self.node_slices)}")
         require(self.cores_per_node is None or (isinstance(self.cores_per_node, int) and self.cores_per_node > 0),
                 "cluster.cores_per_node", f"must be a positive integer, got {self.cores_per_node!r}")
 
@@ -268,10 +276,18 @@ class ClusterSpec:
         or more, no core is left for gloo's collectives, which are CPU work (their threads use
         about the collective's fitted time in CPU, measured by ``autotune validate``), so they
         cannot hide behind compute. Unchanged otherwise."""
+        if slice_ := self._slice(gpus):  # nodes of which the job uses a slice each
+            return _sliced(self, slice_)
         workers = min(gpus, self.gpus_per_node)
         if self.cores_per_node is None or workers < max(2, self.cores_per_node):
             return self
         return _oversubscribed(self, min(1.0, self.cores_per_node / workers))
+
+    def _slice(self, gpus: int) -> int:
+        """The node slice ``gpus`` spans whole nodes of, where it spans none of the full nodes; else 0."""
+        if gpus <= self.gpus_per_node or gpus % self.gpus_per_node == 0:
+            return 0
+        return max((s for s in self.node_slices if gpus % s == 0), default=0)
 
     def check_gpus(self, gpus: int) -> None:
         """GPU counts this cluster can form: up to one node, or whole nodes."""
@@ -279,9 +295,10 @@ class ClusterSpec:
                 f"must be a positive integer, got {gpus!r}")
         check_limit("gpus", gpus, "gpus")
         per = self.gpus_per_node
-        require(gpus <= per or gpus % per == 0, "gpus",
+        slices = "".join(f" or of {s}" for s in self.node_slices)
+        require(gpus <= per or gpus % per == 0 or self._slice(gpus), "gpus",
                 f"{gpus} GPUs cannot be formed on {self.name}: use at most {per} (one node) "
-                f"or a multiple of {per} (whole nodes), e.g. {max(per, gpus // per * per)} or {(gpus // per + 1) * per}")
+                f"or a multiple of {per}{slices} (whole nodes), e.g. {max(per, gpus // per * per)} or {(gpus // per + 1) * per}")
         if self.max_nodes is not None:
             require(self.num_nodes(gpus) <= self.max_nodes, "gpus",
                     f"{gpus} GPUs need {self.num_nodes(gpus)} nodes; {self.name} has {self.max_nodes} "
@@ -292,6 +309,12 @@ class ClusterSpec:
 
     def with_changes(self, **changes: object) -> "ClusterSpec":
         return replace(self, **changes)
+
+
+@lru_cache(maxsize=64)
+def _sliced(cluster: ClusterSpec, gpus_per_node: int) -> ClusterSpec:
+    # Cached: one object per (cluster, slice), so the cost model's caches keep hitting.
+    return cluster.with_changes(gpus_per_node=gpus_per_node, node_slices=())
 
 
 @lru_cache(maxsize=64)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import AutotuneError, closest
+from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
 
 __all__ = [
@@ -25,17 +26,61 @@ def _read_data(name: str) -> str:
 
 
 def _parse_file(path: Path, field: str) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as err:
-        raise AutotuneError(field, f"cannot read {str(path)!r}: {err.strerror}") from None
-    except UnicodeDecodeError:
-        raise AutotuneError(field, f"{str(path)!r} is not a text file (expected {'JSON' if path.suffix == '.json' else 'TOML'})") from None
-    try:
-        return json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
-        raise AutotuneError(field, f"{str(path)!r} is malformed: {err}") from None
+    """A cluster, device or profile file: a regular file (read without blocking, bounded in
+    size), JSON or TOML by its suffix, every number finite, holding a table."""
+    if path.suffix == ".json":
+        data = read_json_file(path, field, root=field)
+    else:
+        text = read_text_file(path, field)
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as err:
+            raise AutotuneError(field, f"{str(path)!r} is malformed: {err}") from None
+        check_tree(data, field, path)  # TOML spells inf and nan
+    if not isinstance(data, dict):
+        raise AutotuneError(field, f"{str(path)!r} must hold a table of {field} keys, got {_shown(data)}")
+    return data
 
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{text[:60]}..." if len(text) > 60 else text
+
+
+def _table(data: Any, key: str, where: str, *, required: bool = True) -> dict[str, Any]:
+    """``data[key]``, an object (a table); {} when absent and not ``required``."""
+    if not isinstance(data, dict):
+        raise AutotuneError(where, f"must be a table, got {_shown(data)}")
+    value = data.get(key)
+    if value is None and not required:
+        return {}
+    if value is None:
+        raise AutotuneError(f"{where}.{key}", "is missing")
+    if not isinstance(value, dict):
+        raise AutotuneError(f"{where}.{key}", f"must be a table, got {_shown(value)}")
+    return value
+
+
+def _text(data: dict, key: str, where: str, default: str | None = "") -> str:
+    value = data.get(key, default)
+    if not isinstance(value, str):
+        what = "is missing" if value is None else f"must be a string, got {_shown(value)}"
+        raise AutotuneError(f"{where}.{key}", what)
+    return value
+
+
+def _texts(data: dict, key: str, where: str) -> tuple[str, ...]:
+    value = data.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise AutotuneError(f"{where}.{key}", f"must be a list of strings, got {_shown(value)}")
+    return tuple(value)
+
+
+def _flag(data: dict, key: str, where: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        raise AutotuneError(f"{where}.{key}", f"must be true or false, got {_shown(value)}")
+    return value
 
 @lru_cache(maxsize=1)
 def _device_files() -> dict[str, dict[str, Any]]:
@@ -58,67 +103,112 @@ def device_names() -> list[str]:
     return sorted({d["aliases"][0] if d.get("aliases") else d["name"] for d in _device_files().values()})
 
 
-def _number(data: dict, key: str, where: str) -> float:
+# Physical bounds on what a hardware file states, each far beyond any real device: a value
+# outside is a typo (1e-300 GB/s would price a step at 1e300 s). unit -> (least, most, why).
+_BOUNDS = {"bytes_per_s": (1e3, 1e16, "bytes/s: the fastest memories move about 2e13 (B200 L2), networks 1e11 a GPU"),
+           "flops": (1e6, 1e18, "FLOP/s: the fastest chips reach about 2e16 (B200 dense FP4 9e15, datasheet)"),
+           "bytes": (0.0, 2.0 ** 60, "bytes: the largest memories a device reaches are about 2e13 (2 TB host DDR)")}
+
+
+def _number(data: dict, key: str, where: str, bound: str | None = None) -> float:
+    """A finite number >= 0 (within ``_BOUNDS[bound]`` where given)."""
+    if not isinstance(data, dict):
+        raise AutotuneError(where, f"must be a table, got {_shown(data)}")
     value = data.get(key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or math.isnan(value):
-        raise AutotuneError(f"{where}.{key}", f"must be a number, got {value!r}")
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise AutotuneError(f"{where}.{key}", f"must be a finite number, got {_shown(value)}")
     if value < 0:
         raise AutotuneError(f"{where}.{key}", f"must be >= 0, got {value!r}")
+    if bound is not None:
+        least, most, why = _BOUNDS[bound]
+        if not least <= value <= most:
+            raise AutotuneError(f"{where}.{key}", f"{value:g} is outside {least:g} .. {most:g} {why}")
     return float(value)
 
 
 def _count(data: dict, key: str, where: str) -> int:
     value = data.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise AutotuneError(f"{where}.{key}", f"must be a positive integer, got {value!r}")
+        raise AutotuneError(f"{where}.{key}", f"must be a positive integer, got {_shown(value)}")
     return value
 
 
+def _optional_count(data: dict, key: str, where: str) -> int | None:
+    return None if data.get(key) is None else _count(data, key, where)
+
+
 def regression_from_dict(data: dict, where: str, unit_key: str) -> Regression:
+    if not isinstance(data, dict):
+        raise AutotuneError(where, f"must be a table (latency_s, {unit_key}), got {_shown(data)}")
+    r2 = data.get("r2")
+    if r2 is not None and (not isinstance(r2, (int, float)) or isinstance(r2, bool) or not math.isfinite(r2)):
+        raise AutotuneError(f"{where}.r2", f"must be a finite number or null, got {_shown(r2)}")
+    points = data.get("num_points", 0) or 0
+    if not isinstance(points, int) or isinstance(points, bool) or points < 0:
+        raise AutotuneError(f"{where}.num_points", f"must be a whole number >= 0, got {_shown(points)}")
     return Regression(
-        latency_s=_number(data, "latency_s", where),
-        seconds_per_unit=_number(data, unit_key, where),
-        source=str(data.get("source", "")),
-        r2=data.get("r2"),
-        residual_rel_std=float(data.get("residual_rel_std", 0.0) or 0.0),
-        num_points=int(data.get("num_points", 0) or 0),
+        latency_s=_number(data, "latency_s", where), seconds_per_unit=_number(data, unit_key, where),
+        source=_text(data, "source", where), r2=r2,
+        residual_rel_std=_number(data, "residual_rel_std", where) if data.get("residual_rel_std") else 0.0,
+        num_points=points,
     )
 
 
-def _tiers(entries: list[dict[str, Any]]) -> tuple[MemoryTier, ...]:
-    return tuple(
-        MemoryTier(name=t["name"], capacity_bytes=_number(t, "capacity_bytes", f"tiers.{t['name']}"),
-                   bandwidth_bytes_per_s=_number(t, "bandwidth_bytes_per_s", f"tiers.{t['name']}"),
-                   latency_s=_number(t, "latency_s", f"tiers.{t['name']}"), source=t.get("source", ""))
-        for t in entries)
+def _tiers(entries: Any, where: str = "tiers") -> tuple[MemoryTier, ...]:
+    if not isinstance(entries, list):
+        raise AutotuneError(where, f"must be a list of tier tables, got {_shown(entries)}")
+    tiers = []
+    for i, tier in enumerate(entries):
+        if not isinstance(tier, dict):
+            raise AutotuneError(f"{where}[{i}]", f"must be a table (name, capacity_bytes, bandwidth_bytes_per_s, "
+                                                 f"latency_s), got {_shown(tier)}")
+        name = _text(tier, "name", f"{where}[{i}]", None)
+        at = f"{where}.{name}"
+        tiers.append(MemoryTier(name=name, capacity_bytes=_number(tier, "capacity_bytes", at, "bytes"),
+                                bandwidth_bytes_per_s=_number(tier, "bandwidth_bytes_per_s", at, "bytes_per_s"),
+                                latency_s=_number(tier, "latency_s", at), source=_text(tier, "source", at)))
+    return tuple(tiers)
 
 
-def device_from_dict(data: dict[str, Any]) -> DeviceProfile:
+def _regressions(data: dict, where: str) -> tuple[dict, Regression, dict]:
+    """(compute fits by (op class, dtype), the memory fit, memory-kernel fits by role)."""
+    regs = _table(data, "regressions", where)
+    compute = {}
+    for op_class, by_dtype in regs.items():
+        if op_class in ("memory", "memory_kernels"):
+            continue
+        for dtype in _table(regs, op_class, f"{where}.regressions"):
+            fit = by_dtype[dtype]
+            compute[(op_class, dtype)] = regression_from_dict(fit, f"{where}.regressions.{op_class}.{dtype}",
+                                                              "seconds_per_flop")
+    at = f"{where}.regressions"
+    memory = regression_from_dict(_table(regs, "memory", at), f"{at}.memory", "seconds_per_byte")
+    kernels = {role: regression_from_dict(fit, f"{at}.memory_kernels.{role}", "seconds_per_byte")
+               for role, fit in _table(regs, "memory_kernels", at, required=False).items()}
+    return compute, memory, kernels
+
+
+def device_from_dict(data: dict[str, Any], where: str = "device") -> DeviceProfile:
     """Build a device from its data-file form (TOML table or profile JSON ``device`` object)."""
-    try:
-        peaks = {k: _number(data["peak_flops"], k, "peak_flops") for k in data["peak_flops"] if k != "source"}
-        tiers = _tiers(data["tiers"])
-        regs = data["regressions"]
-        compute = {
-            (op_class, dtype): regression_from_dict(fit, f"regressions.{op_class}.{dtype}", "seconds_per_flop")
-            for op_class, by_dtype in regs.items() if op_class not in ("memory", "memory_kernels")
-            for dtype, fit in by_dtype.items()
-        }
-        memory = regression_from_dict(regs["memory"], "regressions.memory", "seconds_per_byte")
-        kernels = {role: regression_from_dict(fit, f"regressions.memory_kernels.{role}", "seconds_per_byte")
-                   for role, fit in regs.get("memory_kernels", {}).items()}
-        return DeviceProfile(
-            name=data["name"], kind=data.get("kind", "gpu"), peak_flops=peaks, tiers=tiers,
-            compute=compute, memory=memory, reserved_bytes=_number(data, "reserved_bytes", "device"),
-            provenance=data.get("provenance", ""), aliases=tuple(data.get("aliases", ())),
-            kernel_efficiency=float(data.get("kernel_efficiency", 1.0)),
-            kernel_efficiency_source=str(data.get("kernel_efficiency_source", "")),
-            memory_kernels=kernels, fp8_gemm_any_layout=data.get("fp8_gemm_any_layout", False),
-            attention_head_dim_64_speed=data.get("attention_head_dim_64_speed", 1.0),
-            attention_head_dim_source=str(data.get("attention_head_dim_source", "")),
-        )
-    except KeyError as err:
-        raise AutotuneError("device", f"device data lacks {err.args[0]!r}") from None
+    if not isinstance(data, dict):
+        raise AutotuneError(where, f"must be a table of device keys, got {_shown(data)}")
+    peaks_table = _table(data, "peak_flops", where)
+    peaks = {k: _number(peaks_table, k, f"{where}.peak_flops", "flops") for k in peaks_table if k != "source"}
+    compute, memory, kernels = _regressions(data, where)
+    speed = data.get("attention_head_dim_64_speed", 1.0)
+    efficiency = data.get("kernel_efficiency", 1.0)
+    for key, value in (("attention_head_dim_64_speed", speed), ("kernel_efficiency", efficiency)):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise AutotuneError(f"{where}.{key}", f"must be a number in (0, 1], got {_shown(value)}")
+    return DeviceProfile(
+        name=_text(data, "name", where, None), kind=_text(data, "kind", where, "gpu"), peak_flops=peaks,
+        tiers=_tiers(data.get("tiers"), f"{where}.tiers"), compute=compute, memory=memory,
+        reserved_bytes=_number(data, "reserved_bytes", where, "bytes"), provenance=_text(data, "provenance", where),
+        aliases=_texts(data, "aliases", where), kernel_efficiency=float(efficiency),
+        kernel_efficiency_source=_text(data, "kernel_efficiency_source", where), memory_kernels=kernels,
+        fp8_gemm_any_layout=_flag(data, "fp8_gemm_any_layout", where, False),
+        attention_head_dim_64_speed=float(speed), attention_head_dim_source=_text(data, "attention_head_dim_source", where),
+    )
 
 
 def load_device(name: str | Path) -> DeviceProfile:
@@ -127,7 +217,7 @@ def load_device(name: str | Path) -> DeviceProfile:
     path = Path(key)
     if key.endswith((".toml", ".json")) or path.is_file():
         data = _parse_file(path, "device")
-        return device_from_dict(data.get("device", data))
+        return device_from_dict(data["device"]) if "device" in data else device_from_dict(data)
     table = _device_files()
     if key.lower() not in table:
         near = closest(key.lower(), table)
@@ -137,16 +227,19 @@ def load_device(name: str | Path) -> DeviceProfile:
 
 
 def link_from_dict(data: dict[str, Any], where: str) -> LinkLevel:
-    bandwidth = _number(data, "bandwidth", where)
-    if bandwidth <= 0:
-        raise AutotuneError(f"{where}.bandwidth", "must be > 0 bytes/s")
-    collectives = {
-        (op, int(size)): regression_from_dict(fit, f"{where}.collectives.{op}.{size}", "seconds_per_byte")
-        for op, by_size in data.get("collectives", {}).items() for size, fit in by_size.items()
-    }
-    return LinkLevel(name=str(data.get("name", where)), latency_s=_number(data, "latency_s", where),
+    if not isinstance(data, dict):
+        raise AutotuneError(where, f"must be a table (latency_s, step_latency_s, bandwidth), got {_shown(data)}")
+    bandwidth = _number(data, "bandwidth", where, "bytes_per_s")
+    collectives = {}
+    for op, by_size in _table(data, "collectives", where, required=False).items():
+        for size in _table(data["collectives"], op, f"{where}.collectives"):
+            if not size.isdigit() or int(size) <= 0:
+                raise AutotuneError(f"{where}.collectives.{op}.{size}", "must be keyed by a group size (a whole number)")
+            collectives[(op, int(size))] = regression_from_dict(by_size[size], f"{where}.collectives.{op}.{size}",
+                                                                "seconds_per_byte")
+    return LinkLevel(name=_text(data, "name", where, where), latency_s=_number(data, "latency_s", where),
                      alpha_s=_number(data, "step_latency_s", where), beta_s_per_byte=1.0 / bandwidth,
-                     source=str(data.get("source", "")), collectives=collectives)
+                     source=_text(data, "source", where), collectives=collectives)
 
 
 @lru_cache(maxsize=1)
@@ -163,29 +256,29 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
 
     ``profile = "NAME"`` takes the device, the measured link level and the host's core count
     from the shipped profile ``autotune/data/devices/NAME.json`` (``autotune profile``)."""
+    if not isinstance(data, dict):
+        raise AutotuneError("cluster", f"cluster {name!r} must be a table of cluster keys, got {_shown(data)}")
     if "profile" in data:
-        data = _with_profile(data, shipped_profile(str(data["profile"])))
-    try:
-        device_field = data["device"]
-        device = device_from_dict(device_field) if isinstance(device_field, dict) else load_device(device_field)
-        if "tiers" in data:  # memory the node adds to each device's tiers (CXL expanders)
-            device = device.with_changes(tiers=device.tiers + _tiers(data["tiers"]))
-        cxl = data.get("cxl_link")
-        return ClusterSpec(
-            name=name, device=device, gpus_per_node=_count(data, "gpus_per_node", "cluster"),
-            intra_node=link_from_dict(data["intra_node"], "intra_node"),
-            inter_node=link_from_dict(data.get("inter_node", data["intra_node"]), "inter_node"),
-            host_link=link_from_dict(data["host_link"], "host_link"),
-            cxl_link=link_from_dict(cxl, "cxl_link") if cxl else None,
-            max_nodes=_count(data, "max_nodes", "cluster") if data.get("max_nodes") is not None else None, source=str(data.get("source", "")),
-            cores_per_node=data.get("cores_per_node"),
-        )
-    except KeyError as err:
-        raise AutotuneError("cluster", f"cluster {name!r} lacks {err.args[0]!r}") from None
-    except (TypeError, ValueError, AttributeError) as err:  # a string where a number or table belongs
-        if isinstance(err, AutotuneError):
-            raise
-        raise AutotuneError("cluster", f"cluster {name!r} has a value of the wrong type: {err}") from None
+        data = _with_profile(data, shipped_profile(_text(data, "profile", "cluster")))
+    device_field = data.get("device")
+    if not isinstance(device_field, (str, dict)):
+        raise AutotuneError("cluster.device", f"must be a device name or a device table, got {_shown(device_field)}")
+    device = device_from_dict(device_field) if isinstance(device_field, dict) else load_device(device_field)
+    if "tiers" in data:  # memory the node adds to each device's tiers (CXL expanders)
+        device = device.with_changes(tiers=device.tiers + _tiers(data["tiers"], "cluster.tiers"))
+    intra = _table(data, "intra_node", "cluster")
+    slices = data.get("node_slices", [])
+    if not isinstance(slices, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in slices):
+        raise AutotuneError("cluster.node_slices", f"must be a list of GPU counts, got {_shown(slices)}")
+    return ClusterSpec(
+        name=name, device=device, gpus_per_node=_count(data, "gpus_per_node", "cluster"),
+        intra_node=link_from_dict(intra, "intra_node"),
+        inter_node=link_from_dict(_table(data, "inter_node", "cluster", required=False) or intra, "inter_node"),
+        host_link=link_from_dict(_table(data, "host_link", "cluster"), "host_link"),
+        cxl_link=link_from_dict(data["cxl_link"], "cxl_link") if data.get("cxl_link") else None,
+        max_nodes=_optional_count(data, "max_nodes", "cluster"), source=_text(data, "source", "cluster"),
+        cores_per_node=_optional_count(data, "cores_per_node", "cluster"), node_slices=tuple(slices),
+    )
 
 
 def load_cluster(name: str | Path) -> ClusterSpec:
@@ -209,13 +302,9 @@ def check_profile(data: Any, where: str = "profile") -> None:
     """Raise AutotuneError unless ``data`` is a valid profile: schema, device, link levels."""
     if not isinstance(data, dict) or data.get("schema") != PROFILE_SCHEMA or not isinstance(data.get("device"), dict):
         raise AutotuneError(where, f"not an autotune profile (expected schema {PROFILE_SCHEMA!r} with a 'device' object)")
-    device_from_dict(data["device"])
-    links = data.get("links", {})
-    if not isinstance(links, dict):
-        raise AutotuneError(f"{where}.links", "must be an object of link levels")
-    for level, link in links.items():
-        if not isinstance(link, dict):
-            raise AutotuneError(f"{where}.links.{level}", "must be an object (latency_s, step_latency_s, bandwidth)")
+    check_tree(data, where, where)  # a dict given to the library: finite numbers, bounded depth
+    device_from_dict(data["device"], f"{where}.device")
+    for level, link in _table(data, "links", where, required=False).items():
         link_from_dict(link, f"{where}.links.{level}")
 
 

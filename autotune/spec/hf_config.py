@@ -8,15 +8,15 @@ it does not know (encoder-decoders, state-space models, ...) with the list of th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from autotune.errors import AutotuneError
+from autotune.spec.json_file import check_tree, read_json_file
 from autotune.spec.hf_families import FAMILIES as _FAMILIES
 from autotune.spec.hf_families_recent import RECENT_FAMILIES, WRAPPERS, text_view
 from autotune.spec.hf_reader import ConfigReader
 from autotune.spec.hf_rope_router import rope_scaling_fields, router_fields
-from autotune.spec.model import ModelSpec
+from autotune.spec.model import MAX_NAME_CHARS, ModelSpec
 
 __all__ = ["ConfigReader", "model_from_hf_config", "model_from_hf_dict", "supported_model_types"]
 
@@ -27,26 +27,26 @@ def supported_model_types() -> list[str]:
     return sorted(FAMILIES)
 
 
-def model_from_hf_config(path: Path) -> ModelSpec:
-    """Parse the file at ``path``; unreadable or malformed files raise :class:`AutotuneError`."""
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as err:
-        raise AutotuneError("model", f"cannot read config file {str(path)!r}: {err.strerror}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise AutotuneError("model", f"{str(path)!r} is not valid JSON ({err})") from None
+def model_from_hf_config(path: str | Path) -> ModelSpec:
+    """Parse the file at ``path`` (a regular file of JSON, every number finite: read by
+    autotune.plan.json_file); unreadable or malformed files raise :class:`AutotuneError`."""
+    data = read_json_file(path, "model", root="config")
     if not isinstance(data, dict):
-        raise AutotuneError("model", f"{str(path)!r} must hold a JSON object of config keys")
+        raise AutotuneError("model", f"{str(path)!r} must hold a JSON object of config keys, got {type(data).__name__}")
     stem = Path(path).stem
     return model_from_hf_dict(data, name=stem if stem != "config" else Path(path).parent.name or "config")
 
 
 def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
-    """Build a spec from an already-parsed config dict."""
+    """Build a spec from an already-parsed config dict (checked as a file's would be: finite
+    numbers, bounded nesting)."""
+    if not isinstance(data, dict):
+        raise AutotuneError("config", f"must be a dict of config keys, got {type(data).__name__}")
+    check_tree(data, "config", name)
     model_type = data.get("model_type")
     supported = ", ".join(supported_model_types())
     if not isinstance(model_type, str) or model_type not in FAMILIES:
-        what = "no model_type" if model_type is None else f"{model_type!r} is not supported"
+        what = "no model_type" if model_type is None else f"{model_type!r:.60} is not supported"
         kind = _unsupported_kind(data)
         raise AutotuneError("config.model_type", f"{what}{kind}; supported: {supported}")
     reader = ConfigReader(text_view(data, model_type))
@@ -55,9 +55,17 @@ def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
         fields.update(rope_scaling_fields(reader, max_positions=int(fields["max_seq_len"])))
     if fields.get("num_experts"):
         fields.update(router_fields(reader, model_type))
-    label = str(data.get("_name_or_path") or name).rstrip("/").split("/")[-1] or name
     text_only = "; its text model only, the vision tower and projector not counted" if model_type in WRAPPERS else ""
-    return ModelSpec(name=label, source=f"Hugging Face config.json (model_type {model_type}){text_only}", **fields)
+    return ModelSpec(name=_label(data, name), source=f"Hugging Face config.json (model_type {model_type}){text_only}",
+                     **fields)
+
+
+def _label(data: dict, name: str) -> str:
+    """The model's name: the last part of ``_name_or_path`` (else the file's), at most
+    MAX_NAME_CHARS characters."""
+    given = data.get("_name_or_path")
+    label = (given if isinstance(given, str) and given else name).rstrip("/").split("/")[-1] or name
+    return label[:MAX_NAME_CHARS] or "config"
 
 
 def _unsupported_kind(data: dict) -> str:

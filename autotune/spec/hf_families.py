@@ -4,29 +4,39 @@ its layers as its modelling code builds them (transformers 4.51 to 5.x)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from autotune.errors import AutotuneError
 from autotune.spec.hf_reader import ConfigReader
 
-__all__ = ["FAMILIES", "common_fields", "check_moe", "moe_layer_pattern", "window_pattern", "windowed_layers"]
+__all__ = ["FAMILIES", "HF_ACTIVATIONS", "common_fields", "check_moe", "moe_layer_pattern", "window_pattern", "windowed_layers"]
 
 Fields = dict[str, object]
 
 
-def _activation(name: str, *, gated: bool) -> str:
-    name = name.lower()
+# The activation names transformers' models look up in ACT2FN (transformers 5.24 activations.py
+# ACT2CLS); any other name is a KeyError when transformers builds the model.
+HF_ACTIVATIONS = ("gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
+                  "gelu_pytorch_tanh", "hardswish", "laplace", "leaky_relu", "linear", "mish", "prelu", "quick_gelu",
+                  "relu", "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "xielu")
+
+
+def _activation(r: ConfigReader, *keys: str, default: str, gated: bool) -> str:
+    """The spec's FFN activation for the config's (one of HF_ACTIVATIONS): gated FFNs are priced
+    as SwiGLU or GeGLU, the others as GELU or ReLU (an elementwise kernel either way)."""
+    name = r.str(*keys, default=default, choices=HF_ACTIVATIONS)
     if gated:
-        return "swiglu" if name in ("silu", "swish", "swiglu") else "geglu" if name.startswith("gelu") else "swiglu"
+        return "geglu" if name.startswith("gelu") else "swiglu"
     return "relu" if name == "relu" else "gelu"
 
 
 def _rope_theta(r: ConfigReader, default: float = 10000.0) -> float:
     """``rope_theta`` (transformers 4.x) or ``rope_parameters.rope_theta`` (5.x)."""
-    nested = r.dict("rope_parameters")
-    if nested.get("rope_theta") is not None:
-        return ConfigReader(nested).float("rope_theta", default=default)
-    return r.float("rope_theta", default=default)
+    nested = r.nested("rope_parameters")
+    if nested.has("rope_theta"):
+        return nested.float("rope_theta", default=default, positive=True)
+    return r.float("rope_theta", default=default, positive=True)
 
 
 def window_pattern(r: ConfigReader, num_layers: int, *, every: int = 1, default: int = 0) -> Fields:
@@ -42,35 +52,41 @@ def window_pattern(r: ConfigReader, num_layers: int, *, every: int = 1, default:
 
 
 def windowed_layers(windowed: list[int], num_layers: int, window: int) -> Fields:
-    """The spec's window fields for a list of windowed layers: every n-th from layer 0
+    """The spec's window fields for a sorted list of windowed layers: every n-th from layer 0
     (sliding_window_every), or all but every n-th, 1-based (full_attention_every: Gemma 3's 5
-    local to 1 global, Llama 4's 3 chunked to 1 full)."""
+    local to 1 global, Llama 4's 3 chunked to 1 full). The first two windowed layers, or the
+    first full one, say which n it can be: one comparison, not one per n."""
     if not windowed:
         return {"sliding_window": 0}
-    for n in range(1, num_layers + 1):
-        if windowed == list(range(0, num_layers, n)):
-            return {"sliding_window": window, "sliding_window_every": n}
-    for n in range(2, num_layers + 1):
-        if windowed == [i for i in range(num_layers) if (i + 1) % n]:
-            return {"sliding_window": window, "full_attention_every": n}
+    every = windowed[1] - windowed[0] if len(windowed) > 1 else num_layers  # [0] alone: every num_layers-th
+    if windowed == list(range(0, num_layers, every)):
+        return {"sliding_window": window, "sliding_window_every": every}
+    full = sorted(set(range(num_layers)) - set(windowed))
+    every = full[0] + 1 if full else 0
+    if every >= 2 and windowed == [i for i in range(num_layers) if (i + 1) % every]:
+        return {"sliding_window": window, "full_attention_every": every}
     raise AutotuneError("config.layer_types", "windowed layers must be every n-th layer from layer 0, or all but every "
-                        f"n-th; got layers {windowed}")
+                        f"n-th; got layers {_listed(windowed)}")
+
+
+def _listed(layers: list[int]) -> str:
+    return str(layers) if len(layers) <= 12 else f"{str(layers[:12])[:-1]}, ... ({len(layers)} layers)]"
 
 
 def moe_layer_pattern(moe_layers: list[int], num_layers: int) -> Fields:
-    """The spec's (first_k_dense_layers, moe_layer_frequency, mlp_only_layers) for a set of MoE
-    layers: the frequency that needs the fewest extra dense layers listed."""
+    """The spec's (first_k_dense_layers, moe_layer_frequency, mlp_only_layers) for a sorted list
+    of MoE layers: the frequency that needs the fewest extra dense layers listed. A frequency
+    covers every MoE layer when it divides each one's distance from the first, so the greatest
+    common divisor of those distances is the one with the fewest extras (one MoE layer alone:
+    every num_layers-th)."""
     if not moe_layers:
         return {"num_experts": 0}
     first = moe_layers[0]
-    best: tuple[int, int, list[int]] | None = None
-    for freq in range(1, num_layers + 1):
-        pattern = set(range(first, num_layers, freq))
-        if set(moe_layers) <= pattern:
-            extra = sorted(pattern - set(moe_layers))
-            if best is None or len(extra) <= len(best[2]):
-                best = (freq, len(extra), extra)
-    freq, _, extra = best  # freq = 1 always qualifies
+    freq = 0
+    for layer in moe_layers:
+        freq = math.gcd(freq, layer - first)
+    freq = freq or num_layers
+    extra = sorted(set(range(first, num_layers, freq)) - set(moe_layers))
     return {"first_k_dense_layers": first, "moe_layer_frequency": freq, "mlp_only_layers": tuple(extra)}
 
 
@@ -94,7 +110,7 @@ def common_fields(r: ConfigReader, *, tied: bool = False, head_dim: int | None =
         "num_kv_heads": r.int("num_key_value_heads", default=heads),
         "head_dim_size": explicit if explicit and explicit * heads != hidden else 0,
         "ffn_hidden_size": r.int("intermediate_size"),
-        "ffn_activation": _activation(r.str("hidden_activation", "hidden_act", default="silu"), gated=True),
+        "ffn_activation": _activation(r, "hidden_activation", "hidden_act", default="silu", gated=True),
         "vocab_size": r.int("vocab_size"), "max_seq_len": r.int("max_position_embeddings", default=2048),
         "tied_embeddings": r.bool("tie_word_embeddings", tied), "norm": "rmsnorm", "bias": False,
         "position_embedding": "rotary", "rope_theta": _rope_theta(r),
@@ -242,7 +258,7 @@ def _gpt2(r: ConfigReader) -> Fields:
         "num_layers": r.int("n_layer", "num_hidden_layers"), "hidden_size": hidden,
         "num_heads": r.int("n_head", "num_attention_heads"), "num_kv_heads": r.int("n_head", "num_attention_heads"),
         "ffn_hidden_size": r.int("n_inner", default=4 * hidden),
-        "ffn_activation": _activation(r.str("activation_function", default="gelu_new"), gated=False),
+        "ffn_activation": _activation(r, "activation_function", default="gelu_new", gated=False),
         "vocab_size": r.int("vocab_size"), "max_seq_len": r.int("n_positions", "n_ctx", default=1024),
         "tied_embeddings": r.bool("tie_word_embeddings", True), "position_embedding": "learned",
         # GPT-2's residual dropout (transformers GPT2Config resid_pdrop, default 0.1)
@@ -256,7 +272,7 @@ def _gpt_neox(r: ConfigReader) -> Fields:
     return {
         "num_layers": r.int("num_hidden_layers"), "hidden_size": r.int("hidden_size"), "num_heads": heads,
         "num_kv_heads": heads, "ffn_hidden_size": r.int("intermediate_size"),
-        "ffn_activation": _activation(r.str("hidden_act", default="gelu"), gated=False),
+        "ffn_activation": _activation(r, "hidden_act", default="gelu", gated=False),
         "vocab_size": r.int("vocab_size"), "max_seq_len": r.int("max_position_embeddings", default=2048),
         "tied_embeddings": r.bool("tie_word_embeddings", False), "position_embedding": "rotary",
         "qkv_bias": bias, "attn_out_bias": bias, "ffn_bias": True, "rope_theta": _rope_theta(r),
@@ -286,7 +302,7 @@ def _falcon(r: ConfigReader) -> Fields:
     return {
         "num_layers": r.int("num_hidden_layers", "n_layer"), "hidden_size": hidden, "num_heads": heads,
         "num_kv_heads": kv_heads, "ffn_hidden_size": r.int("ffn_hidden_size", default=4 * hidden),
-        "ffn_activation": _activation(r.str("activation", default="gelu"), gated=False),
+        "ffn_activation": _activation(r, "activation", default="gelu", gated=False),
         "vocab_size": r.int("vocab_size"), "max_seq_len": r.int("max_position_embeddings", default=2048),
         "tied_embeddings": r.bool("tie_word_embeddings", True), "bias": r.bool("bias", False),
         "position_embedding": "alibi" if r.bool("alibi", False) else "rotary", "norms_per_layer": norms,

@@ -60,10 +60,7 @@ def router_fields(r: ConfigReader, model_type: str) -> Fields:
 
 
 def _scale(r: ConfigReader, default: float) -> float:
-    value = r.float("routed_scaling_factor", default=default)
-    if value <= 0:
-        raise AutotuneError("config.routed_scaling_factor", f"must be > 0, got {value}")
-    return value
+    return r.float("routed_scaling_factor", default=default, positive=True)
 
 
 def _groups(r: ConfigReader, *, default_groups: int = 0, default_topk: int = 0) -> Fields:
@@ -76,46 +73,50 @@ def _groups(r: ConfigReader, *, default_groups: int = 0, default_topk: int = 0) 
 _KINDS = {"default": "none", "linear": "linear", "llama3": "llama3", "yarn": "yarn"}
 
 
-def _scaling_table(r: ConfigReader) -> dict:
-    nested = r.dict("rope_parameters")  # 5.x: rope_theta and the scaling in one table
-    if nested.get("rope_type") or nested.get("type"):
+def _scaling_table(r: ConfigReader) -> ConfigReader:
+    nested = r.nested("rope_parameters")  # 5.x: rope_theta and the scaling in one table
+    if nested.has("rope_type", "type"):
         return nested
     old = r.data.get("rope_scaling")
     if old is not None and not isinstance(old, dict):
-        raise AutotuneError("config.rope_scaling", f"must be a table or null, got {old!r}")
-    return old or {}
+        raise AutotuneError("config.rope_scaling", f"must be an object (rope_type, factor, ...) or null, got {old!r:.60}")
+    return r.nested("rope_scaling")
 
 
 def rope_scaling_fields(r: ConfigReader, *, max_positions: int) -> Fields:
     """The spec's RoPE scaling fields (none when the config has no scaling)."""
-    table = _scaling_table(r)
-    kind = table.get("rope_type") or table.get("type") or "default"
-    if kind not in _KINDS:
-        raise AutotuneError("config.rope_scaling", f"rope_type {kind!r} is not supported; supported: "
-                                                   f"{', '.join(_KINDS)}")
+    s = _scaling_table(r)
+    kind = s.str("rope_type", "type", default="default", choices=tuple(_KINDS))
     if kind == "default":
         return {}
-    s = ConfigReader(table)
-    out: Fields = {"rope_scaling": _KINDS[kind], "rope_scaling_factor": s.float("factor", default=1.0)}
+    # transformers takes factor >= 1 (modeling_rope_utils warns below it); the spec refuses less
+    out: Fields = {"rope_scaling": _KINDS[kind], "rope_scaling_factor": s.float("factor", default=1.0, positive=True)}
     if kind == "llama3":
-        out.update(rope_low_freq_factor=s.float("low_freq_factor", default=1.0),
-                   rope_high_freq_factor=s.float("high_freq_factor", default=4.0),
+        out.update(rope_low_freq_factor=s.float("low_freq_factor", default=1.0, positive=True),
+                   rope_high_freq_factor=s.float("high_freq_factor", default=4.0, positive=True),
                    rope_original_max_positions=s.int("original_max_position_embeddings", default=8192))
     elif kind == "yarn":
-        out.update(_yarn(s, table, max_positions))
+        out.update(_yarn(s, max_positions))
     return out
 
 
-def _yarn(s: ConfigReader, table: dict, max_positions: int) -> Fields:
-    if table.get("attention_factor") is not None:
-        raise AutotuneError("config.rope_scaling", "yarn with an explicit attention_factor is not supported "
-                                                   "(factor, beta_fast/slow, mscale/mscale_all_dim, truncate are)")
+def _yarn(s: ConfigReader, max_positions: int) -> Fields:
+    if s.has("attention_factor"):
+        raise AutotuneError(s.field("attention_factor"), "yarn with an explicit attention_factor is not supported "
+                                                         "(factor, beta_fast/slow, mscale/mscale_all_dim, truncate are)")
     original = s.int("original_max_position_embeddings", default=max_positions)
-    both = bool(table.get("mscale")) and bool(table.get("mscale_all_dim"))  # else transformers uses mscale 1 over 0
+    if original <= 0:
+        raise AutotuneError(s.field("original_max_position_embeddings"), f"must be a positive integer, got {original}")
+    # transformers' _compute_yarn_parameters: beta_fast or 32, beta_slow or 1 (0 and null take the default)
+    fast = s.float("beta_fast", default=0.0) or 32.0
+    slow = s.float("beta_slow", default=0.0) or 1.0
+    if not 0 < slow <= fast:
+        raise AutotuneError(s.field("beta_fast"), f"must be at least beta_slow > 0 (the ramp's bounds in rotations), "
+                                                  f"got beta_fast {fast} and beta_slow {slow}")
+    both = bool(s.data.get("mscale")) and bool(s.data.get("mscale_all_dim"))  # else transformers uses mscale 1 over 0
     return {"rope_original_max_positions": original,
-            "rope_scaling_factor": s.float("factor", default=max_positions / original)
-            if table.get("factor") is not None else max_positions / original,
-            "rope_beta_fast": float(table.get("beta_fast") or 32.0), "rope_beta_slow": float(table.get("beta_slow") or 1.0),
+            "rope_scaling_factor": s.float("factor", default=max_positions / original, positive=True),
+            "rope_beta_fast": fast, "rope_beta_slow": slow,
             "rope_mscale": s.float("mscale", default=1.0) if both else 1.0,
             "rope_mscale_all_dim": s.float("mscale_all_dim", default=0.0) if both else 0.0,
             "rope_yarn_truncate": s.bool("truncate", True)}

@@ -18,7 +18,12 @@ LIMITS: dict[str, tuple[int, str]] = {
                                   "(GPT-3 1536, Brown et al. 2020; Llama 3 405B 2048 of 8192 tokens, Dubey et al. 2024)"),
     "batch": (100_000_000, "concurrent sequences: serving engines batch about 1e3 (vLLM's default max_num_seqs is 256)"),
     "seq_len": (100_000_000, "tokens per sequence: the longest context windows are about 1e7 (Llama 4 Scout, 10M)"),
-    "num_layers": (100_000, "layers: the deepest trained transformers have about 1e3 (DeepNet, Wang et al. 2022)"),
+    # 1e5 layers took over a minute to evaluate at pp 1e5 (issue 29); 1e4 take seconds
+    "num_layers": (10_000, "layers: the deepest trained transformers have about 1e3 (DeepNet, Wang et al. 2022)"),
+    # a search's pipeline DP keeps (layers + 1)^2 stage cuts per submesh and in-flight depth:
+    # measured peak 0.75 GB at 1,000 layers on 1,024 GPUs, 2.6 GB at 2,000 on 64 (issue 29)
+    "search_layers": (1_000, "layers (more would hold over a gigabyte); the deepest trained transformers have "
+                             "about 1e3 (DeepNet), large language models at most about 130 (Llama 3 405B 126)"),
     "width": (10_000_000, "units of a layer's width: the widest published models have about 5e4 "
                           "(PaLM 540B d_model 18432, ffn 73728; Chowdhery et al. 2022)"),
     "vocab_size": (100_000_000, "tokens: the largest vocabularies hold about 2.6e5 (Gemma, 256k)"),

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, fields, replace
 
 from autotune.errors import require, require_choice, require_positive
 from autotune.spec.limits import check_limit
 
 __all__ = ["ModelSpec", "FFN_ACTIVATIONS", "GATED_ACTIVATIONS", "LAYER_KINDS", "NORMS", "POSITION_EMBEDDINGS",
-           "QK_NORMS", "ROPE_SCALINGS", "ROUTERS", "WINDOW_KINDS"]
+           "QK_NORMS", "ROPE_SCALINGS", "ROUTERS", "WINDOW_KINDS", "MAX_NAME_CHARS"]
+
+# A model's name goes into run directory names (YYYYMMDD-HHMMSS-NAME-GPUS), which file systems
+# cap at 255 bytes; Hugging Face hub ids are at most 96 characters a part (huggingface_hub's REPO_ID_REGEX)
+MAX_NAME_CHARS = 128
 
 # swiglu and geglu (Gemma) are gated: three matrices (gate, up, down); the others two.
 FFN_ACTIVATIONS = ("gelu", "swiglu", "geglu", "relu", "none")
@@ -35,6 +40,13 @@ QK_NORMS = ("none", "head", "full", "l2")
 # GPT-OSS), or its own chunk of ``sliding_window`` positions from the last multiple of it (Llama 4's
 # attention_chunk_size; transformers' create_chunked_causal_mask).
 WINDOW_KINDS = ("sliding", "chunked")
+
+
+# The spec/limits.py bound each integer field keeps (the rest: heads, head dims, ranks, experts and
+# widths, "width"): a count beyond any real model is a typo, refused before any work.
+_SIZE_BOUNDS = {"num_layers": "num_layers", "first_k_dense_layers": "num_layers", "moe_layer_frequency": "num_layers",
+                "sliding_window_every": "num_layers", "full_attention_every": "num_layers", "vocab_size": "vocab_size",
+                "max_seq_len": "seq_len", "sliding_window": "seq_len", "rope_original_max_positions": "seq_len"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,7 +128,9 @@ class ModelSpec:
     def __post_init__(self) -> None:
         if isinstance(self.mlp_only_layers, list):  # from TOML or JSON
             object.__setattr__(self, "mlp_only_layers", tuple(self.mlp_only_layers))
-        require(bool(self.name), "model.name", "must be a non-empty string")
+        require(isinstance(self.name, str) and 0 < len(self.name) <= MAX_NAME_CHARS, "model.name",
+                f"must be a string of 1 to {MAX_NAME_CHARS} characters (it names run directories), got {self.name!r:.80}")
+        self._check_numbers()
         require_choice("model.layer_kind", self.layer_kind, LAYER_KINDS)
         require_choice("model.ffn_activation", self.ffn_activation, FFN_ACTIVATIONS)
         require_choice("model.norm", self.norm, NORMS)
@@ -148,6 +162,20 @@ class ModelSpec:
             "model.num_kv_heads",
             f"{self.num_kv_heads} KV heads do not divide {self.num_heads} query heads",
         )
+
+    def _check_numbers(self) -> None:
+        """Every float field finite (a number, not a string); every int field an integer."""
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            if spec.type == "float":
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                require(ok, f"model.{spec.name}", f"must be a finite number, got {value!r:.60}")
+            elif spec.type == "int":
+                require(isinstance(value, int) and not isinstance(value, bool), f"model.{spec.name}",
+                        f"must be an integer, got {value!r:.60}")
+                check_limit(f"model.{spec.name}", value, _SIZE_BOUNDS.get(spec.name, "width"))
+            elif spec.type == "bool":
+                require(isinstance(value, bool), f"model.{spec.name}", f"must be True or False, got {value!r:.60}")
 
     def _check_rope(self) -> None:
         require_choice("model.rope_scaling", self.rope_scaling, ROPE_SCALINGS)

@@ -45,10 +45,12 @@ def default_training_shape(model: ModelSpec) -> tuple[int, int]:
     return 256, min(model.max_seq_len, 2048)
 
 
-def resolve_model(value: str | ModelSpec) -> ModelSpec:
+def resolve_model(value: str | Path | ModelSpec) -> ModelSpec:
     """A preset name, a path to a Hugging Face ``config.json``, or a spec passed through."""
     if isinstance(value, ModelSpec):
         return value
+    if isinstance(value, Path):
+        return model_from_hf_config(value)
     if value in _preset_table():
         return load_preset(value)
     path = Path(value)

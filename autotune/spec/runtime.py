@@ -17,6 +17,7 @@ from importlib import resources
 from typing import Any
 
 from autotune.errors import AutotuneError, closest, require, require_choice
+from autotune.spec.serving_engine import SERVING_SETTING_NAMES, ServingEngine, serving_engine_from_dict
 
 __all__ = ["Runtime", "load_runtime", "runtime_names", "resolve_runtime", "DEFAULT_RUNTIME", "ATTENTION_IMPLS",
            "FP8_RECIPES", "HOST_DISPATCH", "runtime_from_dict", "CUDA_GRAPH_SCOPES", "EP_DISPATCHERS", "NCCL_TUNINGS", "EXPORT_FORMATS",
@@ -52,6 +53,8 @@ NCCL_TUNINGS = ("", "2.8")
 # Config formats autotune writes (autotune/outputs/export); "" for a runtime with no config file.
 EXPORT_FORMATS = ("megatron", "torchtitan", "torchtitan-0.2", "deepspeed", "")
 ZERO_STAGES = (0, 1, 2, 3)
+# Families of operator streams captured from a runtime's own code (profilers/opstreams.py)
+OP_STREAM_FAMILIES = ("", "torch", "transformers")
 # "always": weights freed after forward and gathered again for backward (FSDP's default);
 # "unless_pipelined": kept gathered when pp > 1 (torchtitan: reshard_after_forward = not pp_enabled);
 # "never": gathered once per step (the Llama 3 paper's FSDP).
@@ -92,7 +95,16 @@ class Runtime:
     # its bf16/fp16 GEMMs inside a training step over the device's GEMM fit, per GPU generation
     # (("hopper", 0.81),); a generation not listed runs at the fit
     gemm_in_step_speed: tuple[tuple[str, float], ...] = ()
+    # its fused attention kernels (forward and backward) inside a step over the device's attention
+    # fits, per GPU generation, as gemm_in_step_speed; a generation not listed runs at the fits
+    attention_in_step_speed: tuple[tuple[str, float], ...] = ()
+    # its memory-bound kernels (norms, activations, casts, elementwise) inside a step over the device's
+    # memory fits, per GPU generation
+    memory_in_step_speed: tuple[tuple[str, float], ...] = ()
     eager_elementwise: bool = False  # norms and activations as eager PyTorch's unfused kernels
+    # the family of captured operator streams its steps are priced from (autotune/data/opstreams,
+    # graph/opstream.py): "torch" (autotune's reference model), "transformers"; "" the graph
+    op_stream: str = ""
     qkv_fused: bool = True  # Q, K and V projected by one GEMM (else three)
     kv_heads_expanded: bool = False  # K/V repeated to every query head before attention
     sp_batch_first: bool = False  # sequence-parallel buffers copied by each TP gather/reduce-scatter
@@ -103,7 +115,8 @@ class Runtime:
     grad_reduce_in_fp32: bool = True  # gradient buffers and reductions in fp32 (else the 16-bit dtype)
     fp8_params: bool = False  # under an FP8 recipe: weights kept only in FP8 and gathered in FP8
     fp8_all_gather: bool = False  # under an FP8 recipe: FSDP gathers FP8 weights
-    fp8_tp_all_gather: bool = False  # under an FP8 recipe: sequence-parallel gathers move FP8
+    fp8_tp_all_gather: bool = False  # under tp_gather_dtypes: sequence-parallel gathers move the GEMM format
+    tp_gather_dtypes: tuple[str, ...] = ("fp8", "mxfp8", "nvfp4")  # the recipes whose TP gathers it quantizes
     overlap_grad_reduce: bool = True
     overlap_param_gather: bool = True
     overlap_p2p_comm: bool = True
@@ -125,14 +138,28 @@ class Runtime:
     # -- host --
     host_dispatch: str = "hidden"  # HOST_DISPATCH
     cuda_graph_scope: tuple[str, ...] = ()  # CUDA_GRAPH_SCOPES replayed as graphs
+    # -- memory beyond the tensors --
+    # device memory its allocator holds at the step's peak beyond the bytes allocated to tensors, as a
+    # share of them (PyTorch's caching allocator: blocks cached or split, fragmentation); the CUDA
+    # context and library modules are the device's reserved_bytes (cost/memory.py StageMemory)
+    allocator_reserve_share: float = 0.0
+    # gradients freed after every optimizer step (zero_grad(set_to_none=True)) and allocated again
+    # in backward, where no data-parallel wrapper keeps them in buckets; else held for the whole step
+    grads_freed_each_step: bool = False
+    # -- serving: a serving engine's scheduler, batch limits, KV cache and memory share
+    # (autotune/spec/serving_engine.py); None for training runtimes, and training never reads it --
+    serving: ServingEngine | None = None
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (setting, where its value comes from)
 
     def __post_init__(self) -> None:
-        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "sources", "no_tp_overlap_dtypes"):
+        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "attention_in_step_speed",
+                     "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
         require(isinstance(self.name, str) and self.name.strip() != "", "runtime.name", "must be a non-empty string")
+        if self.serving is not None:
+            object.__setattr__(self, "serving", serving_engine_from_dict(self.serving))
         for f in fields(self):
             if f.type == "bool":
                 require(isinstance(getattr(self, f.name), bool), f"runtime.{f.name}",
@@ -144,10 +171,13 @@ class Runtime:
         require_choice("runtime.nccl_tuning", self.nccl_tuning, NCCL_TUNINGS)
         require_choice("runtime.export_format", self.export_format, EXPORT_FORMATS)
         require_choice("runtime.cp_comm", self.cp_comm, ("ring", "all_gather", "all_to_all"))
+        require_choice("runtime.op_stream", self.op_stream, OP_STREAM_FAMILIES)
         require_choice("runtime.reshard_after_forward", self.reshard_after_forward, RESHARD_RULES)
         require_choice("runtime.pipeline_microbatches", self.pipeline_microbatches, ("given", "stages"))
         require_choice("runtime.selective_recompute", self.selective_recompute, ("selective", "selective_op"))
         require_choice("runtime.pipeline_split", self.pipeline_split, PIPELINE_SPLITS)
+        require(all(d in ("fp8", "fp8_rowwise", "mxfp8", "nvfp4") for d in self.tp_gather_dtypes), "runtime.tp_gather_dtypes",
+                f"must list low-precision dtypes (fp8, fp8_rowwise, mxfp8, nvfp4), got {list(self.tp_gather_dtypes)}")
         require(self.zero_default in self.zero_stages, "runtime.zero_default",
                 f"must be one of its zero_stages {list(self.zero_stages)}, got {self.zero_default!r}")
         require(isinstance(self.vpp_default, int) and self.vpp_default >= 1, "runtime.vpp_default",
@@ -158,14 +188,18 @@ class Runtime:
                 f"must be a non-empty list of {list(ZERO_STAGES)}, got {list(self.zero_stages)}")
         require(isinstance(self.zero3_persistence_elements, int) and self.zero3_persistence_elements >= 0,
                 "runtime.zero3_persistence_elements", f"must be an integer >= 0, got {self.zero3_persistence_elements!r}")
+        share = self.allocator_reserve_share
+        require(isinstance(share, (int, float)) and not isinstance(share, bool) and 0 <= share < 1,
+                "runtime.allocator_reserve_share", f"must be a number in [0, 1), got {share!r}")
         for name in ("attention_speed", "param_gather_bytes_per_s", "zero3_max_reuse_elements", "gather_host_s_per_rank"):
             value = getattr(self, name)
             require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
                     and (name != "attention_speed" or value > 0), f"runtime.{name}",
                     f"must be a finite number {'> 0' if name == 'attention_speed' else '>= 0'}, got {value!r}")
-        require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf")
-                    for g, s in self.gemm_in_step_speed), "runtime.gemm_in_step_speed",
-                f"must map GPU generations to positive speeds, got {self.gemm_in_step_speed!r}")
+        for name in ("gemm_in_step_speed", "attention_in_step_speed", "memory_in_step_speed"):
+            value = getattr(self, name)
+            require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf") for g, s in value),
+                    f"runtime.{name}", f"must map GPU generations to positive speeds, got {value!r}")
 
     def with_changes(self, **changes: Any) -> "Runtime":
         return replace(self, **changes)
@@ -174,12 +208,28 @@ class Runtime:
         """Its bf16/fp16 GEMMs inside a step over the device's GEMM fit on this GPU generation."""
         return dict(self.gemm_in_step_speed).get(generation, 1.0)
 
+    def attention_in_step(self, generation: str) -> float:
+        """Its fused attention kernels inside a step over the device's fits on this GPU generation."""
+        return dict(self.attention_in_step_speed).get(generation, 1.0)
+
+    def measured_in_step(self, generation: str) -> bool:
+        """Whether its GEMM, attention and memory-bound kernels all have in-step speeds measured on
+        this generation (they then replace the device's class-blind kernel_efficiency)."""
+        return all(generation in dict(v) for v in (self.gemm_in_step_speed, self.attention_in_step_speed,
+                                                   self.memory_in_step_speed))
+
+    def memory_in_step(self, generation: str) -> float:
+        """Its memory-bound kernels inside a step over the device's memory fits on this GPU generation."""
+        return dict(self.memory_in_step_speed).get(generation, 1.0)
+
     def source_of(self, setting: str) -> str:
         return dict(self.sources).get(setting, "")
 
     def settings(self) -> dict[str, Any]:
         """Every setting (not name, description or sources), for outputs and JSON."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("name", "description", "sources")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("name", "description", "sources")}
+        out["serving"] = self.serving.to_dict() if self.serving is not None else None
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, **self.settings()}
@@ -214,6 +264,14 @@ def load_runtime(name: str) -> Runtime:
         if key not in SETTING_NAMES:
             raise AutotuneError(f"runtime {name}: settings.{key}", f"is not a runtime setting; valid: {', '.join(SETTING_NAMES)}")
         values[key], sources[key] = entry["value"], entry["source"]
+    if "serving" in data:  # a serving engine: [serving] entries over its base's
+        serving = dict(values.get("serving") or {})
+        for key, entry in data["serving"].items():
+            if key not in SERVING_SETTING_NAMES:
+                raise AutotuneError(f"runtime {name}: serving.{key}",
+                                    f"is not a serving setting; valid: {', '.join(SERVING_SETTING_NAMES)}")
+            serving[key], sources[f"serving.{key}"] = entry["value"], entry["source"]
+        values["serving"] = serving
     return Runtime(name=name, description=data["description"], sources=tuple(sources.items()), **values)
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from autotune.errors import require, require_choice, require_positive
-from autotune.spec.limits import check_limit
+from autotune.spec.limits import LIMITS, check_limit
 from autotune.spec.runtime import ATTENTION_IMPLS
 
 __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES",
            "bytes_per_element", "LOW_PRECISION_DTYPES", "GEMM_OPERAND_BYTES", "gemm_dtype", "compute_dtype",
-           "Workload", "is_training"]
+           "Workload", "is_training", "MAX_IMBALANCE", "MAX_TARGET_S"]
 
 # "fp8": FP8 GEMMs (E4M3 forward, E5M2 or E4M3 gradients) with per-tensor scales, BF16
 # everywhere else, FP32 master weights and gradients (Micikevicius et al. 2022, "FP8 Formats
@@ -21,9 +21,11 @@ __all__ = ["TrainingWorkload", "InferenceWorkload", "INFERENCE_KINDS", "DTYPES",
 # GEMMs run slower than per-tensor scaling on H100.
 LOW_PRECISION_DTYPES = ("fp8", "fp8_rowwise", "mxfp8", "nvfp4")
 DTYPES = ("fp32", "bf16", "fp16", *LOW_PRECISION_DTYPES)
-# Inference prices weights in the compute dtype: FP8/FP4 serving with pre-quantized weights (no
-# per-step casts, 1-byte weight reads) is not modelled, so those dtypes are training-only.
-INFERENCE_DTYPES = ("fp32", "bf16", "fp16")
+# Inference in fp8 / nvfp4 serves a pre-quantized checkpoint: GEMM weights stored and read at 1 / 0.5
+# byte, no per-pass weight casts, activations and the KV cache in BF16 (cost/inference.py
+# _prequantized; FP8 KV caches are the serving engine's setting, autotune/spec/serving_engine.py).
+# vLLM (quantization fp8), SGLang and TensorRT-LLM (ModelOpt FP8/NVFP4 checkpoints) serve them.
+INFERENCE_DTYPES = ("fp32", "bf16", "fp16", "fp8", "nvfp4")
 # The attention kernels (flash, unfused, unfused_eager_mask) are the runtime's (spec/runtime.py).
 
 # Bytes per activation element: low-precision recipes keep activations in BF16.
@@ -89,9 +91,17 @@ class TrainingWorkload:
         return self.global_batch * self.seq_len
 
 
+# The busiest of ep ranks holds at most ep times the mean load, and ep is at most the GPUs
+# (spec/limits.py); a larger max/mean is a typo.
+MAX_IMBALANCE = float(LIMITS["gpus"][0])
+# A service target (TPOT, TTFT) of more than an hour constrains no plan: refused as a typo.
+MAX_TARGET_S = 3600.0
+
+
 def _check_imbalance(value: object) -> None:
-    require(isinstance(value, (int, float)) and not isinstance(value, bool) and (value == 0 or 1 <= value < float("inf")),
-            "expert_load_imbalance", f"must be 0 (model it) or a finite max/mean load >= 1, got {value!r}")
+    require(isinstance(value, (int, float)) and not isinstance(value, bool) and (value == 0 or 1 <= value <= MAX_IMBALANCE),
+            "expert_load_imbalance", f"must be 0 (model it) or a max/mean load from 1 to {MAX_IMBALANCE:g} "
+                                     f"(at most the expert-parallel ranks), got {value!r}")
 
 
 # prefill: run the prompts once and fill the KV cache; decode: generate tokens with the prompts
@@ -133,10 +143,23 @@ class InferenceWorkload:
         require_choice("attention_impl", self.attention_impl, ATTENTION_IMPLS)
         if self.kind != "prefill":
             require_positive("output_len", self.output_len)
+        require(isinstance(self.output_len, int) and not isinstance(self.output_len, bool) and self.output_len >= 0,
+                "output_len", f"must be a whole number >= 0, got {self.output_len!r}")
         check_limit("output_len", self.output_len, "seq_len")
         for name in ("target_tpot_s", "target_ttft_s"):
             value = getattr(self, name)
-            require(isinstance(value, (int, float)) and value >= 0, name, f"must be a number >= 0, got {value!r}")
+            require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= MAX_TARGET_S, name,
+                    f"must be 0 (no target) or a time up to {MAX_TARGET_S:g} s (a longer target constrains nothing), "
+                    f"got {value!r}")
+        self._check_idle()
+
+    def _check_idle(self) -> None:
+        """Arguments the kind never reads are refused, not ignored: prefill generates no token (no
+        output_len, no TPOT), decode starts with the prompts cached (no TTFT)."""
+        idle = {"prefill": (("output_len", "generates no tokens"), ("target_tpot_s", "has no decode step")),
+                "decode": (("target_ttft_s", "starts with the prompts cached (no prefill)"),), "serve": ()}
+        for name, why in idle[self.kind]:
+            require(not getattr(self, name), name, f"a {self.kind} workload {why}: give 0, or kind 'serve'")
 
     @property
     def activation_bytes(self) -> int:

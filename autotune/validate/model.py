@@ -181,7 +181,10 @@ class Transformer(nn.Module):
         """Deterministic initialisation (also after ``to_empty`` from the meta device, which
         unties shared parameters: they are tied again first)."""
         self._tie()
-        gen = torch.Generator().manual_seed(seed)
+        # drawn on the weights' device: a GPU run initialises there (no CPU pass over every
+        # weight); ranks and the reference run on one device type draw the same numbers
+        device = next(self.parameters()).device
+        gen = torch.Generator(device=device).manual_seed(seed)
         residual_std = INIT_STD / math.sqrt(2 * self.spec.num_layers)
         for name, param in self.named_parameters():
             if name.endswith("bias"):
@@ -189,7 +192,7 @@ class Transformer(nn.Module):
             elif "norm" in name:
                 param.fill_(1.0)
             else:
-                param.copy_(torch.randn(param.shape, generator=gen) * self._init_std(name, param, residual_std))
+                param.copy_(torch.randn(param.shape, generator=gen, device=device) * self._init_std(name, param, residual_std))
         if self.rope is not None:
             self.rope = rotary_tables(self.spec.head_dim, self.spec.max_seq_len, device=self.rope.device)
 

@@ -79,7 +79,9 @@ class MoEFeedForward(nn.Module):
         counts = torch.bincount(flat, minlength=self.num_experts)
         out = self._experts(rows, counts)
         gated = out * weights.reshape(-1)[order, None].to(out.dtype)
-        y = torch.zeros_like(tokens).index_add(0, order // self.k, gated)
+        # in the experts' dtype: under autocast their matmuls return bf16 while the tokens are fp32,
+        # and index_add takes one dtype (the dense FFN's output projection returns bf16 too)
+        y = gated.new_zeros(tokens.shape).index_add(0, order // self.k, gated)
         return self._with_shared(y, tokens).reshape(shape)
 
     def _with_shared(self, y: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
@@ -108,7 +110,7 @@ class MoEFeedForward(nn.Module):
         regroup = expert_of.argsort(stable=True)
         out = self._local(got[regroup], recv.sum(0).tolist())
         back = torch.empty_like(out).index_copy(0, regroup, out)
-        return all_to_all_single(rows.new_empty(rows.shape), back, send_split, recv_split, group=self.ep_group)
+        return all_to_all_single(back.new_empty(rows.shape), back, send_split, recv_split, group=self.ep_group)
 
     def _gathered(self, tokens: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """(tokens, k, hidden) expert outputs with static shapes, for tracing: each routed row

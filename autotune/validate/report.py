@@ -3,8 +3,9 @@
 Measured step time is the median over the timed steps of the slowest rank's time (each step
 sits between two barriers). Measured peak memory is the largest rank's peak of live tensor
 bytes during a training step (autotune.validate.memory); the prediction it is compared with
-is the cost model's peak per GPU without the device's ``reserved_bytes`` (allocator and
-runtime overhead, which a count of tensors does not see).
+is the cost model's peak per GPU without the device's ``reserved_bytes`` (CUDA context and
+library modules) and the runtime's allocator reserve (cached and fragmented blocks), which a
+count of tensors does not see.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ __all__ = ["PlanResult", "plan_label", "summarize_run", "summary", "spearman", "
 
 MEMORY_METHOD = ("peak live tensor bytes in one training step, from torch's CPU allocator events "
                  "(profiler profile_memory, allocations paired by address); prediction: peak per GPU "
-                 "minus the device's reserved_bytes")
+                 "minus the device's reserved_bytes and the runtime's allocator reserve")
 TIME_METHOD = ("median over timed steps of the slowest rank's step, each step between two barriers; "
                "net: minus the largest rank's run-queue wait in that step (time runnable but without a CPU, "
                "from /proc/thread-self/schedstat), which other processes' load adds")
@@ -104,7 +105,7 @@ def _case_fields(case: Any) -> dict[str, Any]:
 def _predicted_fields(estimate: Any) -> dict[str, Any]:
     if estimate is None:
         return {}
-    reserved = estimate.memory_breakdown.get("reserved_bytes", 0.0)
+    reserved = estimate.memory_breakdown.get("reserved_bytes", 0.0) + estimate.memory_breakdown.get("allocator_bytes", 0.0)
     return {"predicted_step_time_s": estimate.step_time_s, "predicted_tokens_per_s": estimate.tokens_per_s,
             "predicted_peak_memory_bytes": estimate.peak_memory_bytes_per_gpu - reserved}
 

@@ -254,8 +254,8 @@ def build_trainer(config: RunConfig) -> Trainer:
     mesh = _mesh(config)
     pp_rank, dp_rank = mesh["pp"].get_local_rank(), mesh["dp"].get_local_rank()
     stage = plan.stages[pp_rank]
-    # Initialised on the CPU from the seed (the same numbers on every rank and device), then moved.
-    full = build_model(spec, attention_impl=config.workload.attention_impl, seed=config.seed).to(run_device(config))
+    # Built and initialised on the rank's device from the seed (the same numbers on every rank: one device type).
+    full = build_model(spec, attention_impl=config.workload.attention_impl, seed=config.seed, device=run_device(config))
     edp_group, experts_apart = _expert_parallel(full, mesh, stage.ep)  # experts: the expert-DP reduction
     chunks = pipeline_chunks(plan, pp_rank)
     modules = _chunk_modules(config, full, chunks, mesh, stage, experts_apart)

@@ -1,0 +1,150 @@
+"""Published serving results checked against the serving model (``autotune check-published``).
+
+Reads CSVs with the columns of tests/data/serving_runs.csv, prices each row (serving_rows.case_from_row,
+then the engine simulated on one replica: autotune/cost/serving_eval.py) and summarises the errors by
+engine, GPU and metric. Rows that share a deployment and a load (a run's TTFT, TPOT and ITL) share
+one simulation.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean, median
+
+from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
+from autotune.cost.serving_eval import run_serving
+from autotune.cost.serving_load import METRICS, metric_value
+from autotune.errors import AutotuneError
+
+__all__ = ["ServingCheck", "GroupError", "is_serving_csv", "check_serving_csv", "check_serving_rows", "summarise"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingCheck:
+    """One row: what it measured, what autotune predicts (in the row's unit), or why it cannot."""
+
+    row_id: str
+    engine: str
+    gpu: str
+    metric: str
+    unit: str
+    measured: float | None
+    predicted: float | None = None
+    reason: str = ""
+    runtime: str = ""
+    assumed: tuple[str, ...] = field(default=())
+
+    @property
+    def error_pct(self) -> float | None:
+        if self.predicted is None or not self.measured:
+            return None
+        return 100.0 * (self.predicted - self.measured) / self.measured
+
+    def to_dict(self) -> dict:
+        return {"id": self.row_id, "engine": self.engine, "runtime": self.runtime, "gpu": self.gpu,
+                "metric": self.metric, "unit": self.unit, "measured": self.measured, "predicted": self.predicted,
+                "error_pct": self.error_pct, "reason": self.reason or None, "assumed": list(self.assumed)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class GroupError:
+    """Errors of the priced rows of one group (engine, GPU, metric; or coarser)."""
+
+    group: str
+    num_rows: int
+    mean_abs_error_pct: float
+    median_abs_error_pct: float
+    mean_signed_error_pct: float
+    worst_row: str
+
+    def to_dict(self) -> dict:
+        return dict(vars(self))
+
+
+def is_serving_csv(path: str | Path) -> bool:
+    """Whether a CSV has serving_runs.csv's columns (else it is a training-runs CSV)."""
+    try:
+        with open(path, newline="") as handle:
+            header = next(csv.reader(handle), [])
+    except OSError as err:
+        raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
+    except (csv.Error, UnicodeDecodeError):
+        return False  # not a serving CSV: the training check says what is wrong with it
+    return {"engine", "metric", "value"} <= set(header)
+
+
+def _predict(case: ServingCase, runs: dict) -> float:
+    dep = case.deployment
+    key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.ep, dep.attention_dp, dep.dtype, case.load)
+    if key not in runs:
+        runs[key] = run_serving(dep, case.load)
+    value = metric_value(runs[key].trace, case.metric, scope=case.scope, replicas=dep.replicas, gpus_per_replica=dep.tp)
+    return value / case.unit_to_si
+
+
+def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
+    """Every row priced, or left with its reason."""
+    checks, runs = [], {}
+    for number, row in enumerate(rows, start=2):
+        row_id = row.get("id") or f"line {number}"
+        base = dict(row_id=row_id, engine=row.get("engine", ""), gpu=row.get("gpu", ""), metric=row.get("metric", ""),
+                    unit=row.get("unit", ""))
+        try:
+            base["measured"] = float(row["value"])
+        except (KeyError, ValueError):
+            checks.append(ServingCheck(**base, measured=None, reason=f"value {row.get('value')!r} is not a number"))
+            continue
+        try:
+            case = case_from_row(row)
+            predicted = _predict(case, runs)
+        except RowProblem as err:
+            checks.append(ServingCheck(**base, reason=str(err)))
+            continue
+        except AutotuneError as err:
+            checks.append(ServingCheck(**base, reason=f"{err.field}: {err.message}"))
+            continue
+        checks.append(ServingCheck(**base, predicted=predicted, runtime=case.deployment.runtime.name,
+                                   assumed=case.assumed))
+    return checks
+
+
+def check_serving_csv(path: str | Path) -> list[ServingCheck]:
+    """Read a serving CSV (serving_runs.csv's columns) and check every row."""
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            rows = list(reader)
+    except OSError as err:
+        raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
+    except (csv.Error, UnicodeDecodeError) as err:
+        raise AutotuneError("runs", f"{str(path)!r} is not a readable CSV: {err}") from None
+    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    if missing:
+        raise AutotuneError("runs", f"{str(path)!r} lacks the column(s) {', '.join(missing)} "
+                                    "(see tests/data/serving_runs.csv for the layout)")
+    return check_serving_rows(rows)
+
+
+def _kind(metric: str) -> str:
+    return "throughput" if METRICS.get(metric, ("",))[0] == "total" else "latency"
+
+
+def summarise(checks: list[ServingCheck], by: str = "engine,gpu,metric") -> list[GroupError]:
+    """Errors of the priced rows grouped by the named fields (engine, gpu, metric, kind)."""
+    keys = by.split(",")
+    groups: dict[str, list[ServingCheck]] = {}
+    for check in checks:
+        if check.error_pct is None:
+            continue
+        values = {"engine": check.engine, "gpu": check.gpu, "metric": check.metric, "kind": _kind(check.metric)}
+        groups.setdefault(" | ".join(values[k] for k in keys), []).append(check)
+    out = []
+    for group, members in sorted(groups.items()):
+        errors = [c.error_pct for c in members]
+        worst = max(members, key=lambda c: abs(c.error_pct))
+        out.append(GroupError(group=group, num_rows=len(members), mean_abs_error_pct=mean(abs(e) for e in errors),
+                              median_abs_error_pct=median(abs(e) for e in errors),
+                              mean_signed_error_pct=mean(errors), worst_row=worst.row_id))
+    return out

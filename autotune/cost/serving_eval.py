@@ -1,0 +1,113 @@
+"""Price a serving deployment under a load: a model on replicas of ``tp`` GPUs run by a serving engine.
+
+Ties the parts together: the step costs of one replica (serving_step), the engine's limits under
+its memory rule (serving_limits), and its scheduler played over the load's requests (serving_sim).
+Replicas are independent (each gets ``1 / replicas`` of the requests, as a load balancer or the
+MLPerf harness's instances spread them), so the system's throughput is the replicas' sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.serving_limits import EngineLimits, engine_limits
+from autotune.cost.serving_load import Load, requests_for
+from autotune.cost.serving_sim import Schedule, Trace, simulate
+from autotune.cost.serving_step import ReplicaShape, StepModel, step_model
+from autotune.errors import require
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.model import ModelSpec
+from autotune.spec.runtime import Runtime
+
+__all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_step_model"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingDeployment:
+    """``replicas`` engine instances of ``tp`` GPUs each (``ep`` for experts), weights in ``weight_dtype``."""
+
+    model: ModelSpec
+    cluster: ClusterSpec
+    runtime: Runtime
+    tp: int
+    replicas: int = 1
+    ep: int = 1
+    attention_dp: bool = False  # DP attention (MoE): each GPU of a replica runs its own requests' attention
+    weight_dtype: str = ""  # "": the engine's default
+
+    def __post_init__(self) -> None:
+        require(self.runtime.serving is not None, "runtime",
+                f"{self.runtime.name} is not a serving engine; give vllm, sglang, tensorrt-llm or their versions")
+        require(isinstance(self.replicas, int) and self.replicas >= 1, "replicas", f"must be >= 1, got {self.replicas!r}")
+        require(self.tp <= self.cluster.gpus_per_node, "tp",
+                f"tp={self.tp} spans more than a node of {self.cluster.gpus_per_node} GPUs")
+        engine = self.runtime.serving
+        if self.weight_dtype:
+            require(self.weight_dtype in engine.weight_dtypes, "precision",
+                    f"{engine.engine} {engine.version} serves {', '.join(engine.weight_dtypes)} weights, not {self.weight_dtype}")
+        if self.model.has_attention and not self.attention_dp:
+            require(self.model.num_heads % self.tp == 0, "tp", f"tp={self.tp} must divide the {self.model.num_heads} heads")
+        require(not self.attention_dp or (engine.supports_attention_dp and self.model.is_moe), "attention_dp",
+                f"needs a mixture-of-experts model and an engine that runs DP attention "
+                f"({engine.engine} {engine.version} {'does' if engine.supports_attention_dp else 'does not'})")
+
+    @property
+    def dtype(self) -> str:
+        return self.weight_dtype or self.runtime.serving.default_weight_dtype
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.replicas
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class ServingRun:
+    """One replica's simulated run, the limits it ran under and its step costs."""
+
+    deployment: ServingDeployment
+    load: Load
+    limits: EngineLimits
+    step: StepModel
+    trace: Trace
+
+
+def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: int) -> StepModel:
+    engine = dep.runtime.serving
+    cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
+    return step_model(dep.model, cluster, ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp), weight_dtype=dep.dtype,
+                      kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled)
+
+
+def eager_issue_s(dep: ServingDeployment) -> float:
+    """Host seconds a Python engine takes to issue one eager forward of every layer: the operators
+    of a Megatron-Core layer's forward (cost/host.py LAYER_OPS, dense: attention and MLP scopes) at
+    the host's seconds per operator (op_host_s). Serving engines fuse more, so this bounds them above."""
+    from autotune.cost.host import LAYER_OPS, op_host_s
+
+    ops = LAYER_OPS["fwd"]["attn"] + LAYER_OPS["fwd"]["mlp"]
+    return dep.model.num_layers * ops * op_host_s(dep.cluster)
+
+
+def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
+    """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
+    engine = dep.runtime.serving
+    probe = replica_step_model(dep, max_tokens=1, max_sampled=1)
+    limits = engine_limits(engine, dep.model, dep.cluster, tp=dep.tp, weight_dtype=dep.dtype,
+                           weight_bytes_per_gpu=probe.weight_bytes_per_gpu,
+                           kv_bytes_per_token_per_gpu=probe.kv_bytes_per_token_per_gpu,
+                           input_len=load.input_len, output_len=load.output_len)
+    # a decode step holds at most as many requests as the KV cache has room for
+    decodes = min(limits.max_num_seqs, max(1, limits.kv_capacity_tokens // max(1, load.input_len)))
+    tokens = max(limits.max_num_batched_tokens, decodes)
+    step = replica_step_model(dep, max_tokens=tokens,
+                              max_sampled=decodes + limits.max_num_batched_tokens // max(1, load.input_len) + 1)
+    schedule = Schedule(scheduler=engine.scheduler, chunked_prefill=engine.chunked_prefill,
+                        prefill_chunk_tokens=engine.prefill_chunk_tokens, max_num_seqs=decodes,
+                        max_num_batched_tokens=limits.max_num_batched_tokens,
+                        kv_capacity_tokens=limits.kv_capacity_tokens, kv_block_tokens=engine.kv_block_tokens,
+                        kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,
+                        step_host_s=engine.step_host_s, step_host_share=engine.step_host_share,
+                        eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
+                        decode_graph_max_batch=engine.decode_cuda_graph_max_batch)
+    return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(requests_for(load), schedule, step))

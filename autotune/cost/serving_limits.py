@@ -1,0 +1,142 @@
+"""What a serving engine lets run at once: its KV cache under memory, its sequence cap, its token budget.
+
+The KV cache gets what the engine's memory rule leaves (autotune/spec/serving_engine.py MEMORY_RULES):
+vLLM subtracts the weights and the profiled peak of a forward pass of its token budget from
+``gpu_memory_utilization x total``; SGLang's static pool is ``mem_fraction_static x total`` less the
+weights; TensorRT-LLM's is ``kv_cache_free_gpu_mem_fraction`` of what is free after the engine and its
+activation buffers. Every rule also loses the CUDA context and communicator buffers (the device
+profile's ``reserved_bytes``). The caps are the engine's own where it has fixed ones, else derived as
+the engine derives them (trtllm-bench build's heuristic, vLLM's defaults by GPU memory, SGLang's
+pool size).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from autotune.errors import require
+from autotune.graph.table import model_tables
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.model import ModelSpec
+from autotune.spec.serving_engine import ServingEngine
+
+__all__ = ["EngineLimits", "engine_limits", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
+           "sglang_max_running"]
+
+_GIB = 2.0**30
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineLimits:
+    """One replica's limits: requests running at most, tokens a step, KV tokens the cache holds."""
+
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_capacity_tokens: int
+    kv_cache_bytes_per_gpu: float
+    memory_note: str  # how the KV cache was sized (for outputs)
+
+    def __post_init__(self) -> None:
+        require(self.max_num_seqs >= 1, "max_num_seqs", f"must be >= 1, got {self.max_num_seqs}")
+        require(self.max_num_batched_tokens >= 1, "max_num_batched_tokens", f"must be >= 1, got {self.max_num_batched_tokens}")
+
+
+def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
+    """Live activation bytes of one token in a forward pass per GPU: the widest operator's input
+    and output beside the residual stream (BF16), as the engines' profiling forward peaks."""
+    from autotune.cost.cache import tile_bytes_per_token
+
+    tables = model_tables(model, 1, 2, "flash")
+    widest = tile_bytes_per_token(tables.layer, 1, tp, False)
+    if tables.moe_layer is not None and tables.experts is not None:
+        widest = max(widest, tile_bytes_per_token(tables.experts, 1, tp, False) * model.num_experts_per_token)
+    return widest
+
+
+def trtllm_bench_setting(*, params_b: float, num_layers: int, num_kv_heads: int, head_dim: int, tp: int,
+                         device_memory_gib: float, weight_bytes: float, kv_bytes: float, input_len: float,
+                         output_len: float, kv_fraction: float = 0.95) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) as ``trtllm-bench build`` sets them from the dataset's mean
+    lengths (tensorrt_llm/bench/build/tuning.py calc_engine_setting and finetune_setting, the
+    version with 1 byte a weight under FP8 and 2 otherwise): requests the KV cache holds at
+    ISL + OSL tokens each, then rounded up "slightly optimistic"."""
+    byte_per_token = 2 * num_layers * max(tp, num_kv_heads) * head_dim * kv_bytes / 1024**3
+    available = device_memory_gib * tp - params_b * weight_bytes
+    max_requests = available * kv_fraction / byte_per_token / (input_len + output_len)
+    raw_bs = min(max_requests, 4096)
+    raw_tokens = min(raw_bs * (1 + input_len / output_len), 32768)
+    if raw_bs < 256:
+        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        max_bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        max_bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tokens < 4096:
+        max_tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        max_tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        max_tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return max_bs, max_tokens
+
+
+def vllm_device_defaults(device_name: str, memory_bytes: float) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of `vllm serve` by GPU (vllm 0.33.0
+    engine/arg_utils.py get_batch_defaults, OPENAI_API_SERVER): 1024 and 16384 from 160 GiB, 1024
+    and 8192 from 70 GiB except A100, else 256 and 2048."""
+    if memory_bytes >= 160 * _GIB:
+        return 1024, 16384
+    if memory_bytes >= 70 * _GIB and "a100" not in device_name.lower():
+        return 1024, 8192
+    return 256, 2048
+
+
+def sglang_max_running(kv_tokens: int, context_len: int) -> int:
+    """SGLang's running-request cap when not given: max_total_num_tokens // 2, below its request pool
+    of min(max(tokens / context_len x 512, 2048), 5120) slots, one kept free (tp_worker.py and
+    model_runner.py init_memory_pool, 0.3.0)."""
+    pool = min(max(int(kv_tokens / context_len * 512), 2048), 5120)
+    return max(1, min(kv_tokens // 2, pool - 1))
+
+
+def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weights: float,
+                      activations: float) -> tuple[float, str]:
+    device = cluster.device
+    total, context = device.memory_bytes, device.reserved_bytes
+    fraction = engine.fraction_for_tp(tp)
+    if engine.memory_rule == "total":
+        return fraction * total - weights - activations - context, f"{fraction:g} x total - weights - activations - context"
+    if engine.memory_rule == "static":
+        return fraction * total - weights - context, f"{fraction:g} x total - weights - context"
+    if engine.memory_rule == "free":
+        return fraction * (total - weights - activations - context), f"{fraction:g} x (total - weights - activations - context)"
+    return total - engine.memory_reserved_bytes - weights - context, "total - reserve - weights - context"
+
+
+def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec, *, tp: int, weight_dtype: str,
+                  weight_bytes_per_gpu: float, kv_bytes_per_token_per_gpu: float, input_len: float,
+                  output_len: float) -> EngineLimits:
+    """The replica's limits for a workload of mean ``input_len`` / ``output_len`` tokens."""
+    seqs, tokens = engine.max_num_seqs, engine.max_num_batched_tokens
+    if engine.batch_rule == "trtllm_bench":
+        kv_elem = engine.kv_bytes_per_element(weight_dtype, 2)
+        seqs, tokens = trtllm_bench_setting(
+            params_b=model.num_parameters() / 1e9, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
+            head_dim=model.head_dim, tp=tp, device_memory_gib=cluster.device.memory_bytes / _GIB,
+            weight_bytes=1.0 if weight_dtype == "fp8" else 2.0, kv_bytes=kv_elem, input_len=input_len,
+            output_len=output_len)
+    elif engine.batch_rule == "vllm_device":
+        seqs, tokens = vllm_device_defaults(cluster.device.name, cluster.device.memory_bytes)
+    elif engine.batch_rule == "max_model_len":
+        tokens = max(model.max_seq_len, 2048)
+    activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
+    kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
+    require(kv_bytes > 0, "gpus", f"{model.name}'s weights ({weight_bytes_per_gpu / _GIB:.1f} GiB per GPU at tp={tp}) "
+            f"leave no KV cache on {cluster.device.name} under {engine.engine} {engine.version}'s memory rule ({note})")
+    capacity = int(kv_bytes / kv_bytes_per_token_per_gpu) // engine.kv_block_tokens * engine.kv_block_tokens
+    if seqs == 0:  # memory decides
+        seqs = sglang_max_running(capacity, model.max_seq_len) if engine.engine == "sglang" else max(1, capacity)
+    require(tokens > 0, "serving.max_num_batched_tokens", f"{engine.engine} {engine.version} states no token budget and no rule for one")
+    return EngineLimits(max_num_seqs=int(seqs), max_num_batched_tokens=int(tokens),
+                        kv_capacity_tokens=capacity, kv_cache_bytes_per_gpu=kv_bytes, memory_note=note)

@@ -1,0 +1,360 @@
+"""A serving engine's scheduler, step by step, on one replica: who runs, for how long, when tokens come.
+
+The engine's loop (vLLM's ``LLMEngine.step``, SGLang's ``forward_step``, TensorRT-LLM's in-flight
+batching) is played forward with the step costs of autotune/cost/serving_step.py: each step the
+scheduler picks decodes and prompt chunks under the engine's limits (autotune/cost/serving_limits.py),
+the step takes its GPU time plus the host time the GPU waits for, and every request's first token,
+later tokens and finish are stamped. Requests arrive as the load says (autotune/cost/serving_load.py):
+all at once, one per finished request (fixed concurrency), or at Poisson times (a request rate).
+Like Vidur (Agrawal et al., MLSys 2024) the simulation is of the scheduler, each step priced whole.
+
+Between events (an arrival, a finish, the KV cache filling up) the steps are pure decodes of one
+batch whose context grows by the batch size each step, so their times form an arithmetic
+progression; such stretches are advanced in one move, which keeps a run of thousands of
+long requests to as many moves as it has events.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autotune.cost.serving_step import StepModel
+from autotune.errors import require
+
+__all__ = ["Requests", "Schedule", "Trace", "simulate"]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Requests:
+    """The requests of a run, in arrival order. ``concurrency`` > 0: a closed loop that keeps that
+    many in flight (a request arrives when one finishes; ``arrival_s`` is then ignored)."""
+
+    arrival_s: np.ndarray
+    input_len: np.ndarray
+    output_len: np.ndarray
+    concurrency: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        require(n >= 1 and len(self.input_len) == n and len(self.output_len) == n, "requests",
+                "arrival times, input and output lengths must be non-empty and of one length")
+        require(bool(np.all(np.diff(self.arrival_s) >= 0)), "requests", "arrival times must be sorted")
+        require(bool(np.all(self.input_len >= 1) and np.all(self.output_len >= 1)), "requests",
+                "every request needs at least one input and one output token")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """The scheduler's rules and limits (a ServingEngine's, with its EngineLimits)."""
+
+    scheduler: str  # "prefill_first" or "mixed"
+    chunked_prefill: bool
+    prefill_chunk_tokens: int  # 0: the token budget
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    kv_capacity_tokens: int
+    kv_block_tokens: int
+    kv_reservation: str  # "grow" or "full"
+    scheduler_steps: int = 1
+    step_host_s: float = 0.0
+    step_host_share: float = 0.0
+    eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
+    decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Trace:
+    """Stamps of every request (seconds from the start) and the gaps between streamed chunks
+    (``itl_s`` with ``itl_weight``: how many requests saw each gap)."""
+
+    arrival_s: np.ndarray
+    first_token_s: np.ndarray
+    finish_s: np.ndarray
+    output_len: np.ndarray
+    input_len: np.ndarray
+    itl_s: np.ndarray
+    itl_weight: np.ndarray
+    steps: int
+    mean_running: float  # requests decoding, averaged over decode steps
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def tpot_s(self) -> np.ndarray:
+        """(latency - TTFT) / (output tokens - 1) per request of more than one output token."""
+        many = self.output_len > 1
+        return (self.finish_s[many] - self.first_token_s[many]) / (self.output_len[many] - 1)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.finish_s.max() - self.arrival_s.min())
+
+
+@dataclass(kw_only=True)
+class _State:
+    """Mutable state of one simulation (private to this module); per-request arrays by id."""
+
+    req: Requests
+    arrival: np.ndarray
+    prompt: np.ndarray  # tokens to prefill (grows when a preempted request is recomputed)
+    done: np.ndarray  # prompt tokens prefilled
+    generated: np.ndarray
+    first: np.ndarray
+    finish: np.ndarray
+    last: np.ndarray
+    reserved: np.ndarray  # KV tokens reserved ("full") or held ("grow")
+    g0: np.ndarray  # tokens generated when its prompt (last) completed: later ones are in the KV cache
+    running: np.ndarray  # ids, in admission order
+    waiting: deque = field(default_factory=deque)
+    next_arrival: int = 0
+    gaps: list = field(default_factory=list)
+    weights: list = field(default_factory=list)
+    t: float = 0.0
+    steps: int = 0
+    decoded: float = 0.0  # sum of decode batch sizes over decode steps
+    decode_steps: int = 0
+
+
+def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: bool = True) -> Trace:
+    """Play the engine's loop until every request finished; ``fast_forward=False`` takes decode
+    steps one at a time (the reference the stretches must equal)."""
+    st = _initial(req)
+    while st.next_arrival < len(st.arrival) or st.waiting or len(st.running):
+        _admit_arrivals(st)
+        if not len(st.running) and not st.waiting:
+            st.t = float(st.arrival[st.next_arrival])
+            continue
+        chunks, decodes = _plan_step(st, sched)
+        require(bool(chunks) or len(decodes) > 0, "serving",
+                "the engine can run no request: its KV cache or token budget holds none of them")
+        if chunks:
+            _single_step(st, sched, step, chunks, decodes)
+        else:
+            _decode_stretch(st, sched, step, decodes, fast_forward)
+        _retire(st)
+    gaps = np.concatenate(st.gaps) if st.gaps else np.zeros(0)
+    weights = np.concatenate(st.weights) if st.weights else np.zeros(0)
+    return Trace(arrival_s=st.arrival, first_token_s=st.first, finish_s=st.finish, output_len=req.output_len,
+                 input_len=req.input_len, itl_s=gaps, itl_weight=weights, steps=st.steps,
+                 mean_running=st.decoded / st.decode_steps if st.decode_steps else 0.0)
+
+
+def _initial(req: Requests) -> _State:
+    n = len(req.arrival_s)
+    arrival = req.arrival_s.astype(float).copy()
+    if req.concurrency:
+        arrival[:] = np.inf
+        arrival[:req.concurrency] = 0.0
+    return _State(req=req, arrival=arrival, prompt=req.input_len.astype(np.int64).copy(), done=np.zeros(n, np.int64),
+                  generated=np.zeros(n, np.int64), first=np.full(n, np.nan), finish=np.full(n, np.nan),
+                  last=np.zeros(n), reserved=np.zeros(n, np.int64), g0=np.ones(n, np.int64),
+                  running=np.zeros(0, np.int64))
+
+
+def _kv_tokens(st: _State, ids: np.ndarray) -> np.ndarray:
+    """KV tokens of decoding requests once this step's input token is in: the prompt (with what a
+    recomputed request had generated) plus every token generated since."""
+    return st.done[ids] + st.generated[ids] - st.g0[ids] + 1
+
+
+def _admit_arrivals(st: _State) -> None:
+    while st.next_arrival < len(st.arrival) and st.arrival[st.next_arrival] <= st.t:
+        st.waiting.append(st.next_arrival)
+        st.next_arrival += 1
+
+
+def _blocks(tokens, block: int):
+    return -(-tokens // block) * block
+
+
+def _plan_step(st: _State, sched: Schedule) -> tuple[list, np.ndarray]:
+    """(prompt chunks as (request, tokens), decoding requests) of the next step."""
+    decoding = st.running[st.done[st.running] >= st.prompt[st.running]]
+    if sched.scheduler == "mixed":
+        return _fill_prompts(st, sched, sched.max_num_batched_tokens - len(decoding)), decoding
+    chunks = _fill_prompts(st, sched, sched.max_num_batched_tokens)
+    return (chunks, decoding[:0]) if chunks else ([], decoding)
+
+
+def _fill_prompts(st: _State, sched: Schedule, budget: int) -> list:
+    """Prompt chunks within ``budget``: partly prefilled requests first, then waiting ones (FCFS)
+    while the sequence cap and the KV cache admit them."""
+    chunks = []
+    cap = sched.prefill_chunk_tokens or sched.max_num_batched_tokens
+    for i in st.running[st.done[st.running] < st.prompt[st.running]]:
+        take = min(int(st.prompt[i] - st.done[i]), budget, cap)
+        if take <= 0:
+            return chunks
+        chunks.append((int(i), take))
+        budget -= take
+    used = int(st.reserved[st.running].sum())
+    admitted = []
+    while st.waiting and budget > 0 and len(st.running) + len(admitted) < sched.max_num_seqs:
+        i = st.waiting[0]
+        extra = st.req.output_len[i] if sched.kv_reservation == "full" else 0
+        need = int(_blocks(st.prompt[i] + extra, sched.kv_block_tokens))
+        left = int(st.prompt[i] - st.done[i])
+        take = min(left, budget, cap) if sched.chunked_prefill else left
+        if used + need > sched.kv_capacity_tokens or take > budget:
+            break
+        st.waiting.popleft()
+        admitted.append(i)
+        st.reserved[i], used = need, used + need
+        chunks.append((i, take))
+        budget -= take
+    if admitted:
+        st.running = np.concatenate([st.running, np.asarray(admitted, dtype=np.int64)])
+    return chunks
+
+
+def _host_s(sched: Schedule, gpu_s, calls: float, eager: bool) -> float:
+    """A step's wall time: its GPU time, or the host's issue of its operators where that is longer
+    (an eager step: the host cannot run ahead of a GPU faster than it), plus the scheduler's host time."""
+    busy = np.maximum(gpu_s, sched.eager_issue_s) if eager else gpu_s
+    return busy * (1.0 + sched.step_host_share) + calls * sched.step_host_s
+
+
+def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, decodes: np.ndarray) -> None:
+    """One step of prompt chunks (and, in a mixed engine, the running decodes)."""
+    if len(decodes):
+        decodes = _make_room(st, sched, decodes)
+    ids = np.asarray([i for i, _ in chunks])
+    takes = np.asarray([t for _, t in chunks])
+    sampled = len(decodes) + int(np.sum(st.done[ids] + takes >= st.prompt[ids]))
+    gpu = step.gpu_s(decodes=len(decodes), context=float(_kv_tokens(st, decodes).sum()),
+                     prefill_tokens=int(takes.sum()), pairs=float(np.sum(takes * (st.done[ids] + (takes + 1) / 2.0))),
+                     sampled=sampled)
+    st.t += _host_s(sched, gpu, 1, eager=True)  # prompt steps run eagerly (graphs are captured for decodes)
+    st.done[ids] += takes
+    completed = ids[st.done[ids] >= st.prompt[ids]]
+    new = completed[st.generated[completed] == 0]
+    st.generated[new], st.first[new], st.last[new] = 1, st.t, st.t
+    st.g0[completed] = st.generated[completed]
+    if len(decodes):
+        _stamp_decodes(st, decodes, np.asarray([st.t]), 1)
+    st.steps += 1
+
+
+def _make_room(st: _State, sched: Schedule, decodes: np.ndarray) -> np.ndarray:
+    """Under "grow", take KV blocks for this step's tokens, preempting the latest requests where
+    they run out (vLLM's recompute preemption, SGLang's retraction); the decodes that remain."""
+    if sched.kv_reservation == "full":
+        return decodes
+    st.reserved[decodes] = _blocks(_kv_tokens(st, decodes), sched.kv_block_tokens)
+    while int(st.reserved[st.running].sum()) > sched.kv_capacity_tokens and len(st.running) > 1:
+        victim = int(st.running[-1])
+        st.running = st.running[:-1]
+        st.prompt[victim] = st.req.input_len[victim] + max(int(st.generated[victim]) - 1, 0)
+        st.done[victim], st.reserved[victim] = 0, 0
+        st.waiting.appendleft(victim)
+    return decodes[np.isin(decodes, st.running)]
+
+
+def _stretch_length(st: _State, sched: Schedule, decodes: np.ndarray, durations_of) -> int:
+    """Decode steps until the next event: a request finishes, a request arrives (it may join the
+    next step), or (under "grow") the KV cache may run out."""
+    k = int((st.req.output_len[decodes] - st.generated[decodes]).min())
+    if sched.kv_reservation == "grow":
+        k = _steps_in_kv(st, sched, decodes, k)
+    if st.next_arrival < len(st.arrival) and np.isfinite(st.arrival[st.next_arrival]):
+        ends = st.t + np.cumsum(durations_of(k))
+        k = min(k, int(np.searchsorted(ends, st.arrival[st.next_arrival])) + 1)
+    return max(1, k)
+
+
+def _steps_in_kv(st: _State, sched: Schedule, decodes: np.ndarray, most: int) -> int:
+    """The most decode steps (1 at least, ``most`` at most) whose KV blocks all fit: after j steps
+    each decoding request holds blocks for j more tokens (bisection on the monotone block sum)."""
+    others = int(st.reserved[st.running].sum() - st.reserved[decodes].sum())
+    held = _kv_tokens(st, decodes)
+
+    def fits(j: int) -> bool:
+        return others + int(_blocks(held + j - 1, sched.kv_block_tokens).sum()) <= sched.kv_capacity_tokens
+
+    low, high = 1, most
+    if fits(high):
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.ndarray, fast_forward: bool) -> None:
+    """Decode steps of one batch up to the next event, in one move: step j's context is the
+    first step's plus j x batch, so its GPU time is the first step's plus j x batch x (per position)."""
+    before = len(st.waiting)
+    decodes = _make_room(st, sched, decodes)
+    fast_forward = fast_forward and len(st.waiting) == before  # a preempted request may come back next step
+    b, calls = len(decodes), sched.scheduler_steps
+    context = float(_kv_tokens(st, decodes).sum())
+    first = step.gpu_s(decodes=b, context=context, prefill_tokens=0, pairs=0.0, sampled=b)
+    slope = step.num_layers * step.decode_s_per_position * b
+
+    eager = b > sched.decode_graph_max_batch
+
+    def durations_of(k: int) -> np.ndarray:
+        j = np.arange(k, dtype=float)
+        return _host_s(sched, first + slope * j, (j % calls == 0).astype(float), eager)
+
+    k = _stretch_length(st, sched, decodes, durations_of) if fast_forward else 1
+    if calls > 1:  # a multi-step call runs all its steps (requests finishing early are dropped at its end)
+        k = calls * max(1, -(-k // calls)) if k >= calls else calls
+        k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
+    durations = durations_of(k)
+    ends = st.t + np.cumsum(durations)
+    _stamp_decodes(st, decodes, ends, calls)
+    if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
+        st.reserved[decodes] = _blocks(_kv_tokens(st, decodes) - 1, sched.kv_block_tokens)
+    st.t = float(ends[-1])
+    st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + b * k, st.decode_steps + k
+
+
+def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int) -> None:
+    """Each decoding request gets a token at each end (up to its output length); tokens stream to
+    the client at the end of each scheduler call of ``calls`` steps."""
+    k = len(ends)
+    remaining = st.req.output_len[decodes] - st.generated[decodes]
+    got = np.minimum(remaining, k)
+    stream_at = np.arange(calls - 1, k, calls) if calls > 1 else np.arange(k)
+    if calls > 1 and (not len(stream_at) or stream_at[-1] != k - 1):
+        stream_at = np.append(stream_at, k - 1)
+    deliveries = ends[stream_at]
+    full = got == k
+    if full.any():  # requests decoding the whole stretch: first gap their own, the rest shared
+        st.gaps.append(deliveries[0] - st.last[decodes[full]])
+        st.weights.append(np.ones(int(full.sum())))
+        if len(deliveries) > 1:
+            st.gaps.append(np.diff(deliveries))
+            st.weights.append(np.full(len(deliveries) - 1, float(full.sum())))
+    for i, n in zip(decodes[~full], got[~full]):  # requests finishing inside the stretch
+        last_end = ends[n - 1] if calls == 1 else deliveries[min(np.searchsorted(stream_at, n - 1), len(deliveries) - 1)]
+        mine = np.concatenate([[st.last[i]], deliveries[deliveries < last_end], [last_end]])
+        st.gaps.append(np.diff(mine))
+        st.weights.append(np.ones(len(mine) - 1))
+        st.last[i] = last_end
+        st.finish[i] = last_end
+    st.last[decodes[full]] = deliveries[-1]
+    st.generated[decodes] += got
+
+
+def _retire(st: _State) -> None:
+    """Requests with all their tokens leave and free their KV; a closed loop sends the next one."""
+    gone = st.generated[st.running] >= st.req.output_len[st.running]
+    if not gone.any():
+        return
+    ids = st.running[gone]
+    st.running = st.running[~gone]
+    unstamped = ids[np.isnan(st.finish[ids])]
+    st.finish[unstamped] = st.t
+    st.reserved[ids] = 0
+    if st.req.concurrency:
+        for finished_at in np.sort(st.finish[ids]):
+            pending = np.flatnonzero(np.isinf(st.arrival))
+            if len(pending):
+                st.arrival[pending[0]] = max(float(finished_at), st.t)

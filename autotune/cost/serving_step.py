@@ -1,0 +1,253 @@
+"""Seconds of one serving-engine step on one replica, from the cost model's operator tables.
+
+A continuous-batching engine runs steps that mix decodes (one token for each running request) and
+prompt chunks (many tokens of a few requests). Every operator but attention sees the step's tokens
+as one batch (``n``), so its time is the roofline of seed 003 at ``n`` tokens: the weights are read
+once per step whatever ``n`` is (Pope et al. 2022, sec. 2), the FLOPs and activations grow with it.
+Attention differs per request: a decode reads its request's cached K/V (memory-bound), a prompt
+chunk of ``L`` tokens after ``P`` cached ones does ``L (P + (L + 1) / 2)`` query-key pairs of causal
+work (compute-bound). So a step costs
+
+    linear(n) + layers x (decode_attention(context) + prefill_attention(pairs)) + head(sampled)
+
+with ``linear`` tabulated for every ``n`` up to the engine's token budget once per replica, TP
+all-reduces (two per layer, Megatron's layout) and, for mixtures of experts, the grouped GEMMs of
+the experts the step's tokens reach (``E (1 - (1 - k/E)^n)`` of them) inside it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from functools import lru_cache
+
+import numpy as np
+
+from autotune.cost.comm import collective_time_s
+from autotune.cost.compute import op_amounts, op_coefficients
+from autotune.cost.mesh import group_spans
+from autotune.errors import require
+from autotune.graph.operators import decode_attention
+from autotune.graph.table import OpTable, model_tables
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.model import ModelSpec
+from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
+
+__all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param"]
+
+_ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
+
+
+def weight_bytes_per_param(weight_dtype: str) -> float:
+    """Bytes of one stored weight: pre-quantized FP8/FP4 checkpoints keep 1 / 0.5 byte (scales aside)."""
+    return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaShape:
+    """One engine instance: ``tp`` GPUs in a tensor-parallel group (one node); ``ep`` splits the
+    experts (each expert then over tp / ep GPUs). ``attention_dp``: each of the tp ranks runs the
+    non-expert part of every layer whole on its own requests (SGLang's DP attention, TensorRT-LLM's
+    enable_attention_dp), so the KV cache is split by requests instead of heads (what MLA needs)."""
+
+    tp: int
+    ep: int = 1
+    attention_dp: bool = False
+
+    def __post_init__(self) -> None:
+        require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")
+        require(isinstance(self.ep, int) and self.ep >= 1 and self.tp % self.ep == 0, "ep",
+                f"must divide tp={self.tp}, got {self.ep!r}")
+        require(isinstance(self.attention_dp, bool), "attention_dp", "must be true or false")
+
+    @property
+    def op_tp(self) -> int:
+        """The TP degree of the non-expert operators: 1 under DP attention."""
+        return 1 if self.attention_dp else self.tp
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class StepModel:
+    """Per-replica step costs. ``linear_s[n]``: every operator but attention and the head for ``n``
+    tokens, all layers, TP collectives included; ``head_s[m]``: final norm and logits for ``m``
+    sampled requests; attention per layer from its fitted coefficients."""
+
+    linear_s: np.ndarray
+    head_s: np.ndarray
+    num_layers: int
+    decode_lat_s: float  # one decode-attention kernel: latency
+    decode_s_per_position: float  # seconds per cached position read (all layers' K/V of one position, one layer)
+    decode_s_per_request: float  # the request's own Q/K/V and output
+    prefill_lat_s: float
+    prefill_s_per_pair: float  # seconds per causal query-key pair of one layer
+    weight_bytes_per_gpu: float
+    kv_bytes_per_token_per_gpu: float  # all layers
+
+    @property
+    def max_tokens(self) -> int:
+        return len(self.linear_s) - 1
+
+    def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int) -> float:
+        """GPU seconds of a step with ``decodes`` requests decoding over ``context`` cached positions
+        in all, and ``prefill_tokens`` prompt tokens doing ``pairs`` causal query-key pairs."""
+        n = decodes + prefill_tokens
+        require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
+        attention = 0.0
+        if decodes:
+            attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
+        if prefill_tokens:
+            attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair
+        return float(self.linear_s[n] + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
+
+
+def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
+               kv_bytes: float, max_tokens: int, max_sampled: int) -> StepModel:
+    """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
+    kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element."""
+    require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
+    return _step_model(model, cluster, shape, weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled))
+
+
+@lru_cache(maxsize=64)
+def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled) -> StepModel:
+    device = cluster.device
+    device.require_dtype(weight_dtype)
+    tables = model_tables(model, 1, _ACT_BYTES, "flash")
+    tokens = np.arange(max_tokens + 1, dtype=float)
+    span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
+    local = tokens / shape.tp if shape.attention_dp else tokens  # a rank's own tokens under DP attention
+    dense, moe = tables.layer_counts()
+    linear = dense * _ops_s(_without_attention(tables.layer), device, weight_dtype, local, shape.op_tp)
+    if moe:
+        linear = linear + moe * (_ops_s(_without_attention(tables.moe_layer), device, weight_dtype, local, shape.op_tp)
+                                 + _experts_s(tables.experts, model, cluster, shape, weight_dtype, tokens))
+    linear = linear + _layer_collectives_s(model, cluster, shape, span, tokens, dense, moe)
+    linear[0] = 0.0
+    sampled = np.arange(max_sampled + 1, dtype=float)
+    rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
+    head = _ops_s(_without_loss(tables.head), device, "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
+    head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * _ACT_BYTES / shape.op_tp,
+                                    span, cluster) * (not shape.attention_dp)
+    head[0] = 0.0
+    return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
+                     **_attention_coefficients(model, device, shape, kv_bytes),
+                     weight_bytes_per_gpu=_weights_per_gpu(tables, model, shape, weight_dtype),
+                     kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
+                     * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape))
+
+
+def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
+    """Ways the replica's KV cache is split over its GPUs: by heads under TP (not MLA's latent),
+    by requests under DP attention."""
+    return shape.tp if shape.attention_dp else model.kv_cache_shards(shape.tp)
+
+
+def _layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
+                         dense: int, moe: int) -> np.ndarray:
+    """Per-step collectives of all layers: two all-reduces of the activations per layer under TP
+    (Megatron's layout); under DP attention none around attention, and TP-split experts take the
+    ranks' tokens in and out (all-gather before, reduce-scatter after; EP's all-to-all is in _experts_s)."""
+    act = tokens * model.hidden_size * _ACT_BYTES
+    if not shape.attention_dp:
+        return model.num_layers * 2.0 * collective_time_s("all_reduce", act, span, cluster)
+    require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
+    if shape.ep > 1:
+        return 0.0 * tokens
+    return moe * (collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster))
+
+
+def _without_attention(table: OpTable) -> OpTable:
+    return _select(table, np.array([k != "attention" for k in table.kinds]))
+
+
+def _without_loss(table: OpTable) -> OpTable:
+    return _select(table, np.array([k != "loss" for k in table.kinds]))
+
+
+def _select(table: OpTable, keep: np.ndarray) -> OpTable:
+    """The operators of ``table`` where ``keep`` is true."""
+    values = {}
+    for f in fields(OpTable):
+        value = getattr(table, f.name)
+        values[f.name] = tuple(v for v, k in zip(value, keep) if k) if isinstance(value, tuple) else value[keep]
+    return OpTable(**values)
+
+
+def _ops_s(table: OpTable, device, weight_dtype: str, tokens: np.ndarray, tp: int,
+           weight_share: np.ndarray | float = 1.0) -> np.ndarray:
+    """Roofline seconds of the table's operators for each token count (forward, one pass): GEMMs
+    at the weight format's rate reading its bytes (``weight_share`` of them), everything else at
+    the activation dtype."""
+    gemm = np.array([k == "gemm" for k in table.kinds])
+    coef_w = op_coefficients(table, device, weight_dtype if weight_dtype != "nvfp4" or _has_fit(device, "nvfp4") else "bf16")
+    coef_a = op_coefficients(table, device, compute_dtype(weight_dtype))
+    lat_c, spf = np.where(gemm, coef_w.lat_c, coef_a.lat_c), np.where(gemm, coef_w.spf, coef_a.spf)
+    amounts = op_amounts(table, tokens, tp, 1, False)
+    share = np.asarray(weight_share, dtype=float)[..., None]
+    weights = amounts.weight_bytes * np.where(gemm, weight_bytes_per_param(weight_dtype) / _ACT_BYTES, 1.0) * share
+    act = amounts.act_in_bytes + amounts.act_out_bytes
+    ops = np.maximum(table.kernels * lat_c + amounts.flops * spf,
+                     table.kernels * coef_a.lat_m + (act + weights) * coef_a.spb)
+    return ops.sum(-1)
+
+
+def _has_fit(device, dtype: str) -> bool:
+    try:
+        device.regression("gemm", dtype)
+    except Exception:  # noqa: BLE001 - a profile without that format's fit
+        return False
+    return True
+
+
+def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str,
+               tokens: np.ndarray) -> np.ndarray:
+    """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
+    weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E), split over
+    ep groups of tp / ep GPUs, plus the EP all-to-all dispatch and combine."""
+    e, k = model.num_experts, model.num_experts_per_token
+    reached = 1.0 - (1.0 - k / e) ** tokens
+    # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
+    # rows routed to its experts (n k / ep under balanced routing)
+    scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
+    time = _ops_s(scaled, cluster.device, weight_dtype, tokens / shape.ep, shape.tp // shape.ep, reached)
+    if shape.ep > 1:  # each rank dispatches its share of the tokens' k copies and combines them back
+        span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
+        sent = tokens / shape.tp * k * model.hidden_size * _ACT_BYTES
+        time = time + 2.0 * collective_time_s("all_to_all", sent, span, cluster)
+    return time
+
+
+def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_bytes: float) -> dict[str, float]:
+    """Per-layer attention coefficients: decodes read K/V at the memory fit (flash-decoding,
+    graph.decode_attention), prompt chunks run the fused kernel's FLOP fit on causal pairs. The
+    replica's work splits over its GPUs by heads (TP) or by requests (DP attention)."""
+    tp = shape.tp
+    eff = device.kernel_efficiency
+    memory = device.memory_regression("stream")
+    attention = device.regression("attention", "bf16")
+    per_position = decode_attention(model, 2.0, kv_bytes)["in_bytes"] - decode_attention(model, 1.0, kv_bytes)["in_bytes"]
+    per_request = decode_attention(model, 0.0, _ACT_BYTES)
+    shards = _kv_split(model, shape)
+    pair_flops = 2.0 * (model.q_width + model.attn_out_width) / tp
+    return dict(decode_lat_s=memory.latency_s / eff,
+                decode_s_per_position=per_position / shards * memory.seconds_per_unit / eff,
+                decode_s_per_request=(per_request["in_bytes"] + per_request["out_bytes"]) / tp * memory.seconds_per_unit / eff,
+                prefill_lat_s=attention.latency_s / eff,
+                prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
+
+
+def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype: str) -> float:
+    """Weight bytes one GPU holds: TP-split layers (experts over ep x tp/ep), vocab-parallel
+    embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16."""
+    def per_gpu(table: OpTable, tp: int) -> float:
+        gemm = np.array([k in ("gemm", "embedding") for k in table.kinds])
+        params = table.params / np.where(table.weights_split, tp, 1.0)
+        return float((params * np.where(gemm, weight_bytes_per_param(weight_dtype), _ACT_BYTES)).sum())
+
+    dense, moe = tables.layer_counts()
+    total = dense * per_gpu(tables.layer, shape.op_tp)
+    if moe:  # experts: E / ep of them over tp / ep GPUs each, W / tp a GPU whatever ep is
+        total += moe * (per_gpu(tables.moe_layer, shape.op_tp) + per_gpu(tables.experts, shape.tp))
+    for block in (tables.embedding, tables.head):
+        if block is not None:
+            total += per_gpu(block, shape.op_tp)
+    return total

@@ -1,0 +1,153 @@
+"""How a serving engine runs requests: its scheduler, batch limits, KV cache and memory share.
+
+A :class:`Runtime` that is a serving engine (vLLM, SGLang, TensorRT-LLM, NVIDIA's MLPerf harness)
+carries a :class:`ServingEngine` in ``runtime.serving``; training never reads it, so a serving field
+cannot change a training price. Presets give every value with its source (``[serving]`` in
+``autotune/data/runtimes/*.toml``); the load simulation (``autotune/cost/serving_sim.py``) and the
+engine limits (``autotune/cost/serving_limits.py``) read them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from autotune.errors import AutotuneError, require, require_choice
+
+__all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
+           "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES"]
+
+# "prefill_first": a step runs either new prompts or one decode token for every running request,
+# prompts first (vLLM's v0 scheduler without chunked prefill; SGLang's forward_step). "mixed": every
+# step decodes the running requests and fills the rest of the token budget with prompts
+# (TensorRT-LLM's in-flight fused batching; vLLM with chunked prefill, its V1 engine).
+# ``chunked_prefill``: a prompt may be split over steps (else it runs whole in one step).
+SCHEDULERS = ("prefill_first", "mixed")
+# "grow": KV blocks taken as tokens are produced, a request preempted (recomputed later) when they
+# run out (vLLM, SGLang); "full": a request is admitted only when its prompt plus all its output fit
+# (TensorRT-LLM's GUARANTEED_NO_EVICT).
+KV_RESERVATIONS = ("grow", "full")
+# What memory_fraction multiplies: "total" (vLLM gpu_memory_utilization: weights, activations and
+# KV cache within fraction x total); "static" (SGLang mem_fraction_static: weights and KV pool within
+# fraction x total; the profile of activations is not subtracted); "free" (TensorRT-LLM
+# kv_cache_free_gpu_mem_fraction: the KV cache takes fraction x what is free after the weights and
+# the activation buffers); "reserved" (SGLang today: everything but memory_reserved_bytes).
+MEMORY_RULES = ("total", "static", "free", "reserved")
+# How the batch limits are set where a launch does not give them: "fixed" (the preset's values),
+# "trtllm_bench" (trtllm-bench build's heuristic from the dataset's mean ISL/OSL and memory),
+# "max_model_len" (vLLM v0 without chunked prefill: the token budget is max(max_model_len, 2048)),
+# "vllm_device" (vLLM V1: by GPU memory, 8192 tokens and 1024 sequences on 70-160 GB GPUs).
+BATCH_RULES = ("fixed", "trtllm_bench", "max_model_len", "vllm_device")
+# "auto": the activation dtype; "fp8": FP8 (E4M3) always; "weights": FP8 when the weights are
+# FP8 (trtllm-bench build --quantization FP8 sets the KV cache to FP8 too).
+KV_CACHE_DTYPES = ("auto", "fp8", "weights")
+# The launch command a serving plan exports to (autotune/outputs/export/serving.py).
+SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
+# Engine names as published rows write them (the `engine` column of serving CSVs).
+SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
+_WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServingEngine:
+    """A serving engine's behaviour. Counts of 0 mean "no cap of its own" (memory decides)."""
+
+    engine: str  # SERVING_ENGINES
+    version: str  # the release the values are taken from
+    scheduler: str = "mixed"  # SCHEDULERS
+    chunked_prefill: bool = True  # a prompt may be split over steps (at most prefill_chunk_tokens a step if > 0)
+    max_num_seqs: int = 0  # running requests at most (0: as many as the KV cache holds)
+    max_num_batched_tokens: int = 0  # tokens one step processes at most (prompt chunks plus decodes)
+    batch_rule: str = "fixed"  # BATCH_RULES
+    prefill_chunk_tokens: int = 0  # with chunked_prefill: a prompt's chunk per step at most (0: the token budget)
+    kv_block_tokens: int = 16  # tokens per KV cache block (paged attention); 1: token-granular
+    kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES
+    kv_reservation: str = "grow"  # KV_RESERVATIONS
+    memory_rule: str = "total"  # MEMORY_RULES
+    memory_fraction: float = 0.9  # the share memory_rule applies (0 with the "reserved" rule)
+    # (smallest TP degree, fraction): the engine's default by TP degree where it has one (SGLang 0.3)
+    memory_fraction_by_tp: tuple[tuple[int, float], ...] = ()
+    memory_reserved_bytes: float = 0.0  # "reserved" rule: memory kept outside weights and KV cache
+    decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
+    eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
+    scheduler_steps: int = 1  # decode steps per scheduler call (vLLM multi-step); tokens stream per call
+    step_host_s: float = 0.0  # host seconds per scheduler call the GPU waits for
+    step_host_share: float = 0.0  # host time the GPU waits for, as a share of each step's GPU time
+    supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
+    weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
+    default_weight_dtype: str = "bf16"  # what it serves where a run does not say
+    export: str = ""  # SERVING_EXPORTS
+
+    def __post_init__(self) -> None:
+        for name in ("memory_fraction_by_tp", "weight_dtypes"):
+            value = getattr(self, name)
+            if isinstance(value, list):  # read back from TOML or JSON
+                object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
+        require_choice("serving.engine", self.engine, SERVING_ENGINES)
+        require(isinstance(self.version, str) and self.version != "", "serving.version", "must name a release")
+        require_choice("serving.scheduler", self.scheduler, SCHEDULERS)
+        require_choice("serving.batch_rule", self.batch_rule, BATCH_RULES)
+        require_choice("serving.kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
+        require_choice("serving.kv_reservation", self.kv_reservation, KV_RESERVATIONS)
+        require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
+        require_choice("serving.export", self.export, SERVING_EXPORTS)
+        for name in ("max_num_seqs", "max_num_batched_tokens", "prefill_chunk_tokens", "decode_cuda_graph_max_batch"):
+            _require_count(name, getattr(self, name), minimum=0)
+        for name in ("kv_block_tokens", "scheduler_steps"):
+            _require_count(name, getattr(self, name), minimum=1)
+        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes"):
+            _require_number(name, getattr(self, name))
+        require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
+                and (self.memory_fraction > 0) == (self.memory_rule != "reserved"), "serving.memory_fraction",
+                f"must be in (0, 1] (0 only with memory_rule 'reserved'), got {self.memory_fraction!r}")
+        require(all(isinstance(t, int) and t >= 1 and 0 < f <= 1 for t, f in self.memory_fraction_by_tp),
+                "serving.memory_fraction_by_tp", f"must be [smallest tp, fraction] pairs, got {self.memory_fraction_by_tp!r}")
+        require(len(self.weight_dtypes) > 0 and all(d in _WEIGHT_DTYPES for d in self.weight_dtypes),
+                "serving.weight_dtypes", f"must be a non-empty list of {', '.join(_WEIGHT_DTYPES)}")
+        require(self.default_weight_dtype in self.weight_dtypes, "serving.default_weight_dtype",
+                f"must be one of its weight_dtypes {list(self.weight_dtypes)}, got {self.default_weight_dtype!r}")
+        for f in fields(self):
+            if f.type == "bool":
+                require(isinstance(getattr(self, f.name), bool), f"serving.{f.name}", "must be true or false")
+
+    def fraction_for_tp(self, tp: int) -> float:
+        """The memory share at TP degree ``tp``: the by-TP default where the engine has one."""
+        chosen = [f for t, f in sorted(self.memory_fraction_by_tp) if t <= tp]
+        return chosen[-1] if chosen else self.memory_fraction
+
+    def kv_bytes_per_element(self, weight_dtype: str, activation_bytes: int) -> float:
+        """Bytes of one cached K or V element under this engine's KV dtype rule."""
+        fp8 = self.kv_cache_dtype == "fp8" or (self.kv_cache_dtype == "weights" and weight_dtype in ("fp8", "nvfp4"))
+        return 1.0 if fp8 else float(activation_bytes)
+
+    def with_changes(self, **changes: Any) -> "ServingEngine":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+SERVING_SETTING_NAMES = tuple(f.name for f in fields(ServingEngine))
+
+
+def _require_count(name: str, value: object, *, minimum: int) -> None:
+    require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum, f"serving.{name}",
+            f"must be an integer >= {minimum}, got {value!r}")
+
+
+def _require_number(name: str, value: object) -> None:
+    require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"),
+            f"serving.{name}", f"must be a finite number >= 0, got {value!r}")
+
+
+def serving_engine_from_dict(data: object) -> ServingEngine:
+    """A ServingEngine from ``to_dict`` output or a preset's ``[serving]`` values."""
+    if isinstance(data, ServingEngine):
+        return data
+    if not isinstance(data, dict):
+        raise AutotuneError("runtime.serving", f"must be an object of serving settings, got {data!r}")
+    unknown = set(data) - set(SERVING_SETTING_NAMES)
+    if unknown:
+        raise AutotuneError("runtime.serving", f"has unknown setting(s) {', '.join(sorted(unknown))}; "
+                                               f"valid: {', '.join(SERVING_SETTING_NAMES)}")
+    return ServingEngine(**data)

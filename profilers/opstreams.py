@@ -1,0 +1,215 @@
+"""Write the operator streams autotune prices the ``torch`` and ``transformers`` runtimes with.
+
+For each architecture below, build the runtime's own model at the capture sizes
+(profilers/opstream.py CAPTURE: two decoder layers, every size a distinct prime), run one
+training step's forward and backward under the emulated bf16 CUDA autocast, and write
+``autotune/data/opstreams/<name>.json``: per block (``embedding``, ``layer``: the second decoder
+layer, ``head``: final norm, LM head and loss) every kernel with its class, its bytes, FLOPs,
+saved bytes and parameters as sums of monomials of the model's sizes, and the bytes alive at each
+kernel. autotune/graph/opstream.py reads them (no torch at plan time).
+
+Run: ``python -m profilers.opstreams [--out DIR]`` (needs transformers for the transformers
+streams; the versions are recorded in each file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+from profilers.opstream import CAPTURE, Capture, capture_step
+
+__all__ = ["STREAMS", "stream_json", "write_streams"]
+
+OUT = Path(__file__).resolve().parent.parent / "autotune" / "data" / "opstreams"
+SCHEMA = "autotune.opstream/1"
+
+# A kernel's module scope (its last name) -> the cost model's operator name (graph/operators.py),
+# so recomputed modules, early stop and TP overlap find the operators they name.
+CANONICAL = {"q_proj": "q_proj", "wq": "q_proj", "k_proj": "k_proj", "wk": "k_proj", "v_proj": "v_proj",
+             "wv": "v_proj", "o_proj": "out_proj", "wo": "out_proj", "gate_proj": "ffn_up", "up_proj": "ffn_up",
+             "w1": "ffn_up", "w3": "ffn_up", "down_proj": "ffn_down", "w2": "ffn_down",
+             "input_layernorm": "attn_norm", "attention_norm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+             "ffn_norm": "ffn_norm", "act_fn": "ffn_act", "mlp": "ffn_act", "feed_forward": "ffn_act",
+             "q_norm": "qk_norm", "k_norm": "qk_norm", "self_attn": "attention", "attention": "attention",
+             "norm": "final_norm", "lm_head": "logits", "output": "logits", "embed_tokens": "token_embedding",
+             "tok_embeddings": "token_embedding", "pos_embeddings": "position_embedding"}
+_PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj", "ffn_up", "ffn_down", "logits")
+
+
+def _merge(terms) -> list:
+    """Sum like monomials: [[constant, {symbol: exponent}], ...] in a stable order."""
+    total: dict[tuple, int] = {}
+    for const, powers in terms:
+        key = tuple(sorted(powers.items()))
+        total[key] = total.get(key, 0) + const
+    return [[c, dict(k)] for k, c in sorted(total.items()) if c]
+
+
+def _name(kernel: dict, last_forward: bool) -> str:
+    """The operator name of a kernel: its module's (a GEMM of a projection keeps the bare name,
+    other kernels there are '<name>.cast' etc.); the layer's last forward kernel is the FFN residual."""
+    scope = kernel["scope"].split(".")[-1] if kernel["scope"] else ""
+    name = CANONICAL.get(scope, "")
+    if kernel["class"] in ("attention", "attention_bwd"):
+        return "attention"
+    if kernel["class"] == "activation":
+        return "ffn_act"
+    if name in _PROJECTIONS and kernel["class"] != "gemm":
+        return f"{name}.{kernel['class']}"
+    if not name:
+        return "ffn_residual" if last_forward else ("loss" if kernel["class"] == "softmax" else kernel["class"])
+    return name
+
+
+def _block_kernels(capture: Capture, block: str) -> list[dict]:
+    index = [i for i, k in enumerate(capture.kernels) if k["block"] == block]
+    saved = _saved_by_kernel(capture, block, index)
+    last_fwd = max((i for i in index if capture.kernels[i]["phase"] == "fwd"), default=-1)
+    out = []
+    for i in index:
+        k = capture.kernels[i]
+        out.append({"name": _name(k, i == last_fwd and block.startswith("layer")), "op": k["op"], "phase": k["phase"],
+                    "scope": k["scope"], "class": k["class"], "dtype": k["dtype"], "read": _merge(k["read"]),
+                    "written": _merge(k["written"]), "flops": _merge(k["flops"]), "saved": _merge(saved.get(i, [])),
+                    "params": _merge(k["params"]), "weight_cast": k["weight_cast"]})
+    return out
+
+
+def _saved_by_kernel(capture: Capture, block: str, index: list[int]) -> dict[int, list]:
+    """Saved tensors of the block's nodes, charged to the first forward kernel of the node's scope
+    (a fused attention's or norm's to that kernel)."""
+    out: dict[int, list] = {}
+    forward = [i for i in index if capture.kernels[i]["phase"] == "fwd"]
+    for (node_block, scope, node_type), term in capture.saved.values():
+        if node_block != block:
+            continue
+        cls = {"_AttentionBackward": "attention", "_RMSNormBackward": "norm"}.get(node_type)
+        match = [i for i in forward if capture.kernels[i]["scope"] == scope
+                 and (cls is None or capture.kernels[i]["class"] == cls)]
+        out.setdefault(match[0] if match else forward[0], []).append(term)
+    return out
+
+
+def _dominated(p: dict, q: dict) -> bool:
+    return all(c <= q.get(k, 0) for k, c in p.items())
+
+
+def _live(capture: Capture, block: str) -> list:
+    """The bytes alive at each of the block's kernels that the block made (weight casts aside:
+    the cost model counts those with the weights), less the events every other one dominates."""
+    polys = []
+    for index, live in capture.events:
+        if capture.kernels[index]["block"] != block:
+            continue
+        total: dict[tuple, int] = {}
+        for sid in live:
+            entry = capture.storages.get(sid)
+            if entry is None or entry[1] != block or entry[3]:
+                continue
+            const, powers = entry[2]
+            key = tuple(sorted(powers.items()))
+            total[key] = total.get(key, 0) + const
+        polys.append((capture.kernels[index]["phase"], total))
+    kept = [(ph, p) for i, (ph, p) in enumerate(polys)
+            if not any(j != i and _dominated(p, q) and (p != q or j < i) for j, (_, q) in enumerate(polys))]
+    return [{"phase": ph, "bytes": [[c, dict(k)] for k, c in sorted(p.items())]} for ph, p in kept]
+
+
+def stream_json(name: str, family: str, architecture: dict, capture: Capture, source: str) -> dict:
+    versions = {"torch": torch.__version__}
+    if family == "transformers":
+        versions["transformers"] = sys.modules["transformers"].__version__
+    blocks = {}
+    for block, label in (("embedding", "embedding"), ("layer.1", "layer"), ("head", "head")):
+        blocks[label] = {"kernels": _block_kernels(capture, block), "live": _live(capture, block)}
+    return {"schema": SCHEMA, "name": name, "family": family, "architecture": architecture, "versions": versions,
+            "capture": CAPTURE, "source": source, "blocks": blocks}
+
+
+# -- the models ------------------------------------------------------------------------------------
+
+def _reference(architecture: dict):
+    """autotune's reference transformer (autotune/validate/model.py), as ``autotune validate``
+    trains it: fp32 weights, the loss of validate/train.py over fp32 logits."""
+    from autotune.spec.model import ModelSpec
+    from autotune.validate.model import build_model
+    c = CAPTURE
+    heads = c["g"] * c["r"]
+    spec = ModelSpec(name="capture", num_layers=2, hidden_size=heads * 2 * c["d2"], num_heads=heads,
+                     num_kv_heads=c["g"], ffn_hidden_size=c["f"], vocab_size=c["v"], max_seq_len=c["s"],
+                     **architecture)
+    torch.manual_seed(0)
+    model = build_model(spec).train()
+    tokens = torch.randint(0, c["v"], (c["b"], c["s"] + 1))
+
+    def loss():
+        logits = model(tokens[:, :-1])
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), tokens[:, 1:].flatten())
+    return model, list(model.layers.values()), loss, []
+
+
+def _transformers(kind: str, tied: bool):
+    """A Hugging Face model as hf_bench.py trains it: fp32 weights, SDPA, the model's own loss."""
+    import importlib
+
+    import transformers
+    c = CAPTURE
+    heads = c["g"] * c["r"]
+    config_cls = getattr(transformers, {"llama": "LlamaConfig", "qwen3": "Qwen3Config"}[kind])
+    model_cls = getattr(transformers, {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[kind])
+    cfg = config_cls(hidden_size=c["c"] * heads, intermediate_size=c["f"], num_hidden_layers=2, num_attention_heads=heads,
+                     num_key_value_heads=c["g"], head_dim=2 * c["d2"], vocab_size=c["v"], max_position_embeddings=c["s"],
+                     tie_word_embeddings=tied, attn_implementation="sdpa")
+    torch.manual_seed(0)
+    model = model_cls(cfg).train()
+    tokens = torch.randint(0, c["v"], (c["b"], c["s"]))
+    module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
+    return model, list(model.model.layers), lambda: model(input_ids=tokens, labels=tokens, use_cache=False).loss, [module]
+
+
+_GPT = {"norm": "layernorm", "ffn_activation": "gelu", "position_embedding": "learned", "bias": True,
+        "dropout": True, "tied_embeddings": True}
+_LLAMA = {"norm": "rmsnorm", "ffn_activation": "swiglu", "position_embedding": "rotary", "bias": False,
+          "dropout": False, "tied_embeddings": False}
+# name -> (family, architecture the stream holds for, builder)
+STREAMS = {
+    "torch-gpt": ("torch", _GPT, lambda: _reference(_GPT)),
+    "torch-llama": ("torch", _LLAMA, lambda: _reference(_LLAMA)),
+    "transformers-llama": ("transformers", {**_LLAMA, "qk_norm": "none", "tied_embeddings": True},
+                           lambda: _transformers("llama", True)),
+    "transformers-llama-untied": ("transformers", {**_LLAMA, "qk_norm": "none"}, lambda: _transformers("llama", False)),
+    "transformers-qwen3": ("transformers", {**_LLAMA, "qk_norm": "rmsnorm"}, lambda: _transformers("qwen3", False)),
+}
+
+
+def write_streams(out: Path = OUT, names: list[str] | None = None) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in names or list(STREAMS):
+        family, architecture, build = STREAMS[name]
+        model, layers, loss, patch = build()
+        capture = capture_step(model, layers, loss, patch=patch)
+        source = (f"python -m profilers.opstreams: {'autotune validate/model.py' if family == 'torch' else 'transformers'}"
+                  " model at the capture sizes, one forward and backward under bf16 CUDA autocast (emulated)")
+        path = out / f"{name}.json"
+        path.write_text(json.dumps(stream_json(name, family, architecture, capture, source), indent=None) + "\n")
+        written.append(path)
+    return written
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("names", nargs="*", help=f"streams to write (default all: {', '.join(STREAMS)})")
+    args = parser.parse_args(argv)
+    for path in write_streams(args.out, args.names or None):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One prepared check on a machine with one NVIDIA GPU (issue 27), in under 8 minutes:
+#   1. profile the GPU: quick sweep, no collectives                                   (~1 min)
+#   2. validate four plans of the reference model in bf16 (tests/data/h200/plans a, c, d and the
+#      MoE plan e), each under its own time limit                                     (<= 4 min)
+#   3. train three transformers models as people do (scripts/hf_bench.py)             (<= 2 min)
+#   4. write one JSON report: GPU, software versions, date, every run measured beside autotune's
+#      prediction with the datasheet cluster and with the profile just measured (scripts/gpu_check_report.py)
+# A part that fails or runs out of time leaves its runs out (or marked failed); the report is
+# written whatever happened. Usage: scripts/gpu_check.sh [OUT.json] (default: gpu_check.json)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${1:-gpu_check.json}
+PY=${PYTHON:-python}
+WORK=$(mktemp -d)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+
+$PY - > "$WORK/environment.json" <<'PYEOF'
+import datetime, json, platform, subprocess
+import torch
+env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+       "python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
+       "gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+       "gpu_memory_bytes": torch.cuda.mem_get_info()[1] if torch.cuda.is_available() else None}
+for cmd, key in ((["nvidia-smi", "--query-gpu=driver_version,power.limit", "--format=csv,noheader"], "nvidia_smi"),
+                 (["git", "rev-parse", "HEAD"], "autotune_commit")):
+    try:
+        env[key] = subprocess.run(cmd, capture_output=True, text=True, timeout=20).stdout.strip()
+    except OSError:
+        env[key] = None
+try:
+    import transformers
+    env["transformers"] = transformers.__version__
+except ImportError:
+    env["transformers"] = None
+print(json.dumps(env))
+PYEOF
+GPU=$($PY -c "import json,sys; print(json.load(open('$WORK/environment.json'))['gpu'] or '')")
+case "$GPU" in
+  *H200*) CLUSTER=dgx-h200 ;;
+  *H100*) CLUSTER=dgx-h100 ;;
+  *A100*) CLUSTER=dgx-a100-80gb ;;
+  *B200*) CLUSTER=dgx-b200 ;;
+  *) echo "gpu_check: no cluster preset for GPU '$GPU'; predicting with dgx-h100" >&2; CLUSTER=dgx-h100 ;;
+esac
+echo "gpu_check: $GPU -> cluster $CLUSTER; work in $WORK" >&2
+
+timeout 90 $PY -m autotune profile --device cuda --quick --no-collectives --out "$WORK/profile.json" \
+    > "$WORK/profile.log" 2>&1 || echo "gpu_check: profile failed or ran out of time (see $WORK/profile.log)" >&2
+
+VALIDATE=()
+for plan in tests/data/h200/plans/a-*.json tests/data/h200/plans/c-*.json tests/data/h200/plans/d-*.json \
+            tests/data/h200/plans/e-*.json; do
+  name=$(basename "$plan" .json)
+  timeout 75 $PY -m autotune validate "$plan" --device cuda --cluster "$CLUSTER" --steps 3 --timeout 70 \
+      --json --out "$WORK/validate-$name.json" > "$WORK/validate-$name.log" 2>&1 \
+      || echo "gpu_check: validate $name did not finish cleanly (see $WORK/validate-$name.log)" >&2
+  VALIDATE+=("$WORK/validate-$name.json")
+done
+
+timeout 150 $PY scripts/hf_bench.py scripts/gpu_check_cases.json "$WORK/hf.jsonl" --device cuda \
+    > "$WORK/hf.log" 2>&1 || echo "gpu_check: hf_bench did not finish cleanly (see $WORK/hf.log)" >&2
+
+$PY scripts/gpu_check_report.py --cluster "$CLUSTER" --validate "${VALIDATE[@]}" --hf "$WORK/hf.jsonl" \
+    --profile "$WORK/profile.json" --environment "$WORK/environment.json" --out "$OUT"
+echo "gpu_check: wrote $OUT (logs in $WORK)" >&2

@@ -1,0 +1,131 @@
+"""Operator streams: the kernels the torch and transformers runtimes' own code issues, captured
+once (profilers/opstreams.py), read without torch (autotune/graph/opstream.py) and priced as the
+cost model's tables; checked against the graph, the capture itself and the H200 runs."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from autotune.calibrate.framework_kernels import stream_in_step_speeds
+from autotune.cost.evaluate import evaluate_plan
+from autotune.graph.opstream import load_stream, stream_for, stream_names
+from autotune.graph.table import model_tables, runtime_tables
+from autotune.plan.builders import uniform_plan
+from autotune.plan.io import read_plan_file
+from autotune.spec.hf_config import model_from_hf_config
+from autotune.spec.presets import load_preset
+from autotune.spec.resolve import resolve_cluster
+from autotune.spec.runtime import load_runtime
+from autotune.spec.workload import TrainingWorkload
+
+H200 = Path(__file__).parent / "data" / "h200"
+DEVICES = Path(__file__).resolve().parent.parent / "autotune" / "data" / "devices"
+
+
+def _hf(name: str):
+    return model_from_hf_config(str(H200 / "hf" / f"{name}.json"))
+
+
+def test_streams_record_what_they_were_captured_with():
+    assert {"torch-gpt", "torch-llama", "transformers-llama", "transformers-qwen3"} <= set(stream_names())
+    for name in stream_names():
+        data = load_stream(name)
+        assert data["family"] in ("torch", "transformers") and data["versions"]["torch"]
+        assert ("transformers" in data["versions"]) == (data["family"] == "transformers")
+        assert set(data["capture"]) == {"b", "s", "g", "r", "c", "d2", "f", "v"}
+        for block in ("embedding", "layer", "head"):
+            phases = {k["phase"] for k in data["blocks"][block]["kernels"]}
+            assert phases == {"fwd", "bwd"}, (name, block)
+
+
+@pytest.mark.parametrize("model, family, stream", [
+    (load_preset("gpt3-1.3b"), "torch", "torch-gpt"), (load_preset("llama3-8b"), "torch", "torch-llama"),
+    (_hf("llama-3.2-1b"), "transformers", "transformers-llama"), (load_preset("llama3-8b"), "transformers", "transformers-llama-untied"),
+    (load_preset("olmoe-1b-7b"), "torch", ""), (load_preset("gpt3-1.3b"), "transformers", "")])
+def test_a_stream_is_chosen_by_architecture(model, family, stream):
+    assert stream_for(model, family) == stream
+
+
+def test_other_dtypes_and_attention_fall_back_to_the_graph():
+    runtime = load_runtime("torch")
+    model = load_preset("gpt3-1.3b")
+    assert runtime_tables(model, TrainingWorkload(global_batch=8, seq_len=2048), runtime).op_stream == "torch-gpt"
+    for workload in (TrainingWorkload(global_batch=8, seq_len=2048, dtype="fp32"),
+                     TrainingWorkload(global_batch=8, seq_len=2048, attention_impl="unfused")):
+        assert runtime_tables(model, workload, runtime).op_stream == ""
+    assert runtime_tables(model, TrainingWorkload(global_batch=8, seq_len=2048), load_runtime("megatron")).op_stream == ""
+
+
+@pytest.mark.parametrize("model, runtime", [(load_preset("gpt3-1.3b"), "torch"), (load_preset("llama3-8b"), "torch"),
+                                            (_hf("llama-3.2-1b"), "transformers"), (_hf("llama-3.2-3b"), "transformers")])
+def test_stream_tables_hold_the_graphs_parameters_and_flops(model, runtime):
+    workload = TrainingWorkload(global_batch=4, seq_len=2048)
+    stream = runtime_tables(model, workload, load_runtime(runtime))
+    graph = model_tables(model, 2048, 2, "flash")
+    assert stream.op_stream and stream.num_params == graph.num_params
+    # the GEMMs' and attention's forward FLOPs (RoPE's frequency product adds a few more)
+    assert stream.model_flops_per_sequence() == pytest.approx(graph.model_flops_per_sequence(), rel=0.01)
+    layer = stream.layer
+    fwd = sum(f for f, k, n in zip(layer.flops, layer.kinds, layer.kernels) if k == "gemm" and n)
+    bwd = sum(f for f, k, n in zip(layer.flops, layer.kinds, layer.kernels) if k == "gemm" and not n)
+    assert bwd == pytest.approx(2 * fwd)  # each weight's input and weight gradients
+
+
+def test_the_streams_show_what_autocast_and_eager_kernels_do():
+    layer = {k["name"]: k for k in load_stream("transformers-llama")["blocks"]["layer"]["kernels"] if k["phase"] == "fwd"}
+    kernels = load_stream("transformers-llama")["blocks"]["layer"]["kernels"]
+    norm = [k for k in kernels if k["name"] == "attn_norm" and k["phase"] == "fwd"]
+    assert [k["op"] for k in norm] == ["aten.pow", "aten.mean", "aten.add", "aten.rsqrt", "aten.mul", "aten.mul"]
+    assert all(k["dtype"] == "float32" for k in norm)  # LlamaRMSNorm upcasts; the residual stream is fp32
+    casts = [k for k in kernels if k["class"] == "cast" and k["phase"] == "fwd"]
+    assert sum(1 for k in casts if k["weight_cast"]) == 7 and len(casts) > 7  # the weights' and the activations'
+    assert layer["attention"]["class"] == "attention" and "ffn_act" in layer
+    reference = load_stream("torch-llama")["blocks"]["layer"]["kernels"]
+    norm_ops = [k["op"] for k in reference if k["name"] == "attn_norm"]  # nn.RMSNorm: CUDA's fused kernel each way
+    assert norm_ops[:2] == ["aten._fused_rms_norm", "aten._fused_rms_norm_backward"] and "aten.pow" not in norm_ops
+    head = [k["op"] for k in load_stream("transformers-llama")["blocks"]["head"]["kernels"] if k["phase"] == "fwd"]
+    assert "aten._log_softmax" in head and head.index("aten._to_copy") < head.index("aten._log_softmax")  # fp32 logits
+
+
+def test_in_step_speeds_are_the_h100_measurements():
+    speeds = stream_in_step_speeds(str(DEVICES / "h100-sxm-measured.json"))
+    for name in ("torch", "transformers"):
+        runtime = load_runtime(name)
+        assert math.isclose(runtime.gemm_speed("hopper"), speeds["gemm"], abs_tol=5e-4)
+        assert math.isclose(runtime.attention_in_step("hopper"), speeds["attention"], abs_tol=5e-4)
+        assert math.isclose(runtime.memory_in_step("hopper"), speeds["other"], abs_tol=5e-4)
+        assert runtime.measured_in_step("hopper") and not runtime.measured_in_step("other")
+
+
+def _h200_errors(profile):
+    cluster = resolve_cluster("dgx-h200", profile=profile)
+    out = {}
+    for run in json.loads((H200 / "runs.json").read_text())["runs"]:
+        if run["status"] != "ok":
+            continue
+        if run["kind"] == "validate":
+            plan_file = read_plan_file(H200 / run["plan"])
+            model, workload, plan = plan_file.model, plan_file.workload, plan_file.plan
+        else:
+            model = _hf(Path(run["config"]).stem)
+            workload = TrainingWorkload(global_batch=run["micro_batch"], seq_len=run["seq_len"])
+            plan = uniform_plan(num_layers=model.num_layers, gpus=1, micro_batch=run["micro_batch"],
+                                global_batch=run["micro_batch"], recompute="full" if run["checkpointing"] else "none")
+        est = evaluate_plan(model, workload, cluster, plan, runtime=load_runtime(run["runtime"]))
+        tensors = est.peak_memory_bytes_per_gpu - est.memory_breakdown["reserved_bytes"] - est.memory_breakdown["allocator_bytes"]
+        out[run["name"]] = (est.step_time_s / run["measured_step_time_s"] - 1, tensors / run["peak_allocated_bytes"] - 1)
+    return out
+
+
+@pytest.mark.parametrize("profile, mean_step, worst_step", [(str(DEVICES / "h200-measured.json"), 0.07, 0.11),
+                                                             (None, 0.10, 0.17)])
+def test_h200_runs_are_predicted_from_the_operator_streams(profile, mean_step, worst_step):
+    # the reached figures (docs/h200-measured.md): step time with the measured profile and with the
+    # datasheet cluster; max_memory_allocated within 4% on both
+    errors = _h200_errors(profile)
+    assert len(errors) == 7
+    steps = [abs(s) for s, _ in errors.values()]
+    assert sum(steps) / len(steps) <= mean_step and max(steps) <= worst_step, errors
+    assert max(abs(m) for _, m in errors.values()) <= 0.04, errors
