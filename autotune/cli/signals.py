@@ -57,11 +57,17 @@ def finish(code: int) -> int:
     joins, atexit hooks of libraries) can meet the interrupt again, and Python then ends itself
     by SIGINT (exit -2) instead of 130. Everything finished is committed by then.
 
-    Without a signal the command has finished: SIGINT and SIGTERM are blocked for the rest of
-    the process, because interpreter shutdown puts back their default actions (CPython's signal
-    module finalisation) and a signal landing then would kill the finished command (exit -15)."""
-    if not _received and hasattr(signal, "pthread_sigmask"):
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    Without a signal the command has finished: SIGINT and SIGTERM are ignored for the rest of
+    the process, because interpreter shutdown puts back the default action of a signal that has a
+    Python handler (CPython's signal module finalisation; it leaves SIG_IGN alone) and a signal
+    landing then would kill the finished command (exit -15). Blocking it in this thread is not
+    enough: the kernel hands a process signal to any thread that does not block it, such as a
+    BLAS pool's native threads started at import."""
+    import threading
+
+    if not _received and threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_IGN)
     if _received:
         for stream in (sys.stdout, sys.stderr):
             try:
