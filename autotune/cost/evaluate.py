@@ -51,21 +51,25 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
 
 
 def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus_per_node: int) -> list[StageCost]:
-    """stage_cost of each stage; a plain dense stage (no FP8, partial recomputation, offload or
-    experts) is priced once per distinct shape: its cost does not depend on where its layers
+    """stage_cost of each stage; a dense stage without offload (FP8 and partial recomputation
+    included) is priced once per distinct shape: its cost does not depend on where its layers
     start, nor on its first GPU beyond the offset in its node (the mesh groups it spans), and its
-    activation memory is the bytes saved per micro-batch times those in flight (cost/stage.py)."""
+    activation memory is the bytes saved per micro-batch times those in flight (cost/stage.py;
+    FP8 prices the plain stage in an FP8 context, partial recomputation blends two such costs
+    linearly, so both keep that). MoE stages are not: which layers are dense depends on where
+    the stage starts."""
     memo: dict = {}
     out = []
     for stage, pos in zip(stages, positions):
-        if has_variant(stage) or offloads(stage) or stage.activation_offload_layers or ctx.tables.moe_layer is not None:
+        if offloads(stage) or stage.activation_offload_layers or ctx.tables.moe_layer is not None:
             out.append(stage_cost(ctx, stage, pos))
             continue
         key = (tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers, pos.neighbors,
                pos.p2p_inter_node, pos.first_gpu % gpus_per_node)
         one = memo.get(key)
         if one is None:  # one micro-batch in flight: its activation bytes are the bytes saved per micro-batch
-            one = memo[key] = dense_stage_cost(ctx, stage, StagePosition(
+            price = stage_cost if has_variant(stage) else dense_stage_cost
+            one = memo[key] = price(ctx, stage, StagePosition(
                 inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu))
         if pos.inflight != 1:
             one = replace(one, memory=replace(one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight))
