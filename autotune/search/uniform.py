@@ -6,7 +6,9 @@ layers (1F1B, by the stage DP), or equal stages interleaved. Candidates are take
 floor on their step (autotune.search.bounds) and a slice stops when no floor beats its best:
 
 1. a *class* of choices (autotune.search.members) is bounded by its representative, priced once
-   per submesh size at the smallest data-parallel degree and shared by every degree;
+   per submesh size at the smallest data-parallel degree and shared by every degree; its floor
+   is tightened, only when it comes up, by its leanest members' memory and then by each way of
+   recomputing (autotune.search.screens), each back in line where that raises it;
 2. a class that may win is priced at the slice's degree: each member, and every partial
    recomputation count, gets its exact floor (memory-aware: a stage must hold one micro-batch);
 3. a member that may win is solved by the stage DP (autotune.search.inter_op).
