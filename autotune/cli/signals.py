@@ -10,7 +10,6 @@ user asked to stop, not for their tracebacks. A second signal exits at once.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -26,7 +25,9 @@ def _handler(signum: int, _frame) -> None:
         os.write(2, b"autotune: interrupted\n")
         os._exit(EXIT_INTERRUPTED)
     _received.append(signum)
-    logging.disable(logging.CRITICAL)
+    logging = sys.modules.get("logging")  # not imported at start-up (~10 ms): unloaded, nothing logs
+    if logging is not None:
+        logging.disable(logging.CRITICAL)
     raise KeyboardInterrupt
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from autotune.cost.estimate import Estimate
 from autotune.cost.inference_plan import evaluate_inference_plan
@@ -50,23 +50,46 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
                              tables=tables)
 
 
+# Dense stage costs by context and shape, across plans: a search scores many plans (baselines,
+# layouts, GPU counts of one model) whose stages repeat. Each entry holds its context, so the
+# ids in its key name the same objects while it lives; bounded, as StageCosts are small.
+_STAGE_COSTS: dict = {}
+_STAGE_COSTS_KEPT = 1024  # a few plans of a few dozen stages each, many times over
+
+
+_BY_IDENTITY = ("tables", "workload", "runtime", "cluster")
+
+
+def _context_key(ctx: StageContext) -> tuple:
+    """Every field of a StageContext, its large parts by identity."""
+    return tuple(id(value) if f.name in _BY_IDENTITY else value
+                 for f in fields(ctx) for value in (getattr(ctx, f.name),))
+
+
 def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus_per_node: int) -> list[StageCost]:
-    """stage_cost of each stage; a plain dense stage (no FP8, partial recomputation, offload or
-    experts) is priced once per distinct shape: its cost does not depend on where its layers
+    """stage_cost of each stage; a dense stage without offload (FP8 and partial recomputation
+    included) is priced once per distinct shape: its cost does not depend on where its layers
     start, nor on its first GPU beyond the offset in its node (the mesh groups it spans), and its
-    activation memory is the bytes saved per micro-batch times those in flight (cost/stage.py)."""
-    memo: dict = {}
+    activation memory is the bytes saved per micro-batch times those in flight (cost/stage.py;
+    FP8 prices the plain stage in an FP8 context, partial recomputation blends two such costs
+    linearly, so both keep that). MoE stages are not: which layers are dense depends on where
+    the stage starts."""
     out = []
+    context = _context_key(ctx)
     for stage, pos in zip(stages, positions):
-        if has_variant(stage) or offloads(stage) or stage.activation_offload_layers or ctx.tables.moe_layer is not None:
+        if offloads(stage) or stage.activation_offload_layers or ctx.tables.moe_layer is not None:
             out.append(stage_cost(ctx, stage, pos))
             continue
-        key = (tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers, pos.neighbors,
+        key = (context, tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers, pos.neighbors,
                pos.p2p_inter_node, pos.first_gpu % gpus_per_node)
-        one = memo.get(key)
-        if one is None:  # one micro-batch in flight: its activation bytes are the bytes saved per micro-batch
-            one = memo[key] = dense_stage_cost(ctx, stage, StagePosition(
-                inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu))
+        found = _STAGE_COSTS.get(key)
+        if found is None:  # one micro-batch in flight: its activation bytes are the bytes saved per micro-batch
+            price = stage_cost if has_variant(stage) else dense_stage_cost
+            if len(_STAGE_COSTS) >= _STAGE_COSTS_KEPT:
+                _STAGE_COSTS.pop(next(iter(_STAGE_COSTS)))  # the oldest
+            found = _STAGE_COSTS[key] = (ctx, price(ctx, stage, StagePosition(
+                inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu)))
+        one = found[1]
         if pos.inflight != 1:
             one = replace(one, memory=replace(one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight))
         out.append(one)

@@ -118,12 +118,13 @@ def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost,
     return fwd, bwd
 
 
-def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe, params, pos):
+def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe, params, pos,
+            expert_stage: StagePlan):
     gather = st._gather_bytes(ctx)
     flags = state_flags(ctx.runtime, ctx.workload.dtype)
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather, *flags)
     e_weights, e_grads, e_optim = sharded_state_memory(n_moe * ex.params_per_gpu, ctx.workload.dtype,
-                                                       _expert_stage(stage), gather, *flags)
+                                                       expert_stage, gather, *flags)
     saved, temporary = st._activation_bytes(ctx, stage, blocks, n_dense)
     saved = saved + n_moe * _saved_moe_layer(ctx, stage, moe, ex)
     moe_temp = st._scalar(moe.saved_bytes) + ex.saved_bytes + ex.buffer_bytes
@@ -149,6 +150,28 @@ def _host_s(ctx, stage: StagePlan, dense, moe, ex: ExpertLayerCost, per_layer_co
             + n_moe * layers_host_s(ctx, stage, moe=True, gpu_fwd_s=moe_fwd, gpu_bwd_s=moe_bwd))
 
 
+# expert_layer_cost by what it reads: the context's parts (by identity: each entry holds the
+# context, so no other object takes their ids while it lives), micro-batch sizes and counts, the
+# stage's tp, cp, ep, etp and GPUs, and its first GPU's offset in its node. A search prices one
+# choice at three positions and every member of a class (recomputation, ZeRO) with the same
+# expert layer; a plan's stages of the same shape share it too.
+_EXPERT_COSTS: dict = {}
+_EXPERT_COSTS_KEPT = 256  # entries (each a few small arrays): memory stays bounded
+
+
+def _expert_cost(ctx, stage: StagePlan, first_gpu: int) -> ExpertLayerCost:
+    b, n = np.asarray(ctx.micro_batch), np.asarray(ctx.num_microbatches)
+    key = (id(ctx.tables), id(ctx.cluster), id(ctx.workload), id(ctx.runtime), b.shape, tuple(b.ravel().tolist()),
+           n.shape, tuple(n.ravel().tolist()), stage.tp, stage.cp, stage.ep, stage.etp, stage.num_gpus,
+           first_gpu % ctx.cluster.gpus_per_node)  # the spans see the first GPU's place in its node only
+    found = _EXPERT_COSTS.get(key)
+    if found is None:
+        if len(_EXPERT_COSTS) >= _EXPERT_COSTS_KEPT:
+            _EXPERT_COSTS.pop(next(iter(_EXPERT_COSTS)))  # the oldest
+        found = _EXPERT_COSTS[key] = (ctx, expert_layer_cost(ctx, stage, first_gpu))
+    return found[1]
+
+
 def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
     """cost/stage.py's StageCost for a stage of an MoE model."""
     m = ctx.tables.model
@@ -163,12 +186,13 @@ def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
     spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
     ex_spans = expert_spans(stage, ctx.cluster.gpus_per_node, pos.first_gpu)
     n_dense, n_moe = moe_layer_split(ctx.tables, stage, num_layers)
-    ex = expert_layer_cost(ctx, stage, pos.first_gpu)
+    ex = _expert_cost(ctx, stage, pos.first_gpu)
     fwd, bwd = _kernel_times(ctx, stage, blocks, moe, ex, n_dense, n_moe)
     params = n_dense * st._scalar(dense.params_per_gpu) + n_moe * st._scalar(moe.params_per_gpu) + sum(
         st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
     expert_params = n_moe * ex.params_per_gpu
     ep_comm = n_moe * _exposed_ep_comm_s(ctx, stage, moe, ex)
+    expert_stage = _expert_stage(stage)
     zero3 = (st._zero3_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense)
              + st._zero3_comm_s(ctx, stage, spans["dp_cp"], moe, n_moe)
              + _expert_zero3_s(ctx, stage, ex_spans["edp"], ex, ex.fwd_s, ex.bwd_s, n_moe))
@@ -180,13 +204,13 @@ def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
         host_s=_host_s(ctx, stage, dense, moe, ex, per_layer_comm, n_dense, n_moe),
         p2p_s=st._p2p_s(ctx, stage, pos, fwd + bwd), zero3_comm_s=zero3, offload_s=0.0 * fwd,
         dp_comm_s=(st._dp_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense + n_moe, params, fwd, bwd)
-                   + st._dp_comm_s(ctx, _expert_stage(stage), ex_spans["edp"], _expert_block(ex), n_moe,
+                   + st._dp_comm_s(ctx, expert_stage, ex_spans["edp"], _expert_block(ex), n_moe,
                                    expert_params, fwd, bwd)),
         optimizer_s=(st._optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp)
                      + st._optimizer_s(ctx, stage, expert_params, stage.edp)),
         ep_comm_s=ep_comm,
     )
-    memory = _memory(ctx, stage, blocks, moe, ex, n_dense, n_moe, params, pos)
+    memory = _memory(ctx, stage, blocks, moe, ex, n_dense, n_moe, params, pos, expert_stage)
     if stage.activation_offload_layers:  # Megatron-Core's cpu_offloading (cost/offload.py), per layer on average
         n = np.maximum(n_dense + n_moe, 1)
         saved = n_dense * st._scalar(dense.saved_bytes) + n_moe * _saved_moe_layer(ctx, stage, moe, ex)

@@ -59,7 +59,20 @@ def fp8_context(ctx):
     require(dtype == "bf16", "stage.fp8", f"FP8 stages need a bf16 workload (FP8 GEMMs, BF16 elsewhere), not {dtype!r}")
     if "fp8" not in ctx.cluster.device.peak_flops:
         raise AutotuneError("stage.fp8", f"{ctx.cluster.device.name} has no FP8 GEMM rate")
-    return replace(ctx, workload=replace(ctx.workload, dtype="fp8"))
+    return replace(ctx, workload=_fp8_workload(ctx.workload))
+
+
+_FP8_WORKLOADS: dict = {}  # id(workload) -> (workload, its FP8 twin): one twin per workload, so
+_FP8_WORKLOADS_KEPT = 64  # caches keyed by the workload's identity (cost/moe_stage.py) keep hitting
+
+
+def _fp8_workload(workload):
+    found = _FP8_WORKLOADS.get(id(workload))
+    if found is None or found[0] is not workload:
+        if len(_FP8_WORKLOADS) >= _FP8_WORKLOADS_KEPT:
+            _FP8_WORKLOADS.pop(next(iter(_FP8_WORKLOADS)))
+        found = _FP8_WORKLOADS[id(workload)] = (workload, replace(workload, dtype="fp8"))
+    return found[1]
 
 
 def variant_stage_cost(cost: Callable, ctx, stage: StagePlan, pos, num_layers=None):

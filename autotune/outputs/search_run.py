@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -143,5 +144,9 @@ def write_search_plots(run_dir: Path, result, history, *, report: str) -> list[s
 
 
 if __name__ == "__main__":  # python -m autotune.outputs.search_run RUN_DIR: draw a run's plots
+    try:  # at low priority: the user's next command (another search, say) gets the cores first
+        os.nice(10)
+    except (AttributeError, OSError):  # not POSIX, or not permitted: at the usual priority
+        pass
     render_run_plots(sys.argv[1])
     Path(sys.argv[1], "plots.log").unlink(missing_ok=True)  # kept only when drawing failed

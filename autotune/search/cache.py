@@ -27,9 +27,25 @@ import numpy as np
 __all__ = ["PlanCache", "PLAN_CACHE", "fingerprint"]
 
 
+# The canonical form of frozen dataclasses (specs: model, cluster, runtime, space) by identity:
+# each entry holds its object, so its id names it while the entry lives, and a frozen spec's
+# contents do not change. A warm process's queries share their presets' spec objects.
+_FROZEN: dict[int, tuple[Any, Any]] = {}
+_FROZEN_KEPT = 256
+
+
 def _canonical(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "raw"}
+        frozen = type(value).__dataclass_params__.frozen
+        found = _FROZEN.get(id(value)) if frozen else None
+        if found is not None:
+            return found[1]
+        out = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "raw"}
+        if frozen:
+            if len(_FROZEN) >= _FROZEN_KEPT:
+                _FROZEN.pop(next(iter(_FROZEN)))
+            _FROZEN[id(value)] = (value, out)
+        return out
     if isinstance(value, (dict, MappingProxyType)):
         return {str(k): _canonical(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
     if isinstance(value, (list, tuple)):

@@ -32,7 +32,7 @@ MIN_STUDIES = 24
 
 # A table costs 3-15 ms to price (one cost-model call per pipeline position) against a whole
 # study's 50-300 ms: forking and sending the tables back (about 0.15 s) pays from about this
-# many (DeepSeek-V3 on 2048 GPUs: 588 screen tables; large on 16 GPUs: about 40, made here).
+# many (DeepSeek-V3 on 2048 GPUs: 294 time screens; large on 16 GPUs: about 20, made here).
 MIN_TABLES = 128
 
 _SEARCH = None  # the SliceSearch the forked workers read (inherited by fork, never pickled)

@@ -150,15 +150,17 @@ class Screens:
         return choice_costs(ctx if sizes is None else replace(ctx, micro_batches=sizes), choice, list(positions), inter_node)
 
     def prefetch(self, keys) -> None:
-        """Make the screens the slices' floors will read in worker processes where that pays
-        (autotune.search.parallel): every class's time screen and leanest members."""
+        """Make the screens every slice's coarse bound reads in worker processes where that pays
+        (autotune.search.parallel): every class's time screen. The leanest members' memory
+        screens are left to the classes that come up (autotune.search.uniform)."""
         from autotune.search.parallel import price_tables
 
-        wanted = []
-        for key in keys:
-            for mp, _ in self.submeshes(key.dp):
-                for rep in self.classes(key.dp, mp):
-                    wanted += [t for t in self._screen_tasks(mp, rep) if t not in wanted]
+        wanted: dict[tuple, None] = {}  # in order, once each
+        for dp in sorted({key.dp for key in keys}):
+            for mp, _ in self.submeshes(dp):
+                for rep in self.classes(dp, mp):
+                    wanted.update(dict.fromkeys(self._screen_tasks(mp, rep)))
+        wanted = list(wanted)
         cache = self.search.cache
         if cache is not None:  # what another GPU count already priced stays where it is
             wanted = [t for t in wanted if any(cache.study((self.search.base_key, "position", t[0], t[1],
@@ -167,15 +169,14 @@ class Screens:
         self._made.update(price_tables(self.search, wanted))
 
     def _screen_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
-        """The price calls of a class's time and memory screens."""
+        """The price calls of a class's time screen (as time_screen makes them)."""
         dps, positions = self._degrees(mp, rep)
         if not dps:
             return []
         out = [(dps[0], mp, rep, tuple(positions), None, None)]
         if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) > 1:
             out.append((dps[0], mp, rep, tuple(positions), None, True))
-        sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-        return out + [(dps[-1], mp, c, tuple(positions), sizes, None) for c in _leanest(self.classes(dps[-1], mp)[rep])]
+        return out
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
         """(degrees whose studies have the class, positions their pipelines take)."""

@@ -6,6 +6,7 @@ import dataclasses
 import tomllib
 import typing
 from dataclasses import dataclass
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -235,6 +236,11 @@ def load_space(name_or_path: str | Path = "default") -> SearchSpace:
     key = str(name_or_path)
     if key.endswith(".toml") or Path(key).is_file():
         return _from_table(_read_toml(read_text_file(key, "space"), key), Path(key).stem)
+    return _shipped_space(key)
+
+
+@lru_cache(maxsize=None)  # shipped with the package: read and checked once a process
+def _shipped_space(key: str) -> SearchSpace:
     names = space_names()
     if key not in names:
         near = closest(key, names)

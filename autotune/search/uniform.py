@@ -6,7 +6,9 @@ layers (1F1B, by the stage DP), or equal stages interleaved. Candidates are take
 floor on their step (autotune.search.bounds) and a slice stops when no floor beats its best:
 
 1. a *class* of choices (autotune.search.members) is bounded by its representative, priced once
-   per submesh size at the smallest data-parallel degree and shared by every degree;
+   per submesh size at the smallest data-parallel degree and shared by every degree; its floor
+   is tightened, only when it comes up, by its leanest members' memory and then by each way of
+   recomputing (autotune.search.screens), each back in line where that raises it;
 2. a class that may win is priced at the slice's degree: each member, and every partial
    recomputation count, gets its exact floor (memory-aware: a stage must hold one micro-batch);
 3. a member that may win is solved by the stage DP (autotune.search.inter_op).
@@ -36,6 +38,10 @@ from autotune.search.screens import Screens, price_positions
 from autotune.search.tables import ChoiceCosts, best_by_inflight
 
 __all__ = ["UniformSearch"]
+
+# how much a class's floor on a slice knows: its representative's times, then the leanest
+# members' memory, then each way of recomputing (autotune.search.screens)
+_TIMES, _MEMORY, _REFINED = range(3)
 
 
 class UniformSearch:
@@ -108,8 +114,8 @@ class UniformSearch:
                     found += [(plain, inter, 1, rank, (mp, stages, spec)) for rep in classes for plain, inter, rank, spec
                               in self._member_items(key, mi, mp, stages, rep, chunks)]
                     continue
-                floors = self.screens.class_floors(key, mp, list(classes), self._shape(key, stages, chunks), memory=True)
-                found += [(plain, inter, 0, (mi, cls.members[0][0], 0), (mi, mp, stages, rep, False))
+                floors = self._class_time_floors(key, mp, stages, list(classes))
+                found += [(plain, inter, 0, (mi, cls.members[0][0], 0), (mi, mp, stages, rep, _TIMES, (plain, inter)))
                           for (rep, cls), (plain, inter) in zip(classes.items(), floors)]
             self._items[key] = found
         return found
@@ -122,9 +128,38 @@ class UniformSearch:
         heapq.heapify(items)
         return items, tie
 
+    def _class_time_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> list[tuple[float, float]]:
+        """The classes' floors from their times alone (kept from coarse_bound_s when it made them):
+        a class's memory screens are priced only when it comes up (_expand)."""
+        kept = [self._time_only.get((key, mp, rep)) for rep in reps]
+        if all(pair is not None for pair in kept):
+            return kept
+        shape = self._shape(key, stages, self._chunks(key, stages))
+        return self.screens.class_floors(key, mp, reps, shape, memory=False)
+
     def lower_bound_s(self, key) -> float:
-        """No plan of the slice is faster (the least floor of its candidates)."""
-        return min((min(item[0], item[1]) for item in self._slice_items(key)), default=math.inf)
+        """No plan of the slice is faster: the least floor of its candidates, memory included.
+        Classes are taken in order of their floors from times alone, and a class's memory screens
+        are priced only while that floor is below the least found so far (the same bound, with
+        the screens of classes that cannot set it left unpriced)."""
+        items = self._slice_items(key)
+        if self.exhaustive:
+            return min((min(item[0], item[1]) for item in items), default=math.inf)
+        least = math.inf
+        for j in sorted(range(len(items)), key=lambda j: min(items[j][0], items[j][1])):
+            if min(items[j][0], items[j][1]) >= least:
+                break
+            if items[j][4][4] == _TIMES:
+                items[j] = self._with_memory(key, items[j])
+            least = min(least, items[j][0], items[j][1])
+        return least
+
+    def _with_memory(self, key, item: tuple) -> tuple:
+        """A class's item with its floors from its leanest members' memory as well (state _MEMORY)."""
+        _, _, kind, rank, (mi, mp, stages, rep, _, times) = item
+        shape = self._shape(key, stages, self._chunks(key, stages))
+        plain, inter = self.screens.class_floors(key, mp, [rep], shape, memory=True)[0]
+        return max(plain, times[0]), max(inter, times[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
 
     def coarse_bound_s(self, key) -> float:
         """A floor of lower_bound_s from the classes' times alone (no memory screens priced);
@@ -164,14 +199,21 @@ class UniformSearch:
     def _expand(self, key, heap, tie, item, interleaved: bool) -> None:
         """A class taken from the heap: first its floor per way of recomputing (back in line if
         that is higher), then its members priced at the slice's degree."""
-        floor, _, rank, _, (mi, mp, stages, rep, refined) = item
+        floor, _, rank, _, payload = item
+        mi, mp, stages, rep, known, times = payload
         chunks = self._chunks(key, stages)
-        time_only = self._time_only.get((key, mp, rep), (0.0, 0.0))[1 if interleaved else 0]
-        if not refined and floor > time_only:  # memory binds even the leanest members: worth four screens
-            plain, inter = self.screens.refined_floor(key, mp, rep, self._shape(key, stages, chunks))
+        shape = self._shape(key, stages, chunks)
+        side = 1 if interleaved else 0
+        if known == _TIMES:  # the leanest members' memory screens, priced now that the class may win
+            plain, inter, _, _, payload = self._with_memory(key, (floor, floor, 0, rank, payload))
             better = inter if interleaved else plain
             if better > floor:
-                heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, True)))
+                heapq.heappush(heap, (better, 0, rank, next(tie), payload))
+                return
+        elif known == _MEMORY and floor > times[side]:  # memory binds even the leanest members: worth four screens
+            better = self.screens.refined_floor(key, mp, rep, shape)[side]
+            if better > floor:
+                heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, times)))
                 return
         for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks):
             heapq.heappush(heap, (inter if interleaved else plain, 1, rank, next(tie), (mp, stages, member)))

@@ -281,12 +281,17 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
     )
 
 
+@lru_cache(maxsize=None)  # one per preset, from the cached table: the same spec object each time
+def _preset_cluster(key: str) -> ClusterSpec:
+    return cluster_from_dict(key, _cluster_table()[key])
+
+
 def load_cluster(name: str | Path) -> ClusterSpec:
     """A preset cluster by name, or a cluster file (TOML or JSON) by path."""
     key = str(name)
     table = _cluster_table()
     if key in table:
-        return cluster_from_dict(key, table[key])
+        return _preset_cluster(key)
     path = Path(key)
     if key.endswith((".toml", ".json")) or path.is_file():
         return cluster_from_dict(path.stem, _parse_file(path, "cluster"))

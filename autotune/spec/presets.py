@@ -33,8 +33,12 @@ def load_preset(name: str) -> ModelSpec:
         near = closest(name, table)
         hint = f"did you mean {', '.join(near)}? " if near else ""
         raise AutotuneError("model", f"unknown preset {name!r}; {hint}presets: {', '.join(table)}")
-    fields = {k: v for k, v in table[name].items() if k not in _WORKLOAD_KEYS}
-    return ModelSpec(name=name, **fields)
+    return _preset_model(name)
+
+
+@lru_cache(maxsize=None)  # one per preset, from the cached table: the same spec object each time
+def _preset_model(name: str) -> ModelSpec:
+    return ModelSpec(name=name, **{k: v for k, v in _preset_table()[name].items() if k not in _WORKLOAD_KEYS})
 
 
 def default_training_shape(model: ModelSpec) -> tuple[int, int]:
