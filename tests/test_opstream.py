@@ -10,6 +10,7 @@ import pytest
 
 from autotune.calibrate.framework_kernels import stream_in_step_speeds
 from autotune.cost.evaluate import evaluate_plan
+from autotune.errors import AutotuneError
 from autotune.graph.opstream import load_stream, stream_for, stream_names
 from autotune.graph.table import model_tables, runtime_tables
 from autotune.plan.builders import uniform_plan
@@ -34,7 +35,10 @@ def test_streams_record_what_they_were_captured_with():
         data = load_stream(name)
         assert data["family"] in ("torch", "transformers") and data["versions"]["torch"]
         assert ("transformers" in data["versions"]) == (data["family"] == "transformers")
-        assert set(data["capture"]) == {"b", "s", "g", "r", "c", "d2", "f", "v"}
+        assert {"b", "s", "g", "r", "c", "d2", "f", "v"} <= set(data["capture"])
+        moe = "router" in data["architecture"]  # a mixture of experts adds its top-k and expert count
+        used = {sym for block in data["blocks"].values() for k in block["kernels"] for _, powers in k["read"] for sym in powers}
+        assert used <= set(data["capture"]) and ({"k", "e"} <= used) == moe, name
         for block in ("embedding", "layer", "head"):
             phases = {k["phase"] for k in data["blocks"][block]["kernels"]}
             assert phases == {"fwd", "bwd"}, (name, block)
@@ -43,7 +47,12 @@ def test_streams_record_what_they_were_captured_with():
 @pytest.mark.parametrize("model, family, stream", [
     (load_preset("gpt3-1.3b"), "torch", "torch-gpt"), (load_preset("llama3-8b"), "torch", "torch-llama"),
     (_hf("llama-3.2-1b"), "transformers", "transformers-llama"), (load_preset("llama3-8b"), "transformers", "transformers-llama-untied"),
-    (load_preset("olmoe-1b-7b"), "torch", ""), (load_preset("gpt3-1.3b"), "transformers", "")])
+    (load_preset("olmoe-1b-7b"), "torch", ""), (load_preset("gpt3-1.3b"), "transformers", ""),
+    (load_preset("olmoe-1b-7b"), "transformers", "transformers-olmoe"),
+    (load_preset("qwen3-30b-a3b"), "transformers", "transformers-qwen3-moe"),
+    (load_preset("mixtral-8x7b"), "transformers", "transformers-mixtral"),
+    (load_preset("mixtral-8x7b").with_changes(router="softmax_topk"), "transformers", ""),  # another router: none captured
+    (load_preset("deepseek-v3"), "transformers", "")])  # MLA, shared experts: not captured
 def test_a_stream_is_chosen_by_architecture(model, family, stream):
     assert stream_for(model, family) == stream
 
@@ -71,6 +80,38 @@ def test_stream_tables_hold_the_graphs_parameters_and_flops(model, runtime):
     fwd = sum(f for f, k, n in zip(layer.flops, layer.kinds, layer.kernels) if k == "gemm" and n)
     bwd = sum(f for f, k, n in zip(layer.flops, layer.kinds, layer.kernels) if k == "gemm" and not n)
     assert bwd == pytest.approx(2 * fwd)  # each weight's input and weight gradients
+
+
+@pytest.mark.parametrize("preset", ["olmoe-1b-7b", "qwen3-30b-a3b", "mixtral-8x7b"])
+def test_moe_stream_tables_hold_the_graphs_parameters_and_active_flops(preset):
+    model = load_preset(preset)
+    stream = runtime_tables(model, TrainingWorkload(global_batch=4, seq_len=2048), load_runtime("transformers"))
+    graph = model_tables(model, 2048, 2, "flash")
+    assert stream.op_stream == f"transformers-{preset.split('-')[0].replace('qwen3', 'qwen3-moe')}"
+    assert stream.num_params == graph.num_params  # all experts' weights
+    # the routed tokens' expert GEMMs, the router's and attention's (the graph's active FLOPs)
+    assert stream.model_flops_per_sequence() == pytest.approx(graph.model_flops_per_sequence(), rel=0.01)
+
+
+def test_transformers_experts_run_in_fp32_one_gemm_per_expert():
+    # under autocast over fp32 weights transformers' grouped_mm casts its input to the weights' dtype
+    # (integrations/moe.py _grouped_mm), and CUDA's _grouped_mm loops over the experts unless all is bf16
+    model = load_preset("olmoe-1b-7b")
+    layer = runtime_tables(model, TrainingWorkload(global_batch=1, seq_len=2048), load_runtime("transformers")).layer
+    experts = [i for i, (name, kind) in enumerate(zip(layer.names, layer.kinds)) if name == "experts" and kind.startswith("gemm")]
+    assert experts and all(layer.kinds[i] == "gemm_fp32" for i in experts)
+    assert sum(layer.kernels[i] for i in experts) == 2 * model.num_experts  # up and down
+    assert sum(layer.bwd_kernels[i] for i in experts) == 4 * model.num_experts  # their input and weight gradients
+    attention_gemms = {k for n, k in zip(layer.names, layer.kinds) if n in ("q_proj", "out_proj", "router") and "gemm" in k}
+    assert attention_gemms == {"gemm"}  # autocast's bf16 GEMMs
+
+
+def test_a_captured_moe_layer_refuses_expert_and_tensor_parallelism():
+    model = load_preset("olmoe-1b-7b")
+    workload = TrainingWorkload(global_batch=2, seq_len=2048)
+    plan = uniform_plan(num_layers=model.num_layers, gpus=2, ep=2, micro_batch=1, global_batch=2)
+    with pytest.raises(AutotuneError, match="ep, etp and tp must be 1"):
+        evaluate_plan(model, workload, resolve_cluster("dgx-h200"), plan, runtime=load_runtime("transformers"))
 
 
 def test_the_streams_show_what_autocast_and_eager_kernels_do():
