@@ -50,7 +50,8 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     generation = gpu_generation(device.name)
     attention, gemm = runtime.attention_speed * runtime.attention_in_step(generation), runtime.gemm_speed(generation)
     memory = runtime.memory_in_step(generation)
-    if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise:
+    tile = runtime.head_dim_tile(generation)
+    if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise and not tile:
         return cluster
     compute = {key: _scaled(fit, attention if key[0] in ("attention", "attention_bwd") else
                             gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
@@ -67,7 +68,8 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     # in-step speeds measured per kernel class take the place of the device's class-blind kernel_efficiency
     efficiency = 1.0 if runtime.measured_in_step(generation) else device.kernel_efficiency
     return cluster.with_changes(device=device.with_changes(compute=compute, memory=_scaled(device.memory, memory, runtime.name),
-                                                           memory_kernels=kernels, kernel_efficiency=efficiency))
+                                                           memory_kernels=kernels, kernel_efficiency=efficiency,
+                                                           attention_head_dim_tile=tile or device.attention_head_dim_tile))
 
 
 def _scaled(fit, speed: float, runtime: str):
