@@ -82,7 +82,15 @@ def _scaled(fit, speed: float, runtime: str):
 def kernel_runtime(runtime: Runtime, tables) -> Runtime:
     """The runtime whose kernel speeds ``runtime_cluster`` applies for ``tables``: tables from a
     captured operator stream list every eager kernel themselves, so norms and activations are
-    not expanded again."""
+    not expanded again; a model with dropout runs its attention at the runtime's in-step speed for
+    attention with dropout (SDPA picks another kernel for it: spec/runtime.py
+    attention_dropout_in_step_speed)."""
+    changes: dict = {}
     if tables.op_stream and runtime.eager_elementwise:
-        return runtime.with_changes(eager_elementwise=False)
-    return runtime
+        changes["eager_elementwise"] = False
+    if tables.model.dropout and runtime.attention_dropout_in_step_speed:
+        changes["attention_in_step_speed"] = tuple(
+            (gen, runtime.attention_in_step(gen, dropout=True))
+            for gen in dict(runtime.attention_in_step_speed) | dict(runtime.attention_dropout_in_step_speed))
+        changes["attention_dropout_in_step_speed"] = ()
+    return runtime.with_changes(**changes) if changes else runtime
