@@ -181,13 +181,25 @@ def _h200_errors(profile):
     return out
 
 
-@pytest.mark.parametrize("profile, mean_step, worst_step", [(str(DEVICES / "h200-measured.json"), 0.06, 0.11),
+@pytest.mark.parametrize("profile, mean_step, worst_step", [(str(DEVICES / "h200-measured.json"), 0.06, 0.115),
                                                              (None, 0.08, 0.17)])
 def test_h200_runs_are_predicted_from_the_operator_streams(profile, mean_step, worst_step):
     # the reached figures (docs/h200-measured.md): step time with the measured profile and with the
-    # datasheet cluster; max_memory_allocated within 4% on both
+    # datasheet cluster; max_memory_allocated within 4% on both. The eager optimizer step's 6 fewer
+    # bytes per parameter moved run a (the reference model, predicted fast) from -10.8% to -11.3%
     errors = _h200_errors(profile)
     assert len(errors) == 7
     steps = [abs(s) for s, _ in errors.values()]
     assert sum(steps) / len(steps) <= mean_step and max(steps) <= worst_step, errors
     assert max(abs(m) for _, m in errors.values()) <= 0.04, errors
+
+
+def test_an_eager_optimizer_step_neither_zeroes_gradients_nor_writes_16_bit_weights():
+    # fused AdamW reads p, g, m, v and writes p, m, v (28 B) + a clip read (4); Megatron's step also
+    # zeroes its gradient buffer (4) and writes the bf16 weights (2): 38 B against eager PyTorch's 32
+    model, workload = load_preset("gpt3-1.3b"), TrainingWorkload(global_batch=8, seq_len=2048)
+    plan = uniform_plan(num_layers=model.num_layers, gpus=1, micro_batch=8, global_batch=8)
+    cluster, eager = resolve_cluster("dgx-h200"), load_runtime("torch")
+    seconds = [evaluate_plan(model, workload, cluster, plan, runtime=r).breakdown["optimizer_s"]
+               for r in (eager, eager.with_changes(grads_freed_each_step=False, op_stream=""))]
+    assert math.isclose(seconds[0] / seconds[1], 32 / 38, rel_tol=0.01)

@@ -328,10 +328,22 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
                           overlap_gather=ctx.overlap_param_gather, first_gather_s=first_gather)
 
 
+def optimizer_bytes_per_param(ctx: StageContext, stage: StagePlan) -> float:
+    """OPTIMIZER_BYTES_PER_PARAM less what eager PyTorch does not do: freed gradients are not zeroed
+    (zero_grad(set_to_none=True) sets p.grad = None, torch/optim/optimizer.py), and autocast writes
+    no 16-bit weight copy (each forward's casts are in the captured stream, graph/opstream.py)."""
+    nbytes = OPTIMIZER_BYTES_PER_PARAM[ctx.workload.dtype]
+    if ctx.runtime.grads_freed_each_step and stage.dp == 1:
+        nbytes -= 4.0
+    if ctx.tables.op_stream and ctx.workload.dtype in ("bf16", "fp16"):
+        nbytes -= 2.0
+    return nbytes
+
+
 def _optimizer_s(ctx: StageContext, stage: StagePlan, params, shards: int):
     device = ctx.cluster.device
     local = params / (shards if stage.zero >= 1 else 1)
-    nbytes = local * OPTIMIZER_BYTES_PER_PARAM[ctx.workload.dtype]
+    nbytes = local * optimizer_bytes_per_param(ctx, stage)
     return device.memory.time_s(nbytes) / device.kernel_efficiency + (OPTIMIZER_KERNELS - 1) * device.memory.latency_s
 
 
