@@ -27,8 +27,8 @@ __all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_step_model
 # it; near the engine's capacity the draws spread widely (TensorRT-LLM's 500-request runs at 16 QPS:
 # mean ITL 39-52 ms over seeds 0-2). The prediction is their expectation, the mean over this many
 # independent draws: the errors of the 40 shipped rate rows averaged over 4, 8 and 16 draws agree
-# within 0.1 point (measured, tests/data/serving_runs.csv), so 8 draws have converged.
-ARRIVAL_DRAWS = 8
+# within 0.1 point (measured, tests/data/serving_runs.csv), so 4 draws have converged.
+ARRIVAL_DRAWS = 4
 
 
 @dataclass(frozen=True, kw_only=True)
