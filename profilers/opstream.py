@@ -13,7 +13,7 @@ What makes a CPU run say what a GPU step does:
 
 * **Sizes as symbols.** Every size of the captured model is a distinct prime (``CAPTURE``: batch
   5, sequence 7, KV heads 11, query heads per KV head 13, hidden per query head 17, half the head
-  dim 19, FFN 23, vocabulary 29), so each tensor dimension factors into a monomial of the
+  dim 19, FFN (an expert's in a mixture of experts) 23, vocabulary 29, top-k 31, experts 37), so each tensor dimension factors into a monomial of the
   model's sizes (``3 x 5 x 7`` elements are 3 b s) and the stream holds for any size.
 * **CUDA autocast**, emulated above autograd (``CudaAutocast``) with PyTorch's CUDA lists
   (aten/src/ATen/autocast_mode.cpp; the AMP docs' "CUDA Ops that can autocast"): GEMMs and
@@ -45,7 +45,8 @@ __all__ = ["CAPTURE", "CudaAutocast", "Recorder", "capture_step", "monomial", "C
 
 # Symbol -> the prime its size has in a capture (see the module docstring). "d2" is half the head
 # dimension (RoPE splits the head in halves), so a head dimension is 2 d2.
-CAPTURE = {"b": 5, "s": 7, "g": 11, "r": 13, "c": 17, "d2": 19, "f": 23, "v": 29}
+# A mixture of experts adds its top-k "k" and its expert count "e" (k < e, as in every model).
+CAPTURE = {"b": 5, "s": 7, "g": 11, "r": 13, "c": 17, "d2": 19, "f": 23, "v": 29, "k": 31, "e": 37}
 
 MATMULS = frozenset({"aten.mm", "aten.addmm", "aten.bmm", "aten.baddbmm", "aten._grouped_mm"})
 _NORM = frozenset({"aten.native_layer_norm", "aten.native_layer_norm_backward", "aten._fused_rms_norm",
@@ -93,6 +94,31 @@ def _matmul_in_fp32(func, args, kwargs):
     return func(*up[0], **up[1]).to(low)
 
 
+def _grouped_mm_by_groups(args, kwargs):
+    """aten._grouped_mm as its group loop (what CUDA's fallback runs, aten/src/ATen/native/cuda/
+    GroupedBlas.cpp _grouped_mm_fallback): the CPU kernel needs 16-byte strides, which the capture's
+    prime sizes never have. 2D x 3D: each group's rows by its matrix; 3D x 2D: each group's columns;
+    2D x 2D: each group's slice of the contracted dimension, one output matrix per group."""
+    a, b = args[0], args[1]
+    offs = kwargs.get("offs", args[2] if len(args) > 2 else None)
+    dtype = kwargs.get("out_dtype") or a.dtype
+    ends = [int(e) for e in offs.tolist()]
+    starts = [0] + ends[:-1]
+    if a.dim() == 2 and b.dim() == 3:
+        out = a.new_zeros(a.shape[0], b.shape[-1], dtype=dtype)
+        for g, (lo, hi) in enumerate(zip(starts, ends)):
+            out[lo:hi] = (a[lo:hi].float() @ b[g].float()).to(dtype)
+    elif a.dim() == 3 and b.dim() == 2:
+        out = a.new_zeros(a.shape[1], b.shape[-1], dtype=dtype)
+        for g, (lo, hi) in enumerate(zip(starts, ends)):
+            out[:, lo:hi] = (a[g].float() @ b[:, lo:hi].float()).to(dtype)
+    else:
+        out = a.new_zeros(len(ends), a.shape[0], b.shape[-1], dtype=dtype)
+        for g, (lo, hi) in enumerate(zip(starts, ends)):
+            out[g] = (a[:, lo:hi].float() @ b[lo:hi].float()).to(dtype)
+    return out
+
+
 def monomial(n: int) -> tuple[int, dict[str, int]]:
     """(constant, {symbol: exponent}) with ``n = constant x prod(CAPTURE[sym] ** exp)``."""
     powers: dict[str, int] = {}
@@ -134,7 +160,10 @@ def _matmul_flops(name: str, inputs: list, out: torch.Tensor) -> tuple[int, dict
     if name not in MATMULS or not mats:
         return None
     inner = mats[-1].shape[-2] if name in ("aten.addmm", "aten.baddbmm") else mats[0].shape[-1]
-    const, powers = monomial(out.numel() * inner)
+    groups = 1
+    if name == "aten._grouped_mm" and all(t.dim() == 2 for t in mats[:2]):
+        groups = out.shape[0]  # a weight gradient: each group contracts only its own rows of ``inner``
+    const, powers = monomial(out.numel() // groups * inner)
     return 2 * const, powers
 
 
@@ -206,7 +235,10 @@ class Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = str(func.overloadpacket)
-        out = _matmul_in_fp32(func, args, kwargs or {}) if name in _FAST else func(*args, **(kwargs or {}))
+        if name == "aten._grouped_mm":
+            out = _grouped_mm_by_groups(args, kwargs or {})
+        else:
+            out = _matmul_in_fp32(func, args, kwargs or {}) if name in _FAST else func(*args, **(kwargs or {}))
         if self.muted or name in _NOTHING:
             return out
         inputs, outputs = _tensors((args, kwargs)), _tensors(out)

@@ -37,7 +37,8 @@ CANONICAL = {"q_proj": "q_proj", "wq": "q_proj", "k_proj": "k_proj", "wk": "k_pr
              "ffn_norm": "ffn_norm", "act_fn": "ffn_act", "mlp": "ffn_act", "feed_forward": "ffn_act",
              "q_norm": "qk_norm", "k_norm": "qk_norm", "self_attn": "attention", "attention": "attention",
              "norm": "final_norm", "lm_head": "logits", "output": "logits", "embed_tokens": "token_embedding",
-             "tok_embeddings": "token_embedding", "pos_embeddings": "position_embedding"}
+             "tok_embeddings": "token_embedding", "pos_embeddings": "position_embedding",
+             "gate": "router", "experts": "experts"}  # transformers' MoE blocks: mlp.gate routes, mlp.experts
 _PROJECTIONS = ("q_proj", "k_proj", "v_proj", "out_proj", "ffn_up", "ffn_down", "logits")
 
 
@@ -172,10 +173,51 @@ def _transformers(kind: str, tied: bool):
     return model, list(model.model.layers), lambda: model(input_ids=tokens, labels=tokens, use_cache=False).loss, [module]
 
 
+# transformers' MoE models: (config, causal-LM class, module, architecture beyond _LLAMA's). The
+# routed experts are the @use_experts_implementation module, which transformers (modeling_utils
+# get_correct_experts_implementation) runs as "grouped_mm" where torch has it, as hf_bench.py did.
+_MOE = {
+    "olmoe": ("OlmoeConfig", "OlmoeForCausalLM", "olmoe", {"qk_norm": "full", "router": "softmax_topk"}),
+    "mixtral": ("MixtralConfig", "MixtralForCausalLM", "mixtral", {"qk_norm": "none", "router": "topk_softmax"}),
+    "qwen3_moe": ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", "qwen3_moe", {"qk_norm": "head", "router": "topk_softmax"}),
+}
+
+
+def _transformers_moe(kind: str):
+    """A transformers mixture of experts as hf_bench.py trains it, every layer routed: experts "e",
+    top-k "k", expert width "f". OLMoE's head dimension is hidden / heads (its config has no
+    head_dim), so its hidden size is heads x 2 d2 there."""
+    import importlib
+
+    import transformers
+    c = CAPTURE
+    heads = c["g"] * c["r"]
+    config_name, model_name, module, architecture = _MOE[kind]
+    sizes = dict(intermediate_size=c["f"], num_hidden_layers=2, num_attention_heads=heads, num_key_value_heads=c["g"],
+                 vocab_size=c["v"], max_position_embeddings=c["s"], tie_word_embeddings=False,
+                 num_experts_per_tok=c["k"], attn_implementation="sdpa")
+    if kind == "olmoe":
+        sizes.update(hidden_size=heads * 2 * c["d2"], num_experts=c["e"], norm_topk_prob=False)
+    else:
+        sizes.update(hidden_size=c["c"] * heads, head_dim=2 * c["d2"], num_local_experts=c["e"])
+    if kind == "qwen3_moe":
+        sizes.update(moe_intermediate_size=c["f"], norm_topk_prob=architecture["router"] == "topk_softmax")
+    cfg = getattr(transformers, config_name)(**sizes)
+    torch.manual_seed(0)
+    model = getattr(transformers, model_name)(cfg).train()
+    tokens = torch.randint(0, c["v"], (c["b"], c["s"]))
+    modules = [importlib.import_module(f"transformers.models.{module}.modeling_{module}")]
+    return model, list(model.model.layers), lambda: model(input_ids=tokens, labels=tokens, use_cache=False).loss, modules
+
+
 _GPT = {"norm": "layernorm", "ffn_activation": "gelu", "position_embedding": "learned", "bias": True,
         "dropout": True, "tied_embeddings": True}
 _LLAMA = {"norm": "rmsnorm", "ffn_activation": "swiglu", "position_embedding": "rotary", "bias": False,
           "dropout": False, "tied_embeddings": False}
+# what an MoE stream's layer holds: every layer routed, no shared experts or router bias
+_MOE_DENSE_PARTS = {"first_k_dense_layers": 0, "moe_layer_frequency": 1, "mlp_only_layers": (), "num_shared_experts": 0,
+                    "shared_expert_gate": False, "router_bias": False, "router_expert_bias": False, "router_groups": 0,
+                    "expert_act_clamp": 0.0, "kv_lora_rank": 0}
 # name -> (family, architecture the stream holds for, builder)
 STREAMS = {
     "torch-gpt": ("torch", _GPT, lambda: _reference(_GPT)),
@@ -183,7 +225,10 @@ STREAMS = {
     "transformers-llama": ("transformers", {**_LLAMA, "qk_norm": "none", "tied_embeddings": True},
                            lambda: _transformers("llama", True)),
     "transformers-llama-untied": ("transformers", {**_LLAMA, "qk_norm": "none"}, lambda: _transformers("llama", False)),
-    "transformers-qwen3": ("transformers", {**_LLAMA, "qk_norm": "rmsnorm"}, lambda: _transformers("qwen3", False)),
+    "transformers-qwen3": ("transformers", {**_LLAMA, "qk_norm": "head"}, lambda: _transformers("qwen3", False)),
+    **{f"transformers-{kind.replace('_', '-')}": ("transformers", {**_LLAMA, **_MOE_DENSE_PARTS, **arch},
+                                                 lambda kind=kind: _transformers_moe(kind))
+       for kind, (_, _, _, arch) in _MOE.items()},
 }
 
 

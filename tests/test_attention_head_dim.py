@@ -63,3 +63,25 @@ def test_an_out_of_range_figure_is_refused_naming_the_field():
     with pytest.raises(AutotuneError) as err:
         replace(device, attention_head_dim_64_speed=1.5)
     assert err.value.field == "device.attention_head_dim_64_speed"
+
+
+def test_a_kernel_that_pads_the_head_does_the_padded_work():
+    device = replace(load_cluster("dgx-h200").device, attention_head_dim_tile=64)
+    s64 = device.attention_head_dim_64_speed
+    assert attention_head_dim_speed(device, 80) == pytest.approx(80 / 128)  # run at 128's speed, 80 of 128 useful
+    assert attention_head_dim_speed(device, 96) == pytest.approx(96 / 128)
+    assert attention_head_dim_speed(device, 64) == pytest.approx(s64)  # a whole tile: the device's figure
+    assert attention_head_dim_speed(device, 128) == 1.0
+    assert attention_head_dim_speed(device, 136) == pytest.approx(136 / 192)
+
+
+def test_the_eager_runtimes_pad_heads_on_hopper_only():
+    from autotune.cost.runtime_kernels import runtime_cluster
+    from autotune.spec.runtime import load_runtime
+    for name in ("torch", "transformers"):
+        runtime = load_runtime(name)
+        assert runtime_cluster(load_cluster("dgx-h200"), runtime).device.attention_head_dim_tile == 64
+        assert runtime_cluster(load_cluster("dgx-a100-80gb"), runtime).device.attention_head_dim_tile == 0
+    assert runtime_cluster(load_cluster("dgx-h200"), load_runtime("megatron")).device.attention_head_dim_tile == 0
+    with pytest.raises(AutotuneError, match="attention_head_dim_tile"):
+        load_runtime("torch").with_changes(attention_head_dim_tile=(("hopper", 60),))

@@ -35,7 +35,8 @@ def _inputs():
 
 def test_report_puts_every_run_beside_its_prediction():
     reports, hf, configs = _inputs()
-    assert {r["name"] for r in hf} == set(configs)  # the script trains the cases the H200 measured
+    # the script trains the cases the H200 measured, and OLMoE, which no given run measured yet
+    assert set(configs) - {r["name"] for r in hf} == {"olmoe-1b-7b_mb1_s2048"}
     profile = str(ROOT / "autotune" / "data" / "devices" / "h200-measured.json")
     report = build_report(cluster="dgx-h200", validate_reports=reports, hf_records=hf, hf_configs=configs, profile=profile)
     by_name = {r["name"]: r for r in report["runs"]}
@@ -56,3 +57,20 @@ def test_the_script_is_valid_shell_and_names_its_parts():
         assert part in text
     for plan in ("a-", "c-", "d-", "e-"):
         assert any((H200 / "plans").glob(f"{plan}*.json"))
+
+
+def test_the_moe_case_is_predicted_from_its_operator_stream():
+    # the OLMoE case gpu_check.sh adds: transformers' model of that config is the stream's architecture
+    from autotune.graph.opstream import stream_for
+    from autotune.spec.hf_config import model_from_hf_config
+    from autotune.graph.table import model_tables
+    case = next(c for c in json.loads((ROOT / "scripts" / "gpu_check_cases.json").read_text()) if "olmoe" in c["name"])
+    model = model_from_hf_config(str(ROOT / case["config"]))
+    assert stream_for(model, "transformers") == "transformers-olmoe"
+    # transformers 5.17's OlmoeForCausalLM of this config, its parameters counted on the meta device
+    assert model_tables(model, 2048, 2).num_params == 6_919_161_856
+    report = build_report(cluster="dgx-h200", validate_reports=[], hf_configs={case["name"]: str(ROOT / case["config"])},
+                          hf_records=[{"name": case["name"], "micro_batch": 1, "seq_len": 2048, "checkpointing": False,
+                                       "error": "not run here"}], profile=None)
+    (run,) = report["runs"]
+    assert run["status"] == "failed" and run["predicted"]["datasheet"]["fits"]

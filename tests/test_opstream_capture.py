@@ -76,3 +76,38 @@ def test_capture_reproduces_the_shipped_reference_stream(tmp_path):
     if fresh["versions"] != shipped["versions"]:
         pytest.skip(f"captured with {shipped['versions']}, this is {fresh['versions']}")
     assert fresh["blocks"] == shipped["blocks"]
+
+
+@pytest.mark.parametrize("shapes", [((12, 8), (3, 8, 4)), ((8, 12), (12, 4)), ((3, 4, 8), (8, 12))])
+def test_grouped_mm_by_groups_is_torchs_grouped_mm(shapes):
+    # the capture's own loop (its prime sizes miss the CPU kernel's 16-byte strides) against the CPU kernel
+    from profilers.opstream import _grouped_mm_by_groups
+    torch.manual_seed(0)
+    a, b = torch.randn(*shapes[0]), torch.randn(*shapes[1])
+    offs = torch.tensor([5, 9, 12], dtype=torch.int32)
+    assert torch.allclose(_grouped_mm_by_groups((a, b), {"offs": offs}), torch._grouped_mm(a, b, offs=offs), atol=1e-5)
+
+
+class _Experts(torch.nn.Module):
+    """A grouped GEMM over ``e`` experts (as transformers' grouped_mm experts call it)."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.randn(CAPTURE["e"], CAPTURE["c"], CAPTURE["f"]))
+
+    def forward(self, x):
+        rows = x.shape[0] * x.shape[1]
+        offs = torch.linspace(rows / CAPTURE["e"], rows, CAPTURE["e"]).round().to(torch.int32)
+        out = torch.nn.functional.grouped_mm(x.flatten(0, 1).to(self.weight.dtype), self.weight, offs=offs)
+        return out.view(*x.shape[:2], -1)
+
+
+def test_grouped_expert_gemms_are_captured_with_their_flops():
+    layers = torch.nn.ModuleList([_Experts() for _ in range(2)])
+    x = torch.randn(CAPTURE["b"], CAPTURE["s"], CAPTURE["c"], requires_grad=True)
+    capture = capture_step(layers, list(layers), lambda: layers[1](layers[0](x)[..., :CAPTURE["c"]]).float().pow(2).mean())
+    grouped = [k for k in capture.kernels if k["block"] == "layer.1" and k["op"] == "aten._grouped_mm"]
+    assert [k["phase"] for k in grouped] == ["fwd", "bwd", "bwd"] and all(k["dtype"] == "float32" for k in grouped)
+    # forward, input gradient and weight gradient: 2 x rows x c x f each (the weight gradient's
+    # groups split its contracted rows, they do not multiply them)
+    assert all(k["flops"] == [(2, {"b": 1, "s": 1, "c": 1, "f": 1})] for k in grouped)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autotune.cost.serving_eval import ServingDeployment, run_serving
+from autotune.cost.serving_eval import ARRIVAL_DRAWS, ServingDeployment, arrival_draws, expected_metric, run_serving
 from autotune.cost.serving_limits import sglang_max_running, trtllm_bench_setting, vllm_device_defaults
 from autotune.cost.serving_load import Load, metric_value, mlperf_server_max_rate, requests_for, weighted_percentile
 from autotune.cost.serving_sim import Schedule, simulate
@@ -133,6 +133,20 @@ def test_below_capacity_a_rate_is_served_past_it_the_queue_grows():
     # saturated: the queue, and with it the mean wait, grows with the length of the run
     assert metric_value(over[1], "ttft_mean") > 1.6 * metric_value(over[0], "ttft_mean")
     assert metric_value(over[1], "requests_per_s") == pytest.approx(capacity, rel=0.15)
+
+
+def test_a_rate_is_priced_as_the_mean_over_independent_arrival_draws():
+    dep = _deployment()
+    load = Load(kind="rate", num_requests=120, input_len=200, output_len=60, rate_per_s=6, seed=3)
+    draws = arrival_draws(dep, load)
+    assert len(draws) == ARRIVAL_DRAWS and [r.load.seed for r in draws] == list(range(3, 3 + ARRIVAL_DRAWS))
+    ttfts = [metric_value(r.trace, "ttft_mean") for r in draws]
+    assert len(set(ttfts)) > 1  # the draws differ: each is one benchmark run's arrivals
+    assert expected_metric(draws, "ttft_mean") == pytest.approx(float(np.mean(ttfts)))
+    per_system = expected_metric(draws, "output_tokens_per_s", scope="system")
+    assert per_system == pytest.approx(float(np.mean([metric_value(r.trace, "output_tokens_per_s") for r in draws])))
+    # arrivals all at once are not random: one run
+    assert len(arrival_draws(dep, Load(kind="max_throughput", num_requests=50, input_len=200, output_len=60))) == 1
 
 
 def test_mlperf_server_rate_is_the_highest_that_meets_the_p99_limits():

@@ -112,7 +112,8 @@ def test_a_file_without_the_columns_is_refused():
 @pytest.mark.slow
 def test_the_shipped_rows_reach_the_recorded_figures():
     """The figures docs/serving.md reports: every row priced that its cells and the dataset table allow,
-    and the errors per engine and kind (a regression guard, not the issue's 15% / 20% targets)."""
+    and the errors per engine and kind: the issue's 15% / 20% targets where they are met (TensorRT-LLM and
+    SGLang throughput, SGLang and vLLM latency), a regression guard elsewhere."""
     checks = check_serving_csv(DATA)
     priced = [c for c in checks if c.error_pct is not None]
     assert len(priced) == 66 and all(c.reason for c in checks if c.error_pct is None)
@@ -120,5 +121,5 @@ def test_the_shipped_rows_reach_the_recorded_figures():
     assert groups["tensorrt-llm | throughput"].mean_abs_error_pct < 12.0
     assert groups["sglang | throughput"].mean_abs_error_pct < 10.0
     assert groups["sglang | latency"].mean_abs_error_pct < 20.0
-    assert groups["vllm | latency"].mean_abs_error_pct < 25.0
-    assert groups["tensorrt-llm | latency"].mean_abs_error_pct < 32.0
+    assert groups["vllm | latency"].mean_abs_error_pct < 20.0
+    assert groups["tensorrt-llm | latency"].mean_abs_error_pct < 25.0

@@ -2,8 +2,9 @@
 
 Reads CSVs with the columns of tests/data/serving_runs.csv, prices each row (serving_rows.case_from_row,
 then the engine simulated on one replica: autotune/cost/serving_eval.py) and summarises the errors by
-engine, GPU and metric. Rows that share a deployment and a load (a run's TTFT, TPOT and ITL) share
-one simulation.
+engine, GPU and metric. A rate row is priced as the mean over Poisson arrival draws (its expectation;
+the benchmark measured one draw). Rows that share a deployment and a load (a run's TTFT, TPOT and
+ITL) share the simulations.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ from pathlib import Path
 from statistics import mean, median
 
 from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
-from autotune.cost.serving_eval import run_serving
-from autotune.cost.serving_load import METRICS, metric_value
+from autotune.cost.serving_eval import arrival_draws, expected_metric
+from autotune.cost.serving_load import METRICS
 from autotune.errors import AutotuneError
 
 __all__ = ["ServingCheck", "GroupError", "is_serving_csv", "check_serving_csv", "check_serving_rows", "summarise"]
@@ -78,10 +79,9 @@ def is_serving_csv(path: str | Path) -> bool:
 def _predict(case: ServingCase, runs: dict) -> float:
     dep = case.deployment
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.ep, dep.attention_dp, dep.dtype, case.load)
-    if key not in runs:
-        runs[key] = run_serving(dep, case.load)
-    value = metric_value(runs[key].trace, case.metric, scope=case.scope, replicas=dep.replicas, gpus_per_replica=dep.tp)
-    return value / case.unit_to_si
+    if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS)
+        runs[key] = arrival_draws(dep, case.load)
+    return expected_metric(runs[key], case.metric, scope=case.scope) / case.unit_to_si
 
 
 def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:

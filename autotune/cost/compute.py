@@ -25,7 +25,7 @@ __all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amou
            "attention_head_dim_speed", "te_saved_input_factor"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
-_COMPUTE_CLASS = {"gemm": "gemm", "bmm": "bmm", "attention": "attention"}
+_COMPUTE_CLASS = {"gemm": "gemm", "gemm_fp32": "gemm", "bmm": "bmm", "attention": "attention"}
 
 
 def memory_role(kind: str, name: str) -> str:
@@ -72,11 +72,17 @@ def attention_head_dim_speed(device: DeviceProfile, head_dim: float) -> float:
     on the SFU), so below 128 the exp share grows and the FLOP rate falls (Shah et al. 2024,
     FlashAttention-3 sec. 3.2); the device's measured ratio at 64 (``attention_head_dim_64_speed``),
     interpolated in log2(d) up to 1 at 128. Held at the 64 figure below 64 and at 1 above 128
-    (the figures there do not agree in sign across kernels)."""
-    if head_dim <= 0 or head_dim >= 128:
+    (the figures there do not agree in sign across kernels). A kernel that pads the head to a
+    multiple of ``device.attention_head_dim_tile`` runs at its padded width's speed and does the
+    padded width's work: head_dim / padded of it is useful."""
+    if head_dim <= 0:
         return 1.0
+    tile = device.attention_head_dim_tile
+    padded = float(np.ceil(head_dim / tile) * tile) if tile else head_dim
+    if padded >= 128:
+        return head_dim / padded
     s64 = device.attention_head_dim_64_speed
-    return s64 + (1.0 - s64) * max(0.0, np.log2(head_dim / 64.0))
+    return (s64 + (1.0 - s64) * max(0.0, np.log2(padded / 64.0))) * head_dim / padded
 
 
 @lru_cache(maxsize=512)
@@ -86,7 +92,7 @@ def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coeff
     for i, (kind, name) in enumerate(zip(table.kinds, table.names)):
         op_class = _COMPUTE_CLASS.get(kind)
         if op_class is not None:  # low-precision recipes run only the GEMMs in the low format
-            op_dtype = gemm_dtype(dtype) if op_class == "gemm" else compute_dtype(dtype)
+            op_dtype = "fp32" if kind == "gemm_fp32" else gemm_dtype(dtype) if op_class == "gemm" else compute_dtype(dtype)
             fit = device.regression(op_class, op_dtype)
             bwd = device.regression("attention_bwd", op_dtype) if kind == "attention" else fit
             lat_c[i], spf[i], bwd_lat_c[i], bwd_spf[i] = fit.latency_s, fit.seconds_per_unit, bwd.latency_s, bwd.seconds_per_unit

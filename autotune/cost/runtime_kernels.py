@@ -50,7 +50,8 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     generation = gpu_generation(device.name)
     attention, gemm = runtime.attention_speed * runtime.attention_in_step(generation), runtime.gemm_speed(generation)
     memory = runtime.memory_in_step(generation)
-    if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise:
+    tile = runtime.head_dim_tile(generation)
+    if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise and not tile:
         return cluster
     compute = {key: _scaled(fit, attention if key[0] in ("attention", "attention_bwd") else
                             gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
@@ -67,7 +68,8 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     # in-step speeds measured per kernel class take the place of the device's class-blind kernel_efficiency
     efficiency = 1.0 if runtime.measured_in_step(generation) else device.kernel_efficiency
     return cluster.with_changes(device=device.with_changes(compute=compute, memory=_scaled(device.memory, memory, runtime.name),
-                                                           memory_kernels=kernels, kernel_efficiency=efficiency))
+                                                           memory_kernels=kernels, kernel_efficiency=efficiency,
+                                                           attention_head_dim_tile=tile or device.attention_head_dim_tile))
 
 
 def _scaled(fit, speed: float, runtime: str):
@@ -80,7 +82,15 @@ def _scaled(fit, speed: float, runtime: str):
 def kernel_runtime(runtime: Runtime, tables) -> Runtime:
     """The runtime whose kernel speeds ``runtime_cluster`` applies for ``tables``: tables from a
     captured operator stream list every eager kernel themselves, so norms and activations are
-    not expanded again."""
+    not expanded again; a model with dropout runs its attention at the runtime's in-step speed for
+    attention with dropout (SDPA picks another kernel for it: spec/runtime.py
+    attention_dropout_in_step_speed)."""
+    changes: dict = {}
     if tables.op_stream and runtime.eager_elementwise:
-        return runtime.with_changes(eager_elementwise=False)
-    return runtime
+        changes["eager_elementwise"] = False
+    if tables.model.dropout and runtime.attention_dropout_in_step_speed:
+        changes["attention_in_step_speed"] = tuple(
+            (gen, runtime.attention_in_step(gen, dropout=True))
+            for gen in dict(runtime.attention_in_step_speed) | dict(runtime.attention_dropout_in_step_speed))
+        changes["attention_dropout_in_step_speed"] = ()
+    return runtime.with_changes(**changes) if changes else runtime

@@ -27,6 +27,7 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.offload import layer_offload, offloads, training_offload
 from autotune.cost.quantize import amax_all_reduce_s
 from autotune.cost.recompute_modules import early_stop_applies, early_stop_skipped_fwd_s, modules_dropped_bytes, modules_fwd_s
+from autotune.errors import require
 from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -327,10 +328,22 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
                           overlap_gather=ctx.overlap_param_gather, first_gather_s=first_gather)
 
 
+def optimizer_bytes_per_param(ctx: StageContext, stage: StagePlan) -> float:
+    """OPTIMIZER_BYTES_PER_PARAM less what eager PyTorch does not do: freed gradients are not zeroed
+    (zero_grad(set_to_none=True) sets p.grad = None, torch/optim/optimizer.py), and autocast writes
+    no 16-bit weight copy (each forward's casts are in the captured stream, graph/opstream.py)."""
+    nbytes = OPTIMIZER_BYTES_PER_PARAM[ctx.workload.dtype]
+    if ctx.runtime.grads_freed_each_step and stage.dp == 1:
+        nbytes -= 4.0
+    if ctx.tables.op_stream and ctx.workload.dtype in ("bf16", "fp16"):
+        nbytes -= 2.0
+    return nbytes
+
+
 def _optimizer_s(ctx: StageContext, stage: StagePlan, params, shards: int):
     device = ctx.cluster.device
     local = params / (shards if stage.zero >= 1 else 1)
-    nbytes = local * OPTIMIZER_BYTES_PER_PARAM[ctx.workload.dtype]
+    nbytes = local * optimizer_bytes_per_param(ctx, stage)
     return device.memory.time_s(nbytes) / device.kernel_efficiency + (OPTIMIZER_KERNELS - 1) * device.memory.latency_s
 
 
@@ -384,8 +397,13 @@ def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, nu
     entry, autotune.cost.contract.stage_cost, sends MoE stages and variants elsewhere).
 
     ``num_layers`` (a number or an array) overrides the stage's own layer count; with an array
-    every field of the result is an array over it.
+    every field of the result is an array over it. A mixture of experts priced from a captured
+    operator stream comes here too (graph/table.py: its whole layer is one table).
     """
+    if ctx.tables.op_stream and ctx.tables.model.is_moe:
+        require(stage.ep == 1 and stage.etp == 1 and stage.tp == 1, "ep",
+                f"the {ctx.runtime.name} runtime's captured MoE layer (graph/opstream.py) holds every expert on "
+                f"each GPU: ep, etp and tp must be 1, got {stage.ep}, {stage.etp} and {stage.tp}")
     blocks = _blocks(ctx, stage)
     layer = blocks["layer"]
     spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)

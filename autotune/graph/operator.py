@@ -32,7 +32,8 @@ TP_SPLIT = {
     "replicated": (False, False, False),
     "expert": (True, True, True),
 }
-OP_KINDS = ("gemm", "bmm", "attention", "elementwise", "norm", "embedding", "loss")
+# gemm_fp32: a GEMM run in fp32 whatever the step's dtype (a captured stream's, graph/opstream.py)
+OP_KINDS = ("gemm", "gemm_fp32", "bmm", "attention", "elementwise", "norm", "embedding", "loss")
 
 
 @dataclass(frozen=True, kw_only=True)

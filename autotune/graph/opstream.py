@@ -62,7 +62,12 @@ def load_stream(name: str) -> dict:
 
 
 def _matches(model: ModelSpec, architecture: dict) -> bool:
-    return all(getattr(model, key) == value for key, value in architecture.items())
+    """The model has every field the stream was captured with (JSON lists are the spec's tuples);
+    an MoE stream's architecture names its router, a dense one's does not."""
+    if ("router" in architecture) != model.is_moe:
+        return False
+    return all(getattr(model, key) == (tuple(value) if isinstance(value, list) else value)
+               for key, value in architecture.items())
 
 
 def stream_for(model: ModelSpec, family: str) -> str:
@@ -70,7 +75,7 @@ def stream_for(model: ModelSpec, family: str) -> str:
     or "" when none was captured (a dense decoder whose norm, activation, positions, biases,
     dropout, QK norm and tying match; the reference model also needs hidden = heads x head dim,
     its query width)."""
-    if not family or model.is_moe or model.layer_kind != "decoder" or model.head_dim % 2:
+    if not family or model.layer_kind != "decoder" or model.head_dim % 2:
         return ""
     if family == "torch" and model.hidden_size != model.num_heads * model.head_dim:
         return ""
@@ -82,10 +87,13 @@ def stream_for(model: ModelSpec, family: str) -> str:
 
 
 def symbol_values(model: ModelSpec, seq_len: int) -> dict[str, float]:
-    """The stream's symbols for one sequence of ``model``: b = 1 (amounts per sequence)."""
+    """The stream's symbols for one sequence of ``model``: b = 1 (amounts per sequence); a mixture
+    of experts' (every layer routed) FFN width is its experts', with its top-k and expert count."""
     return {"b": 1.0, "s": float(seq_len), "g": float(model.num_kv_heads),
             "r": model.num_heads / model.num_kv_heads, "c": model.hidden_size / model.num_heads,
-            "d2": model.head_dim / 2.0, "f": float(model.ffn_hidden_size), "v": float(model.vocab_size)}
+            "d2": model.head_dim / 2.0, "v": float(model.vocab_size),
+            "f": float(model.expert_ffn_hidden_size if model.is_moe else model.ffn_hidden_size),
+            "k": float(model.num_experts_per_token), "e": float(model.num_experts)}
 
 
 def _value(terms: list, values: dict[str, float], *, per_sequence: bool | None = None) -> float:
@@ -113,6 +121,24 @@ def _sharding(kernel: dict) -> str:
     return "replicated"
 
 
+def _kind(kernel: dict) -> str:
+    """The operator kind (the fit) of a kernel: a GEMM autocast left in fp32 (transformers' grouped
+    expert GEMMs over fp32 weights, RoPE's frequencies) runs at the fp32 line, whatever the step's dtype."""
+    kind = _KIND.get(kernel["class"], "elementwise")
+    return "gemm_fp32" if kind == "gemm" and kernel["dtype"] == "float32" else kind
+
+
+def _launches(kernel: dict, values: dict[str, float]) -> int:
+    """CUDA kernels one captured operator launches. aten._grouped_mm runs one CUTLASS kernel only
+    when both inputs and the output are bf16 (on SM90/SM100); otherwise it copies the offsets to
+    the host and runs one mm per group (pytorch aten/src/ATen/native/cuda/GroupedBlas.cpp
+    _grouped_mm_cuda -> _grouped_mm_fallback, commit 00d4eaf). transformers' experts pass the
+    weights of all ``e`` experts as the groups (integrations/moe.py grouped_mm_experts_forward)."""
+    if kernel["op"] == "aten._grouped_mm" and kernel["dtype"] != "bfloat16":
+        return int(round(values["e"]))
+    return 1
+
+
 def _operator(kernel: dict, values: dict[str, float], head_dim: float) -> Operator:
     """One kernel as an operator: a forward kernel's amounts are its forward, a backward
     kernel's its backward (its forward launches nothing)."""
@@ -120,10 +146,11 @@ def _operator(kernel: dict, values: dict[str, float], head_dim: float) -> Operat
     act_out = _value(kernel["written"], values, per_sequence=True)
     fixed = _value(kernel["read"], values, per_sequence=False) + _value(kernel["written"], values, per_sequence=False)
     flops = _value(kernel["flops"], values)
-    kind = _KIND.get(kernel["class"], "elementwise")
+    kind = _kind(kernel)
+    launches = _launches(kernel, values)
     forward = kernel["phase"] == "fwd"
     model_flops = 0.0
-    if forward and kind in ("gemm", "attention"):  # causal attention runs half the s x s pairs it counts
+    if forward and kind in ("gemm", "gemm_fp32", "attention"):  # causal attention runs half the s x s pairs it counts
         model_flops = flops * (2.0 if kind == "attention" else 1.0)
     common = dict(name=kernel["name"], kind=kind, flops=flops, model_flops=model_flops, act_in_bytes=act_in,
                   act_out_bytes=act_out, sharding=_sharding(kernel), head_dim=head_dim if kind == "attention" else 0.0)
@@ -131,11 +158,11 @@ def _operator(kernel: dict, values: dict[str, float], head_dim: float) -> Operat
         saved = _value(kernel["saved"], values, per_sequence=True)
         dropped = max(saved - act_in, 0.0) if kernel["class"] == "attention" else 0.0  # its log-sum-exp
         return Operator(**common, weight_bytes=fixed, params=int(round(_value(kernel["params"], values))),
-                        saved_bytes=saved, bwd_flops_factor=0.0, bwd_bytes_factor=0.0, kernels=1, bwd_kernels=0,
+                        saved_bytes=saved, bwd_flops_factor=0.0, bwd_bytes_factor=0.0, kernels=launches, bwd_kernels=0,
                         selective_recompute=kernel["class"] == "attention", selective_dropped_bytes=dropped)
     # backward: the cost model's backward memory term counts weights twice (dW read and written)
     return Operator(**common, weight_bytes=fixed / 2.0, params=0, saved_bytes=0.0,
-                    bwd_flops_factor=1.0 if flops else 0.0, bwd_bytes_factor=1.0, kernels=0, bwd_kernels=1)
+                    bwd_flops_factor=1.0 if flops else 0.0, bwd_bytes_factor=1.0, kernels=0, bwd_kernels=launches)
 
 
 _SUMMED = ("flops", "model_flops", "act_in_bytes", "act_out_bytes", "weight_bytes", "params", "saved_bytes",

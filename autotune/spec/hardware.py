@@ -124,6 +124,10 @@ class DeviceProfile:
     # (cost/compute.py attention_head_dim_speed); 1.0 where no figure is known
     attention_head_dim_64_speed: float = 1.0
     attention_head_dim_source: str = ""
+    # The head-dimension granularity the attention kernel computes at (a head is padded to a multiple
+    # of it; cost/compute.py attention_head_dim_speed); 0: not modelled. Set per runtime and GPU
+    # generation by cost/runtime_kernels.py (Runtime.attention_head_dim_tile), not by profiles.
+    attention_head_dim_tile: int = 0
 
     def __post_init__(self) -> None:
         require(self.kind in ("gpu", "cpu"), "device.kind", "must be 'gpu' or 'cpu'")
@@ -131,6 +135,9 @@ class DeviceProfile:
         require(isinstance(speed, (int, float)) and 0 < speed <= 1, "device.attention_head_dim_64_speed",
                 f"must be in (0, 1], got {speed!r}")
         require(isinstance(self.fp8_gemm_any_layout, bool), "device.fp8_gemm_any_layout", "must be true or false")
+        tile = self.attention_head_dim_tile
+        require(isinstance(tile, int) and not isinstance(tile, bool) and tile >= 0, "device.attention_head_dim_tile",
+                f"must be an integer >= 0 (0: not modelled), got {tile!r}")
         unknown = sorted(set(self.memory_kernels) - set(MEMORY_KERNEL_ROLES))
         require(not unknown, "device.regressions.memory_kernels",
                 f"unknown kernel {', '.join(unknown)}; known: {', '.join(MEMORY_KERNEL_ROLES)}")

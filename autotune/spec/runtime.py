@@ -98,6 +98,12 @@ class Runtime:
     # its fused attention kernels (forward and backward) inside a step over the device's attention
     # fits, per GPU generation, as gemm_in_step_speed; a generation not listed runs at the fits
     attention_in_step_speed: tuple[tuple[str, float], ...] = ()
+    # the same for attention with dropout (a model whose ModelSpec.dropout is set: the reference
+    # model passes its dropout to SDPA), a different kernel; a generation not listed: as without
+    attention_dropout_in_step_speed: tuple[tuple[str, float], ...] = ()
+    # the head-dimension multiple its attention kernel pads a head to, per GPU generation
+    # (("hopper", 64),); a generation not listed keeps the device's head-dim figure
+    attention_head_dim_tile: tuple[tuple[str, int], ...] = ()
     # its memory-bound kernels (norms, activations, casts, elementwise) inside a step over the device's
     # memory fits, per GPU generation
     memory_in_step_speed: tuple[tuple[str, float], ...] = ()
@@ -153,7 +159,8 @@ class Runtime:
 
     def __post_init__(self) -> None:
         for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "attention_in_step_speed",
-                     "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
+                     "attention_dropout_in_step_speed",
+                     "attention_head_dim_tile", "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -196,10 +203,15 @@ class Runtime:
             require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
                     and (name != "attention_speed" or value > 0), f"runtime.{name}",
                     f"must be a finite number {'> 0' if name == 'attention_speed' else '>= 0'}, got {value!r}")
-        for name in ("gemm_in_step_speed", "attention_in_step_speed", "memory_in_step_speed"):
+        for name in ("gemm_in_step_speed", "attention_in_step_speed", "attention_dropout_in_step_speed",
+                     "memory_in_step_speed"):
             value = getattr(self, name)
             require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf") for g, s in value),
                     f"runtime.{name}", f"must map GPU generations to positive speeds, got {value!r}")
+
+        require(all(isinstance(g, str) and isinstance(t, int) and not isinstance(t, bool) and t > 0 and t % 8 == 0
+                    for g, t in self.attention_head_dim_tile), "runtime.attention_head_dim_tile",
+                f"must map GPU generations to positive multiples of 8, got {self.attention_head_dim_tile!r}")
 
     def with_changes(self, **changes: Any) -> "Runtime":
         return replace(self, **changes)
@@ -208,9 +220,17 @@ class Runtime:
         """Its bf16/fp16 GEMMs inside a step over the device's GEMM fit on this GPU generation."""
         return dict(self.gemm_in_step_speed).get(generation, 1.0)
 
-    def attention_in_step(self, generation: str) -> float:
-        """Its fused attention kernels inside a step over the device's fits on this GPU generation."""
-        return dict(self.attention_in_step_speed).get(generation, 1.0)
+    def attention_in_step(self, generation: str, *, dropout: bool = False) -> float:
+        """Its fused attention kernels inside a step over the device's fits on this GPU generation;
+        ``dropout``: attention with dropout, where a speed for it is stated."""
+        speeds = dict(self.attention_in_step_speed)
+        if dropout:
+            speeds |= dict(self.attention_dropout_in_step_speed)
+        return speeds.get(generation, 1.0)
+
+    def head_dim_tile(self, generation: str) -> int:
+        """The head-dimension multiple its attention kernel pads to on this GPU generation (0: not known)."""
+        return dict(self.attention_head_dim_tile).get(generation, 0)
 
     def measured_in_step(self, generation: str) -> bool:
         """Whether its GEMM, attention and memory-bound kernels all have in-step speeds measured on
