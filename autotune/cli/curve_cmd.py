@@ -75,10 +75,12 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_run(root, curve, record: dict) -> dict[str, str]:
     """runs/<timestamp>-<model>-curve/ with curve.json, then curve.png (a plotting failure is one
-    line on stderr; the curve is already written)."""
+    line on stderr, the curve is already written; a full disk removes the directory, exit 2)."""
     import json
+    import shutil
     import sys
 
+    from autotune.errors import write_failure
     from autotune.outputs.plots import plot_curve
     from autotune.outputs.run_dir import create_run_dir
     from autotune.plan.io import atomic_write_text
@@ -89,5 +91,9 @@ def _write_run(root, curve, record: dict) -> dict[str, str]:
     try:
         files["curve.png"] = str(plot_curve(curve, run_dir / "curve.png"))
     except Exception as err:  # noqa: BLE001  (the curve itself is written)
+        failure = write_failure(err, path=run_dir / "curve.png")
+        if failure is not None:  # a full disk: no run directory with half its files (and a torn png)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            raise failure from None
         sys.stderr.write(f"autotune curve: curve.png not written: {type(err).__name__}: {err}\n")
     return files

@@ -107,6 +107,12 @@ def run(args: argparse.Namespace) -> int:
         refuse_given(args, _DEFAULTS, ("runs_dir",), "names where run directories go, and with "
                      f"{'--no-run-dir' if args.no_run_dir else '--storage'} none is made")
     if scenario is not None:
+        from autotune.cli.common import refuse_given
+        from autotune.cli.scenario_search import STANDALONE_READS
+
+        refuse_given(args, _DEFAULTS, tuple(d for d in _DEFAULTS if d not in STANDALONE_READS),
+                     f"changes nothing for the standalone space {args.space!r} (it reads only "
+                     f"{', '.join('--' + d for d in STANDALONE_READS)})")
         return scenario(args)
     from autotune.search import api as search_api
 

@@ -285,6 +285,7 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
     if not db.is_file():
         raise AutotuneError("resume", f"{str(path)!r} has no {STUDY_FILE}; give a run directory made by autotune search")
     name, refs = _recorded_problem(db)
+    _check_same_run(path, refs)
     problem = problem_from_refs(refs)
     study = open_study(study_url(path), name)
     try:
@@ -294,6 +295,24 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
         if replaced is not None:
             raise replaced from None
         raise
+
+
+def _check_same_run(path: Path, refs: dict) -> None:
+    """A finished run's search.json names the problem its study.db was made for; a study.db of
+    another problem put in its place is refused, not resumed over the run's files. (A search.json
+    that does not read is rebuilt from the study, as an interrupted run's missing one is.)"""
+    from autotune.outputs.run_dir import STUDY_FILE
+    from autotune.search.problem_id import problem_json
+    from autotune.spec.json_file import read_json_file
+
+    try:
+        record = read_json_file(path / "search.json", "run")
+    except AutotuneError:
+        return
+    recorded = record.get("problem") if isinstance(record, dict) else None
+    if isinstance(recorded, dict) and problem_json(recorded) != problem_json(refs):
+        raise AutotuneError("resume", f"{str(path / STUDY_FILE)!r} holds the study of another problem than the run's "
+                                      "search.json; a run directory keeps its own study (start a new search)")
 
 
 def _recorded_problem(db: Path) -> tuple[str, dict]:

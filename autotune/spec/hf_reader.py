@@ -13,6 +13,9 @@ from autotune.spec.limits import check_limit
 __all__ = ["ConfigReader"]
 
 _MISSING = object()
+# The attention kinds of transformers' ALLOWED_ATTN_LAYER_TYPES (configuration_utils.py, 5.x) the
+# families read here use; the others (linear_attention, ...) belong to architectures autotune does not plan
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 # Keys that size the model, with the bound of autotune.spec.limits each must keep: checked as the
 # key is read, before a family loops over the layers (a config of 10**9 layers is refused at once).
@@ -102,6 +105,19 @@ class ConfigReader:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise AutotuneError(self.field(key), f"must be a list of strings, got {_shown(value)}")
         return value
+
+    def layer_types(self, num_layers: int) -> list[str] | None:
+        """``layer_types`` as transformers checks it (PreTrainedConfig.validate_layer_type, 5.x): one
+        entry per layer, each a known kind -- here the attention kinds these families have."""
+        types = self.str_list("layer_types")
+        if types is None:
+            return None
+        if len(types) != num_layers:
+            raise AutotuneError(self.field("layer_types"), f"must give one type per layer, {num_layers:,} "
+                                                           f"(num_hidden_layers); got {len(types):,}")
+        for i, kind in enumerate(types):
+            require_choice(f"{self.field('layer_types')}[{i}]", kind, LAYER_TYPES)
+        return types
 
     def dict(self, key: str) -> dict:
         value = self.data.get(key)
