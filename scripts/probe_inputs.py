@@ -300,7 +300,9 @@ def storage_cases() -> list[Case]:
              f"{SMALL8_SH} {' '.join(s)} & p1=$!; {SMALL8_SH} {' '.join(s)} & p2=$!; {SMALL8_SH} {' '.join(s)} & "
              "p3=$!; wait $p1 && wait $p2 && wait $p3"), expect="pass", timeout_s=120),
         Case(cls="storage", name="explicit --study for two problems", argv=("bash", "-c",
-             f"{SMALL8_SH} {' '.join(s)} --study one 2>/dev/null && {SMALL4_SH} {' '.join(s)} --study one"), names="study"),
+             f"rm -f shared.db; {SMALL8_SH} {' '.join(s)} --study one 2>/dev/null >/dev/null && "
+             f"cp shared.db first.db && {SMALL4_SH} {' '.join(s)} --study one; rc=$?; cmp -s shared.db first.db && "
+             "rm first.db shared.db && exit $rc"), names="study"),
         Case(cls="storage", name="storage a hard link to a run's study.db", setup=hardlink,
              argv=SMALL8 + ("--no-run-dir", "--storage", "sqlite:///hl.db"), names="storage"),
         Case(cls="storage", name="storage a copy of another problem's study.db", setup=study_of("run4"),
@@ -400,7 +402,8 @@ def corrupt_cases() -> list[Case]:
             argv = cmds[cmd_name]
             # a plan file without "schema" is one written before it was recorded; 50 MB of spaces is JSON
             expect = ("clean" if edit_name in ("bom", "model-unknown-key", "schema-missing", "big-50mb")
-                      or cmd_name == "resume" else "refuse")
+                      or cmd_name == "resume" or (edit_name == "cluster-unknown" and cmd_name in
+                                                  ("show", "show-json", "export", "validate")) else "refuse")
             out.append(Case(cls="corrupt", name=f"plan.json {edit_name} -> {cmd_name}",
                             setup=run_file("plan.json", edit), argv=argv, names=names, expect=expect))
     for kind in ("zero", "loop", "urandom"):
@@ -630,8 +633,8 @@ def size_cases() -> list[Case]:
              "4096", "--micro-batch", "1"), expect="clean"),
         Case(cls="sizes", name="exhaustive llama3-70b 1024", argv=("search", "--model", "llama3-70b", "--gpus",
              "1024", "--method", "exhaustive", "--no-run-dir", "--quiet"), expect="clean", timeout_s=120),
-        Case(cls="sizes", name="cxl-lora --set huge", argv=("search", "--space", "cxl-lora", "--set", "d=1000000000",
-             "--no-run-dir"), expect="clean"),
+        Case(cls="sizes", name="cxl-lora --set huge", argv=("search", "--space", "cxl-lora", "--set", "d=1000000000"),
+             expect="clean"),
         Case(cls="sizes", name="validate max-world 1e6", setup=copy_run(), argv=("validate", "RUN", "--max-world",
              "1000000", "--out", "v.json"), names="max-world", timeout_s=60),
     ]
@@ -670,9 +673,9 @@ def number_cases() -> list[Case]:
         (("curve", "--model", "small", "--gpus", "1,inf"), "--gpus"),
         (("curve", "--model", "small", "--gpus", "1,,2", "--no-run-dir"), "?"),  # counts are sorted and deduplicated
         (("curve", "--model", "small", "--gpus", "2,1,2", "--no-run-dir"), "?"),
-        (("search", "--space", "cxl-lora", "--set", "d=nan", "--no-run-dir"), "d"),
-        (("search", "--space", "cxl-lora", "--set", "d=-5", "--no-run-dir"), "d"),
-        (("search", "--space", "cxl-lora", "--set", "nosuch=1", "--no-run-dir"), "nosuch"),
+        (("search", "--space", "cxl-lora", "--set", "d=nan"), "d"),
+        (("search", "--space", "cxl-lora", "--set", "d=-5"), "d"),
+        (("search", "--space", "cxl-lora", "--set", "nosuch=1"), "nosuch"),
         (("validate", "RUN", "--steps", "0", "--out", "v.json"), "--steps"),
         (("validate", "RUN", "--steps", "1e9", "--out", "v.json"), "--steps"),
         (("validate", "RUN", "--timeout", "nan", "--out", "v.json"), "--timeout"),
@@ -712,7 +715,7 @@ def noop_cases() -> list[Case]:
         (EVAL + ("--target-tpot-ms", "30"), "target"),
         (EVAL + ("--fp8-params",), "fp8"),
         (EVAL + ("--fp8-all-gather",), "fp8"),
-        (EVAL + ("--no-reshard-after-forward", "--runtime", "torchtitan", "--zero", "1"), "reshard"),
+        (EVAL + ("--no-reshard-after-forward", "--runtime", "torchtitan", "--zero", "1"), "zero"),  # 0 or 3 there
         (EVAL + ("--sequence-parallel",), "sequence"),
         (EVAL + ("--tp", "1", "--async-tp"), "async"),
         (EVAL + ("--tp", "1", "--overlap-tp-comm"), "overlap"),
@@ -728,6 +731,7 @@ def noop_cases() -> list[Case]:
         (s + ("--fp8-recipe", "te_current"), "fp8"),
         (s + ("--study", "x", "--runs-dir", "r"), "runs_dir"),
         (s + ("--plots", "sync"), "plots"),
+        (s + ("--plots", "none"), ""),  # consistent with no run directory
         (s + ("--method", "exhaustive", "--seed", "3"), "seed"),
         (("search", "--space", "cxl-lora", "--model", "small"), "model"),
         (("search", "--space", "cxl-lora", "--gpus", "8"), "gpus"),
@@ -809,7 +813,8 @@ def library_cases() -> list[Case]:
                              'tp="2", cp=1, dp=4)', "tp"),
         "StagePlan layers reversed": ('autotune.StagePlan(layers=(12, 0), has_embedding=True, has_head=True, '
                                       'num_gpus=8, tp=2, cp=1, dp=4)', "layers"),
-        "Plan stages list of dict": ('autotune.Plan(stages=[{"layers": [0, 12]}], micro_batch=1, num_microbatches=1)',
+        "Plan stages list of dict": ('autotune.Plan(stages=[{"layers": [0, 12]}], gpus=8, micro_batch=1, '
+                                     'num_microbatches=1)',
                                      "stages"),
     }
     return [Case(cls="library", name=name, code=body, names=names.lstrip("?"),
@@ -901,9 +906,11 @@ def run_case(case: Case, where: Path) -> tuple[str, str]:
         return "unnamed", detail + f" (should name {case.names!r})"
     new = sorted(set(after) - set(before) - {"full", "leftovers.txt"})
     if (where / "leftovers.txt").exists():  # what a disk-full case left on its tmpfs, listed before unmounting
-        kept = re.search(r"kept in (\S+);", err)
-        new += [line for line in (where / "leftovers.txt").read_text().splitlines()
-                if not (kept and (line.startswith(kept.group(1)) or kept.group(1).startswith(line)))]
+        new += (where / "leftovers.txt").read_text().splitlines()
+    kept = re.search(r"kept in (\S+);", err)  # a run kept with its finished slices and a resume command
+    new = [n for n in new if not (kept and (n.startswith(kept.group(1)) or kept.group(1).startswith(n)))]
+    if case.argv[:1] == ("validate",) and proc.returncode == 1:
+        new = [n for n in new if n != "v.json"]  # validate's report of plans that could not run here
     changed = sorted(k for k in before if k in after and after[k] != before[k] and not os.path.isdir(where / k))
     if new or changed:
         return "left-behind", detail + f" new={new[:5]} changed={changed[:5]}"

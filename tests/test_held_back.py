@@ -90,6 +90,17 @@ def test_layer_types_are_checked_as_transformers_checks_them(tmp_path, capsys, m
     refused(capsys, tmp_path, ["evaluate", "--model", "c.json", "--gpus", "8"], field)
 
 
+@pytest.mark.parametrize("changes, field", [
+    (dict(intermediate_size=0), "config.intermediate_size: must be a positive integer"),
+    (dict(num_attention_heads=-4), "config.num_attention_heads: must be a positive integer"),
+    (dict(model_type="mixtral", num_local_experts=10**9, num_experts_per_tok=2), "config.num_local_experts: 1,000,000,000"),
+])
+def test_config_sizes_are_named_as_the_file_names_them(tmp_path, capsys, monkeypatch, changes, field):
+    (tmp_path / "c.json").write_text(json.dumps({**LLAMA, **changes}))
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, tmp_path, ["evaluate", "--model", "c.json", "--gpus", "8"], field)
+
+
 @pytest.mark.parametrize("data, field", [
     ({**DGX, "bandwith": 5}, "cluster.bandwith: is not a key here"),
     ({**DGX, "intra_node": {**DGX["intra_node"], "latency": 1e-6}}, "intra_node.latency: is not a key here (did you mean latency_s"),
@@ -111,7 +122,7 @@ def _csv(rows: int = 1, change: tuple[str, str] | None = None) -> str:
 @pytest.mark.parametrize("kind, field", [
     ("empty", "holds no header"), ("header-only", "holds no rows"), ("fifo", "it is a FIFO"),
     ("device", "not a regular file"), ("inf-layers", "no row of"), ("nan-time", "no row of"),
-    ("binary", "not UTF-8"),
+    ("binary", "not UTF-8"), ("open-quote", "no row of"),  # a cell with a line break: still one line
 ])
 def test_check_published_reads_its_csv_defensively(tmp_path, capsys, monkeypatch, kind, field):
     path = tmp_path / "r.csv"
@@ -121,7 +132,8 @@ def test_check_published_reads_its_csv_defensively(tmp_path, capsys, monkeypatch
         path.symlink_to("/dev/zero")
     else:
         content = {"empty": "", "header-only": _csv(0), "inf-layers": _csv(1, ("GPT-1.7B,24,", "GPT-1.7B,inf,")),
-                   "nan-time": _csv(1, (",3.528,", ",nan,")), "binary": bytes(range(256)).decode("latin-1")}[kind]
+                   "nan-time": _csv(1, (",3.528,", ",nan,")), "binary": bytes(range(256)).decode("latin-1"),
+                   "open-quote": _csv(2, ("\nsc21-t1-1,", '\n"sc21-t1-1,'))}[kind]
         path.write_bytes(content.encode("latin-1"))
     monkeypatch.chdir(tmp_path)
     refused(capsys, tmp_path, ["check-published", "r.csv"], field)
@@ -129,12 +141,16 @@ def test_check_published_reads_its_csv_defensively(tmp_path, capsys, monkeypatch
 
 # ---- paths and storages ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("url", ["sqlite:///s?x.db", "sqlite:///d#?/s.db", "sqlite:///s.db?mode=ro"])
-def test_a_storage_url_with_a_query_is_refused_not_cut_short(tmp_path, capsys, monkeypatch, url):
+@pytest.mark.parametrize("url, field", [
+    ("sqlite:///s?x.db", "has a query"), ("sqlite:///d#?/s.db", "has a query"), ("sqlite:///s.db?mode=ro", "has a query"),
+    ("sqlite:///{s}.db", "%7B and %7D"),  # Optuna formats the URL as a template
+])
+def test_a_storage_url_with_a_query_or_braces_is_refused_not_cut_short(tmp_path, capsys, monkeypatch, url, field):
     (tmp_path / "d#?").mkdir()
     monkeypatch.chdir(tmp_path)
-    refused(capsys, tmp_path, ["search", "--model", "small", "--gpus", "2", "--no-run-dir", "--storage", url],
-            "storage: '" + url + "' has a query")
+    err = refused(capsys, tmp_path, ["search", "--model", "small", "--gpus", "2", "--no-run-dir", "--storage", url],
+                  f"storage: '{url}'")
+    assert field in err
 
 
 def test_an_escaped_question_mark_names_the_file_with_it(tmp_path):
@@ -160,7 +176,7 @@ def test_a_full_disk_while_drawing_the_curve_leaves_no_run_directory(tmp_path, c
     assert main(["curve", "--model", "small", "--gpus", "1,2", "--runs-dir", "c"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no space left" in err
-    assert list((tmp_path / "c").iterdir()) == []
+    assert not (tmp_path / "c").exists()  # the runs directory made for it too
 
 
 # ---- flags that change nothing, and empty values -----------------------------------------------
@@ -192,6 +208,12 @@ def test_the_same_flags_count_where_the_plan_uses_them(capsys, flags):
 def test_a_standalone_space_refuses_the_flags_it_does_not_read(tmp_path, capsys, monkeypatch, flags, field):
     monkeypatch.chdir(tmp_path)
     refused(capsys, tmp_path, ["search", "--space", "cxl-lora", *flags], f"{field}: --{flags[0][2:]} changes nothing")
+
+
+def test_plots_without_a_run_directory_are_refused(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    refused(capsys, tmp_path, ["search", "--model", "small", "--gpus", "8", "--no-run-dir", "--plots", "sync"],
+            "plots: --plots sync draws a run directory's plots")
 
 
 def test_search_refuses_an_empty_storage(tmp_path, capsys, monkeypatch):

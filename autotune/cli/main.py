@@ -141,6 +141,12 @@ def entry() -> int:
     return signals.finish(main())
 
 
+def _one_line(err: BaseException) -> str:
+    """The message on one line: what it quotes from a file (a CSV cell with a line break) may not
+    break it."""
+    return " ".join(str(err).split("\n"))
+
+
 def _exit_code(command: str, err: BaseException, signals) -> int:
     from autotune.errors import AutotuneError, Interrupted, NoPlanError
 
@@ -151,10 +157,10 @@ def _exit_code(command: str, err: BaseException, signals) -> int:
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else (0 if err.code is None else 2)
     if isinstance(err, NoPlanError):
-        sys.stderr.write(f"{command}: no plan: {err}\n")
+        sys.stderr.write(f"{command}: no plan: {_one_line(err)}\n")
         return 1
     if isinstance(err, AutotuneError):
-        sys.stderr.write(f"{command}: error: {err}\n")
+        sys.stderr.write(f"{command}: error: {_one_line(err)}\n")
         return 2
     if isinstance(err, BrokenPipeError):
         return 0

@@ -44,6 +44,8 @@ def sqlite_file(url: str) -> Path | None:
     # still wrote): 'sqlite:///s?x.db' silently named the file 's'
     require(not mark, "storage", f"{url!r} has a query ('?{query[:40]}'), which autotune's SQLite storages do not take; "
                                  "write a '?' in the file name as %3F (a '%' as %25)")
+    # Optuna formats the URL as a template: a literal brace fails there with a bare KeyError
+    require("{" not in url and "}" not in url, "storage", f"{url!r}: write '{{' and '}}' in a file name as %7B and %7D")
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

@@ -24,7 +24,11 @@ _SIZES = {"num_hidden_layers": "num_layers", "n_layer": "num_layers", "hidden_si
           "ffn_hidden_size": "width", "moe_intermediate_size": "width", "shared_expert_intermediate_size": "width",
           "vocab_size": "vocab_size", "max_position_embeddings": "seq_len", "n_positions": "seq_len",
           "n_ctx": "seq_len", "seq_length": "seq_len", "original_max_position_embeddings": "seq_len",
-          "sliding_window": "seq_len", "attention_chunk_size": "seq_len"}
+          "sliding_window": "seq_len", "attention_chunk_size": "seq_len", "num_local_experts": "width",
+          "n_routed_experts": "width", "num_experts": "width"}
+# Sizes no model has 0 of (a window or a shared expert may be 0: none), named as the file names them
+_POSITIVE = ("num_hidden_layers", "n_layer", "hidden_size", "n_embd", "n_embed", "intermediate_size", "vocab_size",
+             "num_attention_heads", "n_head")
 
 
 class ConfigReader:
@@ -58,6 +62,8 @@ class ConfigReader:
             return default  # type: ignore[return-value]
         if not isinstance(value, int) or isinstance(value, bool):
             raise AutotuneError(self.field(key), f"must be an integer, got {_shown(value)}")
+        if key in _POSITIVE and value <= 0:
+            raise AutotuneError(self.field(key), f"must be a positive integer, got {value}")
         if key in _SIZES:
             check_limit(self.field(key), value, _SIZES[key])
         return value
