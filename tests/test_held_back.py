@@ -238,3 +238,21 @@ def test_library_names_of_the_wrong_type_are_refused(call, field):
     with pytest.raises(AutotuneError) as err:
         call()
     assert err.value.field == field
+
+
+def test_a_new_shared_storage_on_a_full_disk_is_not_left_half_made(tmp_path):
+    import subprocess
+    import sys
+
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=60k", "tmpfs", str(full)], capture_output=True).returncode:
+        pytest.skip("cannot mount a tmpfs here")
+    try:  # the command as a user runs it (its process, and the database it holds open, end)
+        done = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "small", "--gpus", "8",
+                               "--no-run-dir", "--quiet", "--storage", "sqlite:///full/s.db"], cwd=tmp_path,
+                              capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+        assert done.returncode == 2 and done.stderr.count("\n") == 1 and "no space left" in done.stderr, done.stderr
+        assert list(full.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

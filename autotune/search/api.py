@@ -175,7 +175,7 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     problem.cluster.device.require_dtype(work.dtype)  # FP8 on an A100 and the like: refused at once
     refs = problem_refs(model=spec, workload=work, runtime=run_by, cluster=cluster, profile=profile, gpus=gpus, space=space,
                         seed=seed, method=method) if (run_dir or runs_dir or storage) else None
-    made = _NO_RUN_DIR
+    made = _NO_RUN_DIR if storage is None else _NewStorage(storage)
     if run_dir is not None or runs_dir is not None:
         from autotune.outputs.run_dir import make_run_dir  # (the outputs load only for a run directory)
 
@@ -219,6 +219,29 @@ class _NoRunDir:
 
 
 _NO_RUN_DIR = _NoRunDir()
+
+
+class _NewStorage:
+    """A shared SQLite storage this search is about to create: removed again when a full disk (a
+    refused write) stops the search before any slice of any study in it was finished, so no
+    half-made database is left (one that held anything before, or holds a finished slice, stays)."""
+
+    def __init__(self, storage: str) -> None:
+        from autotune.plan.sqlite_url import sqlite_file
+
+        db = sqlite_file(storage)
+        self.db = db if db is not None and not db.exists() else None
+        self.path = None
+
+    def clean_up(self, err: BaseException) -> str:
+        from autotune.errors import write_failure
+        from autotune.outputs.run_dir import study_db_summary
+
+        full = (isinstance(err, AutotuneError) and err.field == "disk") or write_failure(err) is not None
+        if self.db is not None and full and not any(done for _, done in study_db_summary(self.db) or ()):
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{self.db}{suffix}").unlink(missing_ok=True)
+        return ""
 
 
 def _solve_shared(study, problem: SearchProblem, storage: str, announce) -> None:
