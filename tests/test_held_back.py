@@ -256,3 +256,9 @@ def test_a_new_shared_storage_on_a_full_disk_is_not_left_half_made(tmp_path):
         assert list(full.iterdir()) == []
     finally:
         subprocess.run(["umount", str(full)], check=True)
+
+
+def test_a_plan_of_stage_dicts_is_refused_naming_the_stages():
+    with pytest.raises(AutotuneError) as err:
+        autotune.Plan(stages=[{"layers": [0, 12]}], gpus=8, micro_batch=1, num_microbatches=1)
+    assert err.value.field == "stages"
