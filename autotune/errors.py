@@ -37,6 +37,8 @@ class Interrupted(KeyboardInterrupt):
 
 def closest(name: str, choices: Iterable[str], n: int = 3) -> list[str]:
     """The names in ``choices`` that look most like ``name`` (for "did you mean" hints)."""
+    if not isinstance(name, str):  # a library caller's 5 or None: no name looks like it
+        return []
     pool = list(choices)
     hits = difflib.get_close_matches(name, pool, n=n, cutoff=0.4)
     if not hits:

@@ -117,7 +117,7 @@ def test_cli_json_without_a_run_directory(tmp_path, capsys, small_curve):
 
 
 @pytest.mark.parametrize("args, field", [
-    (["--gpus", "1,0,4"], "gpus"), (["--gpus", "1,-2"], "gpus"), (["--gpus", "1,two"], "gpus"), (["--gpus", ""], "gpus"),
+    (["--gpus", "1,0,4"], "gpus"), (["--gpus", "1,-2"], "gpus"), (["--gpus", "1,two"], "gpus"), (["--gpus", ""], "argument --gpus"),
     (["--gpus", "1,12"], "gpus"), (["--gpus", "1,2", "--threshold", "1.5"], "threshold"),
     (["--gpus", "1,2", "--cluster", "dgx-z100"], "cluster"), (["--gpus", "1,2", "--model", "nope"], "model"),
 ])

@@ -84,7 +84,7 @@ HF_CASES = {
     "layers-1e9-moe": (_with(DEEPSEEK, num_hidden_layers=10**9), "config.num_hidden_layers"),
     "layers-string": (_with(LLAMA, num_hidden_layers="32"), "config.num_hidden_layers: must be an integer"),
     "hidden-huge": (_with(LLAMA, hidden_size=10**9), "config.hidden_size"),
-    "heads-zero": (_with(LLAMA, num_attention_heads=0), "model.num_heads"),
+    "heads-zero": (_with(LLAMA, num_attention_heads=0), "config.num_attention_heads: must be a positive integer"),
     "tie-string": (_with(LLAMA, tie_word_embeddings="no"), "config.tie_word_embeddings: must be true or false"),
     "model-type-list": (_with(LLAMA, model_type=["llama"]), "config.model_type"),
     "top-level-list": ("[1, 2]", "must hold a JSON object"),

@@ -16,7 +16,6 @@ Where a source leaves settings unstated, the assumption is made here, once, for 
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from autotune.calibrate.source_flops import derive_iter_s
 from autotune.cost.estimate import Estimate
 from autotune.cost.evaluate import evaluate_plan
 from autotune.errors import AutotuneError
+from autotune.spec.json_file import read_csv_file
 from autotune.plan.builders import uniform_plan
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
@@ -128,15 +128,8 @@ def load_runs(path: str | Path) -> tuple[list[PublishedRun], list[Unexpressible]
     """Parse a published-runs CSV (either layout of shared/reference/README.md): the runs the
     cost model can price, and the rows it cannot with the reason. Each row is checked on its own
     (calibrate/row_cells.py): a malformed cell leaves that row unpriced, not the file."""
-    try:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            rows = list(reader)
-    except OSError as err:
-        raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
-    except (csv.Error, UnicodeDecodeError) as err:
-        raise AutotuneError("runs", f"{str(path)!r} is not a readable CSV: {err}") from None
-    if missing := missing_columns(reader.fieldnames):
+    fieldnames, rows = read_csv_file(path, "runs")
+    if missing := missing_columns(fieldnames):
         raise AutotuneError("runs", f"{str(path)!r} lacks the column(s) {', '.join(missing)} "
                                     "(see tests/data/modern_runs.csv for the layout)")
     runs, skipped, readable = [], [], []

@@ -10,6 +10,8 @@ memory size, a PCIe card or an unknown GPU stays unpriced rather than guessed.
 
 from __future__ import annotations
 
+import math
+
 import re
 
 from autotune.plan.plan import RECOMPUTE_MODULES
@@ -91,7 +93,7 @@ def _whole(column: str, text: str) -> str:
         value = float(text)
     except ValueError:
         raise ValueError(f"{column}: {text!r} is not a whole number") from None
-    if value != int(value) or value < 1:
+    if not math.isfinite(value) or value != int(value) or value < 1:
         raise ValueError(f"{column}: {text!r} is not a positive whole number")
     return str(int(value))
 

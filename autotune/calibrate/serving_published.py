@@ -9,7 +9,6 @@ ITL) share the simulations.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, median
@@ -18,6 +17,7 @@ from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, ca
 from autotune.cost.serving_eval import arrival_draws, expected_metric
 from autotune.cost.serving_load import METRICS
 from autotune.errors import AutotuneError
+from autotune.spec.json_file import read_csv_file
 
 __all__ = ["ServingCheck", "GroupError", "is_serving_csv", "check_serving_csv", "check_serving_rows", "summarise"]
 
@@ -66,13 +66,7 @@ class GroupError:
 
 def is_serving_csv(path: str | Path) -> bool:
     """Whether a CSV has serving_runs.csv's columns (else it is a training-runs CSV)."""
-    try:
-        with open(path, newline="") as handle:
-            header = next(csv.reader(handle), [])
-    except OSError as err:
-        raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
-    except (csv.Error, UnicodeDecodeError):
-        return False  # not a serving CSV: the training check says what is wrong with it
+    header, _ = read_csv_file(path, "runs")
     return {"engine", "metric", "value"} <= set(header)
 
 
@@ -112,15 +106,8 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
 
 def check_serving_csv(path: str | Path) -> list[ServingCheck]:
     """Read a serving CSV (serving_runs.csv's columns) and check every row."""
-    try:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            rows = list(reader)
-    except OSError as err:
-        raise AutotuneError("runs", f"cannot read {str(path)!r}: {err.strerror}") from None
-    except (csv.Error, UnicodeDecodeError) as err:
-        raise AutotuneError("runs", f"{str(path)!r} is not a readable CSV: {err}") from None
-    missing = [c for c in COLUMNS if c not in (reader.fieldnames or [])]
+    fieldnames, rows = read_csv_file(path, "runs")
+    missing = [c for c in COLUMNS if c not in fieldnames]
     if missing:
         raise AutotuneError("runs", f"{str(path)!r} lacks the column(s) {', '.join(missing)} "
                                     "(see tests/data/serving_runs.csv for the layout)")

@@ -50,6 +50,7 @@ def run(args: argparse.Namespace) -> int:
     from autotune.calibrate.serving_published import is_serving_csv
     from autotune.calibrate.regimes import errors_by_regime, overall_error
     from autotune.cli.common import print_json
+    from autotune.errors import AutotuneError
 
     if args.assumptions:
         _assumptions()
@@ -64,6 +65,10 @@ def run(args: argparse.Namespace) -> int:
         checks += got
         skipped += left
         by_file[Path(path).name] = got
+    if not checks:  # every row unpriced: say why, not an error summary of nothing
+        reasons = sorted({f"{s.run_id}: {s.reason}" for s in skipped})
+        raise AutotuneError("runs", f"no row of {', '.join(map(str, args.runs or paths))} could be priced "
+                                    f"({len(skipped)} not expressible; {'; '.join(reasons[:2])[:300]})")
     regimes = errors_by_regime(checks)
     total = overall_error(checks)
     groups = _groups(by_file, checks)

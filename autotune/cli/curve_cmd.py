@@ -75,19 +75,30 @@ def run(args: argparse.Namespace) -> int:
 
 def _write_run(root, curve, record: dict) -> dict[str, str]:
     """runs/<timestamp>-<model>-curve/ with curve.json, then curve.png (a plotting failure is one
-    line on stderr; the curve is already written)."""
+    line on stderr, the curve is already written; a full disk removes the directory, exit 2)."""
+    import contextlib
     import json
+    import shutil
     import sys
 
+    from autotune.errors import write_failure
     from autotune.outputs.plots import plot_curve
     from autotune.outputs.run_dir import create_run_dir
     from autotune.plan.io import atomic_write_text
 
+    new_root = not root.exists()
     run_dir = create_run_dir(root, curve.model, "curve")
     atomic_write_text(run_dir / "curve.json", json.dumps(record, indent=2, default=str) + "\n")
     files = {"run directory": str(run_dir), "curve.json": str(run_dir / "curve.json")}
     try:
         files["curve.png"] = str(plot_curve(curve, run_dir / "curve.png"))
     except Exception as err:  # noqa: BLE001  (the curve itself is written)
+        failure = write_failure(err, path=run_dir / "curve.png")
+        if failure is not None:  # a full disk: no run directory with half its files (and a torn png)
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if new_root:  # made for this run: removed when empty again
+                with contextlib.suppress(OSError):
+                    root.rmdir()
+            raise failure from None
         sys.stderr.write(f"autotune curve: curve.png not written: {type(err).__name__}: {err}\n")
     return files

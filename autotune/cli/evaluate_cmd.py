@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_runtime_args(parser)
     parser.add_argument("--async-tp", action="store_true",
                         help="PyTorch's async TP: TP collectives overlapped in the forward pass only (torchtitan)")
-    parser.add_argument("--recompute-modules", default="",
+    parser.add_argument("--recompute-modules", default=None,
                         help="comma-separated Megatron-Core modules recomputed in backward on top of --recompute none "
                              "or selective: core_attn, layernorm, mla_up_proj, mlp, moe_act, shared_experts, moe")
     parser.add_argument("--activation-offload-layers", type=count("num_layers", least=0), default=0,
@@ -160,7 +160,7 @@ def refuse_idle_flags(args: argparse.Namespace, model, workload, runtime, plan=N
         ("param_gather_gbps", not zero3, "prices ZeRO-3 parameter gathers; the plan's stages are not ZeRO 3"),
         ("dp_shard", stage is not None and (stage.zero != 3 or stage.dp_shard in (0, stage.dp)),
          "shards ZeRO-3 state over fewer than all data-parallel ranks: give --zero 3 and 1 < N < dp"),
-    )
+    ) + (_plan_idle_checks(args, plan) if plan is not None else ())
     for dest, idle, why in checks:
         value = getattr(args, dest, None)
         if idle and value not in (None, False, 0, 0.0, ""):
@@ -171,6 +171,22 @@ def refuse_idle_flags(args: argparse.Namespace, model, workload, runtime, plan=N
 
         require(1e-3 <= rate < 1e5, "--param-gather-gbps", f"must be 0 (the network's rate) or a GPU's gather rate "
                                                            f"between 0.001 and 100000 GB/s, got {rate}")
+
+
+def _plan_idle_checks(args: argparse.Namespace, plan) -> tuple:
+    """The flags that act only on some plans: (dest, idle for this plan, why)."""
+    tp1 = all(s.tp == 1 for s in plan.stages)
+    return (
+        ("cp_comm", all(s.cp == 1 for s in plan.stages), "chooses how context-parallel ranks exchange keys and "
+         "values, and the plan has cp 1: give --cp N"),
+        ("vpp", plan.pp == 1 and args.vpp not in (None, 1), "splits pipeline stages into virtual ones, and the plan "
+         "has one stage (Megatron-Core's interleaved schedule needs pipeline parallelism): give --pp N"),
+        ("sequence_parallel", tp1, "shards activations over tensor-parallel ranks, and the plan has tp 1: give --tp N"),
+        ("async_tp", tp1, "overlaps tensor-parallel collectives, and the plan has tp 1: give --tp N"),
+        ("overlap_tp_comm", tp1, "overlaps tensor-parallel communication, and the plan has tp 1: give --tp N"),
+        ("recompute_early_stop", all(s.recompute == "none" and not s.recompute_modules for s in plan.stages),
+         "ends recomputation early, and the plan recomputes nothing: give --recompute selective or full"),
+    )
 
 
 def runtime_from_args(args: argparse.Namespace, export_format: str | None = None, base=None):
@@ -340,7 +356,7 @@ def _degree_plan(args: argparse.Namespace, model, workload, runtime):
         recompute_layers=args.recompute_layers, cache_group_layers=args.cache_group_layers,
         cache_tile_tokens=args.cache_tile_tokens, dp_shard=args.dp_shard, ep=args.ep, etp=args.etp,
         activation_offload_layers=args.activation_offload_layers,
-        recompute_modules=tuple(x.strip() for x in args.recompute_modules.split(",") if x.strip()),
+        recompute_modules=tuple(x.strip() for x in (args.recompute_modules or "").split(",") if x.strip()),  # None: not given
         **{k: v for k, v in given.items() if v is not None}, **options)
 
 

@@ -49,9 +49,14 @@ def run(args: argparse.Namespace) -> int:
     if args.runtime:
         from dataclasses import replace
 
+        from autotune.errors import require
         from autotune.spec.runtime import load_runtime
 
-        plan_file = replace(plan_file, runtime=load_runtime(args.runtime))
+        runtime = load_runtime(args.runtime)
+        training = plan_file.workload is None or plan_file.workload.kind == "train"
+        require(not (training and runtime.serving is not None), "runtime", f"--runtime {runtime.name} is a serving "
+                "engine; a training plan exports with a training runtime (autotune runtimes lists them)")
+        plan_file = replace(plan_file, runtime=runtime)
     if args.out:
         path, result = write_export(plan_file, args.format, args.out)
     else:

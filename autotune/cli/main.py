@@ -55,6 +55,14 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return f"{text} (default: {str(shown).replace('%', '%%')})"
 
 
+def _given_text(text: str) -> str:
+    """An empty value (``--runtime ''``, ``--storage ''``) is a mistake, never "the default": code
+    that tests a value's truth would take it for an option not given."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must not be empty, got {text!r}")
+    return text
+
+
 class _Parser(argparse.ArgumentParser):
     """Argument errors as one line and exit code 2, like every other bad input. Every parser
     shows option defaults in its help (:class:`_HelpFormatter`)."""
@@ -62,6 +70,7 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args, **kwargs) -> None:
         kwargs["formatter_class"] = _HelpFormatter
         super().__init__(*args, **kwargs)
+        self.register("type", None, _given_text)  # every option taking text, unless it names a type of its own
 
     def error(self, message: str) -> None:  # type: ignore[override]
         sys.stderr.write(f"{self.prog}: error: {message}\n")
@@ -97,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="autotune", description="Auto-parallel planner for transformer training and inference.",
                      epilog=EXAMPLES)
     parser.add_argument("--version", action=_VersionAction)
+    parser.register("type", None, str)  # the command's own arguments pass through here; its parser checks them
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for module_name in COMMANDS.values():
         importlib.import_module(module_name).register(subparsers)
@@ -131,6 +141,12 @@ def entry() -> int:
     return signals.finish(main())
 
 
+def _one_line(err: BaseException) -> str:
+    """The message on one line: what it quotes from a file (a CSV cell with a line break) may not
+    break it."""
+    return " ".join(str(err).split("\n"))
+
+
 def _exit_code(command: str, err: BaseException, signals) -> int:
     from autotune.errors import AutotuneError, Interrupted, NoPlanError
 
@@ -141,10 +157,10 @@ def _exit_code(command: str, err: BaseException, signals) -> int:
     if isinstance(err, SystemExit):
         return err.code if isinstance(err.code, int) else (0 if err.code is None else 2)
     if isinstance(err, NoPlanError):
-        sys.stderr.write(f"{command}: no plan: {err}\n")
+        sys.stderr.write(f"{command}: no plan: {_one_line(err)}\n")
         return 1
     if isinstance(err, AutotuneError):
-        sys.stderr.write(f"{command}: error: {err}\n")
+        sys.stderr.write(f"{command}: error: {_one_line(err)}\n")
         return 2
     if isinstance(err, BrokenPipeError):
         return 0

@@ -25,3 +25,5 @@ def run_cxl_lora(args: argparse.Namespace) -> int:
 
 # Space kinds (the ``kind`` key of a space file) that are standalone scenarios, not parallel plans.
 STANDALONE_RUNNERS = {"cxl-lora": run_cxl_lora}
+# The search flags a standalone scenario reads (run_cxl_lora); any other one given is refused
+STANDALONE_READS = ("space", "set", "method", "seed", "storage", "study", "json")

@@ -104,9 +104,17 @@ def run(args: argparse.Namespace) -> int:
     if not args.resume and (args.no_run_dir or args.storage):
         from autotune.cli.common import refuse_given
 
-        refuse_given(args, _DEFAULTS, ("runs_dir",), "names where run directories go, and with "
-                     f"{'--no-run-dir' if args.no_run_dir else '--storage'} none is made")
+        made = f"with {'--no-run-dir' if args.no_run_dir else '--storage'} none is made"
+        refuse_given(args, _DEFAULTS, ("runs_dir",), f"names where run directories go, and {made}")
+        require(args.plots in (_DEFAULTS["plots"], "none"), "plots",
+                f"--plots {args.plots} draws a run directory's plots, and {made}; drop it")
     if scenario is not None:
+        from autotune.cli.common import refuse_given
+        from autotune.cli.scenario_search import STANDALONE_READS
+
+        refuse_given(args, _DEFAULTS, tuple(d for d in _DEFAULTS if d not in STANDALONE_READS),
+                     f"changes nothing for the standalone space {args.space!r} (it reads only "
+                     f"{', '.join('--' + d for d in STANDALONE_READS)})")
         return scenario(args)
     from autotune.search import api as search_api
 

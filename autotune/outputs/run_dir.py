@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import AutotuneError
+from autotune.errors import AutotuneError, require
 from autotune.plan.io import atomic_write_texts, check_output_path, read_plan_file
 from autotune.plan.sqlite_url import shell_word, sqlite_file, sqlite_uri, sqlite_url
 
@@ -155,6 +155,12 @@ def check_study_target(run_dir: Path | None, storage: str | None, name: str) -> 
     """A run's study.db holds its own search's study only: a shared ``storage`` may not be a
     run's study file, and a run directory given again may only continue the study ``name``."""
     db = sqlite_file(storage) if storage is not None else None
+    links = db.stat().st_nlink if db is not None and db.is_file() else 1
+    # SQLite keeps a database's journal and WAL beside the name it was opened by: two names of one
+    # file (a run's study.db linked elsewhere) get two journals and corrupt it (sqlite.org/howtocorrupt.html 2.4)
+    require(links == 1, "storage", f"{str(db)!r} has {links} names (hard links), and SQLite corrupts a database "
+                                   "opened by two names; give the file itself (for a run's study.db: autotune search "
+                                   "--resume RUN)")
     if db is not None and db.resolve().name == STUDY_FILE:
         run = db.parent if db.name == STUDY_FILE else db.resolve().parent  # (a link to a run's study: the run)
         raise AutotuneError("storage", f"{str(db)!r} is a run's own study ({STUDY_FILE}), not a shared one; continue "

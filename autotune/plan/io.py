@@ -228,12 +228,17 @@ def read_plan_file(path: str | Path) -> PlanFile:
         return PlanFile(plan=Plan.from_dict(data), model=None, workload=None, cluster=None)
     if data.get("schema", PLAN_SCHEMA) != PLAN_SCHEMA:
         raise AutotuneError("plan.schema", f"unsupported {data.get('schema')!r}; this version reads {PLAN_SCHEMA!r}")
-    return PlanFile(
+    loaded = PlanFile(
         plan=Plan.from_dict(data["plan"]),
         model=model_from_dict(data["model"]) if data.get("model") else None,
         workload=workload_from_dict(data["workload"]) if data.get("workload") else None,
         cluster=data.get("cluster"), profile=data.get("profile"), estimate=data.get("estimate"),
         runtime=runtime_from_dict(data["runtime"]) if data.get("runtime") else None)
+    if loaded.model is not None and loaded.workload is not None:  # each part may be whole, the file not
+        model, workload = loaded.model, loaded.workload
+        _in_file(lambda: loaded.plan.check_against(model.num_layers, workload.global_batch, model.has_embeddings),
+                 target)
+    return loaded
 
 
 def read_plan(path: str | Path) -> Plan:

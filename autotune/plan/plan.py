@@ -187,6 +187,8 @@ class Plan:
             require_positive(name, getattr(self, name))
         require_choice("schedule", self.schedule, SCHEDULES)
         require(len(self.stages) > 0, "stages", "a plan needs at least one stage")
+        bad = next((s for s in self.stages if not isinstance(s, StagePlan)), None)
+        require(bad is None, "stages", f"must be StagePlans (Plan.from_dict reads dicts), got {type(bad).__name__}")
         require(self.grad_bucket_bytes >= 0, "grad_bucket_bytes", "must be >= 0")
         used = sum(s.num_gpus for s in self.stages)
         require(used == self.gpus, "gpus", f"stages use {used} GPUs but the plan has {self.gpus}")

@@ -13,6 +13,8 @@ import shlex
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
+from autotune.errors import require
+
 __all__ = ["sqlite_url", "sqlite_uri", "sqlite_file", "shell_word"]
 
 
@@ -33,9 +35,17 @@ def sqlite_uri(db: str | Path, **query: str) -> str:
 
 def sqlite_file(url: str) -> Path | None:
     """The file an SQLite storage URL names, decoded as SQLAlchemy decodes it; None for
-    another database, an in-memory one, or a URL SQLAlchemy cannot parse."""
+    another database, an in-memory one, or a URL SQLAlchemy cannot parse. A URL with a query
+    is refused (AutotuneError "storage")."""
     if not url.startswith("sqlite"):
         return None
+    _, mark, query = url.partition("?")
+    # SQLAlchemy's SQLite dialect drops a query item without '=' and ignores unknown ones (mode=ro
+    # still wrote): 'sqlite:///s?x.db' silently named the file 's'
+    require(not mark, "storage", f"{url!r} has a query ('?{query[:40]}'), which autotune's SQLite storages do not take; "
+                                 "write a '?' in the file name as %3F (a '%' as %25)")
+    # Optuna formats the URL as a template: a literal brace fails there with a bare KeyError
+    require("{" not in url and "}" not in url, "storage", f"{url!r}: write '{{' and '}}' in a file name as %7B and %7D")
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 

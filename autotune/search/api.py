@@ -177,7 +177,7 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
     problem.cluster.device.require_dtype(work.dtype)  # FP8 on an A100 and the like: refused at once
     refs = problem_refs(model=spec, workload=work, runtime=run_by, cluster=cluster, profile=profile, gpus=gpus, space=space,
                         seed=seed, method=method) if (run_dir or runs_dir or storage) else None
-    made = _NO_RUN_DIR
+    made = _NO_RUN_DIR if storage is None else _NewStorage(storage)
     if run_dir is not None or runs_dir is not None:
         from autotune.outputs.run_dir import make_run_dir  # (the outputs load only for a run directory)
 
@@ -221,6 +221,29 @@ class _NoRunDir:
 
 
 _NO_RUN_DIR = _NoRunDir()
+
+
+class _NewStorage:
+    """A shared SQLite storage this search is about to create: removed again when a full disk (a
+    refused write) stops the search before any slice of any study in it was finished, so no
+    half-made database is left (one that held anything before, or holds a finished slice, stays)."""
+
+    def __init__(self, storage: str) -> None:
+        from autotune.plan.sqlite_url import sqlite_file
+
+        db = sqlite_file(storage)
+        self.db = db if db is not None and not db.exists() else None
+        self.path = None
+
+    def clean_up(self, err: BaseException) -> str:
+        from autotune.errors import write_failure
+        from autotune.outputs.run_dir import study_db_summary
+
+        full = (isinstance(err, AutotuneError) and err.field == "disk") or write_failure(err) is not None
+        if self.db is not None and full and not any(done for _, done in study_db_summary(self.db) or ()):
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                Path(f"{self.db}{suffix}").unlink(missing_ok=True)
+        return ""
 
 
 def _solve_shared(study, problem: SearchProblem, storage: str, announce) -> None:
@@ -287,6 +310,7 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
     if not db.is_file():
         raise AutotuneError("resume", f"{str(path)!r} has no {STUDY_FILE}; give a run directory made by autotune search")
     name, refs = _recorded_problem(db)
+    _check_same_run(path, refs)
     problem = problem_from_refs(refs)
     study = open_study(study_url(path), name)
     try:
@@ -296,6 +320,24 @@ def resume(run_dir: str | Path, *, progress=None, plots: str = "sync") -> Search
         if replaced is not None:
             raise replaced from None
         raise
+
+
+def _check_same_run(path: Path, refs: dict) -> None:
+    """A finished run's search.json names the problem its study.db was made for; a study.db of
+    another problem put in its place is refused, not resumed over the run's files. (A search.json
+    that does not read is rebuilt from the study, as an interrupted run's missing one is.)"""
+    from autotune.outputs.run_dir import STUDY_FILE
+    from autotune.search.problem_id import problem_json
+    from autotune.spec.json_file import read_json_file
+
+    try:
+        record = read_json_file(path / "search.json", "run")
+    except AutotuneError:
+        return
+    recorded = record.get("problem") if isinstance(record, dict) else None
+    if isinstance(recorded, dict) and problem_json(recorded) != problem_json(refs):
+        raise AutotuneError("resume", f"{str(path / STUDY_FILE)!r} holds the study of another problem than the run's "
+                                      "search.json; a run directory keeps its own study (start a new search)")
 
 
 def _recorded_problem(db: Path) -> tuple[str, dict]:

@@ -8,10 +8,11 @@ from typing import Any
 
 from autotune.cost.estimate import Estimate
 from autotune.errors import require
-from autotune.plan.checks import _in_file, _optional, _shown, check_fields
+from autotune.plan.checks import _in_file, _optional, _shown, check_estimate_numbers, check_fields
 from autotune.plan.plan import Plan
 from autotune.search.baselines import Baseline
 from autotune.search.result import SearchStats
+from autotune.spec.runtime import Runtime
 
 __all__ = ["check_search_record"]
 
@@ -24,6 +25,11 @@ def check_search_record(data: Any, source: str | Path) -> None:
         for key, cls in (("plan", Plan), ("estimate", Estimate), ("stats", SearchStats)):
             require(isinstance(data.get(key), dict), key, f"must be an object, got {_shown(data.get(key))}")
             check_fields(data[key], cls, key)
+        Plan.from_dict(data["plan"])  # the plan's own checks: degrees, layers, choices (types alone pass tp=0)
+        check_estimate_numbers(data["estimate"])  # times, rates and bytes are >= 0
+        _optional(data, "runtime", (dict,), "an object of runtime settings")
+        if data.get("runtime") is not None:
+            check_fields(data["runtime"], Runtime, "runtime")
         _optional(data, "problem", (dict,), "an object")
         _optional(data, "run_dir", (str,), "a string")
         for key in ("baselines", "slice_history", "slice_points"):

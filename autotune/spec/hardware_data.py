@@ -13,6 +13,7 @@ from typing import Any
 from autotune.errors import AutotuneError, closest
 from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
+from autotune.spec.limits import check_limit
 
 __all__ = [
     "device_names", "load_device", "device_from_dict", "cluster_names", "load_cluster",
@@ -126,15 +127,31 @@ def _number(data: dict, key: str, where: str, bound: str | None = None) -> float
     return float(value)
 
 
-def _count(data: dict, key: str, where: str) -> int:
+def _count(data: dict, key: str, where: str, limit: str | None = None) -> int:
     value = data.get(key)
     if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
         raise AutotuneError(f"{where}.{key}", f"must be a positive integer, got {_shown(value)}")
+    if limit is not None:
+        check_limit(f"{where}.{key}", value, limit)
     return value
 
 
-def _optional_count(data: dict, key: str, where: str) -> int | None:
-    return None if data.get(key) is None else _count(data, key, where)
+def _known_keys(data: dict, keys: tuple[str, ...], where: str) -> None:
+    """A key the reader does not know is a typo (``bandwith``) that would silently keep the default."""
+    for key in data:
+        if key not in keys:
+            near = closest(str(key), keys)
+            hint = f" (did you mean {', '.join(near)}?)" if near else ""
+            raise AutotuneError(f"{where}.{key}", f"is not a key here{hint}; keys: {', '.join(keys)}")
+
+
+_CLUSTER_KEYS = ("device", "gpus_per_node", "intra_node", "inter_node", "host_link", "cxl_link", "max_nodes",
+                 "cores_per_node", "node_slices", "tiers", "profile", "source")
+_LINK_KEYS = ("name", "latency_s", "step_latency_s", "bandwidth", "collectives", "source")
+
+
+def _optional_count(data: dict, key: str, where: str, limit: str | None = None) -> int | None:
+    return None if data.get(key) is None else _count(data, key, where, limit)
 
 
 def regression_from_dict(data: dict, where: str, unit_key: str) -> Regression:
@@ -229,6 +246,7 @@ def load_device(name: str | Path) -> DeviceProfile:
 def link_from_dict(data: dict[str, Any], where: str) -> LinkLevel:
     if not isinstance(data, dict):
         raise AutotuneError(where, f"must be a table (latency_s, step_latency_s, bandwidth), got {_shown(data)}")
+    _known_keys(data, _LINK_KEYS, where)
     bandwidth = _number(data, "bandwidth", where, "bytes_per_s")
     collectives = {}
     for op, by_size in _table(data, "collectives", where, required=False).items():
@@ -258,6 +276,7 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
     from the shipped profile ``autotune/data/devices/NAME.json`` (``autotune profile``)."""
     if not isinstance(data, dict):
         raise AutotuneError("cluster", f"cluster {name!r} must be a table of cluster keys, got {_shown(data)}")
+    _known_keys(data, _CLUSTER_KEYS, "cluster")
     if "profile" in data:
         data = _with_profile(data, shipped_profile(_text(data, "profile", "cluster")))
     device_field = data.get("device")
@@ -271,12 +290,12 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
     if not isinstance(slices, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in slices):
         raise AutotuneError("cluster.node_slices", f"must be a list of GPU counts, got {_shown(slices)}")
     return ClusterSpec(
-        name=name, device=device, gpus_per_node=_count(data, "gpus_per_node", "cluster"),
+        name=name, device=device, gpus_per_node=_count(data, "gpus_per_node", "cluster", "gpus"),
         intra_node=link_from_dict(intra, "intra_node"),
         inter_node=link_from_dict(_table(data, "inter_node", "cluster", required=False) or intra, "inter_node"),
         host_link=link_from_dict(_table(data, "host_link", "cluster"), "host_link"),
         cxl_link=link_from_dict(data["cxl_link"], "cxl_link") if data.get("cxl_link") else None,
-        max_nodes=_optional_count(data, "max_nodes", "cluster"), source=_text(data, "source", "cluster"),
+        max_nodes=_optional_count(data, "max_nodes", "cluster", "gpus"), source=_text(data, "source", "cluster"),
         cores_per_node=_optional_count(data, "cores_per_node", "cluster"), node_slices=tuple(slices),
     )
 

@@ -44,7 +44,7 @@ def window_pattern(r: ConfigReader, num_layers: int, *, every: int = 1, default:
     every ``every``-th layer (``default`` when the key is absent, 0 when it is null). Patterns the
     spec cannot express are refused."""
     window = r.int("sliding_window", default=0 if "sliding_window" in r.data else default)
-    types = r.str_list("layer_types")
+    types = r.layer_types(num_layers)
     if types is None or not window:
         return {"sliding_window": window, "sliding_window_every": every if window else 1}
     windowed = [i for i, kind in enumerate(types[:num_layers]) if kind == "sliding_attention"]
@@ -105,8 +105,10 @@ def common_fields(r: ConfigReader, *, tied: bool = False, head_dim: int | None =
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
     explicit = r.int("head_dim", default=head_dim or 0)
+    layers = r.int("num_hidden_layers")
+    r.layer_types(layers)  # checked as transformers checks it, also where the family reads no windows
     return {
-        "num_layers": r.int("num_hidden_layers"), "hidden_size": hidden, "num_heads": heads,
+        "num_layers": layers, "hidden_size": hidden, "num_heads": heads,
         "num_kv_heads": r.int("num_key_value_heads", default=heads),
         "head_dim_size": explicit if explicit and explicit * heads != hidden else 0,
         "ffn_hidden_size": r.int("intermediate_size"),
@@ -140,7 +142,7 @@ def _qwen_windows(r: ConfigReader, num_layers: int) -> Fields:
     """Qwen 2/3: sliding windows only with use_sliding_window, on layers from max_window_layers on."""
     if not r.bool("use_sliding_window", False):
         return {"sliding_window": 0}
-    if r.str_list("layer_types") is not None:
+    if r.layer_types(num_layers) is not None:
         return window_pattern(r, num_layers)
     start = r.int("max_window_layers", default=num_layers)
     if start >= num_layers:

@@ -101,7 +101,7 @@ def _llama4_windows(r: ConfigReader, n: int) -> Fields:
     """Chunked attention on the RoPE layers (layer_types chunked_attention when written), full
     attention on the NoPE ones."""
     chunk = r.int("attention_chunk_size", default=0)
-    types = r.str_list("layer_types")
+    types = r.layer_types(n)
     if types is not None:
         chunked = [i for i, kind in enumerate(types[:n]) if kind == "chunked_attention"]
     else:
@@ -146,7 +146,7 @@ def _gemma3(r: ConfigReader) -> Fields:
                                                                   "supported; autotune plans causal decoders")
     f = common_fields(r, tied=True)
     bias, n = r.bool("attention_bias", False), f["num_layers"]
-    if r.str_list("layer_types") is not None:
+    if r.layer_types(n) is not None:
         windows = window_pattern(r, n)
     else:
         pattern = r.int("sliding_window_pattern")

@@ -13,6 +13,9 @@ from autotune.spec.limits import check_limit
 __all__ = ["ConfigReader"]
 
 _MISSING = object()
+# The attention kinds of transformers' ALLOWED_ATTN_LAYER_TYPES (configuration_utils.py, 5.x) the
+# families read here use; the others (linear_attention, ...) belong to architectures autotune does not plan
+LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
 
 # Keys that size the model, with the bound of autotune.spec.limits each must keep: checked as the
 # key is read, before a family loops over the layers (a config of 10**9 layers is refused at once).
@@ -21,7 +24,11 @@ _SIZES = {"num_hidden_layers": "num_layers", "n_layer": "num_layers", "hidden_si
           "ffn_hidden_size": "width", "moe_intermediate_size": "width", "shared_expert_intermediate_size": "width",
           "vocab_size": "vocab_size", "max_position_embeddings": "seq_len", "n_positions": "seq_len",
           "n_ctx": "seq_len", "seq_length": "seq_len", "original_max_position_embeddings": "seq_len",
-          "sliding_window": "seq_len", "attention_chunk_size": "seq_len"}
+          "sliding_window": "seq_len", "attention_chunk_size": "seq_len", "num_local_experts": "width",
+          "n_routed_experts": "width", "num_experts": "width"}
+# Sizes no model has 0 of (a window or a shared expert may be 0: none), named as the file names them
+_POSITIVE = ("num_hidden_layers", "n_layer", "hidden_size", "n_embd", "n_embed", "intermediate_size", "vocab_size",
+             "num_attention_heads", "n_head")
 
 
 class ConfigReader:
@@ -55,6 +62,8 @@ class ConfigReader:
             return default  # type: ignore[return-value]
         if not isinstance(value, int) or isinstance(value, bool):
             raise AutotuneError(self.field(key), f"must be an integer, got {_shown(value)}")
+        if key in _POSITIVE and value <= 0:
+            raise AutotuneError(self.field(key), f"must be a positive integer, got {value}")
         if key in _SIZES:
             check_limit(self.field(key), value, _SIZES[key])
         return value
@@ -102,6 +111,19 @@ class ConfigReader:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise AutotuneError(self.field(key), f"must be a list of strings, got {_shown(value)}")
         return value
+
+    def layer_types(self, num_layers: int) -> list[str] | None:
+        """``layer_types`` as transformers checks it (PreTrainedConfig.validate_layer_type, 5.x): one
+        entry per layer, each a known kind -- here the attention kinds these families have."""
+        types = self.str_list("layer_types")
+        if types is None:
+            return None
+        if len(types) != num_layers:
+            raise AutotuneError(self.field("layer_types"), f"must give one type per layer, {num_layers:,} "
+                                                           f"(num_hidden_layers); got {len(types):,}")
+        for i, kind in enumerate(types):
+            require_choice(f"{self.field('layer_types')}[{i}]", kind, LAYER_TYPES)
+        return types
 
     def dict(self, key: str) -> dict:
         value = self.data.get(key)

@@ -19,7 +19,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError
 
-__all__ = ["read_json_file", "read_text_file", "check_tree", "MAX_BYTES", "MAX_DEPTH", "field_path"]
+__all__ = ["read_json_file", "read_text_file", "read_csv_file", "check_tree", "MAX_BYTES", "MAX_DEPTH", "field_path"]
 
 MAX_BYTES = 256 << 20  # a search.json of many thousand slices is a few MB
 MAX_DEPTH = 64  # plan files and search records are under ten levels deep
@@ -51,6 +51,24 @@ def read_text_file(path: str | Path, field: str) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as err:
         raise AutotuneError(field, f"{str(target)!r} is not UTF-8 text (byte {err.start}); a binary file?") from None
+
+
+def read_csv_file(path: str | Path, field: str) -> tuple[list[str], list[dict[str, str]]]:
+    """The header and rows of a CSV file, read as read_text_file reads (no FIFO or device waited on,
+    bounded, UTF-8); a file with no header or no row is refused."""
+    import csv
+    import io
+
+    text = read_text_file(path, field)
+    try:
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        rows = list(reader)
+    except csv.Error as err:
+        raise AutotuneError(field, f"{str(path)!r} is not a readable CSV: {err}") from None
+    if not reader.fieldnames or not rows:
+        raise AutotuneError(field, f"{str(path)!r} holds {'no header' if not reader.fieldnames else 'no rows'}; "
+                                   "give a CSV with a header line and one row per run")
+    return list(reader.fieldnames), rows
 
 
 def read_json_file(path: str | Path, field: str, root: str | None = "") -> Any:

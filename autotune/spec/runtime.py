@@ -185,14 +185,15 @@ class Runtime:
         require_choice("runtime.pipeline_split", self.pipeline_split, PIPELINE_SPLITS)
         require(all(d in ("fp8", "fp8_rowwise", "mxfp8", "nvfp4") for d in self.tp_gather_dtypes), "runtime.tp_gather_dtypes",
                 f"must list low-precision dtypes (fp8, fp8_rowwise, mxfp8, nvfp4), got {list(self.tp_gather_dtypes)}")
+        require(isinstance(self.zero_stages, (tuple, list)) and len(self.zero_stages) > 0
+                and all(z in ZERO_STAGES for z in self.zero_stages), "runtime.zero_stages",
+                f"must be a non-empty list of {list(ZERO_STAGES)}, got {self.zero_stages!r}")
         require(self.zero_default in self.zero_stages, "runtime.zero_default",
                 f"must be one of its zero_stages {list(self.zero_stages)}, got {self.zero_default!r}")
         require(isinstance(self.vpp_default, int) and self.vpp_default >= 1, "runtime.vpp_default",
                 f"must be an integer >= 1, got {self.vpp_default!r}")
         require(all(s in CUDA_GRAPH_SCOPES for s in self.cuda_graph_scope), "runtime.cuda_graph_scope",
                 f"must be a list of {', '.join(CUDA_GRAPH_SCOPES)}, got {list(self.cuda_graph_scope)}")
-        require(len(self.zero_stages) > 0 and all(z in ZERO_STAGES for z in self.zero_stages), "runtime.zero_stages",
-                f"must be a non-empty list of {list(ZERO_STAGES)}, got {list(self.zero_stages)}")
         require(isinstance(self.zero3_persistence_elements, int) and self.zero3_persistence_elements >= 0,
                 "runtime.zero3_persistence_elements", f"must be an integer >= 0, got {self.zero3_persistence_elements!r}")
         share = self.allocator_reserve_share
