@@ -3,9 +3,10 @@
 Each row is priced by its engine's runtime preset and its own cells, nothing else: the model, GPU,
 GPU count, parallel degrees, precision, engine and version, input/output lengths (or the dataset its
 notes name, autotune/data/serving_datasets.toml), how load was applied, the metric and its unit, and
-the engine flags its notes quote. Where a cell the pricing needs is empty and the engine has no
-default for it, the row is not priced and says why; where the engine's default fills it, the row
-lists that under ``assumed``.
+the engine flags its notes quote, and what its system was published with where the row names a
+benchmark system rather than its settings (autotune/data/serving_systems.toml). Where a cell the
+pricing needs is empty and neither has it, the row is not priced and says why; where a default or a
+published setting fills it, the row lists that under ``assumed``.
 """
 
 from __future__ import annotations
