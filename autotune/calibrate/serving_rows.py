@@ -3,9 +3,10 @@
 Each row is priced by its engine's runtime preset and its own cells, nothing else: the model, GPU,
 GPU count, parallel degrees, precision, engine and version, input/output lengths (or the dataset its
 notes name, autotune/data/serving_datasets.toml), how load was applied, the metric and its unit, and
-the engine flags its notes quote. Where a cell the pricing needs is empty and the engine has no
-default for it, the row is not priced and says why; where the engine's default fills it, the row
-lists that under ``assumed``.
+the engine flags its notes quote, and what its system was published with where the row names a
+benchmark system rather than its settings (autotune/data/serving_systems.toml). Where a cell the
+pricing needs is empty and neither has it, the row is not priced and says why; where a default or a
+published setting fills it, the row lists that under ``assumed``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
 
+from autotune.calibrate.serving_systems import PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.cost.serving_load import METRICS, Load
 from autotune.errors import AutotuneError
@@ -117,12 +119,14 @@ def _int(row: dict, column: str) -> int | None:
         raise RowProblem(f"{column} {text!r} is not an integer") from None
 
 
-def _degrees(row: dict) -> tuple[int, int, int, tuple[str, ...]]:
-    """(tp, replicas, ep, assumptions) from the gpus / tp / pp / ep / dp cells."""
+def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, tuple[str, ...]]:
+    """(tp, replicas, ep, assumptions) from the gpus / tp / pp / ep / dp cells (tp: else the system's)."""
     gpus, tp, pp, ep, dp = (_int(row, c) for c in ("gpus", "tp", "pp", "ep", "dp"))
     if gpus is None:
         raise RowProblem("the row states no GPU count")
     assumed = ()
+    if tp is None and system is not None and system.get("tp"):
+        tp, assumed = system.get("tp"), (system.note("tp"),)
     if tp is None:
         if gpus != 1:
             raise RowProblem("the row states no tensor-parallel degree")
@@ -135,10 +139,11 @@ def _degrees(row: dict) -> tuple[int, int, int, tuple[str, ...]]:
     return tp, replicas, ep or 1, assumed
 
 
-def _lengths(row: dict) -> tuple[int, int, tuple[str, ...]]:
+def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:
+    """(isl, osl, assumptions, the dataset entry the notes name or {})."""
     isl, osl = _int(row, "isl"), _int(row, "osl")
     if isl and osl:
-        return isl, osl, ()
+        return isl, osl, (), {}
     notes = f"{row.get('notes', '')} {row.get('model', '')}".lower()  # the notes or the benchmark name the data
     for name, data in _datasets().items():
         if any(m in notes for m in data["match"]):
@@ -146,7 +151,7 @@ def _lengths(row: dict) -> tuple[int, int, tuple[str, ...]]:
                 raise RowProblem(f"the row's lengths are not stated and {name}'s mean input length is not published "
                                  "(autotune/data/serving_datasets.toml)")
             i, o = data["mean_input_tokens"]["value"], data["mean_output_tokens"]["value"]
-            return isl or round(i), osl or round(o), (f"{name} means: {i:g} input / {o:g} output tokens",)
+            return isl or round(i), osl or round(o), (f"{name} means: {i:g} input / {o:g} output tokens",), data
     raise RowProblem("input/output lengths are not stated and the notes name no dataset of serving_datasets.toml")
 
 
@@ -155,8 +160,9 @@ def _number(pattern: str, text: str) -> float | None:
     return float(found.group(1).replace(",", "")) if found else None
 
 
-def _load(row: dict, isl: int, osl: int, replicas: int) -> tuple[Load, tuple[str, ...]]:
-    """The load one replica sees, from concurrency_or_batch and the notes."""
+def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+    """The load one replica sees, from concurrency_or_batch and the notes (a maximum-throughput row
+    without a count: the benchmark's own minimum, the dataset's ``offline_samples``)."""
     text = f"{row['concurrency_or_batch']}; {row.get('notes', '')}"
     count = (_number(r"num_requests=([\d,]+)", text) or _number(r"([\d,]+) prompts", text)
              or _number(r"([\d,]+) requests", text) or _number(r"([\d,]+)-sample", text))
@@ -172,6 +178,9 @@ def _load(row: dict, isl: int, osl: int, replicas: int) -> tuple[Load, tuple[str
         return Load(kind="concurrency", num_requests=int((count or 10 * concurrency) / replicas), input_len=isl,
                     output_len=osl, concurrency=int(concurrency / replicas)), assumed
     if re.search(r"infinite|rate inf|max load|offline|all samples", text, flags=re.IGNORECASE):
+        if not count and "offline_samples" in dataset:
+            count = dataset["offline_samples"]["value"]
+            assumed = (f"{count} requests ({dataset['offline_samples']['source']})",)
         if not count:
             raise RowProblem("a maximum-throughput row must state its number of requests")
         return Load(kind="max_throughput", num_requests=max(1, int(count / replicas)), input_len=isl,
@@ -213,19 +222,39 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
             tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
 
 
+def _with_system(runtime: Runtime, system: PublishedSystem | None) -> tuple[Runtime, tuple[str, ...]]:
+    """The engine with the batch and token limits the row's system was published with."""
+    limits = {k: system.get(k) for k in ("max_num_seqs", "max_num_batched_tokens")} if system else {}
+    limits = {k: v for k, v in limits.items() if v}
+    if not limits:
+        return runtime, ()
+    return (runtime.with_changes(serving=runtime.serving.with_changes(**limits)),
+            tuple(system.note(k) for k in limits))
+
+
+def _precision(row: dict, runtime: Runtime, system: PublishedSystem | None) -> tuple[str, tuple[str, ...]]:
+    """The row's precision cell, else its system's, else the engine's default."""
+    precision = _PRECISIONS.get(row.get("precision", "").strip().lower(), "")
+    if precision:
+        return precision, ()
+    if system is not None and system.get("precision"):
+        return _PRECISIONS[str(system.get("precision"))], (system.note("precision"),)
+    precision = runtime.serving.default_weight_dtype
+    return precision, (f"precision {precision} ({runtime.name}'s default)",)
+
+
 def case_from_row(row: dict) -> ServingCase:
     """The row as a case to simulate, or RowProblem with the reason."""
     try:
         runtime, engine_notes = _engine(row)
         model = resolve_model(_model(row))
-        tp, replicas, ep, degree_notes = _degrees(row)
-        precision = _PRECISIONS.get(row.get("precision", "").strip().lower(), "")
-        assumed = engine_notes + degree_notes
-        if not precision:
-            precision = runtime.serving.default_weight_dtype
-            assumed += (f"precision {precision} ({runtime.name}'s default)",)
-        isl, osl, length_notes = _lengths(row)
-        load, load_notes = _load(row, isl, osl, replicas)
+        system = published_system(runtime.name, model.name, row["gpu"], _int(row, "gpus"), row["concurrency_or_batch"])
+        runtime, system_notes = _with_system(runtime, system)
+        tp, replicas, ep, degree_notes = _degrees(row, system)
+        precision, precision_notes = _precision(row, runtime, system)
+        assumed = engine_notes + system_notes + degree_notes + precision_notes
+        isl, osl, length_notes, dataset = _lengths(row)
+        load, load_notes = _load(row, isl, osl, replicas, dataset)
         metric, scope, factor = _metric(row)
         attention_dp = bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention", row.get("notes", ""), re.I))
         deployment = ServingDeployment(model=model, cluster=load_cluster(_cluster(row["gpu"])), runtime=runtime, tp=tp,

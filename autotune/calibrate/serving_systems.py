@@ -1,0 +1,84 @@
+"""Per-system harness settings published with benchmark results (autotune/data/serving_systems.toml).
+
+An MLPerf result row names its system and config, not the tensor-parallel degree, precision or batch
+limits the submitter's harness ran; those are published beside the results (NVIDIA's configs per
+system). A row takes the entry whose runtime, model, GPU, GPU count and scenario match; its own
+cells still win. Nothing here is fitted: every value carries its source.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from autotune.errors import AutotuneError, require
+
+__all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
+
+SCENARIOS = ("offline", "server", "")  # "": the entry holds for every scenario
+_SETTINGS = ("tp", "precision", "max_num_seqs", "max_num_batched_tokens")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PublishedSystem:
+    """One system's published settings; a setting it does not publish is absent from ``values``."""
+
+    runtime: str
+    model: str
+    gpu: str
+    gpus: int
+    scenario: str
+    config: str
+    values: tuple[tuple[str, object], ...]  # (setting, value) for the settings it publishes
+    sources: tuple[tuple[str, str], ...]
+
+    def __post_init__(self) -> None:
+        require(self.scenario in SCENARIOS, "serving_systems.scenario", f"must be one of {SCENARIOS}, got {self.scenario!r}")
+        require(isinstance(self.gpus, int) and self.gpus >= 1, "serving_systems.gpus", f"must be >= 1, got {self.gpus!r}")
+        for key, value in self.values:
+            require(key in _SETTINGS, "serving_systems", f"unknown setting {key!r}; valid: {', '.join(_SETTINGS)}")
+            if key != "precision":
+                require(isinstance(value, int) and value >= 1, f"serving_systems.{key}", f"must be >= 1, got {value!r}")
+        require(dict(self.sources).keys() == dict(self.values).keys(), "serving_systems", "every value needs a source")
+
+    def get(self, key: str) -> object | None:
+        return dict(self.values).get(key)
+
+    def note(self, key: str) -> str:
+        """How a row's ``assumed`` names a value taken from here."""
+        return f"{key} {self.get(key)} ({self.config}: {dict(self.sources)[key]})"
+
+
+def _entry(raw: dict) -> PublishedSystem:
+    try:
+        settings = {k: raw[k] for k in _SETTINGS if k in raw}
+        return PublishedSystem(runtime=raw["runtime"], model=raw["model"], gpu=raw["gpu"], gpus=raw["gpus"],
+                               scenario=raw["scenario"], config=raw["config"],
+                               values=tuple((k, v["value"]) for k, v in settings.items()),
+                               sources=tuple((k, v["source"]) for k, v in settings.items()))
+    except (KeyError, TypeError) as err:
+        raise AutotuneError("serving_systems", f"entry {raw!r} lacks {err}") from None
+
+
+@lru_cache(maxsize=1)
+def _systems() -> tuple[PublishedSystem, ...]:
+    text = resources.files("autotune.data").joinpath("serving_systems.toml").read_text()
+    return tuple(_entry(raw) for raw in tomllib.loads(text).get("system", []))
+
+
+def _scenario(load_text: str) -> str:
+    found = re.search(r"\b(offline|server)\b", load_text, flags=re.IGNORECASE)
+    return found.group(1).lower() if found else ""
+
+
+def published_system(runtime: str, model: str, gpu: str, gpus: int | None, load_text: str) -> PublishedSystem | None:
+    """The entry for a row's runtime, model preset, GPU cell, GPU count and load description, if any."""
+    scenario = _scenario(load_text)
+    for system in _systems():
+        if (system.runtime, system.model, system.gpus) == (runtime, model, gpus) and \
+                system.gpu.lower() == gpu.strip().lower() and system.scenario in ("", scenario):
+            return system
+    return None
