@@ -48,6 +48,8 @@ def test_pipeline_stage_matrices_match_the_gather(num_layers):
     for r in range(5):
         gathered = np.where(t.valid[None], time[:, t.n_idx, t.pos, r], np.inf)
         assert np.array_equal(t.time_at(r), gathered)
+        assert np.array_equal(t.starts_by_layers_at(r), gathered[0].T)  # built without time_at
+        assert t.starts_by_layers_at(r).flags.c_contiguous
     values = np.unique(np.where(t.valid[None, None], time[:, t.n_idx, t.pos, :].transpose(0, 3, 1, 2), np.inf))
     assert np.array_equal(np.unique(np.append(t.stage_time_values(), np.inf)), values)
 

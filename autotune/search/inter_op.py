@@ -85,7 +85,8 @@ def _layout(num_layers: int) -> dict[str, np.ndarray]:
     reach[L, SINGLE] = True
     middle = valid & (n_idx >= 1) & (np.arange(L + 1)[None, :] >= 1) & (shift < L)
     return {k: _frozen(v) for k, v in {"n_idx": n_idx, "gather": np.minimum(shift, L), "gather_ok": shift <= L,
-                                       "reach": reach, "middle": middle, "last_n": np.arange(1, L)}.items()}
+                                       "reach": reach, "middle": middle, "middle_kn": np.ascontiguousarray(middle.T),
+                                       "last_n": np.arange(1, L)}.items()}
 
 
 class _Tables:
@@ -99,6 +100,7 @@ class _Tables:
         shared = _layout(num_layers)
         self.n_idx, self.gather, self.gather_ok = shared["n_idx"], shared["gather"], shared["gather_ok"]
         self.reach, self.middle, self.last_n = shared["reach"], shared["middle"], shared["last_n"]
+        self.middle_kn = shared["middle_kn"]
         self.num_layers = num_layers
         self.depth = time_s.shape[3]
         reach = self.reach
@@ -125,10 +127,15 @@ class _Tables:
 
     def starts_by_layers_at(self, r: int) -> np.ndarray:
         """time_at(r) of the first submesh transposed, [k, n], contiguous in n (the uniform DP's
-        minimum over n then runs along memory)."""
+        minimum over n then runs along memory), built directly: the uniform DP never reads
+        time_at, and at 1,000 layers each [m, n, k] table is 8 MB a depth (issue 29)."""
         found = self._time_kn.get(r)
         if found is None:
-            found = np.ascontiguousarray(self.time_at(r)[0].T)
+            L, t = self.num_layers, self.time_s[0, :, :, r]
+            found = np.where(self.middle_kn, t[None, :, MIDDLE], np.inf)
+            found[0, 1:L] = t[1:L, FIRST]
+            found[0, L] = t[L, SINGLE]
+            found[L - self.last_n, self.last_n] = t[self.last_n, LAST]
             self._time_kn[r] = found
         return found
 
