@@ -109,8 +109,6 @@ class _Tables:
         self.least_time_by_n = masked.min(axis=(0, 2, 3))
         self._time: dict[int, np.ndarray] = {}
         self._tail: dict[int, np.ndarray] = {}
-        self._time_kn: dict[int, np.ndarray] = {}
-        self.has_nan = bool(np.isnan(time_s).any())
 
     def time_at(self, r: int) -> np.ndarray:
         """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
@@ -125,18 +123,24 @@ class _Tables:
             self._time[r] = found
         return found
 
-    def starts_by_layers_at(self, r: int) -> np.ndarray:
-        """time_at(r) of the first submesh transposed, [k, n], contiguous in n (the uniform DP's
-        minimum over n then runs along memory), built directly: the uniform DP never reads
-        time_at, and at 1,000 layers each [m, n, k] table is 8 MB a depth (issue 29)."""
-        found = self._time_kn.get(r)
-        if found is None:
-            L, t = self.num_layers, self.time_s[0, :, :, r]
-            found = np.where(self.middle_kn, t[None, :, MIDDLE], np.inf)
-            found[0, 1:L] = t[1:L, FIRST]
-            found[0, L] = t[L, SINGLE]
-            found[L - self.last_n, self.last_n] = t[self.last_n, LAST]
-            self._time_kn[r] = found
+    def window_under_cap(self, r: int, lo: int, hi: int, N: int, t_max: float) -> np.ndarray:
+        """The first submesh's time_at(r) transposed to [k, n] (contiguous in n: the uniform DP's
+        minimum over n runs along memory), its window k in [lo, hi), n in 1..N, inf above the cap.
+        Made from the stage times by position without the [m, n, k] table (L + 1)^2 a depth: a
+        solve reads only this window, and at 1,000 layers building and caching the whole table
+        a depth took as long as the DP and over a gigabyte (issue 29)."""
+        L, t = self.num_layers, self.time_s[0, :, :, r]
+        with np.errstate(invalid="ignore"):
+            capped = np.where(t <= t_max, t, np.inf)  # [n, pos]; NaN reads as inf
+        found = np.where(self.middle_kn[lo:hi, 1:N + 1], capped[None, 1:N + 1, MIDDLE], np.inf)
+        if lo == 0:
+            top = min(N, L - 1)
+            found[0, :top] = capped[1:top + 1, FIRST]
+            if N >= L:
+                found[0, L - 1] = capped[L, SINGLE]
+        n = L - np.arange(max(lo, 1), hi)  # the last stages: k + n = L, k >= 1
+        n = n[(n >= 1) & (n <= N)]
+        found[L - n - lo, n - 1] = capped[n, LAST]
         return found
 
     def tail_at(self, r: int) -> np.ndarray:
@@ -158,13 +162,6 @@ class _Tables:
         """The most layers a stage under the cap can hold (0: none fits)."""
         fits = np.flatnonzero(self.least_time_by_n <= t_max)
         return int(fits[-1]) if fits.size else 0
-
-
-def _under_cap(time: np.ndarray, t_max: float, tables: _Tables) -> np.ndarray:
-    """``time`` where it is at most the cap, inf elsewhere (``time`` itself when nothing is over)."""
-    if t_max == np.inf and not tables.has_nan:
-        return time
-    return np.where(time <= t_max, time, np.inf)
 
 
 def _capped(tables: _Tables, r: int, N: int, t_max: float, bottleneck: bool) -> np.ndarray:
@@ -249,7 +246,7 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
         # [k, n]: the stage's cost (inf past the last layer: time is inf there) and prev[k + n]
-        capped = _under_cap(tables.starts_by_layers_at(r)[lo:hi, 1:N + 1], t_max, tables)
+        capped = tables.window_under_cap(r, lo, hi, N, t_max)
         window = windows[(j - 1) % 2][lo:hi]
         total = combine(capped, window)
         if lo == 0 and not bottleneck:  # a first stage: (time + tail) + the later stages, as the cost table adds them
