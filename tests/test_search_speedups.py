@@ -217,3 +217,20 @@ def test_most_layers_by_depth_matches_every_depth_against_every_layer_count(seed
     n = np.arange(1, most.shape[-1] + 1)
     expected = np.where(most[..., None, :] >= depths[:, None], n, 0).max(axis=-1)
     assert np.array_equal(_most_layers_by_depth(most, top), expected)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_blend_counts_is_the_interpolation_where_the_count_is_below_the_layers(seed):
+    """In place it gives none + count / n (full - none) where both are finite and count < n, inf elsewhere."""
+    rng = np.random.default_rng(seed)
+    layers = int(rng.integers(1, 40))
+    none = rng.random((layers + 1, 4))
+    full = none + rng.random(none.shape)
+    none[rng.random(none.shape) < 0.2], full[rng.random(full.shape) < 0.2] = np.inf, np.inf
+    none[rng.random(none.shape) < 0.05] = np.nan
+    k, n = np.arange(1, layers + 1.0)[:, None, None], np.arange(layers + 1.0)[None, :, None]
+    counted = n > k
+    fraction = np.where(counted, k / np.maximum(n, 1.0), 1.0)
+    with np.errstate(invalid="ignore"):
+        expected = np.where(counted & np.isfinite(none) & np.isfinite(full), none + fraction * (full - none), np.inf)
+    assert np.array_equal(tables.blend_counts(none, full, fraction, counted), expected)
