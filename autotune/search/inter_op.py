@@ -123,15 +123,19 @@ class _Tables:
             self._time[r] = found
         return found
 
+    def under_cap(self, r: int, t_max: float) -> np.ndarray:
+        """[n, pos]: the first submesh's stage times at depth r, inf above the cap (NaN reads as inf)."""
+        t = self.time_s[0, :, :, r]
+        with np.errstate(invalid="ignore"):
+            return np.where(t <= t_max, t, np.inf)
+
     def window_under_cap(self, r: int, lo: int, hi: int, N: int, t_max: float) -> np.ndarray:
         """The first submesh's time_at(r) transposed to [k, n] (contiguous in n: the uniform DP's
         minimum over n runs along memory), its window k in [lo, hi), n in 1..N, inf above the cap.
         Made from the stage times by position without the [m, n, k] table (L + 1)^2 a depth: a
         solve reads only this window, and at 1,000 layers building and caching the whole table
         a depth took as long as the DP and over a gigabyte (issue 29)."""
-        L, t = self.num_layers, self.time_s[0, :, :, r]
-        with np.errstate(invalid="ignore"):
-            capped = np.where(t <= t_max, t, np.inf)  # [n, pos]; NaN reads as inf
+        L, capped = self.num_layers, self.under_cap(r, t_max)
         found = np.where(self.middle_kn[lo:hi, 1:N + 1], capped[None, 1:N + 1, MIDDLE], np.inf)
         if lo == 0:
             top = min(N, L - 1)
@@ -245,12 +249,18 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
-        # [k, n]: the stage's cost (inf past the last layer: time is inf there) and prev[k + n]
-        capped = tables.window_under_cap(r, lo, hi, N, t_max)
-        window = windows[(j - 1) % 2][lo:hi]
-        total = combine(capped, window)
+        window = windows[(j - 1) % 2][lo:hi]  # [k, n]: prev[k + n]
+        if j == 1:  # the last stage: [k, n] the stage's cost (inf past the last layer) and prev[k + n]
+            capped = tables.window_under_cap(r, lo, hi, N, t_max)
+            total, first = combine(capped, window), capped[0]
+        else:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time there,
+            # broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
+            by_position = tables.under_cap(r, t_max)
+            total, first = combine(window, by_position[None, 1:N + 1, MIDDLE]), by_position[1:N + 1, FIRST]
+            if lo == 0:
+                total[0] = combine(first, window[0])
         if lo == 0 and not bottleneck:  # a first stage: (time + tail) + the later stages, as the cost table adds them
-            total[0] = (capped[0] + tables.tail_at(r)[0, 1:N + 1]) + window[0]
+            total[0] = (first + tables.tail_at(r)[0, 1:N + 1]) + window[0]
         arg = total.argmin(axis=1)
         prev = buffers[j % 2]
         prev.fill(np.inf)
