@@ -246,6 +246,7 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     columns = np.arange(L + 1)
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     stage_layers = np.zeros((num_stages, L + 1, 1), dtype=int) if keep_path else None
+    under_cap: dict[int, np.ndarray] = {}  # by depth r: the stage times under the cap, [n, pos]
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
@@ -255,7 +256,9 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
             total, first = combine(capped, window), capped[0]
         else:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time there,
             # broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
-            by_position = tables.under_cap(r, t_max)
+            by_position = under_cap.get(r)
+            if by_position is None:  # the same depth for every stage past B: made once
+                by_position = under_cap[r] = tables.under_cap(r, t_max)
             total, first = combine(window, by_position[None, 1:N + 1, MIDDLE]), by_position[1:N + 1, FIRST]
             if lo == 0:
                 total[0] = combine(first, window[0])
