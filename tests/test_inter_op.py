@@ -126,3 +126,24 @@ def test_branch_and_bound_matches_every_cap_on_deep_pipelines(seed):
         assert solution is None
     else:
         assert solution.objective_s == pytest.approx(best, rel=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_uniform_dp_equals_the_general_dp_on_one_submesh_size(seed):
+    """The uniform DP (a middle stage's time broadcast over starts, no [k, n] table) finds the
+    general DP's least sum and least slowest stage under every cap, with S stages of one unit."""
+    from autotune.search.inter_op import _min_sum, _min_sum_uniform, _Tables
+
+    rng = np.random.default_rng(300 + seed)
+    L, b = int(rng.integers(2, 31)), int(rng.integers(1, 9))
+    stages = int(rng.integers(1, min(L, 6) + 1))
+    time, tail = random_case(rng, 1, L, min(b, stages), inf_share=float(rng.choice([0.0, 0.1])))
+    tables = _Tables(time, tail)
+    values = tables.stage_time_values()
+    for cap in [np.inf, *np.unique(values[np.isfinite(values)])[::3]]:
+        for bottleneck in (False, True):
+            uniform = _min_sum_uniform(tables, stages, b, cap, bottleneck=bottleneck)[0]
+            general = _min_sum(tables, np.array([1]), stages, b, stages, cap, bottleneck=bottleneck)
+            # one unit a stage: using all S units is exactly S stages
+            assert uniform == general[0] or uniform == pytest.approx(general[0], rel=1e-12)
+

@@ -390,16 +390,22 @@ def test_library_run_dir_with_a_long_name_is_refused(tmp_path, monkeypatch):
 
 
 CPU_PROFILE = json.loads((ROOT / "autotune/data/devices/cpu.json").read_text())
-# what profile --refit reads back (the measurements, the host) and profile --show prints (fits, mesh)
+# what profile --refit reads back (the measurements, the host) and profile --show prints (fits, mesh):
+# typed on every read (evaluate --profile too: a search copies them into its run); the groups a
+# refit can fit are checked by the refit alone (True)
 KEPT_CASES = {
-    "measurement-amount-lots": (("measurements", 0, "amount"), "lots", "profile.measurements[0].amount", True),
-    "measurement-group-number": (("measurements", 0, "group"), 5, "profile.measurements[0].group", True),
+    "measurement-amount-lots": (("measurements", 0, "amount"), "lots", "profile.measurements[0].amount", False),
+    "measurement-amount-negative": (("measurements", 0, "amount"), -1.0, "must be >= 0, got -1.0",
+                                    False),
+    "measurement-median-null": (("measurements", 0, "median_s"), None, "profile.measurements[0].median_s",
+                                False),
+    "measurement-group-number": (("measurements", 0, "group"), 5, "profile.measurements[0].group", False),
     "measurement-group-unknown": (("measurements", 0, "group"), "gemm/x/y", "is not a measured group", True),
     "collective-ranks-word": (("measurements", -1, "group"), "all_reduce/two", "is not a measured group", True),
-    "measurement-not-object": (("measurements", 0), 5, "profile.measurements[0]", True),
-    "measurement-unknown-key": (("measurements", 0, "bogus"), 1, "profile.measurements[0].bogus", True),
-    "measurements-string": (("measurements",), "x", "profile.measurements", True),
-    "repeats-string": (("measurements", 0, "num_repeats"), "x", "profile.measurements[0].num_repeats", True),
+    "measurement-not-object": (("measurements", 0), 5, "profile.measurements[0]", False),
+    "measurement-unknown-key": (("measurements", 0, "bogus"), 1, "profile.measurements[0].bogus", False),
+    "measurements-string": (("measurements",), "x", "profile.measurements", False),
+    "repeats-string": (("measurements", 0, "num_repeats"), "x", "profile.measurements[0].num_repeats", False),
     "host-threads-string": (("host", "threads_per_process"), "x", "profile.host.threads_per_process", False),
     "host-number": (("host",), 5, "profile.host", False),
     "host-load-string": (("host", "load_average"), "x", "profile.host.load_average", False),
@@ -422,6 +428,7 @@ def test_bad_profile_measurements_and_report_are_one_line(capsys, tmp_path, monk
     refused(capsys, tmp_path, ["profile", "--refit", str(file), "--out", "out.json"], field)
     if not refit_only:
         refused(capsys, tmp_path, ["profile", "--show", str(file)], field)
+        refused(capsys, tmp_path, ["evaluate", "--model", "small", "--gpus", "8", "--profile", str(file)], field)
 
 
 CXL = (ROOT / "search_spaces/cxl-lora.toml").read_text()

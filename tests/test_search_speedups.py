@@ -48,6 +48,10 @@ def test_pipeline_stage_matrices_match_the_gather(num_layers):
     for r in range(5):
         gathered = np.where(t.valid[None], time[:, t.n_idx, t.pos, r], np.inf)
         assert np.array_equal(t.time_at(r), gathered)
+        for lo, hi, N, cap in [(0, num_layers + 1, num_layers, np.inf), (1, num_layers, max(1, num_layers // 2), 0.5),
+                               (0, max(1, num_layers // 2), num_layers, 0.3)]:
+            window = np.where(gathered[0].T <= cap, gathered[0].T, np.inf)[lo:hi, 1:N + 1]
+            assert np.array_equal(t.window_under_cap(r, lo, hi, N, cap), window)  # without time_at
     values = np.unique(np.where(t.valid[None, None], time[:, t.n_idx, t.pos, :].transpose(0, 3, 1, 2), np.inf))
     assert np.array_equal(np.unique(np.append(t.stage_time_values(), np.inf)), values)
 
@@ -198,3 +202,35 @@ def test_screen_tables_made_in_worker_processes_give_the_same_search(monkeypatch
     assert made and made[0] or not parallel._can_fork()
     assert forked.plan == serial.plan and forked.estimate == serial.estimate
     assert forked.stats.num_trials == serial.stats.num_trials
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_most_layers_by_depth_matches_every_depth_against_every_layer_count(seed):
+    """bounds._layers_held's linear form gives what comparing each depth with each n gives."""
+    from autotune.search.bounds import _most_layers_by_depth
+
+    rng = np.random.default_rng(seed)
+    most = rng.integers(-1, 12, size=(3, 2, int(rng.integers(1, 30)))).astype(float)
+    most[rng.random(most.shape) < 0.2] = np.inf
+    top = int(rng.integers(1, 14))
+    depths = np.arange(top + 1)
+    n = np.arange(1, most.shape[-1] + 1)
+    expected = np.where(most[..., None, :] >= depths[:, None], n, 0).max(axis=-1)
+    assert np.array_equal(_most_layers_by_depth(most, top), expected)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_blend_counts_is_the_interpolation_where_the_count_is_below_the_layers(seed):
+    """In place it gives none + count / n (full - none) where both are finite and count < n, inf elsewhere."""
+    rng = np.random.default_rng(seed)
+    layers = int(rng.integers(1, 40))
+    none = rng.random((layers + 1, 4))
+    full = none + rng.random(none.shape)
+    none[rng.random(none.shape) < 0.2], full[rng.random(full.shape) < 0.2] = np.inf, np.inf
+    none[rng.random(none.shape) < 0.05] = np.nan
+    k, n = np.arange(1, layers + 1.0)[:, None, None], np.arange(layers + 1.0)[None, :, None]
+    counted = n > k
+    fraction = np.where(counted, k / np.maximum(n, 1.0), 1.0)
+    with np.errstate(invalid="ignore"):
+        expected = np.where(counted & np.isfinite(none) & np.isfinite(full), none + fraction * (full - none), np.inf)
+    assert np.array_equal(tables.blend_counts(none, full, fraction, counted), expected)

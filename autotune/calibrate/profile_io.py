@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from autotune.calibrate.fit import FitError, FitLimits, LinearFit, Measurement, 
 from autotune.calibrate.mesh_discovery import discover_mesh
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import PROFILE_SCHEMA, check_profile
+from autotune.spec.profile_fields import check_kept
 
 __all__ = ["HostInfo", "ProfileData", "build_profile", "profile_data", "write_profile", "check_kept", "COMPUTE_CLASSES"]
 
@@ -212,75 +213,22 @@ def build_profile(data: ProfileData, limits: FitLimits = FitLimits()) -> dict[st
     if data.pair_latency_s is not None and data.pair_bandwidth is not None:
         mesh = discover_mesh(np.array(data.pair_latency_s), np.array(data.pair_bandwidth))
         profile["mesh"] = mesh.to_dict() | {"pair_latency_s": data.pair_latency_s, "pair_bandwidth": data.pair_bandwidth}
+    profile = json.loads(json.dumps(profile))  # as it is written and read back: lists, not tuples
     check_profile(profile)
     return profile
 
 
-# What a profile keeps beside its device, with the type each key must have (``profile --refit``
-# reads them back; the device itself is hardware_data.check_profile's).
-_HOST_KEYS = {"threads_per_process": int, "logical_cpus": int, "torch_version": str, "backend": str | None,
-              "quick": bool, "elapsed_s": float, "load_average": tuple[float, float] | None, "kernel_clock": str}
-_MESH_KEYS = {"pair_latency_s": tuple[tuple[float, ...], ...], "pair_bandwidth": tuple[tuple[float, ...], ...],
-              "shape": tuple[int, ...], "rank_order": tuple[int, ...], "merged_classes": int}
-_LEVEL_KEYS = {"size": int, "latency_s": float, "bandwidth": float, "num_pairs": int, "spread": float}
-# a fit report (LinearFit.report, the link's alpha-beta fit, the memory check, or a refusal)
-_FIT_KEYS = {"latency_s": float, "seconds_per_unit": float, "r2": float, "r2_linear": float, "residual_rel_std": float,
-             "max_abs_rel_residual": float, "num_points": int, "dropped_noisy": tuple[str, ...], "refused": str,
-             "bandwidth": float, "step_latency_s": float, "trusted": bool, "note": str,
-             "measured_over_predicted": dict[str, float]}
-_POINT_KEYS = {"label": str, "amount": float, "measured_s": float, "predicted_s": float, "rel_residual": float}
-
-
-def _check_keys(table: Any, keys: dict[str, Any], where: str) -> None:
-    from autotune.errors import require
-    from autotune.plan.checks import check_value
-
-    require(isinstance(table, dict), where, f"must be an object, got {table!r:.60}")
-    for key, hint in keys.items():
-        if key in table:
-            check_value(table[key], hint, f"{where}.{key}")
-
-
-def check_kept(profile: dict[str, Any]) -> None:
-    """What a profile keeps beside its device (host, fits, measurements, failures, mesh), field
-    by field: a wrong type is one line naming the field (``profile.measurements[3].group``), not
-    a traceback in ``profile --show`` or after ``--refit``."""
-    from autotune.errors import require
-    from autotune.plan.checks import check_value
-
-    _check_keys(profile.get("host", {}), _HOST_KEYS, "profile.host")
-    _check_keys(profile.get("mesh", {}), _MESH_KEYS, "profile.mesh")
-    levels = profile.get("mesh", {}).get("levels", [])
-    require(isinstance(levels, list), "profile.mesh.levels", f"must be a list, got {levels!r:.60}")
-    for i, level in enumerate(levels):
-        _check_keys(level, _LEVEL_KEYS, f"profile.mesh.levels[{i}]")
-    check_value(profile.get("failures", []), tuple[str, ...], "profile.failures")
-    _check_keys(profile.get("fits", {}), {}, "profile.fits")
-    for name, fit in profile.get("fits", {}).items():
-        _check_keys(fit, _FIT_KEYS, f"profile.fits.{name}")
-        points = fit.get("points", [])
-        require(isinstance(points, list), f"profile.fits.{name}.points", f"must be a list, got {points!r:.60}")
-        for i, point in enumerate(points):
-            _check_keys(point, _POINT_KEYS, f"profile.fits.{name}.points[{i}]")
-
-
 def _check_measurements(profile: dict[str, Any]) -> None:
-    """check_kept, and the measurements a refit reads."""
+    """check_kept, and the measurements a refit reads: present, with groups it can fit."""
     from autotune.errors import require
-    from autotune.plan.checks import check_fields
     from autotune.spec.hardware import COLLECTIVES
 
     require(isinstance(profile.get("host"), dict), "profile.host", "must be an object (threads_per_process, ...)")
-    check_kept(profile)
-    measured = profile.get("measurements")
-    require(isinstance(measured, list), "profile.measurements", f"must be a list, got {measured!r:.60}")
-    known = {f.name for f in fields(Measurement)}
-    for i, m in enumerate(measured):
+    require("measurements" in profile, "profile.measurements", "is missing: a refit fits them again")
+    check_kept(profile)  # every key's type, and the measurements' (autotune.spec.profile_fields)
+    for i, m in enumerate(profile["measurements"]):
         where = f"profile.measurements[{i}]"
-        check_fields(m, Measurement, where)
-        unknown = sorted(set(m) - known)
-        require(not unknown, f"{where}.{unknown[0] if unknown else ''}", f"is not a measurement key; known: {', '.join(sorted(known))}")
-        group = m.get("group", "")
+        group = m["group"]
         kind, _, size = group.partition("/")
         ok = ("/" not in group or (kind in COMPUTE_CLASSES and "/" not in size)
               or (kind in COLLECTIVES and size.isdigit() and int(size) >= 2))

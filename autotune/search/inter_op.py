@@ -85,7 +85,8 @@ def _layout(num_layers: int) -> dict[str, np.ndarray]:
     reach[L, SINGLE] = True
     middle = valid & (n_idx >= 1) & (np.arange(L + 1)[None, :] >= 1) & (shift < L)
     return {k: _frozen(v) for k, v in {"n_idx": n_idx, "gather": np.minimum(shift, L), "gather_ok": shift <= L,
-                                       "reach": reach, "middle": middle, "last_n": np.arange(1, L)}.items()}
+                                       "reach": reach, "middle": middle, "middle_kn": np.ascontiguousarray(middle.T),
+                                       "last_n": np.arange(1, L)}.items()}
 
 
 class _Tables:
@@ -99,6 +100,7 @@ class _Tables:
         shared = _layout(num_layers)
         self.n_idx, self.gather, self.gather_ok = shared["n_idx"], shared["gather"], shared["gather_ok"]
         self.reach, self.middle, self.last_n = shared["reach"], shared["middle"], shared["last_n"]
+        self.middle_kn = shared["middle_kn"]
         self.num_layers = num_layers
         self.depth = time_s.shape[3]
         reach = self.reach
@@ -107,8 +109,6 @@ class _Tables:
         self.least_time_by_n = masked.min(axis=(0, 2, 3))
         self._time: dict[int, np.ndarray] = {}
         self._tail: dict[int, np.ndarray] = {}
-        self._time_kn: dict[int, np.ndarray] = {}
-        self.has_nan = bool(np.isnan(time_s).any())
 
     def time_at(self, r: int) -> np.ndarray:
         """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
@@ -123,13 +123,28 @@ class _Tables:
             self._time[r] = found
         return found
 
-    def starts_by_layers_at(self, r: int) -> np.ndarray:
-        """time_at(r) of the first submesh transposed, [k, n], contiguous in n (the uniform DP's
-        minimum over n then runs along memory)."""
-        found = self._time_kn.get(r)
-        if found is None:
-            found = np.ascontiguousarray(self.time_at(r)[0].T)
-            self._time_kn[r] = found
+    def under_cap(self, r: int, t_max: float) -> np.ndarray:
+        """[n, pos]: the first submesh's stage times at depth r, inf above the cap (NaN reads as inf)."""
+        t = self.time_s[0, :, :, r]
+        with np.errstate(invalid="ignore"):
+            return np.where(t <= t_max, t, np.inf)
+
+    def window_under_cap(self, r: int, lo: int, hi: int, N: int, t_max: float) -> np.ndarray:
+        """The first submesh's time_at(r) transposed to [k, n] (contiguous in n: the uniform DP's
+        minimum over n runs along memory), its window k in [lo, hi), n in 1..N, inf above the cap.
+        Made from the stage times by position without the [m, n, k] table (L + 1)^2 a depth: a
+        solve reads only this window, and at 1,000 layers building and caching the whole table
+        a depth took as long as the DP and over a gigabyte (issue 29)."""
+        L, capped = self.num_layers, self.under_cap(r, t_max)
+        found = np.where(self.middle_kn[lo:hi, 1:N + 1], capped[None, 1:N + 1, MIDDLE], np.inf)
+        if lo == 0:
+            top = min(N, L - 1)
+            found[0, :top] = capped[1:top + 1, FIRST]
+            if N >= L:
+                found[0, L - 1] = capped[L, SINGLE]
+        n = L - np.arange(max(lo, 1), hi)  # the last stages: k + n = L, k >= 1
+        n = n[(n >= 1) & (n <= N)]
+        found[L - n - lo, n - 1] = capped[n, LAST]
         return found
 
     def tail_at(self, r: int) -> np.ndarray:
@@ -151,13 +166,6 @@ class _Tables:
         """The most layers a stage under the cap can hold (0: none fits)."""
         fits = np.flatnonzero(self.least_time_by_n <= t_max)
         return int(fits[-1]) if fits.size else 0
-
-
-def _under_cap(time: np.ndarray, t_max: float, tables: _Tables) -> np.ndarray:
-    """``time`` where it is at most the cap, inf elsewhere (``time`` itself when nothing is over)."""
-    if t_max == np.inf and not tables.has_nan:
-        return time
-    return np.where(time <= t_max, time, np.inf)
 
 
 def _capped(tables: _Tables, r: int, N: int, t_max: float, bottleneck: bool) -> np.ndarray:
@@ -238,15 +246,24 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     columns = np.arange(L + 1)
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     stage_layers = np.zeros((num_stages, L + 1, 1), dtype=int) if keep_path else None
+    under_cap: dict[int, np.ndarray] = {}  # by depth r: the stage times under the cap, [n, pos]
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
-        # [k, n]: the stage's cost (inf past the last layer: time is inf there) and prev[k + n]
-        capped = _under_cap(tables.starts_by_layers_at(r)[lo:hi, 1:N + 1], t_max, tables)
-        window = windows[(j - 1) % 2][lo:hi]
-        total = combine(capped, window)
+        window = windows[(j - 1) % 2][lo:hi]  # [k, n]: prev[k + n]
+        if j == 1:  # the last stage: [k, n] the stage's cost (inf past the last layer) and prev[k + n]
+            capped = tables.window_under_cap(r, lo, hi, N, t_max)
+            total, first = combine(capped, window), capped[0]
+        else:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time there,
+            # broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
+            by_position = under_cap.get(r)
+            if by_position is None:  # the same depth for every stage past B: made once
+                by_position = under_cap[r] = tables.under_cap(r, t_max)
+            total, first = combine(window, by_position[None, 1:N + 1, MIDDLE]), by_position[1:N + 1, FIRST]
+            if lo == 0:
+                total[0] = combine(first, window[0])
         if lo == 0 and not bottleneck:  # a first stage: (time + tail) + the later stages, as the cost table adds them
-            total[0] = (capped[0] + tables.tail_at(r)[0, 1:N + 1]) + window[0]
+            total[0] = (first + tables.tail_at(r)[0, 1:N + 1]) + window[0]
         arg = total.argmin(axis=1)
         prev = buffers[j % 2]
         prev.fill(np.inf)

@@ -157,9 +157,14 @@ def blend_counts(none: np.ndarray, full: np.ndarray, fraction: np.ndarray, count
     """``none + fraction (full - none)`` where the count is below the layer count (``counted``), inf
     elsewhere (there the count is every layer: plain full recomputation, a choice of its own);
     ``fraction`` = count / layers broadcast over [count, n, 1] against tables [n, pos]."""
-    with np.errstate(invalid="ignore"):
-        mixed = none + fraction * (full - none)
-    return np.where(counted & np.isfinite(none) & np.isfinite(full), mixed, np.inf)
+    finite = np.isfinite(none) & np.isfinite(full)
+    with np.errstate(invalid="ignore"):  # inf - inf where not finite: masked below
+        step = np.where(finite, full - none, 0.0)
+    shape = np.broadcast_shapes(fraction.shape, none.shape, counted.shape)
+    mixed = np.multiply(fraction, step, out=np.empty(shape))  # in place: [count, n, pos] is the largest
+    mixed += none  # array of a search with every count (1,000 layers: 32 MB), made once, not thrice
+    np.copyto(mixed, np.inf, where=~(counted & finite))
+    return mixed
 
 
 _COUNT_BLOCK_ELEMENTS = 1 << 22  # a block of counts scored at once holds about this many floats per array

@@ -14,6 +14,7 @@ from autotune.errors import AutotuneError, closest
 from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
 from autotune.spec.limits import check_limit
+from autotune.spec.profile_fields import check_kept
 
 __all__ = [
     "device_names", "load_device", "device_from_dict", "cluster_names", "load_cluster",
@@ -330,6 +331,7 @@ def check_profile(data: Any, where: str = "profile") -> None:
     device_from_dict(data["device"], f"{where}.device")
     for level, link in _table(data, "links", where, required=False).items():
         link_from_dict(link, f"{where}.links.{level}")
+    check_kept(data, where)  # host, mesh, fits, measurements: a search copies them into its run
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:

@@ -20,9 +20,13 @@ LIMITS: dict[str, tuple[int, str]] = {
     "seq_len": (100_000_000, "tokens per sequence: the longest context windows are about 1e7 (Llama 4 Scout, 10M)"),
     # 1e5 layers took over a minute to evaluate at pp 1e5 (issue 29); 1e4 take seconds
     "num_layers": (10_000, "layers: the deepest trained transformers have about 1e3 (DeepNet, Wang et al. 2022)"),
-    # a search's pipeline DP keeps (layers + 1)^2 stage cuts per submesh and in-flight depth:
-    # measured peak 0.75 GB at 1,000 layers on 1,024 GPUs, 2.6 GB at 2,000 on 64 (issue 29)
-    "search_layers": (1_000, "layers (more would hold over a gigabyte); the deepest trained transformers have "
+    # a search's floors price every partial-recomputation count (1 .. layers - 1) at every stage
+    # size and in-flight depth, and its stage DP runs over starts x sizes: llama-3-8b's config at
+    # 1,000 layers, measured on the 2-core CI-class machine at load 2-4 (issue 29, after the uniform
+    # DP stopped building (layers + 1)^2 tables a depth): 26 s / 0.51 GB on 64 GPUs, 52-59 s / 0.49 GB
+    # on 256 (160 s / 2.3 GB before), 38 s / 0.50 GB on 1,024, 31 s / 0.38 GB on 16,384; at 2,000
+    # layers on 64 GPUs over 240 s and 2 GB
+    "search_layers": (1_000, "layers (more take minutes and gigabytes); the deepest trained transformers have "
                              "about 1e3 (DeepNet), large language models at most about 130 (Llama 3 405B 126)"),
     "width": (10_000_000, "units of a layer's width: the widest published models have about 5e4 "
                           "(PaLM 540B d_model 18432, ffn 73728; Chowdhery et al. 2022)"),
