@@ -33,7 +33,7 @@ _OPTIONAL_MEASUREMENT_KEYS = ("label",)
 
 def check_kept(profile: dict[str, Any], where: str = "profile") -> None:
     """Each kept table's keys have their types (a wrong one names ``profile.measurements[3].group``)."""
-    from autotune.plan.checks import check_value
+    from autotune.spec.typed_fields import check_value
 
     _check_keys(profile.get("host", {}), _HOST_KEYS, f"{where}.host")
     _check_keys(profile.get("mesh", {}), _MESH_KEYS, f"{where}.mesh")
@@ -70,7 +70,7 @@ def _check_measurements(measured: Any, where: str) -> None:
 
 
 def _check_keys(table: Any, keys: dict[str, Any], where: str) -> None:
-    from autotune.plan.checks import check_value
+    from autotune.spec.typed_fields import check_value
 
     require(isinstance(table, dict), where, f"must be an object, got {table!r:.60}")
     for key, hint in keys.items():
