@@ -98,6 +98,14 @@ def test_count_floors_equal_the_floors_of_each_counts_tables():
     np.testing.assert_allclose(plains, each, rtol=1e-12)
 
 
+def _sampled_classes(screens):
+    """(model-parallel size, its data-parallel degrees, class) for four classes at sizes 2 and 8."""
+    for mp in (2, 8):
+        dps = [dp for dp in screens.dps() if any(m == mp for m, _ in screens.submeshes(dp))]
+        for rep in list(screens.classes(dps[-1], mp))[:4]:
+            yield mp, dps, rep
+
+
 CASES = [("llama3-8b", 64, "megatron"), ("olmoe-1b-7b", 32, "megatron"), ("llama3-8b", 32, "torchtitan")]
 
 
@@ -109,24 +117,22 @@ def test_representatives_and_the_smallest_degree_floor_every_member_at_every_deg
     search = SliceSearch(_problem(model, gpus, runtime))
     screens = search.uniform.screens
     checked = 0
-    for mp in (2, 8):
-        dps = [dp for dp in screens.dps() if any(m == mp for m, _ in screens.submeshes(dp))]
-        for rep in list(screens.classes(dps[-1], mp))[:4]:
-            dp_min, floor = screens.time_screen(mp, rep)
-            floor_sizes = search.micro_batches(dp_min)
-            for dp in (dps[0], dps[-1]):
-                if rep not in screens.classes(dp, mp):
-                    continue
-                ctx = search._slice_context(dp)
-                positions = sorted(set(positions_of(dict(screens.submeshes(dp))[mp])))
-                for _, choice in screens.classes(dp, mp)[rep].members[:6]:
-                    costs = choice_costs(ctx, choice, positions)
-                    for b in set(ctx.micro_batches) & set(floor_sizes):
-                        got = costs.time_s[ctx.micro_batches.index(b)][:, positions]
-                        low = floor.time_s[floor_sizes.index(b)][:, positions]
-                        ok = np.isfinite(got) & np.isfinite(low)
-                        assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
-                        checked += int(ok.sum())
+    for mp, dps, rep in _sampled_classes(screens):
+        dp_min, floor = screens.time_screen(mp, rep)
+        floor_sizes = search.micro_batches(dp_min)
+        for dp in (dps[0], dps[-1]):
+            if rep not in screens.classes(dp, mp):
+                continue
+            ctx = search._slice_context(dp)
+            positions = sorted(set(positions_of(dict(screens.submeshes(dp))[mp])))
+            for _, choice in screens.classes(dp, mp)[rep].members[:6]:
+                costs = choice_costs(ctx, choice, positions)
+                for b in set(ctx.micro_batches) & set(floor_sizes):
+                    got = costs.time_s[ctx.micro_batches.index(b)][:, positions]
+                    low = floor.time_s[floor_sizes.index(b)][:, positions]
+                    ok = np.isfinite(got) & np.isfinite(low)
+                    assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
+                    checked += int(ok.sum())
     assert checked > 100
 
 
@@ -135,26 +141,24 @@ def test_the_leanest_members_at_the_largest_degree_floor_every_members_memory(mo
     search = SliceSearch(_problem(model, gpus, runtime))
     screens = search.uniform.screens
     checked = 0
-    for mp in (2, 8):
-        dps = [dp for dp in screens.dps() if any(m == mp for m, _ in screens.submeshes(dp))]
-        for rep in list(screens.classes(dps[-1], mp))[:4]:
-            sizes, base, per = screens.memory_screen(mp, rep)
-            for dp in dps:
-                if rep not in screens.classes(dp, mp):
-                    continue
-                ctx = search._slice_context(dp)
-                stages = dict(screens.submeshes(dp))[mp]
-                positions = sorted(set(positions_of(stages)))  # where this degree's stages sit
-                for _, choice in screens.classes(dp, mp)[rep].members[:6]:
-                    costs = choice_costs(ctx, choice, positions)
-                    for b in ctx.micro_batches:
-                        i, m = ctx.micro_batches.index(b), sizes.index(b)
-                        for r in (1.0, 4.0):
-                            got = (costs.mem_base_bytes[i] + r * costs.mem_per_microbatch_bytes[i])[:, positions]
-                            low = (base[m] + r * per[m])[:, positions]
-                            ok = np.isfinite(got)
-                            assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
-                            checked += int(ok.sum())
+    for mp, dps, rep in _sampled_classes(screens):
+        sizes, base, per = screens.memory_screen(mp, rep)
+        for dp in dps:
+            if rep not in screens.classes(dp, mp):
+                continue
+            ctx = search._slice_context(dp)
+            stages = dict(screens.submeshes(dp))[mp]
+            positions = sorted(set(positions_of(stages)))  # where this degree's stages sit
+            for _, choice in screens.classes(dp, mp)[rep].members[:6]:
+                costs = choice_costs(ctx, choice, positions)
+                for b in ctx.micro_batches:
+                    i, m = ctx.micro_batches.index(b), sizes.index(b)
+                    for r in (1.0, 4.0):
+                        got = (costs.mem_base_bytes[i] + r * costs.mem_per_microbatch_bytes[i])[:, positions]
+                        low = (base[m] + r * per[m])[:, positions]
+                        ok = np.isfinite(got)
+                        assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
+                        checked += int(ok.sum())
     assert checked > 100
 
 
