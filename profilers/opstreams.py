@@ -226,6 +226,8 @@ STREAMS = {
                            lambda: _transformers("llama", True)),
     "transformers-llama-untied": ("transformers", {**_LLAMA, "qk_norm": "none"}, lambda: _transformers("llama", False)),
     "transformers-qwen3": ("transformers", {**_LLAMA, "qk_norm": "head"}, lambda: _transformers("qwen3", False)),
+    "transformers-qwen3-tied": ("transformers", {**_LLAMA, "qk_norm": "head", "tied_embeddings": True},
+                                lambda: _transformers("qwen3", True)),
     **{f"transformers-{kind.replace('_', '-')}": ("transformers", {**_LLAMA, **_MOE_DENSE_PARTS, **arch},
                                                  lambda kind=kind: _transformers_moe(kind))
        for kind, (_, _, _, arch) in _MOE.items()},

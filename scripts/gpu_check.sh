@@ -3,8 +3,8 @@
 #   1. profile the GPU: quick sweep, no collectives                                   (~1 min)
 #   2. validate four plans of the reference model in bf16 (tests/data/h200/plans a, c, d and the
 #      MoE plan e), each under its own time limit                                     (<= 4 min)
-#   3. train three dense transformers models as people do (scripts/hf_bench.py), then
-#      OLMoE-1B-7B (grouped_mm experts; last, so a time-out cuts only it)             (<= 2.5 min)
+#   3. train four dense transformers models as people do (scripts/hf_bench.py), then
+#      OLMoE-1B-7B (grouped_mm experts; last, so a time-out cuts only it)             (<= 3 min)
 #   4. write one JSON report: GPU, software versions, date, every run measured beside autotune's
 #      prediction with the datasheet cluster and with the profile just measured (scripts/gpu_check_report.py)
 # A part that fails or runs out of time leaves its runs out (or marked failed); the report is
@@ -13,7 +13,8 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu_check.json}
 PY=${PYTHON:-python}
-WORK=$(mktemp -d)
+WORK=${GPU_CHECK_WORK:-$(mktemp -d)}  # GPU_CHECK_WORK: keep the logs and raw reports where the caller can fetch them
+mkdir -p "$WORK"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 
 $PY - > "$WORK/environment.json" <<'PYEOF'
@@ -59,7 +60,7 @@ for plan in tests/data/h200/plans/a-*.json tests/data/h200/plans/c-*.json tests/
   VALIDATE+=("$WORK/validate-$name.json")
 done
 
-timeout 150 $PY scripts/hf_bench.py scripts/gpu_check_cases.json "$WORK/hf.jsonl" --device cuda \
+timeout 180 $PY scripts/hf_bench.py scripts/gpu_check_cases.json "$WORK/hf.jsonl" --device cuda \
     > "$WORK/hf.log" 2>&1 || echo "gpu_check: hf_bench did not finish cleanly (see $WORK/hf.log)" >&2
 
 $PY scripts/gpu_check_report.py --cluster "$CLUSTER" --validate "${VALIDATE[@]}" --hf "$WORK/hf.jsonl" \

@@ -9,6 +9,7 @@ its framework's own kernels: both tables below give a speed relative to the devi
 from __future__ import annotations
 
 __all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "IN_STEP_KERNEL_MEASUREMENTS",
+           "H200_KERNEL_MEASUREMENTS", "IN_STEP_SOURCES",
            "stream_class_seconds", "stream_in_step_speeds"]
 
 # The attention kernels of llm-foundry (Triton FlashAttention, 1/1.8 of FlashAttention-2's speed),
@@ -38,6 +39,16 @@ PYTORCH_GEMM_IN_STEP_HOPPER = sum(line / measured for _, _, measured, line in IN
 # priced by that H100's measured lines (stream_in_step_speeds).
 IN_STEP_KERNEL_MEASUREMENTS = (("gpt3-1.3b", 4, 116.1e-3, 18.8e-3, 62.9e-3), ("gpt3-1.3b", 8, 235.6e-3, 36.3e-3, 113.7e-3),
                                ("gpt3-2.7b", 4, 213.0e-3, 47.8e-3, 100.9e-3))
+# The same classes from one H200 step traced kernel by kernel (scripts/gpu_trace.py, 2026-11-27,
+# torch 2.11+cu130; tests/data/h200/check-2026-11-27/trace.json, plan a: gpt3-1.3b 8 x 2048, dropout
+# 0.1, cuDNN attention), priced by that H200's measured profile. Its GEMMs include the LM head's
+# three align1 GEMMs over the 50,257-token vocabulary (83.4 ms of 234.9): the H100 figures above
+# included the same, so every row prices the head as "gemm_unaligned" (graph/opstream.py).
+H200_KERNEL_MEASUREMENTS = (("gpt3-1.3b", 8, 234.94e-3, 39.33e-3, 88.24e-3),)
+# the runtime key the rows give speeds for (Runtime.kernel_key: "hopper" for any Hopper GPU, "h200"
+# for the H200 itself) -> (measured device profile the rows are priced with, rows)
+IN_STEP_SOURCES = {"hopper": ("h100-sxm-measured.json", IN_STEP_KERNEL_MEASUREMENTS),
+                   "h200": ("h200-measured.json", H200_KERNEL_MEASUREMENTS)}
 # the fused attention kernels' speed depends on the head dimension (cost/compute.py
 # attention_head_dim_speed): the attention in-step speed is taken where the fits were, at 128
 _ATTENTION_HEAD_DIM = 128
@@ -45,9 +56,10 @@ _ATTENTION_HEAD_DIM = 128
 
 def stream_class_seconds(profile: str, name: str, batch: int) -> dict[str, float]:
     """The reference model's fwd+bwd kernels of one step at ``batch`` x 2048 tokens, captured
-    operator stream (runtime torch) priced by ``profile``'s lines (no in-step speed), by class:
-    {"gemm", "attention", "other"} seconds."""
+    operator stream (runtime torch) priced by ``profile``'s lines (no in-step speed; unaligned
+    GEMMs at the runtime's unaligned speed over the line), by class: {"gemm", "attention", "other"} seconds."""
     from autotune.cost.compute import block_times
+    from autotune.cost.runtime_kernels import gpu_keys, unaligned_gemm_fits
     from autotune.graph.table import runtime_tables
     from autotune.spec.presets import load_preset
     from autotune.spec.resolve import resolve_cluster
@@ -57,23 +69,31 @@ def stream_class_seconds(profile: str, name: str, batch: int) -> dict[str, float
     model = load_preset(name)
     tables = runtime_tables(model, TrainingWorkload(global_batch=batch, seq_len=2048), load_runtime("torch"))
     device = resolve_cluster("dgx-h100", profile=profile).device
+    torch_runtime = load_runtime("torch")
+    unaligned = torch_runtime.gemm_unaligned(torch_runtime.kernel_key(gpu_keys(device.name)))
+    device = device.with_changes(compute={**device.compute, **unaligned_gemm_fits(device.compute, unaligned, "torch")})
     totals = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     for block, count in (("layer", model.num_layers), ("embedding", 1), ("head", 1)):
         table = getattr(tables, block)
         times = block_times(table, device, "bf16", batch, 1, 1, False)
         for kind, seconds in zip(table.kinds, (times.fwd_ops_s + times.bwd_ops_s).reshape(-1)):
-            totals[kind if kind in ("gemm", "attention") else "other"] += count * float(seconds)
+            cls = "gemm" if kind in ("gemm", "gemm_unaligned") else kind
+            totals[cls if cls in ("gemm", "attention") else "other"] += count * float(seconds)
     return totals
 
 
-def stream_in_step_speeds(profile: str) -> dict[str, float]:
-    """Line seconds over measured seconds per class, summed over IN_STEP_KERNEL_MEASUREMENTS
-    (attention over the runs at head dimension 128)."""
+def stream_in_step_speeds(devices_dir: str, key: str) -> dict[str, float]:
+    """Line seconds over measured seconds per class, summed over the rows of IN_STEP_SOURCES[key],
+    priced by that GPU's measured profile in ``devices_dir`` (attention over the runs at head dimension 128)."""
+    from pathlib import Path
+
     from autotune.spec.presets import load_preset
 
     line = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     measured = dict(line)
-    for name, batch, gemm_s, attention_s, other_s in IN_STEP_KERNEL_MEASUREMENTS:
+    profile_name, rows = IN_STEP_SOURCES[key]
+    profile = str(Path(devices_dir) / profile_name)
+    for name, batch, gemm_s, attention_s, other_s in rows:
         priced = stream_class_seconds(profile, name, batch)
         for cls, seconds in (("gemm", gemm_s), ("attention", attention_s), ("other", other_s)):
             if cls == "attention" and load_preset(name).head_dim != _ATTENTION_HEAD_DIM:

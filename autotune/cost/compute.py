@@ -25,7 +25,7 @@ __all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amou
            "attention_head_dim_speed", "te_saved_input_factor"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
-_COMPUTE_CLASS = {"gemm": "gemm", "gemm_fp32": "gemm", "bmm": "bmm", "attention": "attention"}
+_COMPUTE_CLASS = {"gemm": "gemm", "gemm_fp32": "gemm", "gemm_unaligned": "gemm_unaligned", "bmm": "bmm", "attention": "attention"}
 
 
 def memory_role(kind: str, name: str) -> str:
@@ -92,9 +92,10 @@ def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coeff
     for i, (kind, name) in enumerate(zip(table.kinds, table.names)):
         op_class = _COMPUTE_CLASS.get(kind)
         if op_class is not None:  # low-precision recipes run only the GEMMs in the low format
-            op_dtype = "fp32" if kind == "gemm_fp32" else gemm_dtype(dtype) if op_class == "gemm" else compute_dtype(dtype)
-            fit = device.regression(op_class, op_dtype)
-            bwd = device.regression("attention_bwd", op_dtype) if kind == "attention" else fit
+            op_dtype = "fp32" if kind == "gemm_fp32" else gemm_dtype(dtype) if op_class.startswith("gemm") \
+                else compute_dtype(dtype)
+            fit = device.regression(op_class, op_dtype)  # a device without unaligned fits: the GEMM's
+            bwd = device.regression(f"{op_class}_bwd", op_dtype) if op_class in ("attention", "gemm_unaligned") else fit
             lat_c[i], spf[i], bwd_lat_c[i], bwd_spf[i] = fit.latency_s, fit.seconds_per_unit, bwd.latency_s, bwd.seconds_per_unit
             if kind == "attention":
                 speed = attention_head_dim_speed(device, float(table.head_dim[i]))

@@ -15,10 +15,12 @@ from functools import lru_cache
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.runtime import Runtime
 
-__all__ = ["runtime_cluster", "gpu_generation", "GPU_GENERATIONS", "EAGER_ELEMENTWISE", "kernel_runtime"]
+__all__ = ["runtime_cluster", "gpu_generation", "gpu_keys", "GPU_MODELS", "GPU_GENERATIONS", "EAGER_ELEMENTWISE", "kernel_runtime", "unaligned_gemm_fits"]
 
 # GPU names by generation (the kernels a runtime picks depend on it).
 GPU_GENERATIONS = {"hopper": ("H100", "H200", "H800", "GH200")}
+# GPUs a runtime may state kernel speeds of their own for, measured there (Runtime.kernel_key)
+GPU_MODELS = {"h200": ("H200",), "h100": ("H100",)}
 
 # Eager PyTorch runs a norm or an activation as several kernels, each streaming the whole tensor
 # through HBM, where the cost model's operators are one fused kernel (read x, write y): per role,
@@ -28,6 +30,14 @@ GPU_GENERATIONS = {"hopper": ("H100", "H200", "H800", "GH200")}
 # (silu(w1 x) * w3 x: silu r2 w2 plus mul r4 w2 = 10 B per element of the FFN width against the
 # fused 6 B, 2 launches). torch.compile fuses both back (Inductor).
 EAGER_ELEMENTWISE = {"norm": (36.0 / 4.0, 7), "activation": (10.0 / 6.0, 2)}
+
+
+def gpu_keys(gpu: str) -> tuple[str, ...]:
+    """The keys a runtime's per-GPU kernel speeds are looked up by, most specific first:
+    ("h200", "hopper") for an H200, ("other",) for a GPU of no listed generation."""
+    words = gpu.upper().replace("-", " ").split()
+    model = next((key for key, prefixes in GPU_MODELS.items() if any(w.startswith(prefixes) for w in words)), "")
+    return (model, gpu_generation(gpu)) if model else (gpu_generation(gpu),)
 
 
 def gpu_generation(gpu: str) -> str:
@@ -47,15 +57,18 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     activation op, such as `autotune profile` on a CPU, already holds what eager PyTorch runs). The
     same object for the same pair (cluster specs compare by identity), so stage caches keep hitting."""
     device = cluster.device
-    generation = gpu_generation(device.name)
+    generation = runtime.kernel_key(gpu_keys(device.name))
     attention, gemm = runtime.attention_speed * runtime.attention_in_step(generation), runtime.gemm_speed(generation)
     memory = runtime.memory_in_step(generation)
     tile = runtime.head_dim_tile(generation)
-    if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise and not tile:
+    unaligned = runtime.gemm_unaligned(generation)
+    if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise and not tile \
+            and unaligned == (1.0, 1.0):
         return cluster
     compute = {key: _scaled(fit, attention if key[0] in ("attention", "attention_bwd") else
                             gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
                for key, fit in device.compute.items()}
+    compute |= unaligned_gemm_fits(compute, unaligned, runtime.name)
     kernels = {role: _scaled(fit, memory, runtime.name) for role, fit in device.memory_kernels.items()}
     if runtime.eager_elementwise:
         for role, (bytes_ratio, launches) in EAGER_ELEMENTWISE.items():
@@ -70,6 +83,16 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     return cluster.with_changes(device=device.with_changes(compute=compute, memory=_scaled(device.memory, memory, runtime.name),
                                                            memory_kernels=kernels, kernel_efficiency=efficiency,
                                                            attention_head_dim_tile=tile or device.attention_head_dim_tile))
+
+
+def unaligned_gemm_fits(compute: dict, speeds: tuple[float, float], runtime: str) -> dict:
+    """The ("gemm_unaligned", dtype) and ("gemm_unaligned_bwd", dtype) fits: the 16-bit GEMM fits
+    at ``speeds`` (forward, backward; cost/compute.py prices a "gemm_unaligned" operator with them)."""
+    if speeds == (1.0, 1.0):
+        return {}
+    return {(f"gemm_unaligned{suffix}", dtype): _scaled(fit, speed, runtime)
+            for (op_class, dtype), fit in compute.items() if op_class == "gemm" and dtype in ("bf16", "fp16")
+            for suffix, speed in (("", speeds[0]), ("_bwd", speeds[1]))}
 
 
 def _scaled(fit, speed: float, runtime: str):

@@ -163,7 +163,7 @@ def _recompute_fwd_s(stage: StagePlan, layer: BlockTimes, table, early_stop: boo
     if stage.recompute == "full":
         return _scalar(layer.fwd_s - (early_stop_skipped_fwd_s(layer, table) if early_stop else 0.0))
     if stage.recompute == "selective_op":  # torchtitan's _op_sac policy: every other matmul, no attention
-        share = np.array([0.5 if k == "gemm" else 0.0 if k in ("attention", "bmm") else 1.0 for k in table.kinds])
+        share = np.array([0.5 if k in ("gemm", "gemm_unaligned") else 0.0 if k in ("attention", "bmm") else 1.0 for k in table.kinds])
         return _scalar((layer.fwd_ops_s * share).sum(-1))
     return _scalar((layer.selective_fwd_s if stage.recompute == "selective" else 0.0)
                    + modules_fwd_s(stage, layer, table))

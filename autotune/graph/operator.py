@@ -32,8 +32,10 @@ TP_SPLIT = {
     "replicated": (False, False, False),
     "expert": (True, True, True),
 }
-# gemm_fp32: a GEMM run in fp32 whatever the step's dtype (a captured stream's, graph/opstream.py)
-OP_KINDS = ("gemm", "gemm_fp32", "bmm", "attention", "elementwise", "norm", "embedding", "loss")
+# gemm_fp32: a GEMM run in fp32 whatever the step's dtype (a captured stream's, graph/opstream.py);
+# gemm_unaligned: a 16-bit GEMM with a dimension cuBLAS cannot use its 16-byte-aligned kernels for
+# (a vocabulary of 50,257: graph/opstream.py), priced at the runtime's unaligned speed
+OP_KINDS = ("gemm", "gemm_fp32", "gemm_unaligned", "bmm", "attention", "elementwise", "norm", "embedding", "loss")
 
 
 @dataclass(frozen=True, kw_only=True)

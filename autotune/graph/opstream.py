@@ -34,6 +34,11 @@ KERNEL_CLASSES = ("gemm", "attention", "attention_bwd", "norm", "activation", "s
 # kernel class -> the cost model's operator kind (graph/operator.py OP_KINDS; the kind picks the fit)
 _KIND = {"gemm": "gemm", "attention": "attention", "attention_bwd": "attention", "norm": "norm",
          "softmax": "loss", "embedding": "embedding"}
+# cuBLAS's fast kernels need every leading dimension a multiple of 16 bytes: 8 bf16/fp16 elements
+# (NVIDIA cuBLAS docs, "Tensor Core usage": dimensions and pointers aligned to 16 bytes); the
+# stream symbols that are one whole GEMM dimension and can be odd: vocabulary and FFN width
+_ALIGN_ELEMENTS = 8
+_WIDTHS = ("v", "f")
 # tensor-parallel split of an operator by its name (graph/operator.py SHARDINGS)
 _SHARDING = {"q_proj": "column", "k_proj": "column", "v_proj": "column", "ffn_up": "column", "logits": "column",
              "out_proj": "row", "ffn_down": "row", "attention": "split", "ffn_act": "split", "qk_norm": "split",
@@ -121,11 +126,19 @@ def _sharding(kernel: dict) -> str:
     return "replicated"
 
 
-def _kind(kernel: dict) -> str:
+def _kind(kernel: dict, values: dict[str, float]) -> str:
     """The operator kind (the fit) of a kernel: a GEMM autocast left in fp32 (transformers' grouped
-    expert GEMMs over fp32 weights, RoPE's frequencies) runs at the fp32 line, whatever the step's dtype."""
+    expert GEMMs over fp32 weights, RoPE's frequencies) runs at the fp32 line, whatever the step's
+    dtype; a 16-bit GEMM over a vocabulary or FFN width that is not a multiple of 8 elements (16
+    bytes) is "gemm_unaligned": cuBLAS then runs its align1 kernels (on an H200, cutlass_75
+    s1688gemm ..._align1 for GPT-2's 50,257: tests/data/h200/check-2026-11-27/kernel_rates.json)."""
     kind = _KIND.get(kernel["class"], "elementwise")
-    return "gemm_fp32" if kind == "gemm" and kernel["dtype"] == "float32" else kind
+    if kind != "gemm":
+        return kind
+    if kernel["dtype"] == "float32":
+        return "gemm_fp32"
+    dims = {symbol for _, powers in kernel["flops"] for symbol in powers} & set(_WIDTHS)
+    return "gemm_unaligned" if any(values[symbol] % _ALIGN_ELEMENTS for symbol in dims) else kind
 
 
 def _launches(kernel: dict, values: dict[str, float]) -> int:
@@ -146,11 +159,11 @@ def _operator(kernel: dict, values: dict[str, float], head_dim: float) -> Operat
     act_out = _value(kernel["written"], values, per_sequence=True)
     fixed = _value(kernel["read"], values, per_sequence=False) + _value(kernel["written"], values, per_sequence=False)
     flops = _value(kernel["flops"], values)
-    kind = _kind(kernel)
+    kind = _kind(kernel, values)
     launches = _launches(kernel, values)
     forward = kernel["phase"] == "fwd"
     model_flops = 0.0
-    if forward and kind in ("gemm", "gemm_fp32", "attention"):  # causal attention runs half the s x s pairs it counts
+    if forward and kind in ("gemm", "gemm_fp32", "gemm_unaligned", "attention"):  # causal attention runs half the s x s pairs it counts
         model_flops = flops * (2.0 if kind == "attention" else 1.0)
     common = dict(name=kernel["name"], kind=kind, flops=flops, model_flops=model_flops, act_in_bytes=act_in,
                   act_out_bytes=act_out, sharding=_sharding(kernel), head_dim=head_dim if kind == "attention" else 0.0)

@@ -95,6 +95,10 @@ class Runtime:
     # its bf16/fp16 GEMMs inside a training step over the device's GEMM fit, per GPU generation
     # (("hopper", 0.81),); a generation not listed runs at the fit
     gemm_in_step_speed: tuple[tuple[str, float], ...] = ()
+    # its 16-bit GEMMs over a dimension that is not a multiple of 8 (cuBLAS's align1 kernels) over
+    # its aligned ones, forward and backward, per GPU generation (("hopper", 0.118, 0.184),); only
+    # priced where the operator stream shows such a GEMM (graph/opstream.py "gemm_unaligned")
+    gemm_unaligned_speed: tuple[tuple[str, float, float], ...] = ()
     # its fused attention kernels (forward and backward) inside a step over the device's attention
     # fits, per GPU generation, as gemm_in_step_speed; a generation not listed runs at the fits
     attention_in_step_speed: tuple[tuple[str, float], ...] = ()
@@ -158,7 +162,7 @@ class Runtime:
     sources: tuple[tuple[str, str], ...] = field(default=(), compare=False)  # (setting, where its value comes from)
 
     def __post_init__(self) -> None:
-        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "attention_in_step_speed",
+        for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "gemm_unaligned_speed", "attention_in_step_speed",
                      "attention_dropout_in_step_speed",
                      "attention_head_dim_tile", "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
@@ -210,6 +214,10 @@ class Runtime:
             require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf") for g, s in value),
                     f"runtime.{name}", f"must map GPU generations to positive speeds, got {value!r}")
 
+        require(all(len(row) == 3 and isinstance(row[0], str) and all(isinstance(s, (int, float)) and not isinstance(s, bool)
+                                                                     and 0 < s <= 1 for s in row[1:])
+                    for row in self.gemm_unaligned_speed), "runtime.gemm_unaligned_speed",
+                f"must list [generation, forward speed, backward speed] with speeds in (0, 1], got {self.gemm_unaligned_speed!r}")
         require(all(isinstance(g, str) and isinstance(t, int) and not isinstance(t, bool) and t > 0 and t % 8 == 0
                     for g, t in self.attention_head_dim_tile), "runtime.attention_head_dim_tile",
                 f"must map GPU generations to positive multiples of 8, got {self.attention_head_dim_tile!r}")
@@ -220,6 +228,19 @@ class Runtime:
     def gemm_speed(self, generation: str) -> float:
         """Its bf16/fp16 GEMMs inside a step over the device's GEMM fit on this GPU generation."""
         return dict(self.gemm_in_step_speed).get(generation, 1.0)
+
+    def kernel_key(self, keys: tuple[str, ...]) -> str:
+        """The first of ``keys`` (most specific first: a GPU such as "h200", then its generation)
+        that any of its per-GPU kernel tables states; the last where none does."""
+        tables = (self.gemm_in_step_speed, self.gemm_unaligned_speed, self.attention_in_step_speed,
+                  self.attention_dropout_in_step_speed, self.attention_head_dim_tile, self.memory_in_step_speed)
+        stated = {row[0] for table in tables for row in table}
+        return next((key for key in keys if key in stated), keys[-1])
+
+    def gemm_unaligned(self, generation: str) -> tuple[float, float]:
+        """(forward, backward) speed of its unaligned 16-bit GEMMs over its aligned ones on this
+        GPU generation; (1, 1) where not stated."""
+        return next(((f, b) for g, f, b in self.gemm_unaligned_speed if g == generation), (1.0, 1.0))
 
     def attention_in_step(self, generation: str, *, dropout: bool = False) -> float:
         """Its fused attention kernels inside a step over the device's fits on this GPU generation;

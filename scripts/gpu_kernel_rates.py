@@ -1,0 +1,89 @@
+"""Two kernel rates a training step's trace showed the cost model missing (issue 27), measured alone.
+
+1. GEMMs with a dimension that is not a multiple of 8 (a vocabulary of 50,257): cuBLAS cannot use
+   its 16-byte-aligned Hopper kernels and falls back to ``align1`` kernels. Each of the LM head's
+   three GEMMs (forward, input gradient, weight gradient) is timed with the vocabulary as it is
+   and padded to a multiple of 128, in bf16.
+2. torch's fused AdamW (``torch.optim.AdamW(fused=True)``, the eager runtimes' optimizer) over
+   fp32 parameters, gradients and states, timed per step, reported as bytes moved per second
+   (28 bytes per parameter: parameter, exp_avg and exp_avg_sq read and written, gradient read).
+
+    python scripts/gpu_kernel_rates.py OUT.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import torch
+
+# (tokens, hidden, vocab): GPT-2/GPT-3's 50,257 and LLaMA-1's 32,000 (+1: an added pad token)
+HEAD_SHAPES = [(16384, 2048, 50257), (16384, 2560, 50257), (8192, 4096, 50257), (4096, 2048, 50257),
+               (16384, 2048, 32001), (16384, 768, 50257)]
+# parameter tensors of one optimizer step: (count, elements each)
+ADAM_SETS = [("1.3b-like", [(24, 4 * 2048 * 2048 * 3), (1, 50257 * 2048)]), ("0.3b", [(24, 12 * 1024 * 1024)]),
+             ("3.4b-experts", [(8, 64 * 3 * 2048 * 1024), (2, 50304 * 2048)])]
+
+
+def _time_ms(fn, reps: int = 10) -> float:
+    for _ in range(3):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def _head_rows(tokens: int, hidden: int, v: int) -> list[dict]:
+    x = torch.randn(tokens, hidden, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(v, hidden, device="cuda", dtype=torch.bfloat16)
+    dy = torch.randn(tokens, v, device="cuda", dtype=torch.bfloat16)
+    flops = 2.0 * tokens * hidden * v
+    rows = []
+    for name, fn in (("fwd", lambda: x @ w.t()), ("dgrad", lambda: dy @ w), ("wgrad", lambda: dy.t() @ x)):
+        ms = _time_ms(fn)
+        rows.append({"tokens": tokens, "hidden": hidden, "vocab": v, "gemm": name, "ms": ms, "tflops": flops / ms / 1e9})
+    return rows
+
+
+def head_gemms() -> list[dict]:
+    rows = []
+    for tokens, hidden, vocab in HEAD_SHAPES:
+        for v in (vocab, -(-vocab // 128) * 128):
+            rows += _head_rows(tokens, hidden, v)
+            torch.cuda.empty_cache()
+    return rows
+
+
+def fused_adamw() -> list[dict]:
+    rows = []
+    for name, groups in ADAM_SETS:
+        params = [torch.nn.Parameter(torch.randn(n, device="cuda")) for count, n in groups for _ in range(count)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = torch.optim.AdamW(params, lr=1e-5, fused=True)
+        count = sum(p.numel() for p in params)
+        ms = _time_ms(opt.step)
+        rows.append({"set": name, "params": count, "tensors": len(params), "ms": ms,
+                     "tb_per_s_at_28_bytes": 28.0 * count / ms / 1e9})
+        del params, opt
+        torch.cuda.empty_cache()
+    return rows
+
+
+def main() -> None:
+    report = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(),
+              "head_gemms": head_gemms(), "fused_adamw": fused_adamw()}
+    with open(sys.argv[1], "w") as f:
+        json.dump(report, f, indent=1)
+    for row in report["head_gemms"] + report["fused_adamw"]:
+        print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()
