@@ -29,6 +29,10 @@ __all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "IN_STEP_
 IN_STEP_GEMM_MEASUREMENTS = (("gpt3-1.3b", 4, 116.1e-3, 92.7e-3), ("gpt3-1.3b", 8, 235.6e-3, 180.5e-3),
                              ("gpt3-2.7b", 4, 213.0e-3, 183.7e-3))
 # 0.798, 0.766, 0.862 of the line: mean 0.809
+# Those steps' GEMMs include the LM head's three GEMMs over the 50,257-token vocabulary, which run
+# cuBLAS's align1 kernels (issue 27: tests/data/h200/check-2026-11-27); priced as such, the layer
+# GEMMs ran at 1.1x the line (IN_STEP_SOURCES below). llm-foundry and torchtitan keep 0.809: their
+# published Hopper rows are matched there, so it stands for a slowdown not yet located.
 PYTORCH_GEMM_IN_STEP_HOPPER = sum(line / measured for _, _, measured, line in IN_STEP_GEMM_MEASUREMENTS) / 3
 
 
