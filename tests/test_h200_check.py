@@ -68,3 +68,27 @@ def test_the_lm_head_over_an_odd_vocabulary_is_what_made_the_reference_steps_slo
                       and r["gemm"] == row["gemm"] and r["vocab"] % 128 == 0 and abs(r["vocab"] - row["vocab"]) < 128)
         if row["vocab"] % 8:  # 6 to 8 times slower than the same GEMM over a padded vocabulary
             assert 0.11 < row["tflops"] / padded["tflops"] < 0.22, row
+
+
+@pytest.mark.parametrize("profile", [None, str(ROOT / "autotune" / "data" / "devices" / "h200-measured.json")])
+def test_the_cases_predicted_before_they_ran_stay_within_the_targets(profile):
+    # more_predicted.json holds what autotune said before the runs (all 0.4-9.9% fast, memory within 1.3%)
+    configs = {c["name"]: str(ROOT / c["config"]) for c in json.loads((CHECK / "more_cases.json").read_text())}
+    records = [json.loads(line) for line in (CHECK / "hf_more.jsonl").read_text().splitlines() if line.strip()]
+    report = build_report(cluster="dgx-h200", validate_reports=[], hf_records=records, hf_configs=configs, profile=profile)
+    label = "profile" if profile else "datasheet"
+    assert report["summary"][label]["runs"] == 5
+    for run in report["runs"]:
+        assert abs(run["step_error_pct"][label]) < 10 and abs(run["memory_error_pct"][label]) < 5, run["name"]
+
+
+def test_cudnn_attention_at_head_dim_64_runs_at_its_traced_speed():
+    from autotune.calibrate.framework_kernels import head_dim_64_attention_speed
+    from autotune.spec.hf_config import model_from_hf_config
+    from autotune.spec.runtime import load_runtime
+    model = model_from_hf_config(str(ROOT / "tests" / "data" / "h200" / "hf" / "llama-3.2-1b.json"))
+    speed = head_dim_64_attention_speed(str(ROOT / "autotune" / "data" / "devices" / "h200-measured.json"), model)
+    for name in ("torch", "transformers"):
+        assert load_runtime(name).head_dim_64_speed("h200") == pytest.approx(speed, abs=5e-4)
+        assert load_runtime(name).head_dim_64_speed("hopper") == 0.0  # not measured on the H100: the device's
+    assert 0.6 < speed < 0.9

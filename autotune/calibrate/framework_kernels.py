@@ -9,7 +9,7 @@ its framework's own kernels: both tables below give a speed relative to the devi
 from __future__ import annotations
 
 __all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "IN_STEP_KERNEL_MEASUREMENTS",
-           "H200_KERNEL_MEASUREMENTS", "IN_STEP_SOURCES",
+           "H200_KERNEL_MEASUREMENTS", "IN_STEP_SOURCES", "H200_HEAD_DIM_64_ATTENTION", "head_dim_64_attention_speed",
            "stream_class_seconds", "stream_in_step_speeds"]
 
 # The attention kernels of llm-foundry (Triton FlashAttention, 1/1.8 of FlashAttention-2's speed),
@@ -105,3 +105,35 @@ def stream_in_step_speeds(devices_dir: str, key: str) -> dict[str, float]:
             line[cls] += priced[cls]
             measured[cls] += seconds
     return {cls: line[cls] / measured[cls] for cls in line}
+
+
+# transformers' Llama-3.2-1B (head dim 64, no dropout: cuDNN's attention) traced on the H200
+# (scripts/gpu_trace.py, tests/data/h200/check-2026-11-27/trace.json): (micro-batch, sequence,
+# full recomputation, seconds of its attention kernels in the step)
+H200_HEAD_DIM_64_ATTENTION = ((4, 2048, False, 12.78e-3), (8, 4096, True, 106.04e-3))
+
+
+def head_dim_64_attention_speed(profile: str, model) -> float:
+    """The attention kernels at head dim 64 inside those steps of ``model`` (Llama-3.2-1B's spec,
+    tests/data/h200/hf/llama-3.2-1b.json) over ``profile``'s (head dim 128) attention lines, each
+    pass priced from the transformers-llama stream (a recomputed step runs the forward twice):
+    summed line seconds over summed measured seconds."""
+    from dataclasses import replace
+
+    from autotune.cost.compute import block_times
+    from autotune.graph.table import runtime_tables
+    from autotune.spec.resolve import resolve_cluster
+    from autotune.spec.runtime import load_runtime
+    from autotune.spec.workload import TrainingWorkload
+
+    device = resolve_cluster("dgx-h200", profile=profile).device
+    device = replace(device, attention_head_dim_64_speed=1.0, attention_head_dim_tile=0)
+    line = measured = 0.0
+    for batch, seq_len, recompute, seconds in H200_HEAD_DIM_64_ATTENTION:
+        table = runtime_tables(model, TrainingWorkload(global_batch=batch, seq_len=seq_len), load_runtime("transformers")).layer
+        times = block_times(table, device, "bf16", batch, 1, 1, False)
+        attention = [i for i, kind in enumerate(table.kinds) if kind == "attention"]
+        fwd, bwd = (float(times.fwd_ops_s.reshape(-1)[attention].sum()), float(times.bwd_ops_s.reshape(-1)[attention].sum()))
+        line += model.num_layers * ((2.0 if recompute else 1.0) * fwd + bwd)
+        measured += seconds
+    return line / measured

@@ -108,6 +108,9 @@ class Runtime:
     # the head-dimension multiple its attention kernel pads a head to, per GPU generation
     # (("hopper", 64),); a generation not listed keeps the device's head-dim figure
     attention_head_dim_tile: tuple[tuple[str, int], ...] = ()
+    # its attention kernel at head dim 64 over head dim 128 inside a step, per GPU (("h200", 0.776),);
+    # where not stated, the device's figure (DeviceProfile.attention_head_dim_64_speed)
+    attention_head_dim_64_speed: tuple[tuple[str, float], ...] = ()
     # its memory-bound kernels (norms, activations, casts, elementwise) inside a step over the device's
     # memory fits, per GPU generation
     memory_in_step_speed: tuple[tuple[str, float], ...] = ()
@@ -164,7 +167,7 @@ class Runtime:
     def __post_init__(self) -> None:
         for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "gemm_unaligned_speed", "attention_in_step_speed",
                      "attention_dropout_in_step_speed",
-                     "attention_head_dim_tile", "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
+                     "attention_head_dim_tile", "attention_head_dim_64_speed", "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -209,7 +212,7 @@ class Runtime:
                     and (name != "attention_speed" or value > 0), f"runtime.{name}",
                     f"must be a finite number {'> 0' if name == 'attention_speed' else '>= 0'}, got {value!r}")
         for name in ("gemm_in_step_speed", "attention_in_step_speed", "attention_dropout_in_step_speed",
-                     "memory_in_step_speed"):
+                     "memory_in_step_speed", "attention_head_dim_64_speed"):
             value = getattr(self, name)
             require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf") for g, s in value),
                     f"runtime.{name}", f"must map GPU generations to positive speeds, got {value!r}")
@@ -233,7 +236,8 @@ class Runtime:
         """The first of ``keys`` (most specific first: a GPU such as "h200", then its generation)
         that any of its per-GPU kernel tables states; the last where none does."""
         tables = (self.gemm_in_step_speed, self.gemm_unaligned_speed, self.attention_in_step_speed,
-                  self.attention_dropout_in_step_speed, self.attention_head_dim_tile, self.memory_in_step_speed)
+                  self.attention_dropout_in_step_speed, self.attention_head_dim_tile, self.memory_in_step_speed,
+                  self.attention_head_dim_64_speed)
         stated = {row[0] for table in tables for row in table}
         return next((key for key in keys if key in stated), keys[-1])
 
@@ -249,6 +253,10 @@ class Runtime:
         if dropout:
             speeds |= dict(self.attention_dropout_in_step_speed)
         return speeds.get(generation, 1.0)
+
+    def head_dim_64_speed(self, generation: str) -> float:
+        """Its attention at head dim 64 over 128 on this GPU (0: not stated, the device's figure)."""
+        return dict(self.attention_head_dim_64_speed).get(generation, 0.0)
 
     def head_dim_tile(self, generation: str) -> int:
         """The head-dimension multiple its attention kernel pads to on this GPU generation (0: not known)."""
