@@ -92,3 +92,27 @@ def test_cudnn_attention_at_head_dim_64_runs_at_its_traced_speed():
         assert load_runtime(name).head_dim_64_speed("h200") == pytest.approx(speed, abs=5e-4)
         assert load_runtime(name).head_dim_64_speed("hopper") == 0.0  # not measured on the H100: the device's
     assert 0.6 < speed < 0.9
+
+
+def test_an_h100_trace_of_plan_a_agrees_with_the_figures_the_hopper_speeds_come_from():
+    from autotune.calibrate.framework_kernels import IN_STEP_KERNEL_MEASUREMENTS
+    h100 = ROOT / "tests" / "data" / "h100" / "check-2026-11-27"
+    case = json.loads((h100 / "trace.json").read_text())["cases"]["tests/data/h200/plans/a-gpt13-mb8-none.json"]
+    traced = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
+    for row in case["summary"]:
+        name = row["name"]
+        if name.startswith("Optimizer.") or "multi_tensor_apply" in name:
+            continue
+        cls = "attention" if any(k in name for k in ("sdpa", "cudnn::fusion", "unpack_cudnn")) else \
+            "gemm" if any(k in name for k in ("nvjet", "gemm", "cutlass", "xmma")) else "other"
+        traced[cls] += row["total_us"] / 1e6
+    (_, _, gemm_s, attention_s, other_s), = [r for r in IN_STEP_KERNEL_MEASUREMENTS if r[:2] == ("gpt3-1.3b", 8)]
+    for cls, figure in (("gemm", gemm_s), ("attention", attention_s), ("other", other_s)):
+        assert traced[cls] == pytest.approx(figure, rel=0.1), cls
+    # the head's align1 GEMMs run as slowly on the H100 as on the H200 (the same GH100 SMs and clocks)
+    rates = {(r["hidden"], r["vocab"], r["gemm"]): r["tflops"]
+             for r in json.loads((h100 / "kernel_rates.json").read_text())["head_gemms"] if r["tokens"] == 16384}
+    h200 = {(r["hidden"], r["vocab"], r["gemm"]): r["tflops"]
+            for r in json.loads((CHECK / "kernel_rates.json").read_text())["head_gemms"] if r["tokens"] == 16384}
+    for key in ((2048, 50257, "fwd"), (2048, 50257, "dgrad"), (2048, 50257, "wgrad")):
+        assert rates[key] == pytest.approx(h200[key], rel=0.1)
