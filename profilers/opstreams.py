@@ -161,8 +161,9 @@ def _transformers(kind: str, tied: bool):
     import transformers
     c = CAPTURE
     heads = c["g"] * c["r"]
-    config_cls = getattr(transformers, {"llama": "LlamaConfig", "qwen3": "Qwen3Config"}[kind])
-    model_cls = getattr(transformers, {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}[kind])
+    config_cls = getattr(transformers, {"llama": "LlamaConfig", "qwen3": "Qwen3Config", "gemma2": "Gemma2Config"}[kind])
+    model_cls = getattr(transformers, {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM",
+                                       "gemma2": "Gemma2ForCausalLM"}[kind])
     cfg = config_cls(hidden_size=c["c"] * heads, intermediate_size=c["f"], num_hidden_layers=2, num_attention_heads=heads,
                      num_key_value_heads=c["g"], head_dim=2 * c["d2"], vocab_size=c["v"], max_position_embeddings=c["s"],
                      tie_word_embeddings=tied, attn_implementation="sdpa")
@@ -228,6 +229,10 @@ STREAMS = {
     "transformers-qwen3": ("transformers", {**_LLAMA, "qk_norm": "head"}, lambda: _transformers("qwen3", False)),
     "transformers-qwen3-tied": ("transformers", {**_LLAMA, "qk_norm": "head", "tied_embeddings": True},
                                 lambda: _transformers("qwen3", True)),
+    # Gemma 2: GeGLU (tanh GELU), a norm before and after attention and FFN, tied embeddings, the
+    # config's default attention and final-logit soft-capping (transformers' Gemma2Config)
+    "transformers-gemma2": ("transformers", {**_LLAMA, "ffn_activation": "geglu", "qk_norm": "none", "tied_embeddings": True,
+                                             "norms_per_layer": 4}, lambda: _transformers("gemma2", True)),
     **{f"transformers-{kind.replace('_', '-')}": ("transformers", {**_LLAMA, **_MOE_DENSE_PARTS, **arch},
                                                  lambda kind=kind: _transformers_moe(kind))
        for kind, (_, _, _, arch) in _MOE.items()},

@@ -3,7 +3,7 @@
 #   1. profile the GPU: quick sweep, no collectives                                   (~1 min)
 #   2. validate four plans of the reference model in bf16 (tests/data/h200/plans a, c, d and the
 #      MoE plan e), each under its own time limit                                     (<= 4 min)
-#   3. train four dense transformers models as people do (scripts/hf_bench.py), then
+#   3. train five dense transformers models as people do (scripts/hf_bench.py), then
 #      OLMoE-1B-7B (grouped_mm experts; last, so a time-out cuts only it)             (<= 3 min)
 #   4. write one JSON report: GPU, software versions, date, every run measured beside autotune's
 #      prediction with the datasheet cluster and with the profile just measured (scripts/gpu_check_report.py)

@@ -35,8 +35,8 @@ def _inputs():
 
 def test_report_puts_every_run_beside_its_prediction():
     reports, hf, configs = _inputs()
-    # the script trains the cases the H200 measured, and OLMoE and Qwen3-1.7B, which no given run measured
-    assert set(configs) - {r["name"] for r in hf} == {"olmoe-1b-7b_mb1_s2048", "qwen3-1.7b_mb4_s2048"}
+    # the script trains the cases the H200 measured, and OLMoE, Qwen3-1.7B and Gemma-2-2B, which no given run measured
+    assert set(configs) - {r["name"] for r in hf} == {"olmoe-1b-7b_mb1_s2048", "qwen3-1.7b_mb4_s2048", "gemma-2-2b_mb2_s4096"}
     profile = str(ROOT / "autotune" / "data" / "devices" / "h200-measured.json")
     report = build_report(cluster="dgx-h200", validate_reports=reports, hf_records=hf, hf_configs=configs, profile=profile)
     by_name = {r["name"]: r for r in report["runs"]}

@@ -52,6 +52,8 @@ def test_streams_record_what_they_were_captured_with():
     (load_preset("qwen3-30b-a3b"), "transformers", "transformers-qwen3-moe"),
     (load_preset("mixtral-8x7b"), "transformers", "transformers-mixtral"),
     (load_preset("mixtral-8x7b").with_changes(router="softmax_topk"), "transformers", ""),  # another router: none captured
+    (_hf("qwen3-1.7b"), "transformers", "transformers-qwen3-tied"), (_hf("gemma-2-2b"), "transformers", "transformers-gemma2"),
+    (_hf("gemma-2-2b").with_changes(norms_per_layer=2), "transformers", ""),  # Gemma 1's two norms: none captured
     (load_preset("deepseek-v3"), "transformers", "")])  # MLA, shared experts: not captured
 def test_a_stream_is_chosen_by_architecture(model, family, stream):
     assert stream_for(model, family) == stream
@@ -215,3 +217,12 @@ def test_an_eager_optimizer_step_neither_zeroes_gradients_nor_writes_16_bit_weig
     seconds = [evaluate_plan(model, workload, cluster, plan, runtime=r).breakdown["optimizer_s"]
                for r in (eager, eager.with_changes(grads_freed_each_step=False, op_stream=""))]
     assert math.isclose(seconds[0] / seconds[1], 32 / 38, rel_tol=0.01)
+
+
+def test_gemma2s_stream_holds_transformers_own_parameters():
+    # transformers 5.17's Gemma2ForCausalLM of google/gemma-2-2b's config: 2,614,341,888 parameters
+    tables = runtime_tables(_hf("gemma-2-2b"), TrainingWorkload(global_batch=1, seq_len=4096), load_runtime("transformers"))
+    assert tables.op_stream == "transformers-gemma2" and tables.num_params == 2_614_341_888
+    head = [k["op"] for k in load_stream("transformers-gemma2")["blocks"]["head"]["kernels"] if k["phase"] == "fwd"]
+    assert "aten.tanh" in head  # the final logit soft-capping
+
