@@ -5,7 +5,8 @@
 #      MoE plan e), each under its own time limit                                     (<= 4 min)
 #   3. train five dense transformers models as people do (scripts/hf_bench.py), then
 #      OLMoE-1B-7B (grouped_mm experts; last, so a time-out cuts only it)             (<= 3 min)
-#   4. write one JSON report: GPU, software versions, date, every run measured beside autotune's
+#   4. trace one warm step of plan a and of Llama-3.2-1B kernel by kernel (scripts/gpu_trace.py) (<= 1 min)
+#   5. write one JSON report: GPU, software versions, date, every run measured beside autotune's
 #      prediction with the datasheet cluster and with the profile just measured (scripts/gpu_check_report.py)
 # A part that fails or runs out of time leaves its runs out (or marked failed); the report is
 # written whatever happened. Usage: scripts/gpu_check.sh [OUT.json] (default: gpu_check.json)
@@ -63,6 +64,12 @@ done
 timeout 180 $PY scripts/hf_bench.py scripts/gpu_check_cases.json "$WORK/hf.jsonl" --device cuda \
     > "$WORK/hf.log" 2>&1 || echo "gpu_check: hf_bench did not finish cleanly (see $WORK/hf.log)" >&2
 
+# every kernel of one warm step of plan a and of Llama-3.2-1B, by name (what the cost model's classes
+# are checked against: docs/h200-measured.md, "A lent H200, traced kernel by kernel")
+timeout 60 $PY scripts/gpu_trace.py "$WORK/trace.json" --plan tests/data/h200/plans/a-*.json \
+    --hf tests/data/h200/hf/llama-3.2-1b.json:4:2048 > "$WORK/trace.log" 2>&1 \
+    || echo "gpu_check: gpu_trace did not finish cleanly (see $WORK/trace.log)" >&2
+
 $PY scripts/gpu_check_report.py --cluster "$CLUSTER" --validate "${VALIDATE[@]}" --hf "$WORK/hf.jsonl" \
-    --profile "$WORK/profile.json" --environment "$WORK/environment.json" --out "$OUT"
+    --profile "$WORK/profile.json" --environment "$WORK/environment.json" --trace "$WORK/trace.json" --out "$OUT"
 echo "gpu_check: wrote $OUT (logs in $WORK)" >&2

@@ -102,6 +102,13 @@ def build_report(*, cluster: str, validate_reports: list[dict], hf_records: list
             "runs": runs, "summary": _summary(runs, clusters)}
 
 
+def trace_summary(trace: dict) -> dict:
+    """Per traced case: wall and busy seconds, launches and each kernel name's launches and time
+    (the kernel-by-kernel sequence is left in the trace file)."""
+    keep = ("wall_unprofiled_s", "busy_us", "launches", "peak_allocated_bytes", "summary", "error")
+    return {name: {k: v for k, v in case.items() if k in keep} for name, case in trace.get("cases", {}).items()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cluster", required=True)
@@ -110,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cases", type=Path, default=ROOT / "scripts" / "gpu_check_cases.json")
     parser.add_argument("--profile", default=None)
     parser.add_argument("--environment", type=Path, default=None)
+    parser.add_argument("--trace", type=Path, default=None, help="scripts/gpu_trace.py's JSON: each case's busy time kept")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     reports = [json.loads(p.read_text()) for p in args.validate if p.is_file()]
@@ -119,6 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     environment = json.loads(args.environment.read_text()) if args.environment and args.environment.is_file() else {}
     report = build_report(cluster=args.cluster, validate_reports=reports, hf_records=records, hf_configs=configs,
                           profile=profile, environment=environment)
+    if args.trace and args.trace.is_file():
+        report["traces"] = trace_summary(json.loads(args.trace.read_text()))
     args.out.write_text(json.dumps(report, indent=1, default=str) + "\n")
     print(json.dumps(report["summary"], indent=1))
     return 0

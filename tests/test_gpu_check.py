@@ -53,7 +53,7 @@ def test_the_script_is_valid_shell_and_names_its_parts():
     script = ROOT / "scripts" / "gpu_check.sh"
     assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
     text = script.read_text()
-    for part in ("autotune profile", "autotune validate", "hf_bench.py", "gpu_check_report.py"):
+    for part in ("autotune profile", "autotune validate", "hf_bench.py", "gpu_trace.py", "gpu_check_report.py"):
         assert part in text
     for plan in ("a-", "c-", "d-", "e-"):
         assert any((H200 / "plans").glob(f"{plan}*.json"))
