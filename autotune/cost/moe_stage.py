@@ -10,6 +10,7 @@ group edp (Megatron-Core's distributed optimizer keeps a separate expert-DP buff
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
@@ -78,6 +79,7 @@ def _expert_block(ex: ExpertLayerCost):
     return SimpleNamespace(params_per_gpu=ex.params_per_gpu, fwd_s=ex.fwd_s, bwd_s=ex.bwd_s, selective_fwd_s=0.0)
 
 
+@lru_cache(maxsize=1024)  # a search prices each stage at several positions and phases: validated once
 def _expert_stage(stage: StagePlan) -> StagePlan:
     """The stage as its expert weights see it: sharded over edp (no HSDP split, no cp)."""
     return replace(stage, dp=stage.edp, tp=stage.ep * stage.etp, cp=1, dp_shard=0)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -75,11 +76,17 @@ def _fp8_workload(workload):
     return found[1]
 
 
+@lru_cache(maxsize=1024)  # a search prices each stage at several positions: validated once
+def _plain(stage: StagePlan) -> StagePlan:
+    """The stage without FP8 and with every layer recomputed as its kind says."""
+    return replace(stage, fp8=False, recompute_layers=0)
+
+
 def variant_stage_cost(cost: Callable, ctx, stage: StagePlan, pos, num_layers=None):
     """``cost(ctx, stage, pos, num_layers)`` of a stage with FP8 or partial recomputation."""
     if stage.fp8:
         ctx = fp8_context(ctx)
-    plain = replace(stage, fp8=False, recompute_layers=0)
+    plain = _plain(stage)
     n = stage.num_layers if num_layers is None else num_layers
     f = recompute_fraction(stage, n)
     if not stage.recompute_layers or np.all(f >= 1.0):

@@ -315,7 +315,8 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     """Exposed data-parallel traffic per step (cost/sharding.py); ``sharding`` as _zero3_comm_s."""
     if span.size <= 1:
         return 0.0 * params
-    groups, t = sharding or _sharding(ctx, stage, span, layer)
+    # the layer's ZeRO-3 traffic is read only under ZeRO 3 (the first gather): below it, the groups alone
+    groups, t = sharding or (_sharding(ctx, stage, span, layer) if stage.zero >= 3 else (shard_groups(stage, span), None))
     first_gather = 0.0
     if stage.zero >= 3 and not stage.reshard_after_forward:  # once per step, prefetched a layer ahead
         first_gather = (t.gather_s + n * (np.maximum(0.0, t.gather_s - t.fwd_s)
