@@ -118,20 +118,23 @@ class Screens:
         """choice_costs through the plan cache, a position at a time (another pipeline depth or
         GPU count needing some of the same positions reuses them); ``sizes``: micro-batch sizes
         other than the degree's own; ``inter_node`` as choice_costs. ``kind`` names what the
-        tables are for (screens, leanest members, members), not part of what they are."""
+        tables are for (screens, leanest members, members), not part of what they are, except
+        that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
         cache, ctx = self.search.cache, self.search._slice_context(dp)
         if sizes is not None:
             ctx = replace(ctx, micro_batches=sizes)
-        made = self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)  # by workers
+        memory_only = kind == "lean"
+        made = None if memory_only else self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)
         if cache is None:
             self.search.num_trials += 1
-            return made if made is not None else choice_costs(ctx, choice, positions, inter_node)
-        keys = {pos: (self.search.base_key, "position", dp, mp, ctx.micro_batches, inter_node, choice, pos)
+            return made if made is not None else choice_costs(ctx, choice, positions, inter_node, memory_only)
+        tables = "memory" if memory_only else "position"
+        keys = {pos: (self.search.base_key, tables, dp, mp, ctx.micro_batches, inter_node, choice, pos)
                 for pos in positions}
         found = {pos: cache.study(key) for pos, key in keys.items()}
         missing = [pos for pos, value in found.items() if value is None]
         if missing:
-            made = made if made is not None else choice_costs(ctx, choice, missing, inter_node)
+            made = made if made is not None else choice_costs(ctx, choice, missing, inter_node, memory_only)
             self.search.num_trials += 1
             for pos in missing:
                 found[pos] = _PositionTables(*(getattr(made, name)[:, :, pos].copy() for name in _FIELDS))

@@ -99,11 +99,24 @@ def _stage_arrays(costers, stage, pos: StagePosition, n: np.ndarray) -> tuple[np
     return time, tail, base, per
 
 
+def _memory_arrays(costers, stage, pos: StagePosition, n: np.ndarray, shape: tuple) -> tuple[np.ndarray, ...]:
+    """_stage_arrays' memory alone (time and tail NaN: not priced), through each model's
+    stage_memory (the same bytes as its stage_cost's, cost/contract.py)."""
+    base = per = 0.0
+    both = StagePosition(inflight=_NONE_AND_ONE, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node)
+    for _, model in costers:
+        peak = np.broadcast_to(model.stage_memory(stage, both, num_layers=n).peak_bytes, (2,) + shape)
+        base = np.maximum(base, peak[0])
+        per = np.maximum(per, peak[1] - peak[0])
+    return np.full(shape, np.nan), np.full(shape, np.nan), base, per
+
+
 def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | None = None,
-                 inter_node: bool | None = None) -> ChoiceCosts:
+                 inter_node: bool | None = None, memory_only: bool = False) -> ChoiceCosts:
     """Score ``choice`` for every micro-batch size, layer count and position (``positions``:
     those to price; by default those its pipelines can take, positions_needed); ``inter_node``:
-    whether pipeline sends cross nodes (by default: when the stage spans a node or more)."""
+    whether pipeline sends cross nodes (by default: when the stage spans a node or more).
+    ``memory_only``: the memory tables alone, the time and tail left NaN (a memory screen)."""
     num_layers = ctx.tables.model.num_layers
     n = np.arange(1, num_layers + 1)[None, :]
     costers = _phase_costers(ctx)
@@ -116,7 +129,8 @@ def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | 
         pos = StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter)
         try:  # a choice this stage cannot take (a cache group that does not fit, ep x etp not dividing it)
             stage = choice.stage_plan(dp=ctx.dp, has_embedding=emb, has_head=head)
-            values = _stage_arrays(costers, stage, pos, n)
+            values = (_memory_arrays(costers, stage, pos, n, (len(ctx.micro_batches), num_layers)) if memory_only
+                      else _stage_arrays(costers, stage, pos, n))
         except AutotuneError:
             continue
         for key, value in zip(("time", "tail", "base", "per"), values):
