@@ -73,7 +73,7 @@ class StagePosition:
 
     inflight: float  # micro-batches whose activations it holds at its peak
     neighbors: int  # adjacent stages it sends to and receives from (0, 1 or 2)
-    p2p_inter_node: bool
+    p2p_inter_node: bool | None  # None: whichever link sends faster (a floor over both, for the search's screens)
     first_gpu: int = 0
 
 
@@ -273,6 +273,8 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
     Overlapped sends (Megatron-Core's default) hide behind the next micro-batch's compute."""
     if pos.neighbors == 0:
         return 0.0 * compute_s
+    if pos.p2p_inter_node is None:  # the lesser of the two links, element by element
+        return np.minimum(*(_p2p_s(ctx, stage, replace(pos, p2p_inter_node=inter), compute_s) for inter in (False, True)))
     m = ctx.tables.model
     nbytes = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
     link = ctx.cluster.inter_node if pos.p2p_inter_node else ctx.cluster.intra_node

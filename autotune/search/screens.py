@@ -21,7 +21,7 @@ import numpy as np
 
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
 from autotune.search.members import count_floors, member_floors, representative, screen_floors
-from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
+from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
 
 __all__ = ["ChoiceClass", "Screens", "price_positions"]
 
@@ -50,6 +50,9 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     top = max(c.zero for c in choices)
     return [c for c in choices if c.zero == top]
 
+
+# StagePlan fields that move tensors to host memory (cost/offload.py)
+_OFFLOADING = ("optimizer_in", "gradients_in", "weights_in", "activations_in", "activation_offload_layers")
 
 _FIELDS = ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes")
 
@@ -176,10 +179,16 @@ class Screens:
         dps, positions = self._degrees(mp, rep)
         if not dps:
             return []
-        out = [(dps[0], mp, rep, tuple(positions), None, None)]
-        if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) > 1:
-            out.append((dps[0], mp, rep, tuple(positions), None, True))
-        return out
+        return [(dps[0], mp, rep, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
+
+    def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
+        """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
+        degree's stages send, or, where the degrees' stages send both inside a node and across
+        nodes, by the faster link (or both links, for a stage that offloads: its offload may read
+        the send time)."""
+        if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) == 1:
+            return [None]
+        return [None, True] if any(k in _OFFLOADING for k, _ in rep.placements) else [EITHER_LINK]
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
         """(degrees whose studies have the class, positions their pipelines take)."""
@@ -201,12 +210,9 @@ class Screens:
             found = None
             if dps:
                 choice = replace(rep, recompute=recompute)
-                found = self.price(dps[0], mp, choice, positions, "screen")
-                node = self.problem.cluster.gpus_per_node
-                if len({mp * dp >= node for dp in dps}) > 1:  # both: the smallest stage is inside a node
-                    other = self.price(dps[0], mp, choice, positions, "screen", inter_node=True)
-                    found = replace(found, time_s=np.fmin(found.time_s, other.time_s))
-                found = (dps[0], found)
+                tables = [self.price(dps[0], mp, choice, positions, "screen", inter_node=link)
+                          for link in self._links(mp, rep, dps)]
+                found = (dps[0], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
             self._time[key] = found
         return self._time[key]
 

@@ -20,7 +20,10 @@ from autotune.search.choices import StageChoice
 from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["POSITIONS", "ChoiceCosts", "SliceContext", "choice_costs", "best_by_inflight"]
+__all__ = ["POSITIONS", "EITHER_LINK", "ChoiceCosts", "SliceContext", "choice_costs", "best_by_inflight"]
+
+# choice_costs' inter_node for sends priced by the faster of the two links (a floor over both)
+EITHER_LINK = "either"
 
 # (has_embedding, has_head, neighbours) of each position index
 POSITIONS = ((False, False, 2), (True, False, 1), (False, True, 1), (True, True, 0))
@@ -112,16 +115,17 @@ def _memory_arrays(costers, stage, pos: StagePosition, n: np.ndarray, shape: tup
 
 
 def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | None = None,
-                 inter_node: bool | None = None, memory_only: bool = False) -> ChoiceCosts:
+                 inter_node: bool | str | None = None, memory_only: bool = False) -> ChoiceCosts:
     """Score ``choice`` for every micro-batch size, layer count and position (``positions``:
     those to price; by default those its pipelines can take, positions_needed); ``inter_node``:
-    whether pipeline sends cross nodes (by default: when the stage spans a node or more).
+    whether pipeline sends cross nodes (by default: when the stage spans a node or more;
+    EITHER_LINK: by whichever link is faster, StagePosition's floor over both).
     ``memory_only``: the memory tables alone, the time and tail left NaN (a memory screen)."""
     num_layers = ctx.tables.model.num_layers
     n = np.arange(1, num_layers + 1)[None, :]
     costers = _phase_costers(ctx)
     size = choice.tp * choice.cp * ctx.dp
-    inter = size >= ctx.cluster.gpus_per_node if inter_node is None else inter_node
+    inter = size >= ctx.cluster.gpus_per_node if inter_node is None else None if inter_node == EITHER_LINK else inter_node
     shape = (len(ctx.micro_batches), num_layers + 1, len(POSITIONS))
     arrays = {k: np.full(shape, np.inf) for k in ("time", "tail", "base", "per")}
     for index in positions_needed(ctx, size) if positions is None else positions:
