@@ -82,6 +82,7 @@ class Screens:
         self._memory: dict[tuple, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
         self._made: dict[tuple, ChoiceCosts] = {}  # tables worker processes made, until priced
+        self._enumerated: dict[tuple, tuple] = {}  # _enumerate by (submesh, choice values)
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -108,13 +109,18 @@ class Screens:
         return found
 
     def _enumerate(self, dp: int, mp: int) -> tuple[dict[StageChoice, ChoiceClass], list[int]]:
+        """The study's classes and counts, from its choice values: degrees whose values are the same
+        (they differ only where ZeRO, mesh orders, expert or HSDP degrees do) share one enumeration."""
         p = self.problem
         values = choice_values(p.space, p.model, p.workload, p.cluster, mp, dp)
-        counts = [k for k in values.pop("recompute_layers", []) if k > 0]
-        groups: dict[StageChoice, list] = {}
-        for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
-            groups.setdefault(representative(choice), []).append((i, choice))
-        return {rep: ChoiceClass(rep, tuple(m)) for rep, m in groups.items()}, counts
+        key = (mp, tuple((name, tuple(v)) for name, v in values.items()))
+        if key not in self._enumerated:
+            counts = [k for k in values.pop("recompute_layers", []) if k > 0]
+            groups: dict[StageChoice, list] = {}
+            for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
+                groups.setdefault(representative(choice), []).append((i, choice))
+            self._enumerated[key] = {rep: ChoiceClass(rep, tuple(m)) for rep, m in groups.items()}, counts
+        return self._enumerated[key]
 
     def price(self, dp: int, mp: int, choice: StageChoice, positions: list[int], kind: str,
               sizes: tuple[int, ...] | None = None, inter_node: bool | None = None) -> ChoiceCosts:
