@@ -222,6 +222,10 @@ class Screens:
             self._time[key] = found
         return self._time[key]
 
+    def has_memory_screen(self, mp: int, rep: StageChoice) -> bool:
+        """Whether memory_screen(mp, rep) is made already."""
+        return (mp, rep, None) in self._memory
+
     def memory_screen(self, mp: int, rep: StageChoice,
                       recompute: str | None = None) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:
         """(micro-batch sizes, base, per-micro-batch bytes): the least memory of the class's leanest
