@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autotune.search.cache import PlanCache
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
 from autotune.search.members import count_floors, member_floors, representative, screen_floors
 from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
@@ -50,6 +51,8 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     top = max(c.zero for c in choices)
     return [c for c in choices if c.zero == top]
 
+
+_LOCAL_TABLE_BYTES = 64 * 2**20  # a search's own priced positions, when it has no plan cache
 
 # StagePlan fields that move tensors to host memory (cost/offload.py)
 _OFFLOADING = ("optimizer_in", "gradients_in", "weights_in", "activations_in", "activation_offload_layers")
@@ -83,6 +86,10 @@ class Screens:
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
         self._made: dict[tuple, ChoiceCosts] = {}  # tables worker processes made, until priced
         self._enumerated: dict[tuple, tuple] = {}  # _enumerate by (submesh, choice values)
+        # priced positions when the search has no plan cache: members at the smallest degree with
+        # their class repeat its screens' positions, a leanest member another's (about 1 in 9 in
+        # DeepSeek-V3 on 2048 GPUs); bounded as the plan cache's tables are
+        self._tables = PlanCache(max_results=0, max_study_bytes=_LOCAL_TABLE_BYTES)
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -129,17 +136,15 @@ class Screens:
         other than the degree's own; ``inter_node`` as choice_costs. ``kind`` names what the
         tables are for (screens, leanest members, members), not part of what they are, except
         that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
-        cache, ctx = self.search.cache, self.search._slice_context(dp)
+        ctx = self.search._slice_context(dp)
         if sizes is not None:
             ctx = replace(ctx, micro_batches=sizes)
         memory_only = kind == "lean"
         made = None if memory_only else self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)
-        if cache is None:
-            self.search.num_trials += 1
-            return made if made is not None else choice_costs(ctx, choice, positions, inter_node, memory_only)
+        cache, base = ((self.search.cache, self.search.base_key) if self.search.cache is not None
+                       else (self._tables, None))  # without a plan cache, this search's own
         tables = "memory" if memory_only else "position"
-        keys = {pos: (self.search.base_key, tables, dp, mp, ctx.micro_batches, inter_node, choice, pos)
-                for pos in positions}
+        keys = {pos: (base, tables, dp, mp, ctx.micro_batches, inter_node, choice, pos) for pos in positions}
         found = {pos: cache.study(key) for pos, key in keys.items()}
         missing = [pos for pos, value in found.items() if value is None]
         if missing:
