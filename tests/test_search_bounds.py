@@ -195,3 +195,19 @@ def test_sends_by_the_faster_link_price_the_lesser_of_both_links(model, gpus):
                 np.testing.assert_array_equal(getattr(either, name), getattr(intra, name))
             checked += 1
     assert checked >= 2
+
+
+@pytest.mark.parametrize("gpus, batch, cluster", [(4, 32, "dgx-a100-40gb"), (8, 64, "dgx-h100")])
+def test_the_pruned_search_finds_the_unpruned_plan_of_a_small_moe(gpus, batch, cluster):
+    """Floors, shared screens, memory screens priced alone and kept tables change what is priced,
+    never the answer: the default method's plan is the exhaustive enumeration's (every member of
+    every class priced at every degree), for an MoE whose memory binds (4 GPUs of 40 GB: the fewest
+    that hold it) and one with room."""
+    from autotune.search.api import search
+
+    kwargs = dict(cluster=cluster, global_batch=batch, seq_len=4096, cache=False, plots="none")
+    pruned = search("olmoe-1b-7b", gpus, **kwargs)
+    unpruned = search("olmoe-1b-7b", gpus, method="exhaustive", **kwargs)
+    assert pruned.plan == unpruned.plan
+    assert pruned.estimate.step_time_s == unpruned.estimate.step_time_s
+    assert pruned.stats.num_trials < unpruned.stats.num_trials
