@@ -4,12 +4,14 @@ classes of each (dp, submesh) study, priced tables, and each class's screen.
 A class's screen (autotune.search.members) is two tables shared by every degree: its
 representative's stage times priced at the smallest degree whose studies have the class (a
 micro-batch's time does not fall as the degree grows), and the least memory of its leanest
-members priced at the largest (memory does not grow with the degree). A class's floor on a slice
+members priced at the largest (memory does not grow with the degree), their memory alone (the
+cost model's stage_memory: a few times cheaper than time and memory). A class's floor on a slice
 comes from the times alone (``memory=False``: cheap, one table per class) or from both.
 
 Tables go through the plan cache (autotune.search.cache) when the search has one: a table
 depends on the stage's submesh, degree, micro-batch sizes and positions, not on the GPU count,
-so another GPU count of the same model, workload, runtime and space reuses it.
+so another GPU count of the same model, workload, runtime and space reuses it. Without one, the
+search keeps its own (bounded) for the positions it prices twice.
 """
 
 from __future__ import annotations
