@@ -162,12 +162,13 @@ class UniformSearch:
         return max(plain, times[0]), max(inter, times[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
 
     def _memory_floors(self, key, mp: int, stages: int, rep: StageChoice) -> tuple[float, float]:
-        """class_floors with memory of ``rep`` on the slice; made with those of every class of the
-        submesh whose memory screen is priced already (one call for all: the same floors row by
-        row), kept until the slice is solved."""
+        """class_floors with memory of ``rep`` on the slice, kept until the slice is solved; from the
+        submesh's second on, made with those of every class whose memory screen is priced already
+        (one call for all: the same floors row by row; a slice asking once or twice makes only its own)."""
         memo = self._memory.setdefault((key, mp), {})
         if rep not in memo:
-            ready = [r for r in self.screens.classes(key.dp, mp) if r not in memo and self.screens.has_memory_screen(mp, r)]
+            ready = [r for r in self.screens.classes(key.dp, mp) if r not in memo and self.screens.has_memory_screen(mp, r)
+                     ] if memo else []
             ready += [] if rep in ready else [rep]
             shape = self._shape(key, stages, self._chunks(key, stages))
             memo.update(zip(ready, self.screens.class_floors(key, mp, ready, shape, memory=True)))
