@@ -79,7 +79,7 @@ def _expert_block(ex: ExpertLayerCost):
     return SimpleNamespace(params_per_gpu=ex.params_per_gpu, fwd_s=ex.fwd_s, bwd_s=ex.bwd_s, selective_fwd_s=0.0)
 
 
-@lru_cache(maxsize=1024)  # a search prices each stage at several positions and phases: validated once
+@lru_cache(maxsize=4096)  # a search prices a stage's memory alone and then whole (about half the calls): validated once
 def _expert_stage(stage: StagePlan) -> StagePlan:
     """The stage as its expert weights see it: sharded over edp (no HSDP split, no cp)."""
     return replace(stage, dp=stage.edp, tp=stage.ep * stage.etp, cp=1, dp_shard=0)

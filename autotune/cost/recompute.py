@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass, replace
-from functools import lru_cache
 
 import numpy as np
 
@@ -76,7 +75,6 @@ def _fp8_workload(workload):
     return found[1]
 
 
-@lru_cache(maxsize=1024)  # a search prices each stage at several positions: validated once
 def plain_stage(stage: StagePlan) -> StagePlan:
     """The stage without FP8 and with every layer recomputed as its kind says."""
     return replace(stage, fp8=False, recompute_layers=0)

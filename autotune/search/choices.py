@@ -47,26 +47,14 @@ class StageChoice:
                    has_head: bool = False) -> StagePlan:
         """The stage on ``layers``; without them a one-layer stage that the cost tables price for
         every layer count, keeping ``recompute_layers`` as it is (N >= a stage's layers is all)."""
-        if layers is None:  # the tables' stage: one per position, shared by every table of the choice
-            return _table_stage(self, dp, has_embedding, has_head)
         count = self.recompute_layers
-        if count >= layers[1] - layers[0]:
+        if layers is not None and count >= layers[1] - layers[0]:
             count = 0  # every layer of this stage: plain full recomputation
-        return _stage(self, dp, layers, has_embedding, has_head, count)
-
-
-def _stage(choice: StageChoice, dp: int, layers: tuple[int, int], has_embedding: bool, has_head: bool,
-           recompute_layers: int) -> StagePlan:
-    return StagePlan(layers=layers, has_embedding=has_embedding, has_head=has_head, num_gpus=choice.tp * choice.cp * dp,
-                     tp=choice.tp, cp=choice.cp, dp=dp, sequence_parallel=choice.sequence_parallel,
-                     recompute=choice.recompute, zero=choice.zero, mesh_order=choice.mesh_order, ep=choice.ep,
-                     etp=choice.etp, recompute_layers=recompute_layers, fp8=choice.fp8, cp_comm=choice.cp_comm,
-                     **dict(choice.placements))
-
-
-@lru_cache(maxsize=4096)  # validated once: a search prices a choice's positions in many tables
-def _table_stage(choice: StageChoice, dp: int, has_embedding: bool, has_head: bool) -> StagePlan:
-    return _stage(choice, dp, (0, 1), has_embedding, has_head, choice.recompute_layers)
+        return StagePlan(layers=layers or (0, 1), has_embedding=has_embedding, has_head=has_head,
+                         num_gpus=self.tp * self.cp * dp, tp=self.tp, cp=self.cp, dp=dp,
+                         sequence_parallel=self.sequence_parallel, recompute=self.recompute, zero=self.zero,
+                         mesh_order=self.mesh_order, ep=self.ep, etp=self.etp, recompute_layers=count,
+                         fp8=self.fp8, cp_comm=self.cp_comm, **dict(self.placements))
 
 
 def choice_params(workload: object) -> tuple[str, ...]:
