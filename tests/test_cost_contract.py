@@ -98,3 +98,22 @@ def test_more_micro_batches_in_flight_hold_more_memory(kind):
         held = [model.stage_cost(_stage(), StagePosition(inflight=k, neighbors=2, p2p_inter_node=False)).memory.peak_bytes
                 for k in (1.0, 4.0)]
         assert held[1] > held[0]
+
+
+def test_stage_memory_is_the_stage_costs_memory(kind):
+    """stage_memory may price memory without time (MoE stages do): the same bytes, field by field,
+    for every layer count at once and for none and one micro-batch in flight."""
+    counts = np.arange(1, 6)
+    both = StagePosition(inflight=np.array([0.0, 1.0]).reshape(2, 1, 1), neighbors=1, p2p_inter_node=True)
+    moe = MODEL.is_moe
+    stages = [_stage(), _stage(tp=2, dp=2)] + ([_stage(tp=2, dp=2, ep=2, etp=2)] if moe else [])
+    if kind == "train":  # the training choices: recomputation, ZeRO, FP8, partial recomputation
+        stages += [_stage(tp=2, dp=2, zero=1, recompute="full"), _stage(dp=4, zero=3, recompute="selective"),
+                   _stage(dp=4, recompute="full", recompute_layers=2), _stage(dp=2, zero=1, fp8=True)]
+        stages += [_stage(dp=4, ep=4, zero=1, recompute="full", fp8=True)] if moe else []
+    for _, model in _models(kind, micro_batch=np.array([[1], [2]])):
+        for stage in stages:
+            for pos, n in ((MIDDLE, None), (both, counts)):
+                whole, alone = model.stage_cost(stage, pos, num_layers=n).memory, model.stage_memory(stage, pos, num_layers=n)
+                for name, value in vars(whole).items():
+                    assert np.array_equal(np.broadcast_to(getattr(alone, name), np.shape(value)), value), (stage, name)

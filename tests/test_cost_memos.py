@@ -62,3 +62,30 @@ def test_presets_are_one_object_and_fingerprints_follow_contents():
 
 def test_optuna_version_read_from_its_file_is_the_installed_one():
     assert _optuna_version() == importlib.metadata.version("optuna")
+
+
+def test_kept_moe_stage_costs_follow_each_stages_dense_and_moe_layers():
+    """Equal MoE stages share a kept cost only where they hold as many dense and MoE layers: with
+    every other layer MoE, stages of three layers starting at odd and even layers differ."""
+    from autotune.cost.contract import stage_cost
+    from autotune.cost.evaluate import evaluate_plan
+    from autotune.plan.builders import uniform_plan
+    from autotune.spec.runtime import load_runtime
+
+    model = tiny_moe(num_layers=12, first_k_dense_layers=0, moe_layer_frequency=2)
+    workload, cluster = TrainingWorkload(global_batch=16, seq_len=128), load_cluster("dgx-h100")
+    runtime = load_runtime("megatron")
+    plan = uniform_plan(num_layers=12, gpus=32, global_batch=16, pp=4, ep=2, micro_batch=1, recompute="full",
+                        has_embeddings=True)
+    kept = _fresh(lambda: evaluate_plan(model, workload, cluster, plan, runtime=runtime))
+    _same(evaluate_plan(model, workload, cluster, plan, runtime=runtime), kept)  # now from the kept costs
+    real = evaluate_module._stage_costs
+    try:  # each stage priced on its own
+        evaluate_module._stage_costs = lambda ctx, stages, positions, g: [stage_cost(ctx, s, p)
+                                                                          for s, p in zip(stages, positions)]
+        plain = evaluate_module.evaluate_plan(model, workload, cluster, plan, runtime=runtime)
+    finally:
+        evaluate_module._stage_costs = real
+    assert kept == plain
+    middle = [s.microbatch_time_s for s in kept.stages[1:3]]  # layers 3-5 (one MoE) and 6-8 (two MoE)
+    assert middle[0] != middle[1]

@@ -12,7 +12,7 @@ from test_cost_contract import (kind, test_an_array_of_layer_counts_prices_each_
                                 test_more_layers_cost_more_time_memory_and_parameters,
                                 test_more_micro_batches_in_flight_hold_more_memory,
                                 test_tensor_parallelism_splits_parameters_and_compute,
-                                test_time_and_memory_are_positive_and_finite)
+                                test_stage_memory_is_the_stage_costs_memory, test_time_and_memory_are_positive_and_finite)
 
 # every layer MoE (the search's per-count share is then exact), with a shared expert
 MOE = tiny_moe(first_k_dense_layers=0, max_seq_len=1024, hidden_size=128, ffn_hidden_size=256)

@@ -8,6 +8,7 @@ the leanest members' memory at the largest degree is no more than any member's."
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -17,7 +18,7 @@ from autotune.search.driver import SearchProblem, SliceSearch
 from autotune.search.members import count_costs, count_floors, member_floors, representative
 from autotune.search.screens import _leanest, price_positions
 from autotune.search.space import load_space
-from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
+from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
 from autotune.spec.presets import load_preset
 from autotune.spec.resolve import resolve_cluster, training_workload
 from autotune.spec.runtime import load_runtime
@@ -171,3 +172,42 @@ def test_classes_fold_only_what_trades_time_for_memory():
         assert all(c.recompute == "full" for c in _leanest(cls))
     assert price_positions(1) == [SINGLE] and price_positions(5) == [FIRST, LAST, MIDDLE]
     assert isinstance(search.uniform.screens.price(4, 8, cls.rep, [MIDDLE], "member"), ChoiceCosts)
+
+
+@pytest.mark.parametrize("model, gpus", [("llama3-8b", 64), ("olmoe-1b-7b", 32)])
+def test_sends_by_the_faster_link_price_the_lesser_of_both_links(model, gpus):
+    """A time screen whose degrees' stages send both inside a node and across nodes is priced once,
+    sends by the faster link: element by element the lesser of the two links' tables."""
+    search = SliceSearch(_problem(model, gpus))
+    screens = search.uniform.screens
+    both = [(mp, rep) for mp in (1, 2, 4) for dp in screens.dps() for rep in (screens.classes(dp, mp) if any(
+        m == mp for m, _ in screens.submeshes(dp)) else ()) if screens._links(mp, rep, screens._degrees(mp, rep)[0]) == [
+        EITHER_LINK]]
+    checked = 0
+    for mp, rep in list(dict.fromkeys(both))[:3]:
+        dps, positions = screens._degrees(mp, rep)
+        ctx = search._slice_context(dps[0])
+        for choice in (rep, replace(rep, recompute="full")):
+            either, intra, inter = (choice_costs(ctx, choice, positions, link) for link in (EITHER_LINK, False, True))
+            np.testing.assert_array_equal(either.time_s, np.fmin(intra.time_s, inter.time_s))
+            assert np.any(intra.time_s != inter.time_s)
+            for name in ("tail_s", "mem_base_bytes", "mem_per_microbatch_bytes"):
+                np.testing.assert_array_equal(getattr(either, name), getattr(intra, name))
+            checked += 1
+    assert checked >= 2
+
+
+@pytest.mark.parametrize("gpus, batch, cluster", [(4, 32, "dgx-a100-40gb"), (8, 64, "dgx-h100")])
+def test_the_pruned_search_finds_the_unpruned_plan_of_a_small_moe(gpus, batch, cluster):
+    """Floors, shared screens, memory screens priced alone and kept tables change what is priced,
+    never the answer: the default method's plan is the exhaustive enumeration's (every member of
+    every class priced at every degree), for an MoE whose memory binds (4 GPUs of 40 GB: the fewest
+    that hold it) and one with room."""
+    from autotune.search.api import search
+
+    kwargs = dict(cluster=cluster, global_batch=batch, seq_len=4096, cache=False, plots="none")
+    pruned = search("olmoe-1b-7b", gpus, **kwargs)
+    unpruned = search("olmoe-1b-7b", gpus, method="exhaustive", **kwargs)
+    assert pruned.plan == unpruned.plan
+    assert pruned.estimate.step_time_s == unpruned.estimate.step_time_s
+    assert pruned.stats.num_trials < unpruned.stats.num_trials

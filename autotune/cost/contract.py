@@ -15,8 +15,9 @@ from typing import Protocol, runtime_checkable
 from autotune.cost.inference import (InferenceContext, check_inference_stage, dense_inference_stage_cost, inference_context,
                                      workload_phases)
 from autotune.cost.inference_moe import moe_inference_stage_cost
-from autotune.cost.moe_stage import moe_stage_cost
-from autotune.cost.recompute import has_variant, variant_stage_cost
+from autotune.cost.memory import StageMemory
+from autotune.cost.moe_stage import moe_stage_cost, moe_stage_memory
+from autotune.cost.recompute import fp8_context, has_variant, plain_stage, variant_stage_cost
 from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
 from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
 from autotune.graph.table import ModelTables
@@ -26,7 +27,7 @@ from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
 
 __all__ = ["StageCostModel", "TrainingCostModel", "InferenceCostModel", "phase_cost_models", "stage_cost",
-           "inference_stage_cost"]
+           "stage_memory", "inference_stage_cost"]
 
 
 def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
@@ -37,6 +38,17 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_laye
     if ctx.tables.moe_layer is not None:
         return moe_stage_cost(ctx, stage, pos, num_layers)
     return dense_stage_cost(ctx, stage, pos, num_layers)
+
+
+def stage_memory(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageMemory:
+    """``stage_cost(...).memory``, without pricing the time where the model has a path for memory
+    alone (MoE stages, FP8 included: cost/moe_stage.py moe_stage_memory runs the same memory
+    code); partial recomputation blends two whole costs and other stages are priced whole."""
+    if ctx.tables.moe_layer is not None and not stage.recompute_layers:
+        found = moe_stage_memory(fp8_context(ctx) if stage.fp8 else ctx, plain_stage(stage), pos, num_layers)
+        if found is not None:
+            return found
+    return stage_cost(ctx, stage, pos, num_layers).memory
 
 
 def inference_stage_cost(ctx: InferenceContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
@@ -61,6 +73,10 @@ class StageCostModel(Protocol):
 
     def stage_cost(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageCost: ...
 
+    def stage_memory(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageMemory:
+        """``stage_cost(...).memory``, which an implementation may price without the time."""
+        ...
+
 
 @dataclass(frozen=True)
 class TrainingCostModel:
@@ -71,6 +87,10 @@ class TrainingCostModel:
     def stage_cost(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageCost:
         return stage_cost(self.context, stage, position, num_layers=num_layers)
 
+    def stage_memory(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageMemory:
+        """The stage's memory alone (as stage_cost's), priced without its time where that is cheaper."""
+        return stage_memory(self.context, stage, position, num_layers=num_layers)
+
 
 @dataclass(frozen=True)
 class InferenceCostModel:
@@ -80,6 +100,9 @@ class InferenceCostModel:
 
     def stage_cost(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageCost:
         return inference_stage_cost(self.context, stage, position, num_layers=num_layers)
+
+    def stage_memory(self, stage: StagePlan, position: StagePosition, num_layers: object = None) -> StageMemory:
+        return self.stage_cost(stage, position, num_layers=num_layers).memory
 
 
 def phase_cost_models(tables: ModelTables, workload: TrainingWorkload | InferenceWorkload, cluster: ClusterSpec, *,

@@ -72,19 +72,21 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
     start, nor on its first GPU beyond the offset in its node (the mesh groups it spans), and its
     activation memory is the bytes saved per micro-batch times those in flight (cost/stage.py;
     FP8 prices the plain stage in an FP8 context, partial recomputation blends two such costs
-    linearly, so both keep that). MoE stages are not: which layers are dense depends on where
-    the stage starts."""
+    linearly, so both keep that). An MoE stage (cost/moe_stage.py) reads its layers only through
+    how many of them are dense and how many MoE (moe_layer_split), so those counts join its key."""
     out = []
     context = _context_key(ctx)
+    moe = ctx.tables.moe_layer is not None
     for stage, pos in zip(stages, positions):
-        if offloads(stage) or stage.activation_offload_layers or ctx.tables.moe_layer is not None:
+        if offloads(stage) or stage.activation_offload_layers:
             out.append(stage_cost(ctx, stage, pos))
             continue
-        key = (context, tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers, pos.neighbors,
-               pos.p2p_inter_node, pos.first_gpu % gpus_per_node)
+        key = (context, tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers,
+               ctx.tables.layer_counts(*stage.layers) if moe else None, pos.neighbors, pos.p2p_inter_node,
+               pos.first_gpu % gpus_per_node)
         found = _STAGE_COSTS.get(key)
         if found is None:  # one micro-batch in flight: its activation bytes are the bytes saved per micro-batch
-            price = stage_cost if has_variant(stage) else dense_stage_cost
+            price = stage_cost if has_variant(stage) or moe else dense_stage_cost
             if len(_STAGE_COSTS) >= _STAGE_COSTS_KEPT:
                 _STAGE_COSTS.pop(next(iter(_STAGE_COSTS)))  # the oldest
             found = _STAGE_COSTS[key] = (ctx, price(ctx, stage, StagePosition(

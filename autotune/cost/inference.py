@@ -247,6 +247,8 @@ def _p2p_s(ctx: InferenceContext, stage: StagePlan, pos: StagePosition) -> objec
     split between its two stages, so the stages' sum counts every boundary once."""
     if pos.neighbors == 0:
         return 0.0
+    if pos.p2p_inter_node is None:  # the lesser of the two links (StagePosition)
+        return np.minimum(*(_p2p_s(ctx, stage, replace(pos, p2p_inter_node=inter)) for inter in (False, True)))
     m = ctx.tables.model
     nbytes = ctx.micro_batch * ctx.tokens_per_seq / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
     link = ctx.cluster.inter_node if pos.p2p_inter_node else ctx.cluster.intra_node

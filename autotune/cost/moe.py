@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -72,10 +73,15 @@ def _span(ranks: list[int], gpus_per_node: int) -> GroupSpan:
 def expert_spans(stage: StagePlan, gpus_per_node: int, first_gpu: int = 0) -> dict[str, GroupSpan]:
     """Spans of the etp, ep and edp groups holding the stage's first rank, etp innermost
     (Megatron-Core's expert rank order tp-ep-dp)."""
-    etp, ep = stage.etp, stage.ep
-    return {"etp": _span([first_gpu + i for i in range(etp)], gpus_per_node),
-            "ep": _span([first_gpu + i * etp for i in range(ep)], gpus_per_node),
-            "edp": _span([first_gpu + i * etp * ep for i in range(stage.edp)], gpus_per_node)}
+    etp, ep, edp = _expert_spans(stage.etp, stage.ep, stage.edp, gpus_per_node, first_gpu % gpus_per_node)
+    return {"etp": etp, "ep": ep, "edp": edp}
+
+
+@lru_cache(maxsize=1024)  # every MoE stage cost asks; the groups see the first GPU's place in its node only
+def _expert_spans(etp: int, ep: int, edp: int, gpus_per_node: int, first_gpu: int) -> tuple[GroupSpan, ...]:
+    return (_span([first_gpu + i for i in range(etp)], gpus_per_node),
+            _span([first_gpu + i * etp for i in range(ep)], gpus_per_node),
+            _span([first_gpu + i * etp * ep for i in range(edp)], gpus_per_node))
 
 
 def load_imbalance(rows_per_rank, ep: int, override: float = 0.0):

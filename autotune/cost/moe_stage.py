@@ -10,6 +10,7 @@ group edp (Megatron-Core's distributed optimizer keeps a separate expert-DP buff
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # a stage of training or of inference
     from autotune.cost.context import CostContext
 
-__all__ = ["moe_stage_cost"]
+__all__ = ["moe_stage_cost", "moe_stage_memory"]
 
 
 def _tp_layer_share(ctx: CostContext) -> float:
@@ -78,6 +79,7 @@ def _expert_block(ex: ExpertLayerCost):
     return SimpleNamespace(params_per_gpu=ex.params_per_gpu, fwd_s=ex.fwd_s, bwd_s=ex.bwd_s, selective_fwd_s=0.0)
 
 
+@lru_cache(maxsize=4096)  # a search prices a stage's memory alone and then whole (about half the calls): validated once
 def _expert_stage(stage: StagePlan) -> StagePlan:
     """The stage as its expert weights see it: sharded over edp (no HSDP split, no cp)."""
     return replace(stage, dp=stage.edp, tp=stage.ep * stage.etp, cp=1, dp_shard=0)
@@ -172,8 +174,9 @@ def _expert_cost(ctx, stage: StagePlan, first_gpu: int) -> ExpertLayerCost:
     return found[1]
 
 
-def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
-    """cost/stage.py's StageCost for a stage of an MoE model."""
+def _stage_parts(ctx, stage: StagePlan, pos, num_layers):
+    """What the stage's time and its memory both read: its blocks, its MoE layer's non-expert block,
+    its dense and MoE layer counts, its experts' cost and its non-expert parameters per GPU."""
     m = ctx.tables.model
     require(m.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {m.num_experts} experts")
     require(m.expert_ffn_hidden_size % stage.etp == 0, "etp",
@@ -182,14 +185,30 @@ def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
             "offload and cache grouping are not modelled for mixture-of-experts stages")
     blocks = st._blocks(ctx, stage)
     moe = st._block(ctx, ctx.tables.moe_layer, stage)
+    n_dense, n_moe = moe_layer_split(ctx.tables, stage, num_layers)
+    ex = _expert_cost(ctx, stage, pos.first_gpu)
+    params = n_dense * st._scalar(blocks["layer"].params_per_gpu) + n_moe * st._scalar(moe.params_per_gpu) + sum(
+        st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
+    return blocks, moe, n_dense, n_moe, ex, params
+
+
+def moe_stage_memory(ctx, stage: StagePlan, pos, num_layers=None) -> StageMemory:
+    """moe_stage_cost's memory without its time (the search's memory screens read only this):
+    the same parts and the same _memory, so the same bytes; None where the time shapes the memory
+    too (activation offload, cost/offload.py), for the caller to price the whole stage."""
+    if stage.activation_offload_layers:
+        return None
+    blocks, moe, n_dense, n_moe, ex, params = _stage_parts(ctx, stage, pos, num_layers)
+    return _memory(ctx, stage, blocks, moe, ex, n_dense, n_moe, params, pos, _expert_stage(stage))
+
+
+def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
+    """cost/stage.py's StageCost for a stage of an MoE model."""
+    blocks, moe, n_dense, n_moe, ex, params = _stage_parts(ctx, stage, pos, num_layers)
     dense = blocks["layer"]
     spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
     ex_spans = expert_spans(stage, ctx.cluster.gpus_per_node, pos.first_gpu)
-    n_dense, n_moe = moe_layer_split(ctx.tables, stage, num_layers)
-    ex = _expert_cost(ctx, stage, pos.first_gpu)
     fwd, bwd = _kernel_times(ctx, stage, blocks, moe, ex, n_dense, n_moe)
-    params = n_dense * st._scalar(dense.params_per_gpu) + n_moe * st._scalar(moe.params_per_gpu) + sum(
-        st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
     expert_params = n_moe * ex.params_per_gpu
     ep_comm = n_moe * _exposed_ep_comm_s(ctx, stage, moe, ex)
     expert_stage = _expert_stage(stage)

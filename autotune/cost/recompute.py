@@ -26,7 +26,7 @@ from autotune.errors import AutotuneError, require
 from autotune.plan.plan import StagePlan
 from autotune.spec.workload import LOW_PRECISION_DTYPES
 
-__all__ = ["has_variant", "variant_stage_cost", "recompute_fraction", "blend_costs", "fp8_context"]
+__all__ = ["has_variant", "variant_stage_cost", "recompute_fraction", "blend_costs", "fp8_context", "plain_stage"]
 
 
 def has_variant(stage: StagePlan) -> bool:
@@ -75,11 +75,16 @@ def _fp8_workload(workload):
     return found[1]
 
 
+def plain_stage(stage: StagePlan) -> StagePlan:
+    """The stage without FP8 and with every layer recomputed as its kind says."""
+    return replace(stage, fp8=False, recompute_layers=0)
+
+
 def variant_stage_cost(cost: Callable, ctx, stage: StagePlan, pos, num_layers=None):
     """``cost(ctx, stage, pos, num_layers)`` of a stage with FP8 or partial recomputation."""
     if stage.fp8:
         ctx = fp8_context(ctx)
-    plain = replace(stage, fp8=False, recompute_layers=0)
+    plain = plain_stage(stage)
     n = stage.num_layers if num_layers is None else num_layers
     f = recompute_fraction(stage, n)
     if not stage.recompute_layers or np.all(f >= 1.0):

@@ -73,7 +73,7 @@ class StagePosition:
 
     inflight: float  # micro-batches whose activations it holds at its peak
     neighbors: int  # adjacent stages it sends to and receives from (0, 1 or 2)
-    p2p_inter_node: bool
+    p2p_inter_node: bool | None  # None: whichever link sends faster (a floor over both, for the search's screens)
     first_gpu: int = 0
 
 
@@ -120,18 +120,36 @@ def _scalar(x: np.ndarray):
 @lru_cache(maxsize=4096)
 def _cached_block(table, device, dtype: str, micro_batch: tuple, shape: tuple, tp: int, cp: int, sp: bool, recipe: str) -> BlockTimes:
     """Block times depend on these only: a search reuses them across a stage's recomputation, ZeRO and mesh choices. Shared, so read-only."""
-    blocks = block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp, fp8_recipe=recipe)
-    for value in vars(blocks).values():
-        if isinstance(value, np.ndarray) and value.flags.owndata:
-            value.flags.writeable = False
-    return blocks
+    return _read_only(block_times(table, device, dtype, np.array(micro_batch).reshape(shape), tp, cp, sp, fp8_recipe=recipe))
 
 
 def _block(ctx: StageContext, table, stage: StagePlan, dtype: str | None = None) -> BlockTimes:
     b = np.asarray(ctx.micro_batch)
     block = _cached_block(table, ctx.cluster.device, dtype or ctx.workload.dtype, tuple(b.ravel().tolist()), b.shape,
                           stage.tp, stage.cp, bool(stage.sequence_parallel), ctx.runtime.fp8_recipe)
-    return _reuse_weight_casts(ctx, block)
+    if isinstance(block.weight_cast_fwd_ops_s, float) or not ctx.runtime.reuse_weight_casts:
+        return block  # nothing to reuse (as _reuse_weight_casts)
+    n = np.asarray(ctx.num_microbatches)
+    key = (id(block), n.shape, tuple(n.ravel().tolist()))  # the cached block lives in the entry: its id stays its own
+    found = _REUSED_CASTS.get(key)
+    if found is None:
+        if len(_REUSED_CASTS) >= _REUSED_CASTS_KEPT:
+            _REUSED_CASTS.pop(next(iter(_REUSED_CASTS)))  # the oldest
+        found = _REUSED_CASTS[key] = (block, _read_only(_reuse_weight_casts(ctx, block)))
+    return found[1]
+
+
+def _read_only(blocks: BlockTimes) -> BlockTimes:
+    for value in vars(blocks).values():
+        if isinstance(value, np.ndarray) and value.flags.owndata:
+            value.flags.writeable = False
+    return blocks
+
+
+# _reuse_weight_casts by block and micro-batch counts: a search asks for the same blocks at every
+# position and choice of a stage size. Shared, so read-only, as the blocks themselves.
+_REUSED_CASTS: dict = {}
+_REUSED_CASTS_KEPT = 1024
 
 
 def _reuse_weight_casts(ctx: StageContext, block: BlockTimes) -> BlockTimes:
@@ -273,6 +291,8 @@ def _p2p_s(ctx: StageContext, stage: StagePlan, pos: StagePosition, compute_s):
     Overlapped sends (Megatron-Core's default) hide behind the next micro-batch's compute."""
     if pos.neighbors == 0:
         return 0.0 * compute_s
+    if pos.p2p_inter_node is None:  # the lesser of the two links, element by element
+        return np.minimum(*(_p2p_s(ctx, stage, replace(pos, p2p_inter_node=inter), compute_s) for inter in (False, True)))
     m = ctx.tables.model
     nbytes = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes / stage.tp
     link = ctx.cluster.inter_node if pos.p2p_inter_node else ctx.cluster.intra_node
@@ -315,7 +335,8 @@ def _dp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     """Exposed data-parallel traffic per step (cost/sharding.py); ``sharding`` as _zero3_comm_s."""
     if span.size <= 1:
         return 0.0 * params
-    groups, t = sharding or _sharding(ctx, stage, span, layer)
+    # the layer's ZeRO-3 traffic is read only under ZeRO 3 (the first gather): below it, the groups alone
+    groups, t = sharding or (_sharding(ctx, stage, span, layer) if stage.zero >= 3 else (shard_groups(stage, span), None))
     first_gather = 0.0
     if stage.zero >= 3 and not stage.reshard_after_forward:  # once per step, prefetched a layer ahead
         first_gather = (t.gather_s + n * (np.maximum(0.0, t.gather_s - t.fwd_s)

@@ -112,8 +112,12 @@ class ModelTables:
     def layer_counts(self, first: int = 0, end: int | None = None) -> tuple[int, int]:
         """(dense layers, MoE layers) among layers ``[first, end)``."""
         end = self.model.num_layers if end is None else end
-        moe = sum(self.model.is_moe_layer(i) for i in range(first, end)) if self.moe_layer is not None else 0
-        return end - first - moe, moe
+        memo = self.__dict__.setdefault("_layer_counts", {})  # not a field: the tables are frozen, this only caches
+        found = memo.get((first, end))
+        if found is None:  # every MoE stage cost asks (cost/moe.py moe_layer_split): counted once per range
+            moe = sum(self.model.is_moe_layer(i) for i in range(first, end)) if self.moe_layer is not None else 0
+            found = memo[(first, end)] = (end - first - moe, moe)
+        return found
 
     def _layers_sum(self, attr: str, expert_share: float = 1.0) -> float:
         dense, moe = self.layer_counts()

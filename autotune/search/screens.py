@@ -4,12 +4,14 @@ classes of each (dp, submesh) study, priced tables, and each class's screen.
 A class's screen (autotune.search.members) is two tables shared by every degree: its
 representative's stage times priced at the smallest degree whose studies have the class (a
 micro-batch's time does not fall as the degree grows), and the least memory of its leanest
-members priced at the largest (memory does not grow with the degree). A class's floor on a slice
+members priced at the largest (memory does not grow with the degree), their memory alone (the
+cost model's stage_memory: a few times cheaper than time and memory). A class's floor on a slice
 comes from the times alone (``memory=False``: cheap, one table per class) or from both.
 
 Tables go through the plan cache (autotune.search.cache) when the search has one: a table
 depends on the stage's submesh, degree, micro-batch sizes and positions, not on the GPU count,
-so another GPU count of the same model, workload, runtime and space reuses it.
+so another GPU count of the same model, workload, runtime and space reuses it. Without one, the
+search keeps its own (bounded) for the positions it prices twice.
 """
 
 from __future__ import annotations
@@ -19,9 +21,10 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autotune.search.cache import PlanCache
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
 from autotune.search.members import count_floors, member_floors, representative, screen_floors
-from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
+from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
 
 __all__ = ["ChoiceClass", "Screens", "price_positions"]
 
@@ -51,6 +54,11 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     return [c for c in choices if c.zero == top]
 
 
+_LOCAL_TABLE_BYTES = 64 * 2**20  # a search's own priced positions, when it has no plan cache
+
+# StagePlan fields that move tensors to host memory (cost/offload.py)
+_OFFLOADING = ("optimizer_in", "gradients_in", "weights_in", "activations_in", "activation_offload_layers")
+
 _FIELDS = ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes")
 
 
@@ -79,6 +87,11 @@ class Screens:
         self._memory: dict[tuple, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
         self._made: dict[tuple, ChoiceCosts] = {}  # tables worker processes made, until priced
+        self._enumerated: dict[tuple, tuple] = {}  # _enumerate by (submesh, choice values)
+        # priced positions when the search has no plan cache: members at the smallest degree with
+        # their class repeat its screens' positions, a leanest member another's (about 1 in 9 in
+        # DeepSeek-V3 on 2048 GPUs); bounded as the plan cache's tables are
+        self._tables = PlanCache(max_results=0, max_study_bytes=_LOCAL_TABLE_BYTES)
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -105,33 +118,39 @@ class Screens:
         return found
 
     def _enumerate(self, dp: int, mp: int) -> tuple[dict[StageChoice, ChoiceClass], list[int]]:
+        """The study's classes and counts, from its choice values: degrees whose values are the same
+        (they differ only where ZeRO, mesh orders, expert or HSDP degrees do) share one enumeration."""
         p = self.problem
         values = choice_values(p.space, p.model, p.workload, p.cluster, mp, dp)
-        counts = [k for k in values.pop("recompute_layers", []) if k > 0]
-        groups: dict[StageChoice, list] = {}
-        for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
-            groups.setdefault(representative(choice), []).append((i, choice))
-        return {rep: ChoiceClass(rep, tuple(m)) for rep, m in groups.items()}, counts
+        key = (mp, tuple((name, tuple(v)) for name, v in values.items()))
+        if key not in self._enumerated:
+            counts = [k for k in values.pop("recompute_layers", []) if k > 0]
+            groups: dict[StageChoice, list] = {}
+            for i, choice in enumerate(enumerate_choices(p.space, mp, values)):
+                groups.setdefault(representative(choice), []).append((i, choice))
+            self._enumerated[key] = {rep: ChoiceClass(rep, tuple(m)) for rep, m in groups.items()}, counts
+        return self._enumerated[key]
 
     def price(self, dp: int, mp: int, choice: StageChoice, positions: list[int], kind: str,
               sizes: tuple[int, ...] | None = None, inter_node: bool | None = None) -> ChoiceCosts:
         """choice_costs through the plan cache, a position at a time (another pipeline depth or
         GPU count needing some of the same positions reuses them); ``sizes``: micro-batch sizes
         other than the degree's own; ``inter_node`` as choice_costs. ``kind`` names what the
-        tables are for (screens, leanest members, members), not part of what they are."""
-        cache, ctx = self.search.cache, self.search._slice_context(dp)
+        tables are for (screens, leanest members, members), not part of what they are, except
+        that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
+        ctx = self.search._slice_context(dp)
         if sizes is not None:
             ctx = replace(ctx, micro_batches=sizes)
-        made = self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)  # by workers
-        if cache is None:
-            self.search.num_trials += 1
-            return made if made is not None else choice_costs(ctx, choice, positions, inter_node)
-        keys = {pos: (self.search.base_key, "position", dp, mp, ctx.micro_batches, inter_node, choice, pos)
-                for pos in positions}
+        memory_only = kind == "lean"
+        made = None if memory_only else self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)
+        cache, base = ((self.search.cache, self.search.base_key) if self.search.cache is not None
+                       else (self._tables, None))  # without a plan cache, this search's own
+        tables = "memory" if memory_only else "position"
+        keys = {pos: (base, tables, dp, mp, ctx.micro_batches, inter_node, choice, pos) for pos in positions}
         found = {pos: cache.study(key) for pos, key in keys.items()}
         missing = [pos for pos, value in found.items() if value is None]
         if missing:
-            made = made if made is not None else choice_costs(ctx, choice, missing, inter_node)
+            made = made if made is not None else choice_costs(ctx, choice, missing, inter_node, memory_only)
             self.search.num_trials += 1
             for pos in missing:
                 found[pos] = _PositionTables(*(getattr(made, name)[:, :, pos].copy() for name in _FIELDS))
@@ -173,10 +192,16 @@ class Screens:
         dps, positions = self._degrees(mp, rep)
         if not dps:
             return []
-        out = [(dps[0], mp, rep, tuple(positions), None, None)]
-        if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) > 1:
-            out.append((dps[0], mp, rep, tuple(positions), None, True))
-        return out
+        return [(dps[0], mp, rep, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
+
+    def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
+        """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
+        degree's stages send, or, where the degrees' stages send both inside a node and across
+        nodes, by the faster link (or both links, for a stage that offloads: its offload may read
+        the send time)."""
+        if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) == 1:
+            return [None]
+        return [None, True] if any(k in _OFFLOADING for k, _ in rep.placements) else [EITHER_LINK]
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
         """(degrees whose studies have the class, positions their pipelines take)."""
@@ -198,14 +223,15 @@ class Screens:
             found = None
             if dps:
                 choice = replace(rep, recompute=recompute)
-                found = self.price(dps[0], mp, choice, positions, "screen")
-                node = self.problem.cluster.gpus_per_node
-                if len({mp * dp >= node for dp in dps}) > 1:  # both: the smallest stage is inside a node
-                    other = self.price(dps[0], mp, choice, positions, "screen", inter_node=True)
-                    found = replace(found, time_s=np.fmin(found.time_s, other.time_s))
-                found = (dps[0], found)
+                tables = [self.price(dps[0], mp, choice, positions, "screen", inter_node=link)
+                          for link in self._links(mp, rep, dps)]
+                found = (dps[0], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
             self._time[key] = found
         return self._time[key]
+
+    def has_memory_screen(self, mp: int, rep: StageChoice) -> bool:
+        """Whether memory_screen(mp, rep) is made already."""
+        return (mp, rep, None) in self._memory
 
     def memory_screen(self, mp: int, rep: StageChoice,
                       recompute: str | None = None) -> tuple[tuple[int, ...], np.ndarray, np.ndarray]:

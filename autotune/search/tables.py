@@ -20,7 +20,10 @@ from autotune.search.choices import StageChoice
 from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["POSITIONS", "ChoiceCosts", "SliceContext", "choice_costs", "best_by_inflight"]
+__all__ = ["POSITIONS", "EITHER_LINK", "ChoiceCosts", "SliceContext", "choice_costs", "best_by_inflight"]
+
+# choice_costs' inter_node for sends priced by the faster of the two links (a floor over both)
+EITHER_LINK = "either"
 
 # (has_embedding, has_head, neighbours) of each position index
 POSITIONS = ((False, False, 2), (True, False, 1), (False, True, 1), (True, True, 0))
@@ -99,16 +102,30 @@ def _stage_arrays(costers, stage, pos: StagePosition, n: np.ndarray) -> tuple[np
     return time, tail, base, per
 
 
+def _memory_arrays(costers, stage, pos: StagePosition, n: np.ndarray, shape: tuple) -> tuple[np.ndarray, ...]:
+    """_stage_arrays' memory alone (time and tail NaN: not priced), through each model's
+    stage_memory (the same bytes as its stage_cost's, cost/contract.py)."""
+    base = per = 0.0
+    both = StagePosition(inflight=_NONE_AND_ONE, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node)
+    for _, model in costers:
+        peak = np.broadcast_to(model.stage_memory(stage, both, num_layers=n).peak_bytes, (2,) + shape)
+        base = np.maximum(base, peak[0])
+        per = np.maximum(per, peak[1] - peak[0])
+    return np.full(shape, np.nan), np.full(shape, np.nan), base, per
+
+
 def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | None = None,
-                 inter_node: bool | None = None) -> ChoiceCosts:
+                 inter_node: bool | str | None = None, memory_only: bool = False) -> ChoiceCosts:
     """Score ``choice`` for every micro-batch size, layer count and position (``positions``:
     those to price; by default those its pipelines can take, positions_needed); ``inter_node``:
-    whether pipeline sends cross nodes (by default: when the stage spans a node or more)."""
+    whether pipeline sends cross nodes (by default: when the stage spans a node or more;
+    EITHER_LINK: by whichever link is faster, StagePosition's floor over both).
+    ``memory_only``: the memory tables alone, the time and tail left NaN (a memory screen)."""
     num_layers = ctx.tables.model.num_layers
     n = np.arange(1, num_layers + 1)[None, :]
     costers = _phase_costers(ctx)
     size = choice.tp * choice.cp * ctx.dp
-    inter = size >= ctx.cluster.gpus_per_node if inter_node is None else inter_node
+    inter = size >= ctx.cluster.gpus_per_node if inter_node is None else None if inter_node == EITHER_LINK else inter_node
     shape = (len(ctx.micro_batches), num_layers + 1, len(POSITIONS))
     arrays = {k: np.full(shape, np.inf) for k in ("time", "tail", "base", "per")}
     for index in positions_needed(ctx, size) if positions is None else positions:
@@ -116,7 +133,8 @@ def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | 
         pos = StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter)
         try:  # a choice this stage cannot take (a cache group that does not fit, ep x etp not dividing it)
             stage = choice.stage_plan(dp=ctx.dp, has_embedding=emb, has_head=head)
-            values = _stage_arrays(costers, stage, pos, n)
+            values = (_memory_arrays(costers, stage, pos, n, (len(ctx.micro_batches), num_layers)) if memory_only
+                      else _stage_arrays(costers, stage, pos, n))
         except AutotuneError:
             continue
         for key, value in zip(("time", "tail", "base", "per"), values):

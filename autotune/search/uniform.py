@@ -56,6 +56,7 @@ class UniformSearch:
         self._priced: dict[tuple, dict[int, ChoiceCosts]] = {}
         self._items: dict = {}  # by slice: its candidates' floors, until it is solved
         self._time_only: dict = {}  # by (slice, submesh, class): its floors from times alone
+        self._memory: dict = {}  # by (slice, submesh): its classes' floors with memory, as they are made
         self.studies: set[tuple[int, int]] = set()
         self.num_evaluated = 0
 
@@ -157,9 +158,21 @@ class UniformSearch:
     def _with_memory(self, key, item: tuple) -> tuple:
         """A class's item with its floors from its leanest members' memory as well (state _MEMORY)."""
         _, _, kind, rank, (mi, mp, stages, rep, _, times) = item
-        shape = self._shape(key, stages, self._chunks(key, stages))
-        plain, inter = self.screens.class_floors(key, mp, [rep], shape, memory=True)[0]
+        plain, inter = self._memory_floors(key, mp, stages, rep)
         return max(plain, times[0]), max(inter, times[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
+
+    def _memory_floors(self, key, mp: int, stages: int, rep: StageChoice) -> tuple[float, float]:
+        """class_floors with memory of ``rep`` on the slice, kept until the slice is solved; from the
+        submesh's second on, made with those of every class whose memory screen is priced already
+        (one call for all: the same floors row by row; a slice asking once or twice makes only its own)."""
+        memo = self._memory.setdefault((key, mp), {})
+        if rep not in memo:
+            ready = [r for r in self.screens.classes(key.dp, mp) if r not in memo and self.screens.has_memory_screen(mp, r)
+                     ] if memo else []
+            ready += [] if rep in ready else [rep]
+            shape = self._shape(key, stages, self._chunks(key, stages))
+            memo.update(zip(ready, self.screens.class_floors(key, mp, ready, shape, memory=True)))
+        return memo[rep]
 
     def coarse_bound_s(self, key) -> float:
         """A floor of lower_bound_s from the classes' times alone (no memory screens priced);
@@ -194,6 +207,8 @@ class UniformSearch:
         self._items.pop(key, None)
         for done in [k for k in self._time_only if k[0] == key]:
             del self._time_only[done]
+        for done in [k for k in self._memory if k[0] == key]:
+            del self._memory[done]
         return found
 
     def _expand(self, key, heap, tie, item, interleaved: bool) -> None:
