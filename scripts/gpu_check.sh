@@ -10,6 +10,11 @@
 #      prediction with the datasheet cluster and with the profile just measured (scripts/gpu_check_report.py)
 # A part that fails or runs out of time leaves its runs out (or marked failed); the report is
 # written whatever happened. Usage: scripts/gpu_check.sh [OUT.json] (default: gpu_check.json)
+# A shorter check on the same GPU kind (what a later lent GPU re-measures) sets, in the environment:
+#   GPU_CHECK_PROFILE=FILE    price with this measured profile of the same GPU instead of profiling again
+#   GPU_CHECK_PLANS="e"       the plan letters to validate (default: "a c d e")
+#   GPU_CHECK_CASES=FILE      scripts/hf_bench.py's cases (default: scripts/gpu_check_cases.json)
+#   GPU_CHECK_TRACE_PLANS, GPU_CHECK_TRACE_HF  what gpu_trace.py traces (default: plan a, Llama-3.2-1B 4 x 2048)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-gpu_check.json}
@@ -48,12 +53,13 @@ case "$GPU" in
 esac
 echo "gpu_check: $GPU -> cluster $CLUSTER; work in $WORK" >&2
 
-timeout 90 $PY -m autotune profile --device cuda --quick --no-collectives --out "$WORK/profile.json" \
+PROFILE=${GPU_CHECK_PROFILE:-$WORK/profile.json}
+[ -n "${GPU_CHECK_PROFILE:-}" ] || timeout 90 $PY -m autotune profile --device cuda --quick --no-collectives --out "$WORK/profile.json" \
     > "$WORK/profile.log" 2>&1 || echo "gpu_check: profile failed or ran out of time (see $WORK/profile.log)" >&2
 
 VALIDATE=()
-for plan in tests/data/h200/plans/a-*.json tests/data/h200/plans/c-*.json tests/data/h200/plans/d-*.json \
-            tests/data/h200/plans/e-*.json; do
+for letter in ${GPU_CHECK_PLANS:-a c d e}; do
+  plan=$(ls tests/data/h200/plans/"$letter"-*.json | head -1)
   name=$(basename "$plan" .json)
   timeout 75 $PY -m autotune validate "$plan" --device cuda --cluster "$CLUSTER" --steps 3 --timeout 70 \
       --json --out "$WORK/validate-$name.json" > "$WORK/validate-$name.log" 2>&1 \
@@ -61,15 +67,15 @@ for plan in tests/data/h200/plans/a-*.json tests/data/h200/plans/c-*.json tests/
   VALIDATE+=("$WORK/validate-$name.json")
 done
 
-timeout 180 $PY scripts/hf_bench.py scripts/gpu_check_cases.json "$WORK/hf.jsonl" --device cuda \
+timeout 180 $PY scripts/hf_bench.py "${GPU_CHECK_CASES:-scripts/gpu_check_cases.json}" "$WORK/hf.jsonl" --device cuda \
     > "$WORK/hf.log" 2>&1 || echo "gpu_check: hf_bench did not finish cleanly (see $WORK/hf.log)" >&2
 
 # every kernel of one warm step of plan a and of Llama-3.2-1B, by name (what the cost model's classes
 # are checked against: docs/h200-measured.md, "A lent H200, traced kernel by kernel")
-timeout 60 $PY scripts/gpu_trace.py "$WORK/trace.json" --plan tests/data/h200/plans/a-*.json \
-    --hf tests/data/h200/hf/llama-3.2-1b.json:4:2048 > "$WORK/trace.log" 2>&1 \
+timeout 60 $PY scripts/gpu_trace.py "$WORK/trace.json" --plan ${GPU_CHECK_TRACE_PLANS:-tests/data/h200/plans/a-*.json} \
+    --hf ${GPU_CHECK_TRACE_HF:-tests/data/h200/hf/llama-3.2-1b.json:4:2048} > "$WORK/trace.log" 2>&1 \
     || echo "gpu_check: gpu_trace did not finish cleanly (see $WORK/trace.log)" >&2
 
 $PY scripts/gpu_check_report.py --cluster "$CLUSTER" --validate "${VALIDATE[@]}" --hf "$WORK/hf.jsonl" \
-    --profile "$WORK/profile.json" --environment "$WORK/environment.json" --trace "$WORK/trace.json" --out "$OUT"
+    --cases "${GPU_CHECK_CASES:-scripts/gpu_check_cases.json}" --profile "$PROFILE" --environment "$WORK/environment.json" --trace "$WORK/trace.json" --out "$OUT"
 echo "gpu_check: wrote $OUT (logs in $WORK)" >&2
