@@ -7,6 +7,10 @@
 2. torch's fused AdamW (``torch.optim.AdamW(fused=True)``, the eager runtimes' optimizer) over
    fp32 parameters, gradients and states, timed per step, reported as bytes moved per second
    (28 bytes per parameter: parameter, exp_avg and exp_avg_sq read and written, gradient read).
+3. SDPA (``F.scaled_dot_product_attention``, causal, bf16, the kernel PyTorch picks) at head
+   dimensions 64 to 256 with the width (heads x head dim) held at 2048, so every row does the
+   same matmul FLOPs: forward and backward timed apart, with and without dropout. Gemma 2's head
+   dim 256 ran at about 0.39 of the head-128 rate inside its step (tests/data/h200/check-2026-11-27b).
 
     python scripts/gpu_kernel_rates.py OUT.json
 """
@@ -76,12 +80,46 @@ def fused_adamw() -> list[dict]:
     return rows
 
 
+# (batch, sequence) at width 2048; head dims of GPT-2 (64), GPT-3 2.7B (80), 96, Llama (128), 192, Gemma (256)
+SDPA_SHAPES = [(2, 4096), (8, 2048)]
+SDPA_HEAD_DIMS = [64, 80, 96, 128, 192, 256]
+
+
+def _sdpa_row(batch: int, seq: int, head_dim: int, dropout_p: float) -> dict:
+    heads = 2048 // head_dim
+    q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
+    grad = torch.randn_like(out)
+    fwd_ms = _time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True))
+    both_ms = _time_ms(lambda: torch.autograd.grad(
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), (q, k, v), grad))
+    flops = 2.0 * batch * heads * seq * seq * head_dim  # QK^T and PV, causal: half of 4 b h s^2 d
+    return {"batch": batch, "seq": seq, "head_dim": head_dim, "heads": heads, "dropout_p": dropout_p,
+            "fwd_ms": fwd_ms, "bwd_ms": both_ms - fwd_ms, "fwd_tflops": flops / fwd_ms / 1e9,
+            "bwd_tflops": 2.5 * flops / (both_ms - fwd_ms) / 1e9}
+
+
+def sdpa_head_dims() -> list[dict]:
+    rows = []
+    for batch, seq in SDPA_SHAPES:
+        for head_dim in SDPA_HEAD_DIMS:
+            for dropout_p in (0.0, 0.1):
+                try:
+                    rows.append(_sdpa_row(batch, seq, head_dim, dropout_p))
+                except RuntimeError as err:  # a head dim no kernel on this GPU takes
+                    rows.append({"batch": batch, "seq": seq, "head_dim": head_dim, "dropout_p": dropout_p,
+                                 "error": str(err).splitlines()[0]})
+                torch.cuda.empty_cache()
+    return rows
+
+
 def main() -> None:
     report = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(),
-              "head_gemms": head_gemms(), "fused_adamw": fused_adamw()}
+              "sdpa_head_dims": sdpa_head_dims(), "head_gemms": head_gemms(), "fused_adamw": fused_adamw()}
     with open(sys.argv[1], "w") as f:
         json.dump(report, f, indent=1)
-    for row in report["head_gemms"] + report["fused_adamw"]:
+    for row in report["sdpa_head_dims"] + report["head_gemms"] + report["fused_adamw"]:
         print(row, flush=True)
 
 
