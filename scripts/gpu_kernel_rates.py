@@ -12,7 +12,7 @@
    same matmul FLOPs: forward and backward timed apart, with and without dropout. Gemma 2's head
    dim 256 ran at about 0.39 of the head-128 rate inside its step (tests/data/h200/check-2026-11-27b).
 
-    python scripts/gpu_kernel_rates.py OUT.json
+    python scripts/gpu_kernel_rates.py OUT.json [sdpa_head_dims|head_gemms|fused_adamw ...]
 """
 
 from __future__ import annotations
@@ -85,17 +85,23 @@ SDPA_SHAPES = [(2, 4096), (8, 2048)]
 SDPA_HEAD_DIMS = [64, 80, 96, 128, 192, 256]
 
 
-def _sdpa_row(batch: int, seq: int, head_dim: int, dropout_p: float) -> dict:
+def _sdpa_row(batch: int, seq: int, head_dim: int, dropout_p: float, masked: bool = False) -> dict:
     heads = 2048 // head_dim
     q, k, v = (torch.randn(batch, heads, seq, head_dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
                for _ in range(3))
-    out = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True)
-    grad = torch.randn_like(out)
-    fwd_ms = _time_ms(lambda: torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True))
-    both_ms = _time_ms(lambda: torch.autograd.grad(
-        torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, is_causal=True), (q, k, v), grad))
+    # masked: the causal pattern passed as a boolean mask, as transformers does where it cannot use
+    # is_causal (masking_utils._ignore_causal_mask_sdpa: a sliding window at least the sequence long)
+    mask = torch.ones(seq, seq, device="cuda", dtype=torch.bool).tril().expand(batch, 1, seq, seq) if masked else None
+
+    def attend():
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p,
+                                                                is_causal=not masked)
+
+    grad = torch.randn_like(attend())
+    fwd_ms = _time_ms(attend)
+    both_ms = _time_ms(lambda: torch.autograd.grad(attend(), (q, k, v), grad))
     flops = 2.0 * batch * heads * seq * seq * head_dim  # QK^T and PV, causal: half of 4 b h s^2 d
-    return {"batch": batch, "seq": seq, "head_dim": head_dim, "heads": heads, "dropout_p": dropout_p,
+    return {"batch": batch, "seq": seq, "head_dim": head_dim, "heads": heads, "dropout_p": dropout_p, "masked": masked,
             "fwd_ms": fwd_ms, "bwd_ms": both_ms - fwd_ms, "fwd_tflops": flops / fwd_ms / 1e9,
             "bwd_tflops": 2.5 * flops / (both_ms - fwd_ms) / 1e9}
 
@@ -111,16 +117,24 @@ def sdpa_head_dims() -> list[dict]:
                     rows.append({"batch": batch, "seq": seq, "head_dim": head_dim, "dropout_p": dropout_p,
                                  "error": str(err).splitlines()[0]})
                 torch.cuda.empty_cache()
+            if head_dim in (64, 128, 256):
+                rows.append(_sdpa_row(batch, seq, head_dim, 0.0, masked=True))
     return rows
 
 
+PARTS = {"sdpa_head_dims": sdpa_head_dims, "head_gemms": head_gemms, "fused_adamw": fused_adamw}
+
+
 def main() -> None:
-    report = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": torch.cuda.get_device_name(),
-              "sdpa_head_dims": sdpa_head_dims(), "head_gemms": head_gemms(), "fused_adamw": fused_adamw()}
+    """OUT.json [PART ...]: every part unless named."""
+    parts = sys.argv[2:] or list(PARTS)
+    report = {"torch": torch.__version__, "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
+              "gpu": torch.cuda.get_device_name(), **{part: PARTS[part]() for part in parts}}
     with open(sys.argv[1], "w") as f:
         json.dump(report, f, indent=1)
-    for row in report["sdpa_head_dims"] + report["head_gemms"] + report["fused_adamw"]:
-        print(row, flush=True)
+    for part in parts:
+        for row in report[part]:
+            print(row, flush=True)
 
 
 if __name__ == "__main__":
