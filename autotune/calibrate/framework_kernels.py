@@ -10,6 +10,7 @@ from __future__ import annotations
 
 __all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "IN_STEP_KERNEL_MEASUREMENTS",
            "H200_KERNEL_MEASUREMENTS", "IN_STEP_SOURCES", "H200_HEAD_DIM_64_ATTENTION", "head_dim_64_attention_speed",
+           "masked_attention_slowdown",
            "stream_class_seconds", "stream_in_step_speeds"]
 
 # The attention kernels of llm-foundry (Triton FlashAttention, 1/1.8 of FlashAttention-2's speed),
@@ -137,3 +138,17 @@ def head_dim_64_attention_speed(profile: str, model) -> float:
         line += model.num_layers * ((2.0 if recompute else 1.0) * fwd + bwd)
         measured += seconds
     return line / measured
+
+
+def masked_attention_slowdown(rates: dict) -> dict[int, tuple[float, float]]:
+    """Per head dim, (forward, backward) time of SDPA given the causal pattern as a boolean mask over
+    its time with is_causal, averaged over the shapes scripts/gpu_kernel_rates.py timed both ways
+    without dropout (``rates``: its JSON; tests/data/h200/check-2026-11-27b/kernel_rates_sdpa.json)."""
+    rows = [r for r in rates["sdpa_head_dims"] if r.get("dropout_p") == 0.0 and "error" not in r]
+    causal = {(r["batch"], r["seq"], r["head_dim"]): r for r in rows if not r.get("masked")}
+    ratios: dict[int, list[tuple[float, float]]] = {}
+    for r in rows:
+        base = causal.get((r["batch"], r["seq"], r["head_dim"]))
+        if r.get("masked") and base:
+            ratios.setdefault(r["head_dim"], []).append((r["fwd_ms"] / base["fwd_ms"], r["bwd_ms"] / base["bwd_ms"]))
+    return {d: (sum(f for f, _ in v) / len(v), sum(b for _, b in v) / len(v)) for d, v in sorted(ratios.items())}

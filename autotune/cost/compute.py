@@ -22,7 +22,7 @@ from autotune.spec.hardware import DeviceProfile
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
 
 __all__ = ["BlockTimes", "block_times", "op_coefficients", "OpAmounts", "op_amounts", "memory_role", "saved_ops_bytes",
-           "attention_head_dim_speed", "te_saved_input_factor"]
+           "attention_head_dim_speed", "attention_mask_slowdown", "te_saved_input_factor"]
 
 # Which compute regression each operator kind uses; the rest are memory-bound (no FLOPs).
 _COMPUTE_CLASS = {"gemm": "gemm", "gemm_fp32": "gemm", "gemm_unaligned": "gemm_unaligned", "bmm": "bmm", "attention": "attention"}
@@ -85,6 +85,20 @@ def attention_head_dim_speed(device: DeviceProfile, head_dim: float) -> float:
     return (s64 + (1.0 - s64) * max(0.0, np.log2(padded / 64.0))) * head_dim / padded
 
 
+def attention_mask_slowdown(device: DeviceProfile, head_dim: float) -> tuple[float, float]:
+    """(forward, backward) time of the fused attention kernel given a mask tensor over its time
+    with is_causal at the same shape: the device's measured rows (Runtime.attention_mask_slowdown),
+    interpolated in log2(head dim) and held beyond the ends; where none was measured, 2 (a kernel
+    given a mask cannot skip the blocks above the diagonal, so it computes all s x s pairs, twice
+    the causal ones; FlashAttention-2, Dao 2023, sec. 3.1.1, skips them only under a causal flag)."""
+    rows = device.attention_mask_slowdown
+    if not rows:
+        return 2.0, 2.0
+    x = np.log2([row[0] for row in rows])
+    at = float(np.log2(max(head_dim, 1.0)))
+    return (float(np.interp(at, x, [row[1] for row in rows])), float(np.interp(at, x, [row[2] for row in rows])))
+
+
 @lru_cache(maxsize=512)
 def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coefficients:
     """Per-operator regression coefficients (cached per table, device and dtype)."""
@@ -100,6 +114,10 @@ def op_coefficients(table: OpTable, device: DeviceProfile, dtype: str) -> _Coeff
             if kind == "attention":
                 speed = attention_head_dim_speed(device, float(table.head_dim[i]))
                 spf[i], bwd_spf[i] = spf[i] / speed, bwd_spf[i] / speed
+                if table.masked_share[i]:  # the masked layers' kernels at their slowdown, the rest causal
+                    share = float(table.masked_share[i])
+                    fwd, bwd = attention_mask_slowdown(device, float(table.head_dim[i]))
+                    spf[i], bwd_spf[i] = spf[i] * (1.0 - share + share * fwd), bwd_spf[i] * (1.0 - share + share * bwd)
         memory = device.memory_regression(memory_role(kind, name))
         lat_m[i], spb[i] = memory.latency_s, memory.seconds_per_unit
     eff = device.kernel_efficiency

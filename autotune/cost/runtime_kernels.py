@@ -63,8 +63,9 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     tile = runtime.head_dim_tile(generation)
     unaligned = runtime.gemm_unaligned(generation)
     head_dim_64 = runtime.head_dim_64_speed(generation)
+    masked = runtime.mask_slowdown(generation)
     if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise and not tile \
-            and unaligned == (1.0, 1.0) and not head_dim_64:
+            and unaligned == (1.0, 1.0) and not head_dim_64 and not masked:
         return cluster
     compute = {key: _scaled(fit, attention if key[0] in ("attention", "attention_bwd") else
                             gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
@@ -84,7 +85,8 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     return cluster.with_changes(device=device.with_changes(compute=compute, memory=_scaled(device.memory, memory, runtime.name),
                                                            memory_kernels=kernels, kernel_efficiency=efficiency,
                                                            attention_head_dim_tile=tile or device.attention_head_dim_tile,
-                                                           attention_head_dim_64_speed=head_dim_64 or device.attention_head_dim_64_speed))
+                                                           attention_head_dim_64_speed=head_dim_64 or device.attention_head_dim_64_speed,
+                                                           attention_mask_slowdown=masked or device.attention_mask_slowdown))
 
 
 def unaligned_gemm_fits(compute: dict, speeds: tuple[float, float], runtime: str) -> dict:

@@ -58,6 +58,9 @@ class Operator:
     selective_dropped_bytes: float = 0.0  # part of saved_bytes not kept under selective recomputation
     shares_input: bool = False  # a GEMM reading the previous GEMM's input tensor: one low-precision cast serves both
     head_dim: float = 0.0  # a fused attention kernel's query/key head width (its speed depends on it)
+    # the share of the layers whose fused attention is given an explicit mask instead of is_causal
+    # (transformers on windowed layers): no causal block skipping, priced by cost/compute.py
+    masked_share: float = 0.0
 
 
 def _norm(name: str, m: ModelSpec, s: int, e: int, width: int = 0, *, sharding: str = "replicated",

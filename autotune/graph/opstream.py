@@ -25,7 +25,7 @@ from autotune.errors import AutotuneError
 from autotune.graph.operator import Operator
 from autotune.spec.model import ModelSpec
 
-__all__ = ["StreamMemory", "stream_names", "load_stream", "stream_for", "symbol_values", "stream_operators",
+__all__ = ["StreamMemory", "stream_names", "load_stream", "stream_for", "symbol_values", "stream_operators", "explicit_mask_share",
            "stream_memory", "STREAM_SCHEMA", "KERNEL_CLASSES"]
 
 STREAM_SCHEMA = "autotune.opstream/1"
@@ -198,10 +198,25 @@ def _merged(ops: list[Operator]) -> list[Operator]:
     return out
 
 
-def stream_operators(name: str, block: str, model: ModelSpec, seq_len: int) -> list[Operator]:
-    """The operators of ``block`` ("embedding", "layer", "head") of stream ``name`` for ``model``."""
+def stream_operators(name: str, block: str, model: ModelSpec, seq_len: int, masked_share: float = 0.0) -> list[Operator]:
+    """The operators of ``block`` ("embedding", "layer", "head") of stream ``name`` for ``model``;
+    ``masked_share``: the share of the layers whose attention kernels get an explicit mask."""
     values = symbol_values(model, seq_len)
-    return _merged([_operator(k, values, float(model.head_dim)) for k in load_stream(name)["blocks"][block]["kernels"]])
+    ops = [_operator(k, values, float(model.head_dim)) for k in load_stream(name)["blocks"][block]["kernels"]]
+    if masked_share:
+        ops = [replace(op, masked_share=masked_share) if op.kind == "attention" else op for op in ops]
+    return _merged(ops)
+
+
+def explicit_mask_share(model: ModelSpec, seq_len: int) -> float:
+    """The share of ``model``'s layers to which transformers' SDPA path passes a mask tensor, not
+    is_causal: the windowed layers (sliding or chunked) whose window is no longer than the sequence
+    (transformers 5.17 masking_utils._ignore_causal_mask_sdpa: "local_attention_size is not None and
+    kv_length >= local_attention_size" keeps the mask). Gemma 2 at 4,096 tokens: its 13 sliding
+    layers (tests/data/h200/check-2026-11-27b/gpu_check.json traces)."""
+    if not model.sliding_window or seq_len < model.sliding_window:
+        return 0.0
+    return model.windowed_share
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autotune.graph.opstream import stream_for, stream_operators
+from autotune.graph.opstream import explicit_mask_share, stream_for, stream_operators
 from autotune.graph.operators import (TP_SPLIT, Operator, embedding_operators, head_operators, layer_operators,
                                       operators)
 
@@ -54,6 +54,7 @@ class OpTable:
     selective_dropped_bytes: np.ndarray
     shares_input: np.ndarray  # its input's low-precision cast is the previous GEMM's (cost/quantize.py cast_s)
     head_dim: np.ndarray  # fused attention's head width, 0 for other operators
+    masked_share: np.ndarray  # share of layers whose fused attention runs with an explicit mask
 
     @classmethod
     def from_graph(cls, graph: nx.DiGraph) -> "OpTable":
@@ -76,7 +77,7 @@ class OpTable:
             selective=np.array([op.selective_recompute for op in ops]),
             selective_dropped_bytes=arr("selective_dropped_bytes"),
             shares_input=np.array([op.shares_input for op in ops], dtype=bool),
-            head_dim=arr("head_dim"),
+            head_dim=arr("head_dim"), masked_share=arr("masked_share"),
         )
 
     def __len__(self) -> int:
@@ -175,8 +176,10 @@ def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl:
 
 
 @lru_cache(maxsize=256)
-def _stream_tables(model: ModelSpec, seq_len: int, act_bytes: int, stream: str, qkv_fused: bool) -> ModelTables:
-    blocks = {b: OpTable.from_operators(stream_operators(stream, b, model, seq_len)) for b in ("layer", "embedding", "head")}
+def _stream_tables(model: ModelSpec, seq_len: int, act_bytes: int, stream: str, qkv_fused: bool,
+                   masked_share: float = 0.0) -> ModelTables:
+    blocks = {b: OpTable.from_operators(stream_operators(stream, b, model, seq_len, masked_share))
+              for b in ("layer", "embedding", "head")}
     return ModelTables(model=model, seq_len=seq_len, act_bytes=act_bytes, attention_impl="flash", layer=blocks["layer"],
                        embedding=blocks["embedding"], head=blocks["head"], qkv_fused=qkv_fused, op_stream=stream)
 
@@ -187,5 +190,6 @@ def runtime_tables(model: ModelSpec, workload, runtime) -> ModelTables:
     dtype and attention, else the hand-written graph with the runtime's QKV layout."""
     stream = stream_for(model, runtime.op_stream) if runtime.op_stream else ""
     if stream and workload.dtype in STREAM_DTYPES and workload.attention_impl == "flash":
-        return _stream_tables(model, workload.seq_len, workload.activation_bytes, stream, runtime.qkv_fused)
+        masked = explicit_mask_share(model, workload.seq_len) if runtime.masks_windowed_attention else 0.0
+        return _stream_tables(model, workload.seq_len, workload.activation_bytes, stream, runtime.qkv_fused, masked)
     return model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl, runtime.qkv_fused)

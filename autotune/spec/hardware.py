@@ -128,6 +128,10 @@ class DeviceProfile:
     # of it; cost/compute.py attention_head_dim_speed); 0: not modelled. Set per runtime and GPU
     # generation by cost/runtime_kernels.py (Runtime.attention_head_dim_tile), not by profiles.
     attention_head_dim_tile: int = 0
+    # (head dim, forward, backward) time of the attention kernel given a mask over it with is_causal
+    # (cost/compute.py attention_mask_slowdown); set per runtime and GPU generation by
+    # cost/runtime_kernels.py (Runtime.attention_mask_slowdown); () where none was measured
+    attention_mask_slowdown: tuple[tuple[float, float, float], ...] = ()
 
     def __post_init__(self) -> None:
         require(self.kind in ("gpu", "cpu"), "device.kind", "must be 'gpu' or 'cpu'")

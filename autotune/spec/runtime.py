@@ -111,6 +111,13 @@ class Runtime:
     # its attention kernel at head dim 64 over head dim 128 inside a step, per GPU (("h200", 0.776),);
     # where not stated, the device's figure (DeviceProfile.attention_head_dim_64_speed)
     attention_head_dim_64_speed: tuple[tuple[str, float], ...] = ()
+    # windowed layers' attention (sliding or chunked, window <= sequence) gets a mask tensor, not
+    # is_causal (graph/opstream.py explicit_mask_share): the kernel then skips no causal blocks
+    masks_windowed_attention: bool = False
+    # its attention kernel given a mask over the same kernel with is_causal, time at the same shape,
+    # per GPU generation and head dim: (("hopper", 128, forward, backward), ...); a generation not
+    # listed: 2 (all s x s pairs instead of the causal half: cost/compute.py attention_mask_slowdown)
+    attention_mask_slowdown: tuple[tuple[str, float, float, float], ...] = ()
     # its memory-bound kernels (norms, activations, casts, elementwise) inside a step over the device's
     # memory fits, per GPU generation
     memory_in_step_speed: tuple[tuple[str, float], ...] = ()
@@ -167,7 +174,8 @@ class Runtime:
     def __post_init__(self) -> None:
         for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "gemm_unaligned_speed", "attention_in_step_speed",
                      "attention_dropout_in_step_speed",
-                     "attention_head_dim_tile", "attention_head_dim_64_speed", "memory_in_step_speed", "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
+                     "attention_head_dim_tile", "attention_head_dim_64_speed", "attention_mask_slowdown", "memory_in_step_speed",
+                     "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -224,6 +232,10 @@ class Runtime:
         require(all(isinstance(g, str) and isinstance(t, int) and not isinstance(t, bool) and t > 0 and t % 8 == 0
                     for g, t in self.attention_head_dim_tile), "runtime.attention_head_dim_tile",
                 f"must map GPU generations to positive multiples of 8, got {self.attention_head_dim_tile!r}")
+        require(all(len(row) == 4 and isinstance(row[0], str) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                                     for v in row[1:]) and row[1] > 0 and min(row[2:]) >= 1
+                    for row in self.attention_mask_slowdown), "runtime.attention_mask_slowdown",
+                f"must list [generation, head dim > 0, forward >= 1, backward >= 1], got {self.attention_mask_slowdown!r}")
 
     def with_changes(self, **changes: Any) -> "Runtime":
         return replace(self, **changes)
@@ -237,7 +249,7 @@ class Runtime:
         that any of its per-GPU kernel tables states; the last where none does."""
         tables = (self.gemm_in_step_speed, self.gemm_unaligned_speed, self.attention_in_step_speed,
                   self.attention_dropout_in_step_speed, self.attention_head_dim_tile, self.memory_in_step_speed,
-                  self.attention_head_dim_64_speed)
+                  self.attention_head_dim_64_speed, self.attention_mask_slowdown)
         stated = {row[0] for table in tables for row in table}
         return next((key for key in keys if key in stated), keys[-1])
 
@@ -257,6 +269,11 @@ class Runtime:
     def head_dim_64_speed(self, generation: str) -> float:
         """Its attention at head dim 64 over 128 on this GPU (0: not stated, the device's figure)."""
         return dict(self.attention_head_dim_64_speed).get(generation, 0.0)
+
+    def mask_slowdown(self, generation: str) -> tuple[tuple[float, float, float], ...]:
+        """(head dim, forward, backward) rows of its masked attention's slowdown on this GPU
+        generation, by head dim; () where not stated."""
+        return tuple(sorted(tuple(row[1:]) for row in self.attention_mask_slowdown if row[0] == generation))
 
     def head_dim_tile(self, generation: str) -> int:
         """The head-dimension multiple its attention kernel pads to on this GPU generation (0: not known)."""
