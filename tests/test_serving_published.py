@@ -41,6 +41,8 @@ def test_a_row_is_read_from_its_own_cells():
     assert case.scope == "replica" and case.metric == "output_tokens_per_s"
     vllm = case_from_row(_rows("sgl060-009")[0])
     assert vllm.deployment.runtime.serving.scheduler_steps == 10  # --num-scheduler-steps 10 from its notes
+    assert vllm.deployment.runtime.serving.max_model_len == 4096  # --max_model_len 4096 from its notes
+    assert case_from_row(_rows("sgl060-001")[0]).deployment.runtime.serving.max_model_len == 0  # SGLang's launch sets none
     assert (vllm.load.kind, vllm.load.rate_per_s, vllm.load.num_requests) == ("rate", 4.0, 1200)
     assert vllm.unit_to_si == 1e-3 and any("sharegpt" in a for a in vllm.assumed)
 

@@ -212,6 +212,9 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     steps = _number(r"--num-scheduler-steps (\d+)", notes)
     if steps:
         changes["scheduler_steps"] = int(steps)
+    context = _number(r"--max[-_]model[-_]len[ =](\d+)", notes)
+    if context:
+        changes["max_model_len"] = int(context)
     fraction = _number(r"mem[-_]frac(?:tion[-_]static)?[ =]([\d.]+)", notes) or _number(
         r"kv_cache_free_gpu_mem_fraction[ =]([\d.]+)", notes) or _number(r"gpu[-_]memory[-_]utilization[ =]([\d.]+)", notes)
     if fraction:

@@ -59,6 +59,7 @@ class ServingEngine:
     max_num_seqs: int = 0  # running requests at most (0: as many as the KV cache holds)
     max_num_batched_tokens: int = 0  # tokens one step processes at most (prompt chunks plus decodes)
     batch_rule: str = "fixed"  # BATCH_RULES
+    max_model_len: int = 0  # context tokens a request may hold as launched (vLLM --max-model-len); 0: the model's
     prefill_chunk_tokens: int = 0  # with chunked_prefill: a prompt's chunk per step at most (0: the token budget)
     kv_block_tokens: int = 16  # tokens per KV cache block (paged attention); 1: token-granular
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES
@@ -91,7 +92,8 @@ class ServingEngine:
         require_choice("serving.kv_reservation", self.kv_reservation, KV_RESERVATIONS)
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
-        for name in ("max_num_seqs", "max_num_batched_tokens", "prefill_chunk_tokens", "decode_cuda_graph_max_batch"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk_tokens",
+                     "decode_cuda_graph_max_batch"):
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
