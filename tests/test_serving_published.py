@@ -85,6 +85,22 @@ def test_an_mlperf_row_with_its_lengths_is_priced_per_instance():
     assert latency.unit_to_si == 1e-9 and latency.metric == "ttft_mean"
 
 
+def test_a_server_row_runs_as_long_as_its_loadgen_settings_say():
+    """LoadGen's min_duration (2,400 s) at the target QPS issues 180,000 queries on 8 H100s, 45,000 a TP-2
+    instance (not the 24,576-sample set they are drawn from); the simulation stops at MAX_RATE_REQUESTS."""
+    from autotune.calibrate.serving_rows import MAX_RATE_REQUESTS, RATE_REQUESTS
+
+    row = _rows("mlp41-002")[0]
+    case = case_from_row(row)
+    assert case.load.num_requests == MAX_RATE_REQUESTS
+    assert any("of the run's 45000 requests" in a for a in case.assumed)
+    short = case_from_row(dict(row, notes=row["notes"].replace("min_duration (ms): 2400000", "min_duration (ms): 60000")))
+    assert short.load.num_requests == 75 * 60 // 4  # 4,500 queries, a quarter each
+    latency = _rows("mlp41-003")[0]
+    unstated = case_from_row(dict(latency, notes=latency["notes"].split("; LoadGen")[0]))
+    assert unstated.load.num_requests == RATE_REQUESTS
+
+
 def test_every_published_system_names_a_real_runtime_model_and_precision():
     for system in _systems():
         runtime = load_runtime(system.runtime)
