@@ -166,9 +166,10 @@ def _number(pattern: str, text: str) -> float | None:
     return float(found.group(1).replace(",", "")) if found else None
 
 
-def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float) -> tuple[Load, tuple[str, ...]]:
     """The load one replica sees, from concurrency_or_batch and the notes (a maximum-throughput row
-    without a count: the benchmark's own minimum, the dataset's ``offline_samples``)."""
+    without a count: the benchmark's own minimum, the dataset's ``offline_samples``; a rate row: the
+    notes' LoadGen min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
     text = f"{row['concurrency_or_batch']}; {row.get('notes', '')}"
     count = (_number(r"num_requests=([\d,]+)", text) or _number(r"([\d,]+) prompts", text)
              or _number(r"([\d,]+) requests", text) or _number(r"([\d,]+)-sample", text))
@@ -176,7 +177,7 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict) -> tuple[
             or _number(r"target_qps=([\d.]+)", text))
     concurrency = _number(r"concurrency[ =:]+(\d+)", text)
     assumed = ()
-    duration_ms = _number(r"min_duration \(ms\)[: ]+([\d,]+)", text)
+    duration_ms = _number(r"min_duration \(ms\)[: ]+([\d,]+)", text) or run_s * 1000.0
     if rate and duration_ms:  # LoadGen issues rate x duration queries, drawn from the N-sample set
         count = round(rate * duration_ms / 1000.0)
     if rate:
@@ -269,7 +270,7 @@ def case_from_row(row: dict) -> ServingCase:
         precision, precision_notes = _precision(row, runtime, system)
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
-        load, load_notes = _load(row, isl, osl, replicas, dataset)
+        load, load_notes = _load(row, isl, osl, replicas, dataset, runtime.serving.rate_run_s)
         metric, scope, factor = _metric(row)
         attention_dp = bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention", row.get("notes", ""), re.I))
         deployment = ServingDeployment(model=model, cluster=load_cluster(_cluster(row["gpu"])), runtime=runtime, tp=tp,

@@ -72,6 +72,9 @@ class ServingEngine:
     decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
     scheduler_steps: int = 1  # decode steps per scheduler call (vLLM multi-step); tokens stream per call
+    # a fixed-rate run's length where the harness sets one (MLPerf LoadGen's min_duration): it issues
+    # rate x this many requests; 0: not stated
+    rate_run_s: float = 0.0
     step_host_s: float = 0.0  # host seconds per scheduler call the GPU waits for
     step_host_share: float = 0.0  # host time the GPU waits for, as a share of each step's GPU time
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
@@ -97,7 +100,7 @@ class ServingEngine:
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
-        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes"):
+        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes", "rate_run_s"):
             _require_number(name, getattr(self, name))
         require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
                 and (self.memory_fraction > 0) == (self.memory_rule != "reserved"), "serving.memory_fraction",
