@@ -148,11 +148,13 @@ def test_trtllm_serve_commands_use_only_its_documented_options():
 def test_commands_follow_the_engine_version():
     dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-a100-80gb"),
                             runtime=load_runtime("vllm-0.6"), tp=1, replicas=2)
-    engine = dep.runtime.with_changes(serving=dep.runtime.serving.with_changes(scheduler_steps=10))
+    engine = dep.runtime.with_changes(serving=dep.runtime.serving.with_changes(scheduler_steps=10,
+                                                                                        max_model_len=4096))
     dep = ServingDeployment(model=dep.model, cluster=dep.cluster, runtime=engine, tp=1, replicas=2)
     run = run_serving(dep, Load(kind="max_throughput", num_requests=32, input_len=256, output_len=32))
     command = launch_command(dep, run.limits)
     assert "--num-scheduler-steps" in command.argv and "--data-parallel-size" not in command.argv
+    assert command.argv[command.argv.index("--max-model-len") + 1] == "4096"
     assert any("2 servers" in n for n in command.notes)
     with pytest.raises(AutotuneError, match="launch command"):
         launch_command(ServingDeployment(model=dep.model, cluster=dep.cluster, runtime=load_runtime("mlperf-nvidia-4.1"),

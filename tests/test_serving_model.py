@@ -70,6 +70,26 @@ def test_vllm_defaults_follow_the_gpu():
     assert vllm_device_defaults("B200", 180 * gib) == (1024, 16384)
 
 
+def test_vllm_06_token_budget_follows_the_launched_max_model_len():
+    """vLLM 0.6 without chunked prefill: max_num_batched_tokens = max(max_model_len, 2048) (config.py
+    SchedulerConfig), max_model_len being --max-model-len where the launch gives it, else the model's."""
+    from autotune.cost.serving_limits import engine_limits
+
+    dep = _deployment(model="llama3-70b", tp=4)
+    engine, model = dep.runtime.serving, dep.model
+    probe = run_serving(dep, Load(kind="max_throughput", num_requests=1, input_len=8, output_len=2)).step
+
+    def budget(serving):
+        return engine_limits(serving, model, dep.cluster, tp=4, weight_dtype="bf16",
+                             weight_bytes_per_gpu=probe.weight_bytes_per_gpu,
+                             kv_bytes_per_token_per_gpu=probe.kv_bytes_per_token_per_gpu,
+                             input_len=215, output_len=194).max_num_batched_tokens
+
+    assert budget(engine) == model.max_seq_len == 8192
+    assert budget(engine.with_changes(max_model_len=4096)) == 4096
+    assert budget(engine.with_changes(max_model_len=1024)) == 2048
+
+
 def _schedule(run, **changes):
     engine, limits = run.deployment.runtime.serving, run.limits
     values = dict(scheduler=engine.scheduler, chunked_prefill=engine.chunked_prefill,

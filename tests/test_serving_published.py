@@ -41,6 +41,10 @@ def test_a_row_is_read_from_its_own_cells():
     assert case.scope == "replica" and case.metric == "output_tokens_per_s"
     vllm = case_from_row(_rows("sgl060-009")[0])
     assert vllm.deployment.runtime.serving.scheduler_steps == 10  # --num-scheduler-steps 10 from its notes
+    row = _rows("sgl060-009")[0]
+    launched = case_from_row(dict(row, notes=row["notes"] + "; vLLM with --max_model_len 4096"))
+    assert launched.deployment.runtime.serving.max_model_len == 4096  # a launch's --max_model_len from the notes
+    assert vllm.deployment.runtime.serving.max_model_len == 0  # its notes state none: the model's context
     assert (vllm.load.kind, vllm.load.rate_per_s, vllm.load.num_requests) == ("rate", 4.0, 1200)
     assert vllm.unit_to_si == 1e-3 and any("sharegpt" in a for a in vllm.assumed)
 
@@ -81,6 +85,24 @@ def test_an_mlperf_row_with_its_lengths_is_priced_per_instance():
     assert case.scope == "system" and case.deployment.runtime.name == "mlperf-nvidia-4.1"
     latency = case_from_row(dict(_rows("mlp41-007")[0], isl="300", osl="294"))
     assert latency.unit_to_si == 1e-9 and latency.metric == "ttft_mean"
+
+
+def test_a_server_row_runs_as_long_as_its_loadgen_settings_say():
+    """LoadGen's min_duration (2,400 s, the mlperf-nvidia-4.1 harness) at the target QPS issues 180,000
+    queries on 8 H100s, 45,000 a TP-2 instance (not the 24,576-sample set they are drawn from); the
+    simulation stops at MAX_RATE_REQUESTS. A min_duration in the row's notes overrides the harness's."""
+    from autotune.calibrate.serving_rows import MAX_RATE_REQUESTS, RATE_REQUESTS
+
+    assert load_runtime("mlperf-nvidia-4.1").serving.rate_run_s == 2400
+    row = _rows("mlp41-003")[0]
+    case = case_from_row(row)
+    assert case.load.num_requests == MAX_RATE_REQUESTS
+    assert any("of the run's 45000 requests" in a for a in case.assumed)
+    short = case_from_row(dict(row, notes=row["notes"] + "; min_duration (ms): 60000"))
+    assert short.load.num_requests == 75 * 60 // 4  # 4,500 queries, a quarter each
+    # TensorRT-LLM's benchmark states no run length: its notes' 500 requests, else RATE_REQUESTS
+    assert case_from_row(_rows("trtsrv-001")[0]).load.num_requests == 500
+    assert case_from_row(dict(_rows("trtsrv-001")[0], notes="online serving")).load.num_requests == RATE_REQUESTS
 
 
 def test_every_published_system_names_a_real_runtime_model_and_precision():
@@ -162,3 +184,5 @@ def test_the_shipped_rows_reach_the_recorded_figures():
     assert groups["vllm | latency"].mean_abs_error_pct < 20.0
     assert groups["tensorrt-llm | latency"].mean_abs_error_pct < 25.0
     assert groups["mlperf-nvidia | throughput"].mean_abs_error_pct < 12.0
+    # regression guard: LoadGen's run length (60.9% at 2,000 requests an instance)
+    assert groups["mlperf-nvidia | latency"].mean_abs_error_pct < 58.0

@@ -25,13 +25,19 @@ from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
 
-__all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS"]
+__all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS",
+           "MAX_RATE_REQUESTS"]
 
 COLUMNS = ("id", "model", "gpu", "gpus", "tp", "pp", "ep", "dp", "precision", "engine", "engine_version", "isl", "osl",
            "concurrency_or_batch", "metric", "value", "unit", "notes")
-# Requests simulated per replica for a rate whose run length the row does not state (MLPerf Server
-# runs for at least 10 minutes; a few thousand requests reach the steady state the metric averages).
+# Requests simulated per replica for a rate whose run length the row does not state.
 RATE_REQUESTS = 2000
+# A rate row stating its run's length (MLPerf LoadGen's "min_duration (ms)") issues rate x duration
+# requests; near capacity the queue takes that long to settle, so 2,000 requests are a transient
+# (Llama 2 70B on one H200 at 12.6 QPS: mean TPOT 80 ms over 2,000 requests, 126-128 ms over 10,000,
+# 20,000 and the run's 30,300, each the mean of 4 draws). Past this many per replica the averaged
+# metrics agree within 2%, so longer runs are simulated at this length (the simulation's cost).
+MAX_RATE_REQUESTS = 10000
 # Model names in rows (lower case, without -instruct/-hf/-chat) -> presets (autotune/data/models.toml)
 _MODELS = {"llama-3.1-8b": "llama3-8b", "llama-3-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
            "llama-3.3-70b": "llama3-70b", "llama-3-70b": "llama3-70b", "llama-3.1-405b": "llama3-405b",
@@ -160,9 +166,10 @@ def _number(pattern: str, text: str) -> float | None:
     return float(found.group(1).replace(",", "")) if found else None
 
 
-def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float) -> tuple[Load, tuple[str, ...]]:
     """The load one replica sees, from concurrency_or_batch and the notes (a maximum-throughput row
-    without a count: the benchmark's own minimum, the dataset's ``offline_samples``)."""
+    without a count: the benchmark's own minimum, the dataset's ``offline_samples``; a rate row: the
+    notes' LoadGen min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
     text = f"{row['concurrency_or_batch']}; {row.get('notes', '')}"
     count = (_number(r"num_requests=([\d,]+)", text) or _number(r"([\d,]+) prompts", text)
              or _number(r"([\d,]+) requests", text) or _number(r"([\d,]+)-sample", text))
@@ -170,9 +177,15 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict) -> tuple[
             or _number(r"target_qps=([\d.]+)", text))
     concurrency = _number(r"concurrency[ =:]+(\d+)", text)
     assumed = ()
+    duration_ms = _number(r"min_duration \(ms\)[: ]+([\d,]+)", text) or run_s * 1000.0
+    if rate and duration_ms:  # LoadGen issues rate x duration queries, drawn from the N-sample set
+        count = round(rate * duration_ms / 1000.0)
     if rate:
         n = int(count / replicas) if count else RATE_REQUESTS
         assumed = () if count else (f"{RATE_REQUESTS} requests per replica (run length not stated)",)
+        if n > MAX_RATE_REQUESTS:
+            assumed = (f"{MAX_RATE_REQUESTS} of the run's {n} requests per replica simulated (the steady state)",)
+            n = MAX_RATE_REQUESTS
         return Load(kind="rate", num_requests=n, input_len=isl, output_len=osl, rate_per_s=rate / replicas), assumed
     if concurrency:
         return Load(kind="concurrency", num_requests=int((count or 10 * concurrency) / replicas), input_len=isl,
@@ -212,6 +225,9 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     steps = _number(r"--num-scheduler-steps (\d+)", notes)
     if steps:
         changes["scheduler_steps"] = int(steps)
+    context = _number(r"--max[-_]model[-_]len[ =](\d+)", notes)
+    if context:
+        changes["max_model_len"] = int(context)
     fraction = _number(r"mem[-_]frac(?:tion[-_]static)?[ =]([\d.]+)", notes) or _number(
         r"kv_cache_free_gpu_mem_fraction[ =]([\d.]+)", notes) or _number(r"gpu[-_]memory[-_]utilization[ =]([\d.]+)", notes)
     if fraction:
@@ -254,7 +270,7 @@ def case_from_row(row: dict) -> ServingCase:
         precision, precision_notes = _precision(row, runtime, system)
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
-        load, load_notes = _load(row, isl, osl, replicas, dataset)
+        load, load_notes = _load(row, isl, osl, replicas, dataset, runtime.serving.rate_run_s)
         metric, scope, factor = _metric(row)
         attention_dp = bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention", row.get("notes", ""), re.I))
         deployment = ServingDeployment(model=model, cluster=load_cluster(_cluster(row["gpu"])), runtime=runtime, tp=tp,

@@ -128,15 +128,15 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
             output_len=output_len)
     elif engine.batch_rule == "vllm_device":
         seqs, tokens = vllm_device_defaults(cluster.device.name, cluster.device.memory_bytes)
-    elif engine.batch_rule == "max_model_len":
-        tokens = max(model.max_seq_len, 2048)
+    elif engine.batch_rule == "max_model_len":  # the launch's --max-model-len, else the model's context
+        tokens = max(engine.max_model_len or model.max_seq_len, 2048)
     activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
     kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
     require(kv_bytes > 0, "gpus", f"{model.name}'s weights ({weight_bytes_per_gpu / _GIB:.1f} GiB per GPU at tp={tp}) "
             f"leave no KV cache on {cluster.device.name} under {engine.engine} {engine.version}'s memory rule ({note})")
     capacity = int(kv_bytes / kv_bytes_per_token_per_gpu) // engine.kv_block_tokens * engine.kv_block_tokens
     if seqs == 0:  # memory decides
-        seqs = sglang_max_running(capacity, model.max_seq_len) if engine.engine == "sglang" else max(1, capacity)
+        seqs = sglang_max_running(capacity, engine.max_model_len or model.max_seq_len) if engine.engine == "sglang" else max(1, capacity)
     require(tokens > 0, "serving.max_num_batched_tokens", f"{engine.engine} {engine.version} states no token budget and no rule for one")
     return EngineLimits(max_num_seqs=int(seqs), max_num_batched_tokens=int(tokens),
                         kv_capacity_tokens=capacity, kv_cache_bytes_per_gpu=kv_bytes, memory_note=note)

@@ -59,6 +59,7 @@ class ServingEngine:
     max_num_seqs: int = 0  # running requests at most (0: as many as the KV cache holds)
     max_num_batched_tokens: int = 0  # tokens one step processes at most (prompt chunks plus decodes)
     batch_rule: str = "fixed"  # BATCH_RULES
+    max_model_len: int = 0  # context tokens a request may hold as launched (vLLM --max-model-len); 0: the model's
     prefill_chunk_tokens: int = 0  # with chunked_prefill: a prompt's chunk per step at most (0: the token budget)
     kv_block_tokens: int = 16  # tokens per KV cache block (paged attention); 1: token-granular
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES
@@ -71,6 +72,9 @@ class ServingEngine:
     decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
     scheduler_steps: int = 1  # decode steps per scheduler call (vLLM multi-step); tokens stream per call
+    # a fixed-rate run's length where the harness sets one (MLPerf LoadGen's min_duration): it issues
+    # rate x this many requests; 0: not stated
+    rate_run_s: float = 0.0
     step_host_s: float = 0.0  # host seconds per scheduler call the GPU waits for
     step_host_share: float = 0.0  # host time the GPU waits for, as a share of each step's GPU time
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
@@ -91,11 +95,12 @@ class ServingEngine:
         require_choice("serving.kv_reservation", self.kv_reservation, KV_RESERVATIONS)
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
-        for name in ("max_num_seqs", "max_num_batched_tokens", "prefill_chunk_tokens", "decode_cuda_graph_max_batch"):
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk_tokens",
+                     "decode_cuda_graph_max_batch"):
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
-        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes"):
+        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes", "rate_run_s"):
             _require_number(name, getattr(self, name))
         require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
                 and (self.memory_fraction > 0) == (self.memory_rule != "reserved"), "serving.memory_fraction",

@@ -68,6 +68,8 @@ def _vllm(dep: ServingDeployment, limits: EngineLimits, model: str) -> tuple[lis
         argv += ["--quantization", "fp8"]
     if engine.scheduler_steps > 1:
         argv += ["--num-scheduler-steps", str(engine.scheduler_steps)]
+    if engine.max_model_len:
+        argv += ["--max-model-len", str(engine.max_model_len)]
     if dep.replicas > 1 and engine.version.startswith("0.6"):
         notes.append(f"vLLM {engine.version} has no data parallelism: start {dep.replicas} servers, one per {dep.tp} GPUs")
     elif dep.replicas > 1:
