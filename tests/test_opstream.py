@@ -138,11 +138,14 @@ def test_in_step_speeds_are_the_measurements(key):
     speeds = stream_in_step_speeds(str(DEVICES), key)
     for name in ("torch", "transformers"):
         runtime = load_runtime(name)
-        assert math.isclose(runtime.gemm_speed(key), speeds["gemm"], abs_tol=5e-4)
         # the steps ran the reference model's attention with dropout: that kernel's speed
         assert math.isclose(runtime.attention_in_step(key, dropout=True), speeds["attention"], abs_tol=5e-4)
-        assert math.isclose(runtime.memory_in_step(key), speeds["other"], abs_tol=5e-4)
         assert runtime.measured_in_step(key) and not runtime.measured_in_step("other")
+    # transformers' own GEMM and memory-bound speeds come from its own traced steps
+    # (tests/test_transformers_kernels.py); the reference model's are torch's
+    torch_runtime = load_runtime("torch")
+    assert math.isclose(torch_runtime.gemm_speed(key), speeds["gemm"], abs_tol=5e-4)
+    assert math.isclose(torch_runtime.memory_in_step(key), speeds["other"], abs_tol=5e-4)
 
 
 def test_an_h200_takes_its_own_speeds_and_an_h100_the_generation_s():

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 __all__ = ["IN_STEP_GEMM_MEASUREMENTS", "PYTORCH_GEMM_IN_STEP_HOPPER", "IN_STEP_KERNEL_MEASUREMENTS",
            "H200_KERNEL_MEASUREMENTS", "IN_STEP_SOURCES", "H200_HEAD_DIM_64_ATTENTION", "head_dim_64_attention_speed",
-           "masked_attention_slowdown",
+           "masked_attention_slowdown", "head_dim_256_attention_speed",
            "stream_class_seconds", "stream_in_step_speeds"]
 
 # The attention kernels of llm-foundry (Triton FlashAttention, 1/1.8 of FlashAttention-2's speed),
@@ -114,11 +114,12 @@ def stream_in_step_speeds(devices_dir: str, key: str) -> dict[str, float]:
 H200_HEAD_DIM_64_ATTENTION = ((4, 2048, False, 12.78e-3), (8, 4096, True, 106.04e-3))
 
 
-def head_dim_64_attention_speed(profile: str, model) -> float:
+def head_dim_64_attention_speed(profile: str, model, in_step: float = 1.0) -> float:
     """The attention kernels at head dim 64 inside those steps of ``model`` (Llama-3.2-1B's spec,
     tests/data/h200/hf/llama-3.2-1b.json) over ``profile``'s (head dim 128) attention lines, each
     pass priced from the transformers-llama stream (a recomputed step runs the forward twice):
-    summed line seconds over summed measured seconds."""
+    summed line seconds over summed measured seconds, over the runtime's ``in_step`` attention speed
+    at head dim 128 (the figure multiplies it)."""
     from dataclasses import replace
 
     from autotune.cost.compute import block_times
@@ -137,7 +138,7 @@ def head_dim_64_attention_speed(profile: str, model) -> float:
         fwd, bwd = (float(times.fwd_ops_s.reshape(-1)[attention].sum()), float(times.bwd_ops_s.reshape(-1)[attention].sum()))
         line += model.num_layers * ((2.0 if recompute else 1.0) * fwd + bwd)
         measured += seconds
-    return line / measured
+    return line / measured / in_step
 
 
 def masked_attention_slowdown(rates: dict) -> dict[int, tuple[float, float]]:
@@ -152,3 +153,12 @@ def masked_attention_slowdown(rates: dict) -> dict[int, tuple[float, float]]:
         if r.get("masked") and base:
             ratios.setdefault(r["head_dim"], []).append((r["fwd_ms"] / base["fwd_ms"], r["bwd_ms"] / base["bwd_ms"]))
     return {d: (sum(f for f, _ in v) / len(v), sum(b for _, b in v) / len(v)) for d, v in sorted(ratios.items())}
+
+
+def head_dim_256_attention_speed(rates: dict) -> float:
+    """SDPA's causal forward+backward time at head dim 128 over its time at 256 with the width held
+    (the same FLOPs), averaged over the shapes scripts/gpu_kernel_rates.py timed without dropout."""
+    rows = {(r["batch"], r["seq"], r["head_dim"]): r["fwd_ms"] + r["bwd_ms"] for r in rates["sdpa_head_dims"]
+            if r.get("dropout_p") == 0.0 and not r.get("masked") and "error" not in r}
+    ratios = [rows[(b, s, 128)] / rows[(b, s, 256)] for b, s, d in rows if d == 256 and (b, s, 128) in rows]
+    return sum(ratios) / len(ratios)

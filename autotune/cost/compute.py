@@ -71,8 +71,10 @@ def attention_head_dim_speed(device: DeviceProfile, head_dim: float) -> float:
     head dim 128). Per (query, key) pair a head does 4 d matmul FLOPs but a fixed softmax (one exp,
     on the SFU), so below 128 the exp share grows and the FLOP rate falls (Shah et al. 2024,
     FlashAttention-3 sec. 3.2); the device's measured ratio at 64 (``attention_head_dim_64_speed``),
-    interpolated in log2(d) up to 1 at 128. Held at the 64 figure below 64 and at 1 above 128
-    (the figures there do not agree in sign across kernels). A kernel that pads the head to a
+    interpolated in log2(d) up to 1 at 128. Above 128 the kernel's own figure at 256
+    (``attention_head_dim_256_speed``, 1 where none was measured: FlashAttention-3 runs 256 faster
+    than 128, cuDNN's sm90 backward slower), interpolated the same way. Held beyond 64 and 256.
+    A kernel that pads the head to a
     multiple of ``device.attention_head_dim_tile`` runs at its padded width's speed and does the
     padded width's work: head_dim / padded of it is useful."""
     if head_dim <= 0:
@@ -80,7 +82,8 @@ def attention_head_dim_speed(device: DeviceProfile, head_dim: float) -> float:
     tile = device.attention_head_dim_tile
     padded = float(np.ceil(head_dim / tile) * tile) if tile else head_dim
     if padded >= 128:
-        return head_dim / padded
+        s256 = device.attention_head_dim_256_speed
+        return (1.0 + (s256 - 1.0) * min(1.0, float(np.log2(padded / 128.0)))) * head_dim / padded
     s64 = device.attention_head_dim_64_speed
     return (s64 + (1.0 - s64) * max(0.0, np.log2(padded / 64.0))) * head_dim / padded
 

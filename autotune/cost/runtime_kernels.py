@@ -62,10 +62,11 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     memory = runtime.memory_in_step(generation)
     tile = runtime.head_dim_tile(generation)
     unaligned = runtime.gemm_unaligned(generation)
-    head_dim_64 = runtime.head_dim_64_speed(generation)
+    head_dim_64, head_dim_256 = runtime.head_dim_64_speed(generation), runtime.head_dim_256_speed(generation)
     masked = runtime.mask_slowdown(generation)
     if attention == 1.0 and gemm == 1.0 and memory == 1.0 and not runtime.eager_elementwise and not tile \
-            and unaligned == (1.0, 1.0) and not head_dim_64 and not masked:
+            and unaligned == (1.0, 1.0) and not head_dim_64 and not masked \
+            and not head_dim_256:
         return cluster
     compute = {key: _scaled(fit, attention if key[0] in ("attention", "attention_bwd") else
                             gemm if key[0] == "gemm" and key[1] in ("bf16", "fp16") else 1.0, runtime.name)
@@ -86,6 +87,7 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
                                                            memory_kernels=kernels, kernel_efficiency=efficiency,
                                                            attention_head_dim_tile=tile or device.attention_head_dim_tile,
                                                            attention_head_dim_64_speed=head_dim_64 or device.attention_head_dim_64_speed,
+                                                           attention_head_dim_256_speed=head_dim_256 or device.attention_head_dim_256_speed,
                                                            attention_mask_slowdown=masked or device.attention_mask_slowdown))
 
 

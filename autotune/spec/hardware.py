@@ -123,6 +123,9 @@ class DeviceProfile:
     # smaller heads do less matmul work per score, so the kernel's softmax (exp) share grows
     # (cost/compute.py attention_head_dim_speed); 1.0 where no figure is known
     attention_head_dim_64_speed: float = 1.0
+    # the same at head dim 256 (set per runtime and GPU generation by cost/runtime_kernels.py,
+    # Runtime.attention_head_dim_256_speed); 1.0 where no figure is known
+    attention_head_dim_256_speed: float = 1.0
     attention_head_dim_source: str = ""
     # The head-dimension granularity the attention kernel computes at (a head is padded to a multiple
     # of it; cost/compute.py attention_head_dim_speed); 0: not modelled. Set per runtime and GPU
@@ -137,6 +140,9 @@ class DeviceProfile:
         require(self.kind in ("gpu", "cpu"), "device.kind", "must be 'gpu' or 'cpu'")
         speed = self.attention_head_dim_64_speed
         require(isinstance(speed, (int, float)) and 0 < speed <= 1, "device.attention_head_dim_64_speed",
+                f"must be in (0, 1], got {speed!r}")
+        speed = self.attention_head_dim_256_speed
+        require(isinstance(speed, (int, float)) and 0 < speed <= 1, "device.attention_head_dim_256_speed",
                 f"must be in (0, 1], got {speed!r}")
         require(isinstance(self.fp8_gemm_any_layout, bool), "device.fp8_gemm_any_layout", "must be true or false")
         tile = self.attention_head_dim_tile

@@ -111,6 +111,9 @@ class Runtime:
     # its attention kernel at head dim 64 over head dim 128 inside a step, per GPU (("h200", 0.776),);
     # where not stated, the device's figure (DeviceProfile.attention_head_dim_64_speed)
     attention_head_dim_64_speed: tuple[tuple[str, float], ...] = ()
+    # its attention kernel at head dim 256 over head dim 128, per GPU (("h200", 0.82),); where not
+    # stated, 1 (cost/compute.py attention_head_dim_speed holds the 128 speed above 128)
+    attention_head_dim_256_speed: tuple[tuple[str, float], ...] = ()
     # windowed layers' attention (sliding or chunked, window <= sequence) gets a mask tensor, not
     # is_causal (graph/opstream.py explicit_mask_share): the kernel then skips no causal blocks
     masks_windowed_attention: bool = False
@@ -174,7 +177,8 @@ class Runtime:
     def __post_init__(self) -> None:
         for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "gemm_unaligned_speed", "attention_in_step_speed",
                      "attention_dropout_in_step_speed",
-                     "attention_head_dim_tile", "attention_head_dim_64_speed", "attention_mask_slowdown", "memory_in_step_speed",
+                     "attention_head_dim_tile", "attention_head_dim_64_speed", "attention_head_dim_256_speed", "attention_mask_slowdown",
+                     "memory_in_step_speed",
                      "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
@@ -220,7 +224,7 @@ class Runtime:
                     and (name != "attention_speed" or value > 0), f"runtime.{name}",
                     f"must be a finite number {'> 0' if name == 'attention_speed' else '>= 0'}, got {value!r}")
         for name in ("gemm_in_step_speed", "attention_in_step_speed", "attention_dropout_in_step_speed",
-                     "memory_in_step_speed", "attention_head_dim_64_speed"):
+                     "memory_in_step_speed", "attention_head_dim_64_speed", "attention_head_dim_256_speed"):
             value = getattr(self, name)
             require(all(isinstance(g, str) and isinstance(s, (int, float)) and 0 < s < float("inf") for g, s in value),
                     f"runtime.{name}", f"must map GPU generations to positive speeds, got {value!r}")
@@ -249,7 +253,7 @@ class Runtime:
         that any of its per-GPU kernel tables states; the last where none does."""
         tables = (self.gemm_in_step_speed, self.gemm_unaligned_speed, self.attention_in_step_speed,
                   self.attention_dropout_in_step_speed, self.attention_head_dim_tile, self.memory_in_step_speed,
-                  self.attention_head_dim_64_speed, self.attention_mask_slowdown)
+                  self.attention_head_dim_64_speed, self.attention_head_dim_256_speed, self.attention_mask_slowdown)
         stated = {row[0] for table in tables for row in table}
         return next((key for key in keys if key in stated), keys[-1])
 
@@ -274,6 +278,10 @@ class Runtime:
         """(head dim, forward, backward) rows of its masked attention's slowdown on this GPU
         generation, by head dim; () where not stated."""
         return tuple(sorted(tuple(row[1:]) for row in self.attention_mask_slowdown if row[0] == generation))
+
+    def head_dim_256_speed(self, generation: str) -> float:
+        """Its attention at head dim 256 over 128 on this GPU (0: not stated, the device's figure)."""
+        return dict(self.attention_head_dim_256_speed).get(generation, 0.0)
 
     def head_dim_tile(self, generation: str) -> int:
         """The head-dimension multiple its attention kernel pads to on this GPU generation (0: not known)."""
