@@ -70,3 +70,19 @@ def test_head_dim_256_runs_at_the_speed_timed_alone(key, path):
     assert attention_head_dim_speed(device, 128.0) == 1.0
     assert speed < attention_head_dim_speed(device, 192.0) < 1.0
     assert attention_head_dim_speed(device, 512.0) == pytest.approx(speed)  # held beyond 256
+
+
+def test_h100_runs_predicted_before_they_ran_stay_within_ten_percent():
+    # four transformers runs on one H100, predicted from the hopper speeds above before they ran
+    import sys
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check_report import build_report
+    check = ROOT / "tests" / "data" / "h100" / "check-2026-11-27b"
+    assert json.loads((check / "predicted.json").read_text())["made"].startswith("before the runs")
+    records = [json.loads(line) for line in (check / "hf.jsonl").read_text().splitlines() if line.strip()]
+    configs = {c["name"]: str(ROOT / c["config"]) for c in json.loads((check / "cases.json").read_text())}
+    report = build_report(cluster="dgx-h100", validate_reports=[], hf_records=records, hf_configs=configs,
+                          profile=str(DEVICES / "h100-sxm-measured.json"))
+    summary = report["summary"]["profile"]
+    assert summary["runs"] == 4 and summary["out_of_memory_predicted_to_fit"] == []
+    assert summary["step_mae_pct"] < 6 and summary["step_worst_pct"] < 10 and summary["memory_worst_pct"] < 10
