@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autotune.search.bounds import interleaved_floor_s, pipeline_floor_s, positions_of
+from autotune.search.bounds import interleaved_floor_s, least_slowest_s, pipeline_floor_s, positions_of
 from autotune.search.driver import SearchProblem, SliceSearch
 from autotune.search.members import count_costs, count_floors, member_floors, representative
 from autotune.search.screens import _leanest, price_positions
@@ -64,6 +64,48 @@ def test_pipeline_floor_is_at_most_the_best_cut(seed):
     assert floor <= exact * (1 + 1e-12) or (np.isinf(floor) and np.isinf(exact))
     if S <= 2:  # first stage and the rest: exact
         assert floor == pytest.approx(exact, rel=1e-12) or (np.isinf(floor) and np.isinf(exact))
+
+
+def _brute_slowest(time, base, per, cap, L, S, B):
+    """The least slowest-stage time over every cut of L layers into S stages that fits (1F1B depths)."""
+    best = np.inf
+    for cuts in itertools.combinations(range(1, L), S - 1):
+        edges = (0, *cuts, L)
+        times = [time[edges[i + 1] - edges[i], pos] for i, pos in enumerate(positions_of(S))]
+        fits = all(base[edges[i + 1] - edges[i], pos] + min(S - i, B) * per[edges[i + 1] - edges[i], pos] <= cap
+                   for i, pos in enumerate(positions_of(S)))
+        if fits and all(np.isfinite(times)):
+            best = min(best, max(times))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_least_slowest_stage_is_at_most_the_best_cuts(seed):
+    """No cut that fits has a slowest stage faster than least_slowest_s (memory binding or not), and
+    where no cut fits because deep stages hold too few layers it says so (inf)."""
+    rng = np.random.default_rng(500 + seed)
+    L = int(rng.integers(3, 10))
+    S, B = int(rng.integers(3, L + 1)), int(rng.integers(1, 12))
+    time, _, base, per = _random_tables(rng, L)
+    cap = float(rng.choice([np.inf, np.quantile(base[1:] + 2 * per[1:], rng.uniform(0.2, 0.9))]))
+    floor = float(least_slowest_s(time, base, per, cap, L, S, B))
+    exact = _brute_slowest(time, base, per, cap, L, S, B)
+    assert floor <= exact or (np.isinf(floor) and np.isinf(exact))
+    whole = float(pipeline_floor_s(time, np.zeros_like(time), base, per, cap, L, S, B))
+    assert whole <= _brute(time, np.zeros_like(time), base, per, cap, L, S, B) * (1 + 1e-12) or np.isinf(whole)
+
+
+def test_least_slowest_stage_sees_deep_stages_holding_fewer_layers():
+    """Stages deep in flight fit one layer only, so the shallow ones take the rest: the floor is the
+    brute-force slowest stage, where the layers' balance alone (no memory) is lower."""
+    L, S, B = 10, 4, 8
+    n = np.arange(L + 1, dtype=float)[:, None]
+    time = np.repeat(n, 4, axis=1)  # a second a layer, at any position
+    base, per = np.zeros_like(time), np.repeat(n, 4, axis=1)  # a byte of activations a layer and micro-batch
+    cap = 6.0  # a stage holding d micro-batches fits 6 // d layers: 1 (the first), 2, 3, 6 (the last)
+    floor = float(least_slowest_s(time, base, per, cap, L, S, B))
+    assert floor == _brute_slowest(time, base, per, cap, L, S, B) == 4.0  # 1 + 2 + 3 + 4 layers
+    assert float(least_slowest_s(time, base, per, np.inf, L, S, B)) == 3.0  # 3 + 3 + 3 + 1
 
 
 @pytest.mark.parametrize("seed", range(20))
