@@ -137,8 +137,15 @@ def test_count_floors_equal_the_floors_of_each_counts_tables():
     counts = np.arange(1, search.problem.model.num_layers)
     shape = (search.problem.model.num_layers, 4, 16, 1, 4)
     plains, _ = count_floors(none_costs, full_costs, counts, 0, search.capacity, shape)
-    each, _ = member_floors([count_costs(none_costs, full_costs, int(k)) for k in counts], 0, search.capacity, shape)
-    np.testing.assert_allclose(plains, each, rtol=1e-12)
+    tables = [count_costs(none_costs, full_costs, int(k)) for k in counts]
+    each, _ = member_floors(tables, 0, search.capacity, shape)
+    L, S, B = shape[:3]
+    scored = counts < L // S  # every stage holds more layers than the count: S (count + 1) <= L
+    np.testing.assert_allclose(plains[scored], each[scored], rtol=1e-12)
+    assert np.isinf(plains[~scored]).all() and (~scored).any()
+    for t in (t for t, ok in zip(tables, scored) if not ok):  # no cut of those counts' tables exists
+        assert _brute(t.time_s[0], t.tail_s[0], t.mem_base_bytes[0], t.mem_per_microbatch_bytes[0], search.capacity,
+                      L, S, B) == np.inf
 
 
 def _sampled_classes(screens):
