@@ -11,7 +11,10 @@ that many, a plan whose first stage has ``n`` layers scores at least
 
 where ``a = min_m t_O(m) / m`` (the other stages' times add up to at least ``a`` per layer and the
 largest holds at least its share of the layers). The floor is the least of that over ``n``
-(exact for two stages, where the other stage holds the rest). Interleaved layouts (equal stages
+(exact for two stages, where the other stage holds the rest). Where memory binds, the max term is
+also at least least_slowest_s: stage j from the end holds min(j, B) micro-batches, so stages deep
+in flight may fit fewer layers and the others must take more (a choice without recomputation on
+many stages: its slowest stage is well above the layers' even share). Interleaved layouts (equal stages
 of ``L / S`` layers, ``v`` chunks a rank) score ``sum_i t_i / v + (B - 1 / v) max_i t_i``
 (autotune.cost.pipeline) with every stage holding the warm-up micro-batches the search allows.
 
