@@ -212,6 +212,54 @@ def test_the_leanest_members_at_the_largest_degree_floor_every_members_memory(mo
     assert checked > 100
 
 
+@pytest.mark.parametrize("model, gpus, runtime, lean_selective", [(*CASES[0], True), (*CASES[1], False)])
+def test_refined_floors_equal_every_kind_priced_with_its_own_times(model, gpus, runtime, lean_selective):
+    """refined_floor prices a kind's time screen (other than none and full) only where the kind's
+    floor from the representative's times may set the least: the floors are those of every kind
+    with its own times and memory, and the counts between none and full. ``lean_selective``: the
+    selective members' memory screens read as empty and their times 2% above the representative's
+    (no faster, as members are), so that selective recomputation sets the least floor where memory
+    binds the others and its own times matter (real tables rarely have it)."""
+    search = SliceSearch(_problem(model, gpus, runtime))
+    uniform, screens, cap = search.uniform, search.uniform.screens, search.capacity
+    if lean_selective:
+        memory_screen, time_screen = screens.memory_screen, screens.time_screen
+
+        def lean(mp, rep, recompute=None):
+            sizes, base, per = memory_screen(mp, rep, recompute)
+            empty = lambda a: np.where(np.isfinite(a), 0.0, a)  # noqa: E731
+            return (sizes, empty(base), empty(per)) if recompute == "selective" else (sizes, base, per)
+
+        def slower(mp, rep, recompute="none"):
+            dp, costs = time_screen(mp, rep, recompute)
+            return (dp, replace(costs, time_s=1.02 * costs.time_s)) if recompute == "selective" else (dp, costs)
+
+        screens.memory_screen, screens.time_screen = lean, slower
+    checked, set_by_selective = 0, 0
+    for key in search.keys[::1 if lean_selective else 3]:
+        for mp, stages in screens.submeshes(key.dp):
+            shape = uniform._shape(key, stages, uniform._chunks(key, stages))
+            for rep, cls in list(screens.classes(key.dp, mp).items())[:3]:
+                got = screens.refined_floor(key, mp, rep, shape)
+                kinds = sorted({c.recompute for _, c in cls.members})
+                tables = {r: screens._screen_at(key, mp, rep, r, r) for r in kinds}
+                if any(t is None for t in tables.values()):
+                    assert got == (0.0, 0.0)
+                    continue
+                plain, inter = member_floors(list(tables.values()), 0, cap, shape)
+                want = [float(plain.min()), float(inter.min())]
+                counts = np.array(screens.counts.get((key.dp, mp), []))
+                if counts.size and "full" in tables:
+                    none = tables.get("none") or screens._screen_at(key, mp, rep, "none", "full")
+                    plains, inters = count_floors(none, tables["full"], counts, 0, cap, shape)
+                    want = [min(want[0], float(plains.min())), min(want[1], float(inters.min()))]
+                assert got == tuple(want)
+                checked += len(kinds) > 2
+                set_by_selective += "selective" in kinds and want[0] == float(plain[kinds.index("selective")]) < min(
+                    float(plain[kinds.index(r)]) for r in ("none", "full") if r in kinds)
+    assert checked > 10 and (set_by_selective > 0 if lean_selective else True)
+
+
 def test_classes_fold_only_what_trades_time_for_memory():
     search = SliceSearch(_problem("llama3-8b", 64))
     for cls in search.uniform.screens.classes(4, 8).values():
