@@ -47,6 +47,12 @@ def _fitting(time, base, per, capacity_bytes: float, pos: int, inflight: int) ->
     return np.where(ok, time[..., pos], np.inf)
 
 
+def _least(values: np.ndarray) -> np.ndarray:
+    """The least of each row's values, NaN read as inf (np.nan_to_num(...).min(), without the copy)."""
+    least = np.fmin.reduce(values, axis=-1)
+    return np.where(np.isnan(least), np.inf, least)
+
+
 def _tail(tail: np.ndarray, pos: int) -> np.ndarray:
     """The step tail as the DP adds it (inf and NaN read as 0)."""
     return np.nan_to_num(tail[..., pos], nan=0.0, posinf=0.0)
@@ -158,8 +164,8 @@ def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: 
         if S == 2:  # the last stage holds exactly the rest
             t_rest = others[..., rest]
             total = t_first + t_rest + (B - 1) * np.maximum(t_first, t_rest) + tail_first
-            return np.nan_to_num(total, nan=np.inf, posinf=np.inf).min(axis=-1)
-        per_layer = np.nan_to_num(others[..., 1:] / np.arange(1, L + 1), nan=np.inf, posinf=np.inf).min(axis=-1)[..., None]
+            return _least(total)
+        per_layer = _least(others[..., 1:] / np.arange(1, L + 1))[..., None]
         suffix = np.minimum.accumulate(others[..., ::-1], axis=-1)[..., ::-1]  # least time of >= m layers
         slowest = np.maximum(t_first, suffix[..., -(-rest // (S - 1))])
         summed = t_first + per_layer * rest
@@ -195,7 +201,7 @@ def _scored(total: np.ndarray, rest: np.ndarray, room, tail_first: np.ndarray) -
     """min over the first stage's layers of the floor: inf where the other stages cannot hold the rest."""
     if room is not None:
         total = np.where(rest <= room[..., None], total, np.inf)
-    return np.nan_to_num(total + tail_first, nan=np.inf, posinf=np.inf).min(axis=-1)
+    return _least(total + tail_first)
 
 
 def interleaved_floor_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float, num_layers: int,
