@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autotune.search.bounds import interleaved_floor_s, pipeline_floor_s, positions_of
+from autotune.search.bounds import interleaved_floor_s, least_slowest_s, pipeline_floor_s, positions_of
 from autotune.search.driver import SearchProblem, SliceSearch
 from autotune.search.members import count_costs, count_floors, member_floors, representative
 from autotune.search.screens import _leanest, price_positions
@@ -66,6 +66,48 @@ def test_pipeline_floor_is_at_most_the_best_cut(seed):
         assert floor == pytest.approx(exact, rel=1e-12) or (np.isinf(floor) and np.isinf(exact))
 
 
+def _brute_slowest(time, base, per, cap, L, S, B):
+    """The least slowest-stage time over every cut of L layers into S stages that fits (1F1B depths)."""
+    best = np.inf
+    for cuts in itertools.combinations(range(1, L), S - 1):
+        edges = (0, *cuts, L)
+        times = [time[edges[i + 1] - edges[i], pos] for i, pos in enumerate(positions_of(S))]
+        fits = all(base[edges[i + 1] - edges[i], pos] + min(S - i, B) * per[edges[i + 1] - edges[i], pos] <= cap
+                   for i, pos in enumerate(positions_of(S)))
+        if fits and all(np.isfinite(times)):
+            best = min(best, max(times))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(80))
+def test_least_slowest_stage_is_at_most_the_best_cuts(seed):
+    """No cut that fits has a slowest stage faster than least_slowest_s (memory binding or not), and
+    where no cut fits because deep stages hold too few layers it says so (inf)."""
+    rng = np.random.default_rng(500 + seed)
+    L = int(rng.integers(3, 10))
+    S, B = int(rng.integers(3, L + 1)), int(rng.integers(1, 12))
+    time, _, base, per = _random_tables(rng, L)
+    cap = float(rng.choice([np.inf, np.quantile(base[1:] + 2 * per[1:], rng.uniform(0.2, 0.9))]))
+    floor = float(least_slowest_s(time, base, per, cap, L, S, B))
+    exact = _brute_slowest(time, base, per, cap, L, S, B)
+    assert floor <= exact or (np.isinf(floor) and np.isinf(exact))
+    whole = float(pipeline_floor_s(time, np.zeros_like(time), base, per, cap, L, S, B))
+    assert whole <= _brute(time, np.zeros_like(time), base, per, cap, L, S, B) * (1 + 1e-12) or np.isinf(whole)
+
+
+def test_least_slowest_stage_sees_deep_stages_holding_fewer_layers():
+    """Stages deep in flight fit one layer only, so the shallow ones take the rest: the floor is the
+    brute-force slowest stage, where the layers' balance alone (no memory) is lower."""
+    L, S, B = 10, 4, 8
+    n = np.arange(L + 1, dtype=float)[:, None]
+    time = np.repeat(n, 4, axis=1)  # a second a layer, at any position
+    base, per = np.zeros_like(time), np.repeat(n, 4, axis=1)  # a byte of activations a layer and micro-batch
+    cap = 6.0  # a stage holding d micro-batches fits 6 // d layers: 1 (the first), 2, 3, 6 (the last)
+    floor = float(least_slowest_s(time, base, per, cap, L, S, B))
+    assert floor == _brute_slowest(time, base, per, cap, L, S, B) == 4.0  # 1 + 2 + 3 + 4 layers
+    assert float(least_slowest_s(time, base, per, np.inf, L, S, B)) == 3.0  # 3 + 3 + 3 + 1
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_interleaved_floor_is_the_equal_layout_score(seed):
     rng = np.random.default_rng(100 + seed)
@@ -95,8 +137,15 @@ def test_count_floors_equal_the_floors_of_each_counts_tables():
     counts = np.arange(1, search.problem.model.num_layers)
     shape = (search.problem.model.num_layers, 4, 16, 1, 4)
     plains, _ = count_floors(none_costs, full_costs, counts, 0, search.capacity, shape)
-    each, _ = member_floors([count_costs(none_costs, full_costs, int(k)) for k in counts], 0, search.capacity, shape)
-    np.testing.assert_allclose(plains, each, rtol=1e-12)
+    tables = [count_costs(none_costs, full_costs, int(k)) for k in counts]
+    each, _ = member_floors(tables, 0, search.capacity, shape)
+    L, S, B = shape[:3]
+    scored = counts < L // S  # every stage holds more layers than the count: S (count + 1) <= L
+    np.testing.assert_allclose(plains[scored], each[scored], rtol=1e-12)
+    assert np.isinf(plains[~scored]).all() and (~scored).any()
+    for t in (t for t, ok in zip(tables, scored) if not ok):  # no cut of those counts' tables exists
+        assert _brute(t.time_s[0], t.tail_s[0], t.mem_base_bytes[0], t.mem_per_microbatch_bytes[0], search.capacity,
+                      L, S, B) == np.inf
 
 
 def _sampled_classes(screens):
@@ -161,6 +210,54 @@ def test_the_leanest_members_at_the_largest_degree_floor_every_members_memory(mo
                         assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
                         checked += int(ok.sum())
     assert checked > 100
+
+
+@pytest.mark.parametrize("model, gpus, runtime, lean_selective", [(*CASES[0], True), (*CASES[1], False)])
+def test_refined_floors_equal_every_kind_priced_with_its_own_times(model, gpus, runtime, lean_selective):
+    """refined_floor prices a kind's time screen (other than none and full) only where the kind's
+    floor from the representative's times may set the least: the floors are those of every kind
+    with its own times and memory, and the counts between none and full. ``lean_selective``: the
+    selective members' memory screens read as empty and their times 2% above the representative's
+    (no faster, as members are), so that selective recomputation sets the least floor where memory
+    binds the others and its own times matter (real tables rarely have it)."""
+    search = SliceSearch(_problem(model, gpus, runtime))
+    uniform, screens, cap = search.uniform, search.uniform.screens, search.capacity
+    if lean_selective:
+        memory_screen, time_screen = screens.memory_screen, screens.time_screen
+
+        def lean(mp, rep, recompute=None):
+            sizes, base, per = memory_screen(mp, rep, recompute)
+            empty = lambda a: np.where(np.isfinite(a), 0.0, a)  # noqa: E731
+            return (sizes, empty(base), empty(per)) if recompute == "selective" else (sizes, base, per)
+
+        def slower(mp, rep, recompute="none"):
+            dp, costs = time_screen(mp, rep, recompute)
+            return (dp, replace(costs, time_s=1.02 * costs.time_s)) if recompute == "selective" else (dp, costs)
+
+        screens.memory_screen, screens.time_screen = lean, slower
+    checked, set_by_selective = 0, 0
+    for key in search.keys[::1 if lean_selective else 3]:
+        for mp, stages in screens.submeshes(key.dp):
+            shape = uniform._shape(key, stages, uniform._chunks(key, stages))
+            for rep, cls in list(screens.classes(key.dp, mp).items())[:3]:
+                got = screens.refined_floor(key, mp, rep, shape)
+                kinds = sorted({c.recompute for _, c in cls.members})
+                tables = {r: screens._screen_at(key, mp, rep, r, r) for r in kinds}
+                if any(t is None for t in tables.values()):
+                    assert got == (0.0, 0.0)
+                    continue
+                plain, inter = member_floors(list(tables.values()), 0, cap, shape)
+                want = [float(plain.min()), float(inter.min())]
+                counts = np.array(screens.counts.get((key.dp, mp), []))
+                if counts.size and "full" in tables:
+                    none = tables.get("none") or screens._screen_at(key, mp, rep, "none", "full")
+                    plains, inters = count_floors(none, tables["full"], counts, 0, cap, shape)
+                    want = [min(want[0], float(plains.min())), min(want[1], float(inters.min()))]
+                assert got == tuple(want)
+                checked += len(kinds) > 2
+                set_by_selective += "selective" in kinds and want[0] == float(plain[kinds.index("selective")]) < min(
+                    float(plain[kinds.index(r)]) for r in ("none", "full") if r in kinds)
+    assert checked > 10 and (set_by_selective > 0 if lean_selective else True)
 
 
 def test_classes_fold_only_what_trades_time_for_memory():

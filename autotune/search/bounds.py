@@ -11,7 +11,10 @@ that many, a plan whose first stage has ``n`` layers scores at least
 
 where ``a = min_m t_O(m) / m`` (the other stages' times add up to at least ``a`` per layer and the
 largest holds at least its share of the layers). The floor is the least of that over ``n``
-(exact for two stages, where the other stage holds the rest). Interleaved layouts (equal stages
+(exact for two stages, where the other stage holds the rest). Where memory binds, the max term is
+also at least least_slowest_s: stage j from the end holds min(j, B) micro-batches, so stages deep
+in flight may fit fewer layers and the others must take more (a choice without recomputation on
+many stages: its slowest stage is well above the layers' even share). Interleaved layouts (equal stages
 of ``L / S`` layers, ``v`` chunks a rank) score ``sum_i t_i / v + (B - 1 / v) max_i t_i``
 (autotune.cost.pipeline) with every stage holding the warm-up micro-batches the search allows.
 
@@ -25,7 +28,7 @@ import numpy as np
 
 from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE
 
-__all__ = ["positions_of", "pipeline_floor_s", "interleaved_floor_s"]
+__all__ = ["positions_of", "pipeline_floor_s", "interleaved_floor_s", "least_slowest_s"]
 
 
 def positions_of(num_stages: int) -> list[int]:
@@ -42,6 +45,12 @@ def _fitting(time, base, per, capacity_bytes: float, pos: int, inflight: int) ->
     with np.errstate(invalid="ignore"):
         ok = base[..., pos] + inflight * per[..., pos] <= capacity_bytes
     return np.where(ok, time[..., pos], np.inf)
+
+
+def _least(values: np.ndarray) -> np.ndarray:
+    """The least of each row's values, NaN read as inf (np.nan_to_num(...).min(), without the copy)."""
+    least = np.fmin.reduce(values, axis=-1)
+    return np.where(np.isnan(least), np.inf, least)
 
 
 def _tail(tail: np.ndarray, pos: int) -> np.ndarray:
@@ -88,6 +97,53 @@ def _most_layers_by_depth(most: np.ndarray, top: int) -> np.ndarray:
     return reach[:, 1:].reshape(level.shape[:-1] + (top + 1,))
 
 
+def least_slowest_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float, num_layers: int,
+                    num_stages: int, num_microbatches: int) -> np.ndarray:
+    """[...]: no 1F1B cut into S >= 3 stages has a slowest stage faster than this (inf: none fits).
+
+    Under a limit T a stage holds at most the largest n <= L - S + 1 whose time is at most T and
+    that fits its depth; a cut whose slowest stage takes T has its L layers in stages that each
+    hold at most that, so their sum is at least L. The sum is bounded above, for a middle stage of
+    depth d, by min(N(T), n_d) (N(T): the most layers of a middle stage under T, n_d: the most that
+    fit depth d), so the least of the tables' times T whose bound reaches L is a floor: the
+    bound only grows with T, and it is read off each row's times in sorted order."""
+    L, S, B = num_layers, num_stages, num_microbatches
+    top, shape = L - S + 1, np.broadcast_shapes(time.shape, base.shape, per.shape)
+    rows = int(np.prod(shape[:-2], dtype=int))
+    t = np.broadcast_to(time, shape).reshape(rows, -1, 4)[:, 1:top + 1, [FIRST, LAST, MIDDLE]]  # [row, n = 1..top, 3]
+    t = np.where(np.isnan(t), np.inf, t)
+    depth = min(S - 1, B)  # the deepest a middle stage holds
+    most = np.full((rows, top), float(depth))  # how deep a middle stage of n layers fits, up to that
+    if capacity_bytes != np.inf:  # else times alone (a class's first floor): everything fits
+        b = np.broadcast_to(base, shape).reshape(rows, -1, 4)[:, 1:top + 1]
+        p = np.broadcast_to(per, shape).reshape(rows, -1, 4)[:, 1:top + 1]
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            t[..., 0] = np.where(b[..., FIRST] + min(S, B) * p[..., FIRST] <= capacity_bytes, t[..., 0], np.inf)
+            t[..., 1] = np.where(b[..., LAST] + p[..., LAST] <= capacity_bytes, t[..., 1], np.inf)
+            bm, pm = b[..., MIDDLE], p[..., MIDDLE]
+            most = np.where(pm > 0, np.floor((capacity_bytes - bm) / np.where(pm > 0, pm, 1.0) + 1e-9),
+                            np.where(bm <= capacity_bytes, np.inf, -1.0))
+        most = np.clip(np.where(np.isnan(most), -1.0, most), -1, depth)
+    # held[l + 1]: how many middle stages (depths min(j, B), j = 2..S-1) are no deeper than l
+    held = np.concatenate(([0], np.cumsum(np.bincount(np.minimum(np.arange(2, S), B), minlength=depth + 1))))
+    # by_count[N]: the most layers the middle stages hold when each holds at most N: the sum over
+    # n <= N of how many of them fit a stage of n or more layers
+    level = np.maximum.accumulate(most[:, ::-1], axis=-1)[:, ::-1].astype(int) + 1
+    by_count = np.zeros((rows, top + 1), dtype=int)
+    np.cumsum(held[level], axis=-1, out=by_count[:, 1:])
+    # a stage holds at most #{n: the least time of n or more layers <= T}: count each row's sorted times
+    least = np.minimum.accumulate(t[:, ::-1], axis=1)[:, ::-1]  # [row, n, stage kind]
+    times = least.transpose(0, 2, 1).reshape(rows, 3 * top)
+    order = np.argsort(times, axis=-1, kind="stable")
+    at_row = np.arange(rows)[:, None]
+    times = times[at_row, order]
+    is_middle = order >= 2 * top
+    count = np.cumsum(~is_middle, axis=-1) + by_count[at_row, np.cumsum(is_middle, axis=-1)]
+    enough = count >= L
+    found = np.where(enough.any(axis=-1), times[at_row[:, 0], enough.argmax(axis=-1)], np.inf)
+    return found.reshape(shape[:-2])
+
+
 def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float,
                      num_layers: int, num_stages: int, num_microbatches: int) -> np.ndarray:
     """No 1F1B plan of these tables scores less (inf: none fits)."""
@@ -103,20 +159,49 @@ def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: 
     n_first = np.arange(1, L - S + 2)  # the others hold at least one layer each
     rest = L - n_first
     t_first = first[..., n_first]
+    tail_first = _tail(tail, FIRST)[..., n_first]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         if S == 2:  # the last stage holds exactly the rest
             t_rest = others[..., rest]
-            total = t_first + t_rest + (B - 1) * np.maximum(t_first, t_rest)
-        else:
-            per_layer = np.nan_to_num(others[..., 1:] / np.arange(1, L + 1), nan=np.inf, posinf=np.inf).min(axis=-1)[..., None]
-            suffix = np.minimum.accumulate(others[..., ::-1], axis=-1)[..., ::-1]  # least time of >= m layers
-            slowest = suffix[..., -(-rest // (S - 1))]
-            total = t_first + per_layer * rest + (B - 1) * np.maximum(t_first, slowest)
-            if capacity_bytes != np.inf:
-                room = _layers_held(base, per, capacity_bytes, S, B)  # the other stages hold at most this many
-                total = np.where(rest <= room[..., None], total, np.inf)
-        total = total + _tail(tail, FIRST)[..., n_first]
-    return np.nan_to_num(total, nan=np.inf, posinf=np.inf).min(axis=-1)
+            total = t_first + t_rest + (B - 1) * np.maximum(t_first, t_rest) + tail_first
+            return _least(total)
+        per_layer = _least(others[..., 1:] / np.arange(1, L + 1))[..., None]
+        suffix = np.minimum.accumulate(others[..., ::-1], axis=-1)[..., ::-1]  # least time of >= m layers
+        slowest = np.maximum(t_first, suffix[..., -(-rest // (S - 1))])
+        summed = t_first + per_layer * rest
+        room = _layers_held(base, per, capacity_bytes, S, B) if capacity_bytes != np.inf else None
+        floor = _scored(summed + (B - 1) * slowest, rest, room, tail_first)
+        if room is not None:  # where memory binds, stages deep in flight may hold fewer layers
+            floor = _with_least_slowest(floor, summed, slowest, rest, room, tail_first, (time, base, per),
+                                        capacity_bytes, (L, S, B))
+    return floor
+
+
+def _with_least_slowest(floor, summed, slowest, rest, room, tail_first, tables, capacity_bytes: float,
+                        shape: tuple[int, int, int]) -> np.ndarray:
+    """``floor`` with every plan's slowest stage at least least_slowest_s, made for the rows whose
+    floor is finite only (most of a count grid's rows fit no stage: inf already)."""
+    lead = floor.shape
+    rows = np.flatnonzero(np.isfinite(floor))
+    if not rows.size:
+        return floor
+    n = tables[0].shape[-2:]
+    time, base, per = (np.broadcast_to(a, lead + n).reshape((-1,) + n)[rows] for a in tables)
+    least = least_slowest_s(time, base, per, capacity_bytes, *shape)
+    at = lambda a: np.broadcast_to(a, lead + rest.shape).reshape(-1, rest.size)[rows]  # noqa: E731
+    with np.errstate(invalid="ignore", over="ignore"):
+        raised = _scored(at(summed) + (shape[2] - 1) * np.maximum(at(slowest), least[:, None]), rest,
+                         np.broadcast_to(room, lead).reshape(-1)[rows], at(tail_first))
+    out = floor.reshape(-1).copy()
+    out[rows] = raised
+    return out.reshape(lead)
+
+
+def _scored(total: np.ndarray, rest: np.ndarray, room, tail_first: np.ndarray) -> np.ndarray:
+    """min over the first stage's layers of the floor: inf where the other stages cannot hold the rest."""
+    if room is not None:
+        total = np.where(rest <= room[..., None], total, np.inf)
+    return _least(total + tail_first)
 
 
 def interleaved_floor_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float, num_layers: int,

@@ -97,13 +97,14 @@ def screen_floors(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_
 def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_index: int, capacity_bytes: float,
                  shape: tuple) -> tuple[np.ndarray, np.ndarray]:
     """member_floors of every count at once (arrays over ``counts``), without making each
-    count's tables: the interpolation over a [count, n, pos] grid at one micro-batch size. A count
-    of at least L - S + 1 layers (the most a stage of S holds, L / S when interleaved) recomputes
-    every layer of every stage: its tables are inf there (plain full recomputation is a member of
-    its own), so its floors are inf, and only the smaller counts are scored."""
+    count's tables: the interpolation over a [count, n, pos] grid at one micro-batch size. A count's
+    tables are inf for stages of at most ``count`` layers (they recompute every layer: plain full
+    recomputation, a member of its own), so every stage of its plans holds more, which S stages of
+    L layers can only where S (count + 1) <= L: the other counts have no plan (inf floors), and
+    only those are scored."""
     counts = np.asarray(counts)
     plains, inters = np.full(counts.shape, np.inf), np.full(counts.shape, np.inf)
-    partial = counts < shape[0] - shape[1] + 1
+    partial = counts < shape[0] // shape[1]
     if partial.any():
         f, counted = _fractions(counts[partial], full.time_s.shape[1])
         time, tail, base, per = (blend_counts(getattr(none, name)[b_index], getattr(full, name)[b_index], f, counted)

@@ -265,14 +265,29 @@ class Screens:
         """A class's (1F1B, interleaved) floor on slice ``key`` taken per way of recomputing (each
         kind's representative times and leanest memory; partial counts between the none and the
         full kinds' tables): tighter than class_floors where recomputation is what fits, at up to
-        four more screens per class, shared by every degree."""
+        four more screens per class, shared by every degree. A kind other than none and full is
+        first bounded with the representative's times (no slower: members.py) and its own memory,
+        and its time screen priced only where that bound is below the other kinds' floor (else
+        the least is the others', as with its own times)."""
         cls = self.classes(key.dp, mp)[rep]
         kinds = sorted({c.recompute for _, c in cls.members})
-        tables = {r: self._screen_at(key, mp, rep, r, r) for r in kinds}
+        tables = {r: self._screen_at(key, mp, rep, r if r in ("none", "full") else "none", r) for r in kinds}
         if any(t is None for t in tables.values()):
             return 0.0, 0.0
-        plain, inter = member_floors(list(tables.values()), 0, self.search.capacity, shape)
-        best = (float(plain.min()), float(inter.min()))
+        best = self._kind_floors({r: t for r, t in tables.items() if r in ("none", "full")}, key, mp, rep, shape)
+        for r in (r for r in kinds if r not in ("none", "full")):
+            plain, inter = member_floors([tables[r]], 0, self.search.capacity, shape)
+            if plain[0] < best[0] or inter[0] < best[1]:  # may set the least: with its own times
+                plain, inter = member_floors([self._screen_at(key, mp, rep, r, r)], 0, self.search.capacity, shape)
+            best = (min(best[0], float(plain[0])), min(best[1], float(inter[0])))
+        return best
+
+    def _kind_floors(self, tables: dict, key, mp: int, rep: StageChoice, shape: tuple) -> tuple[float, float]:
+        """refined_floor's least over the none and full kinds' tables and the counts between them."""
+        best = (math.inf, math.inf)
+        if tables:
+            plain, inter = member_floors(list(tables.values()), 0, self.search.capacity, shape)
+            best = (float(plain.min()), float(inter.min()))
         counts = self.counts.get((key.dp, mp), [])
         if counts and "full" in tables:
             none = tables.get("none") or self._screen_at(key, mp, rep, "none", "full")
