@@ -86,3 +86,26 @@ def test_h100_runs_predicted_before_they_ran_stay_within_ten_percent():
     summary = report["summary"]["profile"]
     assert summary["runs"] == 4 and summary["out_of_memory_predicted_to_fit"] == []
     assert summary["step_mae_pct"] < 6 and summary["step_worst_pct"] < 10 and summary["memory_worst_pct"] < 10
+
+
+def test_a_datasheet_cluster_is_priced_from_the_lines_the_speeds_are_relative_to():
+    from autotune.cost.runtime_kernels import reference_lines, runtime_cluster
+    from autotune.spec.hardware_data import apply_profile, shipped_profile
+
+    transformers = load_runtime("transformers")
+    datasheet = resolve_cluster("dgx-h100")
+    measured = apply_profile(datasheet, shipped_profile("h100-sxm-measured"))
+    lines = reference_lines(datasheet, transformers).device
+    for key in (("gemm", "bf16"), ("attention", "bf16"), ("attention_bwd", "bf16")):
+        assert lines.regression(*key) == measured.device.regression(*key)
+    assert lines.memory == measured.device.memory and lines.memory_kernels == measured.device.memory_kernels
+    assert lines.peak_flops == datasheet.device.peak_flops and lines.tiers == datasheet.device.tiers  # only the lines
+    # so the datasheet cluster and the measured profile price transformers' GEMMs alike
+    gemm = [runtime_cluster(c, transformers).device.regression("gemm", "bf16").seconds_per_unit for c in (datasheet, measured)]
+    assert gemm[0] == pytest.approx(gemm[1])
+    # a measured profile is kept; a runtime whose speeds stand on the datasheet lines is not moved
+    assert reference_lines(measured, transformers) is measured
+    assert reference_lines(datasheet, load_runtime("megatron")) is datasheet
+    # another H100 (96 GB, 500 W) is not the measured one
+    other = datasheet.with_changes(device=datasheet.device.with_changes(aliases=("h100-96gb",)))
+    assert reference_lines(other, transformers) is other

@@ -56,6 +56,7 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
     profile prices them as one fused streaming kernel (a profile that measured torch's own norm or
     activation op, such as `autotune profile` on a CPU, already holds what eager PyTorch runs). The
     same object for the same pair (cluster specs compare by identity), so stage caches keep hitting."""
+    cluster = reference_lines(cluster, runtime)
     device = cluster.device
     generation = runtime.kernel_key(gpu_keys(device.name))
     attention, gemm = runtime.attention_speed * runtime.attention_in_step(generation), runtime.gemm_speed(generation)
@@ -89,6 +90,23 @@ def runtime_cluster(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
                                                            attention_head_dim_64_speed=head_dim_64 or device.attention_head_dim_64_speed,
                                                            attention_head_dim_256_speed=head_dim_256 or device.attention_head_dim_256_speed,
                                                            attention_mask_slowdown=masked or device.attention_mask_slowdown))
+
+
+def reference_lines(cluster: ClusterSpec, runtime: Runtime) -> ClusterSpec:
+    """The cluster with the GEMM, attention and memory-bound lines of the measured profile its
+    runtime's in-step speeds are relative to, where the cluster stands on that GPU's datasheet
+    preset (Runtime.in_step_lines): the speeds mean "this much faster than that profile's lines",
+    and a datasheet line of the same GPU is another estimate (H100 GEMM: 819 TFLOP/s there, 734 in
+    the measured profile). A profile the user measured is kept as it is."""
+    device = cluster.device
+    name = next((profile for preset, profile in runtime.in_step_lines if preset in device.aliases), "")
+    if not name or device.provenance.startswith("measured"):
+        return cluster
+    from autotune.spec.hardware_data import apply_profile, shipped_profile
+
+    measured = apply_profile(cluster, shipped_profile(name)).device
+    return cluster.with_changes(device=device.with_changes(compute={**device.compute, **measured.compute},
+                                                           memory=measured.memory, memory_kernels=measured.memory_kernels))
 
 
 def unaligned_gemm_fits(compute: dict, speeds: tuple[float, float], runtime: str) -> dict:

@@ -121,6 +121,10 @@ class Runtime:
     # per GPU generation and head dim: (("hopper", 128, forward, backward), ...); a generation not
     # listed: 2 (all s x s pairs instead of the causal half: cost/compute.py attention_mask_slowdown)
     attention_mask_slowdown: tuple[tuple[str, float, float, float], ...] = ()
+    # the measured profiles (autotune/data/devices) its in-step speeds were taken against, by the
+    # datasheet device preset they stand for (("h100-sxm", "h100-sxm-measured"),): a cluster on that
+    # preset is priced from the measured profile's lines (cost/runtime_kernels.py reference_lines)
+    in_step_lines: tuple[tuple[str, str], ...] = ()
     # its memory-bound kernels (norms, activations, casts, elementwise) inside a step over the device's
     # memory fits, per GPU generation
     memory_in_step_speed: tuple[tuple[str, float], ...] = ()
@@ -178,7 +182,7 @@ class Runtime:
         for name in ("zero_stages", "cuda_graph_scope", "gemm_in_step_speed", "gemm_unaligned_speed", "attention_in_step_speed",
                      "attention_dropout_in_step_speed",
                      "attention_head_dim_tile", "attention_head_dim_64_speed", "attention_head_dim_256_speed", "attention_mask_slowdown",
-                     "memory_in_step_speed",
+                     "memory_in_step_speed", "in_step_lines",
                      "sources", "no_tp_overlap_dtypes", "tp_gather_dtypes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
@@ -236,6 +240,8 @@ class Runtime:
         require(all(isinstance(g, str) and isinstance(t, int) and not isinstance(t, bool) and t > 0 and t % 8 == 0
                     for g, t in self.attention_head_dim_tile), "runtime.attention_head_dim_tile",
                 f"must map GPU generations to positive multiples of 8, got {self.attention_head_dim_tile!r}")
+        require(all(len(row) == 2 and all(isinstance(v, str) and v for v in row) for row in self.in_step_lines),
+                "runtime.in_step_lines", f"must list [datasheet device preset, measured profile], got {self.in_step_lines!r}")
         require(all(len(row) == 4 and isinstance(row[0], str) and all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                                                      for v in row[1:]) and row[1] > 0 and min(row[2:]) >= 1
                     for row in self.attention_mask_slowdown), "runtime.attention_mask_slowdown",
