@@ -6,6 +6,7 @@ step, reset when the engine idles and re-estimated on a retraction."""
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 from types import SimpleNamespace
 
 import numpy as np
@@ -76,6 +77,20 @@ def test_a_waiting_request_enters_at_the_first_step_its_room_appears():
     st.ratio_base = 0.1  # a floor-level estimate admits at once (one step being the least a stretch takes)
     assert steps_until_admitted(st, RULE_030, 1500, np.array([0]), 998) == 1
     assert reserve_room(st, RULE_030, 1500) == pytest.approx(1500 - 100 - 1000 * 0.1)
+
+
+def test_a_decoding_request_lets_the_next_in_as_the_ratio_decays_then_retracts_it():
+    # the same two requests simulated: A (100 + 1001) runs alone; B (100 + 680) enters after 144 decode
+    # steps, when A has generated 145 tokens (above). Then both decode until their KV for the next step,
+    # 200 + (145 + m) + (1 + m), passes 1,500: m = 578, and B (fewest generated: 579) is retracted and
+    # prefills its prompt and 578 generated tokens again, after A finishes (A's 278 tokens left x the new
+    # ratio (723 + 20) / 1001 leave it no room). Without the decay B would wait for A and nothing is recomputed.
+    load = Requests(arrival_s=np.zeros(2), input_len=np.array([100, 100]), output_len=np.array([1001, 680]))
+    trace = simulate(load, _schedule(RULE_030, 1_500), _step())
+    assert trace.prefilled_tokens == 200 + 678
+    assert trace.first_token_s[1] < trace.finish_s[0] < trace.finish_s[1]
+    steady = simulate(load, _schedule(replace(RULE_030, decay_per_step=0.0), 1_500), _step())
+    assert steady.prefilled_tokens == 200 and steady.first_token_s[1] > steady.finish_s[0]
 
 
 def test_the_ratio_decays_per_decode_step_to_its_floor():
