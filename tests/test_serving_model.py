@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_eval import ARRIVAL_DRAWS, ServingDeployment, arrival_draws, expected_metric, run_serving
 from autotune.cost.serving_limits import sglang_max_running, trtllm_bench_setting, vllm_device_defaults
 from autotune.cost.serving_load import Load, metric_value, mlperf_server_max_rate, requests_for, weighted_percentile
@@ -98,7 +99,7 @@ def _schedule(run, **changes):
                   max_num_batched_tokens=limits.max_num_batched_tokens, kv_capacity_tokens=limits.kv_capacity_tokens,
                   kv_block_tokens=engine.kv_block_tokens, kv_reservation=engine.kv_reservation,
                   scheduler_steps=engine.scheduler_steps, step_host_s=engine.step_host_s,
-                  step_host_share=engine.step_host_share)
+                  step_host_share=engine.step_host_share, reserve=output_reserve(engine))
     values.update(changes)
     return Schedule(**values)
 
@@ -109,6 +110,9 @@ CASES = [
     ("tensorrt-llm-0.17", Load(kind="concurrency", num_requests=200, input_len=500, output_len=200, concurrency=48), {}),
     ("vllm", Load(kind="rate", num_requests=200, input_len=1000, output_len=150, rate_per_s=12), dict(kv_capacity_tokens=50000)),
     ("sglang-0.3", Load(kind="max_throughput", num_requests=150, input_len=3000, output_len=60), dict(kv_capacity_tokens=40000)),
+    # SGLang's reserve admission: requests enter mid-stretch as the ratio decays, and some are retracted
+    ("sglang-0.3", Load(kind="max_throughput", num_requests=300, input_len=200, output_len=600), dict(kv_capacity_tokens=30000)),
+    ("sglang", Load(kind="rate", num_requests=200, input_len=300, output_len=400, rate_per_s=20), dict(kv_capacity_tokens=30000)),
 ]
 
 

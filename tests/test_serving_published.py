@@ -172,14 +172,16 @@ def test_a_file_without_the_columns_is_refused():
 @pytest.mark.slow
 def test_the_shipped_rows_reach_the_recorded_figures():
     """The figures docs/serving.md reports: every row priced (its cells, the dataset and system tables),
-    and the errors per engine and kind: the issue's 15% / 20% targets where they are met (TensorRT-LLM and
-    SGLang throughput, SGLang and vLLM latency), a regression guard elsewhere."""
+    and the errors per engine and kind: the issue's 15% / 20% targets where they are met (TensorRT-LLM
+    throughput, SGLang and vLLM latency), a regression guard elsewhere."""
     checks = check_serving_csv(DATA)
     priced = [c for c in checks if c.error_pct is not None]
     assert len(priced) == len(checks) == 83
     groups = {g.group: g for g in summarise(checks, "engine,kind")}
     assert groups["tensorrt-llm | throughput"].mean_abs_error_pct < 12.0
-    assert groups["sglang | throughput"].mean_abs_error_pct < 10.0
+    # regression guard: SGLang 0.3 at rate inf under its own admission rule (+35.5%; +6.2% when it was
+    # admitted on prompts alone and recomputed 0.86 M prompt tokens), the gap vLLM 0.6 shows on that run
+    assert groups["sglang | throughput"].mean_abs_error_pct < 38.0
     assert groups["sglang | latency"].mean_abs_error_pct < 20.0
     assert groups["vllm | latency"].mean_abs_error_pct < 20.0
     assert groups["tensorrt-llm | latency"].mean_abs_error_pct < 25.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_sim import Schedule, Trace, simulate
@@ -117,7 +118,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,
                         step_host_s=engine.step_host_s, step_host_share=engine.step_host_share,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
-                        decode_graph_max_batch=engine.decode_cuda_graph_max_batch)
+                        decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine))
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(requests_for(load), schedule, step))
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.cost.serving_admission import (OutputReserve, output_need, ratio_after_retraction,
+                                              reserve_room, retraction_victims, steps_until_admitted)
 from autotune.cost.serving_step import StepModel
 from autotune.errors import require
 
@@ -63,6 +65,9 @@ class Schedule:
     step_host_share: float = 0.0
     eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
     decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
+    # SGLang's admission (serving_admission.py): a prompt waits until its output fits beside the
+    # running requests' expected output; None: a prompt is admitted when its own KV blocks fit
+    reserve: OutputReserve | None = None
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -79,6 +84,7 @@ class Trace:
     itl_weight: np.ndarray
     steps: int
     mean_running: float  # requests decoding, averaged over decode steps
+    prefilled_tokens: int = 0  # prompt tokens run, recomputations of preempted requests included
 
     @property
     def ttft_s(self) -> np.ndarray:
@@ -118,16 +124,23 @@ class _State:
     steps: int = 0
     decoded: float = 0.0  # sum of decode batch sizes over decode steps
     decode_steps: int = 0
+    prefilled: int = 0
+    # SGLang's new_token_ratio (reserve admission only): set to ratio_base, then decayed ratio_decays times
+    ratio_base: float = 0.0
+    ratio_decays: int = 0
 
 
 def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: bool = True) -> Trace:
     """Play the engine's loop until every request finished; ``fast_forward=False`` takes decode
     steps one at a time (the reference the stretches must equal)."""
     st = _initial(req)
+    st.ratio_base = sched.reserve.init_ratio if sched.reserve else 0.0  # the server idled before the run
     while st.next_arrival < len(st.arrival) or st.waiting or len(st.running):
         _admit_arrivals(st)
         if not len(st.running) and not st.waiting:
             st.t = float(st.arrival[st.next_arrival])
+            if sched.reserve:  # an idle SGLang resets its estimate (tp_worker.py forward_step)
+                st.ratio_base, st.ratio_decays = sched.reserve.init_ratio, 0
             continue
         chunks, decodes = _plan_step(st, sched)
         require(bool(chunks) or len(decodes) > 0, "serving",
@@ -141,7 +154,7 @@ def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: b
     weights = np.concatenate(st.weights) if st.weights else np.zeros(0)
     return Trace(arrival_s=st.arrival, first_token_s=st.first, finish_s=st.finish, output_len=req.output_len,
                  input_len=req.input_len, itl_s=gaps, itl_weight=weights, steps=st.steps,
-                 mean_running=st.decoded / st.decode_steps if st.decode_steps else 0.0)
+                 mean_running=st.decoded / st.decode_steps if st.decode_steps else 0.0, prefilled_tokens=st.prefilled)
 
 
 def _initial(req: Requests) -> _State:
@@ -186,30 +199,49 @@ def _fill_prompts(st: _State, sched: Schedule, budget: int) -> list:
     while the sequence cap and the KV cache admit them."""
     chunks = []
     cap = sched.prefill_chunk_tokens or sched.max_num_batched_tokens
+    # KV tokens left to admit against: blocks not yet taken, or (reserve rule) the estimated room
+    room = (reserve_room(st, sched.reserve, sched.kv_capacity_tokens) if sched.reserve
+            else sched.kv_capacity_tokens - int(st.reserved[st.running].sum()))
     for i in st.running[st.done[st.running] < st.prompt[st.running]]:
         take = min(int(st.prompt[i] - st.done[i]), budget, cap)
         if take <= 0:
             return chunks
         chunks.append((int(i), take))
         budget -= take
-    used = int(st.reserved[st.running].sum())
+        if sched.reserve:  # a continuing chunk reserves its output once it completes the prompt
+            room -= take + (output_need(st, sched.reserve, int(i)) if st.done[i] + take >= st.prompt[i] else 0)
     admitted = []
     while st.waiting and budget > 0 and len(st.running) + len(admitted) < sched.max_num_seqs:
         i = st.waiting[0]
-        extra = st.req.output_len[i] if sched.kv_reservation == "full" else 0
-        need = int(_blocks(st.prompt[i] + extra, sched.kv_block_tokens))
         left = int(st.prompt[i] - st.done[i])
         take = min(left, budget, cap) if sched.chunked_prefill else left
-        if used + need > sched.kv_capacity_tokens or take > budget:
+        fits, cost = _admission(st, sched, i, take, room)
+        if not fits or take > budget:
             break
         st.waiting.popleft()
         admitted.append(i)
-        st.reserved[i], used = need, used + need
+        st.reserved[i] = cost if not sched.reserve else _blocks(st.prompt[i], sched.kv_block_tokens)
+        room -= cost
         chunks.append((i, take))
         budget -= take
     if admitted:
         st.running = np.concatenate([st.running, np.asarray(admitted, dtype=np.int64)])
     return chunks
+
+
+def _admission(st: _State, sched: Schedule, i: int, take: int, room: float) -> tuple[bool, int]:
+    """Whether request ``i`` (prefilling ``take`` tokens now) fits the room, and the KV tokens its
+    admission takes from it: its prompt's blocks (plus its whole output under "full"); or (reserve
+    rule) its whole prompt plus output must fit, strictly (add_one_req refuses total_tokens >=
+    rem_total_tokens), and it takes that, or only the chunk where the prompt is split
+    (PrefillAdder._prefill_one_req: a truncated chunk reserves no output yet)."""
+    if sched.reserve:
+        left = int(st.prompt[i] - st.done[i])
+        whole = left + output_need(st, sched.reserve, i)
+        return whole < room, (whole if take == left else take)
+    extra = st.req.output_len[i] if sched.kv_reservation == "full" else 0
+    need = int(_blocks(st.prompt[i] + extra, sched.kv_block_tokens))
+    return need <= room, need
 
 
 def _host_s(sched: Schedule, gpu_s, calls: float, eager: bool) -> float:
@@ -231,6 +263,7 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
                      sampled=sampled)
     st.t += _host_s(sched, gpu, 1, eager=True)  # prompt steps run eagerly (graphs are captured for decodes)
     st.done[ids] += takes
+    st.prefilled += int(takes.sum())
     completed = ids[st.done[ids] >= st.prompt[ids]]
     new = completed[st.generated[completed] == 0]
     st.generated[new], st.first[new], st.last[new] = 1, st.t, st.t
@@ -246,13 +279,23 @@ def _make_room(st: _State, sched: Schedule, decodes: np.ndarray) -> np.ndarray:
     if sched.kv_reservation == "full":
         return decodes
     st.reserved[decodes] = _blocks(_kv_tokens(st, decodes), sched.kv_block_tokens)
+    if int(st.reserved[st.running].sum()) <= sched.kv_capacity_tokens:
+        return decodes
+    if sched.reserve:  # SGLang's retract_decode: its victims, then a new estimate of the ratio
+        for victim in retraction_victims(st, sched.reserve, sched.kv_capacity_tokens):
+            _preempt(st, victim)
+        st.ratio_base, st.ratio_decays = ratio_after_retraction(st, sched.reserve), 0
     while int(st.reserved[st.running].sum()) > sched.kv_capacity_tokens and len(st.running) > 1:
-        victim = int(st.running[-1])
-        st.running = st.running[:-1]
-        st.prompt[victim] = st.req.input_len[victim] + max(int(st.generated[victim]) - 1, 0)
-        st.done[victim], st.reserved[victim] = 0, 0
-        st.waiting.appendleft(victim)
+        _preempt(st, int(st.running[-1]))  # vLLM: the latest admitted first
     return decodes[np.isin(decodes, st.running)]
+
+
+def _preempt(st: _State, victim: int) -> None:
+    """Free a running request's KV; it waits first in line to recompute its prompt and what it generated."""
+    st.running = st.running[st.running != victim]
+    st.prompt[victim] = st.req.input_len[victim] + max(int(st.generated[victim]) - 1, 0)
+    st.done[victim], st.reserved[victim] = 0, 0
+    st.waiting.appendleft(victim)
 
 
 def _stretch_length(st: _State, sched: Schedule, decodes: np.ndarray, durations_of) -> int:
@@ -290,7 +333,8 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     first step's plus j x batch, so its GPU time is the first step's plus j x batch x (per position)."""
     before = len(st.waiting)
     decodes = _make_room(st, sched, decodes)
-    fast_forward = fast_forward and len(st.waiting) == before  # a preempted request may come back next step
+    retracted = len(st.waiting) > before
+    fast_forward = fast_forward and not retracted  # a preempted request may come back next step
     b, calls = len(decodes), sched.scheduler_steps
     context = float(_kv_tokens(st, decodes).sum())
     first = step.gpu_s(decodes=b, context=context, prefill_tokens=0, pairs=0.0, sampled=b)
@@ -303,6 +347,9 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         return _host_s(sched, first + slope * j, (j % calls == 0).astype(float), eager)
 
     k = _stretch_length(st, sched, decodes, durations_of) if fast_forward else 1
+    if sched.reserve and st.waiting and len(st.running) < sched.max_num_seqs and k > 1:
+        # SGLang tries to admit before every decode step: stop where the first waiting request fits
+        k = steps_until_admitted(st, sched.reserve, sched.kv_capacity_tokens, decodes, k)
     if calls > 1:  # a multi-step call runs all its steps (requests finishing early are dropped at its end)
         k = calls * max(1, -(-k // calls)) if k >= calls else calls
         k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
@@ -312,6 +359,8 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
         st.reserved[decodes] = _blocks(_kv_tokens(st, decodes) - 1, sched.kv_block_tokens)
     st.t = float(ends[-1])
+    if sched.reserve:  # each decode step without a retraction decays the ratio (forward_decode_batch)
+        st.ratio_decays += k - int(retracted)
     st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + b * k, st.decode_steps + k
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from autotune.errors import AutotuneError, require, require_choice
 
-__all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
+__all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
@@ -27,6 +27,11 @@ SCHEDULERS = ("prefill_first", "mixed")
 # run out (vLLM, SGLang); "full": a request is admitted only when its prompt plus all its output fit
 # (TensorRT-LLM's GUARANTEED_NO_EVICT).
 KV_RESERVATIONS = ("grow", "full")
+# Which waiting request the scheduler admits: "prompt" (its prompt's KV blocks fit, plus its whole
+# output under kv_reservation "full": vLLM, TensorRT-LLM); "reserve_output" (SGLang's PrefillAdder:
+# its prompt plus its max_new_tokens fit beside the running requests' remaining max_new_tokens x
+# new_token_ratio, the ratio decaying each decode step and re-estimated on a retraction).
+ADMISSIONS = ("prompt", "reserve_output")
 # What memory_fraction multiplies: "total" (vLLM gpu_memory_utilization: weights, activations and
 # KV cache within fraction x total); "static" (SGLang mem_fraction_static: weights and KV pool within
 # fraction x total; the profile of activations is not subtracted); "free" (TensorRT-LLM
@@ -64,6 +69,13 @@ class ServingEngine:
     kv_block_tokens: int = 16  # tokens per KV cache block (paged attention); 1: token-granular
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES
     kv_reservation: str = "grow"  # KV_RESERVATIONS
+    admission: str = "prompt"  # ADMISSIONS; the fields below act only under "reserve_output"
+    new_token_ratio_init: float = 0.0  # the share of remaining max_new_tokens a running request reserves, when idle
+    new_token_ratio_min: float = 0.0  # the floor it decays to
+    new_token_ratio_decay: float = 0.0  # taken off the ratio at each decode step without a retraction
+    retract_decode_steps: int = 0  # a retraction frees KV until every remaining request has room for this many tokens
+    clip_max_new_tokens: int = 0  # max_new_tokens counted at most this many in admission estimates
+    ignore_eos_reserves_all: bool = False  # running ignore_eos requests reserve all remaining tokens (ratio 1)
     memory_rule: str = "total"  # MEMORY_RULES
     memory_fraction: float = 0.9  # the share memory_rule applies (0 with the "reserved" rule)
     # (smallest TP degree, fraction): the engine's default by TP degree where it has one (SGLang 0.3)
@@ -93,15 +105,19 @@ class ServingEngine:
         require_choice("serving.batch_rule", self.batch_rule, BATCH_RULES)
         require_choice("serving.kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         require_choice("serving.kv_reservation", self.kv_reservation, KV_RESERVATIONS)
+        require_choice("serving.admission", self.admission, ADMISSIONS)
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk_tokens",
-                     "decode_cuda_graph_max_batch"):
+                     "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
-        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes", "rate_run_s"):
+        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
+                     "new_token_ratio_min", "new_token_ratio_decay"):
             _require_number(name, getattr(self, name))
+        if self.admission == "reserve_output":
+            self._check_output_reserve()
         require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
                 and (self.memory_fraction > 0) == (self.memory_rule != "reserved"), "serving.memory_fraction",
                 f"must be in (0, 1] (0 only with memory_rule 'reserved'), got {self.memory_fraction!r}")
@@ -114,6 +130,15 @@ class ServingEngine:
         for f in fields(self):
             if f.type == "bool":
                 require(isinstance(getattr(self, f.name), bool), f"serving.{f.name}", "must be true or false")
+
+    def _check_output_reserve(self) -> None:
+        require(self.kv_reservation == "grow" and self.scheduler == "prefill_first", "serving.admission",
+                "'reserve_output' is SGLang's rule: it needs kv_reservation 'grow' and scheduler 'prefill_first'")
+        require(0 < self.new_token_ratio_min <= self.new_token_ratio_init <= 1, "serving.new_token_ratio_init",
+                f"must satisfy 0 < new_token_ratio_min <= new_token_ratio_init <= 1 under admission 'reserve_output', "
+                f"got {self.new_token_ratio_min!r} and {self.new_token_ratio_init!r}")
+        for name in ("retract_decode_steps", "clip_max_new_tokens"):
+            _require_count(name, getattr(self, name), minimum=1)
 
     def fraction_for_tp(self, tp: int) -> float:
         """The memory share at TP degree ``tp``: the by-TP default where the engine has one."""
