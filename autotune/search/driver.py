@@ -103,11 +103,16 @@ def micro_batch_sizes(problem: SearchProblem, dp: int) -> tuple[int, ...]:
 def plan_slices(problem: SearchProblem) -> list[SliceKey]:
     """Every (dp, micro-batch) pair the GPU count, the batch and the space allow."""
     keys = []
-    for dp in range(1, problem.gpus + 1):
-        if problem.gpus % dp or problem.workload.global_batch % dp:
-            continue
+    for dp in _divisors(math.gcd(problem.gpus, problem.workload.global_batch)):  # dp divides both
         keys += [SliceKey(dp, b) for b in micro_batch_sizes(problem, dp)]
     return keys
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order (in sqrt(n) steps: a scheduler's thousands of GPUs
+    are walked per query)."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 @dataclass
