@@ -90,10 +90,14 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
             if len(_STAGE_COSTS) >= _STAGE_COSTS_KEPT:
                 _STAGE_COSTS.pop(next(iter(_STAGE_COSTS)))  # the oldest
             found = _STAGE_COSTS[key] = (ctx, price(ctx, stage, StagePosition(
-                inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu)))
-        one = found[1]
-        if pos.inflight != 1:
-            one = replace(one, memory=replace(one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight))
+                inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu)), {})
+        one, by_inflight = found[1], found[2]
+        if pos.inflight != 1:  # the stages of a pipeline hold few distinct counts: each scaled once
+            scaled = by_inflight.get(pos.inflight)
+            if scaled is None:
+                scaled = by_inflight[pos.inflight] = replace(one, memory=replace(
+                    one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight))
+            one = scaled
         out.append(one)
     return out
 

@@ -126,6 +126,7 @@ class SliceSearch:
     num_trials: int = 0
     # best_by_inflight tables by (result, micro-batch index, micro-batches): the deepest made so far
     inflight_tables: dict = field(default_factory=dict)
+    sizes_by_dp: dict[int, tuple[int, ...]] = field(default_factory=dict)  # micro_batches, asked per table
 
     def __post_init__(self) -> None:
         w = self.problem.workload
@@ -161,7 +162,10 @@ class SliceSearch:
         return evaluate_plan(p.model, p.workload, p.cluster, plan, runtime=p.runtime)
 
     def micro_batches(self, dp: int) -> tuple[int, ...]:
-        return micro_batch_sizes(self.problem, dp)
+        found = self.sizes_by_dp.get(dp)
+        if found is None:
+            found = self.sizes_by_dp[dp] = micro_batch_sizes(self.problem, dp)
+        return found
 
     def stage_sizes(self, dp: int) -> list[int]:
         return [m for m in (s // dp for s in valid_stage_sizes(self.problem.gpus, self.problem.cluster.gpus_per_node)
