@@ -81,7 +81,9 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
         if offloads(stage) or stage.activation_offload_layers:
             out.append(stage_cost(ctx, stage, pos))
             continue
-        key = (context, tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers,
+        fields_but_layers = dict(vars(stage))
+        del fields_but_layers["layers"]
+        key = (context, tuple(fields_but_layers.values()), stage.num_layers,
                ctx.tables.layer_counts(*stage.layers) if moe else None, pos.neighbors, pos.p2p_inter_node,
                pos.first_gpu % gpus_per_node)
         found = _STAGE_COSTS.get(key)
@@ -124,7 +126,8 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
     peak_stage = max(stages, key=lambda s: s.peak_memory_bytes)
     capacity = cluster.device.memory_bytes
     fits = all(s.fits for s in stages)
-    overflow = next((r for r in (tier_overflow(c.memory, cluster) for c in costs) if r), "")  # host/CXL capacity
+    distinct = list({id(c): c for c in costs}.values())  # a pipeline's stages share a few costs, in stage order
+    overflow = next((r for r in (tier_overflow(c.memory, cluster) for c in distinct) if r), "")  # host/CXL capacity
     reason = overflow if fits else (
         f"stage {peak_stage.index} needs {peak_stage.peak_memory_bytes / 2**30:.1f} GiB per GPU "
         f"({peak_stage.peak_memory_bytes:.0f} bytes) but {cluster.device.name} has {capacity / 2**30:.1f} GiB")
@@ -138,5 +141,5 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         breakdown=breakdown, memory_breakdown=dict(peak_stage.memory_bytes),
         uncertainty_pct=uncertainty_pct(cluster, workload.dtype, 1.0 - comm / step_s, comm / step_s, tables),
         model_flops_per_step=model_flops_per_step, stages=tuple(stages), reason=reason,
-        memory_at_risk=fits and any(memory_at_risk(c.memory, capacity) for c in costs),
+        memory_at_risk=fits and any(memory_at_risk(c.memory, capacity) for c in distinct),
     )
