@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import fields, replace
 
-from autotune.cost.estimate import Estimate
+from autotune.cost.estimate import Estimate, StageEstimate
 from autotune.cost.inference_plan import evaluate_inference_plan
 from autotune.cost.memory import memory_at_risk
 from autotune.cost.offload import offloads, tier_overflow
@@ -104,6 +105,25 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
     return out
 
 
+def _stage_estimates(plan: Plan, costs: list[StageCost], positions: list[StagePosition], usable: float) -> list:
+    """stage_estimate of every stage; a stage with the cost object and in-flight count of one
+    before it (the middle stages of a deep pipeline) copies that one's estimate, only its index,
+    layers and GPUs its own (the rest is read from the cost and the count alone; the time and
+    memory mappings are read-only, so they are shared)."""
+    made: dict[tuple, StageEstimate] = {}
+    out = []
+    for i, (cost, pos) in enumerate(zip(costs, positions)):
+        first = made.get((id(cost), pos.inflight))
+        if first is None:
+            out.append(made.setdefault((id(cost), pos.inflight), stage_estimate(i, plan, cost, pos, usable)))
+            continue
+        one = copy.copy(first)
+        for name, value in (("index", i), ("layers", plan.stages[i].layers), ("num_gpus", plan.stages[i].num_gpus)):
+            object.__setattr__(one, name, value)
+        out.append(one)
+    return out
+
+
 def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSpec, costs: list[StageCost],
                       positions: list[StagePosition], model_flops_per_step: float,
                       tables: ModelTables | None = None) -> Estimate:
@@ -122,7 +142,7 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         "offload_s": b * slow.offload_s, "ep_comm_s": b * slow.ep_comm_s, "host_s": b * slow.host_s,
     }
     usable = cluster.device.usable_memory_bytes
-    stages = [stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
+    stages = _stage_estimates(plan, costs, positions, usable)
     peak_stage = max(stages, key=lambda s: s.peak_memory_bytes)
     capacity = cluster.device.memory_bytes
     fits = all(s.fits for s in stages)
