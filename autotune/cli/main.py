@@ -102,15 +102,26 @@ class _VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or with ``only`` (a command name) that command's alone: a run names
+    its command first, and the other commands' parsers (tens of milliseconds to build) would
+    only be thrown away."""
     parser = _Parser(prog="autotune", description="Auto-parallel planner for transformer training and inference.",
                      epilog=EXAMPLES)
     parser.add_argument("--version", action=_VersionAction)
     parser.register("type", None, str)  # the command's own arguments pass through here; its parser checks them
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module_name in COMMANDS.values():
-        importlib.import_module(module_name).register(subparsers)
+    for name, module_name in COMMANDS.items():
+        if only is None or name == only:
+            importlib.import_module(module_name).register(subparsers)
     return parser
+
+
+def _named_command(argv: list[str] | None) -> str | None:
+    """The command ``argv`` starts with, if it starts with one (else the whole parser is built:
+    top-level help, --version, a mistyped command)."""
+    args = sys.argv[1:] if argv is None else argv
+    return args[0] if args and args[0] in COMMANDS else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -119,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "autotune"
     try:
         signals.install()  # inside the try: a signal may land as soon as its handler is set
-        parser = build_parser()
+        parser = build_parser(_named_command(argv))
         args = parser.parse_args(argv)
         command = f"autotune {args.command}" if getattr(args, "command", None) else command
         if not getattr(args, "func", None):

@@ -119,10 +119,11 @@ def run(args: argparse.Namespace) -> int:
     from autotune.search import api as search_api
 
     progress = _progress(args)
+    searched = {}  # a new search's model and workload, as it recorded them (else read back from the run)
     result = (search_api.resume(args.resume, progress=progress, plots=args.plots) if args.resume
-              else _new_search(args, progress))
+              else _new_search(args, progress, searched))
     exported = _export(args.export, result.run_dir) if args.export and result.run_dir else None
-    code = _print(args, result, exported)
+    code = _print(args, result, exported, searched)
     return 1 if exported and exported["path"] is None else code
 
 
@@ -143,7 +144,7 @@ def _export(fmt: str, run_dir: str) -> dict:
     return {"format": fmt, "path": str(path), "refused": None, "notes": list(result.notes)}
 
 
-def _new_search(args: argparse.Namespace, progress):
+def _new_search(args: argparse.Namespace, progress, searched: dict):
     """Everything is validated by the library before it makes the run directory (nothing
     half-written; a search stopped before any finished slice leaves nothing behind)."""
     from autotune.search import api as search_api
@@ -160,6 +161,7 @@ def _new_search(args: argparse.Namespace, progress):
     require(args.study is None or args.storage is not None, "study", "names a study in --storage; give --storage too "
                                                                      "(a run directory keeps one study of its own)")
     runs_dir = None if (args.no_run_dir or args.storage) else args.runs_dir
+    searched.update(model=model, workload=workload)
     return search_api.search(model, args.gpus, cluster=args.cluster, profile=args.profile, workload=workload, runtime=runtime,
                              space=args.space, seed=args.seed, method=args.method, runs_dir=runs_dir,
                              storage=args.storage, study_name=args.study, progress=progress, announce=_announce,
@@ -187,12 +189,12 @@ def _plots_status(args: argparse.Namespace, result) -> dict | None:
     return {"state": "pending", "files": [str(run / f"{n}.png") for n in PLOT_FILES], "log": str(run / "plots.log")}
 
 
-def _print(args: argparse.Namespace, result, exported: dict | None = None) -> int:
+def _print(args: argparse.Namespace, result, exported: dict | None = None, searched: dict | None = None) -> int:
     from autotune.cli.common import print_json
     from autotune.outputs.report import LAYERS_KEY, plan_table, summary_text, why_it_wins
     from autotune.spec.summary import architecture_dict, architecture_line
 
-    model, workload = _searched(args, result)
+    model, workload = (searched["model"], searched["workload"]) if searched else _searched(args, result)
     plots = _plots_status(args, result)
     if args.json:
         described = {"model": architecture_dict(model)} if model is not None else {}

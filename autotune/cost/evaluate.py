@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from dataclasses import fields, replace
 
-from autotune.cost.estimate import Estimate
+from autotune.cost.estimate import Estimate, StageEstimate
 from autotune.cost.inference_plan import evaluate_inference_plan
 from autotune.cost.memory import memory_at_risk
 from autotune.cost.offload import offloads, tier_overflow
@@ -81,7 +82,9 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
         if offloads(stage) or stage.activation_offload_layers:
             out.append(stage_cost(ctx, stage, pos))
             continue
-        key = (context, tuple(v for k, v in vars(stage).items() if k != "layers"), stage.num_layers,
+        fields_but_layers = dict(vars(stage))
+        del fields_but_layers["layers"]
+        key = (context, tuple(fields_but_layers.values()), stage.num_layers,
                ctx.tables.layer_counts(*stage.layers) if moe else None, pos.neighbors, pos.p2p_inter_node,
                pos.first_gpu % gpus_per_node)
         found = _STAGE_COSTS.get(key)
@@ -90,10 +93,33 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
             if len(_STAGE_COSTS) >= _STAGE_COSTS_KEPT:
                 _STAGE_COSTS.pop(next(iter(_STAGE_COSTS)))  # the oldest
             found = _STAGE_COSTS[key] = (ctx, price(ctx, stage, StagePosition(
-                inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu)))
-        one = found[1]
-        if pos.inflight != 1:
-            one = replace(one, memory=replace(one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight))
+                inflight=1.0, neighbors=pos.neighbors, p2p_inter_node=pos.p2p_inter_node, first_gpu=pos.first_gpu)), {})
+        one, by_inflight = found[1], found[2]
+        if pos.inflight != 1:  # the stages of a pipeline hold few distinct counts: each scaled once
+            scaled = by_inflight.get(pos.inflight)
+            if scaled is None:
+                scaled = by_inflight[pos.inflight] = replace(one, memory=replace(
+                    one.memory, activations_bytes=one.memory.activations_bytes * pos.inflight))
+            one = scaled
+        out.append(one)
+    return out
+
+
+def _stage_estimates(plan: Plan, costs: list[StageCost], positions: list[StagePosition], usable: float) -> list:
+    """stage_estimate of every stage; a stage with the cost object and in-flight count of one
+    before it (the middle stages of a deep pipeline) copies that one's estimate, only its index,
+    layers and GPUs its own (the rest is read from the cost and the count alone; the time and
+    memory mappings are read-only, so they are shared)."""
+    made: dict[tuple, StageEstimate] = {}
+    out = []
+    for i, (cost, pos) in enumerate(zip(costs, positions)):
+        first = made.get((id(cost), pos.inflight))
+        if first is None:
+            out.append(made.setdefault((id(cost), pos.inflight), stage_estimate(i, plan, cost, pos, usable)))
+            continue
+        one = copy.copy(first)
+        for name, value in (("index", i), ("layers", plan.stages[i].layers), ("num_gpus", plan.stages[i].num_gpus)):
+            object.__setattr__(one, name, value)
         out.append(one)
     return out
 
@@ -116,11 +142,12 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         "offload_s": b * slow.offload_s, "ep_comm_s": b * slow.ep_comm_s, "host_s": b * slow.host_s,
     }
     usable = cluster.device.usable_memory_bytes
-    stages = [stage_estimate(i, plan, c, p, usable) for i, (c, p) in enumerate(zip(costs, positions))]
+    stages = _stage_estimates(plan, costs, positions, usable)
     peak_stage = max(stages, key=lambda s: s.peak_memory_bytes)
     capacity = cluster.device.memory_bytes
     fits = all(s.fits for s in stages)
-    overflow = next((r for r in (tier_overflow(c.memory, cluster) for c in costs) if r), "")  # host/CXL capacity
+    distinct = list({id(c): c for c in costs}.values())  # a pipeline's stages share a few costs, in stage order
+    overflow = next((r for r in (tier_overflow(c.memory, cluster) for c in distinct) if r), "")  # host/CXL capacity
     reason = overflow if fits else (
         f"stage {peak_stage.index} needs {peak_stage.peak_memory_bytes / 2**30:.1f} GiB per GPU "
         f"({peak_stage.peak_memory_bytes:.0f} bytes) but {cluster.device.name} has {capacity / 2**30:.1f} GiB")
@@ -134,5 +161,5 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
         breakdown=breakdown, memory_breakdown=dict(peak_stage.memory_bytes),
         uncertainty_pct=uncertainty_pct(cluster, workload.dtype, 1.0 - comm / step_s, comm / step_s, tables),
         model_flops_per_step=model_flops_per_step, stages=tuple(stages), reason=reason,
-        memory_at_risk=fits and any(memory_at_risk(c.memory, capacity) for c in costs),
+        memory_at_risk=fits and any(memory_at_risk(c.memory, capacity) for c in distinct),
     )

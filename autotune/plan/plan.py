@@ -27,6 +27,23 @@ PLACEMENTS = ("hbm", "host", "cxl")
 MESH_ORDERS = ("tp-cp-dp", "tp-dp-cp", "cp-tp-dp", "cp-dp-tp", "dp-tp-cp", "dp-cp-tp")
 
 
+# Stages whose fields but their layers passed every check, by those fields' types and values: a
+# search builds tens of thousands of stages (pipelines of one choice on many layer ranges) from
+# a few hundred such sets, and the checks cost more than the pricing's bookkeeping around them.
+_CHECKED: set[tuple] = set()
+_CHECKED_KEPT = 4096
+
+
+def _checked_key(stage: "StagePlan") -> tuple | None:
+    """Every field but ``layers``, each with its type (1 and True differ); None if one is unhashable."""
+    key = tuple((type(value), value) for name, value in vars(stage).items() if name != "layers")
+    try:
+        hash(key)
+    except TypeError:  # a list where a tuple belongs (recompute_modules): checked in full
+        return None
+    return key
+
+
 @dataclass(frozen=True, kw_only=True)
 class StagePlan:
     """One pipeline stage: layers ``[first, last+1)`` on ``num_gpus = tp * cp * dp`` GPUs.
@@ -79,6 +96,17 @@ class StagePlan:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
         first, end = self.layers
         require(0 <= first < end, "stage.layers", f"must be [first, last+1) with first < last+1, got {list(self.layers)}")
+        key = _checked_key(self)
+        if key is not None and key in _CHECKED:  # the same stage on other layers passed: only they are new
+            self._check_activation_offload()
+            return
+        self._check_fields()
+        if key is not None:
+            if len(_CHECKED) >= _CHECKED_KEPT:
+                _CHECKED.clear()
+            _CHECKED.add(key)
+
+    def _check_fields(self) -> None:
         for name in ("num_gpus", "tp", "cp", "dp"):
             require_positive(f"stage.{name}", getattr(self, name))
         require(self.tp * self.cp * self.dp == self.num_gpus, "stage.num_gpus",

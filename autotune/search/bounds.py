@@ -38,6 +38,15 @@ def positions_of(num_stages: int) -> list[int]:
     return [FIRST] + [MIDDLE] * (num_stages - 2) + [LAST]
 
 
+_LEAST = np.finfo(float).min
+
+
+def _finite(x, fill: float) -> np.ndarray:
+    """np.nan_to_num(x, nan=fill, posinf=fill): NaN and +inf to ``fill``, -inf to the least float,
+    as it does, in two ufuncs (nan_to_num's own checks cost more than the floors' arithmetic)."""
+    return np.maximum(np.where(x < np.inf, x, fill), _LEAST)
+
+
 def _fitting(time, base, per, capacity_bytes: float, pos: int, inflight: int) -> np.ndarray:
     """[..., n]: the stage time at ``pos`` where it fits holding ``inflight`` micro-batches, else inf."""
     if capacity_bytes == np.inf:  # times alone (a class's first floor): everything fits
@@ -53,9 +62,19 @@ def _least(values: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(least), np.inf, least)
 
 
+def _fitting_at(time, base, per, capacity_bytes: float, inflight: tuple[int, int, int, int]) -> np.ndarray:
+    """_fitting at every position at once, position p holding ``inflight[p]`` micro-batches
+    (the same sums, elementwise, in one pass over the tables)."""
+    if capacity_bytes == np.inf:
+        return time
+    with np.errstate(invalid="ignore"):
+        ok = base + np.array(inflight, dtype=float) * per <= capacity_bytes
+    return np.where(ok, time, np.inf)
+
+
 def _tail(tail: np.ndarray, pos: int) -> np.ndarray:
     """The step tail as the DP adds it (inf and NaN read as 0)."""
-    return np.nan_to_num(tail[..., pos], nan=0.0, posinf=0.0)
+    return _finite(tail[..., pos], 0.0)
 
 
 def _layers_held(base: np.ndarray, per: np.ndarray, capacity_bytes: float, num_stages: int,
@@ -151,11 +170,11 @@ def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: 
     if S == 1:
         one = _fitting(time, base, per, capacity_bytes, SINGLE, 1)[..., L]
         with np.errstate(invalid="ignore"):
-            return np.nan_to_num(B * one + _tail(tail, SINGLE)[..., L], nan=np.inf, posinf=np.inf)
-    first = _fitting(time, base, per, capacity_bytes, FIRST, min(S, B))
-    others = _fitting(time, base, per, capacity_bytes, LAST, 1)
+            return _finite(B * one + _tail(tail, SINGLE)[..., L], np.inf)
+    fitted = _fitting_at(time, base, per, capacity_bytes, (min(2, B), min(S, B), 1, 1))  # MIDDLE, FIRST, LAST, SINGLE
+    first, others = fitted[..., FIRST], fitted[..., LAST]
     if S > 2:
-        others = np.minimum(others, _fitting(time, base, per, capacity_bytes, MIDDLE, min(2, B)))
+        others = np.minimum(others, fitted[..., MIDDLE])
     n_first = np.arange(1, L - S + 2)  # the others hold at least one layer each
     rest = L - n_first
     t_first = first[..., n_first]
@@ -216,4 +235,4 @@ def interleaved_floor_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, cap
     with np.errstate(invalid="ignore"):
         total = (at[FIRST] + at[LAST] + (S - 2) * at.get(MIDDLE, 0.0)) / chunks + (B - 1.0 / chunks) * np.maximum.reduce(
             list(at.values()))
-    return np.nan_to_num(total, nan=np.inf, posinf=np.inf)
+    return _finite(total, np.inf)

@@ -103,11 +103,16 @@ def micro_batch_sizes(problem: SearchProblem, dp: int) -> tuple[int, ...]:
 def plan_slices(problem: SearchProblem) -> list[SliceKey]:
     """Every (dp, micro-batch) pair the GPU count, the batch and the space allow."""
     keys = []
-    for dp in range(1, problem.gpus + 1):
-        if problem.gpus % dp or problem.workload.global_batch % dp:
-            continue
+    for dp in _divisors(math.gcd(problem.gpus, problem.workload.global_batch)):  # dp divides both
         keys += [SliceKey(dp, b) for b in micro_batch_sizes(problem, dp)]
     return keys
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order (in sqrt(n) steps: a scheduler's thousands of GPUs
+    are walked per query)."""
+    low = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return low + [n // d for d in reversed(low) if d * d != n]
 
 
 @dataclass
@@ -121,6 +126,7 @@ class SliceSearch:
     num_trials: int = 0
     # best_by_inflight tables by (result, micro-batch index, micro-batches): the deepest made so far
     inflight_tables: dict = field(default_factory=dict)
+    sizes_by_dp: dict[int, tuple[int, ...]] = field(default_factory=dict)  # micro_batches, asked per table
 
     def __post_init__(self) -> None:
         w = self.problem.workload
@@ -156,7 +162,10 @@ class SliceSearch:
         return evaluate_plan(p.model, p.workload, p.cluster, plan, runtime=p.runtime)
 
     def micro_batches(self, dp: int) -> tuple[int, ...]:
-        return micro_batch_sizes(self.problem, dp)
+        found = self.sizes_by_dp.get(dp)
+        if found is None:
+            found = self.sizes_by_dp[dp] = micro_batch_sizes(self.problem, dp)
+        return found
 
     def stage_sizes(self, dp: int) -> list[int]:
         return [m for m in (s // dp for s in valid_stage_sizes(self.problem.gpus, self.problem.cluster.gpus_per_node)

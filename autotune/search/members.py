@@ -51,6 +51,9 @@ def representative(choice: StageChoice) -> StageChoice:
     return replace(choice, recompute="none", recompute_layers=0, zero=3 if zero3 else 0, placements=kept)
 
 
+_TABLES = ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes")
+
+
 def _fractions(counts, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
     """(count / n, n > count) over [count, n, 1]."""
     k = np.asarray(counts, dtype=float).reshape(-1, 1, 1)
@@ -70,22 +73,31 @@ def count_costs(none: ChoiceCosts, full: ChoiceCosts, count: int) -> ChoiceCosts
     return ChoiceCosts(choice=replace(full.choice, recompute_layers=count), **arrays)
 
 
-def _floors(time, tail, base, per, capacity_bytes: float, shape: tuple[int, int, int, int, int]) -> tuple:
+def _floors(time, tail, base, per, capacity_bytes: float, shape: tuple[int, int, int, int, int],
+            side: int | None = None) -> tuple:
     """(1F1B floor, interleaved score or inf) of tables [..., n, pos]; ``shape``: (layers, stages,
-    micro-batches, chunks per rank, micro-batches an interleaved stage holds)."""
+    micro-batches, chunks per rank, micro-batches an interleaved stage holds). ``side`` 0 or 1:
+    only that floor is made (the other is NaN: a caller ordering one schedule's candidates
+    reads only its own)."""
     num_layers, num_stages, num_mb, chunks, inflight = shape
-    plain = pipeline_floor_s(time, tail, base, per, capacity_bytes, num_layers, num_stages, num_mb)
+    if side == 1:
+        plain = np.full(time.shape[:-2], np.nan)
+    else:
+        plain = pipeline_floor_s(time, tail, base, per, capacity_bytes, num_layers, num_stages, num_mb)
     if chunks <= 1:
         return plain, np.full_like(plain, np.inf)
+    if side == 0:
+        return plain, np.full_like(plain, np.nan)
     return plain, interleaved_floor_s(time, base, per, capacity_bytes, num_layers, num_stages, num_mb, chunks, inflight)
 
 
-def member_floors(costs: list[ChoiceCosts], b_index: int, capacity_bytes: float, shape: tuple) -> tuple:
+def member_floors(costs: list[ChoiceCosts], b_index: int, capacity_bytes: float, shape: tuple,
+                  side: int | None = None) -> tuple:
     """(1F1B, interleaved) floors (arrays over ``costs``) of priced members at micro-batch
-    ``b_index`` (``shape`` as _floors)."""
+    ``b_index`` (``shape`` and ``side`` as _floors)."""
     time, tail, base, per = (np.stack([getattr(c, name)[b_index] for c in costs])
                              for name in ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes"))
-    return _floors(time, tail, base, per, capacity_bytes, shape)
+    return _floors(time, tail, base, per, capacity_bytes, shape, side)
 
 
 def screen_floors(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float, shape: tuple) -> tuple:
@@ -95,7 +107,7 @@ def screen_floors(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_
 
 
 def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_index: int, capacity_bytes: float,
-                 shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+                 shape: tuple, side: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """member_floors of every count at once (arrays over ``counts``), without making each
     count's tables: the interpolation over a [count, n, pos] grid at one micro-batch size. A count's
     tables are inf for stages of at most ``count`` layers (they recompute every layer: plain full
@@ -107,7 +119,8 @@ def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_ind
     partial = counts < shape[0] // shape[1]
     if partial.any():
         f, counted = _fractions(counts[partial], full.time_s.shape[1])
-        time, tail, base, per = (blend_counts(getattr(none, name)[b_index], getattr(full, name)[b_index], f, counted)
-                                 for name in ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes"))
-        plains[partial], inters[partial] = _floors(time, tail, base, per, capacity_bytes, shape)
+        # the four tables blended in one pass (elementwise the same as one at a time)
+        none_at, full_at = (np.stack([getattr(c, name)[b_index] for name in _TABLES])[:, None] for c in (none, full))
+        time, tail, base, per = blend_counts(none_at, full_at, f[None], counted[None])
+        plains[partial], inters[partial] = _floors(time, tail, base, per, capacity_bytes, shape, side)
     return plains, inters

@@ -76,6 +76,13 @@ class _PositionTables:
         return (self,)
 
 
+@dataclass(frozen=True)
+class _Whole:
+    """A priced choice's tables at every position asked for (the plan cache counts ``costs``' bytes)."""
+
+    costs: tuple[ChoiceCosts]
+
+
 class Screens:
     """Classes, priced tables and screens of one search problem (``search``: its SliceSearch)."""
 
@@ -138,14 +145,20 @@ class Screens:
         other than the degree's own; ``inter_node`` as choice_costs. ``kind`` names what the
         tables are for (screens, leanest members, members), not part of what they are, except
         that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
-        ctx = self.search._slice_context(dp)
-        if sizes is not None:
-            ctx = replace(ctx, micro_batches=sizes)
         memory_only = kind == "lean"
         made = None if memory_only else self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)
         cache, base = ((self.search.cache, self.search.base_key) if self.search.cache is not None
                        else (self._tables, None))  # without a plan cache, this search's own
         tables = "memory" if memory_only else "position"
+        micro_batches = self.search.micro_batches(dp) if sizes is None else sizes
+        # the positions' tables laid out as one ChoiceCosts, kept beside them: another GPU count
+        # asks for the same (degree, submesh, choice, positions) as a whole
+        whole = (base, tables + "s", dp, mp, micro_batches, inter_node, choice, tuple(positions))
+        if (kept := cache.study(whole)) is not None:
+            return kept.costs[0]
+        ctx = self.search._slice_context(dp)
+        if sizes is not None:
+            ctx = replace(ctx, micro_batches=sizes)
         keys = {pos: (base, tables, dp, mp, ctx.micro_batches, inter_node, choice, pos) for pos in positions}
         found = {pos: cache.study(key) for pos, key in keys.items()}
         missing = [pos for pos, value in found.items() if value is None]
@@ -160,7 +173,9 @@ class Screens:
         for pos, tables in found.items():
             for name in _FIELDS:
                 arrays[name][:, :, pos] = getattr(tables, name)
-        return ChoiceCosts(choice=choice, **arrays)
+        out = ChoiceCosts(choice=choice, **arrays)
+        cache.store_study(whole, _Whole((out,)))
+        return out
 
     def compute(self, dp: int, mp: int, choice: StageChoice, positions: tuple[int, ...], sizes: tuple[int, ...] | None,
                 inter_node: bool | None) -> ChoiceCosts:

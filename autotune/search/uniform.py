@@ -85,19 +85,20 @@ class UniformSearch:
             self.studies.add((dp, mp))
         return found
 
-    def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int):
-        """(1F1B floor, interleaved floor, rank, payload) of every member and count of a class."""
+    def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None):
+        """(1F1B floor, interleaved floor, rank, payload) of every member and count of a class;
+        ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule."""
         priced = self.members(key.dp, mp, stages, rep)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
         counts = np.array(self.screens.counts[(key.dp, mp)], dtype=int)
         members = self.screens.classes(key.dp, mp)[rep].members
-        plains, inters = member_floors([priced[i] for i, _ in members], b, cap, shape)
+        plains, inters = member_floors([priced[i] for i, _ in members], b, cap, shape, side)
         for (i, choice), plain, inter in zip(members, plains.tolist(), inters.tolist()):
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
             if counts.size and choice.recompute == "full":
                 none = priced[-1 - i]
-                plains, inters = count_floors(none, priced[i], counts, b, cap, shape)
+                plains, inters = count_floors(none, priced[i], counts, b, cap, shape, side)
                 for k, a, c in zip(counts, plains, inters):
                     yield float(a), float(c), (mi, i, int(k)), (priced[i], none, int(k))
 
@@ -230,7 +231,7 @@ class UniformSearch:
             if better > floor:
                 heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, times)))
                 return
-        for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks):
+        for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks, side):
             heapq.heappush(heap, (inter if interleaved else plain, 1, rank, next(tie), (mp, stages, member)))
 
     def _best_pipeline(self, key, prune_above: float):
