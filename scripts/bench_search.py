@@ -33,6 +33,7 @@ import os
 import resource
 import statistics
 import subprocess
+from pathlib import Path
 import sys
 import tempfile
 import time
@@ -156,7 +157,27 @@ def cli_wall_s(repeats: int, env: dict[str, str], space: str | None, runtime: st
             if i:  # the first run fills the bytecode cache
                 walls.append(time.perf_counter() - start)
                 cpus.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
+            _wait_for_plots(runs)  # the run's background plotting must not share the CPUs with the next run
     return walls, cpus
+
+
+def _wait_for_plots(runs: str, limit_s: float = 60.0) -> None:
+    """Until no `python -m autotune.outputs.search_run` drawing a run under ``runs`` is alive (the
+    process `autotune search --plots background` leaves behind after it returns)."""
+    deadline = time.perf_counter() + limit_s
+    while time.perf_counter() < deadline:
+        drawing = False
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"autotune.outputs.search_run" in cmdline and any(runs.encode() in part for part in cmdline):
+                drawing = True
+                break
+        if not drawing:
+            return
+        time.sleep(0.05)
 
 
 def _mark(value: float, target: float, lower_is_better: bool = True) -> str:
