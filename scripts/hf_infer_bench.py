@@ -98,9 +98,12 @@ def run_case(case: dict, device: str) -> dict:
              "peak_reserved_bytes": torch.cuda.max_memory_reserved()} if device == "cuda" else {})
     first = _profiled_kernels(lambda: generate(1), device)
     many = _profiled_kernels(lambda: generate(PROFILED_TOKENS), device)
-    return {**case, "params": n_params, "ttft_s": ttft_s, "generate_s": gen_s,
+    with torch.inference_mode():  # the prefill's forward alone: no mask, no cache, the last position's logits
+        forward_s = _timed(lambda: model(input_ids=x, use_cache=False, logits_to_keep=1), device, 3)
+    return {**case, "params": n_params, "ttft_s": ttft_s, "generate_s": gen_s, "prefill_forward_s": forward_s,
             "tpot_s": (gen_s - ttft_s) / (n - 1), **peak,
-            "prefill_kernels": {k: first[k] for k in ("launches", "busy_us", "kernel_sum_us")},
+            "prefill_kernels": {**{k: first[k] for k in ("launches", "busy_us", "kernel_sum_us")},
+                                "summary": first["summary"][:40]},
             "decode_step_kernels": _per_decode_step(first, many, PROFILED_TOKENS - 1)}
 
 
