@@ -55,7 +55,8 @@ def host_cpu(cluster) -> str:
 
 def op_host_s(cluster) -> float:
     """Host seconds to issue one operator of a layer (see LINEAR_FWD_HOST_S, OP_OVER_LINEAR)."""
-    return OP_OVER_LINEAR * LINEAR_FWD_HOST_S[host_cpu(cluster)]
+    linear_s = cluster.host_linear_fwd_s or LINEAR_FWD_HOST_S[host_cpu(cluster)]
+    return OP_OVER_LINEAR * linear_s
 
 
 def _scopes(moe: bool, shared_experts: bool) -> tuple:

@@ -24,6 +24,7 @@ import numpy as np
 from autotune.cost.cache import check_grouping, effective_group, grouped_block_times, tile_bytes_per_token
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s
 from autotune.cost.compute import BlockTimes, block_times
+from autotune.cost.decode_host import inference_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import inference_offload, offloads
@@ -290,10 +291,10 @@ def dense_inference_stage_cost(ctx: InferenceContext, stage: StagePlan, pos: Sta
     params = n * layer.params_per_gpu + sum(b.params_per_gpu for b in others)
     spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
     zero = 0.0 * fwd
-    time = StageTime(compute_s=fwd, tp_comm_s=_tp_comm_s(ctx, stage, spans["tp"], n) + zero,
-                     cp_comm_s=_cp_comm_s(ctx, stage, spans["cp"], layer, n) + zero,
-                     p2p_s=_p2p_s(ctx, stage, pos) + zero, zero3_comm_s=zero, offload_s=zero,
-                     dp_comm_s=zero, optimizer_s=zero)
+    tp_s, cp_s = _tp_comm_s(ctx, stage, spans["tp"], n) + zero, _cp_comm_s(ctx, stage, spans["cp"], layer, n) + zero
+    host_s = inference_host_s(ctx, stage, n, fwd + tp_s + cp_s, with_head="head" in blocks) + zero  # decode_host.py
+    time = StageTime(compute_s=fwd, tp_comm_s=tp_s, cp_comm_s=cp_s, p2p_s=_p2p_s(ctx, stage, pos) + zero,
+                     zero3_comm_s=zero, offload_s=zero, dp_comm_s=zero, optimizer_s=zero, host_s=host_s)
     memory = _memory(ctx, stage, blocks, n, params, pos.inflight)
     if offloads(stage):
         positions = ctx.workload.mean_decode_context_len if ctx.phase == "decode" else ctx.tokens_per_seq

@@ -71,6 +71,7 @@ def _breakdown(costs: list[StageCost], num_microbatches: int, step_s: float, rep
     out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
     out.update(compute_s=scale * t.compute_s, tp_cp_comm_s=scale * (t.tp_comm_s + t.cp_comm_s),
                pp_comm_s=scale * t.p2p_s, offload_s=scale * t.offload_s, ep_comm_s=scale * t.ep_comm_s,
+               host_s=scale * t.host_s,
                pipeline_bubble_s=repeats * (step_s - num_microbatches * t.microbatch_s))
     return out
 

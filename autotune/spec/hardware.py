@@ -277,8 +277,13 @@ class ClusterSpec:
     # GPUs per node a job spanning several nodes may use of each, where not all (an NVL72 rack's
     # 64-GPU slices): ``gpus`` = k x slice forms k nodes of ``slice`` GPUs (see :meth:`for_gpus`)
     node_slices: tuple[int, ...] = ()
+    # host seconds of one nn.Linear forward issued from Python, where measured on this cluster's
+    # host (cost/host.py prices each kernel-launching operator from it); None: the CPU family's
+    host_linear_fwd_s: float | None = None
 
     def __post_init__(self) -> None:
+        require(self.host_linear_fwd_s is None or 1e-7 <= self.host_linear_fwd_s <= 1e-3, "cluster.host_linear_fwd_s",
+                f"must be seconds between 1e-7 and 1e-3 (a Linear's host time is ~1e-5), got {self.host_linear_fwd_s!r}")
         require(isinstance(self.gpus_per_node, int) and self.gpus_per_node > 0,
                 "cluster.gpus_per_node", "must be a positive integer")
         require(all(isinstance(s, int) and 0 < s < self.gpus_per_node for s in self.node_slices), "cluster.node_slices",

@@ -147,7 +147,7 @@ def _known_keys(data: dict, keys: tuple[str, ...], where: str) -> None:
 
 
 _CLUSTER_KEYS = ("device", "gpus_per_node", "intra_node", "inter_node", "host_link", "cxl_link", "max_nodes",
-                 "cores_per_node", "node_slices", "tiers", "profile", "source")
+                 "cores_per_node", "node_slices", "tiers", "profile", "source", "host_linear_fwd_s")
 _LINK_KEYS = ("name", "latency_s", "step_latency_s", "bandwidth", "collectives", "source")
 
 
@@ -298,7 +298,15 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
         cxl_link=link_from_dict(data["cxl_link"], "cxl_link") if data.get("cxl_link") else None,
         max_nodes=_optional_count(data, "max_nodes", "cluster", "gpus"), source=_text(data, "source", "cluster"),
         cores_per_node=_optional_count(data, "cores_per_node", "cluster"), node_slices=tuple(slices),
+        host_linear_fwd_s=_host_linear_s(data),
     )
+
+
+def _host_linear_s(data: dict) -> float | None:
+    value = data.get("host_linear_fwd_s")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+        raise AutotuneError("cluster.host_linear_fwd_s", f"must be seconds (a number), got {_shown(value)}")
+    return None if value is None else float(value)
 
 
 @lru_cache(maxsize=None)  # one per preset, from the cached table: the same spec object each time
