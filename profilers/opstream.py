@@ -504,9 +504,11 @@ def _patched_autocast(mode: CudaAutocast, modules: list):
             setattr(module, name, value)
 
 
-def capture_step(model: torch.nn.Module, layers: list[torch.nn.Module], loss_fn, *, patch: list = ()) -> Capture:
+def capture_step(model: torch.nn.Module, layers: list[torch.nn.Module], loss_fn, *, patch: list = (),
+                 backward: bool = True, autocast: bool = True) -> Capture:
     """Run ``loss_fn()`` forward and backward under the emulated bf16 CUDA autocast; every
-    kernel with its block ("embedding", "layer.N", "between", "head"), scope, bytes and FLOPs."""
+    kernel with its block ("embedding", "layer.N", "between", "head"), scope, bytes and FLOPs.
+    ``backward=False, autocast=False``: an inference forward as written (its dtypes, no autograd)."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     scopes = Scopes(model, layers)
     handles = [torch.nn.modules.module.register_module_forward_pre_hook(scopes.pre),
@@ -515,15 +517,17 @@ def capture_step(model: torch.nn.Module, layers: list[torch.nn.Module], loss_fn,
     mode = CudaAutocast(recorder, scopes)
     try:
         with recorder:
-            with _patched_autocast(mode, [torch, *patch]), mode:
+            with _patched_autocast(mode, [torch, *patch]), mode, mode.set_enabled(autocast), \
+                    torch.set_grad_enabled(backward):
                 loss = loss_fn()
-            with recorder.muting():
-                recorder.saved_by_nodes([loss.grad_fn])
             for h in handles:
                 h.remove()
             handles = []
-            recorder.backward = True
-            loss.backward()
+            if backward:
+                with recorder.muting():
+                    recorder.saved_by_nodes([loss.grad_fn])
+                recorder.backward = True
+                loss.backward()
     finally:
         for h in handles:
             h.remove()

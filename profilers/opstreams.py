@@ -123,7 +123,7 @@ def _live(capture: Capture, block: str) -> list:
 
 def stream_json(name: str, family: str, architecture: dict, capture: Capture, source: str) -> dict:
     versions = {"torch": torch.__version__}
-    if family == "transformers":
+    if family.startswith("transformers"):
         versions["transformers"] = sys.modules["transformers"].__version__
     blocks = {}
     for block, label in (("embedding", "embedding"), ("layer.1", "layer"), ("head", "head")):
@@ -172,6 +172,16 @@ def _transformers(kind: str, tied: bool):
     tokens = torch.randint(0, c["v"], (c["b"], c["s"]))
     module = importlib.import_module(f"transformers.models.{kind}.modeling_{kind}")
     return model, list(model.model.layers), lambda: model(input_ids=tokens, labels=tokens, use_cache=False).loss, [module]
+
+
+def _transformers_prefill(kind: str, tied: bool):
+    """The prefill of transformers' ``generate``: bf16 weights, no autocast, no autograd, the
+    DynamicCache filled, logits of each sequence's last position only."""
+    model, layers, _, patch = _transformers(kind, tied)
+    model = model.to(torch.bfloat16).eval()
+    c = CAPTURE
+    tokens = torch.randint(0, c["v"], (c["b"], c["s"]))
+    return model, layers, lambda: model(input_ids=tokens, use_cache=True, logits_to_keep=1).logits, patch
 
 
 # transformers' MoE models: (config, causal-LM class, module, architecture beyond _LLAMA's). The
@@ -236,7 +246,20 @@ STREAMS = {
     **{f"transformers-{kind.replace('_', '-')}": ("transformers", {**_LLAMA, **_MOE_DENSE_PARTS, **arch},
                                                  lambda kind=kind: _transformers_moe(kind))
        for kind, (_, _, _, arch) in _MOE.items()},
+    # generate's prefill (family "transformers-prefill"): what `--workload prefill|serve` prices
+    "transformers-prefill-llama": ("transformers-prefill", {**_LLAMA, "qk_norm": "none", "tied_embeddings": True},
+                                   lambda: _transformers_prefill("llama", True)),
+    "transformers-prefill-llama-untied": ("transformers-prefill", {**_LLAMA, "qk_norm": "none"},
+                                          lambda: _transformers_prefill("llama", False)),
+    "transformers-prefill-qwen3": ("transformers-prefill", {**_LLAMA, "qk_norm": "head"},
+                                   lambda: _transformers_prefill("qwen3", False)),
+    "transformers-prefill-qwen3-tied": ("transformers-prefill", {**_LLAMA, "qk_norm": "head", "tied_embeddings": True},
+                                        lambda: _transformers_prefill("qwen3", True)),
+    "transformers-prefill-gemma2": ("transformers-prefill", {**_LLAMA, "ffn_activation": "geglu", "qk_norm": "none",
+                                                             "tied_embeddings": True, "norms_per_layer": 4},
+                                    lambda: _transformers_prefill("gemma2", True)),
 }
+PREFILL = {name for name, (family, _, _) in STREAMS.items() if family == "transformers-prefill"}
 
 
 def write_streams(out: Path = OUT, names: list[str] | None = None) -> list[Path]:
@@ -245,9 +268,12 @@ def write_streams(out: Path = OUT, names: list[str] | None = None) -> list[Path]
     for name in names or list(STREAMS):
         family, architecture, build = STREAMS[name]
         model, layers, loss, patch = build()
-        capture = capture_step(model, layers, loss, patch=patch)
+        prefill = name in PREFILL
+        capture = capture_step(model, layers, loss, patch=patch, backward=not prefill, autocast=not prefill)
         source = (f"python -m profilers.opstreams: {'autotune validate/model.py' if family == 'torch' else 'transformers'}"
-                  " model at the capture sizes, one forward and backward under bf16 CUDA autocast (emulated)")
+                  " model at the capture sizes, " + ("generate's prefill: one forward, bf16 weights, no autocast, "
+                  "DynamicCache filled, last position's logits" if prefill else
+                  "one forward and backward under bf16 CUDA autocast (emulated)"))
         path = out / f"{name}.json"
         path.write_text(json.dumps(stream_json(name, family, architecture, capture, source), indent=None) + "\n")
         written.append(path)

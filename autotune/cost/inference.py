@@ -31,7 +31,8 @@ from autotune.cost.offload import inference_offload, offloads
 from autotune.cost.stage import StageCost, StagePosition, StageTime
 from autotune.errors import require
 from autotune.graph.operators import decode_attention, qkv_proj_width
-from autotune.graph.table import ModelTables, OpTable, model_tables
+from autotune.graph.opstream import explicit_mask_share, stream_for
+from autotune.graph.table import STREAM_DTYPES, ModelTables, OpTable, model_tables, stream_tables
 from autotune.plan.plan import StagePlan
 from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
@@ -84,10 +85,24 @@ def _decode_attention(base: OpTable, model: ModelSpec, context_len: float, act_b
                    in_bytes=cost["in_bytes"], out_bytes=cost["out_bytes"], bwd_flops_factor=0.0)
 
 
-def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str) -> ModelTables:
+def prefill_stream(model: ModelSpec, workload: InferenceWorkload, runtime: Runtime | None) -> str:
+    """The runtime's captured prefill (profilers/opstreams.py: transformers' generate, bf16, every
+    eager kernel) for this architecture, or "" (the hand-written graph prices the prefill)."""
+    if runtime is None or not runtime.op_stream or workload.dtype not in STREAM_DTYPES \
+            or workload.attention_impl != "flash":
+        return ""
+    return stream_for(model, f"{runtime.op_stream}-prefill")
+
+
+def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str, runtime: Runtime | None = None) -> ModelTables:
     """Block tables of a phase. The head computes logits for each sequence's last position only
-    and samples instead of computing a loss."""
+    and samples instead of computing a loss. A runtime with a captured prefill prices its prefill
+    from it (the kernels its own code issues)."""
     e = workload.activation_bytes
+    stream = prefill_stream(model, workload, runtime) if phase == "prefill" else ""
+    if stream:
+        masked = explicit_mask_share(model, workload.prompt_len) if runtime.masks_windowed_attention else 0.0
+        return stream_tables(model, workload.prompt_len, e, stream, runtime.qkv_fused, masked)
     one = model_tables(model, 1, e, "flash")
     if phase == "prefill":
         base = model_tables(model, workload.prompt_len, e, workload.attention_impl)
@@ -156,7 +171,7 @@ class InferenceContext:
 
 def inference_context(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSpec, phase: str, *,
                       runtime: Runtime, micro_batch: object, num_microbatches: object) -> InferenceContext:
-    return InferenceContext(tables=inference_tables(model, workload, phase), workload=workload, runtime=runtime, cluster=cluster,
+    return InferenceContext(tables=inference_tables(model, workload, phase, runtime), workload=workload, runtime=runtime, cluster=cluster,
                             phase=phase, micro_batch=micro_batch, num_microbatches=num_microbatches)
 
 
@@ -205,7 +220,7 @@ def _blocks(ctx: InferenceContext, stage: StagePlan, n: object) -> dict[str, Blo
             out_to_hbm=_kv_out_share(t.layer, t.model))
     blocks = {"layer": layer}
     if stage.has_embedding and t.embedding is not None:
-        embedding = model_tables(t.model, ctx.tokens_per_seq, t.act_bytes, "flash").embedding
+        embedding = t.embedding if t.op_stream else model_tables(t.model, ctx.tokens_per_seq, t.act_bytes, "flash").embedding
         blocks["embedding"] = block_times(embedding, dev, dtype, *args)
     if stage.has_head and t.head is not None:  # one position per sequence, whatever the phase
         blocks["head"] = _without_weight_casts(block_times(t.head, dev, dtype, ctx.micro_batch, stage.tp, 1, False))

@@ -30,7 +30,7 @@ from autotune.cost.pipeline import pipeline_time_s
 from autotune.cost.stage import StageCost
 from autotune.errors import AutotuneError, require
 from autotune.plan.plan import Plan
-from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
 from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
@@ -80,6 +80,8 @@ def _run_phase(model: ModelSpec, workload: InferenceWorkload, cluster: ClusterSp
                positions: list, phase: str, runtime: Runtime) -> _Phase:
     ctx = inference_context(model, workload, cluster, phase, runtime=runtime, micro_batch=plan.micro_batch,
                             num_microbatches=plan.num_microbatches)
+    # the runtime's kernel speeds; a captured stream lists its eager kernels itself (kernel_runtime)
+    ctx = replace(ctx, cluster=runtime_cluster(cluster, kernel_runtime(runtime, ctx.tables)))
     costs = [inference_stage_cost(ctx, stage, pos) for stage, pos in zip(plan.stages, positions)]
     times = [c.time.microbatch_s for c in costs]
     b = plan.num_microbatches
@@ -139,9 +141,10 @@ def evaluate_inference_plan(model: ModelSpec, workload: InferenceWorkload, clust
     """
     check_inference_plan(model, workload, cluster, plan)
     # as evaluate_plan: CPU workers sharing cores run slower; the runtime's kernels
-    cluster = runtime_cluster(cluster.for_gpus(plan.gpus), runtime)
+    base = cluster.for_gpus(plan.gpus)
+    cluster = runtime_cluster(base, runtime)
     positions = [replace(p, inflight=float(plan.num_microbatches)) for p in stage_positions(plan, cluster.gpus_per_node)]
-    phases = {phase: _run_phase(model, workload, cluster, plan, positions, phase, runtime) for phase in workload_phases(workload)}
+    phases = {phase: _run_phase(model, workload, base, plan, positions, phase, runtime) for phase in workload_phases(workload)}
     total_s = sum(p.total_s for p in phases.values())
     breakdown = {key: sum(p.breakdown[key] for p in phases.values()) for key in BREAKDOWN_KEYS}
     costs = _peak_costs(phases)

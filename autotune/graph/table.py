@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import networkx as nx
 from autotune.spec.model import ModelSpec
 
-__all__ = ["OpTable", "ModelTables", "model_tables", "runtime_tables", "STREAM_DTYPES"]
+__all__ = ["OpTable", "ModelTables", "model_tables", "runtime_tables", "stream_tables", "STREAM_DTYPES"]
 
 # Dtypes a captured operator stream holds for: it was captured under bf16 autocast (fp16's runs
 # the same kernels at the same sizes)
@@ -176,7 +176,7 @@ def model_tables(model: ModelSpec, seq_len: int, act_bytes: int, attention_impl:
 
 
 @lru_cache(maxsize=256)
-def _stream_tables(model: ModelSpec, seq_len: int, act_bytes: int, stream: str, qkv_fused: bool,
+def stream_tables(model: ModelSpec, seq_len: int, act_bytes: int, stream: str, qkv_fused: bool,
                    masked_share: float = 0.0) -> ModelTables:
     blocks = {b: OpTable.from_operators(stream_operators(stream, b, model, seq_len, masked_share))
               for b in ("layer", "embedding", "head")}
@@ -191,5 +191,5 @@ def runtime_tables(model: ModelSpec, workload, runtime) -> ModelTables:
     stream = stream_for(model, runtime.op_stream) if runtime.op_stream else ""
     if stream and workload.dtype in STREAM_DTYPES and workload.attention_impl == "flash":
         masked = explicit_mask_share(model, workload.seq_len) if runtime.masks_windowed_attention else 0.0
-        return _stream_tables(model, workload.seq_len, workload.activation_bytes, stream, runtime.qkv_fused, masked)
+        return stream_tables(model, workload.seq_len, workload.activation_bytes, stream, runtime.qkv_fused, masked)
     return model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl, runtime.qkv_fused)
