@@ -30,7 +30,8 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.offload import inference_offload, offloads
 from autotune.cost.stage import StageCost, StagePosition, StageTime
 from autotune.errors import require
-from autotune.graph.operators import decode_attention, qkv_proj_width
+from autotune.graph.operator import Operator
+from autotune.graph.operators import decode_attention, layer_operators, qkv_proj_width
 from autotune.graph.opstream import explicit_mask_share, stream_for
 from autotune.graph.table import STREAM_DTYPES, ModelTables, OpTable, model_tables, stream_tables
 from autotune.plan.plan import StagePlan
@@ -67,14 +68,22 @@ def _set_op(table: OpTable, name: str, **values: float) -> OpTable:
 
 
 @lru_cache(maxsize=128)
-def decode_layer_table(model: ModelSpec, context_len: float, act_bytes: int) -> OpTable:
+def decode_layer_table(model: ModelSpec, context_len: float, act_bytes: int, cache_concat: bool = False) -> OpTable:
     """One layer for one new token per sequence attending over ``context_len`` positions.
 
     Attention per token: QK^T and AV over the context; it reads the token's Q, K, V and the K/V
     history (flash-decoding; Dao et al. 2023) and writes its output (see graph.decode_attention:
-    sliding windows and latent attention included).
+    sliding windows and latent attention included). ``cache_concat``: the runtime appends to
+    its cache by copying it (Runtime.kv_cache_append), one more pass over the cached K and V.
     """
-    return _decode_attention(model_tables(model, 1, act_bytes, "flash").layer, model, context_len, act_bytes)
+    base = model_tables(model, 1, act_bytes, "flash").layer
+    if cache_concat and model.has_attention:
+        cached = model.cached_positions(context_len) * model.kv_cache_elements_per_token_per_layer() * act_bytes
+        new = model.kv_cache_elements_per_token_per_layer() * act_bytes
+        base = OpTable.from_operators(list(layer_operators(model, 1, act_bytes, "flash")) + [Operator(
+            name="kv_cache_concat", kind="elementwise", flops=0.0, model_flops=0.0, act_in_bytes=cached + new,
+            act_out_bytes=cached + new, weight_bytes=0.0, params=0, saved_bytes=0.0, sharding="split")])
+    return _decode_attention(base, model, context_len, act_bytes)
 
 
 def _decode_attention(base: OpTable, model: ModelSpec, context_len: float, act_bytes: int) -> OpTable:
@@ -108,7 +117,8 @@ def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str, 
         base = model_tables(model, workload.prompt_len, e, workload.attention_impl)
         layer = base.layer
     else:
-        base, layer = one, decode_layer_table(model, workload.mean_decode_context_len, e)
+        concat = runtime is not None and runtime.kv_cache_append == "concat"
+        base, layer = one, decode_layer_table(model, workload.mean_decode_context_len, e, concat)
         if one.moe_layer is not None:  # an MoE layer's attention decodes the same way
             base = replace(base, moe_layer=_decode_attention(one.moe_layer, model, workload.mean_decode_context_len, e))
     head = None if one.head is None else _select(one.head, np.array([k != "loss" for k in one.head.kinds]))

@@ -20,7 +20,7 @@ from autotune.errors import AutotuneError, closest, require, require_choice
 from autotune.spec.serving_engine import SERVING_SETTING_NAMES, ServingEngine, serving_engine_from_dict
 
 __all__ = ["Runtime", "load_runtime", "runtime_names", "resolve_runtime", "DEFAULT_RUNTIME", "ATTENTION_IMPLS",
-           "FP8_RECIPES", "HOST_DISPATCH", "runtime_from_dict", "CUDA_GRAPH_SCOPES", "EP_DISPATCHERS", "NCCL_TUNINGS", "EXPORT_FORMATS",
+           "FP8_RECIPES", "HOST_DISPATCH", "KV_CACHE_APPEND", "runtime_from_dict", "CUDA_GRAPH_SCOPES", "EP_DISPATCHERS", "NCCL_TUNINGS", "EXPORT_FORMATS",
            "SETTING_NAMES", "EXPORT_RUNTIMES", "RESHARD_RULES", "PIPELINE_SPLITS"]
 
 # Megatron-Core is what most published large-scale runs use (NVIDIA's, the Llama/GPT-3 era papers)
@@ -44,6 +44,7 @@ FP8_RECIPES = ("cast", "te_delayed", "te_current")
 # How the host's kernel issue is priced (cost/host.py): "hidden" (never: the host always runs
 # ahead) or "eager" (PyTorch eager issuing Megatron-Core's operators from Python).
 HOST_DISPATCH = ("hidden", "eager")
+KV_CACHE_APPEND = ("in_place", "concat")
 # Scopes a step replays as CUDA graphs (Megatron --cuda-graph-scope; "full_iteration": the whole step).
 CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe_router", "moe_preprocess", "moe", "full_iteration")
 # How tokens reach the experts (cost/moe.py): Megatron-Core's NCCL all-to-all or DeepEP / HybridEP.
@@ -164,6 +165,10 @@ class Runtime:
     nccl_tuning: str = ""  # NCCL_TUNINGS
     # -- host --
     host_dispatch: str = "hidden"  # HOST_DISPATCH
+    # -- inference --
+    # how a decode step adds its token's K and V to the cache: written into a preallocated or paged
+    # cache ("in_place"), or the whole cache copied with the new position appended ("concat")
+    kv_cache_append: str = "in_place"  # KV_CACHE_APPEND
     cuda_graph_scope: tuple[str, ...] = ()  # CUDA_GRAPH_SCOPES replayed as graphs
     # -- memory beyond the tensors --
     # device memory its allocator holds at the step's peak beyond the bytes allocated to tensors, as a
@@ -197,6 +202,7 @@ class Runtime:
         require_choice("runtime.attention_impl", self.attention_impl, ATTENTION_IMPLS)
         require_choice("runtime.fp8_recipe", self.fp8_recipe, FP8_RECIPES)
         require_choice("runtime.host_dispatch", self.host_dispatch, HOST_DISPATCH)
+        require_choice("runtime.kv_cache_append", self.kv_cache_append, KV_CACHE_APPEND)
         require_choice("runtime.ep_dispatcher", self.ep_dispatcher, EP_DISPATCHERS)
         require_choice("runtime.nccl_tuning", self.nccl_tuning, NCCL_TUNINGS)
         require_choice("runtime.export_format", self.export_format, EXPORT_FORMATS)
