@@ -8,6 +8,8 @@ from importlib import resources
 
 import pytest
 
+from autotune.cost.serving_eval import ServingDeployment, run_serving
+from autotune.cost.serving_load import Load
 from autotune.errors import AutotuneError
 from autotune.plan.builders import uniform_plan
 from autotune.cost.evaluate import evaluate_plan
@@ -48,6 +50,22 @@ def test_versions_differ_where_behaviour_changed():
     trt = load_runtime("tensorrt-llm-0.17").serving
     assert trt.kv_bytes_per_element("fp8", 2) == 1.0 and trt.kv_bytes_per_element("bf16", 2) == 2.0
     assert load_runtime("tensorrt-llm-0.14").serving.kv_cache_dtype == "auto"  # its own value over its base's
+
+
+def test_the_mlperf_harness_pauses_requests_where_trtllm_bench_reserves_their_outputs():
+    # NVIDIA's v4.1 harness runs TensorRT-LLM's max_util policy without chunked context (main_llm.cc,
+    # llm_core.cc); trtllm-bench's default is guaranteed_no_evict. 400 requests of 500 + 3,000 tokens
+    # outgrow an H100's cache: the harness starts them on their prompts' blocks and recomputes the ones it
+    # pauses; no-evict admits only what fits whole and never prefills a prompt twice
+    harness = load_runtime("mlperf-nvidia-4.1").serving
+    assert (harness.kv_reservation, harness.chunked_prefill) == ("grow", False)
+    load = Load(kind="max_throughput", num_requests=400, input_len=500, output_len=3000)
+    prefilled = {}
+    for name in ("mlperf-nvidia-4.1", "tensorrt-llm-0.17"):
+        dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-h100"),
+                                runtime=load_runtime(name), tp=1, weight_dtype="fp8")
+        prefilled[name] = run_serving(dep, load).trace.prefilled_tokens
+    assert prefilled["tensorrt-llm-0.17"] == 400 * 500 < prefilled["mlperf-nvidia-4.1"]
 
 
 def test_bad_serving_values_are_one_line_errors():
