@@ -69,3 +69,22 @@ def test_the_shipped_prefill_stream_is_what_transformers_runs(tmp_path):
     else:  # another transformers: its decoder layer issues the same kernels
         ops = [Counter((k["op"], k["class"]) for k in data["blocks"]["layer"]["kernels"]) for data in (fresh, shipped)]
         assert ops[0] == ops[1]
+
+
+def test_inference_memory_matches_what_torch_allocated_on_the_h200():
+    # generate's peak: weights, the KV cache, and the prefill's live tensors as the captured
+    # forward holds them; against torch.cuda.max_memory_allocated (the device's reserved bytes,
+    # CUDA context and workspaces, are not allocations)
+    runtime, cluster = load_runtime("transformers"), load_cluster("dgx-h200")
+    folder = DATA / "infer-2026-11-27"
+    rows = [r for f in ("infer.jsonl", "blind2.jsonl") for r in map(json.loads, (folder / f).open()) if "name" in r]
+    assert len(rows) == 17
+    for row in rows:
+        model = model_from_hf_config(row["config"])
+        work = InferenceWorkload(kind="serve", batch=row["batch"], prompt_len=row["prompt_len"],
+                                 output_len=row["output_len"])
+        plan = uniform_plan(num_layers=model.num_layers, gpus=1, global_batch=row["batch"], has_embeddings=True,
+                            micro_batch=row["batch"])
+        est = evaluate_plan(model, work, cluster, plan, runtime=runtime)
+        allocated = est.peak_memory_bytes_per_gpu - cluster.device.reserved_bytes
+        assert allocated == pytest.approx(row["peak_allocated_bytes"], rel=0.05), row["name"]

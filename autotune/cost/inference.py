@@ -32,7 +32,7 @@ from autotune.cost.stage import StageCost, StagePosition, StageTime
 from autotune.errors import require
 from autotune.graph.operator import Operator
 from autotune.graph.operators import decode_attention, layer_operators, qkv_proj_width
-from autotune.graph.opstream import explicit_mask_share, stream_for
+from autotune.graph.opstream import explicit_mask_share, forward_live_bytes, stream_for
 from autotune.graph.table import STREAM_DTYPES, ModelTables, OpTable, model_tables, stream_tables
 from autotune.plan.plan import StagePlan
 from autotune.spec.runtime import Runtime
@@ -294,7 +294,11 @@ def _memory(ctx: InferenceContext, stage: StagePlan, blocks: dict[str, BlockTime
     t, m = ctx.tables, ctx.tables.model
     kv = n * _kv_bytes_per_layer(ctx, stage, ctx.kv_positions) if m.has_attention else 0.0 * n
     tokens = ctx.micro_batch * ctx.tokens_per_seq / stage.cp
-    live = tile_bytes_per_token(t.layer, t.seq_len, stage.tp, stage.sequence_parallel) * tokens
+    if t.op_stream:  # the runtime's captured forward: what it holds alive (graph/opstream.py)
+        per_seq, fixed = forward_live_bytes(t.op_stream, m, t.seq_len)
+        live = (per_seq * ctx.micro_batch + fixed) / (stage.tp * stage.cp)
+    else:
+        live = tile_bytes_per_token(t.layer, t.seq_len, stage.tp, stage.sequence_parallel) * tokens
     if "head" in blocks:
         live = np.maximum(live, ctx.micro_batch * m.vocab_size * (t.act_bytes + 4.0) / stage.tp)
     return StageMemory(weights_bytes=params * weight_bytes_per_param(ctx.workload.dtype, t.act_bytes), gradients_bytes=0.0 * params, optimizer_states_bytes=0.0,

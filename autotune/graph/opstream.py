@@ -26,6 +26,7 @@ from autotune.graph.operator import Operator
 from autotune.spec.model import ModelSpec
 
 __all__ = ["StreamMemory", "stream_names", "load_stream", "stream_for", "symbol_values", "stream_operators", "explicit_mask_share",
+           "forward_live_bytes",
            "stream_memory", "STREAM_SCHEMA", "KERNEL_CLASSES"]
 
 STREAM_SCHEMA = "autotune.opstream/1"
@@ -241,6 +242,18 @@ def _live_pairs(block: dict, values: dict[str, float], phase: str | None = None,
                 less: float = 0.0) -> tuple[tuple[float, float], ...]:
     return tuple((_value(e["bytes"], values, per_sequence=True) - less, _value(e["bytes"], values, per_sequence=False))
                  for e in block["live"] if phase is None or e["phase"] == phase)
+
+
+@lru_cache(maxsize=256)
+def forward_live_bytes(name: str, model: ModelSpec, seq_len: int) -> tuple[float, float]:
+    """(per sequence, fixed) bytes alive at the busiest kernel of one layer's forward, with the
+    layer's input (made before it): the temporary memory of an inference forward (a prefill)."""
+    values = symbol_values(model, seq_len)
+    layer = load_stream(name)["blocks"]["layer"]
+    first = next(k for k in layer["kernels"] if k["phase"] == "fwd")
+    layer_input = max(_value([t], values) for t in first["read"] if "b" in t[1])
+    per_seq, fixed = max(_live_pairs(layer, values, "fwd"), key=lambda pair: pair[0])
+    return per_seq + layer_input, fixed
 
 
 @lru_cache(maxsize=256)
