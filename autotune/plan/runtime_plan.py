@@ -61,7 +61,10 @@ def runtime_plan(runtime: Runtime, model: ModelSpec, *, gpus: int, global_batch:
     replicas = dp or max(1, gpus // max(1, tp * pp * cp))
     if micro_batch is None:  # one sequence, or the local batch in pp micro-batches where the runtime splits so
         split = runtime.pipeline_microbatches == "stages" and pp > 1 and training
-        micro_batch = max(1, global_batch // replicas // pp) if split else 1
+        # inference without a pipeline runs the replica's whole batch in one pass (transformers'
+        # generate, the serving engines' batches), not one sequence after another
+        whole = not training and pp == 1
+        micro_batch = max(1, global_batch // replicas // pp) if split or whole else 1
     if recompute == "selective" and training:
         recompute = runtime.selective_recompute
     zero = (runtime.zero_default if training else 0) if zero is None else zero
