@@ -19,7 +19,8 @@ from autotune.cost.memory import StageMemory
 from autotune.cost.moe_stage import moe_stage_cost, moe_stage_memory
 from autotune.cost.recompute import fp8_context, has_variant, plain_stage, variant_stage_cost
 from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
-from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
+from autotune.cost.dense_stage import dense_stage_cost
+from autotune.cost.stage import StageContext, StageCost, StagePosition
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec

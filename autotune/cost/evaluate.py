@@ -14,7 +14,8 @@ from autotune.cost.plan_common import check_plan, check_runtime_plan, stage_esti
 from autotune.cost.contract import stage_cost
 from autotune.cost.recompute import has_variant
 from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
-from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
+from autotune.cost.dense_stage import dense_stage_cost
+from autotune.cost.stage import StageContext, StageCost, StagePosition
 from autotune.graph.table import ModelTables, runtime_tables
 from autotune.plan.plan import Plan
 from autotune.spec.hardware import ClusterSpec
