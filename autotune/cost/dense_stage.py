@@ -129,7 +129,8 @@ def dense_stage_cost(ctx, stage: StagePlan, pos, num_layers=None) -> st.StageCos
     n = stage.num_layers if num_layers is None else num_layers
     k = _kept(ctx, stage, pos, n, spans)
     layer, fwd, bwd, params = k.layer, k.fwd_s, k.bwd_s, k.params
-    sharding = st._sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 else None  # ZeRO-3 and DP share it
+    # ZeRO-3's layer traffic, which its DP and per-micro-batch terms share (below ZeRO 3 they read only the groups)
+    sharding = st._sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 and stage.zero >= 3 else None
     time = st.StageTime(
         compute_s=fwd + bwd, tp_comm_s=k.tp_comm_s, cp_comm_s=k.cp_comm_s, p2p_s=k.p2p_s, host_s=k.host_s,
         zero3_comm_s=st._zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n, sharding), offload_s=0.0 * n,
