@@ -30,7 +30,7 @@ from autotune.cost.sharding import sharded_state_memory, state_flags
 from autotune.errors import require
 from autotune.plan.plan import StagePlan
 
-__all__ = ["dense_stage_cost"]
+__all__ = ["dense_stage_cost", "dense_stage_memory"]
 
 # StagePlan fields the kept part does not read: where the layers start (only their count), the
 # GPUs, the data-parallel degree and how state is sharded over it (ZeRO-3's gathered-layer buffers
@@ -113,6 +113,43 @@ def _price_kept(ctx, stage: StagePlan, pos, n, blocks: dict, spans: dict) -> _Ke
     return kept
 
 
+def _checked(ctx, stage: StagePlan) -> None:
+    if ctx.tables.op_stream and ctx.tables.model.is_moe:
+        require(stage.ep == 1 and stage.etp == 1 and stage.tp == 1, "ep",
+                f"the {ctx.runtime.name} runtime's captured MoE layer (graph/opstream.py) holds every expert on "
+                f"each GPU: ep, etp and tp must be 1, got {stage.ep}, {stage.etp} and {stage.tp}")
+
+
+def _memory(ctx, stage: StagePlan, pos, k: _Kept) -> StageMemory:
+    """The stage's HBM before any offload (cost/offload.py moves parts of it)."""
+    weights, grads, optim = sharded_state_memory(k.params, ctx.workload.dtype, stage, st._gather_bytes(ctx),
+                                                 *state_flags(ctx.runtime, ctx.workload.dtype))
+    saved, temporary = k.saved_bytes, st._zero3_buffers(stage, k.layer, ctx, k.working_bytes)
+    grads = st._gradients_at_peak(ctx, stage, grads, saved * pos.inflight)
+    if ctx.tables.op_stream:  # the 16-bit weights are autocast's casts, counted with what each forward saves
+        weights = 0.0 * weights
+    return StageMemory(
+        weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
+        activations_bytes=saved * pos.inflight, temporary_bytes=temporary,
+        reserved_bytes=ctx.cluster.device.reserved_bytes, allocator_share=ctx.runtime.allocator_reserve_share,
+    )
+
+
+def _spans(ctx, stage: StagePlan, pos) -> dict:
+    return group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
+
+
+def dense_stage_memory(ctx, stage: StagePlan, pos, num_layers=None) -> StageMemory | None:
+    """dense_stage_cost's memory without its data-parallel and optimizer times (the search's memory
+    screens read only this); None where an offload's time shapes the memory too, for the caller to
+    price the whole stage."""
+    if offloads(stage) or stage.activation_offload_layers:
+        return None
+    _checked(ctx, stage)
+    n = stage.num_layers if num_layers is None else num_layers
+    return _memory(ctx, stage, pos, _kept(ctx, stage, pos, n, _spans(ctx, stage, pos)))
+
+
 def dense_stage_cost(ctx, stage: StagePlan, pos, num_layers=None) -> st.StageCost:
     """Time and memory of a dense ``stage`` at ``pos`` in a plan sharing ``ctx`` (the training
     entry, autotune.cost.contract.stage_cost, sends MoE stages and variants elsewhere).
@@ -121,11 +158,8 @@ def dense_stage_cost(ctx, stage: StagePlan, pos, num_layers=None) -> st.StageCos
     every field of the result is an array over it. A mixture of experts priced from a captured
     operator stream comes here too (graph/table.py: its whole layer is one table).
     """
-    if ctx.tables.op_stream and ctx.tables.model.is_moe:
-        require(stage.ep == 1 and stage.etp == 1 and stage.tp == 1, "ep",
-                f"the {ctx.runtime.name} runtime's captured MoE layer (graph/opstream.py) holds every expert on "
-                f"each GPU: ep, etp and tp must be 1, got {stage.ep}, {stage.etp} and {stage.tp}")
-    spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
+    _checked(ctx, stage)
+    spans = _spans(ctx, stage, pos)
     n = stage.num_layers if num_layers is None else num_layers
     k = _kept(ctx, stage, pos, n, spans)
     layer, fwd, bwd, params = k.layer, k.fwd_s, k.bwd_s, k.params
@@ -137,20 +171,10 @@ def dense_stage_cost(ctx, stage: StagePlan, pos, num_layers=None) -> st.StageCos
         dp_comm_s=st._dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
         optimizer_s=st._optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
     )
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, st._gather_bytes(ctx),
-                                                 *state_flags(ctx.runtime, ctx.workload.dtype))
-    saved, temporary = k.saved_bytes, st._zero3_buffers(stage, layer, ctx, k.working_bytes)
-    grads = st._gradients_at_peak(ctx, stage, grads, saved * pos.inflight)
-    if ctx.tables.op_stream:  # the 16-bit weights are autocast's casts, counted with what each forward saves
-        weights = 0.0 * weights
-    memory = StageMemory(
-        weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
-        activations_bytes=saved * pos.inflight, temporary_bytes=temporary,
-        reserved_bytes=ctx.cluster.device.reserved_bytes, allocator_share=ctx.runtime.allocator_reserve_share,
-    )
+    memory = _memory(ctx, stage, pos, k)
     if offloads(stage):  # tensor classes in host or CXL memory (cost/offload.py)
-        time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved, fwd_s=fwd, bwd_s=bwd, params=params,
-                                        num_layers=n)
+        time, memory = training_offload(ctx, stage, time, memory, saved_bytes=k.saved_bytes, fwd_s=fwd, bwd_s=bwd,
+                                        params=params, num_layers=n)
     if stage.activation_offload_layers:  # Megatron-Core's cpu_offloading of the first N layers (cost/offload.py)
         time, memory = layer_offload(ctx, stage, time, memory, layer_saved_bytes=st._scalar(layer.saved_bytes), num_layers=n,
                                      fwd_layer_s=st._scalar(layer.fwd_s), bwd_layer_s=st._scalar(layer.bwd_s),
