@@ -141,3 +141,26 @@ def test_kept_dense_terms_price_every_degree_zero_stage_and_workload_as_afresh()
     assert all(_fields_equal(a, b) for a, b in zip(kept, fresh))
     fp8 = [c for (priced, _), c in zip(cases, fresh) if priced.context.workload.dtype == "fp8"]
     assert not np.array_equal(fp8[0].fwd_s, fp8[1].fwd_s)  # 8 and 2 micro-batches reuse their casts differently
+
+
+def test_fingerprints_are_the_digest_of_the_canonical_json_whatever_was_kept():
+    """Frozen specs' JSON text is kept by identity (search/cache.py): a problem made of them, asked
+    twice or beside other parts, digests to the SHA-256 of the plain canonical JSON."""
+    import hashlib
+    import json
+
+    from autotune.search import cache
+    from autotune.search.driver import SearchProblem
+    from autotune.search.space import load_space
+    from autotune.spec.runtime import load_runtime
+
+    def plain(*parts):
+        text = json.dumps([cache._canonical(p) for p in parts], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    model, cluster = load_preset("large"), load_cluster("dgx-h100")
+    for gpus in (16, 16, 64):
+        problem = SearchProblem(model=model, workload=TrainingWorkload(global_batch=64, seq_len=1024),
+                                runtime=load_runtime("megatron"), cluster=cluster, gpus=gpus, space=load_space("rich"))
+        for parts in ((problem, True), (model, problem.workload, {"b": [1.5, float("inf")], "a": None}), (problem,)):
+            assert cache.fingerprint(*parts) == plain(*parts)

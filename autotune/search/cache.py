@@ -59,9 +59,31 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+# The JSON text of frozen dataclasses by identity (as _FROZEN): a warm process's queries are new
+# problems over the same specs, whose text (the cluster's fits most of it) is then written once.
+_TEXT: dict[int, tuple[Any, str]] = {}
+
+
+def _text(value: Any) -> str:
+    """``json.dumps(_canonical(value), sort_keys=True, default=str)``; a frozen dataclass's made from
+    its fields' texts (json's default separators) and kept."""
+    if not (dataclasses.is_dataclass(value) and not isinstance(value, type) and type(value).__dataclass_params__.frozen):
+        return json.dumps(_canonical(value), sort_keys=True, default=str)
+    found = _TEXT.get(id(value))
+    if found is not None and found[0] is value:
+        return found[1]
+    names = sorted(f.name for f in dataclasses.fields(value) if f.name != "raw")
+    text = "{" + ", ".join(f"{json.dumps(name)}: {_text(getattr(value, name))}" for name in names) + "}"
+    if len(_TEXT) >= _FROZEN_KEPT:
+        _TEXT.pop(next(iter(_TEXT)))
+    _TEXT[id(value)] = (value, text)
+    return text
+
+
 def fingerprint(*parts: Any) -> str:
-    """A stable digest of dataclasses, mappings and plain values (their full contents)."""
-    text = json.dumps([_canonical(p) for p in parts], sort_keys=True, default=str)
+    """A stable digest of dataclasses, mappings and plain values (their full contents): the SHA-256
+    of ``json.dumps([_canonical(p) for p in parts], sort_keys=True, default=str)``."""
+    text = "[" + ", ".join(_text(p) for p in parts) + "]"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
