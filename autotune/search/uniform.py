@@ -87,20 +87,25 @@ class UniformSearch:
 
     def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None):
         """(1F1B floor, interleaved floor, rank, payload) of every member and count of a class;
-        ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule."""
+        ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule, and a
+        member's counts come as one _Counts item at their least floor (most are never taken)."""
         priced = self.members(key.dp, mp, stages, rep)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
-        counts = np.array(self.screens.counts[(key.dp, mp)], dtype=int)
+        counts = self.screens.counts[(key.dp, mp)]
         members = self.screens.classes(key.dp, mp)[rep].members
         plains, inters = member_floors([priced[i] for i, _ in members], b, cap, shape, side)
         for (i, choice), plain, inter in zip(members, plains.tolist(), inters.tolist()):
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
-            if counts.size and choice.recompute == "full":
+            if counts and choice.recompute == "full":
                 none = priced[-1 - i]
-                plains, inters = count_floors(none, priced[i], counts, b, cap, shape, side)
-                for k, a, c in zip(counts, plains, inters):
-                    yield float(a), float(c), (mi, i, int(k)), (priced[i], none, int(k))
+                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape, side)
+                items = _Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist())
+                if side is not None and not np.isnan(floors[side]).any():
+                    least = float(floors[side].min())
+                    yield least, least, (mi, i, 0), items
+                    continue
+                yield from items.items()
 
     # -- solving a slice -------------------------------------------------------------------
     def _slice_items(self, key) -> list[tuple]:
@@ -248,6 +253,9 @@ class UniformSearch:
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=False)
                 continue
+            if isinstance(payload[2], _Counts):  # a member's counts, each now in line at its own floor
+                _push_counts(heap, tie, payload, side=0)
+                continue
             if best is not None and floor == best[0] and rank > best[1]:
                 continue
             mp, stages, spec = payload
@@ -292,6 +300,9 @@ class UniformSearch:
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=True)
                 continue
+            if isinstance(payload[2], _Counts):
+                _push_counts(heap, tie, payload, side=1)
+                continue
             mp, stages, spec = payload
             for layout in self._layouts(key, _materialise(spec), stages):
                 scored = self.search.evaluate(layout)
@@ -314,6 +325,28 @@ class UniformSearch:
                                                has_head=i == stages - 1) for i in range(stages)]
         for v in sorted(v for v in self.problem.space.vpp if v > 1 and n % v == 0):
             yield _plan(self.search, key, stage_plans, schedule="interleaved", vpp=v)
+
+
+class _Counts:
+    """The partial recomputation counts of one full-recomputation member and their floors: taken
+    from a heap as one item at their least floor, then put back one by one (_push_counts), so the
+    heap yields every count in the order it would have with each pushed on its own."""
+
+    __slots__ = ("mi", "i", "full", "none", "counts", "plains", "inters")
+
+    def __init__(self, mi: int, i: int, full: ChoiceCosts, none: ChoiceCosts, counts, plains: list, inters: list):
+        self.mi, self.i, self.full, self.none, self.counts, self.plains, self.inters = mi, i, full, none, counts, plains, inters
+
+    def items(self):
+        """(1F1B floor, interleaved floor, rank, payload) of each count, as _member_items yields a member's."""
+        for k, a, c in zip(self.counts, self.plains, self.inters):
+            yield float(a), float(c), (self.mi, self.i, int(k)), (self.full, self.none, int(k))
+
+
+def _push_counts(heap: list, tie, payload: tuple, side: int) -> None:
+    mp, stages, counts = payload
+    for plain, inter, rank, member in counts.items():
+        heapq.heappush(heap, (inter if side else plain, 1, rank, next(tie), (mp, stages, member)))
 
 
 def _at(costs: ChoiceCosts, b_index: int) -> np.ndarray:
