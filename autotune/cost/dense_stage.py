@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 
@@ -36,6 +37,16 @@ __all__ = ["dense_stage_cost", "dense_stage_memory"]
 # GPUs, the data-parallel degree and how state is sharded over it (ZeRO-3's gathered-layer buffers
 # are added per call)
 _DATA_PARALLEL_FIELDS = frozenset({"layers", "num_gpus", "dp", "zero", "dp_shard", "reshard_after_forward"})
+_FIELD_NAMES = tuple(StagePlan.__dataclass_fields__)
+_KEPT_FIELDS = itemgetter(*(i for i, name in enumerate(_FIELD_NAMES) if name not in _DATA_PARALLEL_FIELDS))
+
+
+def _stage_key(stage: StagePlan) -> tuple:
+    """The stage's fields but _DATA_PARALLEL_FIELDS (its instance dict holds its fields in order)."""
+    fields = vars(stage)
+    if len(fields) == len(_FIELD_NAMES):
+        return _KEPT_FIELDS(tuple(fields.values()))
+    return tuple(v for k, v in fields.items() if k not in _DATA_PARALLEL_FIELDS)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,7 +82,7 @@ def _key(ctx, stage: StagePlan, pos, n, blocks: dict, spans: dict) -> tuple:
     parts by identity, the rest (the workload too: each query makes its own) by value."""
     return (tuple((name, id(b)) for name, b in blocks.items()), id(ctx.tables), ctx.workload, id(ctx.runtime),
             id(ctx.cluster), _value_key(ctx.micro_batch), ctx.vpp, ctx.overlap_tp_comm, ctx.overlap_tp_backward,
-            ctx.overlap_p2p_comm, tuple(v for k, v in vars(stage).items() if k not in _DATA_PARALLEL_FIELDS),
+            ctx.overlap_p2p_comm, _stage_key(stage),
             pos.neighbors, pos.p2p_inter_node, spans["tp"], spans["cp"], _value_key(n))
 
 
