@@ -35,7 +35,7 @@ from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
 from autotune.search.members import Member, count_costs, count_floors, member_floors
 from autotune.search.screens import Screens, price_positions
-from autotune.search.tables import ChoiceCosts, best_by_inflight
+from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
 
 __all__ = ["UniformSearch"]
 
@@ -281,9 +281,8 @@ class UniformSearch:
     def _plan_of(self, key, best) -> Plan:
         _, _, member, solution = best
         L = self.num_layers
-        stages = [member.costs.choice.stage_plan(dp=key.dp, layers=(c.first_layer, c.first_layer + c.num_layers),
-                                                 has_embedding=c.first_layer == 0,
-                                                 has_head=c.first_layer + c.num_layers == L) for c in solution.stages]
+        stages = [stage_plan_of(member.costs.choice, key.dp, c.first_layer == 0, c.first_layer + c.num_layers == L,
+                                (c.first_layer, c.first_layer + c.num_layers)) for c in solution.stages]
         return _plan(self.search, key, stages)
 
     def _best_interleaved(self, key, prune_above: float, plan, estimate):
@@ -321,8 +320,8 @@ class UniformSearch:
             need = costs.mem_base_bytes[b, n, pos] + r * costs.mem_per_microbatch_bytes[b, n, pos]
             if not (np.isfinite(costs.time_s[b, n, pos]) and need <= self.search.capacity):
                 return
-        stage_plans = [costs.choice.stage_plan(dp=key.dp, layers=(i * n, (i + 1) * n), has_embedding=i == 0,
-                                               has_head=i == stages - 1) for i in range(stages)]
+        stage_plans = [stage_plan_of(costs.choice, key.dp, i == 0, i == stages - 1, (i * n, (i + 1) * n))
+                       for i in range(stages)]
         for v in sorted(v for v in self.problem.space.vpp if v > 1 and n % v == 0):
             yield _plan(self.search, key, stage_plans, schedule="interleaved", vpp=v)
 
