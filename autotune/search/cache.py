@@ -39,6 +39,7 @@ def _canonical(value: Any) -> Any:
         frozen = type(value).__dataclass_params__.frozen
         found = _FROZEN.get(id(value)) if frozen else None
         if found is not None:
+            _FROZEN[id(value)] = _FROZEN.pop(id(value))  # least recently used first out
             return found[1]
         out = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "raw"}
         if frozen:
@@ -64,16 +65,33 @@ def _canonical(value: Any) -> Any:
 _TEXT: dict[int, tuple[Any, str]] = {}
 
 
+def _is_frozen(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type) and type(value).__dataclass_params__.frozen
+
+
 def _text(value: Any) -> str:
     """``json.dumps(_canonical(value), sort_keys=True, default=str)``; a frozen dataclass's made from
-    its fields' texts (json's default separators) and kept."""
-    if not (dataclasses.is_dataclass(value) and not isinstance(value, type) and type(value).__dataclass_params__.frozen):
+    its fields' (json's default separators: each run of plain fields one dumps, a frozen field its
+    own text) and kept."""
+    if not _is_frozen(value):
         return json.dumps(_canonical(value), sort_keys=True, default=str)
     found = _TEXT.get(id(value))
     if found is not None and found[0] is value:
+        _TEXT[id(value)] = _TEXT.pop(id(value))  # least recently used first out: the shared specs stay
         return found[1]
-    names = sorted(f.name for f in dataclasses.fields(value) if f.name != "raw")
-    text = "{" + ", ".join(f"{json.dumps(name)}: {_text(getattr(value, name))}" for name in names) + "}"
+    parts, plain = [], {}
+    for name in sorted(f.name for f in dataclasses.fields(value) if f.name != "raw"):
+        field = getattr(value, name)
+        if not _is_frozen(field):
+            plain[name] = _canonical(field)
+            continue
+        if plain:  # '{"a": 1, "b": 2}' less its braces: the run's items as the whole dict writes them
+            parts.append(json.dumps(plain, sort_keys=True, default=str)[1:-1])
+            plain = {}
+        parts.append(f"{json.dumps(name)}: {_text(field)}")
+    if plain:
+        parts.append(json.dumps(plain, sort_keys=True, default=str)[1:-1])
+    text = "{" + ", ".join(parts) + "}"
     if len(_TEXT) >= _FROZEN_KEPT:
         _TEXT.pop(next(iter(_TEXT)))
     _TEXT[id(value)] = (value, text)
