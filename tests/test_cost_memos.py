@@ -2,6 +2,7 @@
 preset specs, spec fingerprints) give what pricing afresh gives, and never what other inputs give."""
 
 import importlib.metadata
+from itertools import product as itertools_product
 
 from autotune.cost import evaluate as evaluate_module
 from autotune.cost import moe_stage
@@ -89,3 +90,77 @@ def test_kept_moe_stage_costs_follow_each_stages_dense_and_moe_layers():
     assert kept == plain
     middle = [s.microbatch_time_s for s in kept.stages[1:3]]  # layers 3-5 (one MoE) and 6-8 (two MoE)
     assert middle[0] != middle[1]
+
+
+def _fields_equal(a, b) -> bool:
+    """Every field of two (nested) cost dataclasses holds the same numbers."""
+    import dataclasses
+
+    import numpy as np
+
+    if dataclasses.is_dataclass(a):
+        return all(_fields_equal(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    return np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_kept_dense_terms_price_every_degree_zero_stage_and_workload_as_afresh():
+    """A dense stage's data-parallel-free terms are kept across calls (cost/dense_stage.py): a
+    stage priced at another degree, ZeRO stage, micro-batch count or by another workload object
+    with the same contents gives what pricing it with nothing kept gives, and the kept terms are
+    reused (fewer kept than priced). FP8 with reused weight casts reads the micro-batch count in
+    its kernels, so the count must tell kept terms apart there."""
+    import numpy as np
+
+    from autotune.cost import dense_stage
+    from autotune.cost.contract import phase_cost_models
+    from autotune.cost.stage import StagePosition
+    from autotune.graph.table import model_tables
+    from autotune.plan.plan import StagePlan
+    from autotune.spec.runtime import load_runtime
+
+    model, cluster, runtime = load_preset("large"), load_cluster("dgx-h100"), load_runtime("megatron")
+    pos = StagePosition(inflight=np.array([0.0, 1.0]).reshape(2, 1, 1), neighbors=1, p2p_inter_node=True)
+    n = np.arange(1, 9)[None, :]
+    cases = []
+    for dtype in ("bf16", "fp8"):
+        for dp, zero, recompute, count in itertools_product((1, 2, 4, 8), (0, 1, 2, 3), ("none", "full"), (8, 2)):
+            workload = TrainingWorkload(global_batch=64, seq_len=1024, dtype=dtype)  # a new object each time
+            tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl)
+            (_, priced), = phase_cost_models(tables, workload, cluster, runtime=runtime, micro_batch=np.array([[1], [2]]),
+                                             num_microbatches=np.array([[count], [count // 2]]))
+            stage = StagePlan(layers=(0, 8), has_embedding=True, has_head=False, num_gpus=2 * dp, tp=2, cp=1, dp=dp,
+                              sequence_parallel=True, zero=zero, recompute=recompute)
+            cases.append((priced, stage))
+    dense_stage._KEPT.clear()
+    kept = [priced.stage_cost(stage, pos, num_layers=n) for priced, stage in cases]
+    assert 0 < len(dense_stage._KEPT) < len(cases) // 4
+    fresh = []
+    for priced, stage in cases:
+        dense_stage._KEPT.clear()
+        fresh.append(priced.stage_cost(stage, pos, num_layers=n))
+    assert all(_fields_equal(a, b) for a, b in zip(kept, fresh))
+    fp8 = [c for (priced, _), c in zip(cases, fresh) if priced.context.workload.dtype == "fp8"]
+    assert not np.array_equal(fp8[0].fwd_s, fp8[1].fwd_s)  # 8 and 2 micro-batches reuse their casts differently
+
+
+def test_fingerprints_are_the_digest_of_the_canonical_json_whatever_was_kept():
+    """Frozen specs' JSON text is kept by identity (search/cache.py): a problem made of them, asked
+    twice or beside other parts, digests to the SHA-256 of the plain canonical JSON."""
+    import hashlib
+    import json
+
+    from autotune.search import cache
+    from autotune.search.driver import SearchProblem
+    from autotune.search.space import load_space
+    from autotune.spec.runtime import load_runtime
+
+    def plain(*parts):
+        text = json.dumps([cache._canonical(p) for p in parts], sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    model, cluster = load_preset("large"), load_cluster("dgx-h100")
+    for gpus in (16, 16, 64):
+        problem = SearchProblem(model=model, workload=TrainingWorkload(global_batch=64, seq_len=1024),
+                                runtime=load_runtime("megatron"), cluster=cluster, gpus=gpus, space=load_space("rich"))
+        for parts in ((problem, True), (model, problem.workload, {"b": [1.5, float("inf")], "a": None}), (problem,)):
+            assert cache.fingerprint(*parts) == plain(*parts)

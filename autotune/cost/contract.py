@@ -19,7 +19,8 @@ from autotune.cost.memory import StageMemory
 from autotune.cost.moe_stage import moe_stage_cost, moe_stage_memory
 from autotune.cost.recompute import fp8_context, has_variant, plain_stage, variant_stage_cost
 from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
-from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
+from autotune.cost.dense_stage import dense_stage_cost, dense_stage_memory
+from autotune.cost.stage import StageContext, StageCost, StagePosition
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
@@ -42,10 +43,13 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_laye
 
 def stage_memory(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageMemory:
     """``stage_cost(...).memory``, without pricing the time where the model has a path for memory
-    alone (MoE stages, FP8 included: cost/moe_stage.py moe_stage_memory runs the same memory
-    code); partial recomputation blends two whole costs and other stages are priced whole."""
-    if ctx.tables.moe_layer is not None and not stage.recompute_layers:
-        found = moe_stage_memory(fp8_context(ctx) if stage.fp8 else ctx, plain_stage(stage), pos, num_layers)
+    alone (dense and MoE stages, FP8 included: cost/dense_stage.py dense_stage_memory and
+    cost/moe_stage.py moe_stage_memory run the same memory code); partial recomputation blends two
+    whole costs and offloading stages are priced whole."""
+    if not stage.recompute_layers:  # FP8 prices the plain stage in an FP8 context (cost/recompute.py)
+        priced_in, plain = (fp8_context(ctx), plain_stage(stage)) if stage.fp8 else (ctx, stage)
+        memory = moe_stage_memory if ctx.tables.moe_layer is not None else dense_stage_memory
+        found = memory(priced_in, plain, pos, num_layers)
         if found is not None:
             return found
     return stage_cost(ctx, stage, pos, num_layers).memory

@@ -14,9 +14,10 @@ from autotune.cost.plan_common import check_plan, check_runtime_plan, stage_esti
 from autotune.cost.contract import stage_cost
 from autotune.cost.recompute import has_variant
 from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
-from autotune.cost.stage import StageContext, StageCost, StagePosition, dense_stage_cost
+from autotune.cost.dense_stage import dense_stage_cost
+from autotune.cost.stage import StageContext, StageCost, StagePosition
 from autotune.graph.table import ModelTables, runtime_tables
-from autotune.plan.plan import Plan
+from autotune.plan.plan import Plan, StagePlan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
@@ -59,6 +60,8 @@ _STAGE_COSTS_KEPT = 1024  # a few plans of a few dozen stages each, many times o
 
 
 _BY_IDENTITY = ("tables", "workload", "runtime", "cluster")
+# a stage's fields in its key, but where its layers start (its layer count is in the key): the first field
+_LAYERS_FIRST = next(iter(StagePlan.__dataclass_fields__)) == "layers"
 
 
 def _context_key(ctx: StageContext) -> tuple:
@@ -79,15 +82,14 @@ def _stage_costs(ctx: StageContext, stages, positions: list[StagePosition], gpus
     context = _context_key(ctx)
     moe = ctx.tables.moe_layer is not None
     for stage, pos in zip(stages, positions):
-        if offloads(stage) or stage.activation_offload_layers:
-            out.append(stage_cost(ctx, stage, pos))
-            continue
-        fields_but_layers = dict(vars(stage))
-        del fields_but_layers["layers"]
-        key = (context, tuple(fields_but_layers.values()), stage.num_layers,
+        fields = tuple(vars(stage).values())
+        key = (context, fields[1:] if _LAYERS_FIRST else fields, stage.num_layers,
                ctx.tables.layer_counts(*stage.layers) if moe else None, pos.neighbors, pos.p2p_inter_node,
                pos.first_gpu % gpus_per_node)
-        found = _STAGE_COSTS.get(key)
+        found = _STAGE_COSTS.get(key)  # only stages without offload are kept: the key holds the placements
+        if found is None and (offloads(stage) or stage.activation_offload_layers):
+            out.append(stage_cost(ctx, stage, pos))
+            continue
         if found is None:  # one micro-batch in flight: its activation bytes are the bytes saved per micro-batch
             price = stage_cost if has_variant(stage) or moe else dense_stage_cost
             if len(_STAGE_COSTS) >= _STAGE_COSTS_KEPT:

@@ -21,7 +21,7 @@ from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import grad_comm_bytes, sharded_state_memory, state_flags
 from autotune.cost.mesh import group_spans
-from autotune.cost.offload import layer_offload
+from autotune.cost.offload import layer_offload, offloads
 from autotune.cost.recompute_modules import early_stop_applies, expert_modules, modules_dropped_bytes
 from autotune.cost.moe import ExpertLayerCost, expert_layer_cost, expert_spans, moe_layer_split
 from autotune.errors import require
@@ -181,7 +181,7 @@ def _stage_parts(ctx, stage: StagePlan, pos, num_layers):
     require(m.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {m.num_experts} experts")
     require(m.expert_ffn_hidden_size % stage.etp == 0, "etp",
             f"etp={stage.etp} must divide the expert width {m.expert_ffn_hidden_size}")
-    require(not st.offloads(stage) and not stage.cache_group_layers, "stage",
+    require(not offloads(stage) and not stage.cache_group_layers, "stage",
             "offload and cache grouping are not modelled for mixture-of-experts stages")
     blocks = st._blocks(ctx, stage)
     moe = st._block(ctx, ctx.tables.moe_layer, stage)

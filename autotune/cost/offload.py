@@ -91,10 +91,11 @@ def offload_memory(memory: StageMemory, moved: dict[str, tuple[str, object, obje
 def tier_overflow(memory: StageMemory, cluster: ClusterSpec) -> str:
     """Why the offloaded bytes do not fit their tiers ("" when they do)."""
     for name, used in (("host", memory.host_bytes), ("cxl", memory.cxl_bytes)):
-        if float(np.max(used)) > 0:
+        most = used if type(used) is float else float(np.max(used))  # a float as it is (a plan's stage: np.max costs more)
+        if most > 0:
             capacity = tier_path(cluster, name)[1].capacity_bytes
-            if float(np.max(used)) > capacity:
-                return (f"{float(np.max(used)) / 2**30:.1f} GiB offloaded to {name} memory per GPU but "
+            if most > capacity:
+                return (f"{most / 2**30:.1f} GiB offloaded to {name} memory per GPU but "
                         f"{cluster.name} has {capacity / 2**30:.1f} GiB of it per GPU")
     return ""
 

@@ -29,7 +29,7 @@ def check_runtime_plan(runtime: Runtime, workload, plan: Plan) -> None:
         return
     require(runtime.serving is None, "runtime", f"{runtime.name} is a serving engine: it runs inference workloads "
             "(prefill, decode, serve), not training steps")
-    for stage in plan.stages:
+    for stage in _distinct(plan.stages, ("zero", "reshard_after_forward", "dp_shard", "dp")):
         require(stage.zero in runtime.zero_stages, "zero", f"runtime {runtime.name} runs ZeRO stage(s) "
                 f"{', '.join(map(str, runtime.zero_stages))}, not {stage.zero}")
         variant = (not stage.reshard_after_forward or stage.dp_shard not in (0, stage.dp)) and stage.zero == 3
@@ -38,12 +38,21 @@ def check_runtime_plan(runtime: Runtime, workload, plan: Plan) -> None:
                 f"give --runtime torchtitan, torch, transformers or meta for them")
 
 
+def _distinct(stages, names: tuple[str, ...]) -> list:
+    """The first stage of each distinct combination of ``names``, in order: the checks read only
+    those fields, so the first stage failing one is among them (a deep pipeline repeats a few)."""
+    first: dict[tuple, object] = {}
+    for stage in stages:
+        first.setdefault(tuple(getattr(stage, name) for name in names), stage)
+    return list(first.values())
+
+
 def check_plan(model: ModelSpec, workload: TrainingWorkload, cluster: ClusterSpec, plan: Plan) -> None:
     """Reject plans the model, workload or cluster cannot run, naming the field."""
     cluster.check_gpus(plan.gpus)
     cluster.device.require_dtype(gemm_dtype(workload.dtype))
     plan.check_against(model.num_layers, workload.global_batch, model.has_embeddings)
-    for stage in plan.stages:
+    for stage in _distinct(plan.stages, ("tp", "cp", "ep", "etp", "sequence_parallel")):
         if model.has_attention:
             require(model.num_heads % stage.tp == 0, "tp",
                     f"tp={stage.tp} must divide the {model.num_heads} attention heads")

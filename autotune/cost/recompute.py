@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields, is_dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -75,8 +76,10 @@ def _fp8_workload(workload):
     return found[1]
 
 
+@lru_cache(maxsize=4096)
 def plain_stage(stage: StagePlan) -> StagePlan:
-    """The stage without FP8 and with every layer recomputed as its kind says."""
+    """The stage without FP8 and with every layer recomputed as its kind says (kept: a search
+    prices a variant's plain stage at every position and degree, and a StagePlan validates itself)."""
     return replace(stage, fp8=False, recompute_layers=0)
 
 

@@ -14,20 +14,15 @@ from functools import lru_cache
 import numpy as np
 
 from autotune.cost.stream_memory import stream_activation_bytes
-from autotune.cost.cache import training_grouped_layer
 from autotune.cost.comm import GroupSpan, collective_time_s, level_time_s, tp_collective_bytes
 from autotune.cost.compute import BlockTimes, block_times
 from autotune.cost.context_parallel import cp_layer_comm_s, cp_step_overhead_s
-from autotune.cost.host import layers_host_s
 from autotune.cost.memory import StageMemory
-from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, keeps_fp8_params, state_flags, overlap_penalty_s,
-                                    overlapped_exposed_s, shard_groups, sharded_state_memory, zero3_microbatch_comm_s)
+from autotune.cost.sharding import (dp_step_comm_s, grad_comm_bytes, keeps_fp8_params, overlap_penalty_s,
+                                    overlapped_exposed_s, shard_groups, zero3_microbatch_comm_s)
 from autotune.cost.zero3_calls import zero3_layer_traffic
-from autotune.cost.mesh import group_spans
-from autotune.cost.offload import layer_offload, offloads, training_offload
 from autotune.cost.quantize import amax_all_reduce_s
 from autotune.cost.recompute_modules import early_stop_applies, early_stop_skipped_fwd_s, modules_dropped_bytes, modules_fwd_s
-from autotune.errors import require
 from autotune.graph.operators import qkv_projection_indices
 from autotune.graph.table import ModelTables
 from autotune.plan.plan import StagePlan
@@ -35,7 +30,7 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.runtime import Runtime
 from autotune.spec.workload import GEMM_OPERAND_BYTES, TrainingWorkload, compute_dtype
 
-__all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "dense_stage_cost", "overlapped_exposed_s"]
+__all__ = ["StageContext", "StagePosition", "StageTime", "StageCost", "overlapped_exposed_s"]
 
 # Stage costs take the layer count as a number or a numpy array: the search scores every layer
 # count of a stage in one call (time and memory are affine in it, the gradient sync is not).
@@ -370,13 +365,18 @@ def _optimizer_s(ctx: StageContext, stage: StagePlan, params, shards: int):
 
 def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, BlockTimes], n) -> tuple:
     """(bytes saved per micro-batch in flight, temporary working bytes)."""
+    saved, temporary = _saved_and_working_bytes(ctx, stage, blocks, n)
+    return saved, _zero3_buffers(stage, blocks["layer"], ctx, temporary)
+
+
+def _saved_and_working_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, BlockTimes], n) -> tuple:
+    """_activation_bytes without ZeRO-3's gathered-layer buffers (the part no sharding choice changes)."""
     layer = blocks["layer"]
     full_layer = _scalar(layer.saved_bytes)
     if ctx.tables.op_stream:  # what the runtime's captured step held (cost/stream_memory.py)
         dropped = (_scalar(layer.selective_saved_bytes) if stage.recompute == "selective" else 0.0) \
             + _scalar(modules_dropped_bytes(ctx, stage, ctx.tables.layer))
-        saved, temporary = stream_activation_bytes(ctx, stage, blocks, n, full_layer, dropped)
-        return saved, _zero3_buffers(stage, layer, ctx, temporary)
+        return stream_activation_bytes(ctx, stage, blocks, n, full_layer, dropped)
     if stage.recompute == "full":  # only each layer's input is kept (Korthikanti sec. 4.3)
         m = ctx.tables.model
         per_layer = (ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
@@ -394,7 +394,7 @@ def _activation_bytes(ctx: StageContext, stage: StagePlan, blocks: dict[str, Blo
         m = ctx.tables.model
         logits = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.vocab_size / stage.tp
         temporary = np.maximum(temporary, logits * (ctx.tables.act_bytes + 4.0))
-    return saved, _zero3_buffers(stage, layer, ctx, temporary)
+    return saved, temporary
 
 
 def _gradients_at_peak(ctx: StageContext, stage: StagePlan, grads, activations):
@@ -411,54 +411,3 @@ def _zero3_buffers(stage: StagePlan, layer: BlockTimes, ctx: StageContext, tempo
     if stage.zero >= 3:
         temporary = temporary + 2 * _scalar(layer.params_per_gpu) * ctx.tables.act_bytes  # current + prefetched layer
     return temporary
-
-
-def dense_stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
-    """Time and memory of a dense ``stage`` at ``pos`` in a plan sharing ``ctx`` (the training
-    entry, autotune.cost.contract.stage_cost, sends MoE stages and variants elsewhere).
-
-    ``num_layers`` (a number or an array) overrides the stage's own layer count; with an array
-    every field of the result is an array over it. A mixture of experts priced from a captured
-    operator stream comes here too (graph/table.py: its whole layer is one table).
-    """
-    if ctx.tables.op_stream and ctx.tables.model.is_moe:
-        require(stage.ep == 1 and stage.etp == 1 and stage.tp == 1, "ep",
-                f"the {ctx.runtime.name} runtime's captured MoE layer (graph/opstream.py) holds every expert on "
-                f"each GPU: ep, etp and tp must be 1, got {stage.ep}, {stage.etp} and {stage.tp}")
-    blocks = _blocks(ctx, stage)
-    layer = blocks["layer"]
-    spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
-    n = stage.num_layers if num_layers is None else num_layers
-    if stage.cache_group_layers:  # cache-aware layer grouping (cost/cache.py)
-        blocks["layer"] = layer = training_grouped_layer(ctx, stage, layer, n)
-    fwd = n * _scalar(layer.fwd_s) + sum(_scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
-    recompute = _recompute_fwd_s(stage, layer, ctx.tables.layer, early_stop_applies(ctx))
-    bwd = n * (_scalar(layer.bwd_s) + recompute) + sum(_scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
-    params = n * _scalar(layer.params_per_gpu) + sum(
-        _scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
-    sharding = _sharding(ctx, stage, spans["dp_cp"], layer) if spans["dp_cp"].size > 1 else None  # ZeRO-3 and DP share it
-    tp_comm, cp_comm = _tp_comm_s(ctx, stage, spans["tp"], layer, n), _cp_comm_s(ctx, stage, spans["cp"], layer, n)
-    layer_bwd = _scalar(layer.bwd_s) + recompute + (tp_comm + cp_comm) / np.maximum(n, 1)
-    time = StageTime(
-        compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=cp_comm, p2p_s=_p2p_s(ctx, stage, pos, fwd + bwd),
-        host_s=n * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=_scalar(layer.fwd_s), gpu_bwd_s=layer_bwd),  # host.py
-        zero3_comm_s=_zero3_comm_s(ctx, stage, spans["dp_cp"], layer, n, sharding), offload_s=0.0 * n,
-        dp_comm_s=_dp_comm_s(ctx, stage, spans["dp_cp"], layer, n, params, fwd, bwd, sharding),
-        optimizer_s=_optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp),
-    )
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, _gather_bytes(ctx), *state_flags(ctx.runtime, ctx.workload.dtype))
-    saved, temporary = _activation_bytes(ctx, stage, blocks, n)
-    grads = _gradients_at_peak(ctx, stage, grads, saved * pos.inflight)
-    if ctx.tables.op_stream:  # the 16-bit weights are autocast's casts, counted with what each forward saves
-        weights = 0.0 * weights
-    memory = StageMemory(
-        weights_bytes=weights, gradients_bytes=grads, optimizer_states_bytes=optim,
-        activations_bytes=saved * pos.inflight, temporary_bytes=temporary,
-        reserved_bytes=ctx.cluster.device.reserved_bytes, allocator_share=ctx.runtime.allocator_reserve_share,
-    )
-    if offloads(stage):  # tensor classes in host or CXL memory (cost/offload.py)
-        time, memory = training_offload(ctx, stage, time, memory, saved_bytes=saved, fwd_s=fwd, bwd_s=bwd, params=params, num_layers=n)
-    if stage.activation_offload_layers:  # Megatron-Core's cpu_offloading of the first N layers (cost/offload.py)
-        time, memory = layer_offload(ctx, stage, time, memory, layer_saved_bytes=_scalar(layer.saved_bytes), num_layers=n,
-                                     fwd_layer_s=_scalar(layer.fwd_s), bwd_layer_s=_scalar(layer.bwd_s), inflight=pos.inflight)
-    return StageCost(time=time, memory=memory, params_per_gpu=params, fwd_s=fwd, bwd_s=bwd)

@@ -39,6 +39,7 @@ def _canonical(value: Any) -> Any:
         frozen = type(value).__dataclass_params__.frozen
         found = _FROZEN.get(id(value)) if frozen else None
         if found is not None:
+            _FROZEN[id(value)] = _FROZEN.pop(id(value))  # least recently used first out
             return found[1]
         out = {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name != "raw"}
         if frozen:
@@ -59,9 +60,48 @@ def _canonical(value: Any) -> Any:
     return value
 
 
+# The JSON text of frozen dataclasses by identity (as _FROZEN): a warm process's queries are new
+# problems over the same specs, whose text (the cluster's fits most of it) is then written once.
+_TEXT: dict[int, tuple[Any, str]] = {}
+
+
+def _is_frozen(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type) and type(value).__dataclass_params__.frozen
+
+
+def _text(value: Any) -> str:
+    """``json.dumps(_canonical(value), sort_keys=True, default=str)``; a frozen dataclass's made from
+    its fields' (json's default separators: each run of plain fields one dumps, a frozen field its
+    own text) and kept."""
+    if not _is_frozen(value):
+        return json.dumps(_canonical(value), sort_keys=True, default=str)
+    found = _TEXT.get(id(value))
+    if found is not None and found[0] is value:
+        _TEXT[id(value)] = _TEXT.pop(id(value))  # least recently used first out: the shared specs stay
+        return found[1]
+    parts, plain = [], {}
+    for name in sorted(f.name for f in dataclasses.fields(value) if f.name != "raw"):
+        field = getattr(value, name)
+        if not _is_frozen(field):
+            plain[name] = _canonical(field)
+            continue
+        if plain:  # '{"a": 1, "b": 2}' less its braces: the run's items as the whole dict writes them
+            parts.append(json.dumps(plain, sort_keys=True, default=str)[1:-1])
+            plain = {}
+        parts.append(f"{json.dumps(name)}: {_text(field)}")
+    if plain:
+        parts.append(json.dumps(plain, sort_keys=True, default=str)[1:-1])
+    text = "{" + ", ".join(parts) + "}"
+    if len(_TEXT) >= _FROZEN_KEPT:
+        _TEXT.pop(next(iter(_TEXT)))
+    _TEXT[id(value)] = (value, text)
+    return text
+
+
 def fingerprint(*parts: Any) -> str:
-    """A stable digest of dataclasses, mappings and plain values (their full contents)."""
-    text = json.dumps([_canonical(p) for p in parts], sort_keys=True, default=str)
+    """A stable digest of dataclasses, mappings and plain values (their full contents): the SHA-256
+    of ``json.dumps([_canonical(p) for p in parts], sort_keys=True, default=str)``."""
+    text = "[" + ", ".join(_text(p) for p in parts) + "]"
     return hashlib.sha256(text.encode()).hexdigest()
 
 

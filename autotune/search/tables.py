@@ -9,6 +9,7 @@ micro-batch size (the seed survey's closing note: prune and reuse across repeate
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -20,7 +21,7 @@ from autotune.search.choices import StageChoice
 from autotune.spec.runtime import Runtime
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["POSITIONS", "EITHER_LINK", "ChoiceCosts", "SliceContext", "choice_costs", "best_by_inflight"]
+__all__ = ["POSITIONS", "EITHER_LINK", "ChoiceCosts", "SliceContext", "choice_costs", "best_by_inflight", "stage_plan_of"]
 
 # choice_costs' inter_node for sends priced by the faster of the two links (a floor over both)
 EITHER_LINK = "either"
@@ -78,6 +79,14 @@ def _phase_costers(ctx: SliceContext) -> list[tuple[float, StageCostModel]]:
                              num_microbatches=ctx.num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm)
 
 
+@lru_cache(maxsize=8192)
+def stage_plan_of(choice: StageChoice, dp: int, has_embedding: bool, has_head: bool,
+                  layers: tuple[int, int] | None = None):
+    """``choice.stage_plan(...)``, kept: a StagePlan validates itself, and a warm search asks for
+    the same stages of a choice at every pipeline position, slice and GPU count (frozen: shared)."""
+    return choice.stage_plan(dp=dp, layers=layers, has_embedding=has_embedding, has_head=has_head)
+
+
 # A stage's HBM is affine in the micro-batches it holds (offload staging buffers add a constant),
 # so it is scored with none and with one in flight at once (a leading axis of two).
 _NONE_AND_ONE = np.array([0.0, 1.0]).reshape(2, 1, 1)
@@ -132,7 +141,7 @@ def choice_costs(ctx: SliceContext, choice: StageChoice, positions: list[int] | 
         emb, head, neighbors = POSITIONS[index]
         pos = StagePosition(inflight=1.0, neighbors=neighbors, p2p_inter_node=inter)
         try:  # a choice this stage cannot take (a cache group that does not fit, ep x etp not dividing it)
-            stage = choice.stage_plan(dp=ctx.dp, has_embedding=emb, has_head=head)
+            stage = stage_plan_of(choice, ctx.dp, emb, head)
             values = (_memory_arrays(costers, stage, pos, n, (len(ctx.micro_batches), num_layers)) if memory_only
                       else _stage_arrays(costers, stage, pos, n))
         except AutotuneError:

@@ -35,7 +35,7 @@ from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
 from autotune.search.members import Member, count_costs, count_floors, member_floors
 from autotune.search.screens import Screens, price_positions
-from autotune.search.tables import ChoiceCosts, best_by_inflight
+from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
 
 __all__ = ["UniformSearch"]
 
@@ -87,20 +87,25 @@ class UniformSearch:
 
     def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None):
         """(1F1B floor, interleaved floor, rank, payload) of every member and count of a class;
-        ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule."""
+        ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule, and a
+        member's counts come as one _Counts item at their least floor (most are never taken)."""
         priced = self.members(key.dp, mp, stages, rep)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
-        counts = np.array(self.screens.counts[(key.dp, mp)], dtype=int)
+        counts = self.screens.counts[(key.dp, mp)]
         members = self.screens.classes(key.dp, mp)[rep].members
         plains, inters = member_floors([priced[i] for i, _ in members], b, cap, shape, side)
         for (i, choice), plain, inter in zip(members, plains.tolist(), inters.tolist()):
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
-            if counts.size and choice.recompute == "full":
+            if counts and choice.recompute == "full":
                 none = priced[-1 - i]
-                plains, inters = count_floors(none, priced[i], counts, b, cap, shape, side)
-                for k, a, c in zip(counts, plains, inters):
-                    yield float(a), float(c), (mi, i, int(k)), (priced[i], none, int(k))
+                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape, side)
+                items = _Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist())
+                if side is not None and not np.isnan(floors[side]).any():
+                    least = float(floors[side].min())
+                    yield least, least, (mi, i, 0), items
+                    continue
+                yield from items.items()
 
     # -- solving a slice -------------------------------------------------------------------
     def _slice_items(self, key) -> list[tuple]:
@@ -248,6 +253,9 @@ class UniformSearch:
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=False)
                 continue
+            if isinstance(payload[2], _Counts):  # a member's counts, each now in line at its own floor
+                _push_counts(heap, tie, payload, side=0)
+                continue
             if best is not None and floor == best[0] and rank > best[1]:
                 continue
             mp, stages, spec = payload
@@ -273,9 +281,8 @@ class UniformSearch:
     def _plan_of(self, key, best) -> Plan:
         _, _, member, solution = best
         L = self.num_layers
-        stages = [member.costs.choice.stage_plan(dp=key.dp, layers=(c.first_layer, c.first_layer + c.num_layers),
-                                                 has_embedding=c.first_layer == 0,
-                                                 has_head=c.first_layer + c.num_layers == L) for c in solution.stages]
+        stages = [stage_plan_of(member.costs.choice, key.dp, c.first_layer == 0, c.first_layer + c.num_layers == L,
+                                (c.first_layer, c.first_layer + c.num_layers)) for c in solution.stages]
         return _plan(self.search, key, stages)
 
     def _best_interleaved(self, key, prune_above: float, plan, estimate):
@@ -291,6 +298,9 @@ class UniformSearch:
                 break
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=True)
+                continue
+            if isinstance(payload[2], _Counts):
+                _push_counts(heap, tie, payload, side=1)
                 continue
             mp, stages, spec = payload
             for layout in self._layouts(key, _materialise(spec), stages):
@@ -310,10 +320,32 @@ class UniformSearch:
             need = costs.mem_base_bytes[b, n, pos] + r * costs.mem_per_microbatch_bytes[b, n, pos]
             if not (np.isfinite(costs.time_s[b, n, pos]) and need <= self.search.capacity):
                 return
-        stage_plans = [costs.choice.stage_plan(dp=key.dp, layers=(i * n, (i + 1) * n), has_embedding=i == 0,
-                                               has_head=i == stages - 1) for i in range(stages)]
+        stage_plans = [stage_plan_of(costs.choice, key.dp, i == 0, i == stages - 1, (i * n, (i + 1) * n))
+                       for i in range(stages)]
         for v in sorted(v for v in self.problem.space.vpp if v > 1 and n % v == 0):
             yield _plan(self.search, key, stage_plans, schedule="interleaved", vpp=v)
+
+
+class _Counts:
+    """The partial recomputation counts of one full-recomputation member and their floors: taken
+    from a heap as one item at their least floor, then put back one by one (_push_counts), so the
+    heap yields every count in the order it would have with each pushed on its own."""
+
+    __slots__ = ("mi", "i", "full", "none", "counts", "plains", "inters")
+
+    def __init__(self, mi: int, i: int, full: ChoiceCosts, none: ChoiceCosts, counts, plains: list, inters: list):
+        self.mi, self.i, self.full, self.none, self.counts, self.plains, self.inters = mi, i, full, none, counts, plains, inters
+
+    def items(self):
+        """(1F1B floor, interleaved floor, rank, payload) of each count, as _member_items yields a member's."""
+        for k, a, c in zip(self.counts, self.plains, self.inters):
+            yield float(a), float(c), (self.mi, self.i, int(k)), (self.full, self.none, int(k))
+
+
+def _push_counts(heap: list, tie, payload: tuple, side: int) -> None:
+    mp, stages, counts = payload
+    for plain, inter, rank, member in counts.items():
+        heapq.heappush(heap, (inter if side else plain, 1, rank, next(tie), (mp, stages, member)))
 
 
 def _at(costs: ChoiceCosts, b_index: int) -> np.ndarray:
