@@ -139,22 +139,27 @@ class UniformSearch:
         shape = self._shape(key, stages, self._chunks(key, stages))
         return self.screens.class_floors(key, mp, reps, shape, memory=False)
 
-    def lower_bound_s(self, key) -> float:
-        """No plan of the slice is faster: the least floor of its candidates, memory included.
-        Classes are taken in order of their floors from times alone, and a class's memory screens
-        are priced only while that floor is below the least found so far (the same bound, with
-        the screens of classes that cannot set it left unpriced)."""
+    def lower_bound_s(self, key, cap: float = math.inf) -> tuple[float, bool]:
+        """(bound, whole): no plan of the slice is faster than bound, the least floor of its
+        candidates with memory included when ``whole``. Classes are taken in order of their floors
+        from times alone, and a class's memory screens are priced only while that floor is below
+        the least found so far (the same bound, with the screens of classes that cannot set it left
+        unpriced) and not above ``cap``: past it the bound is that floor (above ``cap``, not whole),
+        and a later call with a higher cap goes on from there (the classes priced stay priced)."""
         items = self._slice_items(key)
         if self.exhaustive:
-            return min((min(item[0], item[1]) for item in items), default=math.inf)
+            return min((min(item[0], item[1]) for item in items), default=math.inf), True
         least = math.inf
         for j in sorted(range(len(items)), key=lambda j: min(items[j][0], items[j][1])):
-            if min(items[j][0], items[j][1]) >= least:
+            floor = min(items[j][0], items[j][1])
+            if floor >= least:
                 break
+            if floor > cap:  # every class left floors at least this: enough to put the slice back in line
+                return floor, False
             if items[j][4][4] == _TIMES:
                 items[j] = self._with_memory(key, items[j])
             least = min(least, items[j][0], items[j][1])
-        return least
+        return least, True
 
     def _with_memory(self, key, item: tuple) -> tuple:
         """A class's item with its floors from its leanest members' memory as well (state _MEMORY)."""
@@ -179,7 +184,7 @@ class UniformSearch:
         """A floor of lower_bound_s from the classes' times alone (no memory screens priced);
         the exhaustive method's is the exact one."""
         if self.exhaustive:
-            return self.lower_bound_s(key)
+            return self.lower_bound_s(key)[0]
         floors = []
         for mp, stages in self.screens.submeshes(key.dp):
             classes = list(self.screens.classes(key.dp, mp))
