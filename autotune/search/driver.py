@@ -290,7 +290,11 @@ class SliceSearch:
                 self.uniform.screens.prefetch(keys)  # in worker processes where that pays
             line = [(self.uniform.coarse_bound_s(k), False, k) for k in keys]
         heapq.heapify(line)
+        known = False  # whether a plan's step bounds the slices left
         while line:
+            if not known and self.uniform is not None and math.isfinite(prune_above()):
+                known = True  # the screens the slices left may ask for, made in worker processes where that pays
+                self.uniform.prefetch_below([k for _, _, k in line], prune_above())
             bound, exact, key = heapq.heappop(line)
             if bound >= prune_above():
                 yield SliceOutcome(key=key, plan=None, estimate=None, lower_bound_s=bound, pruned=True)

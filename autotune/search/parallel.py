@@ -79,7 +79,7 @@ def _study(key: tuple[int, int]):
 
 
 def _tables(key: tuple):
-    try:  # (dp, model-parallel size, choice, positions, micro-batch sizes, inter-node) -> its tables
+    try:  # (dp, model-parallel size, choice, positions, micro-batch sizes, inter-node, memory only) -> its tables
         return key, _SEARCH.uniform.screens.compute(*key), True
     except BaseException:  # noqa: BLE001  (as _study)
         return key, None, False
@@ -97,10 +97,11 @@ def run_studies(search, keys: list[tuple[int, int]]) -> dict:
     return _run(search, _study, keys)
 
 
-def price_tables(search, keys: list[tuple]) -> dict:
+def price_tables(search, keys: list[tuple], least: int | None = None) -> dict:
     """Stage tables of a uniform-stage search (autotune.search.screens Screens.compute of each
-    key) made in two forked workers, as run_studies; {} when not possible or not worth it."""
-    if len(keys) < MIN_TABLES or processes() < 2 or not _can_fork():
+    key) made in two forked workers, as run_studies; {} when not possible or not worth it (fewer
+    than ``least`` keys; None: MIN_TABLES)."""
+    if len(keys) < (MIN_TABLES if least is None else least) or processes() < 2 or not _can_fork():
         return {}
     return _run(search, _tables, keys)
 

@@ -146,7 +146,7 @@ class Screens:
         tables are for (screens, leanest members, members), not part of what they are, except
         that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
         memory_only = kind == "lean"
-        made = None if memory_only else self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)
+        made = self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node, memory_only), None)
         cache, base = ((self.search.cache, self.search.base_key) if self.search.cache is not None
                        else (self._tables, None))  # without a plan cache, this search's own
         tables = "memory" if memory_only else "position"
@@ -178,36 +178,57 @@ class Screens:
         return out
 
     def compute(self, dp: int, mp: int, choice: StageChoice, positions: tuple[int, ...], sizes: tuple[int, ...] | None,
-                inter_node: bool | None) -> ChoiceCosts:
+                inter_node: bool | None, memory_only: bool = False) -> ChoiceCosts:
         """choice_costs as price makes it, without the cache (what a worker process runs)."""
         ctx = self.search._slice_context(dp)
-        return choice_costs(ctx if sizes is None else replace(ctx, micro_batches=sizes), choice, list(positions), inter_node)
+        return choice_costs(ctx if sizes is None else replace(ctx, micro_batches=sizes), choice, list(positions), inter_node,
+                            memory_only)
 
     def prefetch(self, keys) -> None:
         """Make the screens every slice's coarse bound reads in worker processes where that pays
         (autotune.search.parallel): every class's time screen. The leanest members' memory
         screens are left to the classes that come up (autotune.search.uniform)."""
-        from autotune.search.parallel import price_tables
-
         wanted: dict[tuple, None] = {}  # in order, once each
         for dp in sorted({key.dp for key in keys}):
             for mp, _ in self.submeshes(dp):
                 for rep in self.classes(dp, mp):
                     wanted.update(dict.fromkeys(self._screen_tasks(mp, rep)))
-        wanted = list(wanted)
-        cache = self.search.cache
-        if cache is not None:  # what another GPU count already priced stays where it is
-            wanted = [t for t in wanted if any(cache.study((self.search.base_key, "position", t[0], t[1],
-                                                            t[4] or self.search.micro_batches(t[0]), t[5], t[2], pos))
-                                               is None for pos in t[3])]
-        self._made.update(price_tables(self.search, wanted))
+        self.prefetch_tasks(list(wanted))
 
-    def _screen_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
+    def prefetch_tasks(self, tasks: list[tuple], least: int | None = None) -> None:
+        """price calls (as _screen_tasks and _memory_tasks give them) made in worker processes where
+        there are at least ``least`` (None: parallel.MIN_TABLES) not priced yet; price takes them
+        from there when it is asked (and counts them then: the search's trials are those it uses)."""
+        from autotune.search.parallel import price_tables
+
+        cache, base = (self.search.cache, self.search.base_key) if self.search.cache is not None else (self._tables, None)
+        wanted = [t for t in tasks if t not in self._made and any(  # what is priced already stays where it is
+            cache.study((base, "memory" if t[6] else "position", t[0], t[1], t[4] or self.search.micro_batches(t[0]),
+                         t[5], t[2], pos)) is None for pos in t[3])]
+        self._made.update(price_tables(self.search, wanted, least))
+
+    def _screen_tasks(self, mp: int, rep: StageChoice, recompute: str = "none") -> list[tuple]:
         """The price calls of a class's time screen (as time_screen makes them)."""
         dps, positions = self._degrees(mp, rep)
         if not dps:
             return []
-        return [(dps[0], mp, rep, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
+        choice = replace(rep, recompute=recompute)
+        return [(dps[0], mp, choice, tuple(positions), None, link, False) for link in self._links(mp, rep, dps)]
+
+    def _memory_tasks(self, mp: int, rep: StageChoice, recompute: str | None = None) -> list[tuple]:
+        """The price calls of a class's memory screen (as memory_screen makes them)."""
+        dps, positions = self._degrees(mp, rep)
+        sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
+        return [(dps[-1], mp, c, tuple(positions), sizes, None, True)
+                for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
+
+    def refined_tasks(self, dp: int, mp: int, rep: StageChoice) -> list[tuple]:
+        """The price calls refined_floor makes on a slice of degree ``dp`` not made yet (all but the
+        time screens of kinds other than none and full, which it prices only where they may count)."""
+        kinds = sorted({c.recompute for _, c in self.classes(dp, mp)[rep].members})
+        tasks = [t for r in kinds if (mp, rep, r) not in self._memory for t in self._memory_tasks(mp, rep, r)]
+        return tasks + (self._screen_tasks(mp, rep, "full") if "full" in kinds and (mp, rep, "full") not in self._time
+                        else [])
 
     def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
         """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
@@ -234,13 +255,12 @@ class Screens:
         degrees' stages do both, the screen takes the lesser time of each."""
         key = (mp, rep, recompute)
         if key not in self._time:
-            dps, positions = self._degrees(mp, rep)
             found = None
-            if dps:
-                choice = replace(rep, recompute=recompute)
-                tables = [self.price(dps[0], mp, choice, positions, "screen", inter_node=link)
-                          for link in self._links(mp, rep, dps)]
-                found = (dps[0], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
+            tasks = self._screen_tasks(mp, rep, recompute)
+            if tasks:
+                tables = [self.price(dp, mp, choice, list(positions), "screen", inter_node=link)
+                          for dp, mp, choice, positions, _, link, _ in tasks]
+                found = (tasks[0][0], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
             self._time[key] = found
         return self._time[key]
 
@@ -255,10 +275,9 @@ class Screens:
         class, for every size any degree has."""
         key = (mp, rep, recompute)
         if key not in self._memory:
-            dps, positions = self._degrees(mp, rep)
-            sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-            lean = [self.price(dps[-1], mp, c, positions, "lean", sizes)
-                    for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
+            tasks = self._memory_tasks(mp, rep, recompute)
+            sizes = tasks[0][4]
+            lean = [self.price(dp, mp, c, list(positions), "lean", sizes) for dp, mp, c, positions, *_ in tasks]
             self._memory[key] = (sizes, np.minimum.reduce([c.mem_base_bytes for c in lean]),
                                  np.minimum.reduce([c.mem_per_microbatch_bytes for c in lean]))
         return self._memory[key]

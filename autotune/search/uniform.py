@@ -39,6 +39,11 @@ from autotune.search.tables import ChoiceCosts, best_by_inflight
 
 __all__ = ["UniformSearch"]
 
+# A round of screens priced once a plan is known (prefetch_below) goes to worker processes from
+# this many: forking two costs about 35 ms of wall time and a memory screen about 3 ms
+# (DeepSeek-V3 on 2048 GPUs, this 2-core machine), so fewer save less than the fork costs.
+MIN_ROUND_TABLES = 32
+
 # how much a class's floor on a slice knows: its representative's times, then the leanest
 # members' memory, then each way of recomputing (autotune.search.screens)
 _TIMES, _MEMORY, _REFINED = range(3)
@@ -160,6 +165,29 @@ class UniformSearch:
                 items[j] = self._with_memory(key, items[j])
             least = min(least, items[j][0], items[j][1])
         return least, True
+
+    def prefetch_below(self, keys, best_s: float) -> None:
+        """Once a plan of step ``best_s`` is known: the screens the slices ``keys`` will still ask
+        for, made in worker processes where that pays (autotune.search.parallel): the memory
+        screens of every class whose floor from times is below ``best_s``, then (their floors with
+        memory made with them) the refined screens of those whose floor memory raised but left
+        below it. A class above ``best_s`` never comes up; one below may not either (a better plan
+        or its slice's bound may stop it first): the workers price a few more than the search uses."""
+        if self.exhaustive:
+            return
+        below = [(key, j) for key in keys for j, item in enumerate(self._slice_items(key))
+                 if item[2] == 0 and item[4][4] == _TIMES and min(item[0], item[1]) < best_s]
+        screens = self.screens
+        screens.prefetch_tasks(list(dict.fromkeys(t for key, j in below for _, mp, _, rep, _, _ in [self._items[key][j][4]]
+                                                  if not screens.has_memory_screen(mp, rep)
+                                                  for t in screens._memory_tasks(mp, rep))), MIN_ROUND_TABLES)
+        refined: dict[tuple, None] = {}
+        for key, j in below:
+            item = self._items[key][j] = self._with_memory(key, self._items[key][j])
+            plain, inter, _, _, (_, mp, _, rep, _, times) = item
+            if times[0] < plain < best_s or times[1] < inter < best_s:  # _expand will refine it
+                refined.update(dict.fromkeys(screens.refined_tasks(key.dp, mp, rep)))
+        screens.prefetch_tasks(list(refined), MIN_ROUND_TABLES)
 
     def _with_memory(self, key, item: tuple) -> tuple:
         """A class's item with its floors from its leanest members' memory as well (state _MEMORY)."""
