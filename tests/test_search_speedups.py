@@ -208,17 +208,17 @@ def test_screen_tables_made_in_worker_processes_give_the_same_search(monkeypatch
 
 
 def test_rounds_of_screens_once_a_plan_is_known_change_no_answer(monkeypatch):
-    """An MoE whose memory binds (olmoe-1b-7b on 4 GPUs of 40 GB: classes refined by each way of
-    recomputing): with every round of screens forked (time screens; then memory screens; then
-    refined screens), the search finds the plan it finds alone and the exhaustive one, pricing
-    the same tables it prices alone (the workers' tables are the ones it then asks for)."""
+    """A search whose memory binds (GPT-3 6.7B on 8 GPUs of 40 GB: classes refined by each way of
+    recomputing): with every round of screens forked (bare stages; then time and memory screens;
+    then refined screens), the search finds the plan it finds alone and the exhaustive one,
+    pricing the same tables it prices alone (the workers' tables are the ones it then asks for)."""
     from autotune.search import parallel, uniform
     from autotune.search.api import search
 
-    kwargs = dict(cluster="dgx-a100-40gb", global_batch=32, seq_len=4096, cache=False, plots="none")
+    kwargs = dict(cluster="dgx-a100-40gb", global_batch=64, seq_len=2048, cache=False, plots="none")
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "1")
-    serial = search("olmoe-1b-7b", 4, **kwargs)
-    exhaustive = search("olmoe-1b-7b", 4, method="exhaustive", **kwargs)
+    serial = search("gpt3-6.7b", 8, **kwargs)
+    exhaustive = search("gpt3-6.7b", 8, method="exhaustive", **kwargs)
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
     monkeypatch.setattr(parallel, "MIN_TABLES", 2)
     monkeypatch.setattr(uniform, "MIN_ROUND_TABLES", 1)
@@ -226,7 +226,7 @@ def test_rounds_of_screens_once_a_plan_is_known_change_no_answer(monkeypatch):
     real = parallel.price_tables
     monkeypatch.setattr(parallel, "price_tables",
                         lambda search_, keys, least=None: made.append(out := real(search_, keys, least)) or out)
-    forked = search("olmoe-1b-7b", 4, **kwargs)
+    forked = search("gpt3-6.7b", 8, **kwargs)
     assert len(made) == 3 and all(made) or not parallel._can_fork()
     assert forked.plan == serial.plan == exhaustive.plan
     assert forked.estimate == serial.estimate

@@ -79,8 +79,8 @@ def _study(key: tuple[int, int]):
 
 
 def _tables(key: tuple):
-    try:  # (dp, model-parallel size, choice, positions, micro-batch sizes, inter-node, memory only) -> its tables
-        return key, _SEARCH.uniform.screens.compute(*key), True
+    try:  # a price task of autotune.search.screens (bare stage, time screen position tables, leanest member memory)
+        return key, _SEARCH.uniform.screens.compute(key), True
     except BaseException:  # noqa: BLE001  (as _study)
         return key, None, False
 

@@ -8,6 +8,15 @@ members priced at the largest (memory does not grow with the degree), their memo
 cost model's stage_memory: a few times cheaper than time and memory). A class's floor on a slice
 comes from the times alone (``memory=False``: cheap, one table per class) or from both.
 
+Before either, a class is bounded by its *bare* stage (bare_times): the representative with no
+embedding, no head and no pipeline neighbour, read at every position. The embedding and the head
+only add work and the sends only add time, so it floors the stage at each position
+(tests/test_search_bounds.py checks it against every member of small cases' classes), at one
+cost-model call where the time screen's positions take three or more: DeepSeek-V3 on 2048 GPUs
+prices its 294 classes' bare stages in 0.46 s of CPU against 1.8 s for their time screens, and
+98 of them floor below the optimum on some slice (97 by their time screens), so only those need
+the time screen.
+
 Tables go through the plan cache (autotune.search.cache) when the search has one: a table
 depends on the stage's submesh, degree, micro-batch sizes and positions, not on the GPU count,
 so another GPU count of the same model, workload, runtime and space reuses it. Without one, the
@@ -21,12 +30,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from autotune.cost.contract import phase_cost_models
+from autotune.cost.stage import StagePosition
+from autotune.errors import AutotuneError
 from autotune.search.cache import PlanCache
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
 from autotune.search.members import count_floors, member_floors, representative, screen_floors
-from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
+from autotune.search.tables import (EITHER_LINK, FIRST, LAST, MIDDLE, POSITIONS, SINGLE, ChoiceCosts, SliceContext,
+                                    choice_costs)
 
-__all__ = ["ChoiceClass", "Screens", "price_positions"]
+__all__ = ["ChoiceClass", "Screens", "price_positions", "bare_times"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +65,34 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     choices = [c for c in choices if order.get(c.recompute, 2) == least]
     top = max(c.zero for c in choices)
     return [c for c in choices if c.zero == top]
+
+
+def bare_times(ctx: SliceContext, choice: StageChoice) -> np.ndarray:
+    """[micro-batch, n]: the time of a micro-batch through a stage of ``n`` layers of ``choice``
+    with no embedding, no head and no pipeline neighbour (inf where the choice cannot be laid out
+    on the degree): a floor on its time at every pipeline position (the module's note)."""
+    num_layers = ctx.tables.model.num_layers
+    out = np.full((len(ctx.micro_batches), num_layers + 1), np.inf)
+    models = phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, runtime=ctx.runtime,
+                               micro_batch=np.array(ctx.micro_batches)[:, None], num_microbatches=ctx.num_microbatches,
+                               overlap_tp_comm=ctx.overlap_tp_comm)
+    bare, n = StagePosition(inflight=1.0, neighbors=0, p2p_inter_node=None), np.arange(1, num_layers + 1)[None, :]
+    try:  # as choice_costs: a choice this stage cannot take is priced nowhere
+        stage = choice.stage_plan(dp=ctx.dp)
+        out[:, 1:] = sum(w * np.asarray(m.stage_cost(stage, bare, num_layers=n).time.microbatch_s) for w, m in models)
+    except AutotuneError:
+        pass
+    return out
+
+
+def _lays_out(choice: StageChoice, dp: int) -> bool:
+    """Whether a stage of ``choice`` at degree ``dp`` is a valid StagePlan (its members share its
+    degrees: those that differ only trade time for memory)."""
+    try:
+        choice.stage_plan(dp=dp)
+    except AutotuneError:
+        return False
+    return True
 
 
 _LOCAL_TABLE_BYTES = 64 * 2**20  # a search's own priced positions, when it has no plan cache
@@ -91,6 +132,7 @@ class Screens:
         self.counts: dict[tuple[int, int], list[int]] = {}
         self._classes: dict[tuple[int, int], dict[StageChoice, ChoiceClass]] = {}
         self._time: dict[tuple, tuple[int, ChoiceCosts] | None] = {}
+        self._bare: dict[tuple, tuple[int, ChoiceCosts] | None] = {}
         self._memory: dict[tuple, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
         self._made: dict[tuple, ChoiceCosts] = {}  # tables worker processes made, until priced
@@ -146,9 +188,8 @@ class Screens:
         tables are for (screens, leanest members, members), not part of what they are, except
         that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
         memory_only = kind == "lean"
-        made = self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node, memory_only), None)
-        cache, base = ((self.search.cache, self.search.base_key) if self.search.cache is not None
-                       else (self._tables, None))  # without a plan cache, this search's own
+        made = self._made.pop(("lean" if memory_only else "time", dp, mp, choice, tuple(positions), sizes, inter_node), None)
+        cache, base = self._cache()
         tables = "memory" if memory_only else "position"
         micro_batches = self.search.micro_batches(dp) if sizes is None else sizes
         # the positions' tables laid out as one ChoiceCosts, kept beside them: another GPU count
@@ -177,35 +218,73 @@ class Screens:
         cache.store_study(whole, _Whole((out,)))
         return out
 
-    def compute(self, dp: int, mp: int, choice: StageChoice, positions: tuple[int, ...], sizes: tuple[int, ...] | None,
-                inter_node: bool | None, memory_only: bool = False) -> ChoiceCosts:
-        """choice_costs as price makes it, without the cache (what a worker process runs)."""
-        ctx = self.search._slice_context(dp)
-        return choice_costs(ctx if sizes is None else replace(ctx, micro_batches=sizes), choice, list(positions), inter_node,
-                            memory_only)
+    def bare_screen(self, mp: int, rep: StageChoice) -> tuple[int, ChoiceCosts] | None:
+        """(degree, tables) as time_screen's, of the representative's bare stage (bare_times, read
+        at every position; the tail and memory NaN: not priced), through the plan cache."""
+        if (mp, rep) not in self._bare:
+            found = None
+            for _, dp, _, choice in self._bare_tasks(mp, rep):
+                made = self._made.pop(("bare", dp, mp, choice), None)
+                cache, base = self._cache()
+                found = cache.study(cache_key := (base, "bare", dp, mp, self.search.micro_batches(dp), choice))
+                if found is None:
+                    time = made if made is not None else bare_times(self.search._slice_context(dp), choice)
+                    self.search.num_trials += 1
+                    shape = time.shape + (len(POSITIONS),)
+                    unpriced = np.broadcast_to(np.nan, shape)
+                    found = _Whole((ChoiceCosts(choice=choice, time_s=np.broadcast_to(time[..., None], shape),
+                                                tail_s=unpriced, mem_base_bytes=unpriced, mem_per_microbatch_bytes=unpriced),))
+                    cache.store_study(cache_key, found)
+                found = (dp, found.costs[0])
+            self._bare[(mp, rep)] = found
+        return self._bare[(mp, rep)]
+
+    def _cache(self) -> tuple[PlanCache, object]:
+        """(cache, base key) of priced tables: the plan cache, or without one this search's own."""
+        return (self.search.cache, self.search.base_key) if self.search.cache is not None else (self._tables, None)
+
+    def compute(self, task: tuple):
+        """What bare_screen or price makes of a task (_bare_tasks, _screen_tasks, _memory_tasks),
+        without the cache (what a worker process runs)."""
+        ctx = self.search._slice_context(task[1])
+        if task[0] == "bare":
+            return bare_times(ctx, task[3])
+        kind, _, _, choice, positions, sizes, inter_node = task
+        ctx = ctx if sizes is None else replace(ctx, micro_batches=sizes)
+        return choice_costs(ctx, choice, list(positions), inter_node, memory_only=kind == "lean")
 
     def prefetch(self, keys) -> None:
         """Make the screens every slice's coarse bound reads in worker processes where that pays
-        (autotune.search.parallel): every class's time screen. The leanest members' memory
-        screens are left to the classes that come up (autotune.search.uniform)."""
+        (autotune.search.parallel): every class's bare stage. Time and memory screens are left to
+        the classes that come up (autotune.search.uniform)."""
         wanted: dict[tuple, None] = {}  # in order, once each
         for dp in sorted({key.dp for key in keys}):
             for mp, _ in self.submeshes(dp):
                 for rep in self.classes(dp, mp):
-                    wanted.update(dict.fromkeys(self._screen_tasks(mp, rep)))
+                    wanted.update(dict.fromkeys(self._bare_tasks(mp, rep)))
         self.prefetch_tasks(list(wanted))
 
     def prefetch_tasks(self, tasks: list[tuple], least: int | None = None) -> None:
-        """price calls (as _screen_tasks and _memory_tasks give them) made in worker processes where
-        there are at least ``least`` (None: parallel.MIN_TABLES) not priced yet; price takes them
-        from there when it is asked (and counts them then: the search's trials are those it uses)."""
+        """Price tasks (_bare_tasks, _screen_tasks, _memory_tasks) made in worker processes where
+        there are at least ``least`` (None: parallel.MIN_TABLES) not priced yet; bare_screen and
+        price take them from there when asked (and count them then: the search's trials are the
+        tables it uses)."""
         from autotune.search.parallel import price_tables
 
-        cache, base = (self.search.cache, self.search.base_key) if self.search.cache is not None else (self._tables, None)
-        wanted = [t for t in tasks if t not in self._made and any(  # what is priced already stays where it is
-            cache.study((base, "memory" if t[6] else "position", t[0], t[1], t[4] or self.search.micro_batches(t[0]),
-                         t[5], t[2], pos)) is None for pos in t[3])]
-        self._made.update(price_tables(self.search, wanted, least))
+        cache, base = self._cache()
+
+        def priced(task) -> bool:  # what is priced already (another GPU count, this search) stays where it is
+            if task[0] == "bare":
+                return cache.study((base, "bare", task[1], task[2], self.search.micro_batches(task[1]), task[3])) is not None
+            kind, dp, mp, choice, positions, sizes, link = task
+            tables, sizes = ("memory", sizes) if kind == "lean" else ("position", self.search.micro_batches(dp))
+            return all(cache.study((base, tables, dp, mp, sizes, link, choice, pos)) is not None for pos in positions)
+        self._made.update(price_tables(self.search, [t for t in tasks if t not in self._made and not priced(t)], least))
+
+    def _bare_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
+        """bare_screen's pricing of a class, if it has a degree."""
+        dps, _ = self._degrees(mp, rep)
+        return [("bare", dps[0], mp, rep)] if dps else []
 
     def _screen_tasks(self, mp: int, rep: StageChoice, recompute: str = "none") -> list[tuple]:
         """The price calls of a class's time screen (as time_screen makes them)."""
@@ -213,13 +292,13 @@ class Screens:
         if not dps:
             return []
         choice = replace(rep, recompute=recompute)
-        return [(dps[0], mp, choice, tuple(positions), None, link, False) for link in self._links(mp, rep, dps)]
+        return [("time", dps[0], mp, choice, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
 
     def _memory_tasks(self, mp: int, rep: StageChoice, recompute: str | None = None) -> list[tuple]:
         """The price calls of a class's memory screen (as memory_screen makes them)."""
         dps, positions = self._degrees(mp, rep)
         sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-        return [(dps[-1], mp, c, tuple(positions), sizes, None, True)
+        return [("lean", dps[-1], mp, c, tuple(positions), sizes, None)
                 for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
 
     def refined_tasks(self, dp: int, mp: int, rep: StageChoice) -> list[tuple]:
@@ -240,10 +319,14 @@ class Screens:
         return [None, True] if any(k in _OFFLOADING for k, _ in rep.placements) else [EITHER_LINK]
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
-        """(degrees whose studies have the class, positions their pipelines take)."""
+        """(degrees whose studies have the class and whose stages can take it, positions their
+        pipelines take). A class whose expert degrees (ep x etp) do not divide a stage of the
+        smallest degree does divide larger ones: its screens start where it can be laid out (else
+        that degree's inf tables would floor it out of every degree)."""
         found = self._where.get((mp, rep))
         if found is None:
-            dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)]
+            dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)
+                   and _lays_out(rep, dp)]
             stages = {s for dp in dps for m, s in self.submeshes(dp) if m == mp}
             found = self._where[(mp, rep)] = (dps, sorted({x for s in stages for x in price_positions(s)}))
         return found
@@ -259,8 +342,8 @@ class Screens:
             tasks = self._screen_tasks(mp, rep, recompute)
             if tasks:
                 tables = [self.price(dp, mp, choice, list(positions), "screen", inter_node=link)
-                          for dp, mp, choice, positions, _, link, _ in tasks]
-                found = (tasks[0][0], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
+                          for _, dp, mp, choice, positions, _, link in tasks]
+                found = (tasks[0][1], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
             self._time[key] = found
         return self._time[key]
 
@@ -276,8 +359,8 @@ class Screens:
         key = (mp, rep, recompute)
         if key not in self._memory:
             tasks = self._memory_tasks(mp, rep, recompute)
-            sizes = tasks[0][4]
-            lean = [self.price(dp, mp, c, list(positions), "lean", sizes) for dp, mp, c, positions, *_ in tasks]
+            sizes = tasks[0][5]
+            lean = [self.price(dp, mp, c, list(positions), "lean", sizes) for _, dp, mp, c, positions, *_ in tasks]
             self._memory[key] = (sizes, np.minimum.reduce([c.mem_base_bytes for c in lean]),
                                  np.minimum.reduce([c.mem_per_microbatch_bytes for c in lean]))
         return self._memory[key]
@@ -286,6 +369,8 @@ class Screens:
         """One micro-batch size's floor tables [1, n, pos]: the ``recompute`` representative's
         times, the least memory of the members recomputing as ``memory_of`` (None: any)."""
         found = self.time_screen(mp, rep, recompute)
+        if found is None:  # no degree's stage can take the class
+            return None
         sizes = self.search.micro_batches(found[0])
         memory_sizes, bases, pers = self.memory_screen(mp, rep, memory_of)
         if key.micro_batch not in sizes or key.micro_batch not in memory_sizes:
@@ -329,14 +414,16 @@ class Screens:
             best = (min(best[0], float(plains.min())), min(best[1], float(inters.min())))
         return best
 
-    def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool) -> list[tuple]:
+    def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool,
+                     bare: bool = False) -> list[tuple]:
         """(1F1B, interleaved) floors of the classes ``reps`` on slice ``key`` (``shape`` as
-        members._floors) from their screens, memory included or not; 0 where a screen lacks the
-        slice's micro-batch size (the class is priced to know), inf where the class has none."""
+        members._floors) from their screens (``bare``: their bare stages' times), memory included or
+        not; 0 where a screen lacks the slice's micro-batch size (the class is priced to know), inf
+        where the class has none."""
         out: list[tuple] = [(0.0, 0.0)] * len(reps)
         rows, where = [], []
         for j, rep in enumerate(reps):
-            found = self.time_screen(mp, rep)
+            found = self.bare_screen(mp, rep) if bare else self.time_screen(mp, rep)
             if found is None:
                 out[j] = (math.inf, math.inf)
                 continue

@@ -6,9 +6,11 @@ layers (1F1B, by the stage DP), or equal stages interleaved. Candidates are take
 floor on their step (autotune.search.bounds) and a slice stops when no floor beats its best:
 
 1. a *class* of choices (autotune.search.members) is bounded by its representative, priced once
-   per submesh size at the smallest data-parallel degree and shared by every degree; its floor
-   is tightened, only when it comes up, by its leanest members' memory and then by each way of
-   recomputing (autotune.search.screens), each back in line where that raises it;
+   per submesh size at the smallest data-parallel degree and shared by every degree: first as a
+   bare stage (no embedding, head or sends: one cost-model call); its floor is tightened, only
+   when it comes up, by the representative's own times at each position with its leanest
+   members' memory, and then by each way of recomputing (autotune.search.screens), each back in
+   line where that raises it;
 2. a class that may win is priced at the slice's degree: each member, and every partial
    recomputation count, gets its exact floor (memory-aware: a stage must hold one micro-batch);
 3. a member that may win is solved by the stage DP (autotune.search.inter_op).
@@ -44,8 +46,9 @@ __all__ = ["UniformSearch"]
 # (DeepSeek-V3 on 2048 GPUs, this 2-core machine), so fewer save less than the fork costs.
 MIN_ROUND_TABLES = 32
 
-# how much a class's floor on a slice knows: its representative's times, then the leanest
-# members' memory, then each way of recomputing (autotune.search.screens)
+# how much a class's floor on a slice knows: its representative's bare stage's times, then its
+# times at each position and the leanest members' memory, then each way of recomputing
+# (autotune.search.screens)
 _TIMES, _MEMORY, _REFINED = range(3)
 
 
@@ -60,7 +63,7 @@ class UniformSearch:
         self.exhaustive = self.problem.method == "exhaustive"
         self._priced: dict[tuple, dict[int, ChoiceCosts]] = {}
         self._items: dict = {}  # by slice: its candidates' floors, until it is solved
-        self._time_only: dict = {}  # by (slice, submesh, class): its floors from times alone
+        self._time_only: dict = {}  # by (slice, submesh, class): its floors from its bare stage's times
         self._memory: dict = {}  # by (slice, submesh): its classes' floors with memory, as they are made
         self.studies: set[tuple[int, int]] = set()
         self.num_evaluated = 0
@@ -136,18 +139,18 @@ class UniformSearch:
         return items, tie
 
     def _class_time_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> list[tuple[float, float]]:
-        """The classes' floors from their times alone (kept from coarse_bound_s when it made them):
-        a class's memory screens are priced only when it comes up (_expand)."""
+        """The classes' floors from their bare stages' times (kept from coarse_bound_s when it made
+        them): a class's time and memory screens are priced only when it comes up (_expand)."""
         kept = [self._time_only.get((key, mp, rep)) for rep in reps]
         if all(pair is not None for pair in kept):
             return kept
         shape = self._shape(key, stages, self._chunks(key, stages))
-        return self.screens.class_floors(key, mp, reps, shape, memory=False)
+        return self.screens.class_floors(key, mp, reps, shape, memory=False, bare=True)
 
     def lower_bound_s(self, key, cap: float = math.inf) -> tuple[float, bool]:
         """(bound, whole): no plan of the slice is faster than bound, the least floor of its
         candidates with memory included when ``whole``. Classes are taken in order of their floors
-        from times alone, and a class's memory screens are priced only while that floor is below
+        from their bare stages, and a class's time and memory screens are priced only while that floor is below
         the least found so far (the same bound, with the screens of classes that cannot set it left
         unpriced) and not above ``cap``: past it the bound is that floor (above ``cap``, not whole),
         and a later call with a higher cap goes on from there (the classes priced stay priced)."""
@@ -168,9 +171,9 @@ class UniformSearch:
 
     def prefetch_below(self, keys, best_s: float) -> None:
         """Once a plan of step ``best_s`` is known: the screens the slices ``keys`` will still ask
-        for, made in worker processes where that pays (autotune.search.parallel): the memory
-        screens of every class whose floor from times is below ``best_s``, then (their floors with
-        memory made with them) the refined screens of those whose floor memory raised but left
+        for, made in worker processes where that pays (autotune.search.parallel): the time and
+        memory screens of every class whose bare stage's floor is below ``best_s``, then (their
+        floors with memory made with them) the refined screens of those whose floor memory raised but left
         below it. A class above ``best_s`` never comes up; one below may not either (a better plan
         or its slice's bound may stop it first): the workers price a few more than the search uses."""
         if self.exhaustive:
@@ -180,7 +183,8 @@ class UniformSearch:
         screens = self.screens
         screens.prefetch_tasks(list(dict.fromkeys(t for key, j in below for _, mp, _, rep, _, _ in [self._items[key][j][4]]
                                                   if not screens.has_memory_screen(mp, rep)
-                                                  for t in screens._memory_tasks(mp, rep))), MIN_ROUND_TABLES)
+                                                  for t in screens._screen_tasks(mp, rep) + screens._memory_tasks(mp, rep))),
+                               MIN_ROUND_TABLES)
         refined: dict[tuple, None] = {}
         for key, j in below:
             item = self._items[key][j] = self._with_memory(key, self._items[key][j])
@@ -190,34 +194,36 @@ class UniformSearch:
         screens.prefetch_tasks(list(refined), MIN_ROUND_TABLES)
 
     def _with_memory(self, key, item: tuple) -> tuple:
-        """A class's item with its floors from its leanest members' memory as well (state _MEMORY)."""
-        _, _, kind, rank, (mi, mp, stages, rep, _, times) = item
-        plain, inter = self._memory_floors(key, mp, stages, rep)
-        return max(plain, times[0]), max(inter, times[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
+        """A class's item with its floors from its time screen and its leanest members' memory
+        (state _MEMORY; the payload keeps the floors from its times alone)."""
+        _, _, kind, rank, (mi, mp, stages, rep, _, bare) = item
+        times, (plain, inter) = self._memory_floors(key, mp, stages, rep)
+        return max(plain, bare[0]), max(inter, bare[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
 
-    def _memory_floors(self, key, mp: int, stages: int, rep: StageChoice) -> tuple[float, float]:
-        """class_floors with memory of ``rep`` on the slice, kept until the slice is solved; from the
-        submesh's second on, made with those of every class whose memory screen is priced already
-        (one call for all: the same floors row by row; a slice asking once or twice makes only its own)."""
+    def _memory_floors(self, key, mp: int, stages: int, rep: StageChoice) -> tuple[tuple, tuple]:
+        """class_floors of ``rep`` on the slice from its time screen, without and with memory, kept
+        until the slice is solved; from the submesh's second on, made with those of every class
+        whose memory screen is priced already (one call for all: the same floors row by row; a slice
+        asking once or twice makes only its own)."""
         memo = self._memory.setdefault((key, mp), {})
         if rep not in memo:
             ready = [r for r in self.screens.classes(key.dp, mp) if r not in memo and self.screens.has_memory_screen(mp, r)
                      ] if memo else []
             ready += [] if rep in ready else [rep]
             shape = self._shape(key, stages, self._chunks(key, stages))
-            memo.update(zip(ready, self.screens.class_floors(key, mp, ready, shape, memory=True)))
+            memo.update(zip(ready, zip(*(self.screens.class_floors(key, mp, ready, shape, memory=m) for m in (False, True)))))
         return memo[rep]
 
     def coarse_bound_s(self, key) -> float:
-        """A floor of lower_bound_s from the classes' times alone (no memory screens priced);
-        the exhaustive method's is the exact one."""
+        """A floor of lower_bound_s from the classes' bare stages' times (no time or memory screens
+        priced); the exhaustive method's is the exact one."""
         if self.exhaustive:
             return self.lower_bound_s(key)[0]
         floors = []
         for mp, stages in self.screens.submeshes(key.dp):
             classes = list(self.screens.classes(key.dp, mp))
             shape = self._shape(key, stages, self._chunks(key, stages))
-            for rep, pair in zip(classes, self.screens.class_floors(key, mp, classes, shape, memory=False)):
+            for rep, pair in zip(classes, self.screens.class_floors(key, mp, classes, shape, memory=False, bare=True)):
                 self._time_only[(key, mp, rep)] = pair
                 floors.append(min(pair))
         return min(floors, default=math.inf)
