@@ -324,7 +324,7 @@ BARE_CASES = [("llama3-8b", 16, "megatron", "dgx-h100", False), ("olmoe-1b-7b", 
 @pytest.mark.parametrize("model, gpus, runtime, cluster, offload", BARE_CASES)
 def test_a_bare_stage_floors_every_member_of_its_class_at_every_degree_and_position(model, gpus, runtime, cluster,
                                                                                   offload):
-    """screens.bare_times, a class's first floor (no embedding, no head, no pipeline neighbour, at
+    """members.bare_times, a class's first floor (no embedding, no head, no pipeline neighbour, at
     the smallest degree with the class), is at most every member's micro-batch time, priced by the
     cost model at every degree whose studies have the class and every position its pipelines
     take, for every micro-batch size both price: dense and MoE stages, FP8, every recomputation,

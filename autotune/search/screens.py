@@ -8,14 +8,11 @@ members priced at the largest (memory does not grow with the degree), their memo
 cost model's stage_memory: a few times cheaper than time and memory). A class's floor on a slice
 comes from the times alone (``memory=False``: cheap, one table per class) or from both.
 
-Before either, a class is bounded by its *bare* stage (bare_times): the representative with no
-embedding, no head and no pipeline neighbour, read at every position. The embedding and the head
-only add work and the sends only add time, so it floors the stage at each position
-(tests/test_search_bounds.py checks it against every member of small cases' classes), at one
-cost-model call where the time screen's positions take three or more: DeepSeek-V3 on 2048 GPUs
-prices its 294 classes' bare stages in 0.46 s of CPU against 1.8 s for their time screens, and
-98 of them floor below the optimum on some slice (97 by their time screens), so only those need
-the time screen.
+Before either, a class is bounded by its *bare* stage (members.bare_times: no embedding, head or
+pipeline neighbour, read at every position), one cost-model call where the time screen's
+positions take three or more: DeepSeek-V3 on 2048 GPUs prices its 294 classes' bare stages in
+0.46 s of CPU against 1.8 s for their time screens, and 98 of them floor below the optimum on some
+slice (97 by their time screens), so only those need the time screen.
 
 Tables go through the plan cache (autotune.search.cache) when the search has one: a table
 depends on the stage's submesh, degree, micro-batch sizes and positions, not on the GPU count,
@@ -30,16 +27,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autotune.cost.contract import phase_cost_models
-from autotune.cost.stage import StagePosition
-from autotune.errors import AutotuneError
 from autotune.search.cache import PlanCache
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
-from autotune.search.members import count_floors, member_floors, representative, screen_floors
-from autotune.search.tables import (EITHER_LINK, FIRST, LAST, MIDDLE, POSITIONS, SINGLE, ChoiceCosts, SliceContext,
-                                    choice_costs)
+from autotune.search.members import bare_times, count_floors, lays_out, member_floors, representative, screen_floors
+from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, POSITIONS, SINGLE, ChoiceCosts, choice_costs
 
-__all__ = ["ChoiceClass", "Screens", "price_positions", "bare_times"]
+__all__ = ["ChoiceClass", "Screens", "price_positions"]
 
 
 @dataclass(frozen=True)
@@ -65,34 +58,6 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     choices = [c for c in choices if order.get(c.recompute, 2) == least]
     top = max(c.zero for c in choices)
     return [c for c in choices if c.zero == top]
-
-
-def bare_times(ctx: SliceContext, choice: StageChoice) -> np.ndarray:
-    """[micro-batch, n]: the time of a micro-batch through a stage of ``n`` layers of ``choice``
-    with no embedding, no head and no pipeline neighbour (inf where the choice cannot be laid out
-    on the degree): a floor on its time at every pipeline position (the module's note)."""
-    num_layers = ctx.tables.model.num_layers
-    out = np.full((len(ctx.micro_batches), num_layers + 1), np.inf)
-    models = phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, runtime=ctx.runtime,
-                               micro_batch=np.array(ctx.micro_batches)[:, None], num_microbatches=ctx.num_microbatches,
-                               overlap_tp_comm=ctx.overlap_tp_comm)
-    bare, n = StagePosition(inflight=1.0, neighbors=0, p2p_inter_node=None), np.arange(1, num_layers + 1)[None, :]
-    try:  # as choice_costs: a choice this stage cannot take is priced nowhere
-        stage = choice.stage_plan(dp=ctx.dp)
-        out[:, 1:] = sum(w * np.asarray(m.stage_cost(stage, bare, num_layers=n).time.microbatch_s) for w, m in models)
-    except AutotuneError:
-        pass
-    return out
-
-
-def _lays_out(choice: StageChoice, dp: int) -> bool:
-    """Whether a stage of ``choice`` at degree ``dp`` is a valid StagePlan (its members share its
-    degrees: those that differ only trade time for memory)."""
-    try:
-        choice.stage_plan(dp=dp)
-    except AutotuneError:
-        return False
-    return True
 
 
 _LOCAL_TABLE_BYTES = 64 * 2**20  # a search's own priced positions, when it has no plan cache
@@ -219,8 +184,8 @@ class Screens:
         return out
 
     def bare_screen(self, mp: int, rep: StageChoice) -> tuple[int, ChoiceCosts] | None:
-        """(degree, tables) as time_screen's, of the representative's bare stage (bare_times, read
-        at every position; the tail and memory NaN: not priced), through the plan cache."""
+        """(degree, tables) as time_screen's, of the representative's bare stage (bare_times at
+        every position; the tail and memory NaN: not priced), through the plan cache."""
         if (mp, rep) not in self._bare:
             found = None
             for _, dp, _, choice in self._bare_tasks(mp, rep):
@@ -326,7 +291,7 @@ class Screens:
         found = self._where.get((mp, rep))
         if found is None:
             dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)
-                   and _lays_out(rep, dp)]
+                   and lays_out(rep, dp)]
             stages = {s for dp in dps for m, s in self.submeshes(dp) if m == mp}
             found = self._where[(mp, rep)] = (dps, sorted({x for s in stages for x in price_positions(s)}))
         return found
