@@ -188,7 +188,8 @@ def _marked(marker: str) -> list[int]:
 def test_screen_tables_made_in_worker_processes_give_the_same_search(monkeypatch):
     """A uniform-stage search whose screens are priced by forked workers (parallel.price_tables:
     the time screens, then, once a plan is known, the memory and refined screens the slices left
-    may ask for) finds what it finds alone: plan, estimate and the tables it priced."""
+    may ask for; the baselines beside the first) finds what it finds alone: plan, estimate,
+    baselines and the tables it priced."""
     from autotune.search import parallel, uniform
     from autotune.search.api import search
 
@@ -203,8 +204,10 @@ def test_screen_tables_made_in_worker_processes_give_the_same_search(monkeypatch
                         lambda search_, keys, least=None: made.append(out := real(search_, keys, least)) or out)
     forked = search("medium", 16, cache=False)
     assert len(made) == 3 and made[0] and made[1] or not parallel._can_fork()  # medium refines no class
+    assert ("baselines",) in made[0] or not parallel._can_fork()  # scored by a worker beside the first tables
     assert forked.plan == serial.plan and forked.estimate == serial.estimate
     assert forked.stats.num_trials == serial.stats.num_trials
+    assert forked.baselines == serial.baselines and forked.baselines
 
 
 def test_rounds_of_screens_once_a_plan_is_known_change_no_answer(monkeypatch):

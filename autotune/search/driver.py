@@ -127,6 +127,8 @@ class SliceSearch:
     # best_by_inflight tables by (result, micro-batch index, micro-batches): the deepest made so far
     inflight_tables: dict = field(default_factory=dict)
     sizes_by_dp: dict[int, tuple[int, ...]] = field(default_factory=dict)  # micro_batches, asked per table
+    with_baselines: bool = False  # the caller scores the baselines: a worker process may score them beside its tables
+    baselines: tuple | None = None  # autotune.search.baselines.baselines(problem), where a worker scored them
 
     def __post_init__(self) -> None:
         w = self.problem.workload

@@ -18,6 +18,8 @@ import os
 import signal
 import sys
 import threading
+import types
+from multiprocessing.reduction import ForkingPickler
 
 __all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processes"]
 
@@ -36,6 +38,20 @@ MIN_STUDIES = 24
 MIN_TABLES = 128
 
 _SEARCH = None  # the SliceSearch the forked workers read (inherited by fork, never pickled)
+
+
+def _read_only(mapping: dict) -> types.MappingProxyType:
+    return types.MappingProxyType(mapping)
+
+
+def _mappingproxy(proxy: types.MappingProxyType):
+    return _read_only, (dict(proxy),)
+
+
+# An Estimate's breakdowns are read-only mappings, which pickle cannot send: a worker that scores
+# the baselines (autotune.search.screens) sends each as its dict, read-only again on arrival
+# (multiprocessing's own pickler only: pickle itself is left as it is).
+ForkingPickler.register(types.MappingProxyType, _mappingproxy)
 
 
 def processes() -> int:

@@ -60,7 +60,11 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     return [c for c in choices if c.zero == top]
 
 
-_LOCAL_TABLE_BYTES = 64 * 2**20  # a search's own priced positions, when it has no plan cache
+_LOCAL_TABLE_BYTES = 64 * 2**20
+
+# A task for the first round's workers beside the bare stages: the search's baselines (a few
+# tenths of a second of plan evaluations that the search's own process would make after it)
+_BASELINES = ("baselines",)  # a search's own priced positions, when it has no plan cache
 
 # StagePlan fields that move tensors to host memory (cost/offload.py)
 _OFFLOADING = ("optimizer_in", "gradients_in", "weights_in", "activations_in", "activation_offload_layers")
@@ -211,6 +215,10 @@ class Screens:
     def compute(self, task: tuple):
         """What bare_screen or price makes of a task (_bare_tasks, _screen_tasks, _memory_tasks),
         without the cache (what a worker process runs)."""
+        if task == _BASELINES:
+            from autotune.search.baselines import baselines
+
+            return baselines(self.problem)
         ctx = self.search._slice_context(task[1])
         if task[0] == "bare":
             return bare_times(ctx, task[3])
@@ -222,12 +230,13 @@ class Screens:
         """Make the screens every slice's coarse bound reads in worker processes where that pays
         (autotune.search.parallel): every class's bare stage. Time and memory screens are left to
         the classes that come up (autotune.search.uniform)."""
-        wanted: dict[tuple, None] = {}  # in order, once each
+        wanted: dict[tuple, None] = dict.fromkeys([_BASELINES] if self.search.with_baselines else [])  # first: the longest
         for dp in sorted({key.dp for key in keys}):
             for mp, _ in self.submeshes(dp):
                 for rep in self.classes(dp, mp):
                     wanted.update(dict.fromkeys(self._bare_tasks(mp, rep)))
         self.prefetch_tasks(list(wanted))
+        self.search.baselines = self._made.pop(_BASELINES, None)  # scored by a worker where the tables were
 
     def prefetch_tasks(self, tasks: list[tuple], least: int | None = None) -> None:
         """Price tasks (_bare_tasks, _screen_tasks, _memory_tasks) made in worker processes where
@@ -239,6 +248,8 @@ class Screens:
         cache, base = self._cache()
 
         def priced(task) -> bool:  # what is priced already (another GPU count, this search) stays where it is
+            if task == _BASELINES:
+                return False
             if task[0] == "bare":
                 return cache.study((base, "bare", task[1], task[2], self.search.micro_batches(task[1]), task[3])) is not None
             kind, dp, mp, choice, positions, sizes, link = task
