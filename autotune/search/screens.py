@@ -301,8 +301,11 @@ class Screens:
         that degree's inf tables would floor it out of every degree)."""
         found = self._where.get((mp, rep))
         if found is None:
-            dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)
-                   and lays_out(rep, dp)]
+            dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)]
+            # from the smallest and the largest that lay it out (those between add positions and sizes at most)
+            low = next((i for i, dp in enumerate(dps) if lays_out(rep, dp)), len(dps))
+            high = next((i for i in range(len(dps) - 1, low - 1, -1) if lays_out(rep, dps[i])), low - 1)
+            dps = dps[low:high + 1]
             stages = {s for dp in dps for m, s in self.submeshes(dp) if m == mp}
             found = self._where[(mp, rep)] = (dps, sorted({x for s in stages for x in price_positions(s)}))
         return found
