@@ -238,11 +238,11 @@ class Screens:
         self.prefetch_tasks(list(wanted))
         self.search.baselines = self._made.pop(_BASELINES, None)  # scored by a worker where the tables were
 
-    def prefetch_tasks(self, tasks: list[tuple], least: int | None = None) -> None:
+    def prefetch_tasks(self, tasks: list[tuple], least: int | None = None) -> bool:
         """Price tasks (_bare_tasks, _screen_tasks, _memory_tasks) made in worker processes where
         there are at least ``least`` (None: parallel.MIN_TABLES) not priced yet; bare_screen and
         price take them from there when asked (and count them then: the search's trials are the
-        tables it uses)."""
+        tables it uses). Whether workers made them."""
         from autotune.search.parallel import price_tables
 
         cache, base = self._cache()
@@ -255,7 +255,9 @@ class Screens:
             kind, dp, mp, choice, positions, sizes, link = task
             tables, sizes = ("memory", sizes) if kind == "lean" else ("position", self.search.micro_batches(dp))
             return all(cache.study((base, tables, dp, mp, sizes, link, choice, pos)) is not None for pos in positions)
-        self._made.update(price_tables(self.search, [t for t in tasks if t not in self._made and not priced(t)], least))
+        made = price_tables(self.search, [t for t in tasks if t not in self._made and not priced(t)], least)
+        self._made.update(made)
+        return bool(made)
 
     def _bare_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
         """bare_screen's pricing of a class, if it has a degree."""

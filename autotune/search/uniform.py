@@ -181,10 +181,11 @@ class UniformSearch:
         below = [(key, j) for key in keys for j, item in enumerate(self._slice_items(key))
                  if item[2] == 0 and item[4][4] == _TIMES and min(item[0], item[1]) < best_s]
         screens = self.screens
-        screens.prefetch_tasks(list(dict.fromkeys(t for key, j in below for _, mp, _, rep, _, _ in [self._items[key][j][4]]
-                                                  if not screens.has_memory_screen(mp, rep)
-                                                  for t in screens._screen_tasks(mp, rep) + screens._memory_tasks(mp, rep))),
-                               MIN_ROUND_TABLES)
+        tasks = list(dict.fromkeys(t for key, j in below for _, mp, _, rep, _, _ in [self._items[key][j][4]]
+                                   if not screens.has_memory_screen(mp, rep)
+                                   for t in screens._screen_tasks(mp, rep) + screens._memory_tasks(mp, rep)))
+        if not screens.prefetch_tasks(tasks, MIN_ROUND_TABLES):
+            return  # no workers (or too few tables for them): each class's floors are made if it comes up
         refined: dict[tuple, None] = {}
         for key, j in below:
             item = self._items[key][j] = self._with_memory(key, self._items[key][j])
