@@ -193,8 +193,8 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     if best is None:
         _missed_targets(problem, outcomes)
         raise NoPlanError("gpus", _no_plan_reason(problem, outcomes, search))
-    extras, plan, estimate, source = _with_baselines(problem, best, search.baselines) if with_baselines else ((), best.plan, best.estimate,
-                                                                                             "search")
+    extras, plan, estimate, source = (_with_baselines(problem, best, search.baselines) if with_baselines
+                                      else ((), best.plan, best.estimate, "search"))
     pruned = sum(1 for o in outcomes.values() if o.pruned)
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
                         num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=0 if shared else resumed,

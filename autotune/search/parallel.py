@@ -32,9 +32,10 @@ __all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processe
 # problem only, not on the machine's load.
 MIN_STUDIES = 24
 
-# A table costs 3-15 ms to price (one cost-model call per pipeline position) against a whole
-# study's 50-300 ms: forking and sending the tables back (about 0.15 s) pays from about this
-# many (DeepSeek-V3 on 2048 GPUs: 294 time screens; large on 16 GPUs: about 20, made here).
+# A search's first tables are its classes' bare stages, about 1.5 ms each (one cost-model call;
+# DeepSeek-V3 on 2048 GPUs: 294 in 0.46 s of CPU), sent with the baselines' few tenths of a
+# second: forking and sending them back (about 0.05-0.15 s) pays from about this many (large on
+# 16 GPUs: about 20, made here). Later rounds: autotune.search.uniform MIN_ROUND_TABLES.
 MIN_TABLES = 128
 
 _SEARCH = None  # the SliceSearch the forked workers read (inherited by fork, never pickled)

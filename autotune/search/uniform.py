@@ -150,10 +150,11 @@ class UniformSearch:
     def lower_bound_s(self, key, cap: float = math.inf) -> tuple[float, bool]:
         """(bound, whole): no plan of the slice is faster than bound, the least floor of its
         candidates with memory included when ``whole``. Classes are taken in order of their floors
-        from their bare stages, and a class's time and memory screens are priced only while that floor is below
-        the least found so far (the same bound, with the screens of classes that cannot set it left
-        unpriced) and not above ``cap``: past it the bound is that floor (above ``cap``, not whole),
-        and a later call with a higher cap goes on from there (the classes priced stay priced)."""
+        from their bare stages, and a class's time and memory screens are priced only while that
+        floor is below the least found so far (the same bound, with the screens of classes that
+        cannot set it left unpriced) and not above ``cap``: past it the bound is that floor (above
+        ``cap``, not whole), and a later call with a higher cap goes on from there (the classes
+        priced stay priced)."""
         items = self._slice_items(key)
         if self.exhaustive:
             return min((min(item[0], item[1]) for item in items), default=math.inf), True
@@ -173,9 +174,10 @@ class UniformSearch:
         """Once a plan of step ``best_s`` is known: the screens the slices ``keys`` will still ask
         for, made in worker processes where that pays (autotune.search.parallel): the time and
         memory screens of every class whose bare stage's floor is below ``best_s``, then (their
-        floors with memory made with them) the refined screens of those whose floor memory raised but left
-        below it. A class above ``best_s`` never comes up; one below may not either (a better plan
-        or its slice's bound may stop it first): the workers price a few more than the search uses."""
+        floors with memory made with them) the refined screens of those that memory raised but
+        left below it. A class above ``best_s`` never comes up; one below may not either (a better
+        plan or its slice's bound may stop it first): the workers price a few more than the search
+        uses. Without workers, nothing is made ahead."""
         if self.exhaustive:
             return
         below = [(key, j) for key in keys for j, item in enumerate(self._slice_items(key))
