@@ -188,6 +188,11 @@ class UniformSearch:
                                    for t in screens._screen_tasks(mp, rep) + screens._memory_tasks(mp, rep)))
         if not screens.prefetch_tasks(tasks, MIN_ROUND_TABLES):
             return  # no workers (or too few tables for them): each class's floors are made if it comes up
+        groups: dict[tuple, list] = {}  # a slice's classes on one submesh: their floors made at once
+        for key, j in below:
+            groups.setdefault((key, self._items[key][j][4][1]), []).append(self._items[key][j][4])
+        for (key, mp), payloads in groups.items():
+            self._memory_floors(key, mp, payloads[0][2], [payload[3] for payload in payloads])
         refined: dict[tuple, None] = {}
         for key, j in below:
             item = self._items[key][j] = self._with_memory(key, self._items[key][j])
@@ -200,22 +205,22 @@ class UniformSearch:
         """A class's item with its floors from its time screen and its leanest members' memory
         (state _MEMORY; the payload keeps the floors from its times alone)."""
         _, _, kind, rank, (mi, mp, stages, rep, _, bare) = item
-        times, (plain, inter) = self._memory_floors(key, mp, stages, rep)
+        times, (plain, inter) = self._memory_floors(key, mp, stages, [rep])[rep]
         return max(plain, bare[0]), max(inter, bare[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
 
-    def _memory_floors(self, key, mp: int, stages: int, rep: StageChoice) -> tuple[tuple, tuple]:
-        """class_floors of ``rep`` on the slice from its time screen, without and with memory, kept
-        until the slice is solved; from the submesh's second on, made with those of every class
-        whose memory screen is priced already (one call for all: the same floors row by row; a slice
-        asking once or twice makes only its own)."""
+    def _memory_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> dict:
+        """class_floors of ``reps`` on the slice from their time screens, without and with memory,
+        kept until the slice is solved (by class); from the submesh's second call on, made with
+        those of every class whose memory screen is priced already (one call for all: the same
+        floors row by row; a slice asking once or twice makes only its own)."""
         memo = self._memory.setdefault((key, mp), {})
-        if rep not in memo:
+        if any(rep not in memo for rep in reps):
             ready = [r for r in self.screens.classes(key.dp, mp) if r not in memo and self.screens.has_memory_screen(mp, r)
                      ] if memo else []
-            ready += [] if rep in ready else [rep]
+            ready += [rep for rep in dict.fromkeys(reps) if rep not in memo and rep not in ready]
             shape = self._shape(key, stages, self._chunks(key, stages))
             memo.update(zip(ready, zip(*(self.screens.class_floors(key, mp, ready, shape, memory=m) for m in (False, True)))))
-        return memo[rep]
+        return memo
 
     def coarse_bound_s(self, key) -> float:
         """A floor of lower_bound_s from the classes' bare stages' times (no time or memory screens
