@@ -219,6 +219,10 @@ class Screens:
             from autotune.search.baselines import baselines
 
             return baselines(self.problem)
+        if task[0] == "refine":  # a class's refined floors on slices: ({slice: floors}, tables priced)
+            _, mp, rep, slices = task
+            before = self.search.num_trials
+            return {key: self.refined_floor(key, mp, rep, shape) for key, shape in slices}, self.search.num_trials - before
         ctx = self.search._slice_context(task[1])
         if task[0] == "bare":
             return bare_times(ctx, task[3])

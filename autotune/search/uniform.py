@@ -174,10 +174,11 @@ class UniformSearch:
         """Once a plan of step ``best_s`` is known: the screens the slices ``keys`` will still ask
         for, made in worker processes where that pays (autotune.search.parallel): the time and
         memory screens of every class whose bare stage's floor is below ``best_s``, then (their
-        floors with memory made with them) the refined screens of those that memory raised but
-        left below it. A class above ``best_s`` never comes up; one below may not either (a better
-        plan or its slice's bound may stop it first): the workers price a few more than the search
-        uses. Without workers, nothing is made ahead."""
+        floors with memory made with them) the refined floors of those that memory raised but
+        left below it, a class's screens and floors on every slice in one task. A class above
+        ``best_s`` never comes up; one below may not either (a better plan or its slice's bound may
+        stop it first): the workers price a few more than the search uses. Without workers,
+        nothing is made ahead."""
         if self.exhaustive:
             return
         below = [(key, j) for key in keys for j, item in enumerate(self._slice_items(key))
@@ -193,13 +194,33 @@ class UniformSearch:
             groups.setdefault((key, self._items[key][j][4][1]), []).append(self._items[key][j][4])
         for (key, mp), payloads in groups.items():
             self._memory_floors(key, mp, payloads[0][2], [payload[3] for payload in payloads])
-        refined: dict[tuple, None] = {}
+        refine: dict[tuple, list] = {}  # (submesh, class) -> its (slice, item index) to refine
         for key, j in below:
             item = self._items[key][j] = self._with_memory(key, self._items[key][j])
             plain, inter, _, _, (_, mp, _, rep, _, times) = item
-            if times[0] < plain < best_s or times[1] < inter < best_s:  # _expand will refine it
-                refined.update(dict.fromkeys(screens.refined_tasks(key.dp, mp, rep)))
-        screens.prefetch_tasks(list(refined), MIN_ROUND_TABLES)
+            if times[0] < plain < best_s or times[1] < inter < best_s:  # _expand would refine it
+                refine.setdefault((mp, rep), []).append((key, j))
+        self._refine_in_workers(refine)
+
+    def _refine_in_workers(self, refine: dict[tuple, list]) -> None:
+        """refined_floor of each class on its slices (``refine``: (submesh, class) -> (slice, item
+        index)), a class a task in worker processes where there are MIN_ROUND_TABLES or more; the
+        items take them (state _REFINED: _expand prices their members next), the search counts
+        the tables the workers priced for them."""
+        from autotune.search.parallel import price_tables
+
+        tasks = {("refine", mp, rep, tuple((key, self._shape(key, *self._stages_chunks(key, j))) for key, j in slices)):
+                 slices for (mp, rep), slices in refine.items()}
+        for task, (floors, trials) in price_tables(self.search, list(tasks), MIN_ROUND_TABLES).items():
+            self.search.num_trials += trials
+            for key, j in tasks[task]:
+                plain, inter, kind, rank, (mi, mp, stages, rep, _, times) = self._items[key][j]
+                self._items[key][j] = (max(plain, floors[key][0]), max(inter, floors[key][1]), kind, rank,
+                                       (mi, mp, stages, rep, _REFINED, times))
+
+    def _stages_chunks(self, key, j: int) -> tuple[int, int]:
+        stages = self._items[key][j][4][2]
+        return stages, self._chunks(key, stages)
 
     def _with_memory(self, key, item: tuple) -> tuple:
         """A class's item with its floors from its time screen and its leanest members' memory
