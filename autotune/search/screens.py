@@ -30,6 +30,7 @@ import numpy as np
 from autotune.search.cache import PlanCache
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
 from autotune.search.members import bare_times, count_floors, lays_out, member_floors, representative, screen_floors
+from autotune.search.screen_tasks import BASELINES
 from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, POSITIONS, SINGLE, ChoiceCosts, choice_costs
 
 __all__ = ["ChoiceClass", "Screens", "price_positions"]
@@ -60,11 +61,7 @@ def _leanest(cls: ChoiceClass, recompute: str | None = None) -> list[StageChoice
     return [c for c in choices if c.zero == top]
 
 
-_LOCAL_TABLE_BYTES = 64 * 2**20
-
-# A task for the first round's workers beside the bare stages: the search's baselines (a few
-# tenths of a second of plan evaluations that the search's own process would make after it)
-_BASELINES = ("baselines",)  # a search's own priced positions, when it has no plan cache
+_LOCAL_TABLE_BYTES = 64 * 2**20  # a search's own priced positions, when it has no plan cache
 
 # StagePlan fields that move tensors to host memory (cost/offload.py)
 _OFFLOADING = ("optimizer_in", "gradients_in", "weights_in", "activations_in", "activation_offload_layers")
@@ -213,34 +210,22 @@ class Screens:
         return (self.search.cache, self.search.base_key) if self.search.cache is not None else (self._tables, None)
 
     def compute(self, task: tuple):
-        """What bare_screen or price makes of a task (_bare_tasks, _screen_tasks, _memory_tasks),
-        without the cache (what a worker process runs)."""
-        if task == _BASELINES:
-            from autotune.search.baselines import baselines
+        """What a worker process makes of a price task (autotune.search.screen_tasks)."""
+        from autotune.search.screen_tasks import compute
 
-            return baselines(self.problem)
-        if task[0] == "refine":  # a class's refined floors on slices: ({slice: floors}, tables priced)
-            _, mp, rep, slices = task
-            before = self.search.num_trials
-            return {key: self.refined_floor(key, mp, rep, shape) for key, shape in slices}, self.search.num_trials - before
-        ctx = self.search._slice_context(task[1])
-        if task[0] == "bare":
-            return bare_times(ctx, task[3])
-        kind, _, _, choice, positions, sizes, inter_node = task
-        ctx = ctx if sizes is None else replace(ctx, micro_batches=sizes)
-        return choice_costs(ctx, choice, list(positions), inter_node, memory_only=kind == "lean")
+        return compute(self, task)
 
     def prefetch(self, keys) -> None:
         """Make the screens every slice's coarse bound reads in worker processes where that pays
         (autotune.search.parallel): every class's bare stage. Time and memory screens are left to
         the classes that come up (autotune.search.uniform)."""
-        wanted: dict[tuple, None] = dict.fromkeys([_BASELINES] if self.search.with_baselines else [])  # first: the longest
+        wanted: dict[tuple, None] = dict.fromkeys([BASELINES] if self.search.with_baselines else [])  # first: the longest
         for dp in sorted({key.dp for key in keys}):
             for mp, _ in self.submeshes(dp):
                 for rep in self.classes(dp, mp):
                     wanted.update(dict.fromkeys(self._bare_tasks(mp, rep)))
         self.prefetch_tasks(list(wanted))
-        self.search.baselines = self._made.pop(_BASELINES, None)  # scored by a worker where the tables were
+        self.search.baselines = self._made.pop(BASELINES, None)  # scored by a worker where the tables were
 
     def prefetch_tasks(self, tasks: list[tuple], least: int | None = None) -> bool:
         """Price tasks (_bare_tasks, _screen_tasks, _memory_tasks) made in worker processes where
@@ -252,7 +237,7 @@ class Screens:
         cache, base = self._cache()
 
         def priced(task) -> bool:  # what is priced already (another GPU count, this search) stays where it is
-            if task == _BASELINES:
+            if task == BASELINES:
                 return False
             if task[0] == "bare":
                 return cache.study((base, "bare", task[1], task[2], self.search.micro_batches(task[1]), task[3])) is not None
@@ -282,14 +267,6 @@ class Screens:
         sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
         return [("lean", dps[-1], mp, c, tuple(positions), sizes, None)
                 for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
-
-    def refined_tasks(self, dp: int, mp: int, rep: StageChoice) -> list[tuple]:
-        """The price calls refined_floor makes on a slice of degree ``dp`` not made yet (all but the
-        time screens of kinds other than none and full, which it prices only where they may count)."""
-        kinds = sorted({c.recompute for _, c in self.classes(dp, mp)[rep].members})
-        tasks = [t for r in kinds if (mp, rep, r) not in self._memory for t in self._memory_tasks(mp, rep, r)]
-        return tasks + (self._screen_tasks(mp, rep, "full") if "full" in kinds and (mp, rep, "full") not in self._time
-                        else [])
 
     def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
         """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
