@@ -22,6 +22,7 @@ recomputation (autotune/cost/recompute.py), so a count's table is made from two 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -76,6 +77,7 @@ def bare_times(ctx: SliceContext, choice: StageChoice) -> np.ndarray:
     return out
 
 
+@lru_cache(maxsize=4096)  # asked again by every search of the same choices (a scheduler's GPU counts)
 def lays_out(choice: StageChoice, dp: int) -> bool:
     """Whether a stage of ``choice`` at degree ``dp`` is a valid StagePlan (its members share its
     degrees: those that differ only trade time for memory)."""

@@ -21,7 +21,7 @@ import threading
 import types
 from multiprocessing.reduction import ForkingPickler
 
-__all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processes"]
+__all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processes", "usable"]
 
 # Fewer studies than MIN_STUDIES run in the search's own process: the forks, the transfers and
 # Optuna's import cost about what a second core saves (`large` on 16 GPUs, 15 studies in ~0.3 s:
@@ -65,6 +65,11 @@ def processes() -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return min(2, cores)
+
+
+def usable() -> bool:
+    """Whether worker processes would be forked here (two usable cores, fork safe)."""
+    return processes() >= 2 and _can_fork()
 
 
 def _can_fork() -> bool:

@@ -179,25 +179,27 @@ class UniformSearch:
         ``best_s`` never comes up; one below may not either (a better plan or its slice's bound may
         stop it first): the workers price a few more than the search uses. Without workers,
         nothing is made ahead."""
-        if self.exhaustive:
-            return
+        from autotune.search.parallel import usable
+
+        screens, open_keys = self.screens, set(keys)
+        classes = {(mp, rep) for (key, mp, rep), pair in self._time_only.items()  # bare floors below best_s
+                   if key in open_keys and min(pair) < best_s and not screens.has_memory_screen(mp, rep)}
+        tasks = [t for mp, rep in classes for t in screens._screen_tasks(mp, rep) + screens._memory_tasks(mp, rep)]
+        if self.exhaustive or len(tasks) < MIN_ROUND_TABLES or not usable() or not screens.prefetch_tasks(tasks, MIN_ROUND_TABLES):
+            return  # no workers (or too few tables for them): each class's floors are made if it comes up
         below = [(key, j) for key in keys for j, item in enumerate(self._slice_items(key))
                  if item[2] == 0 and item[4][4] == _TIMES and min(item[0], item[1]) < best_s]
-        screens = self.screens
-        tasks = list(dict.fromkeys(t for key, j in below for _, mp, _, rep, _, _ in [self._items[key][j][4]]
-                                   if not screens.has_memory_screen(mp, rep)
-                                   for t in screens._screen_tasks(mp, rep) + screens._memory_tasks(mp, rep)))
-        if not screens.prefetch_tasks(tasks, MIN_ROUND_TABLES):
-            return  # no workers (or too few tables for them): each class's floors are made if it comes up
         groups: dict[tuple, list] = {}  # a slice's classes on one submesh: their floors made at once
         for key, j in below:
             groups.setdefault((key, self._items[key][j][4][1]), []).append(self._items[key][j][4])
         for (key, mp), payloads in groups.items():
-            self._memory_floors(key, mp, payloads[0][2], [payload[3] for payload in payloads])
+            reps = [payload[3] for payload in payloads]
+            self._memory_floors(key, mp, payloads[0][2], reps), self._time_floors(key, mp, payloads[0][2], reps)
         refine: dict[tuple, list] = {}  # (submesh, class) -> its (slice, item index) to refine
         for key, j in below:
             item = self._items[key][j] = self._with_memory(key, self._items[key][j])
-            plain, inter, _, _, (_, mp, _, rep, _, times) = item
+            plain, inter, _, _, (_, mp, stages, rep, _, _) = item
+            times = self._time_floors(key, mp, stages, [rep])[rep]
             if times[0] < plain < best_s or times[1] < inter < best_s:  # _expand would refine it
                 refine.setdefault((mp, rep), []).append((key, j))
         self._refine_in_workers(refine)
@@ -214,9 +216,9 @@ class UniformSearch:
         for task, (floors, trials) in price_tables(self.search, list(tasks), MIN_ROUND_TABLES).items():
             self.search.num_trials += trials
             for key, j in tasks[task]:
-                plain, inter, kind, rank, (mi, mp, stages, rep, _, times) = self._items[key][j]
+                plain, inter, kind, rank, (mi, mp, stages, rep, _, bare) = self._items[key][j]
                 self._items[key][j] = (max(plain, floors[key][0]), max(inter, floors[key][1]), kind, rank,
-                                       (mi, mp, stages, rep, _REFINED, times))
+                                       (mi, mp, stages, rep, _REFINED, bare))
 
     def _stages_chunks(self, key, j: int) -> tuple[int, int]:
         stages = self._items[key][j][4][2]
@@ -224,23 +226,33 @@ class UniformSearch:
 
     def _with_memory(self, key, item: tuple) -> tuple:
         """A class's item with its floors from its time screen and its leanest members' memory
-        (state _MEMORY; the payload keeps the floors from its times alone)."""
+        (state _MEMORY; the payload keeps its bare stage's floors)."""
         _, _, kind, rank, (mi, mp, stages, rep, _, bare) = item
-        times, (plain, inter) = self._memory_floors(key, mp, stages, [rep])[rep]
-        return max(plain, bare[0]), max(inter, bare[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
+        plain, inter = self._memory_floors(key, mp, stages, [rep])[rep]
+        return max(plain, bare[0]), max(inter, bare[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, bare)
 
     def _memory_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> dict:
-        """class_floors of ``reps`` on the slice from their time screens, without and with memory,
-        kept until the slice is solved (by class); from the submesh's second call on, made with
-        those of every class whose memory screen is priced already (one call for all: the same
-        floors row by row; a slice asking once or twice makes only its own)."""
+        """class_floors with memory of ``reps`` on the slice, kept until the slice is solved (by
+        class); from the submesh's second call on, made with those of every class whose memory
+        screen is priced already (one call for all: the same floors row by row; a slice asking
+        once or twice makes only its own)."""
         memo = self._memory.setdefault((key, mp), {})
         if any(rep not in memo for rep in reps):
             ready = [r for r in self.screens.classes(key.dp, mp) if r not in memo and self.screens.has_memory_screen(mp, r)
                      ] if memo else []
             ready += [rep for rep in dict.fromkeys(reps) if rep not in memo and rep not in ready]
             shape = self._shape(key, stages, self._chunks(key, stages))
-            memo.update(zip(ready, zip(*(self.screens.class_floors(key, mp, ready, shape, memory=m) for m in (False, True)))))
+            memo.update(zip(ready, self.screens.class_floors(key, mp, ready, shape, memory=True)))
+        return memo
+
+    def _time_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> dict:
+        """class_floors of ``reps`` on the slice from their time screens alone (whether memory binds
+        a class: above them), kept until the slice is solved (by class)."""
+        memo = self._memory.setdefault((key, mp, "times"), {})
+        missing = [rep for rep in dict.fromkeys(reps) if rep not in memo]
+        if missing:
+            shape = self._shape(key, stages, self._chunks(key, stages))
+            memo.update(zip(missing, self.screens.class_floors(key, mp, missing, shape, memory=False)))
         return memo
 
     def coarse_bound_s(self, key) -> float:
@@ -284,7 +296,7 @@ class UniformSearch:
         """A class taken from the heap: first its floor per way of recomputing (back in line if
         that is higher), then its members priced at the slice's degree."""
         floor, _, rank, _, payload = item
-        mi, mp, stages, rep, known, times = payload
+        mi, mp, stages, rep, known, bare = payload
         chunks = self._chunks(key, stages)
         shape = self._shape(key, stages, chunks)
         side = 1 if interleaved else 0
@@ -294,10 +306,11 @@ class UniformSearch:
             if better > floor:
                 heapq.heappush(heap, (better, 0, rank, next(tie), payload))
                 return
-        elif known == _MEMORY and floor > times[side]:  # memory binds even the leanest members: worth four screens
+        elif known == _MEMORY and floor > bare[side] and floor > self._time_floors(key, mp, stages, [rep])[rep][side]:
+            # memory binds even the leanest members: worth four screens
             better = self.screens.refined_floor(key, mp, rep, shape)[side]
             if better > floor:
-                heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, times)))
+                heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, bare)))
                 return
         for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks, side):
             heapq.heappush(heap, (inter if interleaved else plain, 1, rank, next(tie), (mp, stages, member)))
