@@ -168,8 +168,7 @@ def test_representatives_and_the_smallest_degree_floor_every_member_at_every_deg
     screens = search.uniform.screens
     checked = 0
     for mp, dps, rep in _sampled_classes(screens):
-        dp_min, floor = screens.time_screen(mp, rep)
-        floor_sizes = search.micro_batches(dp_min)
+        found = screens.time_screen(mp, rep)
         for dp in (dps[0], dps[-1]):
             if rep not in screens.classes(dp, mp):
                 continue
@@ -177,10 +176,15 @@ def test_representatives_and_the_smallest_degree_floor_every_member_at_every_deg
             positions = sorted(set(positions_of(dict(screens.submeshes(dp))[mp])))
             for _, choice in screens.classes(dp, mp)[rep].members[:6]:
                 costs = choice_costs(ctx, choice, positions)
+                if found is None:  # no degree's stage can take the class (expert degrees dividing none)
+                    assert not np.isfinite(costs.time_s).any()
+                    continue
+                floor_sizes = search.micro_batches(found[0])
                 for b in set(ctx.micro_batches) & set(floor_sizes):
-                    got = costs.time_s[ctx.micro_batches.index(b)][:, positions]
-                    low = floor.time_s[floor_sizes.index(b)][:, positions]
-                    ok = np.isfinite(got) & np.isfinite(low)
+                    got = costs.time_s[ctx.micro_batches.index(b)][1:, positions]
+                    low = found[1].time_s[floor_sizes.index(b)][1:, positions]
+                    ok = np.isfinite(got)
+                    assert np.all(np.isfinite(low[ok]))  # a stage that can take the choice has a floor
                     assert np.all(got[ok] >= low[ok] * (1 - 1e-12))
                     checked += int(ok.sum())
     assert checked > 100
@@ -192,6 +196,8 @@ def test_the_leanest_members_at_the_largest_degree_floor_every_members_memory(mo
     screens = search.uniform.screens
     checked = 0
     for mp, dps, rep in _sampled_classes(screens):
+        if screens.time_screen(mp, rep) is None:  # no degree's stage can take it: no screens (and no members)
+            continue
         sizes, base, per = screens.memory_screen(mp, rep)
         for dp in dps:
             if rep not in screens.classes(dp, mp):
@@ -308,3 +314,47 @@ def test_the_pruned_search_finds_the_unpruned_plan_of_a_small_moe(gpus, batch, c
     assert pruned.plan == unpruned.plan
     assert pruned.estimate.step_time_s == unpruned.estimate.step_time_s
     assert pruned.stats.num_trials < unpruned.stats.num_trials
+
+
+BARE_CASES = [("llama3-8b", 16, "megatron", "dgx-h100", False), ("olmoe-1b-7b", 8, "megatron", "dgx-h100", False),
+              ("llama3-8b", 16, "torchtitan", "dgx-h100", False), ("gpt3-2.7b", 16, "deepspeed", "dgx-a100-40gb", True),
+              ("olmoe-1b-7b", 8, "nemo", "dgx-a100-80gb", True)]
+
+
+@pytest.mark.parametrize("model, gpus, runtime, cluster, offload", BARE_CASES)
+def test_a_bare_stage_floors_every_member_of_its_class_at_every_degree_and_position(model, gpus, runtime, cluster,
+                                                                                  offload):
+    """members.bare_times, a class's first floor (no embedding, no head, no pipeline neighbour, at
+    the smallest degree with the class), is at most every member's micro-batch time, priced by the
+    cost model at every degree whose studies have the class and every position its pipelines
+    take, for every micro-batch size both price: dense and MoE stages, FP8, every recomputation,
+    ZeRO 0-3 with FSDP's resharding variants, and (``offload``: the space's fallback, what the
+    search widens to when nothing fits) offloading."""
+    problem = _problem(model, gpus, runtime, cluster)
+    if offload:
+        problem = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
+    search = SliceSearch(problem)
+    screens = search.uniform.screens
+    checked, members = 0, 0
+    for dp in screens.dps():
+        ctx = search._slice_context(dp)
+        for mp, stages in screens.submeshes(dp):
+            positions = sorted(set(positions_of(stages)))
+            for rep, cls in screens.classes(dp, mp).items():
+                found = screens.bare_screen(mp, rep)
+                for _, choice in cls.members:
+                    costs = choice_costs(ctx, choice, positions)
+                    members += 1
+                    if found is None:  # no degree's stage can take the class (expert degrees dividing none)
+                        assert not np.isfinite(costs.time_s).any()
+                        continue
+                    dp_min, bare = found
+                    floor_sizes = search.micro_batches(dp_min)
+                    for b in set(ctx.micro_batches) & set(floor_sizes):
+                        got = costs.time_s[ctx.micro_batches.index(b)][1:, positions]
+                        low = bare.time_s[floor_sizes.index(b)][1:, positions]
+                        priced = np.isfinite(got)
+                        assert np.all(np.isfinite(low[priced]))  # a choice the stage can take has a floor
+                        assert np.all(got[priced] >= low[priced] * (1 - 1e-12))
+                        checked += int(priced.sum())
+    assert members >= 16 and checked > 1000

@@ -186,22 +186,54 @@ def _marked(marker: str) -> list[int]:
 
 
 def test_screen_tables_made_in_worker_processes_give_the_same_search(monkeypatch):
-    """A uniform-stage search whose screens are priced by forked workers (parallel.price_tables)
-    finds what it finds alone: plan, estimate and the tables it priced."""
-    from autotune.search import parallel
+    """A uniform-stage search whose screens are priced by forked workers (parallel.price_tables:
+    the time screens, then, once a plan is known, the memory and refined screens the slices left
+    may ask for; the baselines beside the first) finds what it finds alone: plan, estimate and
+    baselines."""
+    from autotune.search import parallel, uniform
     from autotune.search.api import search
 
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "1")
     serial = search("medium", 16, cache=False)
     monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
     monkeypatch.setattr(parallel, "MIN_TABLES", 2)
+    monkeypatch.setattr(uniform, "MIN_ROUND_TABLES", 1)
     made = []
     real = parallel.price_tables
-    monkeypatch.setattr(parallel, "price_tables", lambda search_, keys: made.append(out := real(search_, keys)) or out)
+    monkeypatch.setattr(parallel, "price_tables",
+                        lambda search_, keys, least=None: made.append(out := real(search_, keys, least)) or out)
     forked = search("medium", 16, cache=False)
-    assert made and made[0] or not parallel._can_fork()
+    assert len(made) == 3 and made[0] and made[1] or not parallel._can_fork()  # medium refines no class
+    assert ("baselines",) in made[0] or not parallel._can_fork()  # scored by a worker beside the first tables
     assert forked.plan == serial.plan and forked.estimate == serial.estimate
-    assert forked.stats.num_trials == serial.stats.num_trials
+    assert forked.stats.num_trials >= serial.stats.num_trials  # the rounds' floors: every class below the first plan
+    assert forked.baselines == serial.baselines and forked.baselines
+
+
+def test_rounds_of_screens_once_a_plan_is_known_change_no_answer(monkeypatch):
+    """A search whose memory binds (GPT-3 6.7B on 8 GPUs of 40 GB: classes refined by each way of
+    recomputing): with every round of screens forked (bare stages; then time and memory screens;
+    then refined screens), the search finds the plan it finds alone and the exhaustive one."""
+    from autotune.search import parallel, uniform
+    from autotune.search.api import search
+
+    kwargs = dict(cluster="dgx-a100-40gb", global_batch=64, seq_len=2048, cache=False, plots="none")
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "1")
+    serial = search("gpt3-6.7b", 8, **kwargs)
+    exhaustive = search("gpt3-6.7b", 8, method="exhaustive", **kwargs)
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
+    monkeypatch.setattr(parallel, "MIN_TABLES", 2)
+    monkeypatch.setattr(uniform, "MIN_ROUND_TABLES", 1)
+    made = []
+    real = parallel.price_tables
+    monkeypatch.setattr(parallel, "price_tables",
+                        lambda search_, keys, least=None: made.append(out := real(search_, keys, least)) or out)
+    forked = search("gpt3-6.7b", 8, **kwargs)
+    assert len(made) == 3 and all(made) or not parallel._can_fork()
+    assert forked.plan == serial.plan == exhaustive.plan
+    assert forked.estimate == serial.estimate
+    # the rounds' floors are made for every class below the first plan, alone only for those that come up
+    assert forked.stats.num_trials >= serial.stats.num_trials
 
 
 @pytest.mark.parametrize("seed", range(20))

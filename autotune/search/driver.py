@@ -127,6 +127,8 @@ class SliceSearch:
     # best_by_inflight tables by (result, micro-batch index, micro-batches): the deepest made so far
     inflight_tables: dict = field(default_factory=dict)
     sizes_by_dp: dict[int, tuple[int, ...]] = field(default_factory=dict)  # micro_batches, asked per table
+    with_baselines: bool = False  # the caller scores the baselines: a worker process may score them beside its tables
+    baselines: tuple | None = None  # autotune.search.baselines.baselines(problem), where a worker scored them
 
     def __post_init__(self) -> None:
         w = self.problem.workload
@@ -262,7 +264,7 @@ class SliceSearch:
         n * a_m, a_m the least per-layer time of a fitting choice holding one micro-batch, so
         max_i t_i >= sum_i n_i a_m m_i / U >= L min_m(a_m m) / U, and the step >= B max_i t_i."""
         if self.uniform is not None:
-            return self.uniform.lower_bound_s(key)
+            return self.uniform.lower_bound_s(key)[0]
         units = self.problem.gpus // key.dp
         num_mb = self.problem.workload.global_batch // (key.dp * key.micro_batch)
         per_layer = [self.least_layer_time_s(key, r) * r.model_parallel for r in self.results(key.dp)]
@@ -290,13 +292,19 @@ class SliceSearch:
                 self.uniform.screens.prefetch(keys)  # in worker processes where that pays
             line = [(self.uniform.coarse_bound_s(k), False, k) for k in keys]
         heapq.heapify(line)
+        known = False  # whether a plan's step bounds the slices left
         while line:
+            if not known and self.uniform is not None and math.isfinite(prune_above()):
+                known = True  # the screens the slices left may ask for, made in worker processes where that pays
+                self.uniform.prefetch_below([k for _, _, k in line], prune_above())
             bound, exact, key = heapq.heappop(line)
             if bound >= prune_above():
                 yield SliceOutcome(key=key, plan=None, estimate=None, lower_bound_s=bound, pruned=True)
                 continue
-            if not exact:
-                heapq.heappush(line, (max(bound, self.lower_bound_s(key)), True, key))
+            if not exact:  # its bound with memory, made only as far as the next slice's (or the best plan's)
+                cap = min(line[0][0] if line else math.inf, prune_above())
+                found, whole = self.uniform.lower_bound_s(key, cap)
+                heapq.heappush(line, (max(bound, found), whole, key))
                 continue
             plan, estimate = self.solve_slice(key, prune_above())
             # a uniform slice without a plan had every candidate cut by its floor (inf: nothing fits)

@@ -119,10 +119,11 @@ def _solve_slices(problem: SearchProblem, keys: list[SliceKey], study, progress,
     return outcomes, resumed
 
 
-def _with_baselines(problem: SearchProblem, best: SliceOutcome):
-    """The baselines, and the best plan: a baseline the space allows but the search missed wins,
-    and the result says so."""
-    extras = baselines(problem)
+def _with_baselines(problem: SearchProblem, best: SliceOutcome, made: tuple | None = None):
+    """The baselines (``made``: scored already, by a worker process beside the search's first
+    tables), and the best plan: a baseline the space allows but the search missed wins, and the
+    result says so."""
+    extras = baselines(problem) if made is None else made
     plan, estimate, source = best.plan, best.estimate, "search"
     for baseline in extras:
         if (baseline.estimate is not None and baseline.estimate.fits and plan_in_space(baseline.plan, problem.space)
@@ -182,7 +183,7 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     result_key = fingerprint(problem, with_baselines) if cache is not None and study is None else None
     if result_key is not None and (found := cache.result(result_key)) is not None:
         return found
-    search = SliceSearch(problem, cache=cache)
+    search = SliceSearch(problem, cache=cache, with_baselines=with_baselines)
     outcomes, resumed = _solve_slices(problem, keys, study, progress, search)
     best = _best(outcomes)
     if best is None and _can_fall_back(problem) and search.has_shapes():  # nothing fits in HBM: offload
@@ -192,8 +193,8 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
     if best is None:
         _missed_targets(problem, outcomes)
         raise NoPlanError("gpus", _no_plan_reason(problem, outcomes, search))
-    extras, plan, estimate, source = _with_baselines(problem, best) if with_baselines else ((), best.plan, best.estimate,
-                                                                                             "search")
+    extras, plan, estimate, source = (_with_baselines(problem, best, search.baselines) if with_baselines
+                                      else ((), best.plan, best.estimate, "search"))
     pruned = sum(1 for o in outcomes.values() if o.pruned)
     stats = SearchStats(method=problem.method, wall_time_s=time.perf_counter() - start, num_slices=len(keys),
                         num_slices_solved=len(outcomes) - pruned, num_slices_pruned=pruned, num_slices_resumed=0 if shared else resumed,

@@ -9,7 +9,10 @@ these adds work to a micro-batch, so the representative's stage time is a floor 
 member (tests/test_search_bounds.py checks this against the cost model), and a stage's time
 per micro-batch does not fall as the data-parallel degree grows (gradient and ZeRO groups only
 get larger): one representative priced at the smallest data-parallel degree bounds the class at
-every degree, before any member is priced.
+every degree, before any member is priced. Cheaper still, the representative's *bare* stage (no
+embedding, no head, no pipeline neighbour: bare_times) floors its time at every position: the
+embedding and the head only add work and the sends only add time (tests/test_search_bounds.py
+checks it against every member of small cases' classes at every degree and position).
 
 Partial recomputation (the first N layers of a stage fully recomputed) costs the interpolation
 ``none + min(N, n) / n * (full - none)`` of its stage's tables without and with full
@@ -19,14 +22,19 @@ recomputation (autotune/cost/recompute.py), so a count's table is made from two 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 import numpy as np
 
+from autotune.cost.contract import phase_cost_models
+from autotune.cost.stage import StagePosition
+from autotune.errors import AutotuneError
 from autotune.search.bounds import interleaved_floor_s, pipeline_floor_s
 from autotune.search.choices import StageChoice
-from autotune.search.tables import ChoiceCosts, blend_counts
+from autotune.search.tables import ChoiceCosts, SliceContext, blend_counts
 
-__all__ = ["Member", "representative", "count_costs", "member_floors", "screen_floors", "count_floors"]
+__all__ = ["Member", "representative", "bare_times", "lays_out", "count_costs", "member_floors", "screen_floors",
+           "count_floors"]
 
 # placements that trade time for memory: folded into the class representative (no offload)
 _OFFLOAD_FIELDS = ("optimizer_in", "gradients_in", "weights_in", "activations_in")
@@ -49,6 +57,35 @@ def representative(choice: StageChoice) -> StageChoice:
     zero3 = choice.zero >= 3
     kept = tuple((k, v) for k, v in choice.placements if k not in _OFFLOAD_FIELDS and zero3)
     return replace(choice, recompute="none", recompute_layers=0, zero=3 if zero3 else 0, placements=kept)
+
+
+def bare_times(ctx: SliceContext, choice: StageChoice) -> np.ndarray:
+    """[micro-batch, n]: the time of a micro-batch through a stage of ``n`` layers of ``choice``
+    with no embedding, no head and no pipeline neighbour (inf where the choice cannot be laid out
+    on the degree): a floor on its time at every pipeline position (autotune.search.screens' note)."""
+    num_layers = ctx.tables.model.num_layers
+    out = np.full((len(ctx.micro_batches), num_layers + 1), np.inf)
+    models = phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, runtime=ctx.runtime,
+                               micro_batch=np.array(ctx.micro_batches)[:, None], num_microbatches=ctx.num_microbatches,
+                               overlap_tp_comm=ctx.overlap_tp_comm)
+    bare, n = StagePosition(inflight=1.0, neighbors=0, p2p_inter_node=None), np.arange(1, num_layers + 1)[None, :]
+    try:  # as choice_costs: a choice this stage cannot take is priced nowhere
+        stage = choice.stage_plan(dp=ctx.dp)
+        out[:, 1:] = sum(w * np.asarray(m.stage_cost(stage, bare, num_layers=n).time.microbatch_s) for w, m in models)
+    except AutotuneError:
+        pass
+    return out
+
+
+@lru_cache(maxsize=4096)  # asked again by every search of the same choices (a scheduler's GPU counts)
+def lays_out(choice: StageChoice, dp: int) -> bool:
+    """Whether a stage of ``choice`` at degree ``dp`` is a valid StagePlan (its members share its
+    degrees: those that differ only trade time for memory)."""
+    try:
+        choice.stage_plan(dp=dp)
+    except AutotuneError:
+        return False
+    return True
 
 
 _TABLES = ("time_s", "tail_s", "mem_base_bytes", "mem_per_microbatch_bytes")

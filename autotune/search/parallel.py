@@ -18,8 +18,10 @@ import os
 import signal
 import sys
 import threading
+import types
+from multiprocessing.reduction import ForkingPickler
 
-__all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processes"]
+__all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processes", "usable"]
 
 # Fewer studies than MIN_STUDIES run in the search's own process: the forks, the transfers and
 # Optuna's import cost about what a second core saves (`large` on 16 GPUs, 15 studies in ~0.3 s:
@@ -30,12 +32,27 @@ __all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processe
 # problem only, not on the machine's load.
 MIN_STUDIES = 24
 
-# A table costs 3-15 ms to price (one cost-model call per pipeline position) against a whole
-# study's 50-300 ms: forking and sending the tables back (about 0.15 s) pays from about this
-# many (DeepSeek-V3 on 2048 GPUs: 294 time screens; large on 16 GPUs: about 20, made here).
+# A search's first tables are its classes' bare stages, about 1.5 ms each (one cost-model call;
+# DeepSeek-V3 on 2048 GPUs: 294 in 0.46 s of CPU), sent with the baselines' few tenths of a
+# second: forking and sending them back (about 0.05-0.15 s) pays from about this many (large on
+# 16 GPUs: about 20, made here). Later rounds: autotune.search.uniform MIN_ROUND_TABLES.
 MIN_TABLES = 128
 
 _SEARCH = None  # the SliceSearch the forked workers read (inherited by fork, never pickled)
+
+
+def _read_only(mapping: dict) -> types.MappingProxyType:
+    return types.MappingProxyType(mapping)
+
+
+def _mappingproxy(proxy: types.MappingProxyType):
+    return _read_only, (dict(proxy),)
+
+
+# An Estimate's breakdowns are read-only mappings, which pickle cannot send: a worker that scores
+# the baselines (autotune.search.screens) sends each as its dict, read-only again on arrival
+# (multiprocessing's own pickler only: pickle itself is left as it is).
+ForkingPickler.register(types.MappingProxyType, _mappingproxy)
 
 
 def processes() -> int:
@@ -48,6 +65,11 @@ def processes() -> int:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return min(2, cores)
+
+
+def usable() -> bool:
+    """Whether worker processes would be forked here (two usable cores, fork safe)."""
+    return processes() >= 2 and _can_fork()
 
 
 def _can_fork() -> bool:
@@ -79,8 +101,8 @@ def _study(key: tuple[int, int]):
 
 
 def _tables(key: tuple):
-    try:  # (dp, model-parallel size, choice, positions, micro-batch sizes, inter-node) -> its tables
-        return key, _SEARCH.uniform.screens.compute(*key), True
+    try:  # a price task of autotune.search.screens (bare stage, time screen position tables, leanest member memory)
+        return key, _SEARCH.uniform.screens.compute(key), True
     except BaseException:  # noqa: BLE001  (as _study)
         return key, None, False
 
@@ -97,10 +119,11 @@ def run_studies(search, keys: list[tuple[int, int]]) -> dict:
     return _run(search, _study, keys)
 
 
-def price_tables(search, keys: list[tuple]) -> dict:
+def price_tables(search, keys: list[tuple], least: int | None = None) -> dict:
     """Stage tables of a uniform-stage search (autotune.search.screens Screens.compute of each
-    key) made in two forked workers, as run_studies; {} when not possible or not worth it."""
-    if len(keys) < MIN_TABLES or processes() < 2 or not _can_fork():
+    key) made in two forked workers, as run_studies; {} when not possible or not worth it (fewer
+    than ``least`` keys; None: MIN_TABLES)."""
+    if len(keys) < (MIN_TABLES if least is None else least) or processes() < 2 or not _can_fork():
         return {}
     return _run(search, _tables, keys)
 

@@ -8,6 +8,12 @@ members priced at the largest (memory does not grow with the degree), their memo
 cost model's stage_memory: a few times cheaper than time and memory). A class's floor on a slice
 comes from the times alone (``memory=False``: cheap, one table per class) or from both.
 
+Before either, a class is bounded by its *bare* stage (members.bare_times: no embedding, head or
+pipeline neighbour, read at every position), one cost-model call where the time screen's
+positions take three or more: DeepSeek-V3 on 2048 GPUs prices its 294 classes' bare stages in
+0.46 s of CPU against 1.8 s for their time screens, and 98 of them floor below the optimum on some
+slice (97 by their time screens), so only those need the time screen.
+
 Tables go through the plan cache (autotune.search.cache) when the search has one: a table
 depends on the stage's submesh, degree, micro-batch sizes and positions, not on the GPU count,
 so another GPU count of the same model, workload, runtime and space reuses it. Without one, the
@@ -23,8 +29,9 @@ import numpy as np
 
 from autotune.search.cache import PlanCache
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
-from autotune.search.members import count_floors, member_floors, representative, screen_floors
-from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, SINGLE, ChoiceCosts, choice_costs
+from autotune.search.members import bare_times, count_floors, lays_out, member_floors, representative, screen_floors
+from autotune.search.screen_tasks import BASELINES
+from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, POSITIONS, SINGLE, ChoiceCosts, choice_costs
 
 __all__ = ["ChoiceClass", "Screens", "price_positions"]
 
@@ -91,6 +98,7 @@ class Screens:
         self.counts: dict[tuple[int, int], list[int]] = {}
         self._classes: dict[tuple[int, int], dict[StageChoice, ChoiceClass]] = {}
         self._time: dict[tuple, tuple[int, ChoiceCosts] | None] = {}
+        self._bare: dict[tuple, tuple[int, ChoiceCosts] | None] = {}
         self._memory: dict[tuple, tuple[tuple[int, ...], np.ndarray, np.ndarray]] = {}
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
         self._made: dict[tuple, ChoiceCosts] = {}  # tables worker processes made, until priced
@@ -146,9 +154,8 @@ class Screens:
         tables are for (screens, leanest members, members), not part of what they are, except
         that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
         memory_only = kind == "lean"
-        made = None if memory_only else self._made.pop((dp, mp, choice, tuple(positions), sizes, inter_node), None)
-        cache, base = ((self.search.cache, self.search.base_key) if self.search.cache is not None
-                       else (self._tables, None))  # without a plan cache, this search's own
+        made = self._made.pop(("lean" if memory_only else "time", dp, mp, choice, tuple(positions), sizes, inter_node), None)
+        cache, base = self._cache()
         tables = "memory" if memory_only else "position"
         micro_batches = self.search.micro_batches(dp) if sizes is None else sizes
         # the positions' tables laid out as one ChoiceCosts, kept beside them: another GPU count
@@ -177,37 +184,89 @@ class Screens:
         cache.store_study(whole, _Whole((out,)))
         return out
 
-    def compute(self, dp: int, mp: int, choice: StageChoice, positions: tuple[int, ...], sizes: tuple[int, ...] | None,
-                inter_node: bool | None) -> ChoiceCosts:
-        """choice_costs as price makes it, without the cache (what a worker process runs)."""
-        ctx = self.search._slice_context(dp)
-        return choice_costs(ctx if sizes is None else replace(ctx, micro_batches=sizes), choice, list(positions), inter_node)
+    def bare_screen(self, mp: int, rep: StageChoice) -> tuple[int, ChoiceCosts] | None:
+        """(degree, tables) as time_screen's, of the representative's bare stage (bare_times at
+        every position; the tail and memory NaN: not priced), through the plan cache."""
+        if (mp, rep) not in self._bare:
+            found = None
+            for _, dp, _, choice in self._bare_tasks(mp, rep):
+                made = self._made.pop(("bare", dp, mp, choice), None)
+                cache, base = self._cache()
+                found = cache.study(cache_key := (base, "bare", dp, mp, self.search.micro_batches(dp), choice))
+                if found is None:
+                    time = made if made is not None else bare_times(self.search._slice_context(dp), choice)
+                    self.search.num_trials += 1
+                    shape = time.shape + (len(POSITIONS),)
+                    unpriced = np.broadcast_to(np.nan, shape)
+                    found = _Whole((ChoiceCosts(choice=choice, time_s=np.broadcast_to(time[..., None], shape),
+                                                tail_s=unpriced, mem_base_bytes=unpriced, mem_per_microbatch_bytes=unpriced),))
+                    cache.store_study(cache_key, found)
+                found = (dp, found.costs[0])
+            self._bare[(mp, rep)] = found
+        return self._bare[(mp, rep)]
+
+    def _cache(self) -> tuple[PlanCache, object]:
+        """(cache, base key) of priced tables: the plan cache, or without one this search's own."""
+        return (self.search.cache, self.search.base_key) if self.search.cache is not None else (self._tables, None)
+
+    def compute(self, task: tuple):
+        """What a worker process makes of a price task (autotune.search.screen_tasks)."""
+        from autotune.search.screen_tasks import compute
+
+        return compute(self, task)
 
     def prefetch(self, keys) -> None:
         """Make the screens every slice's coarse bound reads in worker processes where that pays
-        (autotune.search.parallel): every class's time screen. The leanest members' memory
-        screens are left to the classes that come up (autotune.search.uniform)."""
-        from autotune.search.parallel import price_tables
-
-        wanted: dict[tuple, None] = {}  # in order, once each
+        (autotune.search.parallel): every class's bare stage. Time and memory screens are left to
+        the classes that come up (autotune.search.uniform)."""
+        wanted: dict[tuple, None] = dict.fromkeys([BASELINES] if self.search.with_baselines else [])  # first: the longest
         for dp in sorted({key.dp for key in keys}):
             for mp, _ in self.submeshes(dp):
                 for rep in self.classes(dp, mp):
-                    wanted.update(dict.fromkeys(self._screen_tasks(mp, rep)))
-        wanted = list(wanted)
-        cache = self.search.cache
-        if cache is not None:  # what another GPU count already priced stays where it is
-            wanted = [t for t in wanted if any(cache.study((self.search.base_key, "position", t[0], t[1],
-                                                            t[4] or self.search.micro_batches(t[0]), t[5], t[2], pos))
-                                               is None for pos in t[3])]
-        self._made.update(price_tables(self.search, wanted))
+                    wanted.update(dict.fromkeys(self._bare_tasks(mp, rep)))
+        self.prefetch_tasks(list(wanted))
+        self.search.baselines = self._made.pop(BASELINES, None)  # scored by a worker where the tables were
 
-    def _screen_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
+    def prefetch_tasks(self, tasks: list[tuple], least: int | None = None) -> bool:
+        """Price tasks (_bare_tasks, _screen_tasks, _memory_tasks) made in worker processes where
+        there are at least ``least`` (None: parallel.MIN_TABLES) not priced yet; bare_screen and
+        price take them from there when asked (and count them then: the search's trials are the
+        tables it uses). Whether workers made them."""
+        from autotune.search.parallel import price_tables
+
+        cache, base = self._cache()
+
+        def priced(task) -> bool:  # what is priced already (another GPU count, this search) stays where it is
+            if task == BASELINES:
+                return False
+            if task[0] == "bare":
+                return cache.study((base, "bare", task[1], task[2], self.search.micro_batches(task[1]), task[3])) is not None
+            kind, dp, mp, choice, positions, sizes, link = task
+            tables, sizes = ("memory", sizes) if kind == "lean" else ("position", self.search.micro_batches(dp))
+            return all(cache.study((base, tables, dp, mp, sizes, link, choice, pos)) is not None for pos in positions)
+        made = price_tables(self.search, [t for t in tasks if t not in self._made and not priced(t)], least)
+        self._made.update(made)
+        return bool(made)
+
+    def _bare_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
+        """bare_screen's pricing of a class, if it has a degree."""
+        dps, _ = self._degrees(mp, rep)
+        return [("bare", dps[0], mp, rep)] if dps else []
+
+    def _screen_tasks(self, mp: int, rep: StageChoice, recompute: str = "none") -> list[tuple]:
         """The price calls of a class's time screen (as time_screen makes them)."""
         dps, positions = self._degrees(mp, rep)
         if not dps:
             return []
-        return [(dps[0], mp, rep, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
+        choice = replace(rep, recompute=recompute)
+        return [("time", dps[0], mp, choice, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
+
+    def _memory_tasks(self, mp: int, rep: StageChoice, recompute: str | None = None) -> list[tuple]:
+        """The price calls of a class's memory screen (as memory_screen makes them)."""
+        dps, positions = self._degrees(mp, rep)
+        sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
+        return [("lean", dps[-1], mp, c, tuple(positions), sizes, None)
+                for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
 
     def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
         """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
@@ -219,10 +278,17 @@ class Screens:
         return [None, True] if any(k in _OFFLOADING for k, _ in rep.placements) else [EITHER_LINK]
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
-        """(degrees whose studies have the class, positions their pipelines take)."""
+        """(degrees whose studies have the class and whose stages can take it, positions their
+        pipelines take). A class whose expert degrees (ep x etp) do not divide a stage of the
+        smallest degree does divide larger ones: its screens start where it can be laid out (else
+        that degree's inf tables would floor it out of every degree)."""
         found = self._where.get((mp, rep))
         if found is None:
             dps = [dp for dp in self.dps() if any(m == mp for m, _ in self.submeshes(dp)) and rep in self.classes(dp, mp)]
+            # from the smallest and the largest that lay it out (those between add positions and sizes at most)
+            low = next((i for i, dp in enumerate(dps) if lays_out(rep, dp)), len(dps))
+            high = next((i for i in range(len(dps) - 1, low - 1, -1) if lays_out(rep, dps[i])), low - 1)
+            dps = dps[low:high + 1]
             stages = {s for dp in dps for m, s in self.submeshes(dp) if m == mp}
             found = self._where[(mp, rep)] = (dps, sorted({x for s in stages for x in price_positions(s)}))
         return found
@@ -234,13 +300,12 @@ class Screens:
         degrees' stages do both, the screen takes the lesser time of each."""
         key = (mp, rep, recompute)
         if key not in self._time:
-            dps, positions = self._degrees(mp, rep)
             found = None
-            if dps:
-                choice = replace(rep, recompute=recompute)
-                tables = [self.price(dps[0], mp, choice, positions, "screen", inter_node=link)
-                          for link in self._links(mp, rep, dps)]
-                found = (dps[0], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
+            tasks = self._screen_tasks(mp, rep, recompute)
+            if tasks:
+                tables = [self.price(dp, mp, choice, list(positions), "screen", inter_node=link)
+                          for _, dp, mp, choice, positions, _, link in tasks]
+                found = (tasks[0][1], replace(tables[0], time_s=np.fmin.reduce([t.time_s for t in tables])))
             self._time[key] = found
         return self._time[key]
 
@@ -255,10 +320,9 @@ class Screens:
         class, for every size any degree has."""
         key = (mp, rep, recompute)
         if key not in self._memory:
-            dps, positions = self._degrees(mp, rep)
-            sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-            lean = [self.price(dps[-1], mp, c, positions, "lean", sizes)
-                    for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
+            tasks = self._memory_tasks(mp, rep, recompute)
+            sizes = tasks[0][5]
+            lean = [self.price(dp, mp, c, list(positions), "lean", sizes) for _, dp, mp, c, positions, *_ in tasks]
             self._memory[key] = (sizes, np.minimum.reduce([c.mem_base_bytes for c in lean]),
                                  np.minimum.reduce([c.mem_per_microbatch_bytes for c in lean]))
         return self._memory[key]
@@ -267,6 +331,8 @@ class Screens:
         """One micro-batch size's floor tables [1, n, pos]: the ``recompute`` representative's
         times, the least memory of the members recomputing as ``memory_of`` (None: any)."""
         found = self.time_screen(mp, rep, recompute)
+        if found is None:  # no degree's stage can take the class
+            return None
         sizes = self.search.micro_batches(found[0])
         memory_sizes, bases, pers = self.memory_screen(mp, rep, memory_of)
         if key.micro_batch not in sizes or key.micro_batch not in memory_sizes:
@@ -310,14 +376,16 @@ class Screens:
             best = (min(best[0], float(plains.min())), min(best[1], float(inters.min())))
         return best
 
-    def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool) -> list[tuple]:
+    def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool,
+                     bare: bool = False) -> list[tuple]:
         """(1F1B, interleaved) floors of the classes ``reps`` on slice ``key`` (``shape`` as
-        members._floors) from their screens, memory included or not; 0 where a screen lacks the
-        slice's micro-batch size (the class is priced to know), inf where the class has none."""
+        members._floors) from their screens (``bare``: their bare stages' times), memory included or
+        not; 0 where a screen lacks the slice's micro-batch size (the class is priced to know), inf
+        where the class has none."""
         out: list[tuple] = [(0.0, 0.0)] * len(reps)
         rows, where = [], []
         for j, rep in enumerate(reps):
-            found = self.time_screen(mp, rep)
+            found = self.bare_screen(mp, rep) if bare else self.time_screen(mp, rep)
             if found is None:
                 out[j] = (math.inf, math.inf)
                 continue

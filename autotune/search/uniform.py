@@ -6,9 +6,11 @@ layers (1F1B, by the stage DP), or equal stages interleaved. Candidates are take
 floor on their step (autotune.search.bounds) and a slice stops when no floor beats its best:
 
 1. a *class* of choices (autotune.search.members) is bounded by its representative, priced once
-   per submesh size at the smallest data-parallel degree and shared by every degree; its floor
-   is tightened, only when it comes up, by its leanest members' memory and then by each way of
-   recomputing (autotune.search.screens), each back in line where that raises it;
+   per submesh size at the smallest data-parallel degree and shared by every degree: first as a
+   bare stage (no embedding, head or sends: one cost-model call); its floor is tightened, only
+   when it comes up, by the representative's own times at each position with its leanest
+   members' memory, and then by each way of recomputing (autotune.search.screens), each back in
+   line where that raises it;
 2. a class that may win is priced at the slice's degree: each member, and every partial
    recomputation count, gets its exact floor (memory-aware: a stage must hold one micro-batch);
 3. a member that may win is solved by the stage DP (autotune.search.inter_op).
@@ -39,8 +41,14 @@ from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
 
 __all__ = ["UniformSearch"]
 
-# how much a class's floor on a slice knows: its representative's times, then the leanest
-# members' memory, then each way of recomputing (autotune.search.screens)
+# A round of screens priced once a plan is known (prefetch_below) goes to worker processes from
+# this many: forking two costs about 35 ms of wall time and a memory screen about 3 ms
+# (DeepSeek-V3 on 2048 GPUs, this 2-core machine), so fewer save less than the fork costs.
+MIN_ROUND_TABLES = 32
+
+# how much a class's floor on a slice knows: its representative's bare stage's times, then its
+# times at each position and the leanest members' memory, then each way of recomputing
+# (autotune.search.screens)
 _TIMES, _MEMORY, _REFINED = range(3)
 
 
@@ -55,7 +63,7 @@ class UniformSearch:
         self.exhaustive = self.problem.method == "exhaustive"
         self._priced: dict[tuple, dict[int, ChoiceCosts]] = {}
         self._items: dict = {}  # by slice: its candidates' floors, until it is solved
-        self._time_only: dict = {}  # by (slice, submesh, class): its floors from times alone
+        self._time_only: dict = {}  # by (slice, submesh, class): its floors from its bare stage's times
         self._memory: dict = {}  # by (slice, submesh): its classes' floors with memory, as they are made
         self.studies: set[tuple[int, int]] = set()
         self.num_evaluated = 0
@@ -136,60 +144,132 @@ class UniformSearch:
         return items, tie
 
     def _class_time_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> list[tuple[float, float]]:
-        """The classes' floors from their times alone (kept from coarse_bound_s when it made them):
-        a class's memory screens are priced only when it comes up (_expand)."""
+        """The classes' floors from their bare stages' times (kept from coarse_bound_s when it made
+        them): a class's time and memory screens are priced only when it comes up (_expand)."""
         kept = [self._time_only.get((key, mp, rep)) for rep in reps]
         if all(pair is not None for pair in kept):
             return kept
         shape = self._shape(key, stages, self._chunks(key, stages))
-        return self.screens.class_floors(key, mp, reps, shape, memory=False)
+        return self.screens.class_floors(key, mp, reps, shape, memory=False, bare=True)
 
-    def lower_bound_s(self, key) -> float:
-        """No plan of the slice is faster: the least floor of its candidates, memory included.
-        Classes are taken in order of their floors from times alone, and a class's memory screens
-        are priced only while that floor is below the least found so far (the same bound, with
-        the screens of classes that cannot set it left unpriced)."""
+    def lower_bound_s(self, key, cap: float = math.inf) -> tuple[float, bool]:
+        """(bound, whole): no plan of the slice is faster than bound, the least floor of its
+        candidates with memory included when ``whole``. Classes are taken in order of their floors
+        from their bare stages, and a class's time and memory screens are priced only while that
+        floor is below the least found so far (the same bound, with the screens of classes that
+        cannot set it left unpriced) and not above ``cap``: past it the bound is that floor (above
+        ``cap``, not whole), and a later call with a higher cap goes on from there (the classes
+        priced stay priced)."""
         items = self._slice_items(key)
         if self.exhaustive:
-            return min((min(item[0], item[1]) for item in items), default=math.inf)
+            return min((min(item[0], item[1]) for item in items), default=math.inf), True
         least = math.inf
         for j in sorted(range(len(items)), key=lambda j: min(items[j][0], items[j][1])):
-            if min(items[j][0], items[j][1]) >= least:
+            floor = min(items[j][0], items[j][1])
+            if floor >= least:
                 break
+            if floor > cap:  # every class left floors at least this: enough to put the slice back in line
+                return floor, False
             if items[j][4][4] == _TIMES:
                 items[j] = self._with_memory(key, items[j])
             least = min(least, items[j][0], items[j][1])
-        return least
+        return least, True
+
+    def prefetch_below(self, keys, best_s: float) -> None:
+        """Once a plan of step ``best_s`` is known: the screens the slices ``keys`` will still ask
+        for, made in worker processes where that pays (autotune.search.parallel): the time and
+        memory screens of every class whose bare stage's floor is below ``best_s``, then (their
+        floors with memory made with them) the refined floors of those that memory raised but
+        left below it, a class's screens and floors on every slice in one task. A class above
+        ``best_s`` never comes up; one below may not either (a better plan or its slice's bound may
+        stop it first): the workers price a few more than the search uses. Without workers,
+        nothing is made ahead."""
+        from autotune.search.parallel import usable
+
+        screens, open_keys = self.screens, set(keys)
+        classes = {(mp, rep) for (key, mp, rep), pair in self._time_only.items()  # bare floors below best_s
+                   if key in open_keys and min(pair) < best_s and not screens.has_memory_screen(mp, rep)}
+        tasks = [t for mp, rep in classes for t in screens._screen_tasks(mp, rep) + screens._memory_tasks(mp, rep)]
+        if self.exhaustive or len(tasks) < MIN_ROUND_TABLES or not usable() or not screens.prefetch_tasks(tasks, MIN_ROUND_TABLES):
+            return  # no workers (or too few tables for them): each class's floors are made if it comes up
+        below = [(key, j) for key in keys for j, item in enumerate(self._slice_items(key))
+                 if item[2] == 0 and item[4][4] == _TIMES and min(item[0], item[1]) < best_s]
+        groups: dict[tuple, list] = {}  # a slice's classes on one submesh: their floors made at once
+        for key, j in below:
+            groups.setdefault((key, self._items[key][j][4][1]), []).append(self._items[key][j][4])
+        for (key, mp), payloads in groups.items():
+            reps = [payload[3] for payload in payloads]
+            self._memory_floors(key, mp, payloads[0][2], reps), self._time_floors(key, mp, payloads[0][2], reps)
+        refine: dict[tuple, list] = {}  # (submesh, class) -> its (slice, item index) to refine
+        for key, j in below:
+            item = self._items[key][j] = self._with_memory(key, self._items[key][j])
+            plain, inter, _, _, (_, mp, stages, rep, _, _) = item
+            times = self._time_floors(key, mp, stages, [rep])[rep]
+            if times[0] < plain < best_s or times[1] < inter < best_s:  # _expand would refine it
+                refine.setdefault((mp, rep), []).append((key, j))
+        self._refine_in_workers(refine)
+
+    def _refine_in_workers(self, refine: dict[tuple, list]) -> None:
+        """refined_floor of each class on its slices (``refine``: (submesh, class) -> (slice, item
+        index)), a class a task in worker processes where there are MIN_ROUND_TABLES or more; the
+        items take them (state _REFINED: _expand prices their members next), the search counts
+        the tables the workers priced for them."""
+        from autotune.search.parallel import price_tables
+
+        tasks = {("refine", mp, rep, tuple((key, self._shape(key, *self._stages_chunks(key, j))) for key, j in slices)):
+                 slices for (mp, rep), slices in refine.items()}
+        for task, (floors, trials) in price_tables(self.search, list(tasks), MIN_ROUND_TABLES).items():
+            self.search.num_trials += trials
+            for key, j in tasks[task]:
+                plain, inter, kind, rank, (mi, mp, stages, rep, _, bare) = self._items[key][j]
+                self._items[key][j] = (max(plain, floors[key][0]), max(inter, floors[key][1]), kind, rank,
+                                       (mi, mp, stages, rep, _REFINED, bare))
+
+    def _stages_chunks(self, key, j: int) -> tuple[int, int]:
+        stages = self._items[key][j][4][2]
+        return stages, self._chunks(key, stages)
 
     def _with_memory(self, key, item: tuple) -> tuple:
-        """A class's item with its floors from its leanest members' memory as well (state _MEMORY)."""
-        _, _, kind, rank, (mi, mp, stages, rep, _, times) = item
-        plain, inter = self._memory_floors(key, mp, stages, rep)
-        return max(plain, times[0]), max(inter, times[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, times)
+        """A class's item with its floors from its time screen and its leanest members' memory
+        (state _MEMORY; the payload keeps its bare stage's floors)."""
+        _, _, kind, rank, (mi, mp, stages, rep, _, bare) = item
+        plain, inter = self._memory_floors(key, mp, stages, [rep])[rep]
+        return max(plain, bare[0]), max(inter, bare[1]), kind, rank, (mi, mp, stages, rep, _MEMORY, bare)
 
-    def _memory_floors(self, key, mp: int, stages: int, rep: StageChoice) -> tuple[float, float]:
-        """class_floors with memory of ``rep`` on the slice, kept until the slice is solved; from the
-        submesh's second on, made with those of every class whose memory screen is priced already
-        (one call for all: the same floors row by row; a slice asking once or twice makes only its own)."""
+    def _memory_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> dict:
+        """class_floors with memory of ``reps`` on the slice, kept until the slice is solved (by
+        class); from the submesh's second call on, made with those of every class whose memory
+        screen is priced already (one call for all: the same floors row by row; a slice asking
+        once or twice makes only its own)."""
         memo = self._memory.setdefault((key, mp), {})
-        if rep not in memo:
+        if any(rep not in memo for rep in reps):
             ready = [r for r in self.screens.classes(key.dp, mp) if r not in memo and self.screens.has_memory_screen(mp, r)
                      ] if memo else []
-            ready += [] if rep in ready else [rep]
+            ready += [rep for rep in dict.fromkeys(reps) if rep not in memo and rep not in ready]
             shape = self._shape(key, stages, self._chunks(key, stages))
             memo.update(zip(ready, self.screens.class_floors(key, mp, ready, shape, memory=True)))
-        return memo[rep]
+        return memo
+
+    def _time_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> dict:
+        """class_floors of ``reps`` on the slice from their time screens alone (whether memory binds
+        a class: above them), kept until the slice is solved (by class)."""
+        memo = self._memory.setdefault((key, mp, "times"), {})
+        missing = [rep for rep in dict.fromkeys(reps) if rep not in memo]
+        if missing:
+            shape = self._shape(key, stages, self._chunks(key, stages))
+            memo.update(zip(missing, self.screens.class_floors(key, mp, missing, shape, memory=False)))
+        return memo
 
     def coarse_bound_s(self, key) -> float:
-        """A floor of lower_bound_s from the classes' times alone (no memory screens priced);
-        the exhaustive method's is the exact one."""
+        """A floor of lower_bound_s from the classes' bare stages' times (no time or memory screens
+        priced); the exhaustive method's is the exact one."""
         if self.exhaustive:
-            return self.lower_bound_s(key)
+            return self.lower_bound_s(key)[0]
         floors = []
         for mp, stages in self.screens.submeshes(key.dp):
             classes = list(self.screens.classes(key.dp, mp))
             shape = self._shape(key, stages, self._chunks(key, stages))
-            for rep, pair in zip(classes, self.screens.class_floors(key, mp, classes, shape, memory=False)):
+            for rep, pair in zip(classes, self.screens.class_floors(key, mp, classes, shape, memory=False, bare=True)):
                 self._time_only[(key, mp, rep)] = pair
                 floors.append(min(pair))
         return min(floors, default=math.inf)
@@ -221,7 +301,7 @@ class UniformSearch:
         """A class taken from the heap: first its floor per way of recomputing (back in line if
         that is higher), then its members priced at the slice's degree."""
         floor, _, rank, _, payload = item
-        mi, mp, stages, rep, known, times = payload
+        mi, mp, stages, rep, known, bare = payload
         chunks = self._chunks(key, stages)
         shape = self._shape(key, stages, chunks)
         side = 1 if interleaved else 0
@@ -231,10 +311,11 @@ class UniformSearch:
             if better > floor:
                 heapq.heappush(heap, (better, 0, rank, next(tie), payload))
                 return
-        elif known == _MEMORY and floor > times[side]:  # memory binds even the leanest members: worth four screens
+        elif known == _MEMORY and floor > bare[side] and floor > self._time_floors(key, mp, stages, [rep])[rep][side]:
+            # memory binds even the leanest members: worth four screens
             better = self.screens.refined_floor(key, mp, rep, shape)[side]
             if better > floor:
-                heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, times)))
+                heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, bare)))
                 return
         for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks, side):
             heapq.heappush(heap, (inter if interleaved else plain, 1, rank, next(tie), (mp, stages, member)))
