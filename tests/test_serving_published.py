@@ -121,7 +121,7 @@ def test_versions_resolve_to_the_newest_preset_not_newer_than_the_row():
     assert engine_runtime("vllm", "0.40").name == "vllm"
     assert engine_runtime("tensorrt-llm", "0.14.0 (Triton tensorrtllm_backend)").name == "tensorrt-llm-0.14"
     assert engine_runtime("tensorrt-llm", "0.17 (TensorRT engine)").name == "tensorrt-llm-0.17"
-    assert engine_runtime("sglang", "0.4.1").name == "sglang-0.3"
+    assert engine_runtime("sglang", "0.4.1").name == "sglang-0.4"
     with pytest.raises(RowProblem, match="engine"):
         engine_runtime("ollama", "1.0")
 

@@ -79,7 +79,10 @@ def _version(text: str) -> tuple[int, ...]:
     found = re.search(r"(\d+(?:\.\d+)*)", text)
     if not found:
         raise RowProblem(f"no version number in {text!r}")
-    return tuple(int(p) for p in found.group(1).split("."))
+    parts = [int(p) for p in found.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:  # "1.0" names the release "1.0.0" does
+        parts.pop()
+    return tuple(parts)
 
 
 def engine_runtime(engine: str, version: str) -> Runtime:

@@ -42,7 +42,12 @@ MEMORY_RULES = ("total", "static", "free", "reserved")
 # "trtllm_bench" (trtllm-bench build's heuristic from the dataset's mean ISL/OSL and memory),
 # "max_model_len" (vLLM v0 without chunked prefill: the token budget is max(max_model_len, 2048)),
 # "vllm_device" (vLLM V1: by GPU memory, 8192 tokens and 1024 sequences on 70-160 GB GPUs).
-BATCH_RULES = ("fixed", "trtllm_bench", "max_model_len", "vllm_device")
+# vLLM's V1 defaults changed twice: "vllm_by_name" (0.8: 8192 tokens on a GPU named H100 or H200,
+# 2048 on any other, 1024 sequences on all) and "vllm_by_memory" (0.9 to 0.11: 8192 tokens and 1024
+# sequences from 70 GiB except A100, else 2048 and 256; no larger tier from 160 GiB).
+# Under "trtllm_bench" without chunked prefill the budget is at least a prompt plus a full batch
+# (trtllm-bench's PyTorch path forces max_num_tokens to max ISL + max_batch_size).
+BATCH_RULES = ("fixed", "trtllm_bench", "max_model_len", "vllm_device", "vllm_by_name", "vllm_by_memory")
 # "auto": the activation dtype; "fp8": FP8 (E4M3) always; "weights": FP8 when the weights are
 # FP8 (trtllm-bench build --quantization FP8 sets the KV cache to FP8 too).
 KV_CACHE_DTYPES = ("auto", "fp8", "weights")
