@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 
 from autotune.calibrate.serving_systems import PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
+from autotune.cost.serving_lengths import request_lengths
 from autotune.cost.serving_load import METRICS, Load
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
@@ -201,6 +202,15 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: fl
     raise RowProblem(f"cannot read how load was applied from {row['concurrency_or_batch']!r}")
 
 
+def _spread(load: Load, row: dict, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+    """Each request's lengths drawn from the dataset's distribution, where it has one and the row
+    states neither length (a stated one fixes the benchmark's lengths)."""
+    if "lengths" not in dataset or _int(row, "isl") or _int(row, "osl"):
+        return load, ()
+    lengths = request_lengths(dataset["lengths"])
+    return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",)
+
+
 def _metric(row: dict) -> tuple[str, str, float]:
     """(metric, scope, unit -> SI factor)."""
     metric, unit = row["metric"].strip(), row["unit"].strip()
@@ -271,6 +281,7 @@ def case_from_row(row: dict) -> ServingCase:
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, replicas, dataset, runtime.serving.rate_run_s)
+        load, spread_notes = _spread(load, row, dataset)
         metric, scope, factor = _metric(row)
         attention_dp = bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention", row.get("notes", ""), re.I))
         deployment = ServingDeployment(model=model, cluster=load_cluster(_cluster(row["gpu"])), runtime=runtime, tp=tp,
@@ -282,4 +293,4 @@ def case_from_row(row: dict) -> ServingCase:
         raise RowProblem(f"unreadable cell: {err}") from None
     return ServingCase(row_id=row["id"], engine=row["engine"], gpu=row["gpu"], deployment=deployment, load=load,
                        metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, measured=measured,
-                       assumed=assumed + length_notes + load_notes)
+                       assumed=assumed + length_notes + spread_notes + load_notes)
