@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 
 from autotune.calibrate.serving_systems import PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
+from autotune.cost.serving_lengths import request_lengths
 from autotune.cost.serving_load import METRICS, Load
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
@@ -38,6 +39,15 @@ RATE_REQUESTS = 2000
 # 20,000 and the run's 30,300, each the mean of 4 draws). Past this many per replica the averaged
 # metrics agree within 2%, so longer runs are simulated at this length (the simulation's cost).
 MAX_RATE_REQUESTS = 10000
+# LoadGen's Offline query holds max(min_query_count, 1.1 x target_qps x min_duration) samples
+# (v4.1 NVIDIA, 8 H100s: 200,640 for Llama 2 at 76 QPS, 971,520 for Mixtral at 368, over 2,400 s;
+# closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/{llama2-70b-99,mixtral-8x7b}/Offline/performance/
+# run_1/mlperf_log_summary.txt @a2f5d66d17e8), not the sample set's 24,576 or 15,000: with lengths
+# spread, a run as short as the set ends in a long tail of the longest requests, which the real
+# run's steady state dilutes. Under a harness with a run length (rate_run_s) an Offline row runs
+# the steady state's MAX_RATE_REQUESTS per replica, as a rate row does (an instance above 4.2
+# samples/s issues more in 2,400 s).
+OFFLINE_RUN_NOTE = f"{MAX_RATE_REQUESTS} requests per replica (the harness's Offline query lasts its min_duration)"
 # Model names in rows (lower case, without -instruct/-hf/-chat) -> presets (autotune/data/models.toml)
 _MODELS = {"llama-3.1-8b": "llama3-8b", "llama-3-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
            "llama-3.3-70b": "llama3-70b", "llama-3-70b": "llama3-70b", "llama-3.1-405b": "llama3-405b",
@@ -171,8 +181,9 @@ def _number(pattern: str, text: str) -> float | None:
 
 def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float) -> tuple[Load, tuple[str, ...]]:
     """The load one replica sees, from concurrency_or_batch and the notes (a maximum-throughput row
-    without a count: the benchmark's own minimum, the dataset's ``offline_samples``; a rate row: the
-    notes' LoadGen min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
+    without a count: the benchmark's own minimum, the dataset's ``offline_samples``, and under a
+    harness with a run length ``run_s``, MAX_RATE_REQUESTS; a rate row: the notes' LoadGen
+    min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
     text = f"{row['concurrency_or_batch']}; {row.get('notes', '')}"
     count = (_number(r"num_requests=([\d,]+)", text) or _number(r"([\d,]+) prompts", text)
              or _number(r"([\d,]+) requests", text) or _number(r"([\d,]+)-sample", text))
@@ -199,9 +210,20 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: fl
             assumed = (f"{count} requests ({dataset['offline_samples']['source']})",)
         if not count:
             raise RowProblem("a maximum-throughput row must state its number of requests")
-        return Load(kind="max_throughput", num_requests=max(1, int(count / replicas)), input_len=isl,
-                    output_len=osl), assumed
+        n = max(1, int(count / replicas))
+        if run_s:  # the harness's query lasts run_s: far more requests than the sample set
+            n, assumed = MAX_RATE_REQUESTS, (OFFLINE_RUN_NOTE,)
+        return Load(kind="max_throughput", num_requests=n, input_len=isl, output_len=osl), assumed
     raise RowProblem(f"cannot read how load was applied from {row['concurrency_or_batch']!r}")
+
+
+def _spread(load: Load, row: dict, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+    """Each request's lengths drawn from the dataset's distribution, where it has one and the row
+    states neither length (a stated one fixes the benchmark's lengths)."""
+    if "lengths" not in dataset or _int(row, "isl") or _int(row, "osl"):
+        return load, ()
+    lengths = request_lengths(dataset["lengths"])
+    return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",)
 
 
 def _metric(row: dict) -> tuple[str, str, float]:
@@ -274,6 +296,7 @@ def case_from_row(row: dict) -> ServingCase:
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, replicas, dataset, runtime.serving.rate_run_s)
+        load, spread_notes = _spread(load, row, dataset)
         metric, scope, factor = _metric(row)
         attention_dp = bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention", row.get("notes", ""), re.I))
         deployment = ServingDeployment(model=model, cluster=load_cluster(_cluster(row["gpu"])), runtime=runtime, tp=tp,
@@ -285,4 +308,4 @@ def case_from_row(row: dict) -> ServingCase:
         raise RowProblem(f"unreadable cell: {err}") from None
     return ServingCase(row_id=row["id"], engine=row["engine"], gpu=row["gpu"], deployment=deployment, load=load,
                        metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, measured=measured,
-                       assumed=assumed + length_notes + load_notes)
+                       assumed=assumed + length_notes + spread_notes + load_notes)

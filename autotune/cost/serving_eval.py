@@ -110,7 +110,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     decodes = min(limits.max_num_seqs, max(1, limits.kv_capacity_tokens // max(1, load.input_len)))
     tokens = max(limits.max_num_batched_tokens, decodes)
     step = replica_step_model(dep, max_tokens=tokens,
-                              max_sampled=decodes + limits.max_num_batched_tokens // max(1, load.input_len) + 1)
+                              max_sampled=decodes + limits.max_num_batched_tokens // load.shortest_input_len + 1)
     schedule = Schedule(scheduler=engine.scheduler, chunked_prefill=engine.chunked_prefill,
                         prefill_chunk_tokens=engine.prefill_chunk_tokens, max_num_seqs=decodes,
                         max_num_batched_tokens=limits.max_num_batched_tokens,
