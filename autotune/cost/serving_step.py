@@ -211,7 +211,7 @@ def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: n
     """Roofline seconds of the table's operators for each token count (forward, one pass): GEMMs
     at ``rate_dtype``'s fit reading the weight format's bytes (``weight_share`` of them), everything
     else at the activation dtype."""
-    gemm = np.array([k == "gemm" for k in table.kinds])
+    gemm = _quantized_gemms(table)
     coef_w = op_coefficients(table, device, rate_dtype)
     coef_a = op_coefficients(table, device, compute_dtype(weight_dtype) if weight_dtype not in _STORED_BYTES else "bf16")
     lat_c, spf = np.where(gemm, coef_w.lat_c, coef_a.lat_c), np.where(gemm, coef_w.spf, coef_a.spf)
@@ -222,6 +222,16 @@ def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: n
     ops = np.maximum(table.kernels * lat_c + amounts.flops * spf,
                      table.kernels * coef_a.lat_m + (act + weights) * coef_a.spb)
     return ops.sum(-1)
+
+
+# GEMMs a pre-quantized checkpoint keeps in BF16: MoE routers (ModelOpt's default config disables
+# "*router*", "*mlp.gate.*" and "*block_sparse_moe.gate*"; GPT-OSS lists mlp.router in modules_to_not_convert).
+_UNQUANTIZED_GEMMS = ("router",)
+
+
+def _quantized_gemms(table: OpTable) -> np.ndarray:
+    """Which operators are GEMMs on the checkpoint's quantized weights."""
+    return np.array([k == "gemm" and n not in _UNQUANTIZED_GEMMS for k, n in zip(table.kinds, table.names)])
 
 
 def _has_fit(device, dtype: str) -> bool:
@@ -273,7 +283,7 @@ def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype
     """Weight bytes one GPU holds: TP-split layers (experts over ep x tp/ep), vocab-parallel
     embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16."""
     def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
-        gemm = np.array([k in ("gemm", "embedding") for k in table.kinds])
+        gemm = _quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
         params = table.params / np.where(table.weights_split, tp, 1.0)
         return float((params * np.where(gemm, weight_bytes_per_param(dtype), _ACT_BYTES)).sum())
 
@@ -282,7 +292,10 @@ def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype
     total = dense * per_gpu(tables.layer, shape.op_tp, other)
     if moe:  # experts: E / ep of them over tp / ep GPUs each, W / tp a GPU whatever ep is
         total += moe * (per_gpu(tables.moe_layer, shape.op_tp, other) + per_gpu(tables.experts, shape.tp, weight_dtype))
+    # the token embedding and the LM head stay BF16 in every pre-quantized checkpoint: ModelOpt quantizes the
+    # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card; its default
+    # config disables "*lm_head*"), GPT-OSS lists embed_tokens and lm_head in modules_to_not_convert
     for block in (tables.embedding, tables.head):
         if block is not None:
-            total += per_gpu(block, shape.op_tp, other)
+            total += per_gpu(block, shape.op_tp, "bf16")
     return total
