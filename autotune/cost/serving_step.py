@@ -224,8 +224,9 @@ def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: n
     return ops.sum(-1)
 
 
-# GEMMs a pre-quantized checkpoint keeps in BF16: MoE routers (ModelOpt's default config disables
-# "*router*", "*mlp.gate.*" and "*block_sparse_moe.gate*"; GPT-OSS lists mlp.router in modules_to_not_convert).
+# GEMMs a pre-quantized checkpoint keeps in BF16: MoE routers (NVIDIA/TensorRT-Model-Optimizer
+# modelopt/torch/quantization/config.py @09914046 _default_disabled_quantizer_cfg, in every FP8/NVFP4/MX
+# config: "*router*", "*mlp.gate.*", "*block_sparse_moe.gate*" off; GPT-OSS: mlp.router in modules_to_not_convert).
 _UNQUANTIZED_GEMMS = ("router",)
 
 
@@ -293,8 +294,9 @@ def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype
     if moe:  # experts: E / ep of them over tp / ep GPUs each, W / tp a GPU whatever ep is
         total += moe * (per_gpu(tables.moe_layer, shape.op_tp, other) + per_gpu(tables.experts, shape.tp, weight_dtype))
     # the token embedding and the LM head stay BF16 in every pre-quantized checkpoint: ModelOpt quantizes the
-    # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card; its default
-    # config disables "*lm_head*"), GPT-OSS lists embed_tokens and lm_head in modules_to_not_convert
+    # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card) and its
+    # _default_disabled_quantizer_cfg turns "*lm_head*" off (config.py @09914046); GPT-OSS lists
+    # embed_tokens and lm_head in modules_to_not_convert
     for block in (tables.embedding, tables.head):
         if block is not None:
             total += per_gpu(block, shape.op_tp, "bf16")
