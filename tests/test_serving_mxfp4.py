@@ -94,3 +94,25 @@ def test_the_trtllm_1_0_overview_is_fully_priced():
 
     checks = check_serving_csv(OVERVIEW)
     assert [c.row_id for c in checks if c.error_pct is None] == []
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "gpt-oss-20b"])
+def test_gpt_oss_checkpoints_quantize_the_experts_and_nothing_else(name):
+    """The published config's quantization_config, applied to transformers' own GptOss modules: every
+    weight it converts to MXFP4 belongs to the routed experts (what EXPERTS_ONLY_DTYPES prices)."""
+    import fnmatch
+    import json
+
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    published = json.loads((Path(__file__).parent / "data" / "hf_configs" / f"{name}.json").read_text())
+    quant = published["quantization_config"]
+    assert quant["quant_method"] == "mxfp4"
+    small = {k: v for k, v in published.items() if not k.startswith("_") and k != "quantization_config"}
+    small.update(num_hidden_layers=2, layer_types=["sliding_attention", "full_attention"])
+    with torch.device("meta"):
+        model = transformers.GptOssForCausalLM(transformers.GptOssConfig(**small))
+    skipped = [p.rstrip(".*") for p in quant["modules_to_not_convert"]]
+    converted = {n for n, p in model.named_parameters() if p.dim() >= 2
+                 and not any(fnmatch.fnmatch(n, f"{s}*") for s in skipped)}
+    assert converted and all(".mlp.experts." in n for n in converted)

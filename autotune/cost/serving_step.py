@@ -60,7 +60,8 @@ def _gemm_rate_dtype(device, weight_dtype: str, mxfp4_activation: str) -> str:
     device has one. MXFP4 on a device without FP4 tensor cores (Hopper, Ampere) runs weight-only,
     dequantised to BF16 inside the GEMM (TensorRT-LLM model_config.py get_mxfp4_quant_algo: W4A16_MXFP4
     below SM100; vLLM mxfp4.py: Triton matmul_ogs or Marlin on SM90); on Blackwell at the engine's
-    activation format (``mxfp4_activation``: BF16, or MXFP8 at the FP8 tensor-core rate)."""
+    activation format (``mxfp4_activation``: BF16, or MXFP8 at the FP8 tensor-core rate: FP4 x FP8
+    operands take tcgen05.mma kind::f8f6f4, the FP8 rate; only FP4 x FP4, kind::mxf4, gets the FP4 rate)."""
     if weight_dtype == "nvfp4":
         return "nvfp4" if _has_fit(device, "nvfp4") else "bf16"
     if weight_dtype == "mxfp4":
