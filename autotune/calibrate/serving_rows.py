@@ -55,7 +55,7 @@ _MODELS = {"llama-3.1-8b": "llama3-8b", "llama-3-8b": "llama3-8b", "llama-3.1-70
            "deepseek-v3": "deepseek-v3", "deepseek-r1": "deepseek-v3",  # R1: V3's architecture (its config.json)
            "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
            "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b"}
-_PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4"}
+_PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
 _TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
 
 

@@ -85,7 +85,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     engine = dep.runtime.serving
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
     return step_model(dep.model, cluster, ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp), weight_dtype=dep.dtype,
-                      kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled)
+                      kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled,
+                      mxfp4_activation=engine.mxfp4_activation)
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:

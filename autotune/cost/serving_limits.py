@@ -25,7 +25,8 @@ __all__ = ["EngineLimits", "engine_limits", "trtllm_bench_setting", "vllm_device
            "sglang_max_running"]
 
 _GIB = 2.0**30
-# bytes a weight in trtllm-bench's heuristic (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM: FP8 1, NVFP4 0.5, else 2)
+# bytes a weight in trtllm-bench's heuristic (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM: FP8 1, NVFP4 0.5, else 2;
+# MXFP4's W4A16_MXFP4 / W4A8_MXFP4_MXFP8 are not listed @04cba882, so GPT-OSS counts 2)
 _BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 
 

@@ -55,7 +55,10 @@ KV_CACHE_DTYPES = ("auto", "fp8", "weights")
 SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
 # Engine names as published rows write them (the `engine` column of serving CSVs).
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
-_WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4")
+_WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
+# The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
+# weight-only, dequantised to BF16): "bf16" (W4A16) or "mxfp8" (W4A8, FP8 tensor-core rate).
+MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +100,7 @@ class ServingEngine:
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
+    mxfp4_activation: str = "bf16"  # MXFP4_ACTIVATIONS: its MXFP4 experts' activations on Blackwell
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
@@ -113,6 +117,7 @@ class ServingEngine:
         require_choice("serving.admission", self.admission, ADMISSIONS)
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
+        require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk_tokens",
                      "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
             _require_count(name, getattr(self, name), minimum=0)
