@@ -35,7 +35,9 @@ from autotune.search.assemble import _plan
 from autotune.search.bounds import positions_of
 from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.members import Member, count_costs, count_floors, member_floors
+from autotune.search.heap_items import (Counts, LazyCounts, beats, dominates, materialise, push_counts,
+                                        push_lazy_counts, tables_at)
+from autotune.search.members import Member, count_floors, member_floors
 from autotune.search.screens import Screens, price_positions
 from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
 
@@ -93,10 +95,12 @@ class UniformSearch:
             self.studies.add((dp, mp))
         return found
 
-    def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None):
+    def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None,
+                      floor: float = -math.inf):
         """(1F1B floor, interleaved floor, rank, payload) of every member and count of a class;
         ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule, and a
-        member's counts come as one _Counts item at their least floor (most are never taken)."""
+        member's counts come as one LazyCounts item at the class's ``floor`` (their own floors are
+        made if it is taken: most never are; autotune.search.heap_items)."""
         priced = self.members(key.dp, mp, stages, rep)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
@@ -107,13 +111,11 @@ class UniformSearch:
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
             if counts and choice.recompute == "full":
                 none = priced[-1 - i]
-                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape, side)
-                items = _Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist())
-                if side is not None and not np.isnan(floors[side]).any():
-                    least = float(floors[side].min())
-                    yield least, least, (mi, i, 0), items
+                if side is not None:
+                    yield floor, floor, (mi, i, 0), LazyCounts(mi, i, priced[i], none, counts, b, cap, shape)
                     continue
-                yield from items.items()
+                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape)
+                yield from Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist()).items()
 
     # -- solving a slice -------------------------------------------------------------------
     def _slice_items(self, key) -> list[tuple]:
@@ -317,7 +319,7 @@ class UniformSearch:
             if better > floor:
                 heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, bare)))
                 return
-        for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks, side):
+        for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks, side, floor):
             heapq.heappush(heap, (inter if interleaved else plain, 1, rank, next(tie), (mp, stages, member)))
 
     def _best_pipeline(self, key, prune_above: float):
@@ -334,15 +336,18 @@ class UniformSearch:
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=False)
                 continue
-            if isinstance(payload[2], _Counts):  # a member's counts, each now in line at its own floor
-                _push_counts(heap, tie, payload, side=0)
+            if isinstance(payload[2], LazyCounts):  # a member's counts: back in line at their own floors
+                push_lazy_counts(heap, tie, payload, side=0)
+                continue
+            if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
+                push_counts(heap, tie, payload, side=0)
                 continue
             if best is not None and floor == best[0] and rank > best[1]:
                 continue
             mp, stages, spec = payload
-            member = Member(rank=rank, model_parallel=mp, costs=_materialise(spec))
-            tables = _at(member.costs, b)
-            if any(other_rank < rank and _dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
+            member = Member(rank=rank, model_parallel=mp, costs=materialise(spec))
+            tables = tables_at(member.costs, b)
+            if any(other_rank < rank and dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
                 continue  # a member before it is no slower, no longer-tailed and no larger anywhere
             solved_tables.setdefault(mp, []).append((rank, tables))
             solved = self._solve_member(key, member, stages)
@@ -380,14 +385,17 @@ class UniformSearch:
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=True)
                 continue
-            if isinstance(payload[2], _Counts):
-                _push_counts(heap, tie, payload, side=1)
+            if isinstance(payload[2], LazyCounts):  # a member's counts: back in line at their own floors
+                push_lazy_counts(heap, tie, payload, side=1)
+                continue
+            if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
+                push_counts(heap, tie, payload, side=1)
                 continue
             mp, stages, spec = payload
-            for layout in self._layouts(key, _materialise(spec), stages):
+            for layout in self._layouts(key, materialise(spec), stages):
                 scored = self.search.evaluate(layout)
                 self.num_evaluated += 1
-                if estimate is None or _better(scored, estimate):
+                if estimate is None or beats(scored, estimate):
                     plan, estimate = layout, scored
         return plan, estimate
 
@@ -405,50 +413,3 @@ class UniformSearch:
                        for i in range(stages)]
         for v in sorted(v for v in self.problem.space.vpp if v > 1 and n % v == 0):
             yield _plan(self.search, key, stage_plans, schedule="interleaved", vpp=v)
-
-
-class _Counts:
-    """The partial recomputation counts of one full-recomputation member and their floors: taken
-    from a heap as one item at their least floor, then put back one by one (_push_counts), so the
-    heap yields every count in the order it would have with each pushed on its own."""
-
-    __slots__ = ("mi", "i", "full", "none", "counts", "plains", "inters")
-
-    def __init__(self, mi: int, i: int, full: ChoiceCosts, none: ChoiceCosts, counts, plains: list, inters: list):
-        self.mi, self.i, self.full, self.none, self.counts, self.plains, self.inters = mi, i, full, none, counts, plains, inters
-
-    def items(self):
-        """(1F1B floor, interleaved floor, rank, payload) of each count, as _member_items yields a member's."""
-        for k, a, c in zip(self.counts, self.plains, self.inters):
-            yield float(a), float(c), (self.mi, self.i, int(k)), (self.full, self.none, int(k))
-
-
-def _push_counts(heap: list, tie, payload: tuple, side: int) -> None:
-    mp, stages, counts = payload
-    for plain, inter, rank, member in counts.items():
-        heapq.heappush(heap, (inter if side else plain, 1, rank, next(tie), (mp, stages, member)))
-
-
-def _at(costs: ChoiceCosts, b_index: int) -> np.ndarray:
-    """A member's tables at one micro-batch size, stacked [time, tail, base, per][n, pos]."""
-    return np.stack([costs.time_s[b_index], costs.tail_s[b_index], costs.mem_base_bytes[b_index],
-                     costs.mem_per_microbatch_bytes[b_index]])
-
-
-def _dominates(earlier: np.ndarray, later: np.ndarray) -> bool:
-    """Whether no plan of ``later``'s scores below the same plan of ``earlier``'s: the stage DP's
-    objective only grows with a stage's time and tail, and a stage that fits with more memory
-    fits with less (the caller checks that ``earlier`` also ranks first, so it wins a tie)."""
-    with np.errstate(invalid="ignore"):
-        return bool(np.all((earlier <= later) | np.isinf(later) & (later > 0)))
-
-
-def _materialise(spec) -> ChoiceCosts:
-    full, none, count = spec
-    return full if none is None else count_costs(none, full, count)
-
-
-def _better(a, b) -> bool:
-    if a.fits != b.fits:
-        return a.fits
-    return a.step_time_s < b.step_time_s if a.fits else a.peak_memory_bytes_per_gpu < b.peak_memory_bytes_per_gpu
