@@ -1,13 +1,7 @@
 """What the uniform search's heaps hold besides classes and members (autotune.search.uniform):
-a member's partial recomputation counts, taken as one item until they come up, and the checks
-made on a member when it is taken.
-
-A full-recomputation member's counts are pushed with its class's floor (no count of the class
-floors below it: the class floor bounds every member and count, autotune.search.members) and
-their own floors are made only when that item is taken: in the warm loop of `large` over GPU
-counts 3 of 3,950 such items were ever taken, and making their floors up front was a tenth of
-the loop. Taken, they go back in line at their least floor (one Counts item), then one by one,
-so the heap yields every count in the order it would with each pushed on its own.
+a full-recomputation member's partial recomputation counts, taken as one item at their least
+floor, then put back one by one (so the heap yields every count in the order it would with each
+pushed on its own: most are never taken), and the checks made on a member when it is taken.
 """
 
 from __future__ import annotations
@@ -16,11 +10,10 @@ import heapq
 
 import numpy as np
 
-from autotune.search.members import count_costs, count_floors
+from autotune.search.members import count_costs
 from autotune.search.tables import ChoiceCosts
 
-__all__ = ["Counts", "LazyCounts", "push_counts", "push_lazy_counts", "tables_at", "dominates", "materialise",
-           "beats"]
+__all__ = ["Counts", "push_counts", "tables_at", "dominates", "materialise", "beats"]
 
 
 class Counts:
@@ -38,44 +31,11 @@ class Counts:
             yield float(a), float(c), (self.mi, self.i, int(k)), (self.full, self.none, int(k))
 
 
-class LazyCounts:
-    """A member's counts before their floors are made (at one micro-batch size ``b_index``, for
-    a pipeline of ``shape``, as members.count_floors)."""
-
-    __slots__ = ("mi", "i", "full", "none", "counts", "b_index", "capacity_bytes", "shape")
-
-    def __init__(self, mi: int, i: int, full: ChoiceCosts, none: ChoiceCosts, counts, b_index: int,
-                 capacity_bytes: float, shape: tuple):
-        self.mi, self.i, self.full, self.none, self.counts = mi, i, full, none, counts
-        self.b_index, self.capacity_bytes, self.shape = b_index, capacity_bytes, shape
-
-    def items(self, side: int):
-        """The items the counts are once their ``side`` floors are made: one Counts item at their
-        least floor, or each count on its own where a floor is NaN."""
-        floors = count_floors(self.none, self.full, np.array(self.counts, dtype=int), self.b_index, self.capacity_bytes,
-                              self.shape, side)
-        counts = Counts(self.mi, self.i, self.full, self.none, self.counts, floors[0].tolist(), floors[1].tolist())
-        if np.isnan(floors[side]).any():
-            return list(counts.items())
-        least = float(floors[side].min())
-        return [(least, least, (self.mi, self.i, 0), counts)]
-
-
-def _push(heap: list, tie, items, side: int, mp: int, stages: int) -> None:
-    for plain, inter, rank, member in items:
-        heapq.heappush(heap, (inter if side else plain, 1, rank, next(tie), (mp, stages, member)))
-
-
 def push_counts(heap: list, tie, payload: tuple, side: int) -> None:
     """A taken Counts item's counts, each back in line at its own floor."""
     mp, stages, counts = payload
-    _push(heap, tie, counts.items(), side, mp, stages)
-
-
-def push_lazy_counts(heap: list, tie, payload: tuple, side: int) -> None:
-    """A taken LazyCounts item, back in line at its counts' floors."""
-    mp, stages, lazy = payload
-    _push(heap, tie, lazy.items(side), side, mp, stages)
+    for plain, inter, rank, member in counts.items():
+        heapq.heappush(heap, (inter if side else plain, 1, rank, next(tie), (mp, stages, member)))
 
 
 def tables_at(costs: ChoiceCosts, b_index: int) -> np.ndarray:

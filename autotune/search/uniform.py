@@ -35,8 +35,7 @@ from autotune.search.assemble import _plan
 from autotune.search.bounds import positions_of
 from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.heap_items import (Counts, LazyCounts, beats, dominates, materialise, push_counts,
-                                        push_lazy_counts, tables_at)
+from autotune.search.heap_items import Counts, beats, dominates, materialise, push_counts, tables_at
 from autotune.search.members import Member, count_floors, member_floors
 from autotune.search.screens import Screens, price_positions
 from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
@@ -95,12 +94,10 @@ class UniformSearch:
             self.studies.add((dp, mp))
         return found
 
-    def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None,
-                      floor: float = -math.inf):
+    def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None):
         """(1F1B floor, interleaved floor, rank, payload) of every member and count of a class;
         ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule, and a
-        member's counts come as one LazyCounts item at the class's ``floor`` (their own floors are
-        made if it is taken: most never are; autotune.search.heap_items)."""
+        member's counts come as one Counts item at their least floor (most are never taken)."""
         priced = self.members(key.dp, mp, stages, rep)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
@@ -111,11 +108,13 @@ class UniformSearch:
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
             if counts and choice.recompute == "full":
                 none = priced[-1 - i]
-                if side is not None:
-                    yield floor, floor, (mi, i, 0), LazyCounts(mi, i, priced[i], none, counts, b, cap, shape)
+                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape, side)
+                items = Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist())
+                if side is not None and not np.isnan(floors[side]).any():
+                    least = float(floors[side].min())
+                    yield least, least, (mi, i, 0), items
                     continue
-                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape)
-                yield from Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist()).items()
+                yield from items.items()
 
     # -- solving a slice -------------------------------------------------------------------
     def _slice_items(self, key) -> list[tuple]:
@@ -319,7 +318,7 @@ class UniformSearch:
             if better > floor:
                 heapq.heappush(heap, (better, 0, rank, next(tie), (mi, mp, stages, rep, _REFINED, bare)))
                 return
-        for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks, side, floor):
+        for plain, inter, rank, member in self._member_items(key, mi, mp, stages, rep, chunks, side):
             heapq.heappush(heap, (inter if interleaved else plain, 1, rank, next(tie), (mp, stages, member)))
 
     def _best_pipeline(self, key, prune_above: float):
@@ -335,9 +334,6 @@ class UniformSearch:
                 break
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=False)
-                continue
-            if isinstance(payload[2], LazyCounts):  # a member's counts: back in line at their own floors
-                push_lazy_counts(heap, tie, payload, side=0)
                 continue
             if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
                 push_counts(heap, tie, payload, side=0)
@@ -384,9 +380,6 @@ class UniformSearch:
                 break
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=True)
-                continue
-            if isinstance(payload[2], LazyCounts):  # a member's counts: back in line at their own floors
-                push_lazy_counts(heap, tie, payload, side=1)
                 continue
             if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
                 push_counts(heap, tie, payload, side=1)
