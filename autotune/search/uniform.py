@@ -36,7 +36,7 @@ from autotune.search.bounds import positions_of
 from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
 from autotune.search.heap_items import Counts, beats, dominates, materialise, push_counts, tables_at
-from autotune.search.members import Member, count_floors, member_floors
+from autotune.search.members import Member, class_member_floors
 from autotune.search.screens import Screens, price_positions
 from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
 
@@ -103,13 +103,15 @@ class UniformSearch:
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
         counts = self.screens.counts[(key.dp, mp)]
         members = self.screens.classes(key.dp, mp)[rep].members
-        plains, inters = member_floors([priced[i] for i, _ in members], b, cap, shape, side)
-        for (i, choice), plain, inter in zip(members, plains.tolist(), inters.tolist()):
+        fulls = [i for i, choice in members if choice.recompute == "full"] if counts else []
+        plains, inters, by_full = class_member_floors([priced[i] for i, _ in members], [(priced[-1 - i], priced[i]) for i in fulls],
+                                                      np.array(counts, dtype=int), b, cap, shape, side)
+        by_full = dict(zip(fulls, by_full))
+        for (i, _), plain, inter in zip(members, plains.tolist(), inters.tolist()):
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
-            if counts and choice.recompute == "full":
-                none = priced[-1 - i]
-                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape, side)
-                items = Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist())
+            if i in by_full:
+                floors = by_full[i]
+                items = Counts(mi, i, priced[i], priced[-1 - i], counts, floors[0].tolist(), floors[1].tolist())
                 if side is not None and not np.isnan(floors[side]).any():
                     least = float(floors[side].min())
                     yield least, least, (mi, i, 0), items
