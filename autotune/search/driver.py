@@ -295,7 +295,7 @@ class SliceSearch:
         else:
             if self.problem.method != "exhaustive":
                 self.uniform.screens.prefetch(keys)  # in worker processes where that pays
-            line = [(self.uniform.coarse_bound_s(k), False, k) for k in keys]
+            line = [(bound, False, k) for bound, k in zip(self.uniform.coarse_bounds_s(keys), keys)]
         heapq.heapify(line)
         known = False  # whether a plan's step bounds the slices left
         while line:

@@ -34,7 +34,7 @@ from autotune.search.choices import StageChoice
 from autotune.search.tables import ChoiceCosts, SliceContext, blend_counts
 
 __all__ = ["Member", "representative", "bare_times", "lays_out", "count_costs", "member_floors", "screen_floors",
-           "count_floors", "class_member_floors"]
+           "count_floors", "class_member_floors", "bare_floors"]
 
 # placements that trade time for memory: folded into the class representative (no offload)
 _OFFLOAD_FIELDS = ("optimizer_in", "gradients_in", "weights_in", "activations_in")
@@ -141,6 +141,22 @@ def screen_floors(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_
     """(1F1B, interleaved) floors of classes from their screens: tables [class, n, pos] of the
     representatives' times and the leanest members' memory (no tail: members' tails differ)."""
     return _floors(time, np.zeros_like(time), base, per, capacity_bytes, shape)
+
+
+def bare_floors(time: np.ndarray, num_layers: int, num_stages: int, num_microbatches: np.ndarray,
+                chunks: np.ndarray) -> tuple:
+    """screen_floors of times alone (no tail, no memory: everything fits) over rows [row, n, pos]
+    that each have their own micro-batch count and chunks per rank (the slices of one degree and
+    submesh: their micro-batch sizes differ), in one pass: the floors are made row by row, so they
+    are the numbers of one call per slice."""
+    zeros = np.zeros_like(time)
+    plain = pipeline_floor_s(time, zeros, zeros, zeros, np.inf, num_layers, num_stages, num_microbatches)
+    inter = np.full(plain.shape, np.inf)
+    laid = chunks > 1  # the others have no interleaved layout
+    if laid.any():
+        inter[laid] = interleaved_floor_s(time[laid], zeros[laid], zeros[laid], np.inf, num_layers, num_stages,
+                                          num_microbatches[laid], chunks[laid], 1)
+    return plain, inter
 
 
 def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_index: int, capacity_bytes: float,

@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from autotune.search.choices import StageChoice
-from autotune.search.members import count_floors, member_floors, screen_floors
+from autotune.search.members import bare_floors, count_floors, member_floors, screen_floors
 from autotune.search.tables import ChoiceCosts
 
 __all__ = ["ScreenFloors"]
@@ -102,3 +102,29 @@ class ScreenFloors:
             for j, a, c in zip(where, plain.tolist(), inter.tolist()):
                 out[j] = (a, c)
         return out
+
+    def bare_class_floors(self, slices: list[tuple], mp: int, reps: list[StageChoice]) -> list[list[tuple]]:
+        """class_floors(key, mp, reps, shape, memory=False, bare=True) of each (key, shape) of
+        ``slices`` (one degree's: the same layers and stages, their micro-batch counts and chunks
+        their own), from one pass over every slice's rows."""
+        out = [[(0.0, 0.0)] * len(reps) for _ in slices]
+        found = [self.bare_screen(mp, rep) for rep in reps]
+        rows, where, batches, chunks = [], [], [], []
+        for s, (key, shape) in enumerate(slices):
+            for j, screen in enumerate(found):
+                if screen is None:
+                    out[s][j] = (math.inf, math.inf)
+                    continue
+                sizes = self.search.micro_batches(screen[0])
+                if key.micro_batch in sizes:  # else 0: the class is priced to know
+                    rows.append(screen[1].time_s[sizes.index(key.micro_batch)])
+                    where.append((s, j))
+                    batches.append(shape[2])
+                    chunks.append(shape[3])
+        if rows:
+            layers, stages = slices[0][1][:2]
+            plain, inter = bare_floors(np.stack(rows), layers, stages, np.array(batches), np.array(chunks))
+            for (s, j), a, c in zip(where, plain.tolist(), inter.tolist()):
+                out[s][j] = (a, c)
+        return out
+

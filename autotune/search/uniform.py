@@ -147,7 +147,7 @@ class UniformSearch:
         return items, tie
 
     def _class_time_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> list[tuple[float, float]]:
-        """The classes' floors from their bare stages' times (kept from coarse_bound_s when it made
+        """The classes' floors from their bare stages' times (kept from coarse_bounds_s when it made
         them): a class's time and memory screens are priced only when it comes up (_expand)."""
         kept = [self._time_only.get((key, mp, rep)) for rep in reps]
         if all(pair is not None for pair in kept):
@@ -263,19 +263,23 @@ class UniformSearch:
             memo.update(zip(missing, self.screens.class_floors(key, mp, missing, shape, memory=False)))
         return memo
 
-    def coarse_bound_s(self, key) -> float:
-        """A floor of lower_bound_s from the classes' bare stages' times (no time or memory screens
-        priced); the exhaustive method's is the exact one."""
+    def coarse_bounds_s(self, keys) -> list[float]:
+        """Floors of lower_bound_s of the slices ``keys`` from the classes' bare stages' times (no
+        time or memory screens priced), a degree's slices at once; the exhaustive method's are the
+        exact ones."""
         if self.exhaustive:
-            return self.lower_bound_s(key)[0]
-        floors = []
-        for mp, stages in self.screens.submeshes(key.dp):
-            classes = list(self.screens.classes(key.dp, mp))
-            shape = self._shape(key, stages, self._chunks(key, stages))
-            for rep, pair in zip(classes, self.screens.class_floors(key, mp, classes, shape, memory=False, bare=True)):
-                self._time_only[(key, mp, rep)] = pair
-                floors.append(min(pair))
-        return min(floors, default=math.inf)
+            return [self.lower_bound_s(key)[0] for key in keys]
+        least = dict.fromkeys(keys, math.inf)
+        for dp in dict.fromkeys(key.dp for key in keys):
+            slices = [key for key in keys if key.dp == dp]
+            for mp, stages in self.screens.submeshes(dp):
+                classes = list(self.screens.classes(dp, mp))
+                shapes = [(key, self._shape(key, stages, self._chunks(key, stages))) for key in slices]
+                for key, pairs in zip(slices, self.screens.bare_class_floors(shapes, mp, classes)):
+                    for rep, pair in zip(classes, pairs):
+                        self._time_only[(key, mp, rep)] = pair
+                        least[key] = min(least[key], min(pair))
+        return [least[key] for key in keys]
 
     def _chunks(self, key, stages: int) -> int:
         """The most chunks per rank an interleaved layout of ``stages`` equal stages may take (1: none)."""
