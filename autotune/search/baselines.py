@@ -72,8 +72,26 @@ def _tuned(problem, *, tp: int, pp: int, zeros: tuple[int, ...] = (1,)) -> tuple
     """Pinned degrees with the micro-batch, recomputation and ZeRO stage a person would tune
     before comparing (the search gets them too, so a baseline gets them as well)."""
     dp = problem.gpus // (tp * pp) if problem.gpus % (tp * pp) == 0 else 0
-    return _first_fitting(_score(problem, tp=tp, pp=pp, zero=z, recompute=r, micro_batch=b)
-                          for z in zeros for r in _RECOMPUTE_ORDER for b in _micro_batches(problem, dp))
+    return _first_fitting(_recomputing_less_first(problem, tp, pp, zeros, _micro_batches(problem, dp)))
+
+
+def _recomputing_less_first(problem, tp: int, pp: int, zeros: tuple[int, ...], sizes: list[int]):
+    """The scored plans of every ZeRO stage, recomputation and micro-batch size, in that order,
+    less those where the same plan recomputing less fits already: recomputation only adds work
+    to a step (the same kernels and collectives, and a forward again: tests/test_search_baselines.py
+    checks the step times against scoring every plan), so such a plan is no faster than one
+    _first_fitting has already met, and a fitting plan leaves the least-memory fallback unread.
+    In the warm loop of `large` over GPU counts this scores a third of the Megatron rule's plans."""
+    for z in zeros:
+        fitting: set[int] = set()  # micro-batch sizes where a plan recomputing less fits
+        for r in _RECOMPUTE_ORDER:
+            for b in sizes:
+                if b in fitting:
+                    continue
+                scored = _score(problem, tp=tp, pp=pp, zero=z, recompute=r, micro_batch=b)
+                if scored is not None and scored[1].fits:
+                    fitting.add(b)
+                yield scored
 
 
 def _data_parallel(problem) -> Baseline:

@@ -164,14 +164,19 @@ def least_slowest_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacit
 
 
 def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float,
-                     num_layers: int, num_stages: int, num_microbatches: int) -> np.ndarray:
-    """No 1F1B plan of these tables scores less (inf: none fits)."""
+                     num_layers: int, num_stages: int, num_microbatches) -> np.ndarray:
+    """No 1F1B plan of these tables scores less (inf: none fits). ``num_microbatches``: a count,
+    or (times alone: ``capacity_bytes`` inf) an array of them over the leading axes, a row's own."""
     L, S, B = num_layers, num_stages, num_microbatches
+    per_row = np.ndim(B) > 0
+    if per_row and capacity_bytes != np.inf:
+        raise ValueError("micro-batch counts per row are for floors from times alone (capacity inf)")
     if S == 1:
         one = _fitting(time, base, per, capacity_bytes, SINGLE, 1)[..., L]
         with np.errstate(invalid="ignore"):
             return _finite(B * one + _tail(tail, SINGLE)[..., L], np.inf)
-    fitted = _fitting_at(time, base, per, capacity_bytes, (min(2, B), min(S, B), 1, 1))  # MIDDLE, FIRST, LAST, SINGLE
+    B = np.asarray(B)[..., None] if per_row else B  # against [..., first stage's layers]
+    fitted = time if per_row else _fitting_at(time, base, per, capacity_bytes, (min(2, B), min(S, B), 1, 1))  # MIDDLE, FIRST, LAST, SINGLE
     first, others = fitted[..., FIRST], fitted[..., LAST]
     if S > 2:
         others = np.minimum(others, fitted[..., MIDDLE])
@@ -224,9 +229,10 @@ def _scored(total: np.ndarray, rest: np.ndarray, room, tail_first: np.ndarray) -
 
 
 def interleaved_floor_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float, num_layers: int,
-                        num_stages: int, num_microbatches: int, chunks: int, inflight: int) -> np.ndarray:
+                        num_stages: int, num_microbatches, chunks, inflight: int) -> np.ndarray:
     """The interleaved layout's table score (equal stages, ``chunks`` per rank, every stage
-    fitting ``inflight`` micro-batches; inf where it cannot be laid out)."""
+    fitting ``inflight`` micro-batches; inf where it cannot be laid out). ``num_microbatches`` and
+    ``chunks``: counts, or arrays of them over the leading axes (a row's own)."""
     L, S, B = num_layers, num_stages, num_microbatches
     if S < 2 or L % S:
         return np.full(time.shape[:-2], np.inf)

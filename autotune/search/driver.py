@@ -127,6 +127,7 @@ class SliceSearch:
     # best_by_inflight tables by (result, micro-batch index, micro-batches): the deepest made so far
     inflight_tables: dict = field(default_factory=dict)
     sizes_by_dp: dict[int, tuple[int, ...]] = field(default_factory=dict)  # micro_batches, asked per table
+    stage_sizes_by_dp: dict[int, tuple[int, ...]] = field(default_factory=dict)  # stage_sizes
     with_baselines: bool = False  # the caller scores the baselines: a worker process may score them beside its tables
     baselines: tuple | None = None  # autotune.search.baselines.baselines(problem), where a worker scored them
 
@@ -170,8 +171,12 @@ class SliceSearch:
         return found
 
     def stage_sizes(self, dp: int) -> list[int]:
-        return [m for m in (s // dp for s in valid_stage_sizes(self.problem.gpus, self.problem.cluster.gpus_per_node)
-                            if s % dp == 0) if m >= 1]
+        found = self.stage_sizes_by_dp.get(dp)  # asked per slice and class by the uniform search's screens
+        if found is None:
+            found = self.stage_sizes_by_dp[dp] = tuple(
+                m for m in (s // dp for s in valid_stage_sizes(self.problem.gpus, self.problem.cluster.gpus_per_node)
+                            if s % dp == 0) if m >= 1)
+        return list(found)
 
     def study(self, dp: int, model_parallel: int) -> IntraOpResult | None:
         key = (dp, model_parallel)
@@ -290,7 +295,7 @@ class SliceSearch:
         else:
             if self.problem.method != "exhaustive":
                 self.uniform.screens.prefetch(keys)  # in worker processes where that pays
-            line = [(self.uniform.coarse_bound_s(k), False, k) for k in keys]
+            line = [(bound, False, k) for bound, k in zip(self.uniform.coarse_bounds_s(keys), keys)]
         heapq.heapify(line)
         known = False  # whether a plan's step bounds the slices left
         while line:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from autotune.cost.evaluate import evaluate_plan
@@ -63,8 +63,8 @@ def _meets_targets(outcome: SliceOutcome) -> bool:
                                                    or outcome.estimate.inference.meets_targets))
 
 
-def _best(outcomes: dict[SliceKey, SliceOutcome]) -> SliceOutcome | None:
-    fitting = [o for o in outcomes.values() if math.isfinite(o.step_time_s) and _meets_targets(o)]
+def _best(outcomes: Iterable[SliceOutcome]) -> SliceOutcome | None:
+    fitting = [o for o in outcomes if math.isfinite(o.step_time_s) and _meets_targets(o)]
     return min(fitting, key=lambda o: (o.step_time_s, o.key)) if fitting else None
 
 
@@ -105,9 +105,10 @@ def _solve_slices(problem: SearchProblem, keys: list[SliceKey], study, progress,
     outcomes = _resumed(problem, study)
     resumed = len(outcomes)
     todo = [k for k in keys if k not in outcomes]
-    best_s = lambda: (b.step_time_s if (b := _best(outcomes)) else math.inf)  # noqa: E731
-    for i, outcome in enumerate(search.iter_outcomes(todo, best_s)):
+    best = [_best(outcomes.values())]  # kept as outcomes come (the search asks for it after every slice)
+    for i, outcome in enumerate(search.iter_outcomes(todo, lambda: best[0].step_time_s if best[0] else math.inf)):
         outcomes[outcome.key] = outcome
+        best[0] = _best([o for o in (best[0], outcome) if o is not None])
         if hasattr(study, "records"):  # a StudyFile: plain sqlite3
             study.record(outcome, _round(problem))
         elif study is not None:
@@ -185,7 +186,7 @@ def run_search(problem: SearchProblem, *, study=None, progress: Progress | None 
         return found
     search = SliceSearch(problem, cache=cache, with_baselines=with_baselines)
     outcomes, resumed = _solve_slices(problem, keys, study, progress, search)
-    best = _best(outcomes)
+    best = _best(outcomes.values())
     if best is None and _can_fall_back(problem) and search.has_shapes():  # nothing fits in HBM: offload
         wider = replace(problem, space=replace(problem.space, offload=problem.space.offload_fallback))
         return run_search(wider, study=study, progress=progress, cache=cache, shared=shared, started_s=start,

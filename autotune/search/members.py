@@ -34,7 +34,7 @@ from autotune.search.choices import StageChoice
 from autotune.search.tables import ChoiceCosts, SliceContext, blend_counts
 
 __all__ = ["Member", "representative", "bare_times", "lays_out", "count_costs", "member_floors", "screen_floors",
-           "count_floors"]
+           "count_floors", "class_member_floors", "bare_floors"]
 
 # placements that trade time for memory: folded into the class representative (no offload)
 _OFFLOAD_FIELDS = ("optimizer_in", "gradients_in", "weights_in", "activations_in")
@@ -143,6 +143,22 @@ def screen_floors(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_
     return _floors(time, np.zeros_like(time), base, per, capacity_bytes, shape)
 
 
+def bare_floors(time: np.ndarray, num_layers: int, num_stages: int, num_microbatches: np.ndarray,
+                chunks: np.ndarray) -> tuple:
+    """screen_floors of times alone (no tail, no memory: everything fits) over rows [row, n, pos]
+    that each have their own micro-batch count and chunks per rank (the slices of one degree and
+    submesh: their micro-batch sizes differ), in one pass: the floors are made row by row, so they
+    are the numbers of one call per slice."""
+    zeros = np.zeros_like(time)
+    plain = pipeline_floor_s(time, zeros, zeros, zeros, np.inf, num_layers, num_stages, num_microbatches)
+    inter = np.full(plain.shape, np.inf)
+    laid = chunks > 1  # the others have no interleaved layout
+    if laid.any():
+        inter[laid] = interleaved_floor_s(time[laid], zeros[laid], zeros[laid], np.inf, num_layers, num_stages,
+                                          num_microbatches[laid], chunks[laid], 1)
+    return plain, inter
+
+
 def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_index: int, capacity_bytes: float,
                  shape: tuple, side: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """member_floors of every count at once (arrays over ``counts``), without making each
@@ -161,3 +177,29 @@ def count_floors(none: ChoiceCosts, full: ChoiceCosts, counts: np.ndarray, b_ind
         time, tail, base, per = blend_counts(none_at, full_at, f[None], counted[None])
         plains[partial], inters[partial] = _floors(time, tail, base, per, capacity_bytes, shape, side)
     return plains, inters
+
+
+def class_member_floors(costs: list[ChoiceCosts], pairs: list[tuple[ChoiceCosts, ChoiceCosts]], counts, b_index: int,
+                        capacity_bytes: float, shape: tuple, side: int | None = None) -> tuple:
+    """member_floors of ``costs`` and count_floors of each (none, full) of ``pairs`` (over
+    ``counts``), made in one pass over their tables stacked: the floors are made row by row, so
+    they are the numbers of one call each, at the per-call cost of one (a class's members and
+    its full-recomputation members' counts, three calls a class before). (plains, inters) of the
+    members, and a list of them per pair."""
+    rows = [[np.stack([getattr(c, name)[b_index] for c in costs]) for name in _TABLES]]
+    counts = np.asarray(counts)
+    partial = counts < shape[0] // shape[1]
+    if pairs and partial.any():
+        f, counted = _fractions(counts[partial], costs[0].time_s.shape[1])
+        for none, full in pairs:
+            none_at, full_at = (np.stack([getattr(c, name)[b_index] for name in _TABLES])[:, None] for c in (none, full))
+            rows.append(list(blend_counts(none_at, full_at, f[None], counted[None])))
+    plain, inter = _floors(*(np.concatenate(column) for column in zip(*rows)), capacity_bytes, shape, side)
+    m, k = len(costs), int(partial.sum())
+    out = []
+    for j in range(len(pairs)):
+        plains, inters = np.full(counts.shape, np.inf), np.full(counts.shape, np.inf)
+        if len(rows) > 1:
+            plains[partial], inters[partial] = plain[m + j * k:m + (j + 1) * k], inter[m + j * k:m + (j + 1) * k]
+        out.append((plains, inters))
+    return plain[:m], inter[:m], out

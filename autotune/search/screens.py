@@ -22,14 +22,14 @@ search keeps its own (bounded) for the positions it prices twice.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from autotune.search.cache import PlanCache
 from autotune.search.choices import StageChoice, choice_values, enumerate_choices
-from autotune.search.members import bare_times, count_floors, lays_out, member_floors, representative, screen_floors
+from autotune.search.members import bare_times, lays_out, representative
+from autotune.search.screen_floors import ScreenFloors
 from autotune.search.screen_tasks import BASELINES
 from autotune.search.tables import EITHER_LINK, FIRST, LAST, MIDDLE, POSITIONS, SINGLE, ChoiceCosts, choice_costs
 
@@ -90,7 +90,7 @@ class _Whole:
     costs: tuple[ChoiceCosts]
 
 
-class Screens:
+class Screens(ScreenFloors):
     """Classes, priced tables and screens of one search problem (``search``: its SliceSearch)."""
 
     def __init__(self, search) -> None:
@@ -103,6 +103,7 @@ class Screens:
         self._where: dict[tuple[int, StageChoice], tuple[list[int], list[int]]] = {}
         self._made: dict[tuple, ChoiceCosts] = {}  # tables worker processes made, until priced
         self._enumerated: dict[tuple, tuple] = {}  # _enumerate by (submesh, choice values)
+        self._submeshes: dict[int, list[tuple[int, int]]] = {}  # submeshes by degree (read, never changed)
         # priced positions when the search has no plan cache: members at the smallest degree with
         # their class repeat its screens' positions, a leanest member another's (about 1 in 9 in
         # DeepSeek-V3 on 2048 GPUs); bounded as the plan cache's tables are
@@ -113,9 +114,13 @@ class Screens:
 
     def submeshes(self, dp: int) -> list[tuple[int, int]]:
         """(model-parallel size, stages) of the slice's pipelines: stages of equal submeshes."""
-        units = self.problem.gpus // dp
-        most = min(self.problem.space.max_stages, self.problem.model.num_layers, units)
-        return [(m, units // m) for m in self.search.stage_sizes(dp) if units % m == 0 and units // m <= most]
+        found = self._submeshes.get(dp)  # asked per slice and class
+        if found is None:
+            units = self.problem.gpus // dp
+            most = min(self.problem.space.max_stages, self.problem.model.num_layers, units)
+            found = self._submeshes[dp] = [(m, units // m) for m in self.search.stage_sizes(dp)
+                                           if units % m == 0 and units // m <= most]
+        return found
 
     def classes(self, dp: int, mp: int) -> dict[StageChoice, ChoiceClass]:
         """The study's choices by class (enumerated, not priced); its counts go to ``counts``."""
@@ -326,85 +331,3 @@ class Screens:
             self._memory[key] = (sizes, np.minimum.reduce([c.mem_base_bytes for c in lean]),
                                  np.minimum.reduce([c.mem_per_microbatch_bytes for c in lean]))
         return self._memory[key]
-
-    def _screen_at(self, key, mp: int, rep: StageChoice, recompute: str, memory_of: str | None) -> ChoiceCosts | None:
-        """One micro-batch size's floor tables [1, n, pos]: the ``recompute`` representative's
-        times, the least memory of the members recomputing as ``memory_of`` (None: any)."""
-        found = self.time_screen(mp, rep, recompute)
-        if found is None:  # no degree's stage can take the class
-            return None
-        sizes = self.search.micro_batches(found[0])
-        memory_sizes, bases, pers = self.memory_screen(mp, rep, memory_of)
-        if key.micro_batch not in sizes or key.micro_batch not in memory_sizes:
-            return None
-        m = memory_sizes.index(key.micro_batch)
-        time = found[1].time_s[sizes.index(key.micro_batch)][None]
-        return ChoiceCosts(choice=rep, time_s=time, tail_s=np.zeros_like(time), mem_base_bytes=bases[m][None],
-                           mem_per_microbatch_bytes=pers[m][None])
-
-    def refined_floor(self, key, mp: int, rep: StageChoice, shape: tuple) -> tuple[float, float]:
-        """A class's (1F1B, interleaved) floor on slice ``key`` taken per way of recomputing (each
-        kind's representative times and leanest memory; partial counts between the none and the
-        full kinds' tables): tighter than class_floors where recomputation is what fits, at up to
-        four more screens per class, shared by every degree. A kind other than none and full is
-        first bounded with the representative's times (no slower: members.py) and its own memory,
-        and its time screen priced only where that bound is below the other kinds' floor (else
-        the least is the others', as with its own times)."""
-        cls = self.classes(key.dp, mp)[rep]
-        kinds = sorted({c.recompute for _, c in cls.members})
-        tables = {r: self._screen_at(key, mp, rep, r if r in ("none", "full") else "none", r) for r in kinds}
-        if any(t is None for t in tables.values()):
-            return 0.0, 0.0
-        best = self._kind_floors({r: t for r, t in tables.items() if r in ("none", "full")}, key, mp, rep, shape)
-        for r in (r for r in kinds if r not in ("none", "full")):
-            plain, inter = member_floors([tables[r]], 0, self.search.capacity, shape)
-            if plain[0] < best[0] or inter[0] < best[1]:  # may set the least: with its own times
-                plain, inter = member_floors([self._screen_at(key, mp, rep, r, r)], 0, self.search.capacity, shape)
-            best = (min(best[0], float(plain[0])), min(best[1], float(inter[0])))
-        return best
-
-    def _kind_floors(self, tables: dict, key, mp: int, rep: StageChoice, shape: tuple) -> tuple[float, float]:
-        """refined_floor's least over the none and full kinds' tables and the counts between them."""
-        best = (math.inf, math.inf)
-        if tables:
-            plain, inter = member_floors(list(tables.values()), 0, self.search.capacity, shape)
-            best = (float(plain.min()), float(inter.min()))
-        counts = self.counts.get((key.dp, mp), [])
-        if counts and "full" in tables:
-            none = tables.get("none") or self._screen_at(key, mp, rep, "none", "full")
-            plains, inters = count_floors(none, tables["full"], np.array(counts), 0, self.search.capacity, shape)
-            best = (min(best[0], float(plains.min())), min(best[1], float(inters.min())))
-        return best
-
-    def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool,
-                     bare: bool = False) -> list[tuple]:
-        """(1F1B, interleaved) floors of the classes ``reps`` on slice ``key`` (``shape`` as
-        members._floors) from their screens (``bare``: their bare stages' times), memory included or
-        not; 0 where a screen lacks the slice's micro-batch size (the class is priced to know), inf
-        where the class has none."""
-        out: list[tuple] = [(0.0, 0.0)] * len(reps)
-        rows, where = [], []
-        for j, rep in enumerate(reps):
-            found = self.bare_screen(mp, rep) if bare else self.time_screen(mp, rep)
-            if found is None:
-                out[j] = (math.inf, math.inf)
-                continue
-            sizes = self.search.micro_batches(found[0])
-            if key.micro_batch not in sizes:
-                continue
-            time = found[1].time_s[sizes.index(key.micro_batch)]
-            base = per = np.zeros_like(time)
-            if memory:
-                memory_sizes, bases, pers = self.memory_screen(mp, rep)
-                if key.micro_batch not in memory_sizes:
-                    continue
-                m = memory_sizes.index(key.micro_batch)
-                base, per = bases[m], pers[m]
-            rows.append((time, base, per))
-            where.append(j)
-        if rows:
-            time, base, per = (np.stack(column) for column in zip(*rows))
-            plain, inter = screen_floors(time, base, per, self.search.capacity if memory else math.inf, shape)
-            for j, a, c in zip(where, plain.tolist(), inter.tolist()):
-                out[j] = (a, c)
-        return out

@@ -35,7 +35,8 @@ from autotune.search.assemble import _plan
 from autotune.search.bounds import positions_of
 from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.members import Member, count_costs, count_floors, member_floors
+from autotune.search.heap_items import Counts, beats, dominates, materialise, push_counts, tables_at
+from autotune.search.members import Member, class_member_floors
 from autotune.search.screens import Screens, price_positions
 from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
 
@@ -96,19 +97,21 @@ class UniformSearch:
     def _member_items(self, key, mi: int, mp: int, stages: int, rep: StageChoice, chunks: int, side: int | None = None):
         """(1F1B floor, interleaved floor, rank, payload) of every member and count of a class;
         ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule, and a
-        member's counts come as one _Counts item at their least floor (most are never taken)."""
+        member's counts come as one Counts item at their least floor (most are never taken)."""
         priced = self.members(key.dp, mp, stages, rep)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         cap, shape = self.search.capacity, self._shape(key, stages, chunks)
         counts = self.screens.counts[(key.dp, mp)]
         members = self.screens.classes(key.dp, mp)[rep].members
-        plains, inters = member_floors([priced[i] for i, _ in members], b, cap, shape, side)
-        for (i, choice), plain, inter in zip(members, plains.tolist(), inters.tolist()):
+        fulls = [i for i, choice in members if choice.recompute == "full"] if counts else []
+        plains, inters, by_full = class_member_floors([priced[i] for i, _ in members], [(priced[-1 - i], priced[i]) for i in fulls],
+                                                      np.array(counts, dtype=int), b, cap, shape, side)
+        by_full = dict(zip(fulls, by_full))
+        for (i, _), plain, inter in zip(members, plains.tolist(), inters.tolist()):
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
-            if counts and choice.recompute == "full":
-                none = priced[-1 - i]
-                floors = count_floors(none, priced[i], np.array(counts, dtype=int), b, cap, shape, side)
-                items = _Counts(mi, i, priced[i], none, counts, floors[0].tolist(), floors[1].tolist())
+            if i in by_full:
+                floors = by_full[i]
+                items = Counts(mi, i, priced[i], priced[-1 - i], counts, floors[0].tolist(), floors[1].tolist())
                 if side is not None and not np.isnan(floors[side]).any():
                     least = float(floors[side].min())
                     yield least, least, (mi, i, 0), items
@@ -144,7 +147,7 @@ class UniformSearch:
         return items, tie
 
     def _class_time_floors(self, key, mp: int, stages: int, reps: list[StageChoice]) -> list[tuple[float, float]]:
-        """The classes' floors from their bare stages' times (kept from coarse_bound_s when it made
+        """The classes' floors from their bare stages' times (kept from coarse_bounds_s when it made
         them): a class's time and memory screens are priced only when it comes up (_expand)."""
         kept = [self._time_only.get((key, mp, rep)) for rep in reps]
         if all(pair is not None for pair in kept):
@@ -260,19 +263,23 @@ class UniformSearch:
             memo.update(zip(missing, self.screens.class_floors(key, mp, missing, shape, memory=False)))
         return memo
 
-    def coarse_bound_s(self, key) -> float:
-        """A floor of lower_bound_s from the classes' bare stages' times (no time or memory screens
-        priced); the exhaustive method's is the exact one."""
+    def coarse_bounds_s(self, keys) -> list[float]:
+        """Floors of lower_bound_s of the slices ``keys`` from the classes' bare stages' times (no
+        time or memory screens priced), a degree's slices at once; the exhaustive method's are the
+        exact ones."""
         if self.exhaustive:
-            return self.lower_bound_s(key)[0]
-        floors = []
-        for mp, stages in self.screens.submeshes(key.dp):
-            classes = list(self.screens.classes(key.dp, mp))
-            shape = self._shape(key, stages, self._chunks(key, stages))
-            for rep, pair in zip(classes, self.screens.class_floors(key, mp, classes, shape, memory=False, bare=True)):
-                self._time_only[(key, mp, rep)] = pair
-                floors.append(min(pair))
-        return min(floors, default=math.inf)
+            return [self.lower_bound_s(key)[0] for key in keys]
+        least = dict.fromkeys(keys, math.inf)
+        for dp in dict.fromkeys(key.dp for key in keys):
+            slices = [key for key in keys if key.dp == dp]
+            for mp, stages in self.screens.submeshes(dp):
+                classes = list(self.screens.classes(dp, mp))
+                shapes = [(key, self._shape(key, stages, self._chunks(key, stages))) for key in slices]
+                for key, pairs in zip(slices, self.screens.bare_class_floors(shapes, mp, classes)):
+                    for rep, pair in zip(classes, pairs):
+                        self._time_only[(key, mp, rep)] = pair
+                        least[key] = min(least[key], min(pair))
+        return [least[key] for key in keys]
 
     def _chunks(self, key, stages: int) -> int:
         """The most chunks per rank an interleaved layout of ``stages`` equal stages may take (1: none)."""
@@ -334,15 +341,15 @@ class UniformSearch:
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=False)
                 continue
-            if isinstance(payload[2], _Counts):  # a member's counts, each now in line at its own floor
-                _push_counts(heap, tie, payload, side=0)
+            if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
+                push_counts(heap, tie, payload, side=0)
                 continue
             if best is not None and floor == best[0] and rank > best[1]:
                 continue
             mp, stages, spec = payload
-            member = Member(rank=rank, model_parallel=mp, costs=_materialise(spec))
-            tables = _at(member.costs, b)
-            if any(other_rank < rank and _dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
+            member = Member(rank=rank, model_parallel=mp, costs=materialise(spec))
+            tables = tables_at(member.costs, b)
+            if any(other_rank < rank and dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
                 continue  # a member before it is no slower, no longer-tailed and no larger anywhere
             solved_tables.setdefault(mp, []).append((rank, tables))
             solved = self._solve_member(key, member, stages)
@@ -380,14 +387,14 @@ class UniformSearch:
             if kind == 0:
                 self._expand(key, heap, tie, item, interleaved=True)
                 continue
-            if isinstance(payload[2], _Counts):
-                _push_counts(heap, tie, payload, side=1)
+            if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
+                push_counts(heap, tie, payload, side=1)
                 continue
             mp, stages, spec = payload
-            for layout in self._layouts(key, _materialise(spec), stages):
+            for layout in self._layouts(key, materialise(spec), stages):
                 scored = self.search.evaluate(layout)
                 self.num_evaluated += 1
-                if estimate is None or _better(scored, estimate):
+                if estimate is None or beats(scored, estimate):
                     plan, estimate = layout, scored
         return plan, estimate
 
@@ -405,50 +412,3 @@ class UniformSearch:
                        for i in range(stages)]
         for v in sorted(v for v in self.problem.space.vpp if v > 1 and n % v == 0):
             yield _plan(self.search, key, stage_plans, schedule="interleaved", vpp=v)
-
-
-class _Counts:
-    """The partial recomputation counts of one full-recomputation member and their floors: taken
-    from a heap as one item at their least floor, then put back one by one (_push_counts), so the
-    heap yields every count in the order it would have with each pushed on its own."""
-
-    __slots__ = ("mi", "i", "full", "none", "counts", "plains", "inters")
-
-    def __init__(self, mi: int, i: int, full: ChoiceCosts, none: ChoiceCosts, counts, plains: list, inters: list):
-        self.mi, self.i, self.full, self.none, self.counts, self.plains, self.inters = mi, i, full, none, counts, plains, inters
-
-    def items(self):
-        """(1F1B floor, interleaved floor, rank, payload) of each count, as _member_items yields a member's."""
-        for k, a, c in zip(self.counts, self.plains, self.inters):
-            yield float(a), float(c), (self.mi, self.i, int(k)), (self.full, self.none, int(k))
-
-
-def _push_counts(heap: list, tie, payload: tuple, side: int) -> None:
-    mp, stages, counts = payload
-    for plain, inter, rank, member in counts.items():
-        heapq.heappush(heap, (inter if side else plain, 1, rank, next(tie), (mp, stages, member)))
-
-
-def _at(costs: ChoiceCosts, b_index: int) -> np.ndarray:
-    """A member's tables at one micro-batch size, stacked [time, tail, base, per][n, pos]."""
-    return np.stack([costs.time_s[b_index], costs.tail_s[b_index], costs.mem_base_bytes[b_index],
-                     costs.mem_per_microbatch_bytes[b_index]])
-
-
-def _dominates(earlier: np.ndarray, later: np.ndarray) -> bool:
-    """Whether no plan of ``later``'s scores below the same plan of ``earlier``'s: the stage DP's
-    objective only grows with a stage's time and tail, and a stage that fits with more memory
-    fits with less (the caller checks that ``earlier`` also ranks first, so it wins a tie)."""
-    with np.errstate(invalid="ignore"):
-        return bool(np.all((earlier <= later) | np.isinf(later) & (later > 0)))
-
-
-def _materialise(spec) -> ChoiceCosts:
-    full, none, count = spec
-    return full if none is None else count_costs(none, full, count)
-
-
-def _better(a, b) -> bool:
-    if a.fits != b.fits:
-        return a.fits
-    return a.step_time_s < b.step_time_s if a.fits else a.peak_memory_bytes_per_gpu < b.peak_memory_bytes_per_gpu
