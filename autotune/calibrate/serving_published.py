@@ -99,6 +99,7 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
         except AutotuneError as err:
             checks.append(ServingCheck(**base, reason=f"{err.field}: {err.message}"))
             continue
+        base["engine"] = case.engine  # the engine's own name, however the row spells it (summaries group by it)
         checks.append(ServingCheck(**base, predicted=predicted, runtime=case.deployment.runtime.name,
                                    assumed=case.assumed))
     return checks
