@@ -10,7 +10,8 @@ import pytest
 
 from autotune.calibrate.serving_names import RowProblem, engine_name, gpu_cluster, model_preset, name_precision, \
     precision_name, served_precision
-from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, throughput_scope
+from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, per_user_rate, \
+    throughput_scope
 from autotune.calibrate.serving_published import check_serving_csv
 from autotune.calibrate.serving_rows import case_from_row
 
@@ -134,6 +135,13 @@ def test_metric_spellings(cell, metric):
     assert metric_name(cell) == metric
 
 
+@pytest.mark.parametrize("metric, unit, tpot", [
+    ("TPS/user", "tokens/s/user", "tpot_mean"), ("output_tokens_per_s_per_user", "tokens/s", "tpot_mean"),
+    ("interactivity (median)", "tok/s/user", "tpot_median"), ("output_tokens_per_s", "tokens/s (1 GPU)", "")])
+def test_a_per_user_token_rate_is_one_over_tpot(metric, unit, tpot):
+    assert per_user_rate(metric, unit) == tpot
+
+
 def test_a_metric_without_its_statistic_is_refused():
     with pytest.raises(RowProblem, match="mean, median or p99"):
         metric_name("TTFT")
@@ -166,6 +174,8 @@ def test_the_spelled_rows_are_read_as_what_they_name():
     gpt = case_from_row(rows["spell-009"])  # MXFP4 on B200: priced as NVFP4, said so
     assert gpt.deployment.dtype == "nvfp4" and any("mxfp4 priced as nvfp4" in a for a in gpt.assumed)
     assert case_from_row(rows["spell-003"]).deployment.runtime.serving.engine == "tensorrt-llm"  # 'TRT-LLM'
+    per_user = case_from_row(rows["spell-021"])  # tokens/s/user: 1 / mean TPOT
+    assert (per_user.metric, per_user.inverse, per_user.scope) == ("tpot_mean", True, "replica")
     assert all("PLACEHOLDER" in r["notes"] for r in rows.values())
 
 
@@ -182,4 +192,6 @@ def test_every_spelled_row_is_priced():
     checks = check_serving_csv(SPELLINGS)
     assert [c.reason for c in checks if c.predicted is None] == []
     assert all(c.predicted > 0 for c in checks)
+    per_user = next(c for c in checks if c.row_id == "spell-021")
+    assert 5.0 < per_user.predicted < 1000.0  # a decode rate in tokens/s, not a TPOT in seconds
     assert {c.engine for c in checks} == {"tensorrt-llm", "vllm", "sglang"}  # summaries group the engine's name

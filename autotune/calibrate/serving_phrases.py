@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from autotune.calibrate.serving_names import RowProblem
 from autotune.cost.serving_load import METRICS
 
-__all__ = ["LoadWords", "load_words", "metric_name", "latency_unit_s", "throughput_scope"]
+__all__ = ["LoadWords", "load_words", "metric_name", "per_user_rate", "latency_unit_s", "throughput_scope"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +100,16 @@ def metric_name(cell: str) -> str:
         return f"{quantity}_{stats[0]}"
     why = " (say mean, median or p99)" if quantity and not stats else ""
     raise RowProblem(f"metric {cell.strip()!r} is not one autotune predicts{why} ({', '.join(METRICS)})")
+
+
+def per_user_rate(metric: str, unit: str) -> str:
+    """The TPOT statistic whose inverse a per-user token rate is ('tokens/s/user', 'TPS/user',
+    'interactivity'), or '' for any other metric: the decode rate one request sees, 1 / TPOT."""
+    text = f"{metric} {unit}".lower()
+    if not re.search(r"per[ _-]?user|/ ?user|tps[ _/-]*user|interactivity|tokens?[ _/-]*s(?:ec)?[ _/-]*(?:per[ _-]?)?user",
+                     text):
+        return ""
+    return "tpot_median" if re.search(r"median|p50", text) else "tpot_mean"
 
 
 _TIME_UNITS = {"s": 1.0, "sec": 1.0, "secs": 1.0, "second": 1.0, "seconds": 1.0, "ms": 1e-3, "msec": 1e-3,

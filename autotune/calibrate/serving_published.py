@@ -75,7 +75,8 @@ def _predict(case: ServingCase, runs: dict) -> float:
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.ep, dep.attention_dp, dep.dtype, case.load)
     if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS)
         runs[key] = arrival_draws(dep, case.load)
-    return expected_metric(runs[key], case.metric, scope=case.scope) / case.unit_to_si
+    value = expected_metric(runs[key], case.metric, scope=case.scope)
+    return (1.0 / value if case.inverse else value) / case.unit_to_si  # inverse: a per-user rate, 1 / TPOT
 
 
 def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:

@@ -20,7 +20,8 @@ from importlib import resources
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
     name_precision, precision_name, served_precision
-from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, throughput_scope
+from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, per_user_rate, \
+    throughput_scope
 from autotune.calibrate.serving_systems import PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.cost.serving_load import METRICS, Load
@@ -63,6 +64,7 @@ class ServingCase:
     scope: str
     unit: str
     unit_to_si: float  # measured x unit_to_si = seconds (latencies) or tokens/s (throughputs)
+    inverse: bool = False  # the row measures 1 / metric (a per-user token rate: 1 / TPOT)
     measured: float
     assumed: tuple[str, ...] = field(default=())
 
@@ -192,13 +194,18 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: fl
                 output_len=osl), assumed
 
 
-def _metric(row: dict) -> tuple[str, str, float, tuple[str, ...]]:
-    """(metric, scope, unit -> SI factor, assumptions)."""
+def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
+    """(metric, scope, unit -> SI factor, whether the row measures its inverse, assumptions): a
+    per-user token rate is 1 / the TPOT statistic it names."""
+    per_user = per_user_rate(row["metric"], row["unit"])
+    if per_user:
+        return per_user, "replica", 1.0, True, (f"{row['metric'].strip()} read as 1 / {per_user} "
+                                                "(one request's decode rate)",)
     metric, unit = metric_name(row["metric"]), row["unit"].strip()
     if METRICS[metric][0] != "total":
-        return metric, "replica", latency_unit_s(unit), ()
+        return metric, "replica", latency_unit_s(unit), False, ()
     scope, read_as = throughput_scope(unit)
-    return metric, scope, 1.0, ((read_as,) if read_as else ())
+    return metric, scope, 1.0, False, ((read_as,) if read_as else ())
 
 
 def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
@@ -268,7 +275,7 @@ def case_from_row(row: dict) -> ServingCase:
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, replicas, dataset, runtime.serving.rate_run_s)
-        metric, scope, factor, metric_notes = _metric(row)
+        metric, scope, factor, inverse, metric_notes = _metric(row)
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
                                        attention_dp=attention_dp, weight_dtype=precision)
         measured = float(row["value"])
@@ -277,5 +284,6 @@ def case_from_row(row: dict) -> ServingCase:
     except (KeyError, ValueError) as err:
         raise RowProblem(f"unreadable cell: {err}") from None
     return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,
-                       load=load, metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, measured=measured,
+                       load=load, metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, inverse=inverse,
+                       measured=measured,
                        assumed=assumed + length_notes + load_notes + metric_notes)
