@@ -111,9 +111,10 @@ def _attention_dp(row: dict) -> bool:
     return bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention|\badp\b", row.get("notes", ""), re.I))
 
 
-def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, bool, tuple[str, ...]]:
-    """(tp, replicas, ep, attention_dp, assumptions) from the gpus / tp / pp / ep / dp cells (tp: else
-    the system's). A replica is one engine instance: with DP attention its dp ranks share one MoE."""
+def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, bool, tuple[str, ...]]:
+    """(tp, pp, replicas, ep, attention_dp, assumptions) from the gpus / tp / pp / ep / dp cells (tp:
+    else the system's). A replica is one engine instance of tp x pp GPUs: with DP attention its dp
+    ranks share one MoE."""
     gpus, tp, pp, ep, dp = (_int(row, c) for c in ("gpus", "tp", "pp", "ep", "dp"))
     assumed, attention_dp = (), _attention_dp(row)
     if gpus is None and tp:
@@ -126,20 +127,25 @@ def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, 
         if gpus != 1:
             raise RowProblem("the row states no tensor-parallel degree")
         tp, assumed = 1, ("tp 1 (one GPU)",)
-    if (pp or 1) > 1:
-        raise RowProblem("pipeline-parallel serving is not modelled (pp > 1)")
-    ep = ep or 1
+    pp, ep = pp or 1, ep or 1
+    if pp > 1:
+        if ep > tp or attention_dp:
+            raise RowProblem(f"pp {pp} with expert parallelism over tp x dp or DP attention is not modelled")
+        replicas = dp if dp else gpus // (tp * pp)
+        if replicas * tp * pp != gpus:
+            raise RowProblem(f"tp {tp} x pp {pp} x dp {replicas} does not make the {gpus} GPUs")
+        return tp, pp, replicas, ep, False, assumed
     if ep > tp:  # vLLM's --data-parallel-size with --enable-expert-parallel, TRT-LLM's ADP: experts over tp x dp
         if ep % tp or gpus % ep or (dp and tp * dp != ep):
             raise RowProblem(f"ep {ep} is not tp {tp} x dp {dp or '?'}: the experts span no whole replica")
-        return ep, gpus // ep, ep, True, assumed + (
+        return ep, 1, gpus // ep, ep, True, assumed + (
             f"ep {ep} over tp {tp} x dp {ep // tp}: one replica of {ep} GPUs, attention data-parallel",)
     if attention_dp and dp and tp == gpus and dp * tp != gpus:  # SGLang --tp 8 --dp 8 --enable-dp-attention
-        return tp, 1, ep, True, assumed + (f"dp {dp} is the attention-DP degree inside the tp-{tp} replica",)
+        return tp, 1, 1, ep, True, assumed + (f"dp {dp} is the attention-DP degree inside the tp-{tp} replica",)
     replicas = dp if dp else gpus // tp
     if replicas * tp != gpus:
         raise RowProblem(f"tp {tp} x dp {replicas} does not make the {gpus} GPUs")
-    return tp, replicas, ep, attention_dp, assumed
+    return tp, 1, replicas, ep, attention_dp, assumed
 
 
 def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:
@@ -270,14 +276,14 @@ def case_from_row(row: dict) -> ServingCase:
         cluster = load_cluster(gpu_cluster(row["gpu"]))
         system = published_system(runtime.name, model.name, row["gpu"], _int(row, "gpus"), row["concurrency_or_batch"])
         runtime, system_notes = _with_system(runtime, system)
-        tp, replicas, ep, attention_dp, degree_notes = _degrees(row, system)
+        tp, pp, replicas, ep, attention_dp, degree_notes = _degrees(row, system)
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
-        load, load_notes = _load(row, isl, osl, replicas, dataset, runtime.serving.rate_run_s)
+        load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         metric, scope, factor, inverse, metric_notes = _metric(row)
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
-                                       attention_dp=attention_dp, weight_dtype=precision)
+                                       attention_dp=attention_dp, weight_dtype=precision, pp=pp)
         measured = float(row["value"])
     except AutotuneError as err:
         raise RowProblem(f"{err.field}: {err.message}") from None
