@@ -29,7 +29,7 @@ SPELLINGS = DATA / "serving_row_spellings.csv"
     ("gpt-oss-120b-MXFP4", "", "gpt-oss-120b"), ("openai/gpt-oss-20b", "", "gpt-oss-20b"),
     ("Meta-Llama-3.1-70B-Instruct", "", "llama3-70b"), ("Llama3.1-8B", "", "llama3-8b"),
     ("llama3_1-405b", "", "llama3-405b"), ("Llama-2-70B (MLPerf llama2-70b)", "", "llama2-70b"),
-    ("llama2-70b-99.9", "", "llama2-70b"), ("Mixtral-8x7B-Instruct-v0.1", "", "mixtral-8x7b"),
+    ("llama2-70b-99.9", "", "llama2-70b"), ("llama2-70b-interactive-99", "", "llama2-70b"), ("dsr1", "", "deepseek-v3"), ("Mixtral-8x7B-Instruct-v0.1", "", "mixtral-8x7b"),
     ("Llama-3.1-8B-Instruct-quantized.w4a16", "", "llama3-8b"), ("Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "", "llama4-scout-17b-16e"),
 ])
 def test_model_variants_name_their_preset(model, hf, preset):
@@ -130,9 +130,16 @@ def test_engine_limits_in_the_notes_are_not_read_as_load():
     ("ttft_mean", "ttft_mean"), ("mean_ttft_ms", "ttft_mean"), ("Median TPOT", "tpot_median"), ("p99_itl_ms", "itl_p99"),
     ("median_e2el_ms", "e2e_median"), ("output_throughput", "output_tokens_per_s"),
     ("total_token_throughput", "total_tokens_per_s"), ("request_throughput", "requests_per_s"),
-    ("output_tokens_per_s", "output_tokens_per_s")])
+    ("output_tokens_per_s", "output_tokens_per_s"), ("Time to first token (mean)", "ttft_mean"),
+    ("inter_token_latency_p99", "itl_p99"), ("request_latency_median", "e2e_median")])
 def test_metric_spellings(cell, metric):
     assert metric_name(cell) == metric
+
+
+@pytest.mark.parametrize("unit, metric", [("tokens/s", "output_tokens_per_s"), ("total tokens/s", "total_tokens_per_s"),
+                                          ("req/s", "requests_per_s")])
+def test_a_bare_throughput_is_read_by_its_unit(unit, metric):
+    assert metric_name("Throughput", unit) == metric
 
 
 @pytest.mark.parametrize("metric, unit, tpot", [

@@ -31,6 +31,7 @@ MODEL_ALIASES = {
     "llama-2-70b": "llama2-70b", "mixtral-8x7b": "mixtral-8x7b", "mixtral-8x22b": "mixtral-8x22b",
     # R1 and V3.1 are V3's architecture (their config.json: DeepseekV3ForCausalLM, the same shapes)
     "deepseek-v3": "deepseek-v3", "deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3",
+    "dsr1": "deepseek-v3", "dsv3": "deepseek-v3",  # InferenceMAX's and SemiAnalysis' short names
     # the R1 distillations are their base models' architectures (DeepSeek-R1 model card: Llama-3.1-8B
     # and Llama-3.3-70B-Instruct)
     "deepseek-r1-distill-llama-8b": "llama3-8b", "deepseek-r1-distill-llama-70b": "llama3-70b",
@@ -41,8 +42,8 @@ MODEL_ALIASES = {
 }
 # Trailing words that name a variant of the same weights' shapes: tuning, reasoning mode, a release
 # date (DeepSeek-R1-0528, Qwen3-...-2507), a version (Mixtral-...-v0.1), MLPerf's accuracy targets
-# (llama2-70b-99.9) and the quantization formats below.
-_VARIANTS = re.compile(r"[-.](instruct|chat|hf|base|it|original|thinking|reasoning|preview|\d{4}|\d{6}|v\d+(\.\d+)*"
+# and scenario (llama2-70b-99.9, llama2-70b-interactive-99) and the quantization formats below.
+_VARIANTS = re.compile(r"[-.](instruct|chat|hf|base|it|original|thinking|reasoning|preview|interactive|\d{4}|\d{6}|v\d+(\.\d+)*"
                        r"|99(\.9)?|fp8|fp4|nvfp4|mxfp4|int4|int8|w4a16|w8a8|w4a8|awq|gptq|bf16|fp16|dynamic|block"
                        r"|quantized|fp8-dynamic)$")
 # Quantization suffixes of checkpoint names -> the precision cell they imply.

@@ -82,12 +82,21 @@ _METRIC_WORDS = {"output_throughput": "output_tokens_per_s", "output_token_throu
                  "total_throughput": "total_tokens_per_s", "total_tokens_per_second": "total_tokens_per_s",
                  "request_throughput": "requests_per_s", "requests_per_second": "requests_per_s"}
 _STATISTICS = {"mean": "mean", "avg": "mean", "average": "mean", "median": "median", "p50": "median", "p99": "p99"}
-_QUANTITIES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e", "e2el": "e2e", "e2e_latency": "e2e"}
+_QUANTITIES = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2e", "e2el": "e2e", "e2e_latency": "e2e",
+               "time_to_first_token": "ttft", "time_per_output_token": "tpot", "inter_token": "itl",
+               "end_to_end": "e2e", "request": "e2e"}
+# A bare "throughput" is output tokens unless its unit says total tokens or requests.
+_BARE_THROUGHPUT = ("throughput", "token_throughput", "tokens_per_second", "tokens_per_sec")
 
 
-def metric_name(cell: str) -> str:
-    """The METRICS name of a metric cell: 'ttft_mean', 'mean_ttft_ms', 'Median TPOT', 'output_throughput'."""
+def metric_name(cell: str, unit: str = "") -> str:
+    """The METRICS name of a metric cell: 'ttft_mean', 'mean_ttft_ms', 'Median TPOT', 'output_throughput',
+    'Time to first token (mean)'; a bare 'throughput' by its unit (total tokens, requests, else output)."""
     key = re.sub(r"[^a-z0-9]+", "_", cell.strip().lower()).strip("_")
+    if key in _BARE_THROUGHPUT:
+        u = unit.lower()
+        return "total_tokens_per_s" if "total" in u else "requests_per_s" if re.search(r"req|queries", u) \
+            else "output_tokens_per_s"
     for name in (key, re.sub(r"_(ms|s|sec|seconds|us|ns|tok_s|tokens_s)$", "", key)):
         if name in METRICS or name in _METRIC_WORDS:
             return _METRIC_WORDS.get(name, name)

@@ -207,7 +207,7 @@ def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
     if per_user:
         return per_user, "replica", 1.0, True, (f"{row['metric'].strip()} read as 1 / {per_user} "
                                                 "(one request's decode rate)",)
-    metric, unit = metric_name(row["metric"]), row["unit"].strip()
+    metric, unit = metric_name(row["metric"], row["unit"]), row["unit"].strip()
     if METRICS[metric][0] != "total":
         return metric, "replica", latency_unit_s(unit), False, ()
     scope, read_as = throughput_scope(unit)
