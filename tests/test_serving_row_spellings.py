@@ -186,6 +186,14 @@ def test_the_spelled_rows_are_read_as_what_they_name():
     assert all("PLACEHOLDER" in r["notes"] for r in rows.values())
 
 
+def test_a_gpu_count_may_come_from_the_gpu_cell_or_the_degrees():
+    row = {r["id"]: r for r in _spelled()}["spell-013"]  # 2 H200, tp 2
+    assert case_from_row(dict(row, gpus="", gpu="2x H200 SXM")).deployment.gpus == 2
+    assert case_from_row(dict(row, gpus="", dp="2")).deployment.replicas == 2  # tp 2 x dp 2
+    with pytest.raises(RowProblem, match="no tensor-parallel degree"):
+        case_from_row(dict(row, tp="", pp="", dp=""))
+
+
 def test_gpt_oss_mxfp4_on_hopper_says_why_it_is_not_priced():
     row = dict({r["id"]: r for r in _spelled()}["spell-009"], gpu="H100-SXM-80GB")
     with pytest.raises(RowProblem, match="mxfp4.*without FP4 tensor cores"):

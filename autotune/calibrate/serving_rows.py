@@ -111,23 +111,33 @@ def _attention_dp(row: dict) -> bool:
     return bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention|\badp\b", row.get("notes", ""), re.I))
 
 
-def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, bool, tuple[str, ...]]:
-    """(tp, pp, replicas, ep, attention_dp, assumptions) from the gpus / tp / pp / ep / dp cells (tp:
-    else the system's). A replica is one engine instance of tp x pp GPUs: with DP attention its dp
-    ranks share one MoE."""
+def _counts(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, int | None, tuple[str, ...]]:
+    """(gpus, tp, pp, ep, dp, assumptions): the cells, a GPU count from the GPU cell ('8x H100') or
+    tp x pp x dp, tp from the system's published config (one GPU: 1)."""
     gpus, tp, pp, ep, dp = (_int(row, c) for c in ("gpus", "tp", "pp", "ep", "dp"))
-    assumed, attention_dp = (), _attention_dp(row)
+    assumed = ()
+    counted = re.match(r"\s*(\d+)\s*x\s*\D", row.get("gpu", ""), flags=re.I)
+    if gpus is None and counted:
+        gpus, assumed = int(counted.group(1)), (f"{counted.group(1)} GPUs (the gpu cell)",)
     if gpus is None and tp:
         gpus, assumed = tp * (pp or 1) * (dp or 1), (f"{tp * (pp or 1) * (dp or 1)} GPUs (tp x pp x dp)",)
     if gpus is None:
         raise RowProblem("the row states no GPU count")
     if tp is None and system is not None and system.get("tp"):
-        tp, assumed = system.get("tp"), (system.note("tp"),)
+        tp, assumed = system.get("tp"), assumed + (system.note("tp"),)
     if tp is None:
         if gpus != 1:
             raise RowProblem("the row states no tensor-parallel degree")
-        tp, assumed = 1, ("tp 1 (one GPU)",)
-    pp, ep = pp or 1, ep or 1
+        tp, assumed = 1, assumed + ("tp 1 (one GPU)",)
+    return gpus, tp, pp or 1, ep or 1, dp, assumed
+
+
+def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, bool, tuple[str, ...]]:
+    """(tp, pp, replicas, ep, attention_dp, assumptions) from the gpus / tp / pp / ep / dp cells
+    (_counts). A replica is one engine instance of tp x pp GPUs: with DP attention its dp ranks
+    share one MoE."""
+    gpus, tp, pp, ep, dp, assumed = _counts(row, system)
+    attention_dp = _attention_dp(row)
     if pp > 1:
         if ep > tp or attention_dp:
             raise RowProblem(f"pp {pp} with expert parallelism over tp x dp or DP attention is not modelled")
