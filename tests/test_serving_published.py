@@ -73,7 +73,10 @@ def test_mixtral_and_b200_rows_price_from_their_published_settings():
     assert mixtral.deployment.runtime.serving.max_num_seqs == 1200
     b200 = case_from_row(_rows("mlp41-014")[0])  # Offline with no sample count: mlperf.conf's minimum
     assert (b200.deployment.tp, b200.deployment.dtype) == (1, "nvfp4")
-    assert (b200.load.kind, b200.load.num_requests) == ("max_throughput", 24576)
+    # LoadGen's Offline query lasts min_duration (200,640 samples on 8 H100s), not the 24,576-sample
+    # set mlperf.conf's min_query_count names: the steady state's MAX_RATE_REQUESTS an instance
+    assert (b200.load.kind, b200.load.num_requests) == ("max_throughput", 10000)
+    assert any("min_duration" in a for a in b200.assumed)
 
 
 def test_an_mlperf_row_with_its_lengths_is_priced_per_instance():
@@ -121,7 +124,7 @@ def test_versions_resolve_to_the_newest_preset_not_newer_than_the_row():
     assert engine_runtime("vllm", "0.40").name == "vllm"
     assert engine_runtime("tensorrt-llm", "0.14.0 (Triton tensorrtllm_backend)").name == "tensorrt-llm-0.14"
     assert engine_runtime("tensorrt-llm", "0.17 (TensorRT engine)").name == "tensorrt-llm-0.17"
-    assert engine_runtime("sglang", "0.4.1").name == "sglang-0.3"
+    assert engine_runtime("sglang", "0.4.1").name == "sglang-0.4"
     with pytest.raises(RowProblem, match="engine"):
         engine_runtime("ollama", "1.0")
 
@@ -179,9 +182,11 @@ def test_the_shipped_rows_reach_the_recorded_figures():
     assert len(priced) == len(checks) == 83
     groups = {g.group: g for g in summarise(checks, "engine,kind")}
     assert groups["tensorrt-llm | throughput"].mean_abs_error_pct < 12.0
-    # regression guard: SGLang 0.3 at rate inf under its own admission rule (+35.5%; +6.2% when it was
-    # admitted on prompts alone and recomputed 0.86 M prompt tokens), the gap vLLM 0.6 shows on that run
-    assert groups["sglang | throughput"].mean_abs_error_pct < 38.0
+    # regression guard: SGLang 0.3 and vLLM 0.6 at rate inf over ShareGPT (+25.2% and +33.5% with each
+    # request's lengths drawn, +35.5% and +45.5% at the means; SGLang +6.2% when it was admitted on
+    # prompts alone and recomputed 0.86 M prompt tokens)
+    assert groups["sglang | throughput"].mean_abs_error_pct < 28.0
+    assert groups["vllm | throughput"].mean_abs_error_pct < 36.0
     assert groups["sglang | latency"].mean_abs_error_pct < 20.0
     assert groups["vllm | latency"].mean_abs_error_pct < 20.0
     assert groups["tensorrt-llm | latency"].mean_abs_error_pct < 25.0

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 
@@ -24,6 +24,7 @@ from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metri
     throughput_scope
 from autotune.calibrate.serving_systems import PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
+from autotune.cost.serving_lengths import request_lengths
 from autotune.cost.serving_load import METRICS, Load
 from autotune.errors import AutotuneError
 from autotune.spec.hardware import ClusterSpec
@@ -49,6 +50,15 @@ MAX_RATE_REQUESTS = 10000
 BENCH_REQUESTS = 1000
 _BENCH_SOURCE = ("the default --num-prompts of vLLM's benchmark client (vllm 0.33.0 vllm/benchmarks/serve.py) and "
                  "SGLang's bench_serving (0.3.0 and 0.5.23)")
+# LoadGen's Offline query holds max(min_query_count, 1.1 x target_qps x min_duration) samples
+# (v4.1 NVIDIA, 8 H100s: 200,640 for Llama 2 at 76 QPS, 971,520 for Mixtral at 368, over 2,400 s;
+# closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/{llama2-70b-99,mixtral-8x7b}/Offline/performance/
+# run_1/mlperf_log_summary.txt @a2f5d66d17e8), not the sample set's 24,576 or 15,000: with lengths
+# spread, a run as short as the set ends in a long tail of the longest requests, which the real
+# run's steady state dilutes. Under a harness with a run length (rate_run_s) an Offline row runs
+# the steady state's MAX_RATE_REQUESTS per replica, as a rate row does (an instance above 4.2
+# samples/s issues more in 2,400 s).
+OFFLINE_RUN_NOTE = f"{MAX_RATE_REQUESTS} requests per replica (the harness's Offline query lasts its min_duration)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -182,8 +192,8 @@ def _number(pattern: str, text: str) -> float | None:
 def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float) -> tuple[Load, tuple[str, ...]]:
     """The load one replica sees, from concurrency_or_batch and the notes (a maximum-throughput row
     without a count: the benchmark's own minimum, the dataset's ``offline_samples``, else the serving
-    benchmarks' default; a rate row: the notes' LoadGen min_duration, else the harness's ``run_s``,
-    else RATE_REQUESTS)."""
+    benchmarks' default, and under a harness with a run length ``run_s``, MAX_RATE_REQUESTS; a rate
+    row: the notes' LoadGen min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
     words = load_words(row["concurrency_or_batch"], row.get("notes", ""))
     count, assumed = words.count, ((words.read_as,) if words.read_as else ())
     duration_ms = words.duration_ms or run_s * 1000.0
@@ -206,8 +216,19 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: fl
         assumed = (f"{count} requests ({dataset['offline_samples']['source']})",)
     if not count:
         count, assumed = BENCH_REQUESTS, (f"{BENCH_REQUESTS} requests (the run's count not stated; {_BENCH_SOURCE})",)
-    return Load(kind="max_throughput", num_requests=max(1, int(count / replicas)), input_len=isl,
-                output_len=osl), assumed
+    n = max(1, int(count / replicas))
+    if run_s:  # the harness's query lasts run_s: far more requests than the sample set
+        n, assumed = MAX_RATE_REQUESTS, (OFFLINE_RUN_NOTE,)
+    return Load(kind="max_throughput", num_requests=n, input_len=isl, output_len=osl), assumed
+
+
+def _spread(load: Load, row: dict, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+    """Each request's lengths drawn from the dataset's distribution, where it has one and the row
+    states neither length (a stated one fixes the benchmark's lengths)."""
+    if "lengths" not in dataset or _int(row, "isl") or _int(row, "osl"):
+        return load, ()
+    lengths = request_lengths(dataset["lengths"])
+    return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",)
 
 
 def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
@@ -291,6 +312,7 @@ def case_from_row(row: dict) -> ServingCase:
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
+        load, spread_notes = _spread(load, row, dataset)
         metric, scope, factor, inverse, metric_notes = _metric(row)
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
                                        attention_dp=attention_dp, weight_dtype=precision, pp=pp)
@@ -302,4 +324,4 @@ def case_from_row(row: dict) -> ServingCase:
     return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,
                        load=load, metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, inverse=inverse,
                        measured=measured,
-                       assumed=assumed + length_notes + load_notes + metric_notes)
+                       assumed=assumed + length_notes + spread_notes + load_notes + metric_notes)

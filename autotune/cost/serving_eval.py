@@ -91,7 +91,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp)
     return step_model(dep.model, cluster, shape, weight_dtype=dep.dtype,
-                      kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled)
+                      kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled,
+                      mxfp4_activation=engine.mxfp4_activation)
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:
@@ -118,7 +119,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     decodes = min(limits.max_num_seqs, max(1, limits.kv_capacity_tokens // max(1, load.input_len)))
     tokens = max(limits.max_num_batched_tokens, decodes)
     step = replica_step_model(dep, max_tokens=tokens,
-                              max_sampled=decodes + limits.max_num_batched_tokens // max(1, load.input_len) + 1)
+                              max_sampled=decodes + limits.max_num_batched_tokens // load.shortest_input_len + 1)
     schedule = Schedule(scheduler=engine.scheduler, chunked_prefill=engine.chunked_prefill,
                         prefill_chunk_tokens=engine.prefill_chunk_tokens, max_num_seqs=decodes,
                         max_num_batched_tokens=limits.max_num_batched_tokens,

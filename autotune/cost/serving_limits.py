@@ -25,6 +25,9 @@ __all__ = ["EngineLimits", "engine_limits", "trtllm_bench_setting", "vllm_device
            "sglang_max_running"]
 
 _GIB = 2.0**30
+# bytes a weight in trtllm-bench's heuristic (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM: FP8 1, NVFP4 0.5, else 2;
+# MXFP4's W4A16_MXFP4 / W4A8_MXFP4_MXFP8 are not listed @04cba882, so GPT-OSS counts 2)
+_BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,13 +84,18 @@ def trtllm_bench_setting(*, params_b: float, num_layers: int, num_kv_heads: int,
     return max_bs, max_tokens
 
 
-def vllm_device_defaults(device_name: str, memory_bytes: float) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) of `vllm serve` by GPU (vllm 0.33.0
-    engine/arg_utils.py get_batch_defaults, OPENAI_API_SERVER): 1024 and 16384 from 160 GiB, 1024
-    and 8192 from 70 GiB except A100, else 256 and 2048."""
-    if memory_bytes >= 160 * _GIB:
+def vllm_device_defaults(device_name: str, memory_bytes: float, rule: str = "vllm_device") -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) of `vllm serve` by GPU (OPENAI_API_SERVER). "vllm_device"
+    (0.33.0 engine/arg_utils.py get_batch_defaults): 1024 and 16384 from 160 GiB, 1024 and 8192 from
+    70 GiB except A100, else 256 and 2048. "vllm_by_memory" (0.9.0 and 0.11.0 _set_default_args_v1):
+    the same without the 160 GiB tier. "vllm_by_name" (0.8.0 _set_default_args_v1): 8192 tokens on a
+    GPU whose name holds h100 or h200, else 2048; 1024 sequences on every GPU."""
+    name = device_name.lower()
+    if rule == "vllm_by_name":
+        return 1024, (8192 if "h100" in name or "h200" in name else 2048)
+    if memory_bytes >= 160 * _GIB and rule == "vllm_device":
         return 1024, 16384
-    if memory_bytes >= 70 * _GIB and "a100" not in device_name.lower():
+    if memory_bytes >= 70 * _GIB and "a100" not in name:
         return 1024, 8192
     return 256, 2048
 
@@ -124,10 +132,12 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
         seqs, tokens = trtllm_bench_setting(
             params_b=model.num_parameters() / 1e9, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
             head_dim=model.head_dim, tp=tp, device_memory_gib=cluster.device.memory_bytes / _GIB,
-            weight_bytes=1.0 if weight_dtype == "fp8" else 2.0, kv_bytes=kv_elem, input_len=input_len,
+            weight_bytes=_BENCH_WEIGHT_BYTES.get(weight_dtype, 2.0), kv_bytes=kv_elem, input_len=input_len,
             output_len=output_len)
-    elif engine.batch_rule == "vllm_device":
-        seqs, tokens = vllm_device_defaults(cluster.device.name, cluster.device.memory_bytes)
+        if not engine.chunked_prefill:  # bench/benchmark/utils/general.py get_settings (PyTorch path)
+            tokens = max(tokens, math.ceil(input_len) + seqs)
+    elif engine.batch_rule in ("vllm_device", "vllm_by_name", "vllm_by_memory"):
+        seqs, tokens = vllm_device_defaults(cluster.device.name, cluster.device.memory_bytes, engine.batch_rule)
     elif engine.batch_rule == "max_model_len":  # the launch's --max-model-len, else the model's context
         tokens = max(engine.max_model_len or model.max_seq_len, 2048)
     activations = activation_bytes_per_token(model, tp) * max(tokens, 1)

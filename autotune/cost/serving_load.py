@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.serving_lengths import RequestLengths
 from autotune.cost.serving_sim import Requests, Trace
 from autotune.errors import AutotuneError, require
 
@@ -43,7 +44,9 @@ SCOPES = ("replica", "gpu", "system")
 @dataclass(frozen=True, kw_only=True)
 class Load:
     """How requests reach one replica: ``kind`` in LOAD_KINDS, ``num_requests`` of mean
-    ``input_len`` / ``output_len`` tokens (fixed lengths), ``concurrency`` or ``rate_per_s``."""
+    ``input_len`` / ``output_len`` tokens, ``concurrency`` or ``rate_per_s``. Every request has those
+    lengths, unless ``lengths`` gives the dataset's distribution: then each request's are drawn from it
+    (seeded by ``seed``) and the two means size the engine's limits."""
 
     kind: str
     num_requests: int
@@ -51,7 +54,8 @@ class Load:
     output_len: int
     concurrency: int = 0
     rate_per_s: float = 0.0
-    seed: int = 0  # Poisson arrivals are drawn from numpy's default_rng(seed)
+    seed: int = 0  # Poisson arrivals are drawn from numpy's default_rng(seed), lengths from default_rng((seed, 1))
+    lengths: RequestLengths | None = None
 
     def __post_init__(self) -> None:
         require(self.kind in LOAD_KINDS, "load", f"{self.kind!r}; choose one of: {', '.join(LOAD_KINDS)}")
@@ -64,18 +68,29 @@ class Load:
         if self.kind == "rate":
             require(isinstance(self.rate_per_s, (int, float)) and 0 < self.rate_per_s < float("inf"), "rate_per_s",
                     f"must be a finite rate > 0 for a fixed-rate load, got {self.rate_per_s!r}")
+        require(self.lengths is None or isinstance(self.lengths, RequestLengths), "lengths",
+                f"must be a RequestLengths (autotune/cost/serving_lengths.py) or None, got {self.lengths!r}")
+
+    @property
+    def shortest_input_len(self) -> int:
+        """The shortest prompt a request can have (the most prompts a token budget holds)."""
+        return min(self.input_len, self.lengths.shortest_input_tokens) if self.lengths else self.input_len
 
 
 def requests_for(load: Load) -> Requests:
-    """The run's requests: arrival times by the load's kind, the load's lengths."""
+    """The run's requests: arrival times by the load's kind, the load's lengths (each request's own,
+    drawn, where it has a distribution; a separate seed keeps the arrivals those of fixed lengths)."""
     n = load.num_requests
     if load.kind == "rate":
         gaps = np.random.default_rng(load.seed).exponential(1.0 / load.rate_per_s, n)
         arrival = np.cumsum(gaps) - gaps[0]  # the first request at 0, as a benchmark's clock starts
     else:
         arrival = np.zeros(n)
-    return Requests(arrival_s=arrival, input_len=np.full(n, load.input_len, dtype=np.int64),
-                    output_len=np.full(n, load.output_len, dtype=np.int64),
+    if load.lengths is not None:
+        input_len, output_len = load.lengths.draw(n, load.seed)
+    else:
+        input_len, output_len = np.full(n, load.input_len, dtype=np.int64), np.full(n, load.output_len, dtype=np.int64)
+    return Requests(arrival_s=arrival, input_len=input_len, output_len=output_len,
                     concurrency=min(load.concurrency, n) if load.kind == "concurrency" else 0)
 
 

@@ -187,22 +187,27 @@ def _blocks(tokens, block: int):
 
 def _plan_step(st: _State, sched: Schedule) -> tuple[list, np.ndarray]:
     """(prompt chunks as (request, tokens), decoding requests) of the next step."""
-    decoding = st.running[st.done[st.running] >= st.prompt[st.running]]
+    prefilled = st.done[st.running] >= st.prompt[st.running]
+    decoding = st.running[prefilled]
+    prefilling = st.running[~prefilled] if len(decoding) < len(st.running) else decoding[:0]
     if sched.scheduler == "mixed":
-        return _fill_prompts(st, sched, sched.max_num_batched_tokens - len(decoding)), decoding
-    chunks = _fill_prompts(st, sched, sched.max_num_batched_tokens)
+        return _fill_prompts(st, sched, sched.max_num_batched_tokens - len(decoding), prefilling), decoding
+    chunks = _fill_prompts(st, sched, sched.max_num_batched_tokens, prefilling)
     return (chunks, decoding[:0]) if chunks else ([], decoding)
 
 
-def _fill_prompts(st: _State, sched: Schedule, budget: int) -> list:
-    """Prompt chunks within ``budget``: partly prefilled requests first, then waiting ones (FCFS)
-    while the sequence cap and the KV cache admit them."""
+def _fill_prompts(st: _State, sched: Schedule, budget: int, prefilling: np.ndarray) -> list:
+    """Prompt chunks within ``budget``: partly prefilled requests (``prefilling``, the running ones
+    whose prompt is not done) first, then waiting ones (FCFS) while the sequence cap and the KV
+    cache admit them."""
+    if budget <= 0 or (not len(prefilling) and not st.waiting):
+        return []
     chunks = []
     cap = sched.prefill_chunk_tokens or sched.max_num_batched_tokens
     # KV tokens left to admit against: blocks not yet taken, or (reserve rule) the estimated room
     room = (reserve_room(st, sched.reserve, sched.kv_capacity_tokens) if sched.reserve
             else sched.kv_capacity_tokens - int(st.reserved[st.running].sum()))
-    for i in st.running[st.done[st.running] < st.prompt[st.running]]:
+    for i in prefilling:
         take = min(int(st.prompt[i] - st.done[i]), budget, cap)
         if take <= 0:
             return chunks
@@ -255,16 +260,18 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     """One step of prompt chunks (and, in a mixed engine, the running decodes)."""
     if len(decodes):
         decodes = _make_room(st, sched, decodes)
-    ids = np.asarray([i for i, _ in chunks])
-    takes = np.asarray([t for _, t in chunks])
-    sampled = len(decodes) + int(np.sum(st.done[ids] + takes >= st.prompt[ids]))
-    gpu = step.gpu_s(decodes=len(decodes), context=float(_kv_tokens(st, decodes).sum()),
-                     prefill_tokens=int(takes.sum()), pairs=float(np.sum(takes * (st.done[ids] + (takes + 1) / 2.0))),
+    ids, takes = np.asarray(chunks, dtype=np.int64).T
+    done = st.done[ids]
+    completes = done + takes >= st.prompt[ids]
+    sampled = len(decodes) + int(np.count_nonzero(completes))
+    tokens = int(takes.sum())
+    gpu = step.gpu_s(decodes=len(decodes), context=float(_kv_tokens(st, decodes).sum()) if len(decodes) else 0.0,
+                     prefill_tokens=tokens, pairs=float(np.sum(takes * (done + (takes + 1) / 2.0))),
                      sampled=sampled)
     st.t += _host_s(sched, gpu, 1, eager=True)  # prompt steps run eagerly (graphs are captured for decodes)
-    st.done[ids] += takes
-    st.prefilled += int(takes.sum())
-    completed = ids[st.done[ids] >= st.prompt[ids]]
+    st.done[ids] = done + takes
+    st.prefilled += tokens
+    completed = ids[completes]
     new = completed[st.generated[completed] == 0]
     st.generated[new], st.first[new], st.last[new] = 1, st.t, st.t
     st.g0[completed] = st.generated[completed]
@@ -341,10 +348,13 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     slope = step.num_layers * step.decode_s_per_position * b
 
     eager = b > sched.decode_graph_max_batch
+    made = [np.zeros(0)]  # the longest durations made so far: a shorter stretch's are its prefix
 
     def durations_of(k: int) -> np.ndarray:
-        j = np.arange(k, dtype=float)
-        return _host_s(sched, first + slope * j, (j % calls == 0).astype(float), eager)
+        if k > len(made[0]):
+            j = np.arange(k, dtype=float)
+            made[0] = _host_s(sched, first + slope * j, (j % calls == 0).astype(float), eager)
+        return made[0][:k]
 
     k = _stretch_length(st, sched, decodes, durations_of) if fast_forward else 1
     if sched.reserve and st.waiting and len(st.running) < sched.max_num_seqs and k > 1:
@@ -368,19 +378,28 @@ def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int
     """Each decoding request gets a token at each end (up to its output length); tokens stream to
     the client at the end of each scheduler call of ``calls`` steps."""
     k = len(ends)
-    remaining = st.req.output_len[decodes] - st.generated[decodes]
-    got = np.minimum(remaining, k)
-    stream_at = np.arange(calls - 1, k, calls) if calls > 1 else np.arange(k)
-    if calls > 1 and (not len(stream_at) or stream_at[-1] != k - 1):
-        stream_at = np.append(stream_at, k - 1)
-    deliveries = ends[stream_at]
+    generated = st.generated[decodes]
+    got = np.minimum(st.req.output_len[decodes] - generated, k)
+    if calls > 1:
+        stream_at = np.arange(calls - 1, k, calls)
+        if not len(stream_at) or stream_at[-1] != k - 1:
+            stream_at = np.append(stream_at, k - 1)
+        deliveries = ends[stream_at]
+    else:
+        stream_at, deliveries = None, ends  # a token streams at every step's end
     full = got == k
-    if full.any():  # requests decoding the whole stretch: first gap their own, the rest shared
-        st.gaps.append(deliveries[0] - st.last[decodes[full]])
-        st.weights.append(np.ones(int(full.sum())))
+    everyone = bool(full.all())
+    whole = decodes if everyone else decodes[full]
+    if len(whole):  # requests decoding the whole stretch: first gap their own, the rest shared
+        st.gaps.append(deliveries[0] - st.last[whole])
+        st.weights.append(np.ones(len(whole)))
         if len(deliveries) > 1:
             st.gaps.append(np.diff(deliveries))
-            st.weights.append(np.full(len(deliveries) - 1, float(full.sum())))
+            st.weights.append(np.full(len(deliveries) - 1, float(len(whole))))
+    st.generated[decodes] = generated + got
+    if everyone:
+        st.last[decodes] = deliveries[-1]
+        return
     for i, n in zip(decodes[~full], got[~full]):  # requests finishing inside the stretch
         last_end = ends[n - 1] if calls == 1 else deliveries[min(np.searchsorted(stream_at, n - 1), len(deliveries) - 1)]
         mine = np.concatenate([[st.last[i]], deliveries[deliveries < last_end], [last_end]])
@@ -388,8 +407,7 @@ def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int
         st.weights.append(np.ones(len(mine) - 1))
         st.last[i] = last_end
         st.finish[i] = last_end
-    st.last[decodes[full]] = deliveries[-1]
-    st.generated[decodes] += got
+    st.last[whole] = deliveries[-1]
 
 
 def _retire(st: _State) -> None:

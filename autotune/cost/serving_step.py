@@ -37,9 +37,36 @@ __all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param"]
 _ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
 
 
+# MXFP4 (OCP Microscaling spec v1.0): E2M1 elements with one E8M0 scale per 32, 4 + 8 / 32 bits a
+# weight; vLLM's Mxfp4MoEMethod.create_weights holds uint8 pairs and a uint8 scale per 32 (mxfp4.py @007d5005).
+_STORED_BYTES = {"mxfp4": (4.0 + 8.0 / 32.0) / 8.0}
+# Formats whose checkpoints quantize the routed experts only: GPT-OSS's config.json quantization_config
+# (quant_method mxfp4) leaves self_attn, mlp.router, embed_tokens and lm_head in BF16
+# (tests/data/hf_configs/gpt-oss-120b.json), and vLLM's Mxfp4Config gives linear layers
+# UnquantizedLinearMethod, MXFP4 only to FusedMoE (mxfp4.py @007d5005).
+EXPERTS_ONLY_DTYPES = ("mxfp4",)
+
+
 def weight_bytes_per_param(weight_dtype: str) -> float:
-    """Bytes of one stored weight: pre-quantized FP8/FP4 checkpoints keep 1 / 0.5 byte (scales aside)."""
+    """Bytes of one stored weight: pre-quantized FP8/FP4 checkpoints keep 1 / 0.5 byte (NVFP4 scales
+    aside), MXFP4 4.25 bits with its scales."""
+    if weight_dtype in _STORED_BYTES:
+        return _STORED_BYTES[weight_dtype]
     return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0)
+
+
+def _gemm_rate_dtype(device, weight_dtype: str, mxfp4_activation: str) -> str:
+    """The GEMM fit that prices GEMMs on weights of ``weight_dtype``. NVFP4: the FP4 fit where the
+    device has one. MXFP4 on a device without FP4 tensor cores (Hopper, Ampere) runs weight-only,
+    dequantised to BF16 inside the GEMM (TensorRT-LLM model_config.py get_mxfp4_quant_algo: W4A16_MXFP4
+    below SM100; vLLM mxfp4.py: Triton matmul_ogs or Marlin on SM90); on Blackwell at the engine's
+    activation format (``mxfp4_activation``: BF16, or MXFP8 at the FP8 tensor-core rate: FP4 x FP8
+    operands take tcgen05.mma kind::f8f6f4, the FP8 rate; only FP4 x FP4, kind::mxf4, gets the FP4 rate)."""
+    if weight_dtype == "nvfp4":
+        return "nvfp4" if _has_fit(device, "nvfp4") else "bf16"
+    if weight_dtype == "mxfp4":
+        return mxfp4_activation if _has_fit(device, "nvfp4") and _has_fit(device, mxfp4_activation) else "bf16"
+    return weight_dtype
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,32 +137,40 @@ class StepModel:
 
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
-               kv_bytes: float, max_tokens: int, max_sampled: int) -> StepModel:
+               kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
-    kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element."""
+    kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
+    experts take ``mxfp4_activation`` activations on Blackwell (the engine's)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
-    return _step_model(model, cluster, shape, weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled))
+    require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
+            f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
+    return _step_model(model, cluster, shape, weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled),
+                       mxfp4_activation)
 
 
 @lru_cache(maxsize=64)
-def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled) -> StepModel:
+def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation) -> StepModel:
     device = cluster.device
-    device.require_dtype(weight_dtype)
+    expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
+    device.require_dtype(weight_dtype if weight_dtype not in _STORED_BYTES else expert_rate)
+    # the format the non-expert GEMMs run in: BF16 where the checkpoint quantizes experts only
+    other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
+    other_rate = _gemm_rate_dtype(device, other, mxfp4_activation)
     tables = model_tables(model, 1, _ACT_BYTES, "flash")
     tokens = np.arange(max_tokens + 1, dtype=float)
     span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
     local = tokens / shape.tp if shape.attention_dp else tokens  # a rank's own tokens under DP attention
     dense, moe = tables.layer_counts()
-    linear = dense * _ops_s(_without_attention(tables.layer), device, weight_dtype, local, shape.op_tp)
+    linear = dense * _ops_s(_without_attention(tables.layer), device, other, other_rate, local, shape.op_tp)
     if moe:
-        linear = linear + moe * (_ops_s(_without_attention(tables.moe_layer), device, weight_dtype, local, shape.op_tp)
-                                 + _experts_s(tables.experts, model, cluster, shape, weight_dtype, tokens))
+        linear = linear + moe * (_ops_s(_without_attention(tables.moe_layer), device, other, other_rate, local, shape.op_tp)
+                                 + _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens))
     linear = linear + _layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(
         model, cluster, shape, tokens)
     linear[0] = 0.0
     sampled = np.arange(max_sampled + 1, dtype=float)
     rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
-    head = _ops_s(_without_loss(tables.head), device, "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
+    head = _ops_s(_without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
     head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * _ACT_BYTES / shape.op_tp,
                                     span, cluster) * (not shape.attention_dp)
     head[0] = 0.0
@@ -195,14 +230,14 @@ def _select(table: OpTable, keep: np.ndarray) -> OpTable:
     return OpTable(**values)
 
 
-def _ops_s(table: OpTable, device, weight_dtype: str, tokens: np.ndarray, tp: int,
+def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: np.ndarray, tp: int,
            weight_share: np.ndarray | float = 1.0) -> np.ndarray:
     """Roofline seconds of the table's operators for each token count (forward, one pass): GEMMs
-    at the weight format's rate reading its bytes (``weight_share`` of them), everything else at
-    the activation dtype."""
-    gemm = np.array([k == "gemm" for k in table.kinds])
-    coef_w = op_coefficients(table, device, weight_dtype if weight_dtype != "nvfp4" or _has_fit(device, "nvfp4") else "bf16")
-    coef_a = op_coefficients(table, device, compute_dtype(weight_dtype))
+    at ``rate_dtype``'s fit reading the weight format's bytes (``weight_share`` of them), everything
+    else at the activation dtype."""
+    gemm = _quantized_gemms(table)
+    coef_w = op_coefficients(table, device, rate_dtype)
+    coef_a = op_coefficients(table, device, compute_dtype(weight_dtype) if weight_dtype not in _STORED_BYTES else "bf16")
     lat_c, spf = np.where(gemm, coef_w.lat_c, coef_a.lat_c), np.where(gemm, coef_w.spf, coef_a.spf)
     amounts = op_amounts(table, tokens, tp, 1, False)
     share = np.asarray(weight_share, dtype=float)[..., None]
@@ -211,6 +246,17 @@ def _ops_s(table: OpTable, device, weight_dtype: str, tokens: np.ndarray, tp: in
     ops = np.maximum(table.kernels * lat_c + amounts.flops * spf,
                      table.kernels * coef_a.lat_m + (act + weights) * coef_a.spb)
     return ops.sum(-1)
+
+
+# GEMMs a pre-quantized checkpoint keeps in BF16: MoE routers (NVIDIA/TensorRT-Model-Optimizer
+# modelopt/torch/quantization/config.py @09914046 _default_disabled_quantizer_cfg, in every FP8/NVFP4/MX
+# config: "*router*", "*mlp.gate.*", "*block_sparse_moe.gate*" off; GPT-OSS: mlp.router in modules_to_not_convert).
+_UNQUANTIZED_GEMMS = ("router",)
+
+
+def _quantized_gemms(table: OpTable) -> np.ndarray:
+    """Which operators are GEMMs on the checkpoint's quantized weights."""
+    return np.array([k == "gemm" and n not in _UNQUANTIZED_GEMMS for k, n in zip(table.kinds, table.names)])
 
 
 def _has_fit(device, dtype: str) -> bool:
@@ -222,7 +268,7 @@ def _has_fit(device, dtype: str) -> bool:
 
 
 def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str,
-               tokens: np.ndarray) -> np.ndarray:
+               rate_dtype: str, tokens: np.ndarray) -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E), split over
     ep groups of tp / ep GPUs, plus the EP all-to-all dispatch and combine."""
@@ -231,7 +277,7 @@ def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: 
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing)
     scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
-    time = _ops_s(scaled, cluster.device, weight_dtype, tokens / shape.ep, shape.tp // shape.ep, reached)
+    time = _ops_s(scaled, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, shape.tp // shape.ep, reached)
     if shape.ep > 1:  # each rank dispatches its share of the tokens' k copies and combines them back
         span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * k * model.hidden_size * _ACT_BYTES
@@ -262,16 +308,21 @@ def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype
     """Weight bytes one GPU holds: TP-split layers (experts over ep x tp/ep), vocab-parallel
     embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16; under
     pipeline parallelism the fuller of the two end stages."""
-    def per_gpu(table: OpTable, tp: int) -> float:
-        gemm = np.array([k in ("gemm", "embedding") for k in table.kinds])
+    def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
+        gemm = _quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
         params = table.params / np.where(table.weights_split, tp, 1.0)
-        return float((params * np.where(gemm, weight_bytes_per_param(weight_dtype), _ACT_BYTES)).sum())
+        return float((params * np.where(gemm, weight_bytes_per_param(dtype), _ACT_BYTES)).sum())
 
+    other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
     dense, moe = tables.layer_counts()
-    total = dense * per_gpu(tables.layer, shape.op_tp)
+    total = dense * per_gpu(tables.layer, shape.op_tp, other)
     if moe:  # experts: E / ep of them over tp / ep GPUs each, W / tp a GPU whatever ep is
-        total += moe * (per_gpu(tables.moe_layer, shape.op_tp) + per_gpu(tables.experts, shape.tp))
-    ends = [per_gpu(block, shape.op_tp) for block in (tables.embedding, tables.head) if block is not None]
+        total += moe * (per_gpu(tables.moe_layer, shape.op_tp, other) + per_gpu(tables.experts, shape.tp, weight_dtype))
+    # the token embedding and the LM head stay BF16 in every pre-quantized checkpoint: ModelOpt quantizes the
+    # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card) and its
+    # _default_disabled_quantizer_cfg turns "*lm_head*" off (config.py @09914046); GPT-OSS lists
+    # embed_tokens and lm_head in modules_to_not_convert
+    ends = [per_gpu(block, shape.op_tp, "bf16") for block in (tables.embedding, tables.head) if block is not None]
     if shape.pp == 1:
         return total + sum(ends)
     # pipeline stages: 1/pp of the layers each, the embedding on the first and the head on the last

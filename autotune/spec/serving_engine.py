@@ -42,7 +42,12 @@ MEMORY_RULES = ("total", "static", "free", "reserved")
 # "trtllm_bench" (trtllm-bench build's heuristic from the dataset's mean ISL/OSL and memory),
 # "max_model_len" (vLLM v0 without chunked prefill: the token budget is max(max_model_len, 2048)),
 # "vllm_device" (vLLM V1: by GPU memory, 8192 tokens and 1024 sequences on 70-160 GB GPUs).
-BATCH_RULES = ("fixed", "trtllm_bench", "max_model_len", "vllm_device")
+# vLLM's V1 defaults changed twice: "vllm_by_name" (0.8: 8192 tokens on a GPU named H100 or H200,
+# 2048 on any other, 1024 sequences on all) and "vllm_by_memory" (0.9 to 0.11: 8192 tokens and 1024
+# sequences from 70 GiB except A100, else 2048 and 256; no larger tier from 160 GiB).
+# Under "trtllm_bench" without chunked prefill the budget is at least a prompt plus a full batch
+# (trtllm-bench's PyTorch path forces max_num_tokens to max ISL + max_batch_size).
+BATCH_RULES = ("fixed", "trtllm_bench", "max_model_len", "vllm_device", "vllm_by_name", "vllm_by_memory")
 # "auto": the activation dtype; "fp8": FP8 (E4M3) always; "weights": FP8 when the weights are
 # FP8 (trtllm-bench build --quantization FP8 sets the KV cache to FP8 too).
 KV_CACHE_DTYPES = ("auto", "fp8", "weights")
@@ -50,7 +55,10 @@ KV_CACHE_DTYPES = ("auto", "fp8", "weights")
 SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
 # Engine names as published rows write them (the `engine` column of serving CSVs).
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
-_WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4")
+_WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
+# The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
+# weight-only, dequantised to BF16): "bf16" (W4A16) or "mxfp8" (W4A8, FP8 tensor-core rate).
+MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +100,7 @@ class ServingEngine:
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
+    mxfp4_activation: str = "bf16"  # MXFP4_ACTIVATIONS: its MXFP4 experts' activations on Blackwell
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
@@ -108,6 +117,7 @@ class ServingEngine:
         require_choice("serving.admission", self.admission, ADMISSIONS)
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
+        require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk_tokens",
                      "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
             _require_count(name, getattr(self, name), minimum=0)
