@@ -134,14 +134,14 @@ def test_unpriceable_rows_say_why_and_others_still_price():
     bad = [dict(good, id="x1", model="Falcon-180B", hf_model_id=""), dict(good, id="x2", gpu="MI300X"),
            dict(good, id="x3", tp="", gpus="4"), dict(good, id="x4", metric="joules_per_token"),
            dict(good, id="x5", concurrency_or_batch="whatever"), dict(good, id="x6", value="n/a"),
-           dict(good, id="x7", pp="2", gpus="8", tp="4")]
+           dict(good, id="x7", pp="2", gpus="8", tp="4", ep="8")]
     checks = {c.row_id: c for c in check_serving_rows([good, *bad])}
     assert checks["trtsrv-001"].error_pct is not None
     reasons = {k: c.reason for k, c in checks.items() if k != "trtsrv-001"}
     assert all(c.error_pct is None for k, c in checks.items() if k != "trtsrv-001")
     assert "model preset" in reasons["x1"] and "GPU" in reasons["x2"] and "tensor-parallel" in reasons["x3"]
     assert "metric" in reasons["x4"] and "load" in reasons["x5"] and "number" in reasons["x6"]
-    assert "pipeline" in reasons["x7"]
+    assert "pp 2 with expert parallelism" in reasons["x7"]  # pp serving is priced, not with EP over tp x dp
 
 
 def test_json_gives_every_row_and_the_summaries(tmp_path):

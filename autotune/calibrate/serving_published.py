@@ -72,10 +72,11 @@ def is_serving_csv(path: str | Path) -> bool:
 
 def _predict(case: ServingCase, runs: dict) -> float:
     dep = case.deployment
-    key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.ep, dep.attention_dp, dep.dtype, case.load)
+    key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, case.load)
     if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS)
         runs[key] = arrival_draws(dep, case.load)
-    return expected_metric(runs[key], case.metric, scope=case.scope) / case.unit_to_si
+    value = expected_metric(runs[key], case.metric, scope=case.scope)
+    return (1.0 / value if case.inverse else value) / case.unit_to_si  # inverse: a per-user rate, 1 / TPOT
 
 
 def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
@@ -99,6 +100,7 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
         except AutotuneError as err:
             checks.append(ServingCheck(**base, reason=f"{err.field}: {err.message}"))
             continue
+        base["engine"] = case.engine  # the engine's own name, however the row spells it (summaries group by it)
         checks.append(ServingCheck(**base, predicted=predicted, runtime=case.deployment.runtime.name,
                                    assumed=case.assumed))
     return checks

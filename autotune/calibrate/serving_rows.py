@@ -17,17 +17,23 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 
+from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
+from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
+    name_precision, precision_name, served_precision
+from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, per_user_rate, \
+    throughput_scope
 from autotune.calibrate.serving_systems import PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.cost.serving_lengths import request_lengths
 from autotune.cost.serving_load import METRICS, Load
 from autotune.errors import AutotuneError
+from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
 
 __all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS",
-           "MAX_RATE_REQUESTS"]
+           "MAX_RATE_REQUESTS", "BENCH_REQUESTS"]
 
 COLUMNS = ("id", "model", "gpu", "gpus", "tp", "pp", "ep", "dp", "precision", "engine", "engine_version", "isl", "osl",
            "concurrency_or_batch", "metric", "value", "unit", "notes")
@@ -39,6 +45,11 @@ RATE_REQUESTS = 2000
 # 20,000 and the run's 30,300, each the mean of 4 draws). Past this many per replica the averaged
 # metrics agree within 2%, so longer runs are simulated at this length (the simulation's cost).
 MAX_RATE_REQUESTS = 10000
+# A maximum-throughput row that states neither its request count nor a dataset with one: the serving
+# benchmark clients' default count, which such runs leave unchanged.
+BENCH_REQUESTS = 1000
+_BENCH_SOURCE = ("the default --num-prompts of vLLM's benchmark client (vllm 0.33.0 vllm/benchmarks/serve.py) and "
+                 "SGLang's bench_serving (0.3.0 and 0.5.23)")
 # LoadGen's Offline query holds max(min_query_count, 1.1 x target_qps x min_duration) samples
 # (v4.1 NVIDIA, 8 H100s: 200,640 for Llama 2 at 76 QPS, 971,520 for Mixtral at 368, over 2,400 s;
 # closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/{llama2-70b-99,mixtral-8x7b}/Offline/performance/
@@ -48,19 +59,6 @@ MAX_RATE_REQUESTS = 10000
 # the steady state's MAX_RATE_REQUESTS per replica, as a rate row does (an instance above 4.2
 # samples/s issues more in 2,400 s).
 OFFLINE_RUN_NOTE = f"{MAX_RATE_REQUESTS} requests per replica (the harness's Offline query lasts its min_duration)"
-# Model names in rows (lower case, without -instruct/-hf/-chat) -> presets (autotune/data/models.toml)
-_MODELS = {"llama-3.1-8b": "llama3-8b", "llama-3-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
-           "llama-3.3-70b": "llama3-70b", "llama-3-70b": "llama3-70b", "llama-3.1-405b": "llama3-405b",
-           "llama-2-70b": "llama2-70b", "mixtral-8x7b": "mixtral-8x7b", "mixtral-8x22b": "mixtral-8x22b",
-           "deepseek-v3": "deepseek-v3", "deepseek-r1": "deepseek-v3",  # R1: V3's architecture (its config.json)
-           "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
-           "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b"}
-_PRECISIONS = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
-_TIME_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9}
-
-
-class RowProblem(Exception):
-    """Why a row cannot be priced (a one-line reason)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,6 +74,7 @@ class ServingCase:
     scope: str
     unit: str
     unit_to_si: float  # measured x unit_to_si = seconds (latencies) or tokens/s (throughputs)
+    inverse: bool = False  # the row measures 1 / metric (a per-user token rate: 1 / TPOT)
     measured: float
     assumed: tuple[str, ...] = field(default=())
 
@@ -85,10 +84,10 @@ def _datasets() -> dict:
     return tomllib.loads(resources.files("autotune.data").joinpath("serving_datasets.toml").read_text())
 
 
-def _version(text: str) -> tuple[int, ...]:
+def _version(text: str) -> tuple[int, ...] | None:
     found = re.search(r"(\d+(?:\.\d+)*)", text)
     if not found:
-        raise RowProblem(f"no version number in {text!r}")
+        return None
     parts = [int(p) for p in found.group(1).split(".")]
     while len(parts) > 1 and parts[-1] == 0:  # "1.0" names the release "1.0.0" does
         parts.pop()
@@ -96,36 +95,16 @@ def _version(text: str) -> tuple[int, ...]:
 
 
 def engine_runtime(engine: str, version: str) -> Runtime:
-    """The engine's preset for ``version``: the newest preset of that engine not newer than it."""
+    """The engine's preset for ``version``: the newest preset of that engine not newer than it (no
+    version number: the newest)."""
     presets = [load_runtime(n) for n in runtime_names()]
     ours = [r for r in presets if r.serving is not None and r.serving.engine == engine]
     if not ours:
         raise RowProblem(f"no runtime preset for engine {engine!r}")
-    wanted = _version(version) if version.strip() else (10**6,)
-    ranked = sorted(ours, key=lambda r: _version(r.serving.version))
-    older = [r for r in ranked if _version(r.serving.version) <= wanted]
+    wanted = _version(version) or (10**6,)
+    ranked = sorted(ours, key=lambda r: _version(r.serving.version) or ())
+    older = [r for r in ranked if (_version(r.serving.version) or ()) <= wanted]
     return older[-1] if older else ranked[0]
-
-
-def _model(row: dict) -> str:
-    for text in (row["model"], row.get("hf_model_id", "").split("/")[-1]):
-        name = text.split(" (")[0].strip().lower()
-        for suffix in ("-instruct", "-hf", "-chat", "-fp8", "-fp4"):
-            name = name.replace(suffix, "")
-        name = name.removeprefix("meta-")
-        if name in _MODELS:
-            return _MODELS[name]
-    raise RowProblem(f"no model preset for {row['model']!r}")
-
-
-def _cluster(gpu: str) -> str:
-    g = gpu.upper()
-    for key, name in (("GB200", "gb200-nvl72"), ("B200", "dgx-b200"), ("H200", "dgx-h200"), ("H100", "dgx-h100")):
-        if key in g:
-            return name
-    if "A100" in g:
-        return "dgx-a100-40gb" if "40" in g else "dgx-a100-80gb"
-    raise RowProblem(f"no cluster preset for GPU {gpu!r}")
 
 
 def _int(row: dict, column: str) -> int | None:
@@ -138,24 +117,55 @@ def _int(row: dict, column: str) -> int | None:
         raise RowProblem(f"{column} {text!r} is not an integer") from None
 
 
-def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, tuple[str, ...]]:
-    """(tp, replicas, ep, assumptions) from the gpus / tp / pp / ep / dp cells (tp: else the system's)."""
+def _attention_dp(row: dict) -> bool:
+    return bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention|\badp\b", row.get("notes", ""), re.I))
+
+
+def _counts(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, int | None, tuple[str, ...]]:
+    """(gpus, tp, pp, ep, dp, assumptions): the cells, a GPU count from the GPU cell ('8x H100') or
+    tp x pp x dp, tp from the system's published config (one GPU: 1)."""
     gpus, tp, pp, ep, dp = (_int(row, c) for c in ("gpus", "tp", "pp", "ep", "dp"))
+    assumed = ()
+    counted = re.match(r"\s*(\d+)\s*x\s*\D", row.get("gpu", ""), flags=re.I)
+    if gpus is None and counted:
+        gpus, assumed = int(counted.group(1)), (f"{counted.group(1)} GPUs (the gpu cell)",)
+    if gpus is None and tp:
+        gpus, assumed = tp * (pp or 1) * (dp or 1), (f"{tp * (pp or 1) * (dp or 1)} GPUs (tp x pp x dp)",)
     if gpus is None:
         raise RowProblem("the row states no GPU count")
-    assumed = ()
     if tp is None and system is not None and system.get("tp"):
-        tp, assumed = system.get("tp"), (system.note("tp"),)
+        tp, assumed = system.get("tp"), assumed + (system.note("tp"),)
     if tp is None:
         if gpus != 1:
             raise RowProblem("the row states no tensor-parallel degree")
-        tp, assumed = 1, ("tp 1 (one GPU)",)
-    if (pp or 1) > 1:
-        raise RowProblem("pipeline-parallel serving is not modelled (pp > 1)")
+        tp, assumed = 1, assumed + ("tp 1 (one GPU)",)
+    return gpus, tp, pp or 1, ep or 1, dp, assumed
+
+
+def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, bool, tuple[str, ...]]:
+    """(tp, pp, replicas, ep, attention_dp, assumptions) from the gpus / tp / pp / ep / dp cells
+    (_counts). A replica is one engine instance of tp x pp GPUs: with DP attention its dp ranks
+    share one MoE."""
+    gpus, tp, pp, ep, dp, assumed = _counts(row, system)
+    attention_dp = _attention_dp(row)
+    if pp > 1:
+        if ep > tp or attention_dp:
+            raise RowProblem(f"pp {pp} with expert parallelism over tp x dp or DP attention is not modelled")
+        replicas = dp if dp else gpus // (tp * pp)
+        if replicas * tp * pp != gpus:
+            raise RowProblem(f"tp {tp} x pp {pp} x dp {replicas} does not make the {gpus} GPUs")
+        return tp, pp, replicas, ep, False, assumed
+    if ep > tp:  # vLLM's --data-parallel-size with --enable-expert-parallel, TRT-LLM's ADP: experts over tp x dp
+        if ep % tp or gpus % ep or (dp and tp * dp != ep):
+            raise RowProblem(f"ep {ep} is not tp {tp} x dp {dp or '?'}: the experts span no whole replica")
+        return ep, 1, gpus // ep, ep, True, assumed + (
+            f"ep {ep} over tp {tp} x dp {ep // tp}: one replica of {ep} GPUs, attention data-parallel",)
+    if attention_dp and dp and tp == gpus and dp * tp != gpus:  # SGLang --tp 8 --dp 8 --enable-dp-attention
+        return tp, 1, 1, ep, True, assumed + (f"dp {dp} is the attention-DP degree inside the tp-{tp} replica",)
     replicas = dp if dp else gpus // tp
     if replicas * tp != gpus:
         raise RowProblem(f"tp {tp} x dp {replicas} does not make the {gpus} GPUs")
-    return tp, replicas, ep or 1, assumed
+    return tp, 1, replicas, ep, attention_dp, assumed
 
 
 def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:
@@ -181,40 +191,35 @@ def _number(pattern: str, text: str) -> float | None:
 
 def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float) -> tuple[Load, tuple[str, ...]]:
     """The load one replica sees, from concurrency_or_batch and the notes (a maximum-throughput row
-    without a count: the benchmark's own minimum, the dataset's ``offline_samples``, and under a
-    harness with a run length ``run_s``, MAX_RATE_REQUESTS; a rate row: the notes' LoadGen
-    min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
-    text = f"{row['concurrency_or_batch']}; {row.get('notes', '')}"
-    count = (_number(r"num_requests=([\d,]+)", text) or _number(r"([\d,]+) prompts", text)
-             or _number(r"([\d,]+) requests", text) or _number(r"([\d,]+)-sample", text))
-    rate = (_number(r"QPS=([\d.]+)", text) or _number(r"request rate ([\d.]+)", text)
-            or _number(r"target_qps=([\d.]+)", text))
-    concurrency = _number(r"concurrency[ =:]+(\d+)", text)
-    assumed = ()
-    duration_ms = _number(r"min_duration \(ms\)[: ]+([\d,]+)", text) or run_s * 1000.0
-    if rate and duration_ms:  # LoadGen issues rate x duration queries, drawn from the N-sample set
-        count = round(rate * duration_ms / 1000.0)
-    if rate:
+    without a count: the benchmark's own minimum, the dataset's ``offline_samples``, else the serving
+    benchmarks' default, and under a harness with a run length ``run_s``, MAX_RATE_REQUESTS; a rate
+    row: the notes' LoadGen min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
+    words = load_words(row["concurrency_or_batch"], row.get("notes", ""))
+    count, assumed = words.count, ((words.read_as,) if words.read_as else ())
+    duration_ms = words.duration_ms or run_s * 1000.0
+    if words.kind == "rate":
+        if duration_ms:  # LoadGen issues rate x duration queries, drawn from the N-sample set
+            count = round(words.rate_per_s * duration_ms / 1000.0)
         n = int(count / replicas) if count else RATE_REQUESTS
         assumed = () if count else (f"{RATE_REQUESTS} requests per replica (run length not stated)",)
         if n > MAX_RATE_REQUESTS:
             assumed = (f"{MAX_RATE_REQUESTS} of the run's {n} requests per replica simulated (the steady state)",)
             n = MAX_RATE_REQUESTS
-        return Load(kind="rate", num_requests=n, input_len=isl, output_len=osl, rate_per_s=rate / replicas), assumed
-    if concurrency:
-        return Load(kind="concurrency", num_requests=int((count or 10 * concurrency) / replicas), input_len=isl,
-                    output_len=osl, concurrency=int(concurrency / replicas)), assumed
-    if re.search(r"infinite|rate inf|max load|offline|all samples", text, flags=re.IGNORECASE):
-        if not count and "offline_samples" in dataset:
-            count = dataset["offline_samples"]["value"]
-            assumed = (f"{count} requests ({dataset['offline_samples']['source']})",)
-        if not count:
-            raise RowProblem("a maximum-throughput row must state its number of requests")
-        n = max(1, int(count / replicas))
-        if run_s:  # the harness's query lasts run_s: far more requests than the sample set
-            n, assumed = MAX_RATE_REQUESTS, (OFFLINE_RUN_NOTE,)
-        return Load(kind="max_throughput", num_requests=n, input_len=isl, output_len=osl), assumed
-    raise RowProblem(f"cannot read how load was applied from {row['concurrency_or_batch']!r}")
+        return Load(kind="rate", num_requests=n, input_len=isl, output_len=osl,
+                    rate_per_s=words.rate_per_s / replicas), assumed
+    if words.kind == "concurrency":
+        per_replica = max(1, int(words.concurrency / replicas))
+        return Load(kind="concurrency", num_requests=max(per_replica, int((count or 10 * words.concurrency) / replicas)),
+                    input_len=isl, output_len=osl, concurrency=per_replica), assumed
+    if not count and "offline_samples" in dataset:
+        count = dataset["offline_samples"]["value"]
+        assumed = (f"{count} requests ({dataset['offline_samples']['source']})",)
+    if not count:
+        count, assumed = BENCH_REQUESTS, (f"{BENCH_REQUESTS} requests (the run's count not stated; {_BENCH_SOURCE})",)
+    n = max(1, int(count / replicas))
+    if run_s:  # the harness's query lasts run_s: far more requests than the sample set
+        n, assumed = MAX_RATE_REQUESTS, (OFFLINE_RUN_NOTE,)
+    return Load(kind="max_throughput", num_requests=n, input_len=isl, output_len=osl), assumed
 
 
 def _spread(load: Load, row: dict, dataset: dict) -> tuple[Load, tuple[str, ...]]:
@@ -226,27 +231,27 @@ def _spread(load: Load, row: dict, dataset: dict) -> tuple[Load, tuple[str, ...]
     return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",)
 
 
-def _metric(row: dict) -> tuple[str, str, float]:
-    """(metric, scope, unit -> SI factor)."""
-    metric, unit = row["metric"].strip(), row["unit"].strip()
-    if metric not in METRICS:
-        raise RowProblem(f"metric {metric!r} is not one autotune predicts ({', '.join(METRICS)})")
+def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
+    """(metric, scope, unit -> SI factor, whether the row measures its inverse, assumptions): a
+    per-user token rate is 1 / the TPOT statistic it names."""
+    per_user = per_user_rate(row["metric"], row["unit"])
+    if per_user:
+        return per_user, "replica", 1.0, True, (f"{row['metric'].strip()} read as 1 / {per_user} "
+                                                "(one request's decode rate)",)
+    metric, unit = metric_name(row["metric"], row["unit"]), row["unit"].strip()
     if METRICS[metric][0] != "total":
-        if unit not in _TIME_UNITS:
-            raise RowProblem(f"latency unit {unit!r} is not one of {', '.join(_TIME_UNITS)}")
-        return metric, "replica", _TIME_UNITS[unit]
-    u = unit.lower()
-    scope = ("gpu" if re.search(r"per gpu|/gpu", u) else "replica" if "tp group" in u
-             else "system" if re.search(r"system|server|node|gpus?\)", u) else None)
-    if scope is None:
-        raise RowProblem(f"cannot tell whose throughput unit {unit!r} counts")
-    return metric, scope, 1.0
+        return metric, "replica", latency_unit_s(unit), False, ()
+    scope, read_as = throughput_scope(unit)
+    return metric, scope, 1.0, False, ((read_as,) if read_as else ())
 
 
 def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     """The engine's preset, with the engine flags the row's notes quote."""
-    runtime = engine_runtime(row["engine"].strip(), row.get("engine_version", ""))
+    version = row.get("engine_version", "")
+    runtime = engine_runtime(engine_name(row["engine"]), version)
     engine, notes, changes = runtime.serving, row.get("notes", ""), {}
+    named = () if _version(version) or not version.strip() else (
+        f"{runtime.name} (engine_version {version!r} names no version number: the newest preset)",)
     steps = _number(r"--num-scheduler-steps (\d+)", notes)
     if steps:
         changes["scheduler_steps"] = int(steps)
@@ -258,9 +263,9 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     if fraction:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
     if not changes:
-        return runtime, ()
+        return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),
-            tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
+            named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
 
 
 def _with_system(runtime: Runtime, system: PublishedSystem | None) -> tuple[Runtime, tuple[str, ...]]:
@@ -273,39 +278,50 @@ def _with_system(runtime: Runtime, system: PublishedSystem | None) -> tuple[Runt
             tuple(system.note(k) for k in limits))
 
 
-def _precision(row: dict, runtime: Runtime, system: PublishedSystem | None) -> tuple[str, tuple[str, ...]]:
-    """The row's precision cell, else its system's, else the engine's default."""
-    precision = _PRECISIONS.get(row.get("precision", "").strip().lower(), "")
-    if precision:
-        return precision, ()
-    if system is not None and system.get("precision"):
-        return _PRECISIONS[str(system.get("precision"))], (system.note("precision"),)
-    precision = runtime.serving.default_weight_dtype
-    return precision, (f"precision {precision} ({runtime.name}'s default)",)
+def _precision(row: dict, runtime: Runtime, system: PublishedSystem | None, model: str,
+               cluster: ClusterSpec) -> tuple[str, tuple[str, ...]]:
+    """The row's precision cell, else its checkpoint name's (-FP8, -NVFP4), else its system's, else the
+    checkpoint's own format, else the engine's default; as the engine serves it on this GPU."""
+    precision, assumed = precision_name(row.get("precision", "")), ()
+    named = name_precision(row.get("model", ""), row.get("hf_model_id", ""))
+    if not precision and named:
+        precision, assumed = named, (f"precision {named} (the checkpoint's name)",)
+    if not precision and system is not None and system.get("precision"):
+        precision, assumed = precision_name(str(system.get("precision"))), (system.note("precision"),)
+    if not precision and model in NATIVE_PRECISIONS:
+        precision, source = NATIVE_PRECISIONS[model]
+        assumed = (f"precision {precision} (the released checkpoint: {source})",)
+    if not precision:
+        precision = runtime.serving.default_weight_dtype
+        assumed = (f"precision {precision} ({runtime.name}'s default)",)
+    gemms = {dtype for (kind, dtype) in cluster.device.compute if kind == "gemm"}
+    served, how = served_precision(precision, runtime.name, runtime.serving.weight_dtypes, gemms)
+    return served, assumed + ((how,) if how else ())
 
 
 def case_from_row(row: dict) -> ServingCase:
     """The row as a case to simulate, or RowProblem with the reason."""
     try:
         runtime, engine_notes = _engine(row)
-        model = resolve_model(_model(row))
+        model = resolve_model(model_preset(row["model"], row.get("hf_model_id", "")))
+        cluster = load_cluster(gpu_cluster(row["gpu"]))
         system = published_system(runtime.name, model.name, row["gpu"], _int(row, "gpus"), row["concurrency_or_batch"])
         runtime, system_notes = _with_system(runtime, system)
-        tp, replicas, ep, degree_notes = _degrees(row, system)
-        precision, precision_notes = _precision(row, runtime, system)
+        tp, pp, replicas, ep, attention_dp, degree_notes = _degrees(row, system)
+        precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
         assumed = engine_notes + system_notes + degree_notes + precision_notes
         isl, osl, length_notes, dataset = _lengths(row)
-        load, load_notes = _load(row, isl, osl, replicas, dataset, runtime.serving.rate_run_s)
+        load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset)
-        metric, scope, factor = _metric(row)
-        attention_dp = bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention", row.get("notes", ""), re.I))
-        deployment = ServingDeployment(model=model, cluster=load_cluster(_cluster(row["gpu"])), runtime=runtime, tp=tp,
-                                       replicas=replicas, ep=ep, attention_dp=attention_dp, weight_dtype=precision)
+        metric, scope, factor, inverse, metric_notes = _metric(row)
+        deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
+                                       attention_dp=attention_dp, weight_dtype=precision, pp=pp)
         measured = float(row["value"])
     except AutotuneError as err:
         raise RowProblem(f"{err.field}: {err.message}") from None
     except (KeyError, ValueError) as err:
         raise RowProblem(f"unreadable cell: {err}") from None
-    return ServingCase(row_id=row["id"], engine=row["engine"], gpu=row["gpu"], deployment=deployment, load=load,
-                       metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, measured=measured,
-                       assumed=assumed + length_notes + spread_notes + load_notes)
+    return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,
+                       load=load, metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, inverse=inverse,
+                       measured=measured,
+                       assumed=assumed + length_notes + spread_notes + load_notes + metric_notes)

@@ -34,7 +34,9 @@ ARRIVAL_DRAWS = 4
 
 @dataclass(frozen=True, kw_only=True)
 class ServingDeployment:
-    """``replicas`` engine instances of ``tp`` GPUs each (``ep`` for experts), weights in ``weight_dtype``."""
+    """``replicas`` engine instances of ``tp`` x ``pp`` GPUs each (``ep`` for experts), weights in
+    ``weight_dtype``. With ``pp`` > 1 an instance runs ``pp`` micro-batches in flight: one simulated
+    run is one micro-batch's stream of requests (serving_step.ReplicaShape), ``pp`` of them an instance."""
 
     model: ModelSpec
     cluster: ClusterSpec
@@ -44,11 +46,14 @@ class ServingDeployment:
     ep: int = 1
     attention_dp: bool = False  # DP attention (MoE): each GPU of a replica runs its own requests' attention
     weight_dtype: str = ""  # "": the engine's default
+    pp: int = 1  # pipeline stages of tp GPUs each
 
     def __post_init__(self) -> None:
         require(self.runtime.serving is not None, "runtime",
                 f"{self.runtime.name} is not a serving engine; give vllm, sglang, tensorrt-llm or their versions")
         require(isinstance(self.replicas, int) and self.replicas >= 1, "replicas", f"must be >= 1, got {self.replicas!r}")
+        require(isinstance(self.pp, int) and 1 <= self.pp <= self.model.num_layers, "pp",
+                f"must be 1..{self.model.num_layers} (the model's layers), got {self.pp!r}")
         require(self.tp <= self.cluster.gpus_per_node, "tp",
                 f"tp={self.tp} spans more than a node of {self.cluster.gpus_per_node} GPUs")
         engine = self.runtime.serving
@@ -67,7 +72,7 @@ class ServingDeployment:
 
     @property
     def gpus(self) -> int:
-        return self.tp * self.replicas
+        return self.tp * self.pp * self.replicas
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -84,7 +89,8 @@ class ServingRun:
 def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: int) -> StepModel:
     engine = dep.runtime.serving
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
-    return step_model(dep.model, cluster, ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp), weight_dtype=dep.dtype,
+    shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp)
+    return step_model(dep.model, cluster, shape, weight_dtype=dep.dtype,
                       kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled,
                       mxfp4_activation=engine.mxfp4_activation)
 
@@ -107,6 +113,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                            weight_bytes_per_gpu=probe.weight_bytes_per_gpu,
                            kv_bytes_per_token_per_gpu=probe.kv_bytes_per_token_per_gpu,
                            input_len=load.input_len, output_len=load.output_len)
+    if dep.pp > 1:  # a micro-batch's share of the running requests (SGLang: max_running_requests // pp)
+        limits = replace(limits, max_num_seqs=max(1, limits.max_num_seqs // dep.pp))
     # a decode step holds at most as many requests as the KV cache has room for
     decodes = min(limits.max_num_seqs, max(1, limits.kv_capacity_tokens // max(1, load.input_len)))
     tokens = max(limits.max_num_batched_tokens, decodes)
@@ -134,5 +142,9 @@ def expected_metric(runs: tuple[ServingRun, ...], metric: str, *, scope: str = "
     """``metric`` (serving_load.METRICS, in seconds or tokens/s) averaged over the draws ``runs``."""
     require(len(runs) > 0, "runs", "needs at least one simulated run")
     dep = runs[0].deployment
-    values = [metric_value(r.trace, metric, scope=scope, replicas=dep.replicas, gpus_per_replica=dep.tp) for r in runs]
+    if scope == "replica":  # an instance: its pp micro-batches' runs (one when pp = 1)
+        scope, replicas = "system", dep.pp
+    else:
+        replicas = dep.replicas * dep.pp
+    values = [metric_value(r.trace, metric, scope=scope, replicas=replicas, gpus_per_replica=dep.tp) for r in runs]
     return sum(values) / len(values)

@@ -22,7 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.cost.comm import collective_time_s
+from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.cost.mesh import group_spans
 from autotune.errors import require
@@ -74,14 +74,24 @@ class ReplicaShape:
     """One engine instance: ``tp`` GPUs in a tensor-parallel group (one node); ``ep`` splits the
     experts (each expert then over tp / ep GPUs). ``attention_dp``: each of the tp ranks runs the
     non-expert part of every layer whole on its own requests (SGLang's DP attention, TensorRT-LLM's
-    enable_attention_dp), so the KV cache is split by requests instead of heads (what MLA needs)."""
+    enable_attention_dp), so the KV cache is split by requests instead of heads (what MLA needs).
+    ``pp``: the layers in ``pp`` stages of ``tp`` GPUs each, with ``pp`` micro-batches in flight (vLLM's
+    max_concurrent_batches = pp: "PP requires PP-size concurrent batches to fill the pipeline",
+    vllm 0.33.0 vllm/config/vllm.py; SGLang 0.5.23's event_loop_pp over pp micro-batches of
+    max_running_requests // pp). The step model is then one micro-batch's: each stage holds its layers
+    while the other micro-batches use the others, so a micro-batch's step crosses every layer and
+    pp - 1 activation sends; the weights a GPU holds are 1/pp of them, and the KV cache per token is
+    quoted for the whole model (a micro-batch's share: pp GPUs each hold 1/pp of the layers for pp
+    micro-batches)."""
 
     tp: int
     ep: int = 1
     attention_dp: bool = False
+    pp: int = 1
 
     def __post_init__(self) -> None:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")
+        require(isinstance(self.pp, int) and self.pp >= 1, "pp", f"must be an integer >= 1, got {self.pp!r}")
         require(isinstance(self.ep, int) and self.ep >= 1 and self.tp % self.ep == 0, "ep",
                 f"must divide tp={self.tp}, got {self.ep!r}")
         require(isinstance(self.attention_dp, bool), "attention_dp", "must be true or false")
@@ -155,7 +165,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     if moe:
         linear = linear + moe * (_ops_s(_without_attention(tables.moe_layer), device, other, other_rate, local, shape.op_tp)
                                  + _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens))
-    linear = linear + _layer_collectives_s(model, cluster, shape, span, tokens, dense, moe)
+    linear = linear + _layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(
+        model, cluster, shape, tokens)
     linear[0] = 0.0
     sampled = np.arange(max_sampled + 1, dtype=float)
     rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
@@ -188,6 +199,18 @@ def _layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaS
     if shape.ep > 1:
         return 0.0 * tokens
     return moe * (collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster))
+
+
+def _stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, tokens: np.ndarray) -> np.ndarray:
+    """The pp - 1 point-to-point sends of a micro-batch's activations between consecutive stages:
+    over NVLink inside a node, over the network where a stage boundary is a node boundary."""
+    if shape.pp == 1:
+        return 0.0 * tokens
+    stages_per_node = max(1, cluster.gpus_per_node // shape.tp)
+    inter = -(-shape.pp // stages_per_node) - 1
+    act = tokens * model.hidden_size * _ACT_BYTES
+    return ((shape.pp - 1 - inter) * level_time_s("send_recv", act, 2, cluster.intra_node)
+            + inter * level_time_s("send_recv", act, 2, cluster.inter_node))
 
 
 def _without_attention(table: OpTable) -> OpTable:
@@ -283,7 +306,8 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
 
 def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype: str) -> float:
     """Weight bytes one GPU holds: TP-split layers (experts over ep x tp/ep), vocab-parallel
-    embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16."""
+    embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16; under
+    pipeline parallelism the fuller of the two end stages."""
     def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
         gemm = _quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
         params = table.params / np.where(table.weights_split, tp, 1.0)
@@ -298,7 +322,9 @@ def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype
     # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card) and its
     # _default_disabled_quantizer_cfg turns "*lm_head*" off (config.py @09914046); GPT-OSS lists
     # embed_tokens and lm_head in modules_to_not_convert
-    for block in (tables.embedding, tables.head):
-        if block is not None:
-            total += per_gpu(block, shape.op_tp, "bf16")
-    return total
+    ends = [per_gpu(block, shape.op_tp, "bf16") for block in (tables.embedding, tables.head) if block is not None]
+    if shape.pp == 1:
+        return total + sum(ends)
+    # pipeline stages: 1/pp of the layers each, the embedding on the first and the head on the last
+    # (vLLM's get_pp_indices split); the fuller end stage is the one memory binds
+    return total / shape.pp + max(ends, default=0.0)
