@@ -192,8 +192,11 @@ def test_a_gpu_count_may_come_from_the_gpu_cell_or_the_degrees():
     row = {r["id"]: r for r in _spelled()}["spell-013"]  # 2 H200, tp 2
     assert case_from_row(dict(row, gpus="", gpu="2x H200 SXM")).deployment.gpus == 2
     assert case_from_row(dict(row, gpus="", dp="2")).deployment.replicas == 2  # tp 2 x dp 2
+    only_gpus = case_from_row(dict(row, tp="", pp="", dp=""))  # no degree: one instance over the GPUs, said
+    assert (only_gpus.deployment.tp, only_gpus.deployment.replicas) == (2, 1)
+    assert any(a.startswith("tp 2 (no degree stated") for a in only_gpus.assumed)
     with pytest.raises(RowProblem, match="no tensor-parallel degree"):
-        case_from_row(dict(row, tp="", pp="", dp=""))
+        case_from_row(dict(row, tp="", pp="", dp="3"))
 
 
 def test_gpt_oss_mxfp4_on_hopper_says_why_it_is_not_priced_by_an_engine_without_it():

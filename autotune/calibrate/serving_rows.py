@@ -135,10 +135,14 @@ def _counts(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, i
         raise RowProblem("the row states no GPU count")
     if tp is None and system is not None and system.get("tp"):
         tp, assumed = system.get("tp"), assumed + (system.note("tp"),)
-    if tp is None:
-        if gpus != 1:
-            raise RowProblem("the row states no tensor-parallel degree")
+    if tp is None and gpus == 1:
         tp, assumed = 1, assumed + ("tp 1 (one GPU)",)
+    if tp is None:  # a row naming only its GPUs: one instance over those the other degrees leave
+        tp, rest = divmod(gpus, (pp or 1) * (dp or 1))
+        if rest or not tp:
+            raise RowProblem(f"the row states no tensor-parallel degree and pp x dp does not divide its {gpus} GPUs")
+        assumed = assumed + (f"tp {tp} (no degree stated: the {gpus} GPUs as one tensor-parallel instance"
+                             + (" per pp x dp" if (pp or 1) * (dp or 1) > 1 else "") + ")",)
     return gpus, tp, pp or 1, ep or 1, dp, assumed
 
 
