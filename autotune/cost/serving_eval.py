@@ -106,7 +106,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     limits = engine_limits(engine, dep.model, dep.cluster, tp=dep.tp, weight_dtype=dep.dtype,
                            weight_bytes_per_gpu=probe.weight_bytes_per_gpu,
                            kv_bytes_per_token_per_gpu=probe.kv_bytes_per_token_per_gpu,
-                           input_len=load.input_len, output_len=load.output_len)
+                           input_len=load.input_len, output_len=load.output_len, attention_dp=dep.attention_dp)
     # a decode step holds at most as many requests as the KV cache has room for
     decodes = min(limits.max_num_seqs, max(1, limits.kv_capacity_tokens // max(1, load.input_len)))
     tokens = max(limits.max_num_batched_tokens, decodes)
