@@ -23,3 +23,36 @@ def test_trtllm_attention_dp_schedules_max_batch_size_on_every_rank():
 def test_other_engines_keep_one_scheduler_per_replica():
     for runtime in ("vllm", "sglang"):
         assert _limits(runtime, True).max_num_seqs == _limits(runtime, False).max_num_seqs
+
+
+def test_expert_rows_round_up_to_the_gemm_tile():
+    import numpy as np
+
+    from autotune.cost.expert_tiles import padded_row_share
+
+    share = padded_row_share(np.array([0.0, 1.0, 16.0, 2048.0, 65536.0]), 128, 8, 64)
+    assert share[0] == 1.0
+    assert share[1] == 64.0  # one token: each of its 8 experts computes a whole 64-row tile
+    assert 38.0 < share[2] < 44.0  # 1 row per expert on average: a 64-row tile for each of the ~64% of experts reached
+    assert 1.15 < share[3] < 1.35  # 128 rows per expert: about half a tile of padding each
+    assert 1.0 < share[4] < 1.01
+
+
+def test_tile_padding_slows_small_moe_steps_where_compute_bound():
+    import numpy as np
+
+    from autotune.cost.serving_step import ReplicaShape, step_model
+    from autotune.cost import serving_step
+
+    model, cluster = resolve_model("mixtral-8x7b"), load_cluster("dgx-h100").for_gpus(8)
+    padded = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
+    original = serving_step.padded_row_share
+    try:
+        serving_step.padded_row_share = lambda tokens, *a: np.ones_like(np.asarray(tokens, dtype=float))
+        serving_step._step_model.cache_clear()
+        flat = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
+    finally:
+        serving_step.padded_row_share = original
+        serving_step._step_model.cache_clear()
+    assert np.all(padded.linear_s >= flat.linear_s - 1e-12)
+    assert padded.linear_s[2048] > 1.02 * flat.linear_s[2048]  # compute-bound: 512 rows per expert, ~6% padding

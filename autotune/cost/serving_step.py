@@ -24,6 +24,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s
 from autotune.cost.compute import op_amounts, op_coefficients
+from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
 from autotune.cost.mesh import group_spans
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
@@ -208,10 +209,10 @@ def _select(table: OpTable, keep: np.ndarray) -> OpTable:
 
 
 def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: np.ndarray, tp: int,
-           weight_share: np.ndarray | float = 1.0) -> np.ndarray:
+           weight_share: np.ndarray | float = 1.0, flop_share: np.ndarray | float = 1.0) -> np.ndarray:
     """Roofline seconds of the table's operators for each token count (forward, one pass): GEMMs
-    at ``rate_dtype``'s fit reading the weight format's bytes (``weight_share`` of them), everything
-    else at the activation dtype."""
+    at ``rate_dtype``'s fit reading the weight format's bytes (``weight_share`` of them) and doing
+    ``flop_share`` of their FLOPs (tile padding), everything else at the activation dtype."""
     gemm = _quantized_gemms(table)
     coef_w = op_coefficients(table, device, rate_dtype)
     coef_a = op_coefficients(table, device, compute_dtype(weight_dtype) if weight_dtype not in _STORED_BYTES else "bf16")
@@ -220,7 +221,8 @@ def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: n
     share = np.asarray(weight_share, dtype=float)[..., None]
     weights = amounts.weight_bytes * np.where(gemm, weight_bytes_per_param(weight_dtype) / _ACT_BYTES, 1.0) * share
     act = amounts.act_in_bytes + amounts.act_out_bytes
-    ops = np.maximum(table.kernels * lat_c + amounts.flops * spf,
+    flops = amounts.flops * np.where(gemm, np.asarray(flop_share, dtype=float)[..., None], 1.0)
+    ops = np.maximum(table.kernels * lat_c + flops * spf,
                      table.kernels * coef_a.lat_m + (act + weights) * coef_a.spb)
     return ops.sum(-1)
 
@@ -247,14 +249,17 @@ def _has_fit(device, dtype: str) -> bool:
 def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str,
                rate_dtype: str, tokens: np.ndarray) -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
-    weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E), split over
-    ep groups of tp / ep GPUs, plus the EP all-to-all dispatch and combine."""
+    weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
+    every expert's rows rounded up to the kernel's M tile (cost/expert_tiles.py), split over ep
+    groups of tp / ep GPUs, plus the EP all-to-all dispatch and combine."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
+    padded = padded_row_share(tokens, e, k, expert_tile_rows(rate_dtype))
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing)
     scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
-    time = _ops_s(scaled, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, shape.tp // shape.ep, reached)
+    time = _ops_s(scaled, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, shape.tp // shape.ep, reached,
+                  padded)
     if shape.ep > 1:  # each rank dispatches its share of the tokens' k copies and combines them back
         span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * k * model.hidden_size * _ACT_BYTES
