@@ -56,3 +56,17 @@ def test_tile_padding_slows_small_moe_steps_where_compute_bound():
         serving_step._step_model.cache_clear()
     assert np.all(padded.linear_s >= flat.linear_s - 1e-12)
     assert padded.linear_s[2048] > 1.02 * flat.linear_s[2048]  # compute-bound: 512 rows per expert, ~6% padding
+
+
+def test_attention_dp_step_waits_for_the_rank_running_the_prompt():
+    from autotune.cost.serving_step import ReplicaShape, step_model
+
+    model, cluster = resolve_model("mixtral-8x7b"), load_cluster("dgx-h100").for_gpus(8)
+    adp = step_model(model, cluster, ReplicaShape(tp=8, attention_dp=True), weight_dtype="bf16", kv_bytes=2.0,
+                     max_tokens=4096, max_sampled=64)
+    step = dict(decodes=64, context=64 * 1000.0, prefill_tokens=2048, pairs=2048 * 1024.5, sampled=65)
+    spread = adp.gpu_s(**step)
+    whole = adp.gpu_s(**step, rank_prefill=(2048, 2048 * 1024.5))  # one prompt: all of it on one rank
+    assert whole > 1.5 * spread
+    tp = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=4096, max_sampled=64)
+    assert tp.gpu_s(**step) == tp.gpu_s(**step, rank_prefill=(2048, 2048 * 1024.5))  # TP attention: no ranks to wait for

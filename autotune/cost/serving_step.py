@@ -109,22 +109,35 @@ class StepModel:
     prefill_s_per_pair: float  # seconds per causal query-key pair of one layer
     weight_bytes_per_gpu: float
     kv_bytes_per_token_per_gpu: float  # all layers
+    # DP attention: ``dp_ranks`` ranks each run the non-expert operators on their own requests' tokens
+    # (``rank_linear_s[m]``: one rank, ``m`` tokens; ``linear_s`` then holds the experts and collectives)
+    dp_ranks: int = 1
+    rank_linear_s: np.ndarray | None = None
 
     @property
     def max_tokens(self) -> int:
         return len(self.linear_s) - 1
 
-    def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int) -> float:
+    def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int,
+              rank_prefill: tuple[int, float] | None = None) -> float:
         """GPU seconds of a step with ``decodes`` requests decoding over ``context`` cached positions
-        in all, and ``prefill_tokens`` prompt tokens doing ``pairs`` causal query-key pairs."""
+        in all, and ``prefill_tokens`` prompt tokens doing ``pairs`` causal query-key pairs. Under DP
+        attention the step waits for its busiest rank: the decodes spread evenly, the prompts whole on
+        their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly)."""
         n = decodes + prefill_tokens
         require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
+        linear = float(self.linear_s[n])
+        if self.dp_ranks > 1:
+            r = self.dp_ranks
+            own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
+            linear += float(self.rank_linear_s[min(-(-decodes // r) + own_tokens, self.max_tokens)])
+            pairs = own_pairs * r  # prefill_s_per_pair is a pair's share of the replica's ranks
         attention = 0.0
         if decodes:
             attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
         if prefill_tokens:
             attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair
-        return float(self.linear_s[n] + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
+        return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
@@ -150,14 +163,16 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     tables = model_tables(model, 1, _ACT_BYTES, "flash")
     tokens = np.arange(max_tokens + 1, dtype=float)
     span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
-    local = tokens / shape.tp if shape.attention_dp else tokens  # a rank's own tokens under DP attention
     dense, moe = tables.layer_counts()
-    linear = dense * _ops_s(_without_attention(tables.layer), device, other, other_rate, local, shape.op_tp)
+    ranks = shape.tp if shape.attention_dp else 1
+    # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
+    own = dense * _ops_s(_without_attention(tables.layer), device, other, other_rate, tokens, shape.op_tp)
     if moe:
-        linear = linear + moe * (_ops_s(_without_attention(tables.moe_layer), device, other, other_rate, local, shape.op_tp)
-                                 + _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens))
-    linear = linear + _layer_collectives_s(model, cluster, shape, span, tokens, dense, moe)
-    linear[0] = 0.0
+        own = own + moe * _ops_s(_without_attention(tables.moe_layer), device, other, other_rate, tokens, shape.op_tp)
+    linear = _layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + (0.0 if ranks > 1 else own)
+    if moe:
+        linear = linear + moe * _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens)
+    linear[0] = own[0] = 0.0
     sampled = np.arange(max_sampled + 1, dtype=float)
     rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
     head = _ops_s(_without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
@@ -168,7 +183,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      **_attention_coefficients(model, device, shape, kv_bytes),
                      weight_bytes_per_gpu=_weights_per_gpu(tables, model, shape, weight_dtype),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
-                     * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape))
+                     * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
+                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None)
 
 
 def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
