@@ -108,6 +108,15 @@ def sglang_max_running(kv_tokens: int, context_len: int) -> int:
     return max(1, min(kv_tokens // 2, pool - 1))
 
 
+def _scheduling_ranks(engine: ServingEngine, tp: int, attention_dp: bool) -> int:
+    """Schedulers a replica runs, each under the engine's batch and token limits. TensorRT-LLM's
+    PyTorch backend under enable_attention_dp: every rank's PyExecutor schedules its own active
+    requests up to max_batch_size and max_num_tokens, and rank 0 admits up to ``tp_size x
+    max_num_active_requests`` across them (tensorrt_llm/_torch/pyexecutor/py_executor.py
+    _fetch_new_requests @9521caf4: total_max_num_active_requests). Other engines: one scheduler."""
+    return tp if attention_dp and engine.engine == "tensorrt-llm" else 1
+
+
 def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weights: float,
                       activations: float) -> tuple[float, str]:
     device = cluster.device
@@ -124,8 +133,9 @@ def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weig
 
 def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec, *, tp: int, weight_dtype: str,
                   weight_bytes_per_gpu: float, kv_bytes_per_token_per_gpu: float, input_len: float,
-                  output_len: float) -> EngineLimits:
-    """The replica's limits for a workload of mean ``input_len`` / ``output_len`` tokens."""
+                  output_len: float, attention_dp: bool = False) -> EngineLimits:
+    """The replica's limits for a workload of mean ``input_len`` / ``output_len`` tokens (``attention_dp``:
+    the replica runs DP attention, each of its ``tp`` ranks scheduling its own requests)."""
     seqs, tokens = engine.max_num_seqs, engine.max_num_batched_tokens
     if engine.batch_rule == "trtllm_bench":
         kv_elem = engine.kv_bytes_per_element(weight_dtype, 2)
@@ -142,6 +152,8 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
         tokens = max(engine.max_model_len or model.max_seq_len, 2048)
     activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
     kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
+    ranks = _scheduling_ranks(engine, tp, attention_dp)
+    seqs, tokens = seqs * ranks, tokens * ranks
     require(kv_bytes > 0, "gpus", f"{model.name}'s weights ({weight_bytes_per_gpu / _GIB:.1f} GiB per GPU at tp={tp}) "
             f"leave no KV cache on {cluster.device.name} under {engine.engine} {engine.version}'s memory rule ({note})")
     capacity = int(kv_bytes / kv_bytes_per_token_per_gpu) // engine.kv_block_tokens * engine.kv_block_tokens

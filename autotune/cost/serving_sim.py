@@ -265,9 +265,13 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     completes = done + takes >= st.prompt[ids]
     sampled = len(decodes) + int(np.count_nonzero(completes))
     tokens = int(takes.sum())
+    pairs = takes * (done + (takes + 1) / 2.0)
+    # DP attention: a prompt runs whole on one rank; the largest go first to the least loaded ranks
+    # (TensorRT-LLM _fetch_new_requests sorts new requests by length onto a heap of ranks' context tokens)
+    busiest = np.argsort(-takes, kind="stable")[::step.dp_ranks]
     gpu = step.gpu_s(decodes=len(decodes), context=float(_kv_tokens(st, decodes).sum()) if len(decodes) else 0.0,
-                     prefill_tokens=tokens, pairs=float(np.sum(takes * (done + (takes + 1) / 2.0))),
-                     sampled=sampled)
+                     prefill_tokens=tokens, pairs=float(pairs.sum()), sampled=sampled,
+                     rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())))
     st.t += _host_s(sched, gpu, 1, eager=True)  # prompt steps run eagerly (graphs are captured for decodes)
     st.done[ids] = done + takes
     st.prefilled += tokens

@@ -24,6 +24,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.compute import op_amounts, op_coefficients
+from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
 from autotune.cost.mesh import group_spans
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
@@ -118,22 +119,35 @@ class StepModel:
     prefill_s_per_pair: float  # seconds per causal query-key pair of one layer
     weight_bytes_per_gpu: float
     kv_bytes_per_token_per_gpu: float  # all layers
+    # DP attention: ``dp_ranks`` ranks each run the non-expert operators on their own requests' tokens
+    # (``rank_linear_s[m]``: one rank, ``m`` tokens; ``linear_s`` then holds the experts and collectives)
+    dp_ranks: int = 1
+    rank_linear_s: np.ndarray | None = None
 
     @property
     def max_tokens(self) -> int:
         return len(self.linear_s) - 1
 
-    def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int) -> float:
+    def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int,
+              rank_prefill: tuple[int, float] | None = None) -> float:
         """GPU seconds of a step with ``decodes`` requests decoding over ``context`` cached positions
-        in all, and ``prefill_tokens`` prompt tokens doing ``pairs`` causal query-key pairs."""
+        in all, and ``prefill_tokens`` prompt tokens doing ``pairs`` causal query-key pairs. Under DP
+        attention the step waits for its busiest rank: the decodes spread evenly, the prompts whole on
+        their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly)."""
         n = decodes + prefill_tokens
         require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
+        linear = float(self.linear_s[n])
+        if self.dp_ranks > 1:
+            r = self.dp_ranks
+            own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
+            linear += float(self.rank_linear_s[min(-(-decodes // r) + own_tokens, self.max_tokens)])
+            pairs = own_pairs * r  # prefill_s_per_pair is a pair's share of the replica's ranks
         attention = 0.0
         if decodes:
             attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
         if prefill_tokens:
             attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair
-        return float(self.linear_s[n] + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
+        return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
@@ -159,15 +173,17 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     tables = model_tables(model, 1, _ACT_BYTES, "flash")
     tokens = np.arange(max_tokens + 1, dtype=float)
     span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
-    local = tokens / shape.tp if shape.attention_dp else tokens  # a rank's own tokens under DP attention
     dense, moe = tables.layer_counts()
-    linear = dense * _ops_s(_without_attention(tables.layer), device, other, other_rate, local, shape.op_tp)
+    ranks = shape.tp if shape.attention_dp else 1
+    # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
+    own = dense * _ops_s(_without_attention(tables.layer), device, other, other_rate, tokens, shape.op_tp)
     if moe:
-        linear = linear + moe * (_ops_s(_without_attention(tables.moe_layer), device, other, other_rate, local, shape.op_tp)
-                                 + _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens))
-    linear = linear + _layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(
-        model, cluster, shape, tokens)
-    linear[0] = 0.0
+        own = own + moe * _ops_s(_without_attention(tables.moe_layer), device, other, other_rate, tokens, shape.op_tp)
+    linear = (_layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(model, cluster, shape, tokens)
+              + (0.0 if ranks > 1 else own))
+    if moe:
+        linear = linear + moe * _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens)
+    linear[0] = own[0] = 0.0
     sampled = np.arange(max_sampled + 1, dtype=float)
     rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
     head = _ops_s(_without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
@@ -178,7 +194,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      **_attention_coefficients(model, device, shape, kv_bytes),
                      weight_bytes_per_gpu=_weights_per_gpu(tables, model, shape, weight_dtype),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
-                     * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape))
+                     * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
+                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None)
 
 
 def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
@@ -231,10 +248,10 @@ def _select(table: OpTable, keep: np.ndarray) -> OpTable:
 
 
 def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: np.ndarray, tp: int,
-           weight_share: np.ndarray | float = 1.0) -> np.ndarray:
+           weight_share: np.ndarray | float = 1.0, flop_share: np.ndarray | float = 1.0) -> np.ndarray:
     """Roofline seconds of the table's operators for each token count (forward, one pass): GEMMs
-    at ``rate_dtype``'s fit reading the weight format's bytes (``weight_share`` of them), everything
-    else at the activation dtype."""
+    at ``rate_dtype``'s fit reading the weight format's bytes (``weight_share`` of them) and doing
+    ``flop_share`` of their FLOPs (tile padding), everything else at the activation dtype."""
     gemm = _quantized_gemms(table)
     coef_w = op_coefficients(table, device, rate_dtype)
     coef_a = op_coefficients(table, device, compute_dtype(weight_dtype) if weight_dtype not in _STORED_BYTES else "bf16")
@@ -243,7 +260,8 @@ def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: n
     share = np.asarray(weight_share, dtype=float)[..., None]
     weights = amounts.weight_bytes * np.where(gemm, weight_bytes_per_param(weight_dtype) / _ACT_BYTES, 1.0) * share
     act = amounts.act_in_bytes + amounts.act_out_bytes
-    ops = np.maximum(table.kernels * lat_c + amounts.flops * spf,
+    flops = amounts.flops * np.where(gemm, np.asarray(flop_share, dtype=float)[..., None], 1.0)
+    ops = np.maximum(table.kernels * lat_c + flops * spf,
                      table.kernels * coef_a.lat_m + (act + weights) * coef_a.spb)
     return ops.sum(-1)
 
@@ -270,14 +288,17 @@ def _has_fit(device, dtype: str) -> bool:
 def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str,
                rate_dtype: str, tokens: np.ndarray) -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
-    weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E), split over
-    ep groups of tp / ep GPUs, plus the EP all-to-all dispatch and combine."""
+    weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
+    every expert's rows rounded up to the kernel's M tile (cost/expert_tiles.py), split over ep
+    groups of tp / ep GPUs, plus the EP all-to-all dispatch and combine."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
+    padded = padded_row_share(tokens, e, k, expert_tile_rows(rate_dtype))
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing)
     scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
-    time = _ops_s(scaled, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, shape.tp // shape.ep, reached)
+    time = _ops_s(scaled, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, shape.tp // shape.ep, reached,
+                  padded)
     if shape.ep > 1:  # each rank dispatches its share of the tokens' k copies and combines them back
         span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * k * model.hidden_size * _ACT_BYTES

@@ -1,0 +1,72 @@
+"""Attention DP's per-rank batch limits (TensorRT-LLM) and the routed experts' grouped GEMMs in a serving step."""
+
+from autotune.spec.presets import resolve_model
+from autotune.cost.serving_limits import engine_limits
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.runtime import load_runtime
+
+
+def _limits(runtime: str, attention_dp: bool):
+    return engine_limits(load_runtime(runtime).serving, resolve_model("qwen3-235b-a22b"), load_cluster("dgx-h200"), tp=8,
+                         weight_dtype="fp8", weight_bytes_per_gpu=35e9, kv_bytes_per_token_per_gpu=12032.0,
+                         input_len=1000, output_len=1000, attention_dp=attention_dp)
+
+
+def test_trtllm_attention_dp_schedules_max_batch_size_on_every_rank():
+    # py_executor.py _fetch_new_requests: tp_size x max_num_active_requests under enable_attention_dp
+    tp, dp = _limits("tensorrt-llm-1.0", False), _limits("tensorrt-llm-1.0", True)
+    assert dp.max_num_seqs == 8 * tp.max_num_seqs
+    assert dp.max_num_batched_tokens == 8 * tp.max_num_batched_tokens
+    assert dp.kv_capacity_tokens == tp.kv_capacity_tokens  # memory per GPU is what it was
+
+
+def test_other_engines_keep_one_scheduler_per_replica():
+    for runtime in ("vllm", "sglang"):
+        assert _limits(runtime, True).max_num_seqs == _limits(runtime, False).max_num_seqs
+
+
+def test_expert_rows_round_up_to_the_gemm_tile():
+    import numpy as np
+
+    from autotune.cost.expert_tiles import padded_row_share
+
+    share = padded_row_share(np.array([0.0, 1.0, 16.0, 2048.0, 65536.0]), 128, 8, 64)
+    assert share[0] == 1.0
+    assert share[1] == 64.0  # one token: each of its 8 experts computes a whole 64-row tile
+    assert 38.0 < share[2] < 44.0  # 1 row per expert on average: a 64-row tile for each of the ~64% of experts reached
+    assert 1.15 < share[3] < 1.35  # 128 rows per expert: about half a tile of padding each
+    assert 1.0 < share[4] < 1.01
+
+
+def test_tile_padding_slows_small_moe_steps_where_compute_bound():
+    import numpy as np
+
+    from autotune.cost.serving_step import ReplicaShape, step_model
+    from autotune.cost import serving_step
+
+    model, cluster = resolve_model("mixtral-8x7b"), load_cluster("dgx-h100").for_gpus(8)
+    padded = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
+    original = serving_step.padded_row_share
+    try:
+        serving_step.padded_row_share = lambda tokens, *a: np.ones_like(np.asarray(tokens, dtype=float))
+        serving_step._step_model.cache_clear()
+        flat = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
+    finally:
+        serving_step.padded_row_share = original
+        serving_step._step_model.cache_clear()
+    assert np.all(padded.linear_s >= flat.linear_s - 1e-12)
+    assert padded.linear_s[2048] > 1.02 * flat.linear_s[2048]  # compute-bound: 512 rows per expert, ~6% padding
+
+
+def test_attention_dp_step_waits_for_the_rank_running_the_prompt():
+    from autotune.cost.serving_step import ReplicaShape, step_model
+
+    model, cluster = resolve_model("mixtral-8x7b"), load_cluster("dgx-h100").for_gpus(8)
+    adp = step_model(model, cluster, ReplicaShape(tp=8, attention_dp=True), weight_dtype="bf16", kv_bytes=2.0,
+                     max_tokens=4096, max_sampled=64)
+    step = dict(decodes=64, context=64 * 1000.0, prefill_tokens=2048, pairs=2048 * 1024.5, sampled=65)
+    spread = adp.gpu_s(**step)
+    whole = adp.gpu_s(**step, rank_prefill=(2048, 2048 * 1024.5))  # one prompt: all of it on one rank
+    assert whole > 1.5 * spread
+    tp = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=4096, max_sampled=64)
+    assert tp.gpu_s(**step) == tp.gpu_s(**step, rank_prefill=(2048, 2048 * 1024.5))  # TP attention: no ranks to wait for
