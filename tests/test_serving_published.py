@@ -62,8 +62,10 @@ def test_an_mlperf_row_takes_its_systems_published_config_and_its_datasets_means
     assert offline.max_num_seqs == 896  # the Offline config's gpu_batch_size, not the Server one's
     own = case_from_row(dict(_rows("mlp41-002")[0], tp="8", dp="1", precision="fp16"))
     assert (own.deployment.tp, own.deployment.dtype) == (8, "fp16")  # the row's cells win
-    with pytest.raises(RowProblem, match="tensor-parallel"):  # no published config for 4 GPUs
-        case_from_row(dict(_rows("mlp41-009")[0], gpus="4"))
+    four = case_from_row(dict(_rows("mlp41-009")[0], gpus="4"))  # no published config for 4 GPUs
+    assert four.deployment.tp == 4 and any(a.startswith("tp 4 (no degree stated") for a in four.assumed)
+    with pytest.raises(RowProblem, match="tensor-parallel"):  # nor a degree that divides them
+        case_from_row(dict(_rows("mlp41-009")[0], gpus="4", dp="3"))
 
 
 def test_mixtral_and_b200_rows_price_from_their_published_settings():
@@ -132,7 +134,7 @@ def test_versions_resolve_to_the_newest_preset_not_newer_than_the_row():
 def test_unpriceable_rows_say_why_and_others_still_price():
     good = _rows("trtsrv-001")[0]
     bad = [dict(good, id="x1", model="Falcon-180B", hf_model_id=""), dict(good, id="x2", gpu="MI300X"),
-           dict(good, id="x3", tp="", gpus="4"), dict(good, id="x4", metric="joules_per_token"),
+           dict(good, id="x3", tp="", gpus="4", dp="3"), dict(good, id="x4", metric="joules_per_token"),
            dict(good, id="x5", concurrency_or_batch="whatever"), dict(good, id="x6", value="n/a"),
            dict(good, id="x7", pp="2", gpus="8", tp="4", ep="8")]
     checks = {c.row_id: c for c in check_serving_rows([good, *bad])}
@@ -146,7 +148,7 @@ def test_unpriceable_rows_say_why_and_others_still_price():
 
 def test_json_gives_every_row_and_the_summaries(tmp_path):
     path = tmp_path / "few.csv"
-    rows = _rows("trt017-009", "sgl060-001", "sgl060-002") + [dict(_rows("mlp41-009")[0], gpus="4")]
+    rows = _rows("trt017-009", "sgl060-001", "sgl060-002") + [dict(_rows("mlp41-009")[0], gpus="4", dp="3")]
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
