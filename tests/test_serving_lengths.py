@@ -33,7 +33,8 @@ def test_each_distribution_keeps_its_datasets_sourced_means():
     """The tables' means (the trapezoid over their percentiles) within the 0.3% the data file states,
     and a large draw's within 1% (whole tokens), for every dataset that names a distribution."""
     named = {d["lengths"]: d for d in _datasets().values() if "lengths" in d}
-    assert set(named) == set(length_names()) == {"sharegpt", "openorca-mlperf", "mixtral-mlperf"}
+    assert set(named) == set(length_names()) == {"sharegpt", "openorca-mlperf", "mixtral-mlperf",
+                                                 "llama3-405b-mlperf", "deepseek-r1-mlperf"}
     for name, dataset in named.items():
         lengths = request_lengths(name)
         want_in, want_out = dataset["mean_input_tokens"]["value"], dataset["mean_output_tokens"]["value"]

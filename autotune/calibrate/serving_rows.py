@@ -22,7 +22,7 @@ from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engi
     name_precision, precision_name, served_precision
 from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, per_user_rate, \
     throughput_scope
-from autotune.calibrate.serving_systems import PublishedSystem, published_system
+from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.cost.serving_lengths import request_lengths
 from autotune.cost.serving_load import METRICS, Load
@@ -126,6 +126,8 @@ def _counts(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, i
     tp x pp x dp, tp from the system's published config (one GPU: 1)."""
     gpus, tp, pp, ep, dp = (_int(row, c) for c in ("gpus", "tp", "pp", "ep", "dp"))
     assumed = ()
+    if system is not None and tp is None:  # the system's degrees, only where the row states no tp of its own
+        pp, ep, assumed = _system_degrees(system, pp, ep)
     counted = re.match(r"\s*(\d+)\s*x\s*\D", row.get("gpu", ""), flags=re.I)
     if gpus is None and counted:
         gpus, assumed = int(counted.group(1)), (f"{counted.group(1)} GPUs (the gpu cell)",)
@@ -146,12 +148,25 @@ def _counts(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, i
     return gpus, tp, pp or 1, ep or 1, dp, assumed
 
 
+def _system_degrees(system: PublishedSystem, pp: int | None, ep: int | None) -> tuple[int | None, int | None,
+                                                                                    tuple[str, ...]]:
+    """(pp, ep, assumptions): the row's cells, else its system's published pipeline and expert degrees."""
+    assumed = ()
+    if pp is None and system.get("pp"):
+        pp, assumed = system.get("pp"), (system.note("pp"),)
+    if ep is None and system.get("ep"):
+        ep, assumed = system.get("ep"), assumed + (system.note("ep"),)
+    return pp, ep, assumed
+
+
 def _degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, bool, tuple[str, ...]]:
     """(tp, pp, replicas, ep, attention_dp, assumptions) from the gpus / tp / pp / ep / dp cells
     (_counts). A replica is one engine instance of tp x pp GPUs: with DP attention its dp ranks
     share one MoE."""
     gpus, tp, pp, ep, dp, assumed = _counts(row, system)
     attention_dp = _attention_dp(row)
+    if not attention_dp and system is not None and system.get("attention_dp") and not _int(row, "tp"):
+        attention_dp, assumed = True, assumed + (system.note("attention_dp"),)
     if pp > 1:
         if ep > tp or attention_dp:
             raise RowProblem(f"pp {pp} with expert parallelism over tp x dp or DP attention is not modelled")
@@ -273,9 +288,10 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
 
 
 def _with_system(runtime: Runtime, system: PublishedSystem | None) -> tuple[Runtime, tuple[str, ...]]:
-    """The engine with the batch and token limits the row's system was published with."""
-    limits = {k: system.get(k) for k in ("max_num_seqs", "max_num_batched_tokens")} if system else {}
-    limits = {k: v for k, v in limits.items() if v}
+    """The engine with the batch and token limits (and KV share, chunking, run length) the row's system
+    was published with."""
+    limits = {k: system.get(k) for k in ENGINE_SETTINGS} if system else {}
+    limits = {k: v for k, v in limits.items() if v is not None}
     if not limits:
         return runtime, ()
     return (runtime.with_changes(serving=runtime.serving.with_changes(**limits)),

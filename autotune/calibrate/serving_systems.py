@@ -18,8 +18,13 @@ from autotune.errors import AutotuneError, require
 
 __all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
 
-SCENARIOS = ("offline", "server", "")  # "": the entry holds for every scenario
-_SETTINGS = ("tp", "precision", "max_num_seqs", "max_num_batched_tokens")
+# "": the entry holds for every scenario; "interactive": MLPerf v5's Server run under tighter TTFT/TPOT limits
+SCENARIOS = ("offline", "server", "interactive", "")
+_COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens")  # whole numbers >= 1
+# Engine settings a system's config overrides in the row's runtime preset (serving_rows._with_system)
+ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s")
+_SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
+             "memory_fraction", "chunked_prefill", "rate_run_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,8 +45,7 @@ class PublishedSystem:
         require(isinstance(self.gpus, int) and self.gpus >= 1, "serving_systems.gpus", f"must be >= 1, got {self.gpus!r}")
         for key, value in self.values:
             require(key in _SETTINGS, "serving_systems", f"unknown setting {key!r}; valid: {', '.join(_SETTINGS)}")
-            if key != "precision":
-                require(isinstance(value, int) and value >= 1, f"serving_systems.{key}", f"must be >= 1, got {value!r}")
+            _check(key, value)
         require(dict(self.sources).keys() == dict(self.values).keys(), "serving_systems", "every value needs a source")
 
     def get(self, key: str) -> object | None:
@@ -50,6 +54,18 @@ class PublishedSystem:
     def note(self, key: str) -> str:
         """How a row's ``assumed`` names a value taken from here."""
         return f"{key} {self.get(key)} ({self.config}: {dict(self.sources)[key]})"
+
+
+def _check(key: str, value: object) -> None:
+    if key in _COUNTS:
+        require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"serving_systems.{key}",
+                f"must be a whole number >= 1, got {value!r}")
+    elif key in ("attention_dp", "chunked_prefill"):
+        require(isinstance(value, bool), f"serving_systems.{key}", f"must be true or false, got {value!r}")
+    elif key == "memory_fraction":
+        require(isinstance(value, float) and 0 < value <= 1, f"serving_systems.{key}", f"must be in (0, 1], got {value!r}")
+    elif key == "rate_run_s":
+        require(isinstance(value, (int, float)) and value > 0, f"serving_systems.{key}", f"must be > 0, got {value!r}")
 
 
 def _entry(raw: dict) -> PublishedSystem:
@@ -70,6 +86,8 @@ def _systems() -> tuple[PublishedSystem, ...]:
 
 
 def _scenario(load_text: str) -> str:
+    if re.search(r"\binteractive\b", load_text, flags=re.IGNORECASE):  # "Server (interactive)": its own config
+        return "interactive"
     found = re.search(r"\b(offline|server)\b", load_text, flags=re.IGNORECASE)
     return found.group(1).lower() if found else ""
 
