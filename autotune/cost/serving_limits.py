@@ -113,8 +113,9 @@ def _scheduling_ranks(engine: ServingEngine, tp: int, attention_dp: bool) -> int
     PyTorch backend under enable_attention_dp: every rank's PyExecutor schedules its own active
     requests up to max_batch_size and max_num_tokens, and rank 0 admits up to ``tp_size x
     max_num_active_requests`` across them (tensorrt_llm/_torch/pyexecutor/py_executor.py
-    _fetch_new_requests @9521caf4: total_max_num_active_requests). Other engines: one scheduler."""
-    return tp if attention_dp and engine.engine == "tensorrt-llm" else 1
+    _fetch_new_requests @9521caf4: total_max_num_active_requests); NVIDIA's MLPerf harness runs that
+    executor, its configs stating the limits per rank. Other engines: one scheduler."""
+    return tp if attention_dp and engine.engine in ("tensorrt-llm", "mlperf-nvidia") else 1
 
 
 def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weights: float,
