@@ -6,10 +6,10 @@ import json
 import math
 import tomllib
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from autotune.data import data_path
 from autotune.errors import AutotuneError, closest
 from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
@@ -24,7 +24,7 @@ __all__ = [
 
 
 def _read_data(name: str) -> str:
-    return resources.files("autotune.data").joinpath(name).read_text()
+    return data_path(name).read_text()
 
 
 def _parse_file(path: Path, field: str) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def _flag(data: dict, key: str, where: str, default: bool) -> bool:
 def _device_files() -> dict[str, dict[str, Any]]:
     """Every shipped device, keyed by its lower-case name and each alias."""
     table: dict[str, dict[str, Any]] = {}
-    folder = resources.files("autotune.data").joinpath("devices")
+    folder = data_path("devices")
     for entry in sorted(folder.iterdir(), key=lambda e: e.name):
         if entry.name.endswith(".toml"):
             data = tomllib.loads(entry.read_text())
@@ -354,7 +354,7 @@ def load_profile(path: str | Path) -> dict[str, Any]:
 
 @lru_cache(maxsize=8)
 def _shipped_profile_text(name: str) -> str:
-    entry = resources.files("autotune.data").joinpath("devices", f"{name}.json")
+    entry = data_path("devices", f"{name}.json")
     if not entry.is_file():
         raise AutotuneError("cluster.profile", f"no shipped profile {name!r} (autotune/data/devices/{name}.json)")
     return entry.read_text()

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import tomllib
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
+from autotune.data import data_path
 from autotune.errors import AutotuneError, closest
-from autotune.spec.hf_config import model_from_hf_config
 from autotune.spec.model import ModelSpec
 
 __all__ = ["preset_names", "load_preset", "resolve_model", "default_training_shape"]
@@ -18,7 +17,7 @@ _WORKLOAD_KEYS = ("default_global_batch", "default_seq_len")
 
 @lru_cache(maxsize=1)
 def _preset_table() -> dict[str, dict]:
-    text = resources.files("autotune.data").joinpath("models.toml").read_text()
+    text = data_path("models.toml").read_text()
     return tomllib.loads(text)
 
 
@@ -54,10 +53,17 @@ def resolve_model(value: str | Path | ModelSpec) -> ModelSpec:
     if isinstance(value, ModelSpec):
         return value
     if isinstance(value, Path):
-        return model_from_hf_config(value)
+        return _from_config(value)
     if value in _preset_table():
         return load_preset(value)
     path = Path(value)
     if value.endswith(".json") or path.exists():
-        return model_from_hf_config(path)
+        return _from_config(path)
     return load_preset(value)
+
+
+def _from_config(path: Path) -> ModelSpec:
+    """A Hugging Face config.json; its readers load only when a path is given, not for a preset."""
+    from autotune.spec.hf_config import model_from_hf_config
+
+    return model_from_hf_config(path)

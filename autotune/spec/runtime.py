@@ -13,11 +13,13 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from autotune.data import data_path
 from autotune.errors import AutotuneError, closest, require, require_choice
-from autotune.spec.serving_engine import SERVING_SETTING_NAMES, ServingEngine, serving_engine_from_dict
+
+if TYPE_CHECKING:  # a serving engine's settings load with the first runtime that has some
+    from autotune.spec.serving_engine import ServingEngine
 
 __all__ = ["Runtime", "load_runtime", "runtime_names", "resolve_runtime", "DEFAULT_RUNTIME", "ATTENTION_IMPLS",
            "FP8_RECIPES", "HOST_DISPATCH", "KV_CACHE_APPEND", "runtime_from_dict", "CUDA_GRAPH_SCOPES", "EP_DISPATCHERS", "NCCL_TUNINGS", "EXPORT_FORMATS",
@@ -194,6 +196,8 @@ class Runtime:
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
         require(isinstance(self.name, str) and self.name.strip() != "", "runtime.name", "must be a non-empty string")
         if self.serving is not None:
+            from autotune.spec.serving_engine import serving_engine_from_dict
+
             object.__setattr__(self, "serving", serving_engine_from_dict(self.serving))
         for f in fields(self):
             if f.type == "bool":
@@ -326,7 +330,7 @@ SETTING_NAMES = tuple(f.name for f in fields(Runtime) if f.name not in ("name", 
 
 
 def _files() -> dict[str, Any]:
-    return {p.name[:-5]: p for p in resources.files("autotune.data").joinpath("runtimes").iterdir()
+    return {p.name[:-5]: p for p in data_path("runtimes").iterdir()
             if p.name.endswith(".toml")}
 
 
@@ -352,6 +356,8 @@ def load_runtime(name: str) -> Runtime:
             raise AutotuneError(f"runtime {name}: settings.{key}", f"is not a runtime setting; valid: {', '.join(SETTING_NAMES)}")
         values[key], sources[key] = entry["value"], entry["source"]
     if "serving" in data:  # a serving engine: [serving] entries over its base's
+        from autotune.spec.serving_engine import SERVING_SETTING_NAMES
+
         serving = dict(values.get("serving") or {})
         for key, entry in data["serving"].items():
             if key not in SERVING_SETTING_NAMES:
