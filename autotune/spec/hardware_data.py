@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from functools import lru_cache
 from pathlib import Path
@@ -84,21 +85,55 @@ def _flag(data: dict, key: str, where: str, default: bool) -> bool:
         raise AutotuneError(f"{where}.{key}", f"must be true or false, got {_shown(value)}")
     return value
 
+
+def _device_file_names() -> list[str]:
+    return sorted(name for name in (e.name for e in data_path("devices").iterdir()) if name.endswith((".toml", ".json")))
+
+
+@lru_cache(maxsize=None)  # parsed once a process; the table is shared, never changed
+def _device_data(file_name: str) -> dict[str, Any]:
+    text = data_path("devices", file_name).read_text()
+    return tomllib.loads(text) if file_name.endswith(".toml") else json.loads(text).get("device", {})
+
+
+def _device_keys(data: dict[str, Any]) -> list[str]:
+    return [key.lower() for key in [data["name"], *data.get("aliases", [])]]
+
+
 @lru_cache(maxsize=1)
 def _device_files() -> dict[str, dict[str, Any]]:
     """Every shipped device, keyed by its lower-case name and each alias."""
-    table: dict[str, dict[str, Any]] = {}
-    folder = data_path("devices")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            data = tomllib.loads(entry.read_text())
-        elif entry.name.endswith(".json"):
-            data = json.loads(entry.read_text()).get("device", {})
-        else:
-            continue
-        for key in [data["name"], *data.get("aliases", [])]:
-            table[key.lower()] = data
-    return table
+    return {key: data for name in _device_file_names() for data in [_device_data(name)] for key in _device_keys(data)}
+
+
+_FIRST_TABLE = re.compile(r"^\s*\[", re.MULTILINE)
+
+
+@lru_cache(maxsize=1)
+def _toml_device_index() -> dict[str, str]:
+    """Name and aliases (lower case) -> shipped TOML device file, read from each file's root keys
+    alone (the lines before its first table header, about a tenth of it): a cluster preset
+    then parses only its own device's file, not all of them (pure-Python TOML, ~2 ms each).
+    A file whose head does not parse on its own is parsed whole. Names are unique across files
+    (tests/test_lazy_imports.py), so this finds what the full table finds."""
+    index: dict[str, str] = {}
+    for name in _device_file_names():
+        if name.endswith(".toml"):
+            text = data_path("devices", name).read_text()
+            first = _FIRST_TABLE.search(text)
+            try:
+                head = tomllib.loads(text[:first.start()] if first else text)
+            except tomllib.TOMLDecodeError:
+                head = {}
+            for key in _device_keys(head if "name" in head else _device_data(name)):
+                index[key] = name
+    return index
+
+
+def _shipped_device(key: str) -> dict[str, Any] | None:
+    """A shipped device's data by lower-case name or alias, else None."""
+    name = _toml_device_index().get(key)
+    return _device_data(name) if name is not None else _device_files().get(key)
 
 
 def device_names() -> list[str]:
@@ -236,12 +271,12 @@ def load_device(name: str | Path) -> DeviceProfile:
     if key.endswith((".toml", ".json")) or path.is_file():
         data = _parse_file(path, "device")
         return device_from_dict(data["device"]) if "device" in data else device_from_dict(data)
-    table = _device_files()
-    if key.lower() not in table:
-        near = closest(key.lower(), table)
+    data = _shipped_device(key.lower())
+    if data is None:
+        near = closest(key.lower(), _device_files())
         hint = f"did you mean {', '.join(near)}? " if near else ""
         raise AutotuneError("device", f"unknown device {key!r}; {hint}known: {', '.join(device_names())}")
-    return device_from_dict(table[key.lower()])
+    return device_from_dict(data)
 
 
 def link_from_dict(data: dict[str, Any], where: str) -> LinkLevel:
