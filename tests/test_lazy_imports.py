@@ -1,0 +1,131 @@
+"""What `autotune search` loads and how it leaves: a dense training search, run directory written,
+does not import the inference, MoE and serving cost models, the Hugging Face config readers, the
+exporters, the plots or multiprocessing (each is imported where it is used), finds its device
+without parsing every device file, and ends without the interpreter's teardown only where that
+changes nothing. The CLI figure of scripts/bench_search.py depends on all of these."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import tomllib
+
+import pytest
+
+from autotune.cli import signals
+from autotune.spec import hardware_data
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Modules a dense training search on a preset must not load (imported lazily where used).
+LAZY = ("autotune.cost.inference", "autotune.cost.inference_plan", "autotune.cost.inference_moe", "autotune.cost.moe",
+        "autotune.cost.moe_stage", "autotune.spec.serving_engine", "autotune.spec.hf_config",
+        "autotune.outputs.export.megatron", "autotune.outputs.export.torchtitan", "autotune.outputs.export.deepspeed",
+        "autotune.outputs.plots", "multiprocessing", "zipfile", "matplotlib")
+
+_SEARCH = """
+import json, sys
+from autotune.cli.main import main
+code = main(["search", "--model", "large", "--gpus", "16", "--runs-dir", sys.argv[1], "--plots", "none", "--json"])
+sys.stdout.flush()
+print(json.dumps({"code": code, "modules": sorted(sys.modules)}))
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT), "AUTOTUNE_PROCESSES": "1"}
+
+
+def _modules_after(script: str, *args: str) -> set[str]:
+    out = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, env=_env(), check=True)
+    answer = json.loads(out.stdout.strip().splitlines()[-1])
+    assert answer["code"] == 0
+    return set(answer["modules"])
+
+
+def test_every_lazy_module_exists():
+    """The list names real modules: a renamed one would make the next test pass vacuously."""
+    for name in LAZY:
+        if name == "matplotlib":  # an optional dependency
+            continue
+        assert importlib.util.find_spec(name) is not None, name
+
+
+def test_a_training_search_does_not_import_what_it_does_not_use(tmp_path):
+    loaded = _modules_after(_SEARCH, str(tmp_path))
+    assert "autotune.search.driver" in loaded and "autotune.outputs.run_dir" in loaded  # it searched and wrote its run
+    assert next(tmp_path.iterdir()).joinpath("plan.json").is_file()
+    assert sorted(loaded & set(LAZY)) == []
+
+
+def test_the_lazy_modules_load_when_their_work_is_asked_for(tmp_path):
+    """An inference search and an export load what the training search left out."""
+    prefill = _SEARCH.replace('"--json"]', '"--json", "--workload", "prefill", "--prompt-len", "256"]')
+    assert {"autotune.cost.inference", "autotune.cost.inference_plan"} <= _modules_after(prefill, str(tmp_path / "a"))
+    exported = _SEARCH.replace('"--json"]', '"--json", "--export", "megatron"]')
+    assert "autotune.outputs.export.megatron" in _modules_after(exported, str(tmp_path / "b"))
+
+
+def test_the_public_names_are_there_before_and_after_their_modules_load():
+    import autotune.outputs as outputs
+    from autotune.outputs.export import FORMATS, export
+
+    assert outputs.export is export and callable(outputs.plot_timeline) and outputs.FORMATS == FORMATS
+    assert set(outputs.__all__) <= set(dir(outputs))
+    import autotune.outputs.export.megatron  # noqa: F401  (the package's ``export`` stays the function)
+
+    assert outputs.export is export
+
+
+def _device_files() -> list[Path]:
+    return sorted(p for p in (ROOT / "autotune" / "data" / "devices").iterdir() if p.suffix in (".toml", ".json"))
+
+
+def test_each_device_name_and_alias_is_in_one_file_only():
+    """The device index stops at the first file naming a device, so no two files may share a name."""
+    owners: dict[str, str] = {}
+    for path in _device_files():
+        data = tomllib.loads(path.read_text()) if path.suffix == ".toml" else json.loads(path.read_text())["device"]
+        for key in [data["name"], *data.get("aliases", [])]:
+            assert owners.setdefault(key.lower(), path.name) == path.name, (key, owners[key.lower()], path.name)
+
+
+def test_the_device_index_finds_what_parsing_every_file_finds():
+    full = hardware_data._device_files()
+    index = hardware_data._toml_device_index()
+    assert index and set(index) <= set(full)
+    for key in full:
+        assert hardware_data._shipped_device(key) == full[key], key
+    toml_keys = {k for p in _device_files() if p.suffix == ".toml"
+                 for d in [tomllib.loads(p.read_text())] for k in [d["name"].lower(), *(a.lower() for a in d.get("aliases", []))]}
+    assert set(index) == toml_keys
+    assert hardware_data._shipped_device("no-such-gpu") is None
+
+
+def test_leave_keeps_python_exit_where_shutdown_has_work():
+    """Here (pytest has atexit hooks) and after a failure, leave is an ordinary SystemExit."""
+    with pytest.raises(SystemExit) as ok:
+        signals.leave(0)
+    assert ok.value.code == 0
+    with pytest.raises(SystemExit) as failed:
+        signals.leave(2)
+    assert failed.value.code == 2
+
+
+@pytest.mark.parametrize("args", [["--json"], []])
+def test_a_search_that_leaves_early_prints_all_of_its_answer(tmp_path, args):
+    """`python -m autotune search` ends by os._exit: its output, written to a pipe, is complete
+    and the run directory holds no SQLite write-ahead log."""
+    out = subprocess.run([sys.executable, "-m", "autotune", "search", "--model", "large", "--gpus", "16", "--runs-dir",
+                          str(tmp_path), "--plots", "none", *args], capture_output=True, text=True, env=_env())
+    assert out.returncode == 0, out.stderr
+    if args:
+        assert json.loads(out.stdout)["plan"]["gpus"] == 16
+    else:
+        assert out.stdout.rstrip().splitlines()[-1].startswith("run directory: ")
+    run = next(tmp_path.iterdir())
+    assert sorted(p.name for p in run.iterdir()) == ["plan.json", "report.md", "search.json", "study.db"]
