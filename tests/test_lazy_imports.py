@@ -1,5 +1,5 @@
 """What `autotune search` loads and how it leaves: a dense training search, run directory written,
-does not import the inference, MoE and serving cost models, the Hugging Face config readers, the
+does not import the inference and MoE cost models, the Hugging Face config readers, the
 exporters, the plots or multiprocessing (each is imported where it is used), finds its device
 without parsing every device file, and ends without the interpreter's teardown only where that
 changes nothing. The CLI figure of scripts/bench_search.py depends on all of these."""
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # Modules a dense training search on a preset must not load (imported lazily where used).
 LAZY = ("autotune.cost.inference", "autotune.cost.inference_plan", "autotune.cost.inference_moe", "autotune.cost.moe",
-        "autotune.cost.moe_stage", "autotune.spec.serving_engine", "autotune.spec.hf_config",
+        "autotune.cost.moe_stage", "autotune.spec.hf_config",
         "autotune.outputs.export.megatron", "autotune.outputs.export.torchtitan", "autotune.outputs.export.deepspeed",
         "autotune.outputs.plots", "multiprocessing", "zipfile", "matplotlib")
 
@@ -129,3 +129,18 @@ def test_a_search_that_leaves_early_prints_all_of_its_answer(tmp_path, args):
         assert out.stdout.rstrip().splitlines()[-1].startswith("run directory: ")
     run = next(tmp_path.iterdir())
     assert sorted(p.name for p in run.iterdir()) == ["plan.json", "report.md", "search.json", "study.db"]
+
+
+def test_the_types_that_files_are_checked_against_resolve():
+    """check_fields reads a dataclass's declared types (typing.get_type_hints): a name moved under
+    TYPE_CHECKING to import it lazily would break reading a run back (`autotune show`)."""
+    import typing
+
+    from autotune.plan.plan import Plan, StagePlan
+    from autotune.search.space import SearchSpace
+    from autotune.spec.model import ModelSpec
+    from autotune.spec.runtime import Runtime
+    from autotune.spec.workload import InferenceWorkload, TrainingWorkload
+
+    for cls in (Runtime, ModelSpec, TrainingWorkload, InferenceWorkload, Plan, StagePlan, SearchSpace):
+        assert typing.get_type_hints(cls), cls

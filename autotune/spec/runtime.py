@@ -13,13 +13,11 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from autotune.data import data_path
 from autotune.errors import AutotuneError, closest, require, require_choice
-
-if TYPE_CHECKING:  # a serving engine's settings load with the first runtime that has some
-    from autotune.spec.serving_engine import ServingEngine
+from autotune.spec.serving_engine import SERVING_SETTING_NAMES, ServingEngine, serving_engine_from_dict
 
 __all__ = ["Runtime", "load_runtime", "runtime_names", "resolve_runtime", "DEFAULT_RUNTIME", "ATTENTION_IMPLS",
            "FP8_RECIPES", "HOST_DISPATCH", "KV_CACHE_APPEND", "runtime_from_dict", "CUDA_GRAPH_SCOPES", "EP_DISPATCHERS", "NCCL_TUNINGS", "EXPORT_FORMATS",
@@ -196,8 +194,6 @@ class Runtime:
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
         require(isinstance(self.name, str) and self.name.strip() != "", "runtime.name", "must be a non-empty string")
         if self.serving is not None:
-            from autotune.spec.serving_engine import serving_engine_from_dict
-
             object.__setattr__(self, "serving", serving_engine_from_dict(self.serving))
         for f in fields(self):
             if f.type == "bool":
@@ -356,8 +352,6 @@ def load_runtime(name: str) -> Runtime:
             raise AutotuneError(f"runtime {name}: settings.{key}", f"is not a runtime setting; valid: {', '.join(SETTING_NAMES)}")
         values[key], sources[key] = entry["value"], entry["source"]
     if "serving" in data:  # a serving engine: [serving] entries over its base's
-        from autotune.spec.serving_engine import SERVING_SETTING_NAMES
-
         serving = dict(values.get("serving") or {})
         for key, entry in data["serving"].items():
             if key not in SERVING_SETTING_NAMES:
