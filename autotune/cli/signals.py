@@ -86,13 +86,14 @@ def leave(code: int) -> NoReturn:
     instructions, 20-80 ms, after its answer is printed. Only after success (a failed command may
     leave a study's SQLite connection for the interpreter to close) and where nothing is left to
     do at shutdown: no thread but this one, no atexit hook (logging, Optuna, multiprocessing and
-    weakref.finalize register theirs), standard output and error flushed; otherwise Python's own
-    exit, as before."""
+    weakref.finalize register theirs), no profiler or tracer (``python -m cProfile -m autotune``
+    writes its report after the command returns), standard output and error flushed; otherwise
+    Python's own exit, as before."""
     import atexit
     import threading
 
-    if (code != 0 or threading.active_count() > 1 or atexit._ncallbacks()
-            or threading.current_thread() is not threading.main_thread()):
+    if (code != 0 or threading.active_count() > 1 or atexit._ncallbacks() or sys.getprofile() is not None
+            or sys.gettrace() is not None or threading.current_thread() is not threading.main_thread()):
         raise SystemExit(code)
     try:
         for stream in (sys.stdout, sys.stderr):
