@@ -144,3 +144,12 @@ def test_the_types_that_files_are_checked_against_resolve():
 
     for cls in (Runtime, ModelSpec, TrainingWorkload, InferenceWorkload, Plan, StagePlan, SearchSpace):
         assert typing.get_type_hints(cls), cls
+
+
+def test_a_profiled_command_still_writes_its_profile(tmp_path):
+    """Under cProfile (which writes its report after the command returns) leave is Python's exit."""
+    report = tmp_path / "search.prof"
+    out = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(report), "-m", "autotune", "search", "--model", "large",
+                          "--gpus", "16", "--no-run-dir"], capture_output=True, text=True, env=_env())
+    assert out.returncode == 0, out.stderr
+    assert report.stat().st_size > 0
