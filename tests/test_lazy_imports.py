@@ -153,3 +153,27 @@ def test_a_profiled_command_still_writes_its_profile(tmp_path):
                           "--gpus", "16", "--no-run-dir"], capture_output=True, text=True, env=_env())
     assert out.returncode == 0, out.stderr
     assert report.stat().st_size > 0
+
+
+@pytest.mark.parametrize("file_name", ["models.toml", "clusters.toml"])
+def test_a_preset_read_alone_is_the_table_the_whole_file_holds(file_name):
+    from autotune.spec import toml_tables
+
+    path = ROOT / "autotune" / "data" / file_name
+    full = tomllib.loads(path.read_text())
+    assert toml_tables._split(path) is not None  # the shipped files are read one table at a time
+    assert toml_tables.table_names(path) == list(full)
+    for name, data in full.items():
+        assert toml_tables.table(path, name) == data, name
+    assert toml_tables.table(path, "no-such-preset") is None
+
+
+def test_a_file_not_split_cleanly_is_read_whole(tmp_path):
+    from autotune.spec import toml_tables
+
+    nested = tmp_path / "nested.toml"  # a line of a multi-line array starts with "[": not a header
+    nested.write_text('[a]\nx = [\n[1, 2],\n]\n\n[b]\ny = 1\n')
+    assert toml_tables.table(nested, "a") == {"x": [[1, 2]]} and toml_tables.table_names(nested) == ["a", "b"]
+    indented = tmp_path / "indented.toml"  # an indented header of an unusual form
+    indented.write_text("[a]\nx = 1\n  [ 'b' ]\ny = 2\n")
+    assert toml_tables.table(indented, "b") == {"y": 2} and toml_tables.table_names(indented) == ["a", "b"]

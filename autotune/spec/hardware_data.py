@@ -16,16 +16,13 @@ from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
 from autotune.spec.limits import check_limit
 from autotune.spec.profile_fields import check_kept
+from autotune.spec.toml_tables import table, table_names
 
 __all__ = [
     "device_names", "load_device", "device_from_dict", "cluster_names", "load_cluster",
     "cluster_from_dict", "link_from_dict", "regression_from_dict", "load_profile", "apply_profile",
     "check_profile", "shipped_profile", "PROFILE_SCHEMA",
 ]
-
-
-def _read_data(name: str) -> str:
-    return data_path(name).read_text()
 
 
 def _parse_file(path: Path, field: str) -> dict[str, Any]:
@@ -296,13 +293,11 @@ def link_from_dict(data: dict[str, Any], where: str) -> LinkLevel:
                      source=_text(data, "source", where), collectives=collectives)
 
 
-@lru_cache(maxsize=1)
-def _cluster_table() -> dict[str, dict[str, Any]]:
-    return tomllib.loads(_read_data("clusters.toml"))
+_CLUSTERS = data_path("clusters.toml")
 
 
 def cluster_names() -> list[str]:
-    return list(_cluster_table())
+    return table_names(_CLUSTERS)
 
 
 def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
@@ -344,23 +339,23 @@ def _host_linear_s(data: dict) -> float | None:
     return None if value is None else float(value)
 
 
-@lru_cache(maxsize=None)  # one per preset, from the cached table: the same spec object each time
+@lru_cache(maxsize=None)  # one per preset, from its cached table: the same spec object each time
 def _preset_cluster(key: str) -> ClusterSpec:
-    return cluster_from_dict(key, _cluster_table()[key])
+    return cluster_from_dict(key, table(_CLUSTERS, key))
 
 
 def load_cluster(name: str | Path) -> ClusterSpec:
     """A preset cluster by name, or a cluster file (TOML or JSON) by path."""
     key = str(name)
-    table = _cluster_table()
-    if key in table:
+    names = cluster_names()
+    if key in names:
         return _preset_cluster(key)
     path = Path(key)
     if key.endswith((".toml", ".json")) or path.is_file():
         return cluster_from_dict(path.stem, _parse_file(path, "cluster"))
-    near = closest(key, table)
+    near = closest(key, names)
     hint = f"did you mean {', '.join(near)}? " if near else ""
-    raise AutotuneError("cluster", f"unknown cluster {key!r}; {hint}presets: {', '.join(table)}, or a path to a cluster file")
+    raise AutotuneError("cluster", f"unknown cluster {key!r}; {hint}presets: {', '.join(names)}, or a path to a cluster file")
 
 
 PROFILE_SCHEMA = "autotune.profile/1"

@@ -2,47 +2,44 @@
 
 from __future__ import annotations
 
-import tomllib
 from functools import lru_cache
 from pathlib import Path
 
 from autotune.data import data_path
 from autotune.errors import AutotuneError, closest
 from autotune.spec.model import ModelSpec
+from autotune.spec.toml_tables import table, table_names
 
 __all__ = ["preset_names", "load_preset", "resolve_model", "default_training_shape"]
 
 _WORKLOAD_KEYS = ("default_global_batch", "default_seq_len")
 
 
-@lru_cache(maxsize=1)
-def _preset_table() -> dict[str, dict]:
-    text = data_path("models.toml").read_text()
-    return tomllib.loads(text)
+_MODELS = data_path("models.toml")
 
 
 def preset_names() -> list[str]:
-    return list(_preset_table())
+    return table_names(_MODELS)
 
 
 def load_preset(name: str) -> ModelSpec:
     """The preset called ``name``; unknown names get the closest suggestions."""
-    table = _preset_table()
-    if name not in table:
-        near = closest(name, table)
+    if name not in preset_names():
+        names = preset_names()
+        near = closest(name, names)
         hint = f"did you mean {', '.join(near)}? " if near else ""
-        raise AutotuneError("model", f"unknown preset {name!r}; {hint}presets: {', '.join(table)}")
+        raise AutotuneError("model", f"unknown preset {name!r}; {hint}presets: {', '.join(names)}")
     return _preset_model(name)
 
 
-@lru_cache(maxsize=None)  # one per preset, from the cached table: the same spec object each time
+@lru_cache(maxsize=None)  # one per preset, from its cached table: the same spec object each time
 def _preset_model(name: str) -> ModelSpec:
-    return ModelSpec(name=name, **{k: v for k, v in _preset_table()[name].items() if k not in _WORKLOAD_KEYS})
+    return ModelSpec(name=name, **{k: v for k, v in table(_MODELS, name).items() if k not in _WORKLOAD_KEYS})
 
 
 def default_training_shape(model: ModelSpec) -> tuple[int, int]:
     """(global batch in sequences, sequence length) the preset trains with by default."""
-    row = _preset_table().get(model.name)
+    row = table(_MODELS, model.name)
     if row is not None:
         return int(row["default_global_batch"]), int(row["default_seq_len"])
     return 256, min(model.max_seq_len, 2048)
@@ -54,7 +51,7 @@ def resolve_model(value: str | Path | ModelSpec) -> ModelSpec:
         return value
     if isinstance(value, Path):
         return _from_config(value)
-    if value in _preset_table():
+    if value in preset_names():
         return load_preset(value)
     path = Path(value)
     if value.endswith(".json") or path.exists():
