@@ -9,4 +9,4 @@ except KeyboardInterrupt:
     sys.stderr.write("autotune: interrupted\n")
     raise SystemExit(signals.EXIT_INTERRUPTED) from None
 
-raise SystemExit(signals.finish(main()))  # after a signal: exit 130 at once, not via shutdown
+signals.leave(signals.finish(main()))  # after a signal: exit 130 at once; else without the interpreter's teardown

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 __all__ = ["main", "build_parser", "COMMANDS"]
 
@@ -145,11 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def entry() -> int:
-    """The console script: :func:`main`, then after a signal leave at once (signals.finish)."""
+def entry() -> NoReturn:
+    """The console script: :func:`main`, then after a signal leave at once (signals.finish), else
+    without the interpreter's teardown where nothing needs it (signals.leave)."""
     from autotune.cli import signals
 
-    return signals.finish(main())
+    signals.leave(signals.finish(main()))
+    raise AssertionError("signals.leave returns only by raising SystemExit")
 
 
 def _one_line(err: BaseException) -> str:

@@ -13,8 +13,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from typing import NoReturn
 
-__all__ = ["install", "received", "finish", "EXIT_INTERRUPTED"]
+__all__ = ["install", "received", "finish", "leave", "EXIT_INTERRUPTED"]
 
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what shells report for Ctrl-C
 _received: list[int] = []
@@ -77,3 +78,26 @@ def finish(code: int) -> int:
                 pass
         os._exit(EXIT_INTERRUPTED)
     return code
+
+
+def leave(code: int) -> NoReturn:
+    """End the finished command's process with ``code`` without tearing the interpreter down:
+    freeing every module and object one by one (numpy's included) costs a search about 50 M
+    instructions, 20-80 ms, after its answer is printed. Only after success (a failed command may
+    leave a study's SQLite connection for the interpreter to close) and where nothing is left to
+    do at shutdown: no thread but this one, no atexit hook (logging, Optuna, multiprocessing and
+    weakref.finalize register theirs), no profiler or tracer (``python -m cProfile -m autotune``
+    writes its report after the command returns), standard output and error flushed; otherwise
+    Python's own exit, as before."""
+    import atexit
+    import threading
+
+    if (code != 0 or threading.active_count() > 1 or atexit._ncallbacks() or sys.getprofile() is not None
+            or sys.gettrace() is not None or threading.current_thread() is not threading.main_thread()):
+        raise SystemExit(code)
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+    except (OSError, ValueError):  # a closed pipe, say: Python's exit reports it as it always has
+        raise SystemExit(code) from None
+    os._exit(code)

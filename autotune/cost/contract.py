@@ -10,13 +10,9 @@ against every implementation.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from autotune.cost.inference import (InferenceContext, check_inference_stage, dense_inference_stage_cost, inference_context,
-                                     workload_phases)
-from autotune.cost.inference_moe import moe_inference_stage_cost
 from autotune.cost.memory import StageMemory
-from autotune.cost.moe_stage import moe_stage_cost, moe_stage_memory
 from autotune.cost.recompute import fp8_context, has_variant, plain_stage, variant_stage_cost
 from autotune.cost.runtime_kernels import kernel_runtime, runtime_cluster
 from autotune.cost.dense_stage import dense_stage_cost, dense_stage_memory
@@ -26,6 +22,12 @@ from autotune.plan.plan import StagePlan
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.runtime import Runtime
 from autotune.spec.workload import InferenceWorkload, TrainingWorkload
+
+if TYPE_CHECKING:
+    from autotune.cost.inference import InferenceContext
+
+# The MoE and inference models (cost/moe_stage.py, cost/inference*.py) are imported where a stage
+# or workload of theirs is priced: a dense training search never loads them (tests/test_lazy_imports.py).
 
 __all__ = ["StageCostModel", "TrainingCostModel", "InferenceCostModel", "phase_cost_models", "stage_cost",
            "stage_memory", "inference_stage_cost"]
@@ -37,6 +39,8 @@ def stage_cost(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_laye
     if has_variant(stage):
         return variant_stage_cost(stage_cost, ctx, stage, pos, num_layers)
     if ctx.tables.moe_layer is not None:
+        from autotune.cost.moe_stage import moe_stage_cost
+
         return moe_stage_cost(ctx, stage, pos, num_layers)
     return dense_stage_cost(ctx, stage, pos, num_layers)
 
@@ -48,7 +52,10 @@ def stage_memory(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_la
     whole costs and offloading stages are priced whole."""
     if not stage.recompute_layers:  # FP8 prices the plain stage in an FP8 context (cost/recompute.py)
         priced_in, plain = (fp8_context(ctx), plain_stage(stage)) if stage.fp8 else (ctx, stage)
-        memory = moe_stage_memory if ctx.tables.moe_layer is not None else dense_stage_memory
+        if ctx.tables.moe_layer is not None:
+            from autotune.cost.moe_stage import moe_stage_memory as memory
+        else:
+            memory = dense_stage_memory
         found = memory(priced_in, plain, pos, num_layers)
         if found is not None:
             return found
@@ -57,7 +64,11 @@ def stage_memory(ctx: StageContext, stage: StagePlan, pos: StagePosition, num_la
 
 def inference_stage_cost(ctx: InferenceContext, stage: StagePlan, pos: StagePosition, num_layers=None) -> StageCost:
     """One prefill micro-batch or decode step through a stage: MoE stages go to cost/inference_moe.py."""
+    from autotune.cost.inference import check_inference_stage, dense_inference_stage_cost
+
     if ctx.tables.moe_layer is not None:
+        from autotune.cost.inference_moe import moe_inference_stage_cost
+
         check_inference_stage(stage, ctx.phase)
         return moe_inference_stage_cost(ctx, stage, pos, num_layers)
     return dense_inference_stage_cost(ctx, stage, pos, num_layers)
@@ -122,6 +133,8 @@ def phase_cost_models(tables: ModelTables, workload: TrainingWorkload | Inferenc
                                overlap_tp_backward=runtime.overlap_tp_backward,
                                num_microbatches=num_microbatches, overlap_tp_comm=overlap_tp_comm)
         return [(1.0, TrainingCostModel(context))]
+
+    from autotune.cost.inference import inference_context, workload_phases
 
     out: list[tuple[float, StageCostModel]] = []
     for phase in workload_phases(workload):

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from importlib import resources
 
 import numpy as np
 
 from autotune.cost.host import op_host_s
+from autotune.data import data_path
 from autotune.graph.opstream import stream_for
 
 __all__ = ["step_launches", "inference_host_s"]
@@ -29,7 +29,7 @@ SCHEMA = "autotune.decode_launches/1"
 
 @lru_cache(maxsize=1)
 def _launches() -> dict:
-    data = json.loads(resources.files("autotune.data").joinpath("decode_launches.json").read_text())
+    data = json.loads(data_path("decode_launches.json").read_text())
     assert data["schema"] == SCHEMA, data["schema"]
     return data["streams"]
 

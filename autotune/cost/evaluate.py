@@ -6,7 +6,6 @@ import copy
 from dataclasses import fields, replace
 
 from autotune.cost.estimate import Estimate, StageEstimate
-from autotune.cost.inference_plan import evaluate_inference_plan
 from autotune.cost.memory import memory_at_risk
 from autotune.cost.offload import offloads, tier_overflow
 from autotune.cost.pipeline import pipeline_time_s
@@ -31,6 +30,8 @@ def evaluate_plan(model: ModelSpec, workload: TrainingWorkload, cluster: Cluster
     """Predict step time and memory of ``plan`` run by ``runtime`` for a training step, or for an
     inference workload (prefill, decode, serve: autotune/cost/inference_plan.py)."""
     if not is_training(workload):
+        from autotune.cost.inference_plan import evaluate_inference_plan  # not loaded by a training search
+
         return evaluate_inference_plan(model, workload, cluster, plan, runtime=runtime)
     check_plan(model, workload, cluster, plan)
     check_runtime_plan(runtime, workload, plan)

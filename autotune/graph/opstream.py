@@ -18,9 +18,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from autotune.data import data_path
 from autotune.errors import AutotuneError
 from autotune.graph.operator import Operator
 from autotune.spec.model import ModelSpec
@@ -48,7 +48,7 @@ _SHARDING = {"q_proj": "column", "k_proj": "column", "v_proj": "column", "ffn_up
 
 @lru_cache(maxsize=1)
 def _files() -> dict[str, Any]:
-    folder = resources.files("autotune.data").joinpath("opstreams")
+    folder = data_path("opstreams")
     return {p.name[:-5]: p for p in folder.iterdir() if p.name.endswith(".json")}
 
 

@@ -19,7 +19,6 @@ import signal
 import sys
 import threading
 import types
-from multiprocessing.reduction import ForkingPickler
 
 __all__ = ["MIN_STUDIES", "MIN_TABLES", "run_studies", "price_tables", "processes", "usable"]
 
@@ -49,10 +48,14 @@ def _mappingproxy(proxy: types.MappingProxyType):
     return _read_only, (dict(proxy),)
 
 
-# An Estimate's breakdowns are read-only mappings, which pickle cannot send: a worker that scores
-# the baselines (autotune.search.screens) sends each as its dict, read-only again on arrival
-# (multiprocessing's own pickler only: pickle itself is left as it is).
-ForkingPickler.register(types.MappingProxyType, _mappingproxy)
+def _register_mappingproxy() -> None:
+    """An Estimate's breakdowns are read-only mappings, which pickle cannot send: a worker that
+    scores the baselines (autotune.search.screens) sends each as its dict, read-only again on
+    arrival (multiprocessing's own pickler only: pickle itself is left as it is). Registered
+    before the first pool forks (multiprocessing loads only for a search that forks)."""
+    from multiprocessing.reduction import ForkingPickler
+
+    ForkingPickler.register(types.MappingProxyType, _mappingproxy)
 
 
 def processes() -> int:
@@ -133,6 +136,7 @@ def _run(search, task, keys: list) -> dict:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
+    _register_mappingproxy()  # before the fork: the workers inherit it
     _SEARCH = search
     out = {}
     pool = ProcessPoolExecutor(2, mp_context=mp.get_context("fork"), initializer=_quiet_worker, initargs=(os.getpid(),))

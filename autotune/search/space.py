@@ -7,7 +7,6 @@ import tomllib
 import typing
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +153,12 @@ class SearchSpace:
         return dict(self.raw)
 
 
-def _folder() -> Any:
-    return resources.files("search_spaces")
+def _folder() -> Path:
+    """The shipped spaces: plain files beside search_spaces/__init__.py (pyproject.toml
+    package-data), read by path as autotune.data's files are."""
+    import search_spaces
+
+    return Path(search_spaces.__file__).parent
 
 
 def space_names() -> list[str]:

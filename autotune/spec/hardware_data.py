@@ -4,27 +4,25 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import tomllib
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from autotune.data import data_path
 from autotune.errors import AutotuneError, closest
 from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
 from autotune.spec.limits import check_limit
 from autotune.spec.profile_fields import check_kept
+from autotune.spec.toml_tables import table, table_names
 
 __all__ = [
     "device_names", "load_device", "device_from_dict", "cluster_names", "load_cluster",
     "cluster_from_dict", "link_from_dict", "regression_from_dict", "load_profile", "apply_profile",
     "check_profile", "shipped_profile", "PROFILE_SCHEMA",
 ]
-
-
-def _read_data(name: str) -> str:
-    return resources.files("autotune.data").joinpath(name).read_text()
 
 
 def _parse_file(path: Path, field: str) -> dict[str, Any]:
@@ -84,21 +82,55 @@ def _flag(data: dict, key: str, where: str, default: bool) -> bool:
         raise AutotuneError(f"{where}.{key}", f"must be true or false, got {_shown(value)}")
     return value
 
+
+def _device_file_names() -> list[str]:
+    return sorted(name for name in (e.name for e in data_path("devices").iterdir()) if name.endswith((".toml", ".json")))
+
+
+@lru_cache(maxsize=None)  # parsed once a process; the table is shared, never changed
+def _device_data(file_name: str) -> dict[str, Any]:
+    text = data_path("devices", file_name).read_text()
+    return tomllib.loads(text) if file_name.endswith(".toml") else json.loads(text).get("device", {})
+
+
+def _device_keys(data: dict[str, Any]) -> list[str]:
+    return [key.lower() for key in [data["name"], *data.get("aliases", [])]]
+
+
 @lru_cache(maxsize=1)
 def _device_files() -> dict[str, dict[str, Any]]:
     """Every shipped device, keyed by its lower-case name and each alias."""
-    table: dict[str, dict[str, Any]] = {}
-    folder = resources.files("autotune.data").joinpath("devices")
-    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
-        if entry.name.endswith(".toml"):
-            data = tomllib.loads(entry.read_text())
-        elif entry.name.endswith(".json"):
-            data = json.loads(entry.read_text()).get("device", {})
-        else:
-            continue
-        for key in [data["name"], *data.get("aliases", [])]:
-            table[key.lower()] = data
-    return table
+    return {key: data for name in _device_file_names() for data in [_device_data(name)] for key in _device_keys(data)}
+
+
+_FIRST_TABLE = re.compile(r"^\s*\[", re.MULTILINE)
+
+
+@lru_cache(maxsize=1)
+def _toml_device_index() -> dict[str, str]:
+    """Name and aliases (lower case) -> shipped TOML device file, read from each file's root keys
+    alone (the lines before its first table header, about a tenth of it): a cluster preset
+    then parses only its own device's file, not all of them (pure-Python TOML, ~2 ms each).
+    A file whose head does not parse on its own is parsed whole. Names are unique across files
+    (tests/test_lazy_imports.py), so this finds what the full table finds."""
+    index: dict[str, str] = {}
+    for name in _device_file_names():
+        if name.endswith(".toml"):
+            text = data_path("devices", name).read_text()
+            first = _FIRST_TABLE.search(text)
+            try:
+                head = tomllib.loads(text[:first.start()] if first else text)
+            except tomllib.TOMLDecodeError:
+                head = {}
+            for key in _device_keys(head if "name" in head else _device_data(name)):
+                index[key] = name
+    return index
+
+
+def _shipped_device(key: str) -> dict[str, Any] | None:
+    """A shipped device's data by lower-case name or alias, else None."""
+    name = _toml_device_index().get(key)
+    return _device_data(name) if name is not None else _device_files().get(key)
 
 
 def device_names() -> list[str]:
@@ -236,12 +268,12 @@ def load_device(name: str | Path) -> DeviceProfile:
     if key.endswith((".toml", ".json")) or path.is_file():
         data = _parse_file(path, "device")
         return device_from_dict(data["device"]) if "device" in data else device_from_dict(data)
-    table = _device_files()
-    if key.lower() not in table:
-        near = closest(key.lower(), table)
+    data = _shipped_device(key.lower())
+    if data is None:
+        near = closest(key.lower(), _device_files())
         hint = f"did you mean {', '.join(near)}? " if near else ""
         raise AutotuneError("device", f"unknown device {key!r}; {hint}known: {', '.join(device_names())}")
-    return device_from_dict(table[key.lower()])
+    return device_from_dict(data)
 
 
 def link_from_dict(data: dict[str, Any], where: str) -> LinkLevel:
@@ -261,13 +293,11 @@ def link_from_dict(data: dict[str, Any], where: str) -> LinkLevel:
                      source=_text(data, "source", where), collectives=collectives)
 
 
-@lru_cache(maxsize=1)
-def _cluster_table() -> dict[str, dict[str, Any]]:
-    return tomllib.loads(_read_data("clusters.toml"))
+_CLUSTERS = data_path("clusters.toml")
 
 
 def cluster_names() -> list[str]:
-    return list(_cluster_table())
+    return table_names(_CLUSTERS)
 
 
 def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
@@ -309,23 +339,23 @@ def _host_linear_s(data: dict) -> float | None:
     return None if value is None else float(value)
 
 
-@lru_cache(maxsize=None)  # one per preset, from the cached table: the same spec object each time
+@lru_cache(maxsize=None)  # one per preset, from its cached table: the same spec object each time
 def _preset_cluster(key: str) -> ClusterSpec:
-    return cluster_from_dict(key, _cluster_table()[key])
+    return cluster_from_dict(key, table(_CLUSTERS, key))
 
 
 def load_cluster(name: str | Path) -> ClusterSpec:
     """A preset cluster by name, or a cluster file (TOML or JSON) by path."""
     key = str(name)
-    table = _cluster_table()
-    if key in table:
+    names = cluster_names()
+    if key in names:
         return _preset_cluster(key)
     path = Path(key)
     if key.endswith((".toml", ".json")) or path.is_file():
         return cluster_from_dict(path.stem, _parse_file(path, "cluster"))
-    near = closest(key, table)
+    near = closest(key, names)
     hint = f"did you mean {', '.join(near)}? " if near else ""
-    raise AutotuneError("cluster", f"unknown cluster {key!r}; {hint}presets: {', '.join(table)}, or a path to a cluster file")
+    raise AutotuneError("cluster", f"unknown cluster {key!r}; {hint}presets: {', '.join(names)}, or a path to a cluster file")
 
 
 PROFILE_SCHEMA = "autotune.profile/1"
@@ -354,7 +384,7 @@ def load_profile(path: str | Path) -> dict[str, Any]:
 
 @lru_cache(maxsize=8)
 def _shipped_profile_text(name: str) -> str:
-    entry = resources.files("autotune.data").joinpath("devices", f"{name}.json")
+    entry = data_path("devices", f"{name}.json")
     if not entry.is_file():
         raise AutotuneError("cluster.profile", f"no shipped profile {name!r} (autotune/data/devices/{name}.json)")
     return entry.read_text()

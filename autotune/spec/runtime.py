@@ -13,9 +13,9 @@ from __future__ import annotations
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
-from importlib import resources
 from typing import Any
 
+from autotune.data import data_path
 from autotune.errors import AutotuneError, closest, require, require_choice
 from autotune.spec.serving_engine import SERVING_SETTING_NAMES, ServingEngine, serving_engine_from_dict
 
@@ -326,7 +326,7 @@ SETTING_NAMES = tuple(f.name for f in fields(Runtime) if f.name not in ("name", 
 
 
 def _files() -> dict[str, Any]:
-    return {p.name[:-5]: p for p in resources.files("autotune.data").joinpath("runtimes").iterdir()
+    return {p.name[:-5]: p for p in data_path("runtimes").iterdir()
             if p.name.endswith(".toml")}
 
 

@@ -4,29 +4,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from pathlib import Path
 
 from autotune.errors import require_choice
 from autotune.outputs.export.common import ExportResult
-from autotune.outputs.export.deepspeed import to_deepspeed
-from autotune.outputs.export.megatron import to_megatron
-from autotune.outputs.export.torchtitan import to_torchtitan
-from autotune.outputs.export.torchtitan_toml import to_torchtitan_toml
 from autotune.plan.io import PlanFile, atomic_write_text
 
 __all__ = ["FORMATS", "ExportResult", "export", "export_plan", "write_export"]
 
-_EXPORTERS: dict[str, Callable[[PlanFile], ExportResult]] = {
-    "megatron": to_megatron, "torchtitan": to_torchtitan, "torchtitan-0.2": to_torchtitan_toml,
-    "deepspeed": to_deepspeed}
+# format -> (module, function): an exporter's module loads when its format is asked for, so a
+# search that writes no export (and the CLI's parser) does not load them all.
+_EXPORTERS: dict[str, tuple[str, str]] = {
+    "megatron": ("autotune.outputs.export.megatron", "to_megatron"),
+    "torchtitan": ("autotune.outputs.export.torchtitan", "to_torchtitan"),
+    "torchtitan-0.2": ("autotune.outputs.export.torchtitan_toml", "to_torchtitan_toml"),
+    "deepspeed": ("autotune.outputs.export.deepspeed", "to_deepspeed")}
 FORMATS = tuple(_EXPORTERS)
 
 
 def export(plan_file: PlanFile, fmt: str) -> ExportResult:
     """``plan_file`` as a ``fmt`` config, with caveats in ``notes``."""
     require_choice("format", fmt, FORMATS)
-    return _EXPORTERS[fmt](plan_file)
+    module, function = _EXPORTERS[fmt]
+    return getattr(importlib.import_module(module), function)(plan_file)
 
 
 def export_plan(plan_file: PlanFile, fmt: str) -> str:
