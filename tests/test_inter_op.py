@@ -146,4 +146,7 @@ def test_uniform_dp_equals_the_general_dp_on_one_submesh_size(seed):
             general = _min_sum(tables, np.array([1]), stages, b, stages, cap, bottleneck=bottleneck)
             # one unit a stage: using all S units is exactly S stages
             assert uniform == general[0] or uniform == pytest.approx(general[0], rel=1e-12)
+            # the solve that keeps its path reads the same least off each row as the one that does not
+            traced = _min_sum_uniform(tables, stages, b, cap, keep_path=True, bottleneck=bottleneck)[0]
+            assert np.asarray(traced).tobytes() == np.asarray(uniform).tobytes()
 

@@ -246,31 +246,42 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     columns = np.arange(L + 1)
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     stage_layers = np.zeros((num_stages, L + 1, 1), dtype=int) if keep_path else None
-    under_cap: dict[int, np.ndarray] = {}  # by depth r: the stage times under the cap, [n, pos]
+    scratch = np.empty((L + 1, N))  # a stage's [k, n] totals, made in place
+    # by depth r: a middle stage's times under the cap [1, n], a first stage's [n], and (a first
+    # stage adding the step's tail) its time plus the tail [n]; made once per depth
+    rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
         window = windows[(j - 1) % 2][lo:hi]  # [k, n]: prev[k + n]
+        total = scratch[: hi - lo]
         if j == 1:  # the last stage: [k, n] the stage's cost (inf past the last layer) and prev[k + n]
             capped = tables.window_under_cap(r, lo, hi, N, t_max)
-            total, first = combine(capped, window), capped[0]
+            combine(capped, window, out=total)
+            first = capped[0]
+            if lo == 0 and not bottleneck:  # a first stage: (time + tail) + the later stages, as the cost table adds them
+                total[0] = (first + tables.tail_at(r)[0, 1:N + 1]) + window[0]
         else:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time there,
             # broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
-            by_position = under_cap.get(r)
-            if by_position is None:  # the same depth for every stage past B: made once
-                by_position = under_cap[r] = tables.under_cap(r, t_max)
-            total, first = combine(window, by_position[None, 1:N + 1, MIDDLE]), by_position[1:N + 1, FIRST]
-            if lo == 0:
-                total[0] = combine(first, window[0])
-        if lo == 0 and not bottleneck:  # a first stage: (time + tail) + the later stages, as the cost table adds them
-            total[0] = (first + tables.tail_at(r)[0, 1:N + 1]) + window[0]
-        arg = total.argmin(axis=1)
+            found = rows.get(r)
+            if found is None:  # the same depth for every stage past B: made once
+                by_position = tables.under_cap(r, t_max)
+                first = by_position[1:N + 1, FIRST]
+                found = rows[r] = (by_position[None, 1:N + 1, MIDDLE], first,
+                                   first if bottleneck else first + tables.tail_at(r)[0, 1:N + 1])
+            middle, first, first_tail = found
+            combine(window, middle, out=total)
+            if lo == 0:  # a first stage: (time + tail) + the later stages, as the cost table adds them
+                combine(first_tail, window[0], out=total[0])
         prev = buffers[j % 2]
         prev.fill(np.inf)
-        prev[lo:hi] = total[columns[: hi - lo], arg]
         if keep_path:  # same layout as the general path, with a single unit column
+            arg = total.argmin(axis=1)
+            prev[lo:hi] = total[columns[: hi - lo], arg]
             stage_layers[j - 1, lo:hi, 0] = arg + 1
             path.append((no_submesh, stage_layers[j - 1], r))
+        else:  # the same values (a row's least, NaN where it has one) without the arguments
+            total.min(axis=1, out=prev[lo:hi])
     return prev[0], num_stages, path
 
 
