@@ -49,6 +49,34 @@ def test_a_row_is_read_from_its_own_cells():
     assert vllm.unit_to_si == 1e-3 and any("sharegpt" in a for a in vllm.assumed)
 
 
+def _limits(case):
+    from autotune.cost.serving_eval import replica_step_model
+    from autotune.cost.serving_limits import engine_limits
+
+    dep = case.deployment
+    probe = replica_step_model(dep, max_tokens=1, max_sampled=1)
+    return engine_limits(dep.runtime.serving, dep.model, dep.cluster, tp=dep.tp, weight_dtype=dep.dtype,
+                         weight_bytes_per_gpu=probe.weight_bytes_per_gpu,
+                         kv_bytes_per_token_per_gpu=probe.kv_bytes_per_token_per_gpu,
+                         input_len=case.load.input_len, output_len=case.load.output_len)
+
+
+def test_launch_flags_in_the_notes_replace_the_engines_own_limits_and_kv_dtype():
+    row = _rows("sgl060-009")[0]  # vLLM 0.6, BF16 Llama 3.1 8B: max_num_seqs 256, BF16 KV cache by default
+    plain = case_from_row(row)
+    flagged = case_from_row(dict(row, notes=row["notes"] + "; vllm serve --max-num-seqs 64 "
+                                 "--max-num-batched-tokens 4096 --kv-cache-dtype fp8"))
+    before, after = _limits(plain), _limits(flagged)
+    assert before.max_num_seqs == 256 and (after.max_num_seqs, after.max_num_batched_tokens) == (64, 4096)
+    assert after.kv_capacity_tokens > 1.9 * before.kv_capacity_tokens  # one byte a KV element, not two
+    assert any("launch_max_num_seqs 64 (the row's notes)" == a for a in flagged.assumed)
+    trt = _rows("trt017-013")[0]  # trtllm-bench's heuristic picks the limits unless the launch states them
+    bench = _limits(case_from_row(trt))
+    stated = _limits(case_from_row(dict(trt, notes=trt["notes"] + "; trtllm-bench --max_batch_size 128")))
+    assert bench.max_num_seqs != 128 and stated.max_num_seqs == 128
+    assert stated.max_num_batched_tokens == bench.max_num_batched_tokens
+
+
 def test_an_mlperf_row_takes_its_systems_published_config_and_its_datasets_means():
     """mlp41-002 states neither TP, precision nor lengths: NVIDIA's v4.1 Server config for 8 H100s
     (TP 2 x 4 instances, FP8, batch 1024, 4096 tokens a step) and OpenOrca's means fill them."""

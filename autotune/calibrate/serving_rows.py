@@ -281,10 +281,32 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         r"kv_cache_free_gpu_mem_fraction[ =]([\d.]+)", notes) or _number(r"gpu[-_]memory[-_]utilization[ =]([\d.]+)", notes)
     if fraction:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
+    changes.update(_limit_flags(notes))
     if not changes:
         return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),
             named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
+
+
+# Launch flags as the engines spell them: vLLM (--max-num-seqs, --max-num-batched-tokens, --kv-cache-dtype),
+# SGLang (--max-running-requests, --max-prefill-tokens, --kv-cache-dtype), trtllm-bench / trtllm-serve and
+# LLM-API YAML (--max_batch_size, --max_num_tokens, max_batch_size:, kv_cache_config: dtype: fp8).
+_SEQ_FLAGS = r"(?:--max[-_]num[-_]seqs|--max[-_]running[-_]requests|max_batch_size)[ =:]+(\d+)"
+_TOKEN_FLAGS = r"(?:--max[-_]num[-_]batched[-_]tokens|--max[-_]prefill[-_]tokens|max_num_tokens)[ =:]+(\d+)"
+_FP8_KV = r"kv[-_ ]cache[-_ ]dtype[ =:]+[\"']?fp8|kv_cache_config\W{0,6}dtype\W{0,4}fp8|\bfp8[ -]kv\b"
+
+
+def _limit_flags(notes: str) -> dict:
+    """The batch and token limits and the KV cache dtype a row's notes quote as launch flags."""
+    changes = {}
+    seqs, tokens = _number(_SEQ_FLAGS, notes), _number(_TOKEN_FLAGS, notes)
+    if seqs:
+        changes["launch_max_num_seqs"] = int(seqs)
+    if tokens:
+        changes["launch_max_num_batched_tokens"] = int(tokens)
+    if re.search(_FP8_KV, notes, flags=re.IGNORECASE):
+        changes["kv_cache_dtype"] = "fp8"
+    return changes
 
 
 def _with_system(runtime: Runtime, system: PublishedSystem | None) -> tuple[Runtime, tuple[str, ...]]:

@@ -151,6 +151,8 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
         seqs, tokens = vllm_device_defaults(cluster.device.name, cluster.device.memory_bytes, engine.batch_rule)
     elif engine.batch_rule == "max_model_len":  # the launch's --max-model-len, else the model's context
         tokens = max(engine.max_model_len or model.max_seq_len, 2048)
+    seqs = engine.launch_max_num_seqs or seqs  # a stated flag wins over the engine's own rule
+    tokens = engine.launch_max_num_batched_tokens or tokens
     activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
     kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
     ranks = _scheduling_ranks(engine, tp, attention_dp)

@@ -72,6 +72,10 @@ class ServingEngine:
     max_num_seqs: int = 0  # running requests at most (0: as many as the KV cache holds)
     max_num_batched_tokens: int = 0  # tokens one step processes at most (prompt chunks plus decodes)
     batch_rule: str = "fixed"  # BATCH_RULES
+    # limits a launch states as flags (--max-num-seqs, --max_batch_size; --max-num-batched-tokens,
+    # --max_num_tokens): they replace what batch_rule would pick, as the engines' argument parsers do; 0: none
+    launch_max_num_seqs: int = 0
+    launch_max_num_batched_tokens: int = 0
     max_model_len: int = 0  # context tokens a request may hold as launched (vLLM --max-model-len); 0: the model's
     prefill_chunk_tokens: int = 0  # with chunked_prefill: a prompt's chunk per step at most (0: the token budget)
     kv_block_tokens: int = 16  # tokens per KV cache block (paged attention); 1: token-granular
@@ -118,7 +122,8 @@ class ServingEngine:
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
-        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "prefill_chunk_tokens",
+        for name in ("max_num_seqs", "max_num_batched_tokens", "launch_max_num_seqs", "launch_max_num_batched_tokens",
+                     "max_model_len", "prefill_chunk_tokens",
                      "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
