@@ -13,7 +13,7 @@ import pytest
 from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import engine_runtime
 from autotune.cost.serving_eval import ServingDeployment, run_serving
-from autotune.cost.serving_limits import trtllm_bench_setting
+from autotune.cost.serving_limits import bench_param_count, trtllm_bench_setting
 from autotune.cost.serving_load import Load
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
@@ -54,9 +54,10 @@ def test_0_19_serves_nvfp4_on_b200_with_trtllm_benchs_limits_where_0_18_2_refuse
     dep = _deployment("tensorrt-llm-0.19", model="llama3-70b", cluster="dgx-b200", dtype="nvfp4")
     limits = _limits(dep, 128, 2048)
     model = dep.model
-    # tuning.py counts an NVFP4 weight as half a byte and the ModelOpt checkpoint's FP8 KV as one
+    # tuning.py counts an NVFP4 weight as half a byte of the safetensors' element count, and the ModelOpt
+    # checkpoint's FP8 KV as one
     seqs, tokens = trtllm_bench_setting(
-        params_b=model.num_parameters() / 1e9, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
+        params_b=bench_param_count(model, "nvfp4") / 1e9, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
         head_dim=model.head_dim, tp=1, device_memory_gib=dep.cluster.device.memory_bytes / _GIB,
         weight_bytes=0.5, kv_bytes=1.0, input_len=128, output_len=2048)
     assert limits.max_num_seqs == seqs

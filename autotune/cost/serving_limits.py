@@ -21,13 +21,43 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.serving_engine import ServingEngine
 
-__all__ = ["EngineLimits", "engine_limits", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
+__all__ = ["EngineLimits", "engine_limits", "bench_param_count", "bench_head_size", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
            "sglang_max_running"]
 
 _GIB = 2.0**30
 # bytes a weight in trtllm-bench's heuristic (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM: FP8 1, NVFP4 0.5, else 2;
 # MXFP4's W4A16_MXFP4 / W4A8_MXFP4_MXFP8 are not listed @04cba882, so GPT-OSS counts 2)
 _BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
+# Elements a quantized weight takes in its safetensors file, which is what trtllm-bench's param_count sums
+# (bench/build/dataclasses.py get_param_count: huggingface_hub's parameter_count, the product of each tensor's
+# shape by dtype): ModelOpt's NVFP4 export packs two E2M1 values in one U8 and keeps an F8_E4M3 scale per 16;
+# MXFP4 (OCP MX v1.0) a U8 pair and a U8 E8M0 scale per 32; FP8 one F8_E4M3 each (per-tensor scales aside).
+_STORED_ELEMENTS = {"nvfp4": 0.5 + 1.0 / 16.0, "mxfp4": 0.5 + 1.0 / 32.0}
+
+
+def bench_param_count(model: ModelSpec, weight_dtype: str) -> float:
+    """The parameter count trtllm-bench reads from the checkpoint's safetensors headers: the BF16 token
+    embedding, LM head and MoE routers (cost/serving_step.py: left unquantized by ModelOpt) counted whole,
+    the quantized weights as stored (all linear weights; MXFP4: the routed experts only)."""
+    total = float(model.num_parameters())
+    stored = _STORED_ELEMENTS.get(weight_dtype)
+    if stored is None:
+        return total
+    if weight_dtype == "mxfp4":  # experts only: all experts' weights from the active/total gap
+        e, k = model.num_experts, model.num_experts_per_token
+        quantized = (total - model.num_active_parameters()) * e / (e - k)
+    else:
+        embeddings = model.vocab_size * model.hidden_size * (1 if model.tied_embeddings else 2)
+        quantized = total - embeddings - model.num_moe_layers * model.hidden_size * model.num_experts
+    return total - quantized * (1.0 - stored)
+
+
+def bench_head_size(model: ModelSpec) -> int:
+    """trtllm-bench's head_size: config.json's head_dim, else hidden_size / num_attention_heads
+    (dataclasses.py ModelConfig.set_values_if_none). MLA checkpoints (DeepSeek-V3/R1) name no head_dim:
+    their config class is the checkpoint's own configuration_deepseek.py (auto_map, loaded under
+    trust_remote_code=True), which sets none."""
+    return model.hidden_size // model.num_heads if model.is_mla else model.head_dim
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,8 +171,8 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
     if engine.batch_rule == "trtllm_bench":
         kv_elem = engine.kv_bytes_per_element(weight_dtype, 2)
         seqs, tokens = trtllm_bench_setting(
-            params_b=model.num_parameters() / 1e9, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
-            head_dim=model.head_dim, tp=tp, device_memory_gib=cluster.device.memory_bytes / _GIB,
+            params_b=bench_param_count(model, weight_dtype) / 1e9, num_layers=model.num_layers,
+            num_kv_heads=model.num_kv_heads, head_dim=bench_head_size(model), tp=tp, device_memory_gib=cluster.device.memory_bytes / _GIB,
             weight_bytes=_BENCH_WEIGHT_BYTES.get(weight_dtype, 2.0), kv_bytes=kv_elem, input_len=input_len,
             output_len=output_len)
         if not engine.chunked_prefill:  # bench/benchmark/utils/general.py get_settings (PyTorch path)

@@ -314,12 +314,18 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
     eff = device.kernel_efficiency
     memory = device.memory_regression("stream")
     attention = device.regression("attention", "bf16")
-    per_position = decode_attention(model, 2.0, kv_bytes)["in_bytes"] - decode_attention(model, 1.0, kv_bytes)["in_bytes"]
+    one, two = decode_attention(model, 1.0, kv_bytes), decode_attention(model, 2.0, kv_bytes)
     per_request = decode_attention(model, 0.0, _ACT_BYTES)
     shards = _kv_split(model, shape)
     pair_flops = 2.0 * (model.q_width + model.attn_out_width) / tp
+    # a cached position costs its read or its FLOPs, whichever is longer (roofline): GQA's few KV heads
+    # make decode memory-bound, MLA's absorbed form (every head scores the shared latent) compute-bound
+    # (FlashMLA README: 3000 GB/s memory-bound, 660 TFLOPS compute-bound on H800); the FLOPs split over
+    # the GPUs by heads (TP) or by requests (DP attention), at the fused attention kernel's FLOP fit
+    read_s = (two["in_bytes"] - one["in_bytes"]) / shards * memory.seconds_per_unit
+    compute_s = (two["flops"] - one["flops"]) / tp * attention.seconds_per_unit
     return dict(decode_lat_s=memory.latency_s / eff,
-                decode_s_per_position=per_position / shards * memory.seconds_per_unit / eff,
+                decode_s_per_position=max(read_s, compute_s) / eff,
                 decode_s_per_request=(per_request["in_bytes"] + per_request["out_bytes"]) / tp * memory.seconds_per_unit / eff,
                 prefill_lat_s=attention.latency_s / eff,
                 prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
