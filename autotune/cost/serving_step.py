@@ -33,7 +33,7 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
 
-__all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param"]
+__all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param", "serving_cluster"]
 
 _ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
 
@@ -48,12 +48,38 @@ _STORED_BYTES = {"mxfp4": (4.0 + 8.0 / 32.0) / 8.0}
 EXPERTS_ONLY_DTYPES = ("mxfp4",)
 
 
+# Block scales a pre-quantized weight carries, in bytes per weight: NVFP4 one FP8 E4M3 scale per 16
+# E2M1 weights (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149, sec. 2), held and read beside
+# them: TensorRT-LLM's NVFP4LinearMethod.create_weights makes weight_scale (out_features,
+# in_features / 16) float8_e4m3fn (_torch/modules/linear.py), which nvfp4_gemm takes with the weight.
+_WEIGHT_SCALE_BYTES = {"nvfp4": 1.0 / 16.0}
+
+
 def weight_bytes_per_param(weight_dtype: str) -> float:
-    """Bytes of one stored weight: pre-quantized FP8/FP4 checkpoints keep 1 / 0.5 byte (NVFP4 scales
-    aside), MXFP4 4.25 bits with its scales."""
+    """Bytes of one stored weight: pre-quantized FP8 checkpoints keep 1 byte, NVFP4 4 bits and its
+    block scales (4.5 bits), MXFP4 4.25 bits with its scales."""
     if weight_dtype in _STORED_BYTES:
         return _STORED_BYTES[weight_dtype]
-    return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0)
+    return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0) \
+        + _WEIGHT_SCALE_BYTES.get(weight_dtype, 0.0)
+
+
+# A device profile may fit a GEMM format as serving engines run their linear layers: the activation's
+# quantization and the engine's block-scaled GEMM, measured at serving shapes (regressions.serving_gemm,
+# Blackwell NVFP4). Serving steps price those GEMMs with it instead of the square-GEMM sweep under
+# regressions.gemm, which training recipes (Transformer Engine's cuBLASLt GEMMs) keep.
+_SERVING_GEMM_CLASS = "serving_gemm"
+
+
+@lru_cache(maxsize=64)
+def serving_cluster(cluster: ClusterSpec) -> ClusterSpec:
+    """``cluster`` with its device's serving GEMM fits in place of its GEMM fits (the same object
+    where the profile has none, so step caches keep hitting)."""
+    device = cluster.device
+    serving = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items() if op_class == _SERVING_GEMM_CLASS}
+    if not serving:
+        return cluster
+    return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
 
 
 def _gemm_rate_dtype(device, weight_dtype: str, mxfp4_activation: str) -> str:
@@ -164,6 +190,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
 
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation) -> StepModel:
+    cluster = serving_cluster(cluster)
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in _STORED_BYTES else expert_rate)
