@@ -18,7 +18,7 @@ def test_nvfp4_weights_carry_one_e4m3_scale_per_16():
 @pytest.mark.parametrize("name", ["dgx-b200", "gb200-nvl72"])
 def test_serving_prices_nvfp4_gemms_at_the_serving_fit(name):
     cluster = load_cluster(name)
-    served = serving_cluster(cluster).device
+    served = serving_cluster(cluster, "linear").device
     assert served.regression("gemm", "nvfp4") is cluster.device.compute[("serving_gemm", "nvfp4")]
     # the training fit is untouched, and slower at serving shapes than the square sweep says
     assert cluster.device.regression("gemm", "nvfp4").seconds_per_unit < served.regression("gemm", "nvfp4").seconds_per_unit
@@ -27,7 +27,9 @@ def test_serving_prices_nvfp4_gemms_at_the_serving_fit(name):
 
 def test_devices_without_a_serving_fit_are_left_alone():
     cluster = load_cluster("dgx-h100")
-    assert serving_cluster(cluster) is cluster
+    assert serving_cluster(cluster, "linear") is cluster
+    b200 = load_cluster("dgx-b200")
+    assert serving_cluster(b200, "sweep") is b200  # engines that run the sweep's rate
 
 
 def test_fp4_decode_step_slower_with_the_serving_fit():
@@ -35,12 +37,24 @@ def test_fp4_decode_step_slower_with_the_serving_fit():
     the square sweep, and the weights it reads include the scales."""
     model, cluster = resolve_model("llama3-70b"), load_cluster("dgx-b200")
     kw = dict(weight_dtype="nvfp4", kv_bytes=1.0, max_tokens=256, max_sampled=1)
-    step = step_model(model, cluster.for_gpus(1), ReplicaShape(tp=1), **kw)
-    plain = cluster.for_gpus(1)
-    square = plain.with_changes(device=plain.device.with_changes(
-        compute={k: v for k, v in plain.device.compute.items() if k[0] != "serving_gemm"}))
-    before = step_model(model, square, ReplicaShape(tp=1), **kw)
+    step = step_model(model, cluster.for_gpus(1), ReplicaShape(tp=1), nvfp4_gemm_fit="linear", **kw)
+    before = step_model(model, cluster.for_gpus(1), ReplicaShape(tp=1), nvfp4_gemm_fit="sweep", **kw)
     assert step.linear_s[256] > 1.3 * before.linear_s[256]
     assert step.weight_bytes_per_gpu == before.weight_bytes_per_gpu
     # 68.5e9 linear weights at 4.5 bits (38.5 GB) and the BF16 embedding and head (4.2 GB); 4 bits alone: 38.4 GB
     assert step.weight_bytes_per_gpu > 42e9
+
+
+def test_tensorrt_llm_1_0_runs_the_linear_fit_and_others_the_sweep():
+    from autotune.spec.runtime import load_runtime
+
+    assert load_runtime("tensorrt-llm-1.0").serving.nvfp4_gemm_fit == "linear"
+    assert load_runtime("mlperf-nvidia-4.1").serving.nvfp4_gemm_fit == "sweep"
+
+
+def test_unknown_nvfp4_gemm_fit_is_refused():
+    from autotune.errors import AutotuneError
+    from autotune.spec.serving_engine import ServingEngine
+
+    with pytest.raises(AutotuneError, match="nvfp4_gemm_fit"):
+        ServingEngine(engine="vllm", version="0.9", nvfp4_gemm_fit="fast")

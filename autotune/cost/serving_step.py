@@ -64,19 +64,22 @@ def weight_bytes_per_param(weight_dtype: str) -> float:
         + _WEIGHT_SCALE_BYTES.get(weight_dtype, 0.0)
 
 
-# A device profile may fit a GEMM format as serving engines run their linear layers: the activation's
+# A device profile may fit a GEMM format as a serving engine runs its linear layers: the activation's
 # quantization and the engine's block-scaled GEMM, measured at serving shapes (regressions.serving_gemm,
-# Blackwell NVFP4). Serving steps price those GEMMs with it instead of the square-GEMM sweep under
-# regressions.gemm, which training recipes (Transformer Engine's cuBLASLt GEMMs) keep.
+# Blackwell NVFP4). Engines whose preset says so (ServingEngine.nvfp4_gemm_fit "linear") price those GEMMs
+# with it instead of the square-GEMM sweep under regressions.gemm, which training recipes (Transformer
+# Engine's cuBLASLt GEMMs) and the other engines keep.
 _SERVING_GEMM_CLASS = "serving_gemm"
 
 
 @lru_cache(maxsize=64)
-def serving_cluster(cluster: ClusterSpec) -> ClusterSpec:
-    """``cluster`` with its device's serving GEMM fits in place of its GEMM fits (the same object
-    where the profile has none, so step caches keep hitting)."""
+def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str) -> ClusterSpec:
+    """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
+    ``nvfp4_gemm_fit`` "linear" (the same object where the profile has none or the engine runs the
+    sweep's rate, so step caches keep hitting)."""
     device = cluster.device
-    serving = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items() if op_class == _SERVING_GEMM_CLASS}
+    serving = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items()
+               if op_class == _SERVING_GEMM_CLASS and dtype == "nvfp4" and nvfp4_gemm_fit == "linear"}
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
@@ -177,20 +180,21 @@ class StepModel:
 
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
-               kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16") -> StepModel:
+               kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
+               nvfp4_gemm_fit: str = "sweep") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
-    experts take ``mxfp4_activation`` activations on Blackwell (the engine's)."""
+    experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
+    ``nvfp4_gemm_fit`` (serving_cluster)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
-    return _step_model(model, cluster, shape, weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled),
-                       mxfp4_activation)
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit), shape, weight_dtype, float(kv_bytes),
+                       int(max_tokens), int(max_sampled), mxfp4_activation)
 
 
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation) -> StepModel:
-    cluster = serving_cluster(cluster)
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in _STORED_BYTES else expert_rate)
