@@ -58,3 +58,16 @@ def test_unknown_nvfp4_gemm_fit_is_refused():
 
     with pytest.raises(AutotuneError, match="nvfp4_gemm_fit"):
         ServingEngine(engine="vllm", version="0.9", nvfp4_gemm_fit="fast")
+
+
+def test_moe_experts_run_at_the_grouped_gemm_fit_only_under_linear():
+    """TensorRT-LLM's NVFP4 MoE layers price their grouped GEMMs with the device's serving_moe_gemm fit;
+    an engine on the sweep keeps the square-GEMM fit for its experts too."""
+    model, cluster = resolve_model("qwen3-30b-a3b"), load_cluster("dgx-b200").for_gpus(1)
+    kw = dict(weight_dtype="nvfp4", kv_bytes=1.0, max_tokens=4096, max_sampled=1)
+    linear = step_model(model, cluster, ReplicaShape(tp=1), nvfp4_gemm_fit="linear", **kw)
+    sweep = step_model(model, cluster, ReplicaShape(tp=1), nvfp4_gemm_fit="sweep", **kw)
+    assert linear.linear_s[4096] > 1.5 * sweep.linear_s[4096]
+    served = serving_cluster(cluster, "linear").device
+    assert served.compute[("expert_gemm", "nvfp4")] is cluster.device.compute[("serving_moe_gemm", "nvfp4")]
+    assert ("expert_gemm", "nvfp4") not in serving_cluster(cluster, "sweep").device.compute

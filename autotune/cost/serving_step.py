@@ -70,6 +70,9 @@ def weight_bytes_per_param(weight_dtype: str) -> float:
 # with it instead of the square-GEMM sweep under regressions.gemm, which training recipes (Transformer
 # Engine's cuBLASLt GEMMs) and the other engines keep.
 _SERVING_GEMM_CLASS = "serving_gemm"
+# Likewise its MoE layer's grouped GEMMs (regressions.serving_moe_gemm): under "linear" they take the key
+# _EXPERT_GEMM_CLASS, which _experts_s prices the expert GEMMs with.
+_SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
 
 
 @lru_cache(maxsize=64)
@@ -78,8 +81,9 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str) -> ClusterSpec:
     ``nvfp4_gemm_fit`` "linear" (the same object where the profile has none or the engine runs the
     sweep's rate, so step caches keep hitting)."""
     device = cluster.device
-    serving = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items()
-               if op_class == _SERVING_GEMM_CLASS and dtype == "nvfp4" and nvfp4_gemm_fit == "linear"}
+    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS}
+    serving = {(renames[op_class], dtype): fit for (op_class, dtype), fit in device.compute.items()
+               if op_class in renames and dtype == "nvfp4" and nvfp4_gemm_fit == "linear"}
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
@@ -328,13 +332,20 @@ def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: 
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing)
     scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
-    time = _ops_s(scaled, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, shape.tp // shape.ep, reached,
-                  padded)
+    time = _ops_s(scaled, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
+                  shape.tp // shape.ep, reached, padded)
     if shape.ep > 1:  # each rank dispatches its share of the tokens' k copies and combines them back
         span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * k * model.hidden_size * _ACT_BYTES
         time = time + 2.0 * collective_time_s("all_to_all", sent, span, cluster)
     return time
+
+
+@lru_cache(maxsize=64)
+def _expert_device(device):
+    """``device`` with its expert grouped-GEMM fits (serving_cluster's) as its GEMM fits."""
+    experts = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items() if op_class == _EXPERT_GEMM_CLASS}
+    return device.with_changes(compute={**device.compute, **experts}) if experts else device
 
 
 def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_bytes: float) -> dict[str, float]:
