@@ -67,7 +67,7 @@ def test_moe_experts_run_at_the_grouped_gemm_fit_only_under_linear():
     kw = dict(weight_dtype="nvfp4", kv_bytes=1.0, max_tokens=4096, max_sampled=1)
     linear = step_model(model, cluster, ReplicaShape(tp=1), nvfp4_gemm_fit="linear", **kw)
     sweep = step_model(model, cluster, ReplicaShape(tp=1), nvfp4_gemm_fit="sweep", **kw)
-    assert linear.linear_s[4096] > 1.5 * sweep.linear_s[4096]
+    assert linear.linear_s[4096] > 1.3 * sweep.linear_s[4096]
     served = serving_cluster(cluster, "linear").device
     assert served.compute[("expert_gemm", "nvfp4")] is cluster.device.compute[("serving_moe_gemm", "nvfp4")]
     assert ("expert_gemm", "nvfp4") not in serving_cluster(cluster, "sweep").device.compute
