@@ -92,7 +92,7 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp)
     return step_model(dep.model, cluster, shape, weight_dtype=dep.dtype,
                       kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled,
-                      mxfp4_activation=engine.mxfp4_activation)
+                      mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit)
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:

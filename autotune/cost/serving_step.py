@@ -33,7 +33,7 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
 
-__all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param"]
+__all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param", "serving_cluster"]
 
 _ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
 
@@ -48,12 +48,45 @@ _STORED_BYTES = {"mxfp4": (4.0 + 8.0 / 32.0) / 8.0}
 EXPERTS_ONLY_DTYPES = ("mxfp4",)
 
 
+# Block scales a pre-quantized weight carries, in bytes per weight: NVFP4 one FP8 E4M3 scale per 16
+# E2M1 weights (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149, sec. 2), held and read beside
+# them: TensorRT-LLM's NVFP4LinearMethod.create_weights makes weight_scale (out_features,
+# in_features / 16) float8_e4m3fn (_torch/modules/linear.py), which nvfp4_gemm takes with the weight.
+_WEIGHT_SCALE_BYTES = {"nvfp4": 1.0 / 16.0}
+
+
 def weight_bytes_per_param(weight_dtype: str) -> float:
-    """Bytes of one stored weight: pre-quantized FP8/FP4 checkpoints keep 1 / 0.5 byte (NVFP4 scales
-    aside), MXFP4 4.25 bits with its scales."""
+    """Bytes of one stored weight: pre-quantized FP8 checkpoints keep 1 byte, NVFP4 4 bits and its
+    block scales (4.5 bits), MXFP4 4.25 bits with its scales."""
     if weight_dtype in _STORED_BYTES:
         return _STORED_BYTES[weight_dtype]
-    return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0)
+    return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0) \
+        + _WEIGHT_SCALE_BYTES.get(weight_dtype, 0.0)
+
+
+# A device profile may fit a GEMM format as a serving engine runs its linear layers: the activation's
+# quantization and the engine's block-scaled GEMM, measured at serving shapes (regressions.serving_gemm,
+# Blackwell NVFP4). Engines whose preset says so (ServingEngine.nvfp4_gemm_fit "linear") price those GEMMs
+# with it instead of the square-GEMM sweep under regressions.gemm, which training recipes (Transformer
+# Engine's cuBLASLt GEMMs) and the other engines keep.
+_SERVING_GEMM_CLASS = "serving_gemm"
+# Likewise its MoE layer's grouped GEMMs (regressions.serving_moe_gemm): under "linear" they take the key
+# _EXPERT_GEMM_CLASS, which _experts_s prices the expert GEMMs with.
+_SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
+
+
+@lru_cache(maxsize=64)
+def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str) -> ClusterSpec:
+    """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
+    ``nvfp4_gemm_fit`` "linear" (the same object where the profile has none or the engine runs the
+    sweep's rate, so step caches keep hitting)."""
+    device = cluster.device
+    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS}
+    serving = {(renames[op_class], dtype): fit for (op_class, dtype), fit in device.compute.items()
+               if op_class in renames and dtype == "nvfp4" and nvfp4_gemm_fit == "linear"}
+    if not serving:
+        return cluster
+    return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
 
 
 def _gemm_rate_dtype(device, weight_dtype: str, mxfp4_activation: str) -> str:
@@ -151,15 +184,17 @@ class StepModel:
 
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
-               kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16") -> StepModel:
+               kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
+               nvfp4_gemm_fit: str = "sweep") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
-    experts take ``mxfp4_activation`` activations on Blackwell (the engine's)."""
+    experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
+    ``nvfp4_gemm_fit`` (serving_cluster)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
-    return _step_model(model, cluster, shape, weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled),
-                       mxfp4_activation)
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit), shape, weight_dtype, float(kv_bytes),
+                       int(max_tokens), int(max_sampled), mxfp4_activation)
 
 
 @lru_cache(maxsize=64)
@@ -297,13 +332,20 @@ def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: 
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing)
     scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
-    time = _ops_s(scaled, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, shape.tp // shape.ep, reached,
-                  padded)
+    time = _ops_s(scaled, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
+                  shape.tp // shape.ep, reached, padded)
     if shape.ep > 1:  # each rank dispatches its share of the tokens' k copies and combines them back
         span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * k * model.hidden_size * _ACT_BYTES
         time = time + 2.0 * collective_time_s("all_to_all", sent, span, cluster)
     return time
+
+
+@lru_cache(maxsize=64)
+def _expert_device(device):
+    """``device`` with its expert grouped-GEMM fits (serving_cluster's) as its GEMM fits."""
+    experts = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items() if op_class == _EXPERT_GEMM_CLASS}
+    return device.with_changes(compute={**device.compute, **experts}) if experts else device
 
 
 def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_bytes: float) -> dict[str, float]:

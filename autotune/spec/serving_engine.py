@@ -15,7 +15,8 @@ from typing import Any
 from autotune.errors import AutotuneError, require, require_choice
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
-           "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES"]
+           "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
+           "NVFP4_GEMM_FITS"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
 # prompts first (vLLM's v0 scheduler without chunked prefill; SGLang's forward_step). "mixed": every
@@ -59,6 +60,10 @@ _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 # The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
 # weight-only, dequantised to BF16): "bf16" (W4A16) or "mxfp8" (W4A8, FP8 tensor-core rate).
 MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
+# Which fit prices an engine's NVFP4 linear layers on a device that has both: "sweep", the device's
+# square-GEMM sweep (regressions.gemm.nvfp4); "linear", its measurement of the engine's linear layer at
+# serving shapes, activation quantization included (regressions.serving_gemm.nvfp4).
+NVFP4_GEMM_FITS = ("sweep", "linear")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +110,7 @@ class ServingEngine:
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
     mxfp4_activation: str = "bf16"  # MXFP4_ACTIVATIONS: its MXFP4 experts' activations on Blackwell
+    nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
@@ -122,6 +128,7 @@ class ServingEngine:
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
+        require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
         for name in ("max_num_seqs", "max_num_batched_tokens", "launch_max_num_seqs", "launch_max_num_batched_tokens",
                      "max_model_len", "prefill_chunk_tokens",
                      "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
