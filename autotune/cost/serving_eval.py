@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 
 from autotune.cost.runtime_kernels import runtime_cluster
 from autotune.cost.serving_admission import output_reserve
+from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_sim import Schedule, Trace, simulate
@@ -128,7 +129,12 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         step_host_s=engine.step_host_s, step_host_share=engine.step_host_share,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine))
-    return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(requests_for(load), schedule, step))
+    sent, front = requests_for(load), frontend_of(engine)
+    if front is None:  # the engine's own clock
+        return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(sent, schedule, step))
+    # a server's front end between the client and the engine (serving_frontend.py)
+    trace = client_trace(simulate(engine_requests(sent, front), schedule, step), sent, front)
+    return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)
 
 
 def arrival_draws(dep: ServingDeployment, load: Load) -> tuple[ServingRun, ...]:

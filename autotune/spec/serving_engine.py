@@ -106,6 +106,10 @@ class ServingEngine:
     rate_run_s: float = 0.0
     step_host_s: float = 0.0  # host seconds per scheduler call the GPU waits for
     step_host_share: float = 0.0  # host time the GPU waits for, as a share of each step's GPU time
+    # host path outside the engine (cost/serving_frontend.py); zeros: the engine's own clock
+    client_request_s: float = 0.0  # the client's request and first chunk over HTTP, on the TTFT clock
+    prompt_encode_s: tuple[tuple[int, float], ...] = ()  # (prompt tokens, seconds) a front end takes to tokenize it
+    stream_token_s: float = 0.0  # seconds a front end takes to pass each streamed token on (detokenize)
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
@@ -114,7 +118,7 @@ class ServingEngine:
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
-        for name in ("memory_fraction_by_tp", "weight_dtypes"):
+        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -135,9 +139,11 @@ class ServingEngine:
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
-        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
+        for name in ("step_host_s", "step_host_share", "client_request_s", "stream_token_s",
+                     "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
                      "new_token_ratio_min", "new_token_ratio_decay"):
             _require_number(name, getattr(self, name))
+        self._check_prompt_encode()
         if self.admission == "reserve_output":
             self._check_output_reserve()
         require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
@@ -174,6 +180,13 @@ class ServingEngine:
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
+
+    def _check_prompt_encode(self) -> None:
+        points = self.prompt_encode_s
+        require(all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], int) and p[0] >= 1
+                    and isinstance(p[1], (int, float)) and 0 <= p[1] < float("inf") for p in points)
+                and all(a[0] < b[0] for a, b in zip(points, points[1:])), "serving.prompt_encode_s",
+                f"must be [prompt tokens, seconds] pairs, tokens >= 1 and increasing, seconds >= 0; got {points!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
