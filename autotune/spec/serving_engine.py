@@ -59,6 +59,9 @@ _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 # The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
 # weight-only, dequantised to BF16): "bf16" (W4A16) or "mxfp8" (W4A8, FP8 tensor-core rate).
 MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
+# the host work a step overlaps with the GPU's (autotune/cost/serving_host.py): none, the previous
+# step's output processing (vLLM 0.6's async output processor), or all of it (an overlap scheduler)
+HOST_OVERLAPS = ("none", "output", "all")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +100,10 @@ class ServingEngine:
     rate_run_s: float = 0.0
     step_host_s: float = 0.0  # host seconds per scheduler call the GPU waits for
     step_host_share: float = 0.0  # host time the GPU waits for, as a share of each step's GPU time
+    step_host_s_per_seq: float = 0.0  # a scheduler call's host seconds per sequence it schedules (cost/serving_host.py)
+    output_host_s: float = 0.0  # host seconds processing one step's output
+    output_host_s_per_seq: float = 0.0  # host seconds processing one step's output per sequence
+    host_overlap: str = "none"  # HOST_OVERLAPS: "none", "output" (async output processing), "all" (overlap scheduler)
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
@@ -123,7 +130,9 @@ class ServingEngine:
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
-        for name in ("step_host_s", "step_host_share", "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
+        require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
+        for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
+                     "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
                      "new_token_ratio_min", "new_token_ratio_decay"):
             _require_number(name, getattr(self, name))
         if self.admission == "reserve_output":
