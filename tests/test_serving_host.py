@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autotune.cost.serving_eval import ServingDeployment, run_serving
-from autotune.cost.serving_host import step_wall_s
+from autotune.cost.serving_host import delivery_delay_s, step_wall_s
 from autotune.cost.serving_load import Load, metric_value
 from autotune.cost.serving_sim import Schedule
 from autotune.errors import AutotuneError
@@ -113,3 +113,23 @@ def test_vllm_06_async_output_processing_gain_matches_its_measurement():
     assert sync.predicted / overlapped.predicted == pytest.approx(measured, rel=0.10)
     for check in (sync, overlapped):
         assert check.predicted == pytest.approx(check.measured, rel=0.20)
+
+
+def test_async_output_processing_delivers_a_token_after_the_next_call_is_scheduled():
+    # vLLM 0.6: step n's tokens are processed once step n + 1 is launched, after its scheduler call
+    assert delivery_delay_s(_schedule(host_overlap="output", **HOST), 100) == pytest.approx(0.002 + 0.012)
+    # an overlap scheduler already scheduled step n + 1 during step n: only the output processing is left
+    assert delivery_delay_s(_schedule(host_overlap="all", **HOST), 100) == pytest.approx(0.012)
+    assert delivery_delay_s(_schedule(host_overlap="none", **HOST), 100) == 0.0
+
+
+def test_delivery_delays_shift_first_tokens_not_the_gaps_between_later_ones():
+    load = Load(kind="rate", num_requests=120, input_len=200, output_len=100, rate_per_s=4)
+    dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-h100"),
+                            runtime=load_runtime("vllm-0.6"), tp=1, weight_dtype="bf16")
+    run = run_serving(dep, load)
+    sync = run_serving(dataclasses.replace(dep, runtime=dep.runtime.with_changes(
+        serving=dep.runtime.serving.with_changes(host_overlap="all", output_host_s=0.0, output_host_s_per_seq=0.0,
+                                                 step_host_s=0.0, step_host_s_per_seq=0.0))), load)
+    assert metric_value(run.trace, "ttft_median") > metric_value(sync.trace, "ttft_median") + 0.0005
+    assert np.all(run.trace.finish_s >= run.trace.first_token_s)

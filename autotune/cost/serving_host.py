@@ -34,7 +34,7 @@ import numpy as np
 
 from autotune.spec.serving_engine import HOST_OVERLAPS
 
-__all__ = ["HOST_OVERLAPS", "step_wall_s"]
+__all__ = ["HOST_OVERLAPS", "delivery_delay_s", "step_wall_s"]
 
 
 def step_wall_s(sched, gpu_s, calls, eager: bool, seqs: float):
@@ -51,3 +51,17 @@ def step_wall_s(sched, gpu_s, calls, eager: bool, seqs: float):
     if sched.host_overlap == "output":
         return np.maximum(busy, out) * (1.0 + sched.step_host_share) + call
     return busy * (1.0 + sched.step_host_share) + call + out
+
+
+def delivery_delay_s(sched, seqs: float) -> float:
+    """Seconds from a step's end to its tokens reaching the client's stream, beyond the step's own
+    wall time. Under asynchronous output processing (``output``) step n's outputs are processed only
+    once step n + 1 is launched, after that step's scheduler call (vLLM 0.6.0 llm_engine.py step:
+    schedule, then execute_model, whose callback processes the previous outputs after the forward is
+    enqueued); with multi-step the tokens stream at a call's end, so the next call's scheduling
+    always comes first. Under ``all`` the scheduling of step n + 1 already ran during step n and only
+    the output processing remains; under ``none`` it is inside the step."""
+    out = sched.output_host_s + sched.output_host_s_per_seq * seqs
+    if sched.host_overlap == "output":
+        return sched.step_host_s + sched.step_host_s_per_seq * seqs + out
+    return out if sched.host_overlap == "all" else 0.0

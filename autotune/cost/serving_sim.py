@@ -23,7 +23,7 @@ import numpy as np
 
 from autotune.cost.serving_admission import (OutputReserve, output_need, ratio_after_retraction,
                                               reserve_room, retraction_victims, steps_until_admitted)
-from autotune.cost.serving_host import HOST_OVERLAPS, step_wall_s
+from autotune.cost.serving_host import HOST_OVERLAPS, delivery_delay_s, step_wall_s
 from autotune.cost.serving_step import StepModel
 from autotune.errors import require
 
@@ -274,15 +274,17 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
                      prefill_tokens=tokens, pairs=float(pairs.sum()), sampled=sampled,
                      rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())))
     # prompt steps run eagerly (graphs are captured for decodes)
-    st.t += step_wall_s(sched, gpu, 1, eager=True, seqs=_host_seqs(len(chunks) + len(decodes), step))
+    seqs = _host_seqs(len(chunks) + len(decodes), step)
+    st.t += step_wall_s(sched, gpu, 1, eager=True, seqs=seqs)
+    delivered = st.t + delivery_delay_s(sched, seqs)
     st.done[ids] = done + takes
     st.prefilled += tokens
     completed = ids[completes]
     new = completed[st.generated[completed] == 0]
-    st.generated[new], st.first[new], st.last[new] = 1, st.t, st.t
+    st.generated[new], st.first[new], st.last[new] = 1, delivered, delivered
     st.g0[completed] = st.generated[completed]
     if len(decodes):
-        _stamp_decodes(st, decodes, np.asarray([st.t]), 1)
+        _stamp_decodes(st, decodes, np.asarray([delivered]), 1)
     st.steps += 1
 
 
@@ -378,7 +380,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
     durations = durations_of(k)
     ends = st.t + np.cumsum(durations)
-    _stamp_decodes(st, decodes, ends, calls)
+    _stamp_decodes(st, decodes, ends + delivery_delay_s(sched, _host_seqs(b, step)), calls)
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
         st.reserved[decodes] = _blocks(_kv_tokens(st, decodes) - 1, sched.kv_block_tokens)
     st.t = float(ends[-1])
@@ -431,7 +433,7 @@ def _retire(st: _State) -> None:
     ids = st.running[gone]
     st.running = st.running[~gone]
     unstamped = ids[np.isnan(st.finish[ids])]
-    st.finish[unstamped] = st.t
+    st.finish[unstamped] = st.last[unstamped]  # their last token's delivery
     st.reserved[ids] = 0
     if st.req.concurrency:
         for finished_at in np.sort(st.finish[ids]):
