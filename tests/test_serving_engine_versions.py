@@ -3,6 +3,8 @@ defaults it ran, and each of these presets behaves where its neighbours do not."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from autotune.calibrate.serving_rows import engine_runtime
@@ -84,11 +86,15 @@ def test_trtllm_1_0_decodes_replay_cuda_graphs_and_prompts_run_eagerly():
 
 def test_vllm_v1_keeps_decoding_while_prompts_arrive():
     # V0 (0.6) runs a step of prompts alone, its decodes waiting; V1 (0.8) adds the running decodes to
-    # every step and chunks prompts into what is left: the slowest inter-token gaps shrink
+    # every step and chunks prompts into what is left: the slowest inter-token gaps shrink (the
+    # schedulers compared alone: without either release's host time, cost/serving_host.py)
     load = Load(kind="rate", num_requests=200, input_len=2048, output_len=256, rate_per_s=8.0)
+    no_host = dict(step_host_s=0.0, step_host_s_per_seq=0.0, output_host_s=0.0, output_host_s_per_seq=0.0)
     itl = {}
     for name in ("vllm-0.6", "vllm-0.8"):
-        trace = run_serving(_deployment(name), load).trace
+        dep = _deployment(name)
+        runtime = dep.runtime.with_changes(serving=dep.runtime.serving.with_changes(**no_host))
+        trace = run_serving(dataclasses.replace(dep, runtime=runtime), load).trace
         itl[name] = metric_value(trace, "itl_p99", scope="replica", replicas=1, gpus_per_replica=1)
     assert itl["vllm-0.8"] < 0.8 * itl["vllm-0.6"]
     v1 = load_runtime("vllm-0.8").serving
@@ -114,12 +120,14 @@ def test_vllm_releases_give_a_b200_different_token_budgets():
 
 
 def test_sglang_0_4_overlaps_its_scheduler_with_the_gpu():
-    # 0.3 leaves the GPU idle while the CPU schedules (a 0.1 share of each step); 0.4's overlap scheduler
-    # hides it: the same run finishes sooner, by up to that share
+    # 0.3 leaves the GPU idle while the CPU schedules each step (cost/serving_host.py); 0.4's overlap
+    # scheduler runs that host work beside the GPU's, so the same run finishes sooner
     load = Load(kind="max_throughput", num_requests=400, input_len=1000, output_len=1000)
     rate = {name: metric_value(run_serving(_deployment(name), load).trace, "output_tokens_per_s", scope="replica",
                                replicas=1, gpus_per_replica=1) for name in ("sglang-0.3", "sglang-0.4")}
-    assert 1.03 < rate["sglang-0.4"] / rate["sglang-0.3"] <= 1.1 + 1e-9
+    assert load_runtime("sglang-0.3").serving.host_overlap == "none"
+    assert load_runtime("sglang-0.4").serving.host_overlap == "all"
+    assert rate["sglang-0.4"] > 1.03 * rate["sglang-0.3"]
 
 
 def test_sglang_0_4_static_share_and_reserve_differ_from_both_neighbours():

@@ -99,7 +99,9 @@ def _schedule(run, **changes):
                   max_num_batched_tokens=limits.max_num_batched_tokens, kv_capacity_tokens=limits.kv_capacity_tokens,
                   kv_block_tokens=engine.kv_block_tokens, kv_reservation=engine.kv_reservation,
                   scheduler_steps=engine.scheduler_steps, step_host_s=engine.step_host_s,
-                  step_host_share=engine.step_host_share, reserve=output_reserve(engine))
+                  step_host_share=engine.step_host_share, step_host_s_per_seq=engine.step_host_s_per_seq,
+                  output_host_s=engine.output_host_s, output_host_s_per_seq=engine.output_host_s_per_seq,
+                  host_overlap=engine.host_overlap, reserve=output_reserve(engine))
     values.update(changes)
     return Schedule(**values)
 

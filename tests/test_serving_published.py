@@ -212,10 +212,10 @@ def test_the_shipped_rows_reach_the_recorded_figures():
     assert len(priced) == len(checks) == 83
     groups = {g.group: g for g in summarise(checks, "engine,kind")}
     assert groups["tensorrt-llm | throughput"].mean_abs_error_pct < 12.0
-    # regression guard: SGLang 0.3 and vLLM 0.6 at rate inf over ShareGPT (+25.2% and +33.5% with each
-    # request's lengths drawn, +35.5% and +45.5% at the means; SGLang +6.2% when it was admitted on
-    # prompts alone and recomputed 0.86 M prompt tokens)
-    assert groups["sglang | throughput"].mean_abs_error_pct < 28.0
+    # regression guard: SGLang 0.3 and vLLM 0.6 at rate inf over ShareGPT (+16.8% and +33.3% with the
+    # host time per sequence, cost/serving_host.py; +25.2% and +33.5% before it; +35.5% and +45.5% at the
+    # means; SGLang +6.2% when it was admitted on prompts alone and recomputed 0.86 M prompt tokens)
+    assert groups["sglang | throughput"].mean_abs_error_pct < 20.0
     assert groups["vllm | throughput"].mean_abs_error_pct < 36.0
     assert groups["sglang | latency"].mean_abs_error_pct < 20.0
     assert groups["vllm | latency"].mean_abs_error_pct < 20.0

@@ -282,6 +282,10 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     if fraction:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
     changes.update(_limit_flags(notes))
+    # vLLM 0.6's --disable-async-output-proc (arg_utils.py), SGLang 0.4's --disable-overlap-schedule
+    # (server_args.py): the host's work runs between the GPU's steps (cost/serving_host.py)
+    if re.search(r"--disable-async-output-proc|--disable-overlap-schedule", notes) and engine.host_overlap != "none":
+        changes["host_overlap"] = "none"
     if not changes:
         return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),

@@ -106,6 +106,13 @@ def eager_issue_s(dep: ServingDeployment) -> float:
     return dep.model.num_layers * ops * op_host_s(dep.cluster)
 
 
+def _host_overlap(dep: ServingDeployment) -> str:
+    """The engine's host overlap as the deployment runs it: vLLM 0.6's async output processing is off
+    under pipeline parallelism (config.py ModelConfig.verify_async_output_proc, 0.6.0)."""
+    overlap = dep.runtime.serving.host_overlap
+    return "none" if overlap == "output" and dep.pp > 1 else overlap
+
+
 def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
     engine = dep.runtime.serving
@@ -127,6 +134,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         kv_capacity_tokens=limits.kv_capacity_tokens, kv_block_tokens=engine.kv_block_tokens,
                         kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,
                         step_host_s=engine.step_host_s, step_host_share=engine.step_host_share,
+                        step_host_s_per_seq=engine.step_host_s_per_seq, output_host_s=engine.output_host_s,
+                        output_host_s_per_seq=engine.output_host_s_per_seq, host_overlap=_host_overlap(dep),
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine))
     sent, front = requests_for(load), frontend_of(engine)

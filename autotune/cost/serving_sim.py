@@ -23,6 +23,7 @@ import numpy as np
 
 from autotune.cost.serving_admission import (OutputReserve, output_need, ratio_after_retraction,
                                               reserve_room, retraction_victims, steps_until_admitted)
+from autotune.cost.serving_host import HOST_OVERLAPS, delivery_delay_s, step_wall_s
 from autotune.cost.serving_step import StepModel
 from autotune.errors import require
 
@@ -61,13 +62,20 @@ class Schedule:
     kv_block_tokens: int
     kv_reservation: str  # "grow" or "full"
     scheduler_steps: int = 1
-    step_host_s: float = 0.0
+    step_host_s: float = 0.0  # host seconds a scheduler call (serving_host.py)
     step_host_share: float = 0.0
+    step_host_s_per_seq: float = 0.0  # a scheduler call's host seconds per sequence of its step
+    output_host_s: float = 0.0  # host seconds processing a step's output
+    output_host_s_per_seq: float = 0.0  # ... per sequence of the step
+    host_overlap: str = "none"  # HOST_OVERLAPS: the host work that runs beside the GPU's
     eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
     decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
     # SGLang's admission (serving_admission.py): a prompt waits until its output fits beside the
     # running requests' expected output; None: a prompt is admitted when its own KV blocks fit
     reserve: OutputReserve | None = None
+
+    def __post_init__(self) -> None:
+        require(self.host_overlap in HOST_OVERLAPS, "host_overlap", f"must be one of {', '.join(HOST_OVERLAPS)}")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -249,13 +257,6 @@ def _admission(st: _State, sched: Schedule, i: int, take: int, room: float) -> t
     return need <= room, need
 
 
-def _host_s(sched: Schedule, gpu_s, calls: float, eager: bool) -> float:
-    """A step's wall time: its GPU time, or the host's issue of its operators where that is longer
-    (an eager step: the host cannot run ahead of a GPU faster than it), plus the scheduler's host time."""
-    busy = np.maximum(gpu_s, sched.eager_issue_s) if eager else gpu_s
-    return busy * (1.0 + sched.step_host_share) + calls * sched.step_host_s
-
-
 def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, decodes: np.ndarray) -> None:
     """One step of prompt chunks (and, in a mixed engine, the running decodes)."""
     if len(decodes):
@@ -272,16 +273,25 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     gpu = step.gpu_s(decodes=len(decodes), context=float(_kv_tokens(st, decodes).sum()) if len(decodes) else 0.0,
                      prefill_tokens=tokens, pairs=float(pairs.sum()), sampled=sampled,
                      rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())))
-    st.t += _host_s(sched, gpu, 1, eager=True)  # prompt steps run eagerly (graphs are captured for decodes)
+    # prompt steps run eagerly (graphs are captured for decodes)
+    seqs = _host_seqs(len(chunks) + len(decodes), step)
+    st.t += step_wall_s(sched, gpu, 1, eager=True, seqs=seqs)
+    delivered = st.t + delivery_delay_s(sched, seqs)
     st.done[ids] = done + takes
     st.prefilled += tokens
     completed = ids[completes]
     new = completed[st.generated[completed] == 0]
-    st.generated[new], st.first[new], st.last[new] = 1, st.t, st.t
+    st.generated[new], st.first[new], st.last[new] = 1, delivered, delivered
     st.g0[completed] = st.generated[completed]
     if len(decodes):
-        _stamp_decodes(st, decodes, np.asarray([st.t]), 1)
+        _stamp_decodes(st, decodes, np.asarray([delivered]), 1)
     st.steps += 1
+
+
+def _host_seqs(seqs: int, step: StepModel) -> int:
+    """Sequences one host process schedules: under DP attention each rank runs its own scheduler
+    process on its share (SGLang's per-rank schedulers, vLLM's per-rank engine cores)."""
+    return -(-seqs // step.dp_ranks)
 
 
 def _make_room(st: _State, sched: Schedule, decodes: np.ndarray) -> np.ndarray:
@@ -357,7 +367,8 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     def durations_of(k: int) -> np.ndarray:
         if k > len(made[0]):
             j = np.arange(k, dtype=float)
-            made[0] = _host_s(sched, first + slope * j, (j % calls == 0).astype(float), eager)
+            made[0] = step_wall_s(sched, first + slope * j, (j % calls == 0).astype(float), eager,
+                                  seqs=_host_seqs(b, step))
         return made[0][:k]
 
     k = _stretch_length(st, sched, decodes, durations_of) if fast_forward else 1
@@ -369,7 +380,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
     durations = durations_of(k)
     ends = st.t + np.cumsum(durations)
-    _stamp_decodes(st, decodes, ends, calls)
+    _stamp_decodes(st, decodes, ends + delivery_delay_s(sched, _host_seqs(b, step)), calls)
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
         st.reserved[decodes] = _blocks(_kv_tokens(st, decodes) - 1, sched.kv_block_tokens)
     st.t = float(ends[-1])
@@ -422,7 +433,7 @@ def _retire(st: _State) -> None:
     ids = st.running[gone]
     st.running = st.running[~gone]
     unstamped = ids[np.isnan(st.finish[ids])]
-    st.finish[unstamped] = st.t
+    st.finish[unstamped] = st.last[unstamped]  # their last token's delivery
     st.reserved[ids] = 0
     if st.req.concurrency:
         for finished_at in np.sort(st.finish[ids]):

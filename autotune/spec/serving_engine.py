@@ -64,6 +64,9 @@ MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
 # square-GEMM sweep (regressions.gemm.nvfp4); "linear", its measurement of the engine's linear layer at
 # serving shapes, activation quantization included (regressions.serving_gemm.nvfp4).
 NVFP4_GEMM_FITS = ("sweep", "linear")
+# the host work a step overlaps with the GPU's (autotune/cost/serving_host.py): none, the previous
+# step's output processing (vLLM 0.6's async output processor), or all of it (an overlap scheduler)
+HOST_OVERLAPS = ("none", "output", "all")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,6 +113,10 @@ class ServingEngine:
     client_request_s: float = 0.0  # the client's request and first chunk over HTTP, on the TTFT clock
     prompt_encode_s: tuple[tuple[int, float], ...] = ()  # (prompt tokens, seconds) a front end takes to tokenize it
     stream_token_s: float = 0.0  # seconds a front end takes to pass each streamed token on (detokenize)
+    step_host_s_per_seq: float = 0.0  # a scheduler call's host seconds per sequence it schedules (cost/serving_host.py)
+    output_host_s: float = 0.0  # host seconds processing one step's output
+    output_host_s_per_seq: float = 0.0  # host seconds processing one step's output per sequence
+    host_overlap: str = "none"  # HOST_OVERLAPS: "none", "output" (async output processing), "all" (overlap scheduler)
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
@@ -139,8 +146,9 @@ class ServingEngine:
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
-        for name in ("step_host_s", "step_host_share", "client_request_s", "stream_token_s",
-                     "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
+        require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
+        for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
+                     "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
                      "new_token_ratio_min", "new_token_ratio_decay"):
             _require_number(name, getattr(self, name))
         self._check_prompt_encode()
