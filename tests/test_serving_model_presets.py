@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, model_preset, name_precision
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.spec.hf_config import model_from_hf_dict
@@ -110,3 +111,22 @@ def test_kimi_rows_are_served_in_their_released_format():
     with pytest.raises(RowProblem, match="w4a16"):  # INT4 weight-only: no engine preset serves it
         case_from_row({**_ROW, "model": "Kimi-K2-Thinking", "gpu": "B200", "gpus": "8", "tp": "8", "precision": "",
                        "engine": "sglang"})
+
+
+def _row(row_id: str, model: str, gpu: str, gpus: int, precision: str, engine: str, metric: str, unit: str) -> dict:
+    return {**_ROW, "id": row_id, "model": model, "gpu": gpu, "gpus": str(gpus), "tp": str(gpus),
+            "precision": precision, "engine": engine, "metric": metric, "unit": unit}
+
+
+def test_rows_naming_the_new_presets_are_priced():
+    """Made-up rows (no measurement: value 1) of each kind of new preset get a prediction; the
+    decode step of a dense model cannot beat reading its weights once from HBM."""
+    rows = [_row("qwen3", "Qwen/Qwen3-32B-FP8", "H100-SXM-80GB", 1, "", "vllm", "tpot_median", "ms"),
+            _row("qwen25", "Qwen2.5-72B-Instruct", "H100-SXM-80GB", 4, "bf16", "vllm", "output_tokens_per_s", "tokens/s"),
+            _row("mistral", "Mistral-7B-Instruct-v0.3", "H100-SXM-80GB", 1, "bf16", "sglang", "ttft_mean", "ms"),
+            _row("coder", "Qwen3-Coder-480B-A35B-Instruct-FP8", "H200", 8, "", "vllm", "output_tokens_per_s", "tokens/s"),
+            _row("kimi", "Kimi-K2-Instruct", "B200", 8, "", "sglang", "tpot_median", "ms")]
+    checks = {c.row_id: c for c in check_serving_rows(rows)}
+    assert all(c.reason == "" and c.predicted > 0 for c in checks.values()), [c.reason for c in checks.values()]
+    weights_s = load_preset("qwen3-32b").num_parameters() * 1 / 3.35e12  # FP8 bytes over H100 SXM HBM3 3.35 TB/s
+    assert checks["qwen3"].predicted > 1e3 * weights_s

@@ -64,8 +64,8 @@ _NOT_EXPRESSIBLE = (
     (r"^kimi-linear", "Kimi Linear's KDA linear-attention layers are not in autotune's graph"),
     (r"^mistral-7b(-instruct)?-v0\.1", "Mistral 7B v0.1 attends within a 4096-token sliding window and has vocab 32000; "
                                        "the mistral-7b preset is v0.2/v0.3 (full attention, vocab 32768)"),
-    (r"^glm-4\.[5-9]|^glm-[5-9]", "GLM-4.5 and later (glm4_moe: partial RoPE on half of each head, 160 experts) have "
-                                  "no preset, and autotune's config reader has no glm4_moe family"),
+    (r"^glm-4\.[5-9]|^glm-[5-9]", "GLM-4.5, -Air and later (glm4_moe: RoPE on half of each head, sigmoid-routed "
+                                  "experts) have no preset, and autotune's config reader has no glm4_moe family"),
 )
 # Trailing words that name a variant of the same weights' shapes: tuning, reasoning mode, a release
 # date (DeepSeek-R1-0528, Qwen3-...-2507), a version (Mixtral-...-v0.1), MLPerf's accuracy targets
