@@ -36,7 +36,7 @@ def test_model_variants_name_their_preset(model, hf, preset):
     assert model_preset(model, hf) == preset
 
 
-@pytest.mark.parametrize("model", ["Kimi-K2-Instruct", "DeepSeek-V3.2-Exp", "Qwen2.5-72B-Instruct", "Falcon-180B"])
+@pytest.mark.parametrize("model", ["Kimi-K2.5", "Phi-4", "gemma-3-27b-it", "Falcon-180B", "Mistral-Large-3-675B-Instruct-2512"])
 def test_other_models_are_refused_naming_the_presets(model):
     with pytest.raises(RowProblem, match="no model preset.*models: "):
         model_preset(model)

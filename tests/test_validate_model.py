@@ -19,8 +19,10 @@ def tiny(**changes):
 
 def _plain(spec):
     """Presets the reference model builds: dense FFNs, standard attention (no experts, latent
-    attention, QK norms or head_dim other than hidden / heads)."""
-    return not (spec.is_moe or spec.is_mla or spec.qk_norm != "none" or spec.head_dim_size)
+    attention, QK norms, head_dim other than hidden / heads, or per-projection biases: it takes
+    ``bias`` for every projection, so Qwen2's QKV-only biases are not built)."""
+    own_biases = any(b is not None and b != spec.bias for b in (spec.qkv_bias, spec.attn_out_bias, spec.ffn_bias))
+    return not (spec.is_moe or spec.is_mla or spec.qk_norm != "none" or spec.head_dim_size or own_biases)
 
 
 @pytest.mark.parametrize("name", [n for n in preset_names()

@@ -27,19 +27,46 @@ class RowProblem(Exception):
 # suffixes) -> presets of autotune/data/models.toml.
 MODEL_ALIASES = {
     "llama-3.1-8b": "llama3-8b", "llama-3-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
+    # Llama 3.3 70B is Llama 3.1 70B's architecture (meta-llama/Llama-3.3-70B-Instruct config.json: the same shapes)
     "llama-3.3-70b": "llama3-70b", "llama-3-70b": "llama3-70b", "llama-3.1-405b": "llama3-405b",
     "llama-2-70b": "llama2-70b", "mixtral-8x7b": "mixtral-8x7b", "mixtral-8x22b": "mixtral-8x22b",
     # R1 and V3.1 are V3's architecture (their config.json: DeepseekV3ForCausalLM, the same shapes)
     "deepseek-v3": "deepseek-v3", "deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3",
+    "deepseek-v3.1-terminus": "deepseek-v3",
     "dsr1": "deepseek-v3", "dsv3": "deepseek-v3",  # InferenceMAX's and SemiAnalysis' short names
-    # the R1 distillations are their base models' architectures (DeepSeek-R1 model card: Llama-3.1-8B
-    # and Llama-3.3-70B-Instruct)
+    # the R1 distillations are their base models' architectures (DeepSeek-R1 model card: Llama-3.1-8B,
+    # Llama-3.3-70B-Instruct, Qwen2.5-14B and -32B; Qwen2.5-Math-7B, whose shapes are Qwen2.5-7B's)
     "deepseek-r1-distill-llama-8b": "llama3-8b", "deepseek-r1-distill-llama-70b": "llama3-70b",
+    "deepseek-r1-distill-qwen-7b": "qwen2.5-7b", "deepseek-r1-distill-qwen-14b": "qwen2.5-14b",
+    "deepseek-r1-distill-qwen-32b": "qwen2.5-32b",
     "qwen3-30b-a3b": "qwen3-30b-a3b", "qwen3-235b-a22b": "qwen3-235b-a22b",
+    "qwen3-8b": "qwen3-8b", "qwen3-14b": "qwen3-14b", "qwen3-32b": "qwen3-32b",
+    "qwen3-coder-480b-a35b": "qwen3-coder-480b-a35b",
+    "qwen2.5-7b": "qwen2.5-7b", "qwen2.5-14b": "qwen2.5-14b", "qwen2.5-32b": "qwen2.5-32b", "qwen2.5-72b": "qwen2.5-72b",
+    # Mistral 7B v0.2 and v0.3: full attention (v0.2 has vocab 32000, 0.09% fewer parameters than v0.3's 32768)
+    "mistral-7b": "mistral-7b",
+    # Mistral Large 2 (2407) and its 2411 update: the same shapes (Lightning-AI/litgpt litgpt/config.py)
+    "mistral-large-2": "mistral-large-2", "mistral-large": "mistral-large-2",
+    # Kimi K2 Instruct and its 0905 update: the same weights' shapes (the 0905 config: 262144 positions)
+    "kimi-k2": "kimi-k2",
     "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b",
     "llama-4-scout-17b-16e": "llama4-scout-17b-16e", "llama-4-scout": "llama4-scout-17b-16e",
     "llama-4-maverick-17b-128e": "llama4-maverick-17b-128e", "llama-4-maverick": "llama4-maverick-17b-128e",
 }
+# Models known by name whose architecture autotune's graph does not express (a regex on the squashed
+# name, read before the aliases): their rows are refused with what is missing rather than priced as a
+# near relative.
+_NOT_EXPRESSIBLE = (
+    (r"^deepseek-v3\.2", "DeepSeek-V3.2's DeepSeek Sparse Attention (a lightning indexer picks 2048 keys per "
+                         "query) is not in autotune's graph; V3's dense MLA would over-price long contexts"),
+    (r"^qwen3-next|^qwen3\.[5-9]", "Qwen3-Next and Qwen3.5 interleave Gated DeltaNet linear attention (3 of every 4 "
+                                   "layers) and gated full attention; autotune's graph has softmax attention only"),
+    (r"^kimi-linear", "Kimi Linear's KDA linear-attention layers are not in autotune's graph"),
+    (r"^mistral-7b(-instruct)?-v0\.1", "Mistral 7B v0.1 attends within a 4096-token sliding window and has vocab 32000; "
+                                       "the mistral-7b preset is v0.2/v0.3 (full attention, vocab 32768)"),
+    (r"^glm-4\.[5-9]|^glm-[5-9]", "GLM-4.5, -Air and later (glm4_moe: RoPE on half of each head, sigmoid-routed "
+                                  "experts) have no preset, and autotune's config reader has no glm4_moe family"),
+)
 # Trailing words that name a variant of the same weights' shapes: tuning, reasoning mode, a release
 # date (DeepSeek-R1-0528, Qwen3-...-2507), a version (Mixtral-...-v0.1), MLPerf's accuracy targets
 # and scenario (llama2-70b-99.9, llama2-70b-interactive-99) and the quantization formats below.
@@ -60,9 +87,13 @@ def _squash(text: str) -> str:
 
 
 def model_preset(model: str, hf_model_id: str = "") -> str:
-    """The preset a row's model (or hf_model_id) cell names, trailing variant words dropped one by one."""
+    """The preset a row's model (or hf_model_id) cell names, trailing variant words dropped one by one;
+    a model whose architecture the graph cannot express is refused saying what it lacks."""
     for text in (model, hf_model_id):
         name = _squash(text)
+        for pattern, why in _NOT_EXPRESSIBLE:
+            if name and re.search(pattern, name):
+                raise RowProblem(f"no model preset for {text!r}: {why}")
         while name:
             if name in MODEL_ALIASES:
                 return MODEL_ALIASES[name]
@@ -70,13 +101,26 @@ def model_preset(model: str, hf_model_id: str = "") -> str:
             if shorter == name:
                 break
             name = shorter
-    raise RowProblem(f"no model preset for {model!r} (models: {', '.join(sorted(set(MODEL_ALIASES)))})")
+    raise RowProblem(f"no model preset for {model!r} (models: {', '.join(sorted(set(MODEL_ALIASES.values())))})")
+
+
+# Checkpoints released quantized under a preset whose other releases are not, named by their squashed
+# name's start: the format the name does not spell.
+_RELEASED_FORMATS = (
+    # moonshotai/Kimi-K2-Thinking model card: native INT4 by quantization-aware training, weight-only on
+    # the routed experts (config.json quantization_config: compressed-tensors, 4-bit integer weights, groups of 32)
+    ("kimi-k2-thinking", "w4a16"),
+)
 
 
 def name_precision(model: str, hf_model_id: str = "") -> str:
-    """The precision a checkpoint's name states (``-FP8``, ``-NVFP4``, ``-AWQ``), or ''."""
+    """The precision a checkpoint's name states (``-FP8``, ``-NVFP4``, ``-AWQ``) or, for a checkpoint
+    released quantized (Kimi-K2-Thinking), implies; or ''."""
     words = set(re.split(r"[^a-z0-9]+", f"{model} {hf_model_id}".lower()))
-    return next((precision for word, precision in _NAME_PRECISIONS if word in words), "")
+    stated = next((precision for word, precision in _NAME_PRECISIONS if word in words), "")
+    names = (_squash(model), _squash(hf_model_id))
+    released = next((fmt for start, fmt in _RELEASED_FORMATS if any(n.startswith(start) for n in names)), "")
+    return stated or released
 
 
 # The format a preset's released checkpoint is stored in, where it is not BF16: a row that states no
@@ -87,6 +131,8 @@ NATIVE_PRECISIONS = {
     "gpt-oss-120b": ("mxfp4", "openai/gpt-oss-120b config.json quantization_config: mxfp4 but attention, router, "
                               "embedding and lm_head (tests/data/hf_configs/gpt-oss-120b.json)"),
     "gpt-oss-20b": ("mxfp4", "openai/gpt-oss-20b config.json quantization_config: mxfp4 (tests/data/hf_configs/)"),
+    "kimi-k2": ("fp8", "moonshotai/Kimi-K2-Instruct config.json quantization_config: fp8 e4m3, 128x128 weight blocks "
+                       "(tests/data/hf_configs/kimi-k2-instruct.json)"),
 }
 
 
