@@ -86,7 +86,8 @@ def _systems() -> tuple[PublishedSystem, ...]:
 
 
 def _scenario(load_text: str) -> str:
-    if re.search(r"\binteractive\b", load_text, flags=re.IGNORECASE):  # "Server (interactive)": its own config
+    # "Interactive scenario" (v5.1) or the benchmark llama2-70b-interactive (v5.0, a Server run): its own config
+    if re.search(r"\binteractive\b", load_text, flags=re.IGNORECASE):
         return "interactive"
     found = re.search(r"\b(offline|server)\b", load_text, flags=re.IGNORECASE)
     return found.group(1).lower() if found else ""
