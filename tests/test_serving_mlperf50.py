@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from autotune.calibrate.serving_published import check_serving_rows
-from autotune.calibrate.serving_rows import case_from_row, engine_runtime
+from autotune.calibrate.serving_rows import RowProblem, case_from_row, engine_runtime
 from autotune.calibrate.serving_systems import _systems
 
 _VERSION = "MLPerf v5.0 NVIDIA TensorRT-LLM harness; TensorRT 10.8, CUDA 12.8"
@@ -138,3 +138,15 @@ def test_every_v50_check_row_is_priced():
     """The published v5.0 results: each is priced (a prediction, no reason); how close is reported, not asserted."""
     checks = check_serving_rows(_check_rows())
     assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]
+
+
+@pytest.mark.parametrize("gpu", ["NVIDIA B200", "B200", "B200 SXM 180GB"])
+def test_a_system_is_found_however_its_gpu_is_spelled(gpu):
+    """Rows from other sources spell the GPU their own way; the system is the same part (dgx-b200)."""
+    dep = case_from_row(_row(_LLAMA2, gpu, 8, "Offline scenario")).deployment
+    assert (dep.tp, dep.replicas, dep.dtype, dep.runtime.serving.max_num_seqs) == (1, 8, "nvfp4", 2048)
+
+
+def test_another_board_of_the_same_chip_is_refused_not_matched():
+    with pytest.raises(RowProblem, match="H100 NVL"):
+        case_from_row(_row(_LLAMA2, "H100 NVL", 8, "Offline scenario"))
