@@ -126,7 +126,7 @@ def _check_rows() -> list[dict]:
 
 def test_the_check_rows_name_v50_results_and_their_systems():
     rows = _check_rows()
-    assert len(rows) == 38 and len({r["id"] for r in rows}) == 38
+    assert len(rows) == 42 and len({r["id"] for r in rows}) == 42
     for row in rows:
         assert "closed/NVIDIA/results/" in row["source"] and "mlperf_log_summary.txt" in row["source"]
         assert engine_runtime("mlperf-nvidia", row["engine_version"]).name == "mlperf-nvidia-5.0"
