@@ -150,3 +150,13 @@ def test_a_system_is_found_however_its_gpu_is_spelled(gpu):
 def test_another_board_of_the_same_chip_is_refused_not_matched():
     with pytest.raises(RowProblem, match="H100 NVL"):
         case_from_row(_row(_LLAMA2, "H100 NVL", 8, "Offline scenario"))
+
+
+def test_one_gpu_and_eight_gpu_rows_of_one_config_are_priced_apart():
+    """B200 x1 and x8 run the same per-GPU instance (the same simulated run); the x8 system's tokens/s is
+    8 instances', the x1 row's one, even when both are checked in one call (a shared run must not carry
+    the first row's replica count)."""
+    rows = {r["id"]: r for r in _check_rows()}
+    eight, one = check_serving_rows([rows["mlp50-001"], rows["mlp50-039"]])
+    assert (eight.unit, one.unit) == ("tokens/s (8-GPU system)", "tokens/s (1 GPU)")
+    assert eight.predicted == pytest.approx(8 * one.predicted, rel=1e-9)
