@@ -351,7 +351,9 @@ def case_from_row(row: dict) -> ServingCase:
         runtime, engine_notes = _engine(row)
         model = resolve_model(model_preset(row["model"], row.get("hf_model_id", "")))
         cluster = load_cluster(gpu_cluster(row["gpu"]))
-        system = published_system(runtime.name, model.name, row["gpu"], _int(row, "gpus"), row["concurrency_or_batch"])
+        # the scenario from the load, or the benchmark's name (MLPerf v5.0's llama2-70b-interactive)
+        scenario_text = f"{row['concurrency_or_batch']} {row['model']}"
+        system = published_system(runtime.name, model.name, row["gpu"], _int(row, "gpus"), scenario_text)
         runtime, system_notes = _with_system(runtime, system)
         tp, pp, replicas, ep, attention_dp, degree_notes = _degrees(row, system)
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)

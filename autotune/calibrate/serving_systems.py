@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
+from autotune.calibrate.serving_names import RowProblem, gpu_cluster
 from autotune.errors import AutotuneError, require
 
 __all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
@@ -86,17 +87,26 @@ def _systems() -> tuple[PublishedSystem, ...]:
 
 
 def _scenario(load_text: str) -> str:
-    if re.search(r"\binteractive\b", load_text, flags=re.IGNORECASE):  # "Server (interactive)": its own config
+    # "Interactive scenario" (v5.1) or the benchmark llama2-70b-interactive (v5.0, a Server run): its own config
+    if re.search(r"\binteractive\b", load_text, flags=re.IGNORECASE):
         return "interactive"
     found = re.search(r"\b(offline|server)\b", load_text, flags=re.IGNORECASE)
     return found.group(1).lower() if found else ""
 
 
+def _part(gpu: str) -> str:
+    """The GPU a cell names, however spelled ('B200-SXM-180GB', 'NVIDIA B200'): its cluster preset, else the cell."""
+    try:
+        return gpu_cluster(gpu)
+    except RowProblem:
+        return gpu.strip().lower()
+
+
 def published_system(runtime: str, model: str, gpu: str, gpus: int | None, load_text: str) -> PublishedSystem | None:
-    """The entry for a row's runtime, model preset, GPU cell, GPU count and load description, if any."""
-    scenario = _scenario(load_text)
+    """The entry for a row's runtime, model preset, GPU, GPU count and load description, if any."""
+    scenario, part = _scenario(load_text), _part(gpu)
     for system in _systems():
         if (system.runtime, system.model, system.gpus) == (runtime, model, gpus) and \
-                system.gpu.lower() == gpu.strip().lower() and system.scenario in ("", scenario):
+                _part(system.gpu) == part and system.scenario in ("", scenario):
             return system
     return None
