@@ -3,9 +3,9 @@
 ``@dataclass`` writes each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__``,
 ``__setattr__`` and ``__delattr__`` as Python source and compiles it when the class is made, at
 import. Python caches the bytecode of modules, not of that source: `autotune search --model large
---gpus 16` makes 59 dataclasses, about 176 KB of generated source, and parsing it was 14% of the
-command's instructions (valgrind, 1129 M -> 969 M with this cache). Here the command line keeps
-the compiled code in a file beside its bytecode cache and later runs load it instead of compiling.
+--gpus 16` makes 59 dataclasses, about 176 KB of generated source, and compiling it was a fifth
+of the command's instructions (valgrind: 1124 M, 867 M with this cache). Here the command line
+keeps the compiled code in a file beside its bytecode cache and later runs load it instead.
 
 Nothing changes but where the code object comes from: each is looked up by its exact source text
 and is what ``exec`` of that text makes (``compile`` with the file name ``exec`` gives a string and
