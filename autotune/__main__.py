@@ -1,12 +1,13 @@
 import sys
 
-from autotune.cli import signals
+from autotune.cli import dataclass_code, signals
 
 try:  # install inside the try: a signal may land as soon as its handler is set, still in install()
     signals.install()  # before the (slower) imports of the commands: a signal at any moment is handled
-    from autotune.cli.main import main
+    dataclass_code.install()  # before the commands' modules make their dataclasses
+    from autotune.cli.main import keep_compiled, main
 except KeyboardInterrupt:
     sys.stderr.write("autotune: interrupted\n")
     raise SystemExit(signals.EXIT_INTERRUPTED) from None
 
-signals.leave(signals.finish(main()))  # after a signal: exit 130 at once; else without the interpreter's teardown
+signals.leave(signals.finish(keep_compiled(main())))  # after a signal: exit 130 at once; else without the interpreter's teardown

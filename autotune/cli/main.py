@@ -12,7 +12,7 @@ import importlib
 import sys
 from typing import NoReturn
 
-__all__ = ["main", "build_parser", "COMMANDS"]
+__all__ = ["main", "build_parser", "COMMANDS", "entry", "keep_compiled"]
 
 # Command name -> module under autotune.cli; each module has register(subparsers).
 COMMANDS = {
@@ -147,12 +147,27 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> NoReturn:
-    """The console script: :func:`main`, then after a signal leave at once (signals.finish), else
+    """The console script: :func:`main` with the dataclasses' compiled methods cached between runs
+    (autotune.cli.dataclass_code), then after a signal leave at once (signals.finish), else
     without the interpreter's teardown where nothing needs it (signals.leave)."""
-    from autotune.cli import signals
+    from autotune.cli import dataclass_code, signals
 
-    signals.leave(signals.finish(main()))
+    dataclass_code.install()
+    signals.leave(signals.finish(keep_compiled(main())))
     raise AssertionError("signals.leave returns only by raising SystemExit")
+
+
+def keep_compiled(code: int) -> int:
+    """``code``, once the dataclass methods this run compiled are written to the cache (not after
+    a signal: the user asked to stop)."""
+    from autotune.cli import dataclass_code, signals
+
+    if not signals.received():
+        try:
+            dataclass_code.save()
+        except KeyboardInterrupt:  # a signal while writing: signals.finish leaves with exit 130
+            pass
+    return code
 
 
 def _one_line(err: BaseException) -> str:

@@ -132,27 +132,96 @@ def price_tables(search, keys: list[tuple], least: int | None = None) -> dict:
 
 
 def _run(search, task, keys: list) -> dict:
+    """``task(key)`` of every key in forked children that take the next key as they finish one
+    (a counter in shared memory), each sending its answers back once, when none is left: no
+    executor, manager thread or queue in this process, and no message per task (a uniform
+    search's rounds have hundreds of tasks of a few milliseconds). This process only waits; the
+    answers come back in the order of ``keys``."""
     global _SEARCH
     import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    _register_mappingproxy()  # before the fork: the workers inherit it
+    _register_mappingproxy()  # before the fork: the children inherit it
     _SEARCH = search
-    out = {}
-    pool = ProcessPoolExecutor(2, mp_context=mp.get_context("fork"), initializer=_quiet_worker, initargs=(os.getpid(),))
+    claimed = mp.get_context("fork").Value("q", 0)  # the next key's index, shared by the children
+    children: dict[int, int] = {}  # pid -> read end of its pipe
+    parent = os.getpid()
     try:
-        for done in as_completed([pool.submit(task, key) for key in keys]):
-            if done.exception() is None:  # else a worker died (BrokenProcessPool): its studies are left
-                key, result, ok = done.result()
-                if ok:
-                    out[key] = result
-    except BaseException:  # an interrupt: leave at once, the workers end now
-        for process in list((getattr(pool, "_processes", None) or {}).values()):
-            process.terminate()
-        pool.shutdown(wait=False, cancel_futures=True)
+        for _ in range(processes()):
+            read, write = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the child: never returns into the caller's code
+                os.close(read)
+                _child(task, keys, claimed, write, parent)
+            os.close(write)
+            children[pid] = read
+        answers = _collect(children)
+    except BaseException:  # an interrupt: the children end now
+        for pid in children:
+            _end(pid)
         raise
-    else:
-        pool.shutdown(wait=True)  # workers and the pool's thread gone: the next search may fork again
     finally:
+        for read in children.values():
+            os.close(read)
         _SEARCH = None
-    return out
+    return {keys[i]: result for i, result in sorted(answers.items())}
+
+
+def _child(task, keys: list, claimed, write: int, parent: int) -> None:
+    """Take keys until none is left, then send {index: result} of those that succeeded."""
+    code = 1
+    try:
+        _quiet_worker(parent)
+        from multiprocessing.reduction import ForkingPickler
+
+        done = {}
+        while True:
+            with claimed.get_lock():
+                i = claimed.value
+                claimed.value = i + 1
+            if i >= len(keys):
+                break
+            _, result, ok = task(keys[i])
+            if ok:
+                done[i] = result
+        data = memoryview(ForkingPickler.dumps(done))
+        while data:
+            data = data[os.write(write, data):]
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _collect(children: dict[int, int]) -> dict:
+    """Every child's answers, read as they come (a child blocks once its pipe is full); a child
+    that died or sent an incomplete message leaves its keys out."""
+    import pickle
+    import selectors
+
+    chunks: dict[int, list[bytes]] = {read: [] for read in children.values()}
+    with selectors.DefaultSelector() as selector:
+        for read in chunks:
+            selector.register(read, selectors.EVENT_READ)
+        while selector.get_map():
+            for ready, _ in selector.select():
+                chunk = os.read(ready.fd, 1 << 20)
+                if chunk:
+                    chunks[ready.fd].append(chunk)
+                else:
+                    selector.unregister(ready.fd)
+    answers = {}
+    for pid, read in children.items():
+        _, status = os.waitpid(pid, 0)
+        if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+            try:
+                answers.update(pickle.loads(b"".join(chunks[read])))
+            except Exception:  # noqa: BLE001  (a message cut short: its keys are left to the caller)
+                continue
+    return answers
+
+
+def _end(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGTERM)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
