@@ -329,7 +329,16 @@ class UniformSearch:
 
     def _best_pipeline(self, key, prune_above: float):
         """min over members of the stage DP's objective, by branch and bound: (objective, rank,
-        member, solution) or None."""
+        member, solution) or None; classes raised by their least step tail (autotune.search.tailed)
+        where the method is the default."""
+        if self.exhaustive:
+            return self._best_pipeline_in_order(key, prune_above)
+        from autotune.search.tailed import best_pipeline
+
+        return best_pipeline(self, key, prune_above)
+
+    def _best_pipeline_in_order(self, key, prune_above: float):
+        """_best_pipeline taking classes at their floors without tails (the exhaustive method's)."""
         heap, tie = self._candidates(key, interleaved=False)
         best, solved_tables = None, {}
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
