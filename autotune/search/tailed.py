@@ -28,6 +28,7 @@ import numpy as np
 
 from autotune.search.heap_items import Counts, dominates, materialise, push_counts, tables_at
 from autotune.search.members import Member
+from autotune.search.screens import price_positions
 from autotune.search.tables import FIRST, SINGLE
 
 __all__ = ["best_pipeline", "least_tail_s"]
@@ -40,12 +41,27 @@ _SHADE = 1e-12
 def least_tail_s(search, key, mp: int, stages: int, rep) -> float:
     """The least step tail (inf and NaN read as 0, as the stage DP reads them) of any member of
     the class at the slice's degree and micro-batch, at the first (or only) stage's layer counts
-    where its time is finite."""
-    least = _least_tails(search, key.dp, mp, stages, rep)[search.search.micro_batches(key.dp).index(key.micro_batch)]
+    where its time is finite; 0 where the members are not all priced yet (their tables are made
+    only for a class that comes up without the raise: a search prices no table for it)."""
+    found = _least_tails(search, key.dp, mp, stages, rep)
+    if found is None:
+        return 0.0
+    least = found[search.search.micro_batches(key.dp).index(key.micro_batch)]
     return float(least[-1] if stages == 1 else least[search.num_layers - stages + 1])
 
 
-def _least_tails(search, dp: int, mp: int, stages: int, rep) -> list[np.ndarray]:
+def _all_priced(search, dp: int, mp: int, stages: int, rep) -> bool:
+    """Whether every member of the class at ``dp`` has its tables (this search's, or the cache's
+    for the positions of ``stages``: UniformSearch.members then prices none)."""
+    if (dp, mp, rep) in search._priced:
+        return True
+    cache, base = search.screens._cache()
+    sizes, positions = search.search.micro_batches(dp), tuple(price_positions(stages))
+    return all(cache.study((base, "positions", dp, mp, sizes, None, choice, positions)) is not None
+               for _, choice in search.screens.classes(dp, mp)[rep].members)
+
+
+def _least_tails(search, dp: int, mp: int, stages: int, rep) -> list[np.ndarray] | None:
     """Per micro-batch size, by n: the least tail of the class's members at ``dp`` as a first
     stage of at most n layers (as the only stage: of n layers, read at n = L), priced at the
     positions of ``stages`` (autotune.search.screens.price_positions); kept in the plan cache
@@ -55,6 +71,8 @@ def _least_tails(search, dp: int, mp: int, stages: int, rep) -> list[np.ndarray]
     cache_key = (base, "least tails", dp, mp, search.search.micro_batches(dp), rep, position)
     found = cache.study(cache_key)
     if found is None:
+        if not _all_priced(search, dp, mp, stages, rep):
+            return None
         priced = list(search.members(dp, mp, stages, rep).values())
         time = np.stack([c.time_s[..., position] for c in priced])  # [member, micro-batch, n]
         tail = np.stack([c.tail_s[..., position] for c in priced])
