@@ -31,7 +31,7 @@ from autotune.search.members import Member
 from autotune.search.screens import price_positions
 from autotune.search.tables import FIRST, SINGLE
 
-__all__ = ["best_pipeline", "least_tail_s"]
+__all__ = ["best_pipeline", "in_order", "least_tail_s"]
 
 # The raised floor is shaded down by this share, so that rounding in the floor's sums (a few
 # ulps) can never put it above a plan's objective.
@@ -110,6 +110,26 @@ def best_pipeline(search, key, prune_above: float):
     return best
 
 
+def in_order(search, key, prune_above: float):
+    """UniformSearch._best_pipeline_in_order: members taken in order of their floors, classes at
+    their floors without tails, until a floor reaches ``prune_above`` or exceeds the best."""
+    heap, tie = search._candidates(key, interleaved=False)
+    best, solved_tables = None, {}
+    b = search.search.micro_batches(key.dp).index(key.micro_batch)
+    while heap:
+        item = heapq.heappop(heap)
+        floor, kind, rank, _, payload = item
+        if floor >= prune_above or (best is not None and floor > best[0]):
+            break
+        if kind == 0:
+            search._expand(key, heap, tie, item, interleaved=False)
+        elif isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
+            push_counts(heap, tie, payload, side=0)
+        elif not (best is not None and floor == best[0] and rank > best[1]):
+            best = _solve(search, key, rank, payload, b, solved_tables, best)
+    return best
+
+
 def _class_up(search, key, heap: list, tie, item: tuple, untailed: dict, tails: dict) -> None:
     """A class taken from the line: first back in line at its floor plus its least tail; then as
     UniformSearch._expand (its screens, then its members; a class it puts back is raised again
@@ -133,7 +153,7 @@ def _solve(search, key, rank, payload, b: int, solved_tables: dict, best):
     member = Member(rank=rank, model_parallel=mp, costs=materialise(spec))
     tables = tables_at(member.costs, b)
     if any(other_rank < rank and dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
-        return best
+        return best  # a member before it is no slower, no longer-tailed and no larger anywhere
     solved_tables.setdefault(mp, []).append((rank, tables))
     solved = search._solve_member(key, member, stages)
     if solved is not None and (best is None or (solved.objective_s, rank) < (best[0], best[1])):
