@@ -58,10 +58,29 @@ class SearchProblem:
         object.__setattr__(self, "space", runtime_space(self.space, self.runtime))
 
 
+# runtime_space's answers by the identity of its (frozen) inputs, each entry holding them (so
+# their ids name them while it lives): a warm process's queries share one space and runtime, and
+# the same space object keeps its fingerprint text (autotune.search.cache) instead of a new one
+# validated and written out again every query.
+_RUNTIME_SPACES: dict[tuple[int, int], tuple[SearchSpace, Runtime, SearchSpace]] = {}
+_RUNTIME_SPACES_KEPT = 64
+
+
 def runtime_space(space: SearchSpace, runtime: Runtime) -> SearchSpace:
     """The space less what the runtime cannot run: ZeRO stages it lacks, FSDP2's reshard and HSDP
     variants where it has none; TP communication overlapped where the runtime overlaps it; the
-    runtime's context-parallel exchange unless the space names its own."""
+    runtime's context-parallel exchange unless the space names its own (kept by identity)."""
+    found = _RUNTIME_SPACES.get((id(space), id(runtime)))
+    if found is not None and found[0] is space and found[1] is runtime:
+        return found[2]
+    made = _runtime_space(space, runtime)
+    if len(_RUNTIME_SPACES) >= _RUNTIME_SPACES_KEPT:
+        _RUNTIME_SPACES.pop(next(iter(_RUNTIME_SPACES)))
+    _RUNTIME_SPACES[(id(space), id(runtime))] = (space, runtime, made)
+    return made
+
+
+def _runtime_space(space: SearchSpace, runtime: Runtime) -> SearchSpace:
     zero = tuple(z for z in space.zero if z in runtime.zero_stages) or (min(runtime.zero_stages),)
     sharding = space.sharding if runtime.reshard_variants else ("full",)
     return replace(space, zero=zero, sharding=sharding, overlap_tp_comm=space.overlap_tp_comm or runtime.overlap_tp_comm,

@@ -35,7 +35,7 @@ from autotune.search.assemble import _plan
 from autotune.search.bounds import positions_of
 from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.heap_items import Counts, beats, dominates, materialise, push_counts, tables_at
+from autotune.search.heap_items import Counts, beats, materialise, push_counts
 from autotune.search.members import Member, class_member_floors
 from autotune.search.screens import Screens, price_positions
 from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
@@ -329,33 +329,19 @@ class UniformSearch:
 
     def _best_pipeline(self, key, prune_above: float):
         """min over members of the stage DP's objective, by branch and bound: (objective, rank,
-        member, solution) or None."""
-        heap, tie = self._candidates(key, interleaved=False)
-        best, solved_tables = None, {}
-        b = self.search.micro_batches(key.dp).index(key.micro_batch)
-        while heap:
-            item = heapq.heappop(heap)
-            floor, kind, rank, _, payload = item
-            if floor >= prune_above or (best is not None and floor > best[0]):
-                break
-            if kind == 0:
-                self._expand(key, heap, tie, item, interleaved=False)
-                continue
-            if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
-                push_counts(heap, tie, payload, side=0)
-                continue
-            if best is not None and floor == best[0] and rank > best[1]:
-                continue
-            mp, stages, spec = payload
-            member = Member(rank=rank, model_parallel=mp, costs=materialise(spec))
-            tables = tables_at(member.costs, b)
-            if any(other_rank < rank and dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
-                continue  # a member before it is no slower, no longer-tailed and no larger anywhere
-            solved_tables.setdefault(mp, []).append((rank, tables))
-            solved = self._solve_member(key, member, stages)
-            if solved is not None and (best is None or (solved.objective_s, rank) < (best[0], best[1])):
-                best = (solved.objective_s, rank, member, solved)
-        return best
+        member, solution) or None; classes raised by their least step tail (autotune.search.tailed)
+        where the method is the default."""
+        if self.exhaustive:
+            return self._best_pipeline_in_order(key, prune_above)
+        from autotune.search.tailed import best_pipeline
+
+        return best_pipeline(self, key, prune_above)
+
+    def _best_pipeline_in_order(self, key, prune_above: float):
+        """_best_pipeline taking classes at their floors without tails (the exhaustive method's)."""
+        from autotune.search.tailed import in_order
+
+        return in_order(self, key, prune_above)
 
     def _solve_member(self, key, member: Member, stages: int) -> PipelineSolution | None:
         p = self.problem
