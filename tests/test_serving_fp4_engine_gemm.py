@@ -12,7 +12,7 @@ from autotune.spec.runtime import load_runtime
 
 
 @pytest.mark.parametrize(("preset", "fit"), [("vllm-0.8", "vllm"), ("vllm-0.9", "vllm"), ("vllm", "vllm"),
-                                              ("sglang", "sglang"), ("mlperf-nvidia-4.1", "sweep"),
+                                              ("sglang", "sglang"), ("sglang-0.4", "sglang"), ("mlperf-nvidia-4.1", "sweep"),
                                               ("mlperf-nvidia-5.1", "sweep"), ("tensorrt-llm-1.0", "linear")])
 def test_presets_name_their_engines_fit(preset, fit):
     assert load_runtime(preset).serving.nvfp4_gemm_fit == fit
