@@ -78,12 +78,15 @@ _SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
 @lru_cache(maxsize=64)
 def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str) -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
-    ``nvfp4_gemm_fit`` "linear" (the same object where the profile has none or the engine runs the
-    sweep's rate, so step caches keep hitting)."""
+    ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
+    serving_gemm_<engine> and serving_moe_gemm_<engine>); the same object where the profile has none or the engine runs
+    the sweep's rate, so step caches keep hitting."""
     device = cluster.device
-    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS}
+    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS} \
+        if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
+                                             f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": _EXPERT_GEMM_CLASS}
     serving = {(renames[op_class], dtype): fit for (op_class, dtype), fit in device.compute.items()
-               if op_class in renames and dtype == "nvfp4" and nvfp4_gemm_fit == "linear"}
+               if op_class in renames and dtype == "nvfp4"}
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))

@@ -62,8 +62,10 @@ _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
 # Which fit prices an engine's NVFP4 linear layers on a device that has both: "sweep", the device's
 # square-GEMM sweep (regressions.gemm.nvfp4); "linear", its measurement of the engine's linear layer at
-# serving shapes, activation quantization included (regressions.serving_gemm.nvfp4).
-NVFP4_GEMM_FITS = ("sweep", "linear")
+# serving shapes, activation quantization included (regressions.serving_gemm.nvfp4, TensorRT-LLM's);
+# "vllm" / "sglang", that engine's own linear measured the same way (regressions.serving_gemm_vllm.nvfp4,
+# serving_gemm_sglang.nvfp4) and MoE layer (serving_moe_gemm_<engine>.nvfp4).
+NVFP4_GEMM_FITS = ("sweep", "linear", "vllm", "sglang")
 # the host work a step overlaps with the GPU's (autotune/cost/serving_host.py): none, the previous
 # step's output processing (vLLM 0.6's async output processor), or all of it (an overlap scheduler)
 HOST_OVERLAPS = ("none", "output", "all")
