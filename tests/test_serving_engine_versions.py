@@ -9,7 +9,7 @@ import pytest
 
 from autotune.calibrate.serving_rows import engine_runtime
 from autotune.cost.serving_eval import ServingDeployment, run_serving
-from autotune.cost.serving_limits import engine_limits, trtllm_bench_setting, vllm_device_defaults
+from autotune.cost.serving_limits import bench_param_count, engine_limits, trtllm_bench_setting, vllm_device_defaults
 from autotune.cost.serving_load import Load, metric_value
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
@@ -55,11 +55,11 @@ def test_trtllm_1_0_serves_nvfp4_on_blackwell_where_0_18_refuses_it():
         _deployment("tensorrt-llm", model="llama3-70b", cluster="dgx-b200", dtype="nvfp4")
     dep = _deployment("tensorrt-llm-1.0", model="llama3-70b", cluster="dgx-b200", dtype="nvfp4")
     limits = _limits(dep, 1000, 1000)
-    # trtllm-bench's heuristic counts an NVFP4 weight as half a byte (tuning.py BYTES_PER_ELEM) and, with
-    # the ModelOpt checkpoint's FP8 KV cache, one byte a cached element
+    # trtllm-bench's heuristic counts an NVFP4 weight as half a byte (tuning.py BYTES_PER_ELEM) of the
+    # checkpoint's stored elements and, with the ModelOpt checkpoint's FP8 KV cache, one byte a cached element
     model = dep.model
     expected_seqs, _ = trtllm_bench_setting(
-        params_b=model.num_parameters() / 1e9, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
+        params_b=bench_param_count(model, "nvfp4") / 1e9, num_layers=model.num_layers, num_kv_heads=model.num_kv_heads,
         head_dim=model.head_dim, tp=1, device_memory_gib=dep.cluster.device.memory_bytes / _GIB,
         weight_bytes=0.5, kv_bytes=1.0, input_len=1000, output_len=1000)
     assert limits.max_num_seqs == expected_seqs
