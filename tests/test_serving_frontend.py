@@ -8,7 +8,7 @@ import pytest
 from autotune.cost.serving_eval import ServingDeployment, run_serving
 from autotune.cost.serving_frontend import FrontEnd, client_trace, engine_requests, frontend_of
 from autotune.cost.serving_load import Load, metric_value
-from autotune.cost.serving_sim import Requests, Trace
+from autotune.cost.serving_run import Requests, Trace
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model

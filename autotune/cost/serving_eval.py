@@ -15,7 +15,8 @@ from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
-from autotune.cost.serving_sim import Schedule, Trace, simulate
+from autotune.cost.serving_run import Schedule, Trace
+from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_step import ReplicaShape, StepModel, step_model
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec

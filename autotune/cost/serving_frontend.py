@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from autotune.cost.serving_sim import Requests, Trace
+from autotune.cost.serving_run import Requests, Trace
 from autotune.errors import require
 from autotune.spec.serving_engine import ServingEngine
 

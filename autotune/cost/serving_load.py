@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from autotune.cost.serving_lengths import RequestLengths
-from autotune.cost.serving_sim import Requests, Trace
+from autotune.cost.serving_run import Requests, Trace
 from autotune.errors import AutotuneError, require
 
 __all__ = ["Load", "LOAD_KINDS", "requests_for", "metric_value", "METRICS", "SCOPES", "mlperf_server_max_rate",

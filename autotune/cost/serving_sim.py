@@ -21,92 +21,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from autotune.cost.serving_admission import (OutputReserve, output_need, ratio_after_retraction,
+from autotune.cost.serving_admission import (output_need, ratio_after_retraction,
                                               reserve_room, retraction_victims, steps_until_admitted)
-from autotune.cost.serving_host import HOST_OVERLAPS, delivery_delay_s, step_wall_s
+from autotune.cost.serving_host import delivery_delay_s, step_wall_s
+from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_step import StepModel
 from autotune.errors import require
 
 __all__ = ["Requests", "Schedule", "Trace", "simulate"]
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class Requests:
-    """The requests of a run, in arrival order. ``concurrency`` > 0: a closed loop that keeps that
-    many in flight (a request arrives when one finishes; ``arrival_s`` is then ignored)."""
-
-    arrival_s: np.ndarray
-    input_len: np.ndarray
-    output_len: np.ndarray
-    concurrency: int = 0
-
-    def __post_init__(self) -> None:
-        n = len(self.arrival_s)
-        require(n >= 1 and len(self.input_len) == n and len(self.output_len) == n, "requests",
-                "arrival times, input and output lengths must be non-empty and of one length")
-        require(bool(np.all(np.diff(self.arrival_s) >= 0)), "requests", "arrival times must be sorted")
-        require(bool(np.all(self.input_len >= 1) and np.all(self.output_len >= 1)), "requests",
-                "every request needs at least one input and one output token")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Schedule:
-    """The scheduler's rules and limits (a ServingEngine's, with its EngineLimits)."""
-
-    scheduler: str  # "prefill_first" or "mixed"
-    chunked_prefill: bool
-    prefill_chunk_tokens: int  # 0: the token budget
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    kv_capacity_tokens: int
-    kv_block_tokens: int
-    kv_reservation: str  # "grow" or "full"
-    scheduler_steps: int = 1
-    step_host_s: float = 0.0  # host seconds a scheduler call (serving_host.py)
-    step_host_share: float = 0.0
-    step_host_s_per_seq: float = 0.0  # a scheduler call's host seconds per sequence of its step
-    output_host_s: float = 0.0  # host seconds processing a step's output
-    output_host_s_per_seq: float = 0.0  # ... per sequence of the step
-    host_overlap: str = "none"  # HOST_OVERLAPS: the host work that runs beside the GPU's
-    eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
-    decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
-    # SGLang's admission (serving_admission.py): a prompt waits until its output fits beside the
-    # running requests' expected output; None: a prompt is admitted when its own KV blocks fit
-    reserve: OutputReserve | None = None
-
-    def __post_init__(self) -> None:
-        require(self.host_overlap in HOST_OVERLAPS, "host_overlap", f"must be one of {', '.join(HOST_OVERLAPS)}")
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class Trace:
-    """Stamps of every request (seconds from the start) and the gaps between streamed chunks
-    (``itl_s`` with ``itl_weight``: how many requests saw each gap)."""
-
-    arrival_s: np.ndarray
-    first_token_s: np.ndarray
-    finish_s: np.ndarray
-    output_len: np.ndarray
-    input_len: np.ndarray
-    itl_s: np.ndarray
-    itl_weight: np.ndarray
-    steps: int
-    mean_running: float  # requests decoding, averaged over decode steps
-    prefilled_tokens: int = 0  # prompt tokens run, recomputations of preempted requests included
-
-    @property
-    def ttft_s(self) -> np.ndarray:
-        return self.first_token_s - self.arrival_s
-
-    @property
-    def tpot_s(self) -> np.ndarray:
-        """(latency - TTFT) / (output tokens - 1) per request of more than one output token."""
-        many = self.output_len > 1
-        return (self.finish_s[many] - self.first_token_s[many]) / (self.output_len[many] - 1)
-
-    @property
-    def duration_s(self) -> float:
-        return float(self.finish_s.max() - self.arrival_s.min())
 
 
 @dataclass(kw_only=True)
