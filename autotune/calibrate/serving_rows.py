@@ -117,8 +117,30 @@ def _int(row: dict, column: str) -> int | None:
         raise RowProblem(f"{column} {text!r} is not an integer") from None
 
 
+# How sources name attention data parallelism: TensorRT-LLM's enable_attention_dp and its perf pages'
+# DEP<n> columns (attention DP with n-way EP; TEP<n> is tensor-parallel attention), SGLang's
+# --enable-dp-attention, and the words ("attention DP", "data-parallel attention", "ADP").
+_ADP_WORDS = re.compile(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention|\badp\b|\bdep\d+\b"
+                        r"|attention[ _-]data[ _-]parallel(?:ism)?|data[ _-]parallel(?:ism)?[ _-]attention", re.I)
+# ... and how they say it was off: "no / without / not attention DP", "enable_attention_dp: false",
+# "data-parallel attention left at its default, off" (a clause, not past ; . or a bracket)
+_ADP_OFF_BEFORE = re.compile(r"\b(?:no|not|without|disabled?)[ -]+(?:\w+[ -]+)?$", re.I)
+_ADP_ON_AFTER = re.compile(r"^\W{0,3}(?:true|on|enabled)\b", re.I)
+_ADP_OFF_AFTER = re.compile(r"^[^;.()]{0,30}?\b(?:false|off|disabled)\b", re.I)
+
+
 def _attention_dp(row: dict) -> bool:
-    return bool(re.search(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention|\badp\b", row.get("notes", ""), re.I))
+    """Whether the row's notes say attention ran data-parallel: any mention, unless one says it was off."""
+    notes = row.get("notes", "")
+    mentions = list(_ADP_WORDS.finditer(notes))
+    return bool(mentions) and not any(_adp_off(notes, m) for m in mentions)
+
+
+def _adp_off(notes: str, mention: re.Match) -> bool:
+    after = notes[mention.end():]
+    if _ADP_ON_AFTER.match(after):
+        return False
+    return bool(_ADP_OFF_BEFORE.search(notes[:mention.start()]) or _ADP_OFF_AFTER.match(after))
 
 
 def _counts(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, int | None, tuple[str, ...]]:
