@@ -8,13 +8,15 @@ import dataclasses
 import pytest
 
 from autotune.calibrate.serving_rows import engine_runtime
-from autotune.cost.serving_eval import ServingDeployment, run_serving
+from autotune.cost.serving_eval import run_serving
 from autotune.cost.serving_limits import bench_param_count, engine_limits, trtllm_bench_setting, vllm_device_defaults
 from autotune.cost.serving_load import Load, metric_value
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import load_runtime
+from tests.serving_deployments import deployment as _deployment
+from tests.serving_deployments import max_throughput_limits as _limits
 
 _GIB = 2.0**30
 
@@ -37,17 +39,6 @@ _GIB = 2.0**30
 ])
 def test_a_rows_version_picks_the_preset_of_its_release(engine, version, preset):
     assert engine_runtime(engine, version).name == preset
-
-
-def _deployment(runtime: str, *, model: str = "llama3-8b", cluster: str = "dgx-h100", tp: int = 1,
-                dtype: str = "bf16") -> ServingDeployment:
-    return ServingDeployment(model=resolve_model(model), cluster=load_cluster(cluster), runtime=load_runtime(runtime),
-                             tp=tp, weight_dtype=dtype)
-
-
-def _limits(dep: ServingDeployment, input_len: int, output_len: int):
-    return run_serving(dep, Load(kind="max_throughput", num_requests=2, input_len=input_len,
-                                 output_len=output_len)).limits
 
 
 def test_trtllm_1_0_serves_nvfp4_on_blackwell_where_0_18_refuses_it():

@@ -12,13 +12,11 @@ import pytest
 
 from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import engine_runtime
-from autotune.cost.serving_eval import ServingDeployment, run_serving
 from autotune.cost.serving_limits import bench_param_count, trtllm_bench_setting
-from autotune.cost.serving_load import Load
 from autotune.errors import AutotuneError
-from autotune.spec.hardware_data import load_cluster
-from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import load_runtime
+from tests.serving_deployments import deployment as _deployment
+from tests.serving_deployments import max_throughput_limits as _limits
 
 CHECK = Path(__file__).parent / "data" / "trtllm_pytorch_versions_check.csv"
 _GIB = 2.0**30
@@ -36,16 +34,6 @@ _GIB = 2.0**30
 ])
 def test_a_rows_release_picks_the_preset_of_its_behaviour(version, preset):
     assert engine_runtime("tensorrt-llm", version).name == preset
-
-
-def _deployment(runtime: str, *, model: str, cluster: str, dtype: str, tp: int = 1) -> ServingDeployment:
-    return ServingDeployment(model=resolve_model(model), cluster=load_cluster(cluster), runtime=load_runtime(runtime),
-                             tp=tp, weight_dtype=dtype)
-
-
-def _limits(dep: ServingDeployment, input_len: int, output_len: int):
-    return run_serving(dep, Load(kind="max_throughput", num_requests=2, input_len=input_len,
-                                 output_len=output_len)).limits
 
 
 def test_0_19_serves_nvfp4_on_b200_with_trtllm_benchs_limits_where_0_18_2_refuses_it():
