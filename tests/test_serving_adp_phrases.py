@@ -16,13 +16,15 @@ ROW = dict(id="adp", source="test", model="DeepSeek-R1", hf_model_id="", arch="m
 
 @pytest.mark.parametrize("notes", ["DEP8 column", "enable_attention_dp: true, overlap scheduler off",
                                    "SGLang --tp 8 --enable-dp-attention", "attention data parallelism with EP 8",
-                                   "data-parallel attention", "ep not stated; attention DP on", "ADP"])
+                                   "data-parallel attention", "ep not stated; attention DP on", "ADP", "DP4 Attn + EP4 MoE",
+                                   "dep16", "dp-attn:true"])
 def test_stated_attention_dp_is_read(notes):
     assert case_from_row(dict(ROW, ep="", notes=notes)).deployment.attention_dp
 
 
 @pytest.mark.parametrize("notes", ["TEP8 column", "no attention DP", "without attention DP", "enable_attention_dp: false",
                                    "data-parallel attention left at its default, off", "dp attention disabled",
+                                   "DPA false", "(no DP attention)", "(DP attention not stated)",
                                    "the flag nests under cuda_graph_config (read as the default, attention DP off)"])
 def test_attention_dp_stated_off_or_absent_is_not(notes):
     assert not case_from_row(dict(ROW, ep="", notes=notes)).deployment.attention_dp

@@ -119,14 +119,16 @@ def _int(row: dict, column: str) -> int | None:
 
 # How sources name attention data parallelism: TensorRT-LLM's enable_attention_dp and its perf pages'
 # DEP<n> columns (attention DP with n-way EP; TEP<n> is tensor-parallel attention), SGLang's
-# --enable-dp-attention, and the words ("attention DP", "data-parallel attention", "ADP").
-_ADP_WORDS = re.compile(r"attention[ _-]?dp|attn[ _-]dp|dp[ _-]attention|\badp\b|\bdep\d+\b"
+# --enable-dp-attention, InferenceX's "DPA" / "dp-attn" columns, and the words ("attention DP", "DP4 Attn",
+# "data-parallel attention", "ADP").
+_ADP_WORDS = re.compile(r"attention[ _-]?dp|attn[ _-]dp|\bdp\d*[ _-]?att(?:ention|n)\b|\badp\b|\bdpa\b|\bdep\d+\b"
                         r"|attention[ _-]data[ _-]parallel(?:ism)?|data[ _-]parallel(?:ism)?[ _-]attention", re.I)
 # ... and how they say it was off: "no / without / not attention DP", "enable_attention_dp: false",
-# "data-parallel attention left at its default, off" (a clause, not past ; . or a bracket)
+# "data-parallel attention left at its default, off", "DPA false", "DP attention not stated" (a clause, not
+# past ; . or a bracket)
 _ADP_OFF_BEFORE = re.compile(r"\b(?:no|not|without|disabled?)[ -]+(?:\w+[ -]+)?$", re.I)
 _ADP_ON_AFTER = re.compile(r"^\W{0,3}(?:true|on|enabled)\b", re.I)
-_ADP_OFF_AFTER = re.compile(r"^[^;.()]{0,30}?\b(?:false|off|disabled)\b", re.I)
+_ADP_OFF_AFTER = re.compile(r"^[^;.()]{0,30}?\b(?:false|off|disabled|not stated|unknown)\b", re.I)
 
 
 def _attention_dp(row: dict) -> bool:
