@@ -282,6 +282,11 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     if fraction:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
     changes.update(_limit_flags(notes))
+    # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling): the engine core schedules
+    # step n+1 and the runner prepares its inputs while step n runs (PR #23569 'Fully overlap model execution',
+    # PR #11133: the gap between decodes 5-6 ms -> 150-170 us at batch 256), the newest preset's default
+    if engine.engine == "vllm" and re.search(r"--async[-_]scheduling\b", notes) and engine.step_host_s > 0:
+        changes["step_host_s"] = 0.0
     # vLLM 0.6's --disable-async-output-proc (arg_utils.py), SGLang 0.4's --disable-overlap-schedule
     # (server_args.py): the host's work runs between the GPU's steps (cost/serving_host.py)
     if re.search(r"--disable-async-output-proc|--disable-overlap-schedule", notes) and engine.host_overlap != "none":
