@@ -1,7 +1,7 @@
 """vLLM's V1 engine (0.10-0.18) as published runs measured it: tests/data/vllm_newer_check.csv (gpustack's
-performance lab on H100/H200, SemiAnalysis InferenceX's gpt-oss sweep on H100). Every row is priced; the
+performance lab on H100/H200, vLLM PR #23696's B200 run, SemiAnalysis InferenceX's gpt-oss sweep on H100). Every row is priced; the
 profiled activation peak that sizes vLLM's KV cache is its own kernels' (fused-MoE caches, the dummy
-sampler's logits), and a quoted --async-scheduling hides the host's step time."""
+sampler's logits), and a quoted --async-scheduling overlaps the host's step work with the GPU's."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ def _rows(*ids: str) -> list[dict]:
 def test_every_check_row_is_priced_by_the_v1_preset_of_its_release():
     rows = _rows()
     checks = check_serving_rows(rows)
-    assert len(checks) == len(rows) == 39
+    assert len(checks) == len(rows) == 42
     assert [(c.row_id, c.reason) for c in checks if c.error_pct is None] == []
     assert {c.runtime for c in checks} == {"vllm-0.9"}  # 0.10.2, 0.11.0, 0.13+: the 0.9-0.11 V1 defaults
     kinds = {g.group: g.num_rows for g in summarise(checks, by="engine,kind")}
-    assert kinds == {"vllm | latency": 15, "vllm | throughput": 24}  # total_token_throughput is a throughput
+    assert kinds == {"vllm | latency": 17, "vllm | throughput": 25}  # total_token_throughput is a throughput
 
 
 def test_fixed_concurrency_rows_price_within_twenty_percent():
@@ -70,11 +70,17 @@ def test_a_32k_prompt_fits_where_vllm_started_with_max_model_len_32768():
     assert limits.kv_capacity_tokens >= 32768
 
 
-def test_async_scheduling_in_the_notes_hides_the_v1_step_host_time():
+def test_async_scheduling_in_the_notes_overlaps_the_v1_host_with_the_gpu():
     row = _rows("vn-go-12")[0]
     sync = case_from_row(row).deployment.runtime.serving
     overlapped = case_from_row(dict(row, notes=row["notes"] + "; --async-scheduling")).deployment.runtime.serving
-    assert sync.step_host_s > 0 and overlapped.step_host_s == 0.0
+    assert (sync.host_overlap, overlapped.host_overlap) == ("none", "all")
+    assert sync.step_host_s_per_seq > 0  # the host's step work grows with the sequences in the step
+    later = dict(row, engine_version="0.14.0")  # on by default from 0.14.0: no host time left; the flag turns it off
+    default = case_from_row(later).deployment.runtime.serving
+    assert default.step_host_s + default.step_host_s_per_seq == 0.0
+    off = case_from_row(dict(later, notes=row["notes"] + "; --no-async-scheduling")).deployment.runtime.serving
+    assert (off.host_overlap, off.step_host_s_per_seq) == ("none", sync.step_host_s_per_seq)
     checks = {c.row_id: c for c in check_serving_rows(_rows("vn-go-12", "vn-go-14"))}
     # TP 2 with --async-scheduling decodes 4 requests faster than TP 1 without it, as measured (8.31 -> 5.75 ms)
     assert checks["vn-go-14"].predicted < checks["vn-go-12"].predicted
