@@ -31,6 +31,7 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
+from autotune.spec.serving_engine import ServingEngine
 
 __all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS",
            "MAX_RATE_REQUESTS", "BENCH_REQUESTS"]
@@ -297,7 +298,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
             named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
 
 
-def _async_scheduling(engine, notes: str) -> dict:
+def _async_scheduling(engine: ServingEngine, notes: str) -> dict:
     """A V1 row's --async-scheduling: the host's step work overlaps the GPU's (host_overlap 'all'); its
     --no-async-scheduling on a release where it is the default: vllm-0.8's synchronous host time."""
     if re.search(r"--no-async[-_]scheduling\b", notes) and engine.step_host_s + engine.step_host_s_per_seq == 0:
