@@ -32,6 +32,10 @@ _GIB = 2.0**30
     ("vllm", "0.9", "vllm-0.9"),
     ("vllm", "0.10.1", "vllm-0.9"),
     ("vllm", "0.11.0", "vllm-0.9"),
+    ("vllm", "0.13.0", "vllm-0.9"),  # async scheduling still off by default (config/scheduler.py)
+    ("vllm", "0.14.0", "vllm-0.14"),
+    ("vllm", "0.19.1", "vllm-0.14"),
+    ("vllm", "v0.20.2", "vllm-0.20"),
     ("vllm", "0.33", "vllm"),  # "0.33" is the release "0.33.0" names
     ("sglang", "0.3.6", "sglang-0.3"),
     ("sglang", "0.4.0", "sglang-0.4"),

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, median
 
+from autotune.calibrate.serving_phrases import metric_name, per_user_rate
 from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
 from autotune.cost.serving_eval import arrival_draws, expected_metric
 from autotune.cost.serving_load import METRICS
@@ -118,8 +119,18 @@ def check_serving_csv(path: str | Path) -> list[ServingCheck]:
     return check_serving_rows(rows)
 
 
-def _kind(metric: str) -> str:
-    return "throughput" if METRICS.get(metric, ("",))[0] == "total" else "latency"
+def _metric_key(metric: str, unit: str = "") -> str:
+    """The metric cell as the row reader names it ('total_token_throughput' -> total_tokens_per_s, 'Mean TPOT
+    (ms)' -> tpot_mean), so spellings of one metric group together; a per-user rate or an unread cell as written."""
+    try:
+        return metric if per_user_rate(metric, unit) else metric_name(metric, unit)
+    except RowProblem:
+        return metric
+
+
+def _kind(metric: str, unit: str = "") -> str:
+    """Throughput or latency (a per-user token rate is 1 / TPOT: a latency)."""
+    return "throughput" if METRICS.get(_metric_key(metric, unit), ("",))[0] == "total" else "latency"
 
 
 def summarise(checks: list[ServingCheck], by: str = "engine,gpu,metric") -> list[GroupError]:
@@ -129,7 +140,8 @@ def summarise(checks: list[ServingCheck], by: str = "engine,gpu,metric") -> list
     for check in checks:
         if check.error_pct is None:
             continue
-        values = {"engine": check.engine, "gpu": check.gpu, "metric": check.metric, "kind": _kind(check.metric)}
+        values = {"engine": check.engine, "gpu": check.gpu, "metric": _metric_key(check.metric, check.unit),
+                  "kind": _kind(check.metric, check.unit)}
         groups.setdefault(" | ".join(values[k] for k in keys), []).append(check)
     out = []
     for group, members in sorted(groups.items()):

@@ -31,6 +31,7 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
+from autotune.spec.serving_engine import ServingEngine
 
 __all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS",
            "MAX_RATE_REQUESTS", "BENCH_REQUESTS"]
@@ -306,6 +307,11 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     if fraction:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
     changes.update(_limit_flags(notes))
+    # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling; the default from 0.14.0): the
+    # engine core schedules step n+1 and the runner prepares its inputs while step n runs (PR #19970, PR #23569
+    # 'Fully overlap model execution'); --no-async-scheduling turns it off
+    if engine.engine == "vllm" and (_version(engine.version) or ()) >= (0, 8):
+        changes.update(_async_scheduling(engine, notes))
     # vLLM 0.6's --disable-async-output-proc (arg_utils.py), SGLang 0.4's --disable-overlap-schedule
     # (server_args.py): the host's work runs between the GPU's steps (cost/serving_host.py)
     if re.search(r"--disable-async-output-proc|--disable-overlap-schedule", notes) and engine.host_overlap != "none":
@@ -314,6 +320,17 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),
             named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
+
+
+def _async_scheduling(engine: ServingEngine, notes: str) -> dict:
+    """A V1 row's --async-scheduling: the host's step work overlaps the GPU's (host_overlap 'all'); its
+    --no-async-scheduling on a release where it is the default: vllm-0.8's synchronous host time."""
+    if re.search(r"--no-async[-_]scheduling\b", notes) and engine.step_host_s + engine.step_host_s_per_seq == 0:
+        sync = load_runtime("vllm-0.8").serving
+        return {"step_host_s": sync.step_host_s, "step_host_s_per_seq": sync.step_host_s_per_seq, "host_overlap": "none"}
+    if re.search(r"--async[-_]scheduling\b|async[-_]scheduling: *true", notes) and engine.host_overlap != "all":
+        return {"host_overlap": "all"}
+    return {}
 
 
 # Launch flags as the engines spell them: vLLM (--max-num-seqs, --max-num-batched-tokens, --kv-cache-dtype),

@@ -121,7 +121,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     limits = engine_limits(engine, dep.model, dep.cluster, tp=dep.tp, weight_dtype=dep.dtype,
                            weight_bytes_per_gpu=probe.weight_bytes_per_gpu,
                            kv_bytes_per_token_per_gpu=probe.kv_bytes_per_token_per_gpu,
-                           input_len=load.input_len, output_len=load.output_len, attention_dp=dep.attention_dp)
+                           input_len=load.input_len, output_len=load.output_len, attention_dp=dep.attention_dp,
+                           ep=dep.ep)
     if dep.pp > 1:  # a micro-batch's share of the running requests (SGLang: max_running_requests // pp)
         limits = replace(limits, max_num_seqs=max(1, limits.max_num_seqs // dep.pp))
     # a decode step holds at most as many requests as the KV cache has room for

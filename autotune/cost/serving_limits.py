@@ -22,6 +22,7 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.serving_engine import ServingEngine
 
 __all__ = ["EngineLimits", "engine_limits", "bench_param_count", "bench_head_size", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
+           "vllm_profile_peak_bytes",
            "sglang_max_running"]
 
 _GIB = 2.0**30
@@ -85,6 +86,40 @@ def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
     if tables.moe_layer is not None and tables.experts is not None:
         widest = max(widest, tile_bytes_per_token(tables.experts, 1, tp, False) * model.num_experts_per_token)
     return widest
+
+
+# vLLM's fused MoE allocates per call intermediate_cache13 of M x topk x max(2N, K) and intermediate_cache2 of
+# M x topk x N elements in the activation dtype (M the step's tokens, K the hidden size, N one expert's FFN width
+# on this GPU: vllm-project/vllm model_executor/layers/fused_moe/fused_marlin_moe.py and fused_moe.py
+# fused_experts_impl @13cb3e44), M chunked at VLLM_FUSED_MOE_CHUNK_SIZE (envs.py: 16 x 1024 tokens)
+_VLLM_MOE_CHUNK_TOKENS = 16 * 1024
+# The V1 profile run then samples one token for each of min(tokens, max_num_seqs) dummy requests: the head's
+# logits over the whole vocabulary (BF16) and the sampler's float32 copy of them, both live
+# (v1/worker/gpu_model_runner.py _dummy_sampler_run; v1/sample/sampler.py 'Use float32 for the logits.')
+_VLLM_SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0
+# The first release whose default engine is V1 (envs.py VLLM_USE_V1 default 1 in the vllm-0.8.0 wheel)
+_VLLM_V1_RELEASE = (0, 8)
+
+
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+
+
+def vllm_profile_peak_bytes(model: ModelSpec, *, tp: int, ep: int, tokens: int, seqs: int, v1: bool = True) -> float:
+    """Activation bytes per GPU of vLLM's profiling forward of ``tokens`` tokens (worker
+    determine_available_memory subtracts its peak): the widest dense operator's tile as for any engine,
+    the fused-MoE kernel's two intermediate caches for an MoE model (experts split by TP unless EP holds
+    them whole), and on the V1 engine the dummy sampler's logits, whichever is largest."""
+    from autotune.cost.cache import tile_bytes_per_token
+
+    dense = tile_bytes_per_token(model_tables(model, 1, 2, "flash").layer, 1, tp, False) * max(tokens, 1)
+    moe = 0.0
+    if model.num_experts:
+        width = model.expert_ffn_hidden_size / (1 if ep > 1 else tp)
+        rows = min(max(tokens, 1), _VLLM_MOE_CHUNK_TOKENS) * model.num_experts_per_token
+        moe = rows * (max(2 * width, model.hidden_size) + width) * 2.0
+    sampler = min(max(tokens, 1), seqs) * model.vocab_size * _VLLM_SAMPLER_BYTES_PER_LOGIT if v1 else 0.0
+    return max(dense, moe, sampler)
 
 
 def trtllm_bench_setting(*, params_b: float, num_layers: int, num_kv_heads: int, head_dim: int, tp: int,
@@ -164,7 +199,7 @@ def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weig
 
 def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec, *, tp: int, weight_dtype: str,
                   weight_bytes_per_gpu: float, kv_bytes_per_token_per_gpu: float, input_len: float,
-                  output_len: float, attention_dp: bool = False) -> EngineLimits:
+                  output_len: float, attention_dp: bool = False, ep: int = 1) -> EngineLimits:
     """The replica's limits for a workload of mean ``input_len`` / ``output_len`` tokens (``attention_dp``:
     the replica runs DP attention, each of its ``tp`` ranks scheduling its own requests)."""
     seqs, tokens = engine.max_num_seqs, engine.max_num_batched_tokens
@@ -183,7 +218,11 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
         tokens = max(engine.max_model_len or model.max_seq_len, 2048)
     seqs = engine.launch_max_num_seqs or seqs  # a stated flag wins over the engine's own rule
     tokens = engine.launch_max_num_batched_tokens or tokens
-    activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
+    if engine.engine == "vllm" and engine.memory_rule == "total":  # the profiled peak of its own kernels
+        activations = vllm_profile_peak_bytes(model, tp=tp, ep=ep, tokens=tokens, seqs=seqs,
+                                              v1=_release(engine.version) >= _VLLM_V1_RELEASE)
+    else:
+        activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
     kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
     ranks = _scheduling_ranks(engine, tp, attention_dp)
     seqs, tokens = seqs * ranks, tokens * ranks
