@@ -16,6 +16,7 @@ from statistics import mean, median
 from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
 from autotune.cost.serving_eval import arrival_draws, expected_metric
 from autotune.cost.serving_load import METRICS
+from autotune.cost.serving_phase import phase_tokens_per_gpu_s
 from autotune.errors import AutotuneError
 from autotune.spec.json_file import read_csv_file
 
@@ -72,6 +73,9 @@ def is_serving_csv(path: str | Path) -> bool:
 
 def _predict(case: ServingCase, runs: dict) -> float:
     dep = case.deployment
+    if case.phase is not None:  # one pool of a disaggregated deployment: its step, back to back
+        p = case.phase
+        return phase_tokens_per_gpu_s(dep, phase=p.phase, per_rank=p.per_rank, context=p.context) * p.per_gpu_to_unit
     # the replicas too: the runs carry their deployment, whose replica count scales a system-wide metric
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, dep.replicas,
            case.load)
@@ -119,7 +123,8 @@ def check_serving_csv(path: str | Path) -> list[ServingCheck]:
 
 
 def _kind(metric: str) -> str:
-    return "throughput" if METRICS.get(metric, ("",))[0] == "total" else "latency"
+    # a one-phase row's input tokens/s (serving_phase_rows.py) is a throughput too
+    return "throughput" if METRICS.get(metric, ("",))[0] == "total" or metric.endswith("tokens_per_s") else "latency"
 
 
 def summarise(checks: list[ServingCheck], by: str = "engine,gpu,metric") -> list[GroupError]:
