@@ -395,8 +395,8 @@ def _phase_case(row: dict, runtime: Runtime, phase: PhaseRow, deployment: Servin
     """A one-phase row: priced from its step costs (cost/serving_phase.py), its load only the lengths."""
     isl, osl = int(row["isl"]), int(row.get("osl") or 1)
     metric = "total_tokens_per_s" if phase.phase == "prefill" else "output_tokens_per_s"
+    what = f"{phase.phase} steps back to back at {phase.per_rank} {'tokens' if phase.phase == 'prefill' else 'requests'} a rank"
     return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,
                        load=Load(kind="max_throughput", num_requests=1, input_len=isl, output_len=osl), metric=metric,
                        scope="gpu", unit=row["unit"], unit_to_si=1.0, measured=float(row["value"]), phase=phase,
-                       assumed=assumed + phase.assumed + (f"{phase.phase} steps back to back at {phase.per_rank} "
-                                                         f"{'tokens' if phase.phase == 'prefill' else 'requests'} a rank",))
+                       assumed=assumed + phase.assumed + (what,))
