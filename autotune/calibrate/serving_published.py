@@ -17,6 +17,7 @@ from autotune.calibrate.serving_phrases import metric_name, per_user_rate
 from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
 from autotune.cost.serving_eval import arrival_draws, expected_metric
 from autotune.cost.serving_load import METRICS
+from autotune.cost.serving_phase import phase_tokens_per_gpu_s
 from autotune.errors import AutotuneError
 from autotune.spec.json_file import read_csv_file
 
@@ -73,6 +74,9 @@ def is_serving_csv(path: str | Path) -> bool:
 
 def _predict(case: ServingCase, runs: dict) -> float:
     dep = case.deployment
+    if case.phase is not None:  # one pool of a disaggregated deployment: its step, back to back
+        p = case.phase
+        return phase_tokens_per_gpu_s(dep, phase=p.phase, per_rank=p.per_rank, context=p.context) * p.per_gpu_to_unit
     # the replicas too: the runs carry their deployment, whose replica count scales a system-wide metric
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, dep.replicas,
            case.load)
@@ -129,8 +133,12 @@ def _metric_key(metric: str, unit: str = "") -> str:
 
 
 def _kind(metric: str, unit: str = "") -> str:
-    """Throughput or latency (a per-user token rate is 1 / TPOT: a latency)."""
-    return "throughput" if METRICS.get(_metric_key(metric, unit), ("",))[0] == "total" else "latency"
+    """Throughput or latency (a per-user token rate is 1 / TPOT: a latency; a one-phase row's input
+    tokens/s, serving_phase_rows.py, a throughput)."""
+    if per_user_rate(metric, unit):
+        return "latency"
+    key = _metric_key(metric, unit)
+    return "throughput" if METRICS.get(key, ("",))[0] == "total" or key.endswith("tokens_per_s") else "latency"
 
 
 def summarise(checks: list[ServingCheck], by: str = "engine,gpu,metric") -> list[GroupError]:

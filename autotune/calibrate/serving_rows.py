@@ -18,6 +18,7 @@ from functools import lru_cache
 from importlib import resources
 
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
+from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
     name_precision, precision_name, served_precision
 from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, per_user_rate, \
@@ -77,6 +78,7 @@ class ServingCase:
     unit_to_si: float  # measured x unit_to_si = seconds (latencies) or tokens/s (throughputs)
     inverse: bool = False  # the row measures 1 / metric (a per-user token rate: 1 / TPOT)
     measured: float
+    phase: PhaseRow | None = None  # one phase of a disaggregated deployment (serving_phase_rows.py): no simulation
     assumed: tuple[str, ...] = field(default=())
 
 
@@ -306,6 +308,8 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         r"kv_cache_free_gpu_mem_fraction[ =]([\d.]+)", notes) or _number(r"gpu[-_]memory[-_]utilization[ =]([\d.]+)", notes)
     if fraction:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
+        if engine.memory_rule == "reserved":  # SGLang derives the reserve only when --mem-fraction-static is not given
+            changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
     changes.update(_limit_flags(notes))
     # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling; the default from 0.14.0): the
     # engine core schedules step n+1 and the runner prepares its inputs while step n runs (PR #19970, PR #23569
@@ -351,6 +355,12 @@ def _limit_flags(notes: str) -> dict:
         changes["launch_max_num_batched_tokens"] = int(tokens)
     if re.search(_FP8_KV, notes, flags=re.IGNORECASE):
         changes["kv_cache_dtype"] = "fp8"
+    # SGLang's prompt chunk and decode CUDA-graph limits (server_args.py --chunked-prefill-size, --cuda-graph-max-bs)
+    chunk, graphs = _number(r"--chunked[-_]prefill[-_]size[ =]+(\d+)", notes), _number(r"--cuda[-_]graph[-_]max[-_]bs[ =]+(\d+)", notes)
+    if chunk:
+        changes["prefill_chunk_tokens"] = int(chunk)
+    if graphs:
+        changes["decode_cuda_graph_max_batch"] = int(graphs)
     return changes
 
 
@@ -399,6 +409,11 @@ def case_from_row(row: dict) -> ServingCase:
         tp, pp, replicas, ep, attention_dp, degree_notes = _degrees(row, system)
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
         assumed = engine_notes + system_notes + degree_notes + precision_notes
+        phase = phase_row(row, gpus=tp * pp * replicas, gpus_per_node=cluster.gpus_per_node)
+        if phase is not None:
+            return _phase_case(row, runtime, phase, ServingDeployment(
+                model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep, attention_dp=attention_dp,
+                weight_dtype=precision, pp=pp), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset)
@@ -414,3 +429,15 @@ def case_from_row(row: dict) -> ServingCase:
                        load=load, metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, inverse=inverse,
                        measured=measured,
                        assumed=assumed + length_notes + spread_notes + load_notes + metric_notes)
+
+
+def _phase_case(row: dict, runtime: Runtime, phase: PhaseRow, deployment: ServingDeployment,
+                assumed: tuple[str, ...]) -> ServingCase:
+    """A one-phase row: priced from its step costs (cost/serving_phase.py), its load only the lengths."""
+    isl, osl = int(row["isl"]), int(row.get("osl") or 1)
+    metric = "total_tokens_per_s" if phase.phase == "prefill" else "output_tokens_per_s"
+    what = f"{phase.phase} steps back to back at {phase.per_rank} {'tokens' if phase.phase == 'prefill' else 'requests'} a rank"
+    return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,
+                       load=Load(kind="max_throughput", num_requests=1, input_len=isl, output_len=osl), metric=metric,
+                       scope="gpu", unit=row["unit"], unit_to_si=1.0, measured=float(row["value"]), phase=phase,
+                       assumed=assumed + phase.assumed + (what,))

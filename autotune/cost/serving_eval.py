@@ -56,8 +56,12 @@ class ServingDeployment:
         require(isinstance(self.replicas, int) and self.replicas >= 1, "replicas", f"must be >= 1, got {self.replicas!r}")
         require(isinstance(self.pp, int) and 1 <= self.pp <= self.model.num_layers, "pp",
                 f"must be 1..{self.model.num_layers} (the model's layers), got {self.pp!r}")
-        require(self.tp <= self.cluster.gpus_per_node, "tp",
-                f"tp={self.tp} spans more than a node of {self.cluster.gpus_per_node} GPUs")
+        # an instance wider than a node only where no tensor-parallel group crosses nodes: DP attention
+        # with one expert group a GPU (SGLang --enable-dp-attention --ep-size = tp over nnodes, DeepEP),
+        # whose only cross-node traffic is the experts' all-to-all, priced over the inter-node link
+        require(self.tp <= self.cluster.gpus_per_node or (self.attention_dp and self.ep == self.tp), "tp",
+                f"tp={self.tp} spans more than a node of {self.cluster.gpus_per_node} GPUs "
+                "(only DP attention with ep = tp may span nodes)")
         engine = self.runtime.serving
         if self.weight_dtype:
             require(self.weight_dtype in engine.weight_dtypes, "precision",
