@@ -22,8 +22,8 @@ from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import load_runtime
 
 CHECK = Path(__file__).parent / "data" / "sglang_newer_check.csv"
-# B200 TP4 DeepSeek-R1 FP8 (InferenceX 8k/1k): the recipe's --mem-fraction-static 0.95 of the B200
-# profile's 180 GB leaves less than the 157.5 GiB of weights a GPU holds, so these stay unpriced
+# B200 TP4 DeepSeek-R1 FP8 (InferenceX 8k/1k): the recipe's --mem-fraction-static 0.95 of the B200's
+# 183359 MiB leaves a KV cache beside the 157.5 GiB of weights a GPU holds (of 180e9 bytes, it did not)
 TP4_B200 = {f"sglnew-{n:03d}" for n in range(12, 17)}
 
 
@@ -81,11 +81,11 @@ def test_a_phase_row_needs_its_batch_and_measures_its_phases_tokens():
 
 
 @pytest.mark.slow
-def test_every_check_row_is_priced_but_the_tp4_b200_rows():
+def test_every_check_row_is_priced():
     rows = _rows()
     checks = check_serving_rows(rows)
     assert len(checks) == len(rows) == 40
-    assert {c.row_id for c in checks if c.error_pct is None} == TP4_B200
-    assert all("no KV cache" in c.reason for c in checks if c.row_id in TP4_B200)
+    assert [c.row_id for c in checks if c.error_pct is None] == []
+    assert {c.row_id for c in checks} >= TP4_B200
     phases = [c for c in checks if "phase only" in next(r for r in rows if r["id"] == c.row_id)["concurrency_or_batch"]]
     assert len(phases) == 9 and all(c.predicted > 0 for c in phases)
