@@ -1,12 +1,14 @@
 """MTP speculative decoding (cost/serving_speculative.py), read from a row's notes
 (calibrate/serving_speculation.py), and the TensorRT-LLM blog rows priced in full."""
 
+import csv
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from autotune.calibrate.serving_published import check_serving_csv
+from autotune.calibrate.serving_rows import case_from_row
 from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.cost.checkpoint_layout import bf16_attention
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model, run_serving
@@ -94,6 +96,14 @@ def test_mla_nvfp4_checkpoints_keep_attention_in_bf16():
     assert step.weight_bytes_per_gpu < fp8.weight_bytes_per_gpu  # the experts still in 4.5 bits
 
 
+def test_every_blog_row_reads_as_a_case():
+    rows = list(csv.DictReader(BLOGS.open()))
+    cases = [case_from_row(r) for r in rows]  # RowProblem on any refusal
+    assert len(cases) == len(rows) >= 15
+    assert sum(c.deployment.speculation is not None for c in cases) >= 5
+
+
+@pytest.mark.slow  # about 5 s alone, 40 s on a busy 2-core machine
 def test_the_blog_rows_are_priced_in_full():
     checks = check_serving_csv(BLOGS)
     assert len(checks) >= 15
