@@ -13,7 +13,7 @@ from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.cost.checkpoint_layout import bf16_attention
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model, run_serving
 from autotune.cost.serving_load import Load, metric_value
-from autotune.cost.serving_speculative import Speculation, geometric_acceptance_length
+from autotune.cost.serving_speculative import MTP_ACCEPTANCE_LENGTH, Speculation, geometric_acceptance_length
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
@@ -79,7 +79,11 @@ def test_notes_in_trtllm_spelling():
     spec, _ = speculation_from_notes("--spec_decode_algo MTP --spec_decode_nextn 2, acceptance rate 80%")
     assert spec.acceptance_length == pytest.approx(1 + 0.8 + 0.64)  # a per-draft probability
     spec, assumed = speculation_from_notes(yaml + "; MTP acceptance not stated")
-    assert spec.acceptance_length == pytest.approx(geometric_acceptance_length(3, 0.85)) and "2412.19437" in assumed[0]
+    assert spec.acceptance_length == MTP_ACCEPTANCE_LENGTH[3] and "tech blog 1" in assumed[0]
+    spec, _ = speculation_from_notes(yaml.replace(": 3", ": 7"))  # past the measured table: its last
+    assert spec.acceptance_length == MTP_ACCEPTANCE_LENGTH[5]
+    spec, _ = speculation_from_notes(yaml + '; response "avg_decoded_tokens_per_iter": 2.4')
+    assert spec.acceptance_length == 2.4
     assert speculation_from_notes("no speculative decoding (it does not use MTP)") == (None, ())
     spec, assumed = speculation_from_notes("speculative_config: decoding_type: Eagle, max_draft_len: 3")
     assert spec is None and "not modelled" in assumed[0]

@@ -5,8 +5,9 @@ as trtllm-bench --extra_llm_api_options and trtllm-serve take it) or its example
 (``--spec_decode_algo MTP --spec_decode_nextn 3``, examples/llm-api/quickstart_advanced.py) give the
 draft count k. The acceptance comes from the notes: 'acceptance length 2.82' (tokens a step, as
 TensorRT-LLM's tech blog 1 tabulates its 'Acceptance Rate': 1.00 without MTP) or a per-draft probability
-('acceptance rate 0.85', '85%'); a row stating none is priced at DeepSeek-V3's published rate
-(serving_speculative.MTP_DRAFT_ACCEPTANCE), listed under ``assumed``. Other draft methods (Eagle,
+('acceptance rate 0.85', '85%'), or trtllm-serve's per-request avg_decoded_tokens_per_iter; a row stating
+none is priced at the acceptance TensorRT-LLM measured for DeepSeek-R1's MTP at that k
+(serving_speculative.MTP_ACCEPTANCE_LENGTH), listed under ``assumed``. Other draft methods (Eagle,
 n-gram, a draft model) are not modelled: such a row is priced as plain decoding and says so.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from autotune.cost.serving_speculative import MTP_DRAFT_ACCEPTANCE, Speculation, geometric_acceptance_length
+from autotune.cost.serving_speculative import Speculation, default_acceptance_length, geometric_acceptance_length
 
 __all__ = ["speculation_from_notes"]
 
@@ -22,7 +23,8 @@ _MTP = (r"decoding_type\W{0,4}mtp\b.{0,80}?num_nextn_predict_layers\W{0,4}(\d+)"
         r"|num_nextn_predict_layers\W{0,4}(\d+).{0,80}?decoding_type\W{0,4}mtp\b"
         r"|--spec_decode_algo[ =]mtp\b.{0,40}?--spec_decode_nextn[ =](\d+)")
 _OTHER = r"decoding_type\W{0,4}(eagle3?|ngram|draft_target|medusa|lookahead)\b|--spec_decode_algo[ =](eagle3?|ngram)\b"
-_ACCEPTANCE = r"acceptance (length|rate)\W{0,4}(\d+(?:\.\d+)?)\s*(%?)"
+# 'acceptance length 2.82', 'acceptance rate 85%', trtllm-serve's per-request 'avg_decoded_tokens_per_iter: 2.6'
+_ACCEPTANCE = r"(acceptance length|acceptance rate|avg_decoded_tokens_per_iter)\W{0,4}(\d+(?:\.\d+)?)\s*(%?)"
 
 
 def speculation_from_notes(notes: str) -> tuple[Speculation | None, tuple[str, ...]]:
@@ -37,11 +39,11 @@ def speculation_from_notes(notes: str) -> tuple[Speculation | None, tuple[str, .
     k = int(next(g for g in mtp.groups() if g))
     stated = re.search(_ACCEPTANCE, notes, flags=re.IGNORECASE)
     if stated is None:
-        length = geometric_acceptance_length(k, MTP_DRAFT_ACCEPTANCE)
+        length = default_acceptance_length(k)
         return (Speculation(method="mtp", draft_tokens=k, acceptance_length=length),
-                (f"MTP {k} drafts at acceptance length {length:.2f}: the row states no acceptance; each draft "
-                 f"accepted with DeepSeek-V3's published {MTP_DRAFT_ACCEPTANCE:.0%} (arXiv 2412.19437 sec. 5.4.3), "
-                 "independently (Leviathan et al. 2023 eq. 1)",))
+                (f"MTP {k} drafts at acceptance length {length:g}: the row states none (the run's mean tokens a step, "
+                 "trtllm-serve's avg_decoded_tokens_per_iter, would set it); DeepSeek-R1's measured on B200, "
+                 "TensorRT-LLM tech blog 1 (serving_speculative.MTP_ACCEPTANCE_LENGTH)",))
     kind, value, percent = stated.group(1).lower(), float(stated.group(2)), stated.group(3)
     if percent or value < 1.0:  # a per-draft probability
         probability = value / 100.0 if percent else value
