@@ -29,7 +29,7 @@ MODEL_ALIASES = {
     "llama-3.1-8b": "llama3-8b", "llama-3-8b": "llama3-8b", "llama-3.1-70b": "llama3-70b",
     # Llama 3.3 70B is Llama 3.1 70B's architecture (meta-llama/Llama-3.3-70B-Instruct config.json: the same shapes)
     "llama-3.3-70b": "llama3-70b", "llama-3-70b": "llama3-70b", "llama-3.1-405b": "llama3-405b",
-    "llama-2-70b": "llama2-70b", "mixtral-8x7b": "mixtral-8x7b", "mixtral-8x22b": "mixtral-8x22b",
+    "llama-2-70b": "llama2-70b", "llama-2-13b": "llama2-13b", "mixtral-8x7b": "mixtral-8x7b", "mixtral-8x22b": "mixtral-8x22b",
     # R1 and V3.1 are V3's architecture (their config.json: DeepseekV3ForCausalLM, the same shapes)
     "deepseek-v3": "deepseek-v3", "deepseek-r1": "deepseek-v3", "deepseek-v3.1": "deepseek-v3",
     "deepseek-v3.1-terminus": "deepseek-v3",

@@ -141,7 +141,8 @@ def throughput_scope(unit: str) -> tuple[str, str]:
         return "gpu", ""
     if "tp group" in u or "per replica" in u or "per instance" in u:
         return "replica", ""
-    if re.search(r"system|server|node|gpus?\)|cluster|total|all gpus", u):
+    # '8-GPU group', 'whole 8-GPU group': all the row's GPUs (trtllm-bench's 'Total Output Throughput')
+    if re.search(r"system|server|node|gpus?\)|gpus? group|cluster|total|all gpus", u):
         return "system", ""
     if re.search(r"user|request|stream", u):
         raise RowProblem(f"throughput unit {unit!r} counts per user or request (1 / TPOT), not a system's tokens/s")

@@ -21,6 +21,7 @@ from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa:
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
     name_precision, precision_name, served_precision
+from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, per_user_rate, \
     throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
@@ -418,8 +419,9 @@ def case_from_row(row: dict) -> ServingCase:
         load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset)
         metric, scope, factor, inverse, metric_notes = _metric(row)
+        speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
-                                       attention_dp=attention_dp, weight_dtype=precision, pp=pp)
+                                       attention_dp=attention_dp, weight_dtype=precision, pp=pp, speculation=speculation)
         measured = float(row["value"])
     except AutotuneError as err:
         raise RowProblem(f"{err.field}: {err.message}") from None
@@ -428,7 +430,7 @@ def case_from_row(row: dict) -> ServingCase:
     return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,
                        load=load, metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, inverse=inverse,
                        measured=measured,
-                       assumed=assumed + length_notes + spread_notes + load_notes + metric_notes)
+                       assumed=assumed + length_notes + spread_notes + load_notes + metric_notes + speculation_notes)
 
 
 def _phase_case(row: dict, runtime: Runtime, phase: PhaseRow, deployment: ServingDeployment,

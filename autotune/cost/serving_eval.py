@@ -17,6 +17,7 @@ from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_run import Schedule, Trace
 from autotune.cost.serving_sim import simulate
+from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
 from autotune.cost.serving_step import ReplicaShape, StepModel, step_model
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
@@ -49,6 +50,7 @@ class ServingDeployment:
     attention_dp: bool = False  # DP attention (MoE): each GPU of a replica runs its own requests' attention
     weight_dtype: str = ""  # "": the engine's default
     pp: int = 1  # pipeline stages of tp GPUs each
+    speculation: Speculation | None = None  # MTP speculative decoding (serving_speculative.py)
 
     def __post_init__(self) -> None:
         require(self.runtime.serving is not None, "runtime",
@@ -96,9 +98,11 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     engine = dep.runtime.serving
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp)
-    return step_model(dep.model, cluster, shape, weight_dtype=dep.dtype,
-                      kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2), max_tokens=max_tokens, max_sampled=max_sampled,
+    spec = dep.speculation
+    step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2),
+                      max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit)
+    return step if spec is None else speculative_step(step, spec)
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:
@@ -132,6 +136,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     # a decode step holds at most as many requests as the KV cache has room for
     decodes = min(limits.max_num_seqs, max(1, limits.kv_capacity_tokens // max(1, load.input_len)))
     tokens = max(limits.max_num_batched_tokens, decodes)
+    # the host schedules and processes outputs once a speculative step: 1 / A of that a token step
+    per_step = 1.0 if dep.speculation is None else 1.0 / dep.speculation.acceptance_length
     step = replica_step_model(dep, max_tokens=tokens,
                               max_sampled=decodes + limits.max_num_batched_tokens // load.shortest_input_len + 1)
     schedule = Schedule(scheduler=engine.scheduler, chunked_prefill=engine.chunked_prefill,
@@ -139,9 +145,10 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         max_num_batched_tokens=limits.max_num_batched_tokens,
                         kv_capacity_tokens=limits.kv_capacity_tokens, kv_block_tokens=engine.kv_block_tokens,
                         kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,
-                        step_host_s=engine.step_host_s, step_host_share=engine.step_host_share,
-                        step_host_s_per_seq=engine.step_host_s_per_seq, output_host_s=engine.output_host_s,
-                        output_host_s_per_seq=engine.output_host_s_per_seq, host_overlap=_host_overlap(dep),
+                        step_host_s=engine.step_host_s * per_step, step_host_share=engine.step_host_share,
+                        step_host_s_per_seq=engine.step_host_s_per_seq * per_step,
+                        output_host_s=engine.output_host_s * per_step,
+                        output_host_s_per_seq=engine.output_host_s_per_seq * per_step, host_overlap=_host_overlap(dep),
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine))
     sent, front = requests_for(load), frontend_of(engine)

@@ -22,6 +22,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
@@ -214,9 +215,9 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     dense, moe = tables.layer_counts()
     ranks = shape.tp if shape.attention_dp else 1
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
-    own = dense * _ops_s(_without_attention(tables.layer), device, other, other_rate, tokens, shape.op_tp)
+    own = dense * _non_expert_s(tables.layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
-        own = own + moe * _ops_s(_without_attention(tables.moe_layer), device, other, other_rate, tokens, shape.op_tp)
+        own = own + moe * _non_expert_s(tables.moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
     linear = (_layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
@@ -310,6 +311,18 @@ def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: n
 _UNQUANTIZED_GEMMS = ("router",)
 
 
+def _non_expert_s(layer: OpTable, model: ModelSpec, device, dtype: str, rate_dtype: str, tokens: np.ndarray,
+                  tp: int) -> np.ndarray:
+    """The operators of a layer but attention and the routed experts, attention projections in BF16
+    where the checkpoint keeps them so (cost/checkpoint_layout.py)."""
+    table = _without_attention(layer)
+    if not bf16_attention(model, dtype):
+        return _ops_s(table, device, dtype, rate_dtype, tokens, tp)
+    attention = attention_gemms(table)
+    return (_ops_s(_select(table, attention), device, "bf16", "bf16", tokens, tp)
+            + _ops_s(_select(table, ~attention), device, dtype, rate_dtype, tokens, tp))
+
+
 def _quantized_gemms(table: OpTable) -> np.ndarray:
     """Which operators are GEMMs on the checkpoint's quantized weights."""
     return np.array([k == "gemm" and n not in _UNQUANTIZED_GEMMS for k, n in zip(table.kinds, table.names)])
@@ -382,6 +395,8 @@ def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype
     pipeline parallelism the fuller of the two end stages."""
     def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
         gemm = _quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
+        if bf16_attention(model, dtype):
+            gemm = gemm & ~attention_gemms(table)
         params = table.params / np.where(table.weights_split, tp, 1.0)
         return float((params * np.where(gemm, weight_bytes_per_param(dtype), _ACT_BYTES)).sum())
 
