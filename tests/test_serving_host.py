@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autotune.cost.serving_eval import ServingDeployment, run_serving
-from autotune.cost.serving_host import delivery_delay_s, step_wall_s
+from autotune.cost.serving_host import delivery_delay_s, frontend_streams, step_wall_s
 from autotune.cost.serving_load import Load, metric_value
 from autotune.cost.serving_sim import Schedule
 from autotune.errors import AutotuneError
@@ -133,3 +133,52 @@ def test_delivery_delays_shift_first_tokens_not_the_gaps_between_later_ones():
                                                  step_host_s=0.0, step_host_s_per_seq=0.0))), load)
     assert metric_value(run.trace, "ttft_median") > metric_value(sync.trace, "ttft_median") + 0.0005
     assert np.all(run.trace.finish_s >= run.trace.first_token_s)
+
+
+def test_the_frontend_paces_a_step_only_when_it_outlasts_the_engine():
+    sched = _schedule(host_overlap="all", frontend_s_per_seq=1e-4, **HOST)
+    # 100 streams: 10 ms of frontend work beside a 20 ms GPU step adds nothing
+    assert step_wall_s(sched, 0.020, 1, eager=False, seqs=100, streams=100) == pytest.approx(0.020)
+    # 300 streams (the engine's host: 14 ms for its 100): 30 ms of frontend work, a separate process, sets the pace
+    assert step_wall_s(sched, 0.020, 1, eager=False, seqs=100, streams=300) == pytest.approx(0.030)
+    # a synchronous engine's own host time adds to its GPU time; the frontend runs beside the sum
+    sync = _schedule(host_overlap="none", frontend_s_per_seq=1e-4, **HOST)
+    assert step_wall_s(sync, 0.020, 1, eager=False, seqs=100, streams=300) == pytest.approx(0.034)
+
+
+def test_the_frontend_delivers_a_chunk_after_half_the_steps_streams_on_average():
+    sched = _schedule(host_overlap="all", frontend_s_per_seq=1e-4, **HOST)
+    assert delivery_delay_s(sched, 100, 200) == pytest.approx(0.002 + 0.010 + 0.5 * 200 * 1e-4)
+
+
+def test_one_frontend_serves_every_dp_rank_unless_the_engine_starts_one_per_rank():
+    assert frontend_streams(_schedule(), 1000, 8) == 1000
+    assert frontend_streams(_schedule(frontend_per_dp_rank=True), 1000, 8) == 125
+    assert load_runtime("vllm-0.9").serving.frontend_per_dp_rank is False
+    assert load_runtime("vllm").serving.frontend_per_dp_rank is True
+
+
+def _tpot(runtime, load, **changes):
+    rt = load_runtime(runtime)
+    rt = rt.with_changes(serving=rt.serving.with_changes(**changes)) if changes else rt
+    dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-h100"), runtime=rt, tp=1,
+                            weight_dtype="bf16")
+    run = run_serving(dep, load)
+    return metric_value(run.trace, "tpot_mean"), run.trace.mean_running
+
+
+def test_vllm_v1_frontend_sets_the_pace_of_a_large_burst_not_of_a_small_load():
+    # Llama 3 8B on one H100, 1,000 requests at once: the frontend's 67 us a stream a step outlasts many of the steps
+    burst = Load(kind="max_throughput", num_requests=1000, input_len=200, output_len=200)
+    paced, running = _tpot("vllm-0.9", burst)
+    unpaced, _ = _tpot("vllm-0.9", burst, frontend_s_per_seq=0.0)
+    front = load_runtime("vllm-0.9").serving.frontend_s_per_seq
+    assert paced > 1.02 * unpaced
+    assert paced >= 0.9 * front * running  # at least the frontend's time for the requests decoding
+    few = Load(kind="concurrency", num_requests=40, concurrency=8, input_len=200, output_len=200)
+    assert _tpot("vllm-0.9", few)[0] == pytest.approx(_tpot("vllm-0.9", few, frontend_s_per_seq=0.0)[0], rel=1e-3)
+
+
+def test_a_negative_frontend_time_is_a_one_line_error():
+    with pytest.raises(AutotuneError, match="frontend_s_per_seq"):
+        load_runtime("vllm-0.9").serving.with_changes(frontend_s_per_seq=-1e-5)

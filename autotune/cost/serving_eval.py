@@ -149,6 +149,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         step_host_s_per_seq=engine.step_host_s_per_seq * per_step,
                         output_host_s=engine.output_host_s * per_step,
                         output_host_s_per_seq=engine.output_host_s_per_seq * per_step, host_overlap=_host_overlap(dep),
+                        frontend_s_per_seq=engine.frontend_s_per_seq * per_step,
+                        frontend_per_dp_rank=engine.frontend_per_dp_rank,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine))
     sent, front = requests_for(load), frontend_of(engine)

@@ -26,6 +26,15 @@ depends on what the engine overlaps (``host_overlap``):
 Multi-step scheduling (vLLM ``--num-scheduler-steps``) pays the scheduler call once per ``calls``
 steps; output processing stays per step (multi_step_model_runner.py 0.6.0 pythonizes and processes
 every step's output, chained to overlap the next step).
+
+The frontend is a third stage in its own process (vLLM V1's API server: AsyncLLM's output handler
+detokenizes each request's new tokens and the OpenAI server writes one SSE chunk a request a step,
+on one asyncio loop; v1/engine/async_llm.py). It runs beside the engine core and the GPU, so it adds
+no time to a step while it keeps up; when its ``frontend_s_per_seq`` x the step's streams outlasts
+the engine's step, the stream goes at the frontend's pace (the slowest stage of a pipeline sets its
+rate; the engine's queue of outputs grows, or the engine waits for its sockets, either way clients see
+tokens at the frontend's rate). One frontend serves the replica's sequences on every DP rank unless
+the engine starts one per rank (``frontend_per_dp_rank``).
 """
 
 from __future__ import annotations
@@ -34,15 +43,27 @@ import numpy as np
 
 from autotune.spec.serving_engine import HOST_OVERLAPS
 
-__all__ = ["HOST_OVERLAPS", "delivery_delay_s", "step_wall_s"]
+__all__ = ["HOST_OVERLAPS", "delivery_delay_s", "frontend_streams", "step_wall_s"]
 
 
-def step_wall_s(sched, gpu_s, calls, eager: bool, seqs: float):
+def frontend_streams(sched, seqs: int, dp_ranks: int) -> int:
+    """Sequences of a step one frontend process handles: all the replica's ``seqs``, or a DP rank's
+    share where the engine starts a frontend per rank."""
+    return -(-seqs // dp_ranks) if sched.frontend_per_dp_rank else seqs
+
+
+def step_wall_s(sched, gpu_s, calls, eager: bool, seqs: float, streams: float = 0.0):
     """Wall seconds of a step (or an array of decode steps) of ``seqs`` sequences whose GPU time is
     ``gpu_s``: the GPU's time, or the host's issue of its operators where that is longer (an eager
     step: the host cannot run ahead of a GPU faster than it), and the host's scheduling
     (``calls``: 1 where the step begins a scheduler call, else 0) and output processing, exposed as
-    the engine's ``host_overlap`` leaves them. ``sched``: a serving_sim.Schedule."""
+    the engine's ``host_overlap`` leaves them; at least the frontend's time for the step's ``streams``
+    (``frontend_streams``), the stage beside them. ``sched``: a serving_sim.Schedule."""
+    return np.maximum(_engine_wall_s(sched, gpu_s, calls, eager, seqs), sched.frontend_s_per_seq * streams)
+
+
+def _engine_wall_s(sched, gpu_s, calls, eager: bool, seqs: float):
+    """The engine's step: the GPU's time and its own process's host time, as ``host_overlap`` exposes it."""
     busy = np.maximum(gpu_s, sched.eager_issue_s) if eager else gpu_s
     call = calls * (sched.step_host_s + sched.step_host_s_per_seq * seqs)
     out = sched.output_host_s + sched.output_host_s_per_seq * seqs
@@ -53,15 +74,17 @@ def step_wall_s(sched, gpu_s, calls, eager: bool, seqs: float):
     return busy * (1.0 + sched.step_host_share) + call + out
 
 
-def delivery_delay_s(sched, seqs: float) -> float:
+def delivery_delay_s(sched, seqs: float, streams: float = 0.0) -> float:
     """Seconds from a step's end to its tokens reaching the client's stream, beyond the step's own
     wall time. Under asynchronous output processing (``output``) step n's outputs are processed only
     once step n + 1 is launched, after that step's scheduler call (vLLM 0.6.0 llm_engine.py step:
     schedule, then execute_model, whose callback processes the previous outputs after the forward is
     enqueued); with multi-step the tokens stream at a call's end, so the next call's scheduling
     always comes first. Under ``all`` the scheduling of step n + 1 already ran during step n and only
-    the output processing remains; under ``none`` it is inside the step."""
+    the output processing remains; under ``none`` it is inside the step. The frontend then handles the
+    step's ``streams`` one after another: a request's chunk leaves after half of them on average."""
     out = sched.output_host_s + sched.output_host_s_per_seq * seqs
+    front = 0.5 * sched.frontend_s_per_seq * streams
     if sched.host_overlap == "output":
-        return sched.step_host_s + sched.step_host_s_per_seq * seqs + out
-    return out if sched.host_overlap == "all" else 0.0
+        return sched.step_host_s + sched.step_host_s_per_seq * seqs + out + front
+    return (out if sched.host_overlap == "all" else 0.0) + front

@@ -52,6 +52,8 @@ class Schedule:
     output_host_s: float = 0.0  # host seconds processing a step's output
     output_host_s_per_seq: float = 0.0  # ... per sequence of the step
     host_overlap: str = "none"  # HOST_OVERLAPS: the host work that runs beside the GPU's
+    frontend_s_per_seq: float = 0.0  # the frontend process's seconds per sequence of a step (serving_host.py)
+    frontend_per_dp_rank: bool = False  # one frontend per DP rank, else one for the replica
     eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
     decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
     # SGLang's admission (serving_admission.py): a prompt waits until its output fits beside the

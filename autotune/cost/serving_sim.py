@@ -23,7 +23,7 @@ import numpy as np
 
 from autotune.cost.serving_admission import (output_need, ratio_after_retraction,
                                               reserve_room, retraction_victims, steps_until_admitted)
-from autotune.cost.serving_host import delivery_delay_s, step_wall_s
+from autotune.cost.serving_host import delivery_delay_s, frontend_streams, step_wall_s
 from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_step import StepModel
 from autotune.errors import require
@@ -197,8 +197,9 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
                      rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())))
     # prompt steps run eagerly (graphs are captured for decodes)
     seqs = _host_seqs(len(chunks) + len(decodes), step)
-    st.t += step_wall_s(sched, gpu, 1, eager=True, seqs=seqs)
-    delivered = st.t + delivery_delay_s(sched, seqs)
+    streams = frontend_streams(sched, sampled, step.dp_ranks)  # the requests that get a token this step
+    st.t += step_wall_s(sched, gpu, 1, eager=True, seqs=seqs, streams=streams)
+    delivered = st.t + delivery_delay_s(sched, seqs, streams)
     st.done[ids] = done + takes
     st.prefilled += tokens
     completed = ids[completes]
@@ -290,7 +291,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         if k > len(made[0]):
             j = np.arange(k, dtype=float)
             made[0] = step_wall_s(sched, first + slope * j, (j % calls == 0).astype(float), eager,
-                                  seqs=_host_seqs(b, step))
+                                  seqs=_host_seqs(b, step), streams=frontend_streams(sched, b, step.dp_ranks))
         return made[0][:k]
 
     k = _stretch_length(st, sched, decodes, durations_of) if fast_forward else 1
@@ -302,7 +303,8 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
     durations = durations_of(k)
     ends = st.t + np.cumsum(durations)
-    _stamp_decodes(st, decodes, ends + delivery_delay_s(sched, _host_seqs(b, step)), calls)
+    _stamp_decodes(st, decodes, ends + delivery_delay_s(sched, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
+                   calls)
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
         st.reserved[decodes] = _blocks(_kv_tokens(st, decodes) - 1, sched.kv_block_tokens)
     st.t = float(ends[-1])

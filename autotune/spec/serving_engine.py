@@ -119,6 +119,10 @@ class ServingEngine:
     output_host_s: float = 0.0  # host seconds processing one step's output
     output_host_s_per_seq: float = 0.0  # host seconds processing one step's output per sequence
     host_overlap: str = "none"  # HOST_OVERLAPS: "none", "output" (async output processing), "all" (overlap scheduler)
+    # the frontend process (API server) beside the engine: its seconds per sequence of a step (output
+    # processing, detokenization, the streamed chunk); the slower of it and the engine paces the stream
+    frontend_s_per_seq: float = 0.0
+    frontend_per_dp_rank: bool = False  # one frontend process per DP rank (else one for the replica)
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
@@ -150,6 +154,7 @@ class ServingEngine:
             _require_count(name, getattr(self, name), minimum=1)
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
+                     "frontend_s_per_seq",
                      "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
                      "new_token_ratio_min", "new_token_ratio_decay"):
             _require_number(name, getattr(self, name))
