@@ -18,17 +18,21 @@ SGLang's ``--enable-deepep-moe`` exchanges a MoE layer's tokens with DeepEP's ke
 The bandwidths are the README's, scaled by the cluster's inter-node (intra-node) bandwidth over the
 ~50 (~160) GB/s they were measured at.
 
-``--enable-two-batch-overlap`` (SGLang two_batch_overlap.py, operations_strategy.py: the DeepSeek
-blog's prefill and decode strategies) splits a step's batch into two micro-batches of half the
-tokens (decode: half the requests; prefill: half the prompt tokens) and interleaves them so one's
-dispatch and combine run while the other computes. Priced as two in-order streams, compute and
-exchange, over the MoE layers (two_batch_s): each micro-batch's layer is its compute then its
-exchange, so the step is about 2 max(compute, exchange) of a half batch per layer plus the
-unoverlapped ends, with every kernel at the half batch's efficiency. Under the normal kernels the
-overlapped compute runs on the SMs DeepEP leaves it (SGLang gives DeepGEMM total SMs minus
-DeepEPConfig.num_sms, DeepEP's Buffer.num_sms = 20; moe_stage.EP_COMM_SM_SHARE); the low-latency
-kernels hold no SM while their data is in flight (DeepEP README: the hook-based overlap "does not
-occupy any SM resource").
+``--enable-two-batch-overlap`` (SGLang two_batch_overlap.py and operations_strategy.py, the
+DeepSeek blog's prefill and decode strategies) splits a step's batch into two micro-batches of half
+the tokens (decode: half the requests; prefill: half the prompt tokens) and runs their layers' stages
+interleaved, so one micro-batch's dispatch and combine are in flight while the other computes
+(two_batch_s plays SGLang's stage order over two streams: compute, and the exchanges). The step is
+then about the larger of the two streams' work plus the unoverlapped ends, with every kernel at the
+half batch's efficiency; an exchange longer than the compute it overlaps still waits. Under the
+normal kernels the compute beside an exchange runs on the SMs DeepEP leaves (DeepEP's
+Buffer.num_sms = 20 of 132; SGLang gives DeepGEMM the rest: moe_stage.EP_COMM_SM_SHARE); the
+low-latency kernels hold no SM while their data is in flight (DeepEP README: the hook-based overlap
+"does not occupy any SM resource").
+
+Routing is uniform (as everywhere in the serving model): the measured rows with SGLang's default
+expert distribution run slower than this by the imbalance (the LMSYS post: 50,302 tokens/s a node
+with it, 59,337 with a simulated perfect EPLB, 4k prompts).
 """
 
 from __future__ import annotations
@@ -42,7 +46,8 @@ from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
-__all__ = ["MoeExchange", "DEEPEP_MODES", "exchange_from_notes", "deepep_exchange_s", "two_batch_s", "overlapped_step_s"]
+__all__ = ["MoeExchange", "LayerParts", "DEEPEP_MODES", "exchange_from_notes", "deepep_exchange_s", "two_batch_s",
+           "overlapped_step_s"]
 
 DEEPEP_MODES = ("normal", "low_latency")
 
@@ -102,15 +107,16 @@ def _copies(model: ModelSpec, parts: int) -> float:
     return parts * (1.0 - missed)
 
 
-def deepep_exchange_s(model: ModelSpec, cluster: ClusterSpec, *, ep: int, tokens_per_rank: float, mode: str) -> float:
-    """Seconds of one MoE layer's DeepEP dispatch plus combine for a rank sending ``tokens_per_rank``."""
+def deepep_exchange_s(model: ModelSpec, cluster: ClusterSpec, *, ep: int, tokens_per_rank: float,
+                      mode: str) -> tuple[float, float]:
+    """Seconds of one MoE layer's DeepEP (dispatch, combine) for a rank sending ``tokens_per_rank``."""
     require(mode in DEEPEP_MODES, "deepep_mode", f"{mode!r}; choose one of: {', '.join(DEEPEP_MODES)}")
     h, k = model.hidden_size, model.num_experts_per_token
     fp8 = h * (1.0 + 4.0 / 128.0)  # FP8 values and one FP32 scale per 128
     nic = cluster.inter_node.bandwidth_bytes_per_s / _README_NIC
     if mode == "low_latency":
         dispatch, combine = _nearest(_LOW_LATENCY, ep)
-        return tokens_per_rank * k * ((fp8 + 16.0) / (dispatch * nic) + h * _BF16 / (combine * nic))
+        return tokens_per_rank * k * (fp8 + 16.0) / (dispatch * nic), tokens_per_rank * k * h * _BF16 / (combine * nic)
     nodes = -(-ep // cluster.gpus_per_node)
     if nodes == 1:
         nvl = cluster.intra_node.bandwidth_bytes_per_s / _README_NVLINK
@@ -119,30 +125,95 @@ def deepep_exchange_s(model: ModelSpec, cluster: ClusterSpec, *, ep: int, tokens
     else:
         dispatch, combine = (b * nic for b in _nearest(_NORMAL_RDMA, ep))
         copies = _copies(model, nodes)
-    return tokens_per_rank * copies * (fp8 / dispatch + h * _BF16 / combine)
+    return tokens_per_rank * copies * fp8 / dispatch, tokens_per_rank * copies * h * _BF16 / combine
 
 
-def two_batch_s(compute_s: float, exchange_s: float, layers: int) -> float:
-    """Seconds of ``layers`` layers run as two micro-batches on two in-order streams: each micro-batch's
-    layer computes (``compute_s``) then exchanges (``exchange_s``); the compute stream alternates the
-    micro-batches, as does the exchange stream, and a micro-batch's next layer waits for its exchange."""
-    require(compute_s >= 0 and exchange_s >= 0 and layers >= 1, "two_batch_overlap",
-            f"needs non-negative times and a layer, got {compute_s}, {exchange_s}, {layers}")
-    compute_free = exchange_free = 0.0
-    ready = [0.0, 0.0]  # when each micro-batch's last exchange ends
-    for _ in range(layers):
-        for batch in (0, 1):
-            compute_free = max(compute_free, ready[batch]) + compute_s
-            exchange_free = max(exchange_free, compute_free) + exchange_s
-            ready[batch] = exchange_free
-    return max(compute_free, exchange_free)
+@dataclass(frozen=True, kw_only=True)
+class LayerParts:
+    """One micro-batch's seconds in one MoE layer: ``other`` (projections, norms, gate, shared experts:
+    every operator but attention's core and the routed experts), ``attention`` (the core over the cached
+    or causal positions), ``experts`` (routed grouped GEMMs) and DeepEP's ``dispatch`` and ``combine``."""
+
+    other: float
+    attention: float
+    experts: float
+    dispatch: float
+    combine: float
+
+    def __post_init__(self) -> None:
+        for name in ("other", "attention", "experts", "dispatch", "combine"):
+            require(getattr(self, name) >= 0.0, name, f"seconds must be >= 0, got {getattr(self, name)!r}")
+
+    @property
+    def serial_s(self) -> float:
+        return self.other + self.attention + self.experts + self.dispatch + self.combine
 
 
-def overlapped_step_s(*, compute_half_s: float, exchange_half_s: float, moe_layers: int, mode: str) -> float:
-    """A step under two-batch overlap from one micro-batch's compute and exchange seconds (all layers):
-    per MoE layer a micro-batch computes its share, then exchanges; under DeepEP's normal kernels the
-    compute that runs beside an exchange runs on the SMs the exchange leaves."""
-    per_layer_c, per_layer_x = compute_half_s / moe_layers, exchange_half_s / moe_layers
-    if mode == "normal":
-        per_layer_c += min(per_layer_c, per_layer_x) * EP_COMM_SM_SHARE / (1.0 - EP_COMM_SM_SHARE)
-    return two_batch_s(per_layer_c, per_layer_x, moe_layers)
+# SGLang's TBO strategies for DeepSeek MoE layers (python/sglang/srt/operations_strategy.py @02ed4a5e,
+# _compute_moe_deepseek_blog_prefill / _decode), as (operations with "|" for a YieldOperation, the
+# executor's delta_stages). Prefill: attention, gate, dispatch_a | dispatch_b, experts, combine_a |
+# shared experts, combine_b (no yield at the layer's end: it runs on into the next layer's attention).
+# Decode: attention prepare | attention core, gate | dispatch_a, shared experts | dispatch_b, experts,
+# combine_a | combine_b, output |. The shared experts are priced in ``other`` with the projections.
+_STRATEGIES = {
+    "prefill": (("other", "attention", "send:dispatch", "|", "wait:dispatch", "experts", "send:combine", "|",
+                 "wait:combine"), 0),
+    "decode": (("other", "|", "attention", "|", "send:dispatch", "|", "wait:dispatch", "experts", "send:combine", "|",
+                "wait:combine", "|"), 2),
+}
+
+
+def _stages(ops: tuple[str, ...], layers: int) -> list[list[str]]:
+    """The layers' operations chunked at the yields, as SGLang's _convert_operations_to_stages does."""
+    stages, pending = [], []
+    for op in ops * layers:
+        if op == "|":
+            stages.append(pending)
+            pending = []
+        else:
+            pending.append(op)
+    return stages + ([pending] if pending else [])
+
+
+def _order(stages: int, delta: int) -> list[int]:
+    """Which micro-batch runs each next stage (SGLang's _execute_two_batch_raw): a runs ``delta`` stages
+    ahead, then a and b alternate, then b finishes its last ``delta``."""
+    return [0] * delta + [0, 1] * (stages - delta) + [1] * delta
+
+
+def two_batch_s(parts: LayerParts, *, layers: int, phase: str, sm_share: float = 0.0) -> float:
+    """Seconds of ``layers`` MoE layers of two micro-batches, each layer's ``parts``, run as SGLang's
+    two-batch overlap runs them: one compute stream taking the stages in the executor's order, the
+    exchanges on one stream (the NIC), a dispatch or combine starting when its stage has launched it and
+    the stream is free, a wait holding the compute stream until its exchange ends. Compute that runs
+    beside an exchange is slowed by the ``sm_share`` of the SMs the exchange kernels hold."""
+    require(phase in _STRATEGIES, "phase", f"{phase!r}; choose one of: {', '.join(_STRATEGIES)}")
+    require(layers >= 1 and 0.0 <= sm_share < 1.0, "two_batch_overlap", f"needs a layer and an SM share in [0, 1), got {layers}, {sm_share}")
+    ops, delta = _STRATEGIES[phase]
+    stages = _stages(ops, layers)
+    compute_t = exchange_free = 0.0
+    busy: list[tuple[float, float]] = []  # the exchange stream's intervals
+    ends: list[dict[str, float]] = [{}, {}]
+    cursor = [0, 0]
+    for batch in _order(len(stages), delta):
+        for op in stages[cursor[batch]]:
+            kind, _, name = op.partition(":")
+            if kind == "send":
+                start = max(compute_t, exchange_free)
+                exchange_free = start + getattr(parts, name)
+                busy = busy[-3:] + [(start, exchange_free)]
+                ends[batch][name] = exchange_free
+            elif kind == "wait":
+                compute_t = max(compute_t, ends[batch][name])
+            else:
+                seconds = getattr(parts, kind)
+                shared = sum(max(0.0, min(compute_t + seconds, e) - max(compute_t, s)) for s, e in busy)
+                compute_t += seconds + shared * sm_share / (1.0 - sm_share)
+        cursor[batch] += 1
+    return max(compute_t, exchange_free)
+
+
+def overlapped_step_s(parts: LayerParts, *, layers: int, phase: str, mode: str) -> float:
+    """A step of two micro-batches with ``parts`` each per MoE layer under two-batch overlap: DeepEP's
+    normal kernels hold EP_COMM_SM_SHARE of the SMs while they run, the low-latency ones none in flight."""
+    return two_batch_s(parts, layers=layers, phase=phase, sm_share=EP_COMM_SM_SHARE if mode == "normal" else 0.0)

@@ -21,7 +21,7 @@ GPU) and the queueing of a closed load are not in it: the sources saturate the t
 from __future__ import annotations
 
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model
-from autotune.cost.serving_overlap import MoeExchange, deepep_exchange_s, overlapped_step_s
+from autotune.cost.serving_overlap import LayerParts, MoeExchange, deepep_exchange_s, overlapped_step_s
 from autotune.cost.serving_step import StepModel
 from autotune.errors import require
 
@@ -43,35 +43,36 @@ def phase_tokens_per_gpu_s(dep: ServingDeployment, *, phase: str, per_rank: int,
         tokens = per_rank * ranks
         step = replica_step_model(dep, max_tokens=tokens, max_sampled=tokens)
 
-        def seconds(part: float) -> float:  # ``part`` of the batch: its requests
-            n = max(1, round(tokens * part))
-            return step.gpu_s(decodes=n, context=float(n * context), prefill_tokens=0, pairs=0.0, sampled=n)
+        def seconds(n: int, attention: bool = True) -> float:  # ``n`` requests decoding
+            return step.gpu_s(decodes=n, context=float(n * context) * attention, prefill_tokens=0, pairs=0.0, sampled=n)
     else:
         prompts = max(1, per_rank // context) * ranks  # whole prompts a rank, all ranks
         tokens = prompts * context
         step = replica_step_model(dep, max_tokens=tokens, max_sampled=prompts)
 
-        def seconds(part: float) -> float:  # ``part`` of the prompt tokens, whole prompts where they split so
-            n = max(1, round(tokens * part))
-            pairs = n * (context + 1) / 2.0  # causal query-key pairs of whole prompts
-            return step.gpu_s(decodes=0, context=0.0, prefill_tokens=n, pairs=pairs, sampled=max(1, round(prompts * part)))
-    return tokens / _step_s(dep, step, seconds, tokens, exchange) / dep.tp
-
-
-def _step_s(dep: ServingDeployment, step: StepModel, seconds, tokens: int, exchange: MoeExchange | None) -> float:
-    """A step of ``tokens`` with the deployment's MoE exchange: the step model's own without DeepEP;
-    else its compute plus DeepEP's exchange, serial, or two micro-batches of half the tokens overlapped."""
+        def seconds(n: int, attention: bool = True) -> float:  # ``n`` prompt tokens of whole prompts
+            pairs = n * (context + 1) / 2.0 * attention  # causal query-key pairs
+            return step.gpu_s(decodes=0, context=0.0, prefill_tokens=n, pairs=pairs, sampled=max(1, n // context))
     if exchange is None or step.exchange_s is None or dep.ep == 1:
-        return seconds(1.0)
-    moe = dep.model.num_moe_layers
-
-    def parts(part: float) -> tuple[float, float]:  # (compute, DeepEP exchange) of ``part`` of the batch
-        n = max(1, round(tokens * part))
-        ranks = dep.tp if dep.attention_dp else 1
-        deepep = moe * deepep_exchange_s(dep.model, dep.cluster, ep=dep.ep, tokens_per_rank=n / ranks, mode=exchange.mode)
-        return seconds(part) - float(step.exchange_s[n]), deepep
-
+        return tokens / seconds(tokens) / dep.tp
     if not exchange.two_batch_overlap:
-        return sum(parts(1.0))
-    compute, deepep = parts(0.5)
-    return overlapped_step_s(compute_half_s=compute, exchange_half_s=deepep, moe_layers=moe, mode=exchange.mode)
+        step_s = _parts(dep, step, seconds, tokens, exchange).serial_s * dep.model.num_moe_layers
+    else:  # two micro-batches of half the requests (decode) or prompt tokens (prefill), SGLang's split
+        step_s = overlapped_step_s(_parts(dep, step, seconds, tokens // 2, exchange), layers=dep.model.num_moe_layers,
+                                   phase=phase, mode=exchange.mode)
+    return tokens / step_s / dep.tp
+
+
+def _parts(dep: ServingDeployment, step: StepModel, seconds, tokens: int, exchange: MoeExchange) -> LayerParts:
+    """One MoE layer's share of a step of ``tokens``: its compute split as the overlap schedules it (the
+    dense layers and the head spread over the MoE layers) and DeepEP's dispatch and combine in place of the
+    step model's exchange."""
+    moe = dep.model.num_moe_layers
+    experts = float(step.linear_s[tokens] - step.exchange_s[tokens])
+    without_attention = seconds(tokens, attention=False)
+    ranks = dep.tp if dep.attention_dp else 1
+    dispatch, combine = deepep_exchange_s(dep.model, dep.cluster, ep=dep.ep, tokens_per_rank=tokens / ranks,
+                                          mode=exchange.mode)
+    return LayerParts(other=(without_attention - float(step.linear_s[tokens])) / moe,
+                      attention=(seconds(tokens) - without_attention) / moe, experts=experts / moe,
+                      dispatch=dispatch, combine=combine)
