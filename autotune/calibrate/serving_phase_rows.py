@@ -4,7 +4,8 @@ Their load cell names the phase and its batch as the source states it: ``prefill
 disaggregation): 16384 tokens per device`` or ``decode phase only (PD disaggregation): batch size 256
 per device``; ``isl`` is the prompt length (prefill) or the cached context (decode; with an ``osl``,
 a request's mean context is isl + osl / 2). A prefill row measures input tokens/s, a decode row
-output tokens/s, per GPU, per node or over the row's GPUs as its unit says.
+output tokens/s, per GPU, per node or over the row's GPUs as its unit says. The notes' launch flags
+name the MoE exchange (SGLang's DeepEP and two-batch overlap, cost/serving_overlap.py).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 from autotune.calibrate.serving_names import RowProblem
 from autotune.calibrate.serving_phrases import metric_name
+from autotune.cost.serving_overlap import MoeExchange, exchange_from_notes
 
 __all__ = ["PhaseRow", "phase_row"]
 
@@ -26,12 +28,14 @@ _INPUT_METRICS = ("input_tokens_per_s", "input_throughput", "input_token_through
 @dataclass(frozen=True, kw_only=True)
 class PhaseRow:
     """A one-phase row: ``phase``, the batch a rank runs (``per_rank`` prompt tokens or requests),
-    the ``context`` each request's tokens see, and the factor from tokens/s per GPU to the row's unit."""
+    the ``context`` each request's tokens see, the factor from tokens/s per GPU to the row's unit, and
+    the MoE ``exchange`` its flags name (None: the step model's all-to-all)."""
 
     phase: str
     per_rank: int
     context: int
     per_gpu_to_unit: float
+    exchange: MoeExchange | None = None
     assumed: tuple[str, ...] = ()
 
 
@@ -54,8 +58,11 @@ def phase_row(row: dict, *, gpus: int, gpus_per_node: int) -> PhaseRow | None:
         context = isl + int(osl) // 2
         assumed = (f"decode context {context} (isl + osl / 2: a request's mean over its output)",)
     _check_metric(row, phase)
+    exchange = exchange_from_notes(row.get("notes", ""), phase)
+    if exchange is not None:
+        assumed += (f"DeepEP {exchange.mode} kernels" + (" with two-batch overlap" if exchange.two_batch_overlap else ""),)
     return PhaseRow(phase=phase, per_rank=int(batch.group(1).replace(",", "")), context=context,
-                    per_gpu_to_unit=_scale(row.get("unit", ""), gpus, gpus_per_node), assumed=assumed)
+                    per_gpu_to_unit=_scale(row.get("unit", ""), gpus, gpus_per_node), exchange=exchange, assumed=assumed)
 
 
 def _positive(row: dict, column: str, what: str) -> int:

@@ -76,7 +76,8 @@ def _predict(case: ServingCase, runs: dict) -> float:
     dep = case.deployment
     if case.phase is not None:  # one pool of a disaggregated deployment: its step, back to back
         p = case.phase
-        return phase_tokens_per_gpu_s(dep, phase=p.phase, per_rank=p.per_rank, context=p.context) * p.per_gpu_to_unit
+        return (phase_tokens_per_gpu_s(dep, phase=p.phase, per_rank=p.per_rank, context=p.context, exchange=p.exchange)
+                * p.per_gpu_to_unit)
     # the replicas too: the runs carry their deployment, whose replica count scales a system-wide metric
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, dep.replicas,
            dep.speculation, case.load)

@@ -12,13 +12,17 @@ over its time, from the same step costs the scheduler simulation uses (serving_s
   instance's batch) over ``context`` cached positions each;
 - a prefill pool: every rank taking ``per_rank`` prompt tokens a step, whole prompts of ``prompt_len``.
 
-The KV transfer between pools, the scheduler's host time (the overlap scheduler runs it beside the
+With DeepEP (SGLang's --enable-deepep-moe) the MoE exchange is DeepEP's, and with
+--enable-two-batch-overlap the step runs as two micro-batches that hide each other's exchange
+(cost/serving_overlap.py). The KV transfer between pools, the scheduler's host time (the overlap scheduler runs it beside the
 GPU) and the queueing of a closed load are not in it: the sources saturate the tested pool.
 """
 
 from __future__ import annotations
 
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model
+from autotune.cost.serving_overlap import LayerParts, MoeExchange, deepep_exchange_s, overlapped_step_s
+from autotune.cost.serving_step import StepModel
 from autotune.errors import require
 
 __all__ = ["PHASES", "phase_tokens_per_gpu_s"]
@@ -26,22 +30,49 @@ __all__ = ["PHASES", "phase_tokens_per_gpu_s"]
 PHASES = ("prefill", "decode")
 
 
-def phase_tokens_per_gpu_s(dep: ServingDeployment, *, phase: str, per_rank: int, context: int) -> float:
+def phase_tokens_per_gpu_s(dep: ServingDeployment, *, phase: str, per_rank: int, context: int,
+                           exchange: MoeExchange | None = None) -> float:
     """Tokens per second per GPU of one instance of ``dep`` running only ``phase`` steps: decode,
     ``per_rank`` requests a rank over ``context`` cached positions each (output tokens/s); prefill,
-    ``per_rank`` prompt tokens a rank a step in prompts of ``context`` tokens (input tokens/s)."""
+    ``per_rank`` prompt tokens a rank a step in prompts of ``context`` tokens (input tokens/s);
+    ``exchange``: the MoE exchange the deployment runs (None: the step model's all-to-all)."""
     require(phase in PHASES, "phase", f"{phase!r}; choose one of: {', '.join(PHASES)}")
     require(per_rank >= 1 and context >= 1, "phase", f"needs a batch and a length >= 1, got {per_rank}, {context}")
     ranks = dep.tp if dep.attention_dp else 1
-    tokens = per_rank * ranks
     if phase == "decode":
+        tokens = per_rank * ranks
         step = replica_step_model(dep, max_tokens=tokens, max_sampled=tokens)
-        seconds = step.gpu_s(decodes=tokens, context=float(tokens * context), prefill_tokens=0, pairs=0.0,
-                             sampled=tokens)
+
+        def seconds(n: int, attention: bool = True) -> float:  # ``n`` requests decoding
+            return step.gpu_s(decodes=n, context=float(n * context) * attention, prefill_tokens=0, pairs=0.0, sampled=n)
     else:
         prompts = max(1, per_rank // context) * ranks  # whole prompts a rank, all ranks
         tokens = prompts * context
         step = replica_step_model(dep, max_tokens=tokens, max_sampled=prompts)
-        pairs = prompts * context * (context + 1) / 2.0  # causal query-key pairs of whole prompts
-        seconds = step.gpu_s(decodes=0, context=0.0, prefill_tokens=tokens, pairs=pairs, sampled=prompts)
-    return tokens / seconds / dep.tp
+
+        def seconds(n: int, attention: bool = True) -> float:  # ``n`` prompt tokens of whole prompts
+            pairs = n * (context + 1) / 2.0 * attention  # causal query-key pairs
+            return step.gpu_s(decodes=0, context=0.0, prefill_tokens=n, pairs=pairs, sampled=max(1, n // context))
+    if exchange is None or step.exchange_s is None or dep.ep == 1:
+        return tokens / seconds(tokens) / dep.tp
+    if not exchange.two_batch_overlap:
+        step_s = _parts(dep, step, seconds, tokens, exchange).serial_s * dep.model.num_moe_layers
+    else:  # two micro-batches of half the requests (decode) or prompt tokens (prefill), SGLang's split
+        step_s = overlapped_step_s(_parts(dep, step, seconds, tokens // 2, exchange), layers=dep.model.num_moe_layers,
+                                   phase=phase, mode=exchange.mode)
+    return tokens / step_s / dep.tp
+
+
+def _parts(dep: ServingDeployment, step: StepModel, seconds, tokens: int, exchange: MoeExchange) -> LayerParts:
+    """One MoE layer's share of a step of ``tokens``: its compute split as the overlap schedules it (the
+    dense layers and the head spread over the MoE layers) and DeepEP's dispatch and combine in place of the
+    step model's exchange."""
+    moe = dep.model.num_moe_layers
+    experts = float(step.linear_s[tokens] - step.exchange_s[tokens])
+    without_attention = seconds(tokens, attention=False)
+    ranks = dep.tp if dep.attention_dp else 1
+    dispatch, combine = deepep_exchange_s(dep.model, dep.cluster, ep=dep.ep, tokens_per_rank=tokens / ranks,
+                                          mode=exchange.mode)
+    return LayerParts(other=(without_attention - float(step.linear_s[tokens])) / moe,
+                      attention=(seconds(tokens) - without_attention) / moe, experts=experts / moe,
+                      dispatch=dispatch, combine=combine)

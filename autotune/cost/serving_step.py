@@ -160,6 +160,9 @@ class StepModel:
     # (``rank_linear_s[m]``: one rank, ``m`` tokens; ``linear_s`` then holds the experts and collectives)
     dp_ranks: int = 1
     rank_linear_s: np.ndarray | None = None
+    # the MoE token exchange inside ``linear_s`` (EP dispatch + combine, all MoE layers), which a
+    # two-batch overlap hides behind compute (cost/serving_overlap.py); None: the model has none
+    exchange_s: np.ndarray | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -222,7 +225,10 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
               + (0.0 if ranks > 1 else own))
     if moe:
         linear = linear + moe * _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens)
+    exchange = moe * _ep_exchange_s(model, cluster, shape, tokens) if moe else None
     linear[0] = own[0] = 0.0
+    if exchange is not None:
+        exchange[0] = 0.0
     sampled = np.arange(max_sampled + 1, dtype=float)
     rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
     head = _ops_s(_without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
@@ -234,7 +240,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      weight_bytes_per_gpu=_weights_per_gpu(tables, model, shape, weight_dtype),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
-                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None)
+                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange)
 
 
 def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
@@ -350,11 +356,17 @@ def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: 
     scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
     time = _ops_s(scaled, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
                   shape.tp // shape.ep, reached, padded)
-    if shape.ep > 1:  # each rank dispatches its share of the tokens' k copies and combines them back
-        span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
-        sent = tokens / shape.tp * k * model.hidden_size * _ACT_BYTES
-        time = time + 2.0 * collective_time_s("all_to_all", sent, span, cluster)
-    return time
+    return time + _ep_exchange_s(model, cluster, shape, tokens)
+
+
+def _ep_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, tokens: np.ndarray) -> np.ndarray:
+    """One MoE layer's EP all-to-all for each token count: each rank dispatches its share of the
+    tokens' k copies and combines them back; none without EP."""
+    if shape.ep == 1:
+        return 0.0 * tokens
+    span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
+    sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * _ACT_BYTES
+    return 2.0 * collective_time_s("all_to_all", sent, span, cluster)
 
 
 @lru_cache(maxsize=64)
