@@ -244,9 +244,14 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
 
 
 def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
-    """Ways the replica's KV cache is split over its GPUs: by heads under TP (not MLA's latent),
-    by requests under DP attention."""
-    return shape.tp if shape.attention_dp else model.kv_cache_shards(shape.tp)
+    """Ways the replica's KV cache is split over its GPUs: by heads under TP (not MLA's latent), at
+    most one way per KV head: with more ranks than KV heads each rank keeps a whole head, replicated
+    (trtllm-bench's tuning.py: "Each GPU in TP group has at least 1 kv head", max(tp_size,
+    num_key_value_heads) @04cba882; vLLM's QKVParallelLinear: num_kv_heads = 1 and tp / total
+    replicas when tp_size >= total_num_kv_heads); by requests under DP attention."""
+    if shape.attention_dp:
+        return shape.tp
+    return min(model.kv_cache_shards(shape.tp), model.num_kv_heads) if not model.is_mla else model.kv_cache_shards(shape.tp)
 
 
 def _layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
