@@ -97,12 +97,22 @@ class ServingRun:
 def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: int) -> StepModel:
     engine = dep.runtime.serving
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
-    shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp)
+    shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp,
+                         moe_alltoall=_moe_alltoall(dep))
     spec = dep.speculation
     step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2),
                       max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit)
     return step if spec is None else speculative_step(step, spec)
+
+
+def _moe_alltoall(dep: ServingDeployment) -> bool:
+    """Whether the engine's MoE layer dispatches by all-to-all under DP attention: TensorRT-LLM where
+    MnnvlMemory.supports_mnnvl() and moe_ep_size > top_k (fused_moe_cutlass.py select_alltoall_method_type),
+    multi-node NVLink being an NVLink domain beyond one 8-GPU baseboard (GB200 NVL72's trays); every
+    other case gathers and reduce-scatters (serving_step._layer_collectives_s)."""
+    return (dep.attention_dp and dep.runtime.serving.engine == "tensorrt-llm" and dep.cluster.gpus_per_node > 8
+            and dep.ep > dep.model.num_experts_per_token)
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:

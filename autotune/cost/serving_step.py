@@ -120,12 +120,15 @@ class ReplicaShape:
     while the other micro-batches use the others, so a micro-batch's step crosses every layer and
     pp - 1 activation sends; the weights a GPU holds are 1/pp of them, and the KV cache per token is
     quoted for the whole model (a micro-batch's share: pp GPUs each hold 1/pp of the layers for pp
-    micro-batches)."""
+    micro-batches). ``moe_alltoall``: under DP attention the MoE layer dispatches each token's k copies
+    to the ranks of its experts and combines them back (all-to-all) instead of gathering every rank's
+    tokens before the experts and reduce-scattering after (serving_step._layer_collectives_s)."""
 
     tp: int
     ep: int = 1
     attention_dp: bool = False
     pp: int = 1
+    moe_alltoall: bool = False
 
     def __post_init__(self) -> None:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")
@@ -133,6 +136,8 @@ class ReplicaShape:
         require(isinstance(self.ep, int) and self.ep >= 1 and self.tp % self.ep == 0, "ep",
                 f"must divide tp={self.tp}, got {self.ep!r}")
         require(isinstance(self.attention_dp, bool), "attention_dp", "must be true or false")
+        require(isinstance(self.moe_alltoall, bool) and (self.attention_dp or not self.moe_alltoall), "moe_alltoall",
+                "must be true or false, and true only under attention_dp")
 
     @property
     def op_tp(self) -> int:
@@ -224,8 +229,10 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     linear = (_layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
-        linear = linear + moe * _experts_s(tables.experts, model, cluster, shape, weight_dtype, expert_rate, tokens)
-    exchange = moe * _ep_exchange_s(model, cluster, shape, tokens) if moe else None
+        moves = _select(tables.moe_layer, _routed_moves(tables.moe_layer))
+        linear = linear + moe * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens)
+    # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
+    exchange = moe * _moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
     linear[0] = own[0] = 0.0
     if exchange is not None:
         exchange[0] = 0.0
@@ -244,23 +251,33 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
 
 
 def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
-    """Ways the replica's KV cache is split over its GPUs: by heads under TP (not MLA's latent),
-    by requests under DP attention."""
-    return shape.tp if shape.attention_dp else model.kv_cache_shards(shape.tp)
+    """Ways the replica's KV cache is split over its GPUs: by heads under TP (not MLA's latent), at
+    most one way per KV head: with more ranks than KV heads each rank keeps a whole head, replicated
+    (trtllm-bench's tuning.py: "Each GPU in TP group has at least 1 kv head", max(tp_size,
+    num_key_value_heads) @04cba882; vLLM's QKVParallelLinear: num_kv_heads = 1 and tp / total
+    replicas when tp_size >= total_num_kv_heads); by requests under DP attention."""
+    if shape.attention_dp:
+        return shape.tp
+    return min(model.kv_cache_shards(shape.tp), model.num_kv_heads) if not model.is_mla else model.kv_cache_shards(shape.tp)
 
 
 def _layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
                          dense: int, moe: int) -> np.ndarray:
     """Per-step collectives of all layers: two all-reduces of the activations per layer under TP
-    (Megatron's layout); under DP attention none around attention, and TP-split experts take the
-    ranks' tokens in and out (all-gather before, reduce-scatter after; EP's all-to-all is in _experts_s)."""
+    (Megatron's layout; with EP too, the tokens are already on every rank and the layer's all-reduce
+    sums the experts' partial outputs); under DP attention none around attention, and the MoE layer
+    gathers every rank's tokens before its experts and reduce-scatters their outputs after, whether
+    the experts are TP-split or EP-split, or dispatches by all-to-all (_moe_exchange_s).
+    TensorRT-LLM's CutlassFusedMoE and WideEPMoE take the all-to-all only where MnnvlMemory.supports_mnnvl()
+    (a multi-node NVLink domain, GB200 NVL) and moe_ep_size > top_k, else allgather + reducescatter
+    (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
+    SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
+    The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound."""
     act = tokens * model.hidden_size * _ACT_BYTES
     if not shape.attention_dp:
         return model.num_layers * 2.0 * collective_time_s("all_reduce", act, span, cluster)
     require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
-    if shape.ep > 1:
-        return 0.0 * tokens
-    return moe * (collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster))
+    return moe * _moe_exchange_s(model, cluster, shape, span, tokens)
 
 
 def _stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, tokens: np.ndarray) -> np.ndarray:
@@ -275,8 +292,37 @@ def _stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, 
             + inter * level_time_s("send_recv", act, 2, cluster.inter_node))
 
 
+def _not_attention(table: OpTable) -> np.ndarray:
+    return np.array([k != "attention" for k in table.kinds])
+
+
 def _without_attention(table: OpTable) -> OpTable:
-    return _select(table, np.array([k != "attention" for k in table.kinds]))
+    return _select(table, _not_attention(table))
+
+
+# The MoE layer's row moves (graph/moe_ops.py): permute writes each token once per expert it routes to,
+# unpermute reads those rows back and sums them. They run on the rows the rank's experts take.
+_ROUTED_MOVES = ("permute", "unpermute")
+
+
+def _routed_moves(table: OpTable) -> np.ndarray:
+    return np.array([n in _ROUTED_MOVES for n in table.names])
+
+
+def _full_hidden(experts: OpTable, moves: OpTable) -> tuple[OpTable, OpTable]:
+    """The routed experts' tables as a TP-split expert runs them: every rank of an expert's TP group
+    takes its routed rows whole (the up GEMM's input, the permuted rows, at the full hidden size) and
+    writes the down GEMM's partial sums at the full hidden size, which unpermute reads back; only the
+    intermediate width splits (vLLM's FusedMoE: intermediate_size_per_partition = intermediate_size //
+    tp_size, hidden_size whole, model_executor/layers/fused_moe/layer.py; TensorRT-LLM's fused MoE the
+    same by moe_tp_size, as aiconfigurator's collector keys its shapes: inter_size // moe_tp_size,
+    collector/trtllm/collect_moe.py @095f58a5). Its measured TP-split layer (moe_tp 8, h100_sxm
+    moe_perf.parquet there) runs 2-3x the time of the split-everything pricing at 1k-4k tokens."""
+    up_in = np.array([n == "expert_up" for n in experts.names])
+    down_out = np.array([n == "expert_down" for n in experts.names])
+    experts = replace(experts, in_split=experts.in_split & ~up_in, out_split=experts.out_split & ~down_out)
+    none = np.zeros(len(moves.names), dtype=bool)
+    return experts, replace(moves, in_split=none, out_split=none)
 
 
 def _without_loss(table: OpTable) -> OpTable:
@@ -319,9 +365,10 @@ _UNQUANTIZED_GEMMS = ("router",)
 
 def _non_expert_s(layer: OpTable, model: ModelSpec, device, dtype: str, rate_dtype: str, tokens: np.ndarray,
                   tp: int) -> np.ndarray:
-    """The operators of a layer but attention and the routed experts, attention projections in BF16
-    where the checkpoint keeps them so (cost/checkpoint_layout.py)."""
-    table = _without_attention(layer)
+    """The operators of a layer but attention and the routed experts (their permute and unpermute
+    with them, _experts_s), attention projections in BF16 where the checkpoint keeps them so
+    (cost/checkpoint_layout.py)."""
+    table = _select(layer, _not_attention(layer) & ~_routed_moves(layer))
     if not bf16_attention(model, dtype):
         return _ops_s(table, device, dtype, rate_dtype, tokens, tp)
     attention = attention_gemms(table)
@@ -342,31 +389,36 @@ def _has_fit(device, dtype: str) -> bool:
     return True
 
 
-def _experts_s(experts: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str,
-               rate_dtype: str, tokens: np.ndarray) -> np.ndarray:
+def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape,
+               weight_dtype: str, rate_dtype: str, tokens: np.ndarray) -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
     every expert's rows rounded up to the kernel's M tile (cost/expert_tiles.py), split over ep
-    groups of tp / ep GPUs, plus the EP all-to-all dispatch and combine."""
+    groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
     padded = padded_row_share(tokens, e, k, expert_tile_rows(rate_dtype))
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
-    # rows routed to its experts (n k / ep under balanced routing)
-    scaled = replace(experts, weight_bytes=experts.weight_bytes / shape.ep)
-    time = _ops_s(scaled, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
+    # rows routed to its experts (n k / ep under balanced routing), permuted and unpermuted whole
+    experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
+    time = _ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
                   shape.tp // shape.ep, reached, padded)
-    return time + _ep_exchange_s(model, cluster, shape, tokens)
+    return time + _ops_s(moves, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, 1)
 
 
-def _ep_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, tokens: np.ndarray) -> np.ndarray:
-    """One MoE layer's EP all-to-all for each token count: each rank dispatches its share of the
-    tokens' k copies and combines them back; none without EP."""
-    if shape.ep == 1:
+def _moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray) -> np.ndarray:
+    """One MoE layer's token exchange under DP attention for each token count (_layer_collectives_s says
+    which): the all-to-all dispatch of each rank's share of the tokens' k copies and their combine
+    where the engine runs one (ReplicaShape.moe_alltoall), else every rank's tokens gathered before the
+    experts and their outputs reduce-scattered after; none without DP attention (TP's all-reduces)."""
+    if not shape.attention_dp:
         return 0.0 * tokens
-    span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
-    sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * _ACT_BYTES
-    return 2.0 * collective_time_s("all_to_all", sent, span, cluster)
+    if shape.moe_alltoall:
+        ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
+        sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * _ACT_BYTES
+        return 2.0 * collective_time_s("all_to_all", sent, ep_span, cluster)
+    act = tokens * model.hidden_size * _ACT_BYTES
+    return collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster)
 
 
 @lru_cache(maxsize=64)
