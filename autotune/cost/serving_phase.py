@@ -10,7 +10,7 @@ over its time, from the same step costs the scheduler simulation uses (serving_s
 
 - a decode pool: every rank decoding ``per_rank`` requests (DP attention: each GPU its own; else the
   instance's batch) over ``context`` cached positions each;
-- a prefill pool: every rank taking ``per_rank`` prompt tokens a step, whole prompts of ``prompt_len``.
+- a prefill pool: every rank taking ``per_rank`` prompt tokens a step, whole prompts of ``context`` tokens.
 
 The KV transfer between pools, the scheduler's host time (the overlap scheduler runs it beside the
 GPU) and the queueing of a closed load are not in it: the sources saturate the tested pool.
