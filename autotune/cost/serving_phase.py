@@ -31,7 +31,8 @@ def phase_tokens_per_gpu_s(dep: ServingDeployment, *, phase: str, per_rank: int,
     ``per_rank`` requests a rank over ``context`` cached positions each (output tokens/s); prefill,
     ``per_rank`` prompt tokens a rank a step in prompts of ``context`` tokens (input tokens/s)."""
     require(phase in PHASES, "phase", f"{phase!r}; choose one of: {', '.join(PHASES)}")
-    require(per_rank >= 1 and context >= 1, "phase", f"needs a batch and a length >= 1, got {per_rank}, {context}")
+    require(per_rank >= 1, "per_rank", f"a rank's batch must be >= 1, got {per_rank}")
+    require(context >= 1, "context", f"must be >= 1 tokens, got {context}")
     ranks = dep.tp if dep.attention_dp else 1
     tokens = per_rank * ranks
     if phase == "decode":
