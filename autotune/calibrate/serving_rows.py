@@ -294,21 +294,22 @@ def case_from_row(row: dict) -> ServingCase:
         scenario_text = f"{row['concurrency_or_batch']} {row['model']}"
         system = published_system(runtime.name, model.name, row["gpu"], row_int(row, "gpus"), scenario_text)
         runtime, system_notes = _with_system(runtime, system)
-        tp, pp, replicas, ep, attention_dp, degree_notes = row_degrees(row, system)
+        d = row_degrees(row, system)
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
-        assumed = engine_notes + system_notes + degree_notes + precision_notes
-        phase = phase_row(row, gpus=tp * pp * replicas, gpus_per_node=cluster.gpus_per_node)
+        assumed = engine_notes + system_notes + d.assumed + precision_notes
+        phase = phase_row(row, gpus=d.gpus, gpus_per_node=cluster.gpus_per_node)
         if phase is not None:
             return _phase_case(row, runtime, phase, ServingDeployment(
-                model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep, attention_dp=attention_dp,
-                weight_dtype=precision, pp=pp), assumed)
+                model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas, ep=d.ep,
+                attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
-        load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
+        load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset)
         metric, scope, factor, inverse, metric_notes = _metric(row)
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
-        deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
-                                       attention_dp=attention_dp, weight_dtype=precision, pp=pp, speculation=speculation)
+        deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas,
+                                       ep=d.ep, attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp,
+                                       speculation=speculation)
         measured = float(row["value"])
     except AutotuneError as err:
         raise RowProblem(f"{err.field}: {err.message}") from None
