@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+from autotune.calibrate.serving_degrees import RowDegrees, row_degrees
 from autotune.calibrate.serving_rows import case_from_row
+from autotune.errors import AutotuneError
 
 ROW = dict(id="adp", source="test", model="DeepSeek-R1", hf_model_id="", arch="moe", params_b="671",
            gpu="H200-SXM-141GB", gpus="8", tp="8", pp="", ep="8", dp="", precision="fp8", engine="tensorrt-llm",
@@ -28,3 +30,10 @@ def test_stated_attention_dp_is_read(notes):
                                    "the flag nests under cuda_graph_config (read as the default, attention DP off)"])
 def test_attention_dp_stated_off_or_absent_is_not(notes):
     assert not case_from_row(dict(ROW, ep="", notes=notes)).deployment.attention_dp
+
+
+def test_a_rows_degrees_are_a_named_layout_that_checks_itself():
+    d = row_degrees(dict(ROW, notes="DEP8 column"), None)
+    assert (d.tp, d.pp, d.replicas, d.ep, d.attention_dp, d.gpus) == (8, 1, 1, 8, True, 8)
+    with pytest.raises(AutotuneError, match="replicas"):
+        RowDegrees(tp=8, pp=1, replicas=0, ep=8, attention_dp=False)

@@ -10,6 +10,7 @@ import pytest
 from autotune.calibrate.serving_published import check_serving_csv
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.calibrate.serving_speculation import speculation_from_notes
+from autotune.cost import serving_step
 from autotune.cost.checkpoint_layout import bf16_attention
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model, run_serving
 from autotune.cost.serving_load import Load, metric_value
@@ -89,7 +90,7 @@ def test_notes_in_trtllm_spelling():
     assert spec is None and "not modelled" in assumed[0]
 
 
-def test_mla_nvfp4_checkpoints_keep_attention_in_bf16():
+def test_mla_nvfp4_checkpoints_keep_attention_in_bf16(monkeypatch):
     deepseek, llama = resolve_model("deepseek-v3"), resolve_model("llama3-70b")
     assert bf16_attention(deepseek, "nvfp4") and not bf16_attention(deepseek, "fp8")
     assert not bf16_attention(llama, "nvfp4")
@@ -98,10 +99,25 @@ def test_mla_nvfp4_checkpoints_keep_attention_in_bf16():
     step = replica_step_model(dep, max_tokens=1, max_sampled=1)
     fp8 = replica_step_model(replace(dep, weight_dtype="fp8"), max_tokens=1, max_sampled=1)
     assert step.weight_bytes_per_gpu < fp8.weight_bytes_per_gpu  # the experts still in 4.5 bits
+    # the same checkpoint with its attention projections in NVFP4 too: fewer bytes held, and its attention GEMMs
+    # priced at another rate (at batch 1 the NVFP4 fit, activation quantization included, is the slower one)
+    serving_step._step_model.cache_clear()
+    monkeypatch.setattr(serving_step, "bf16_attention", lambda model, dtype: False)
+    try:
+        all_fp4 = replica_step_model(dep, max_tokens=1, max_sampled=1)
+    finally:
+        serving_step._step_model.cache_clear()
+    assert step.weight_bytes_per_gpu > all_fp4.weight_bytes_per_gpu
+
+    def decode_s(s):
+        return s.gpu_s(decodes=1, context=2048.0, prefill_tokens=0, pairs=0.0, sampled=1)
+
+    assert decode_s(step) != pytest.approx(decode_s(all_fp4), rel=1e-3)
 
 
 def test_every_blog_row_reads_as_a_case():
-    rows = list(csv.DictReader(BLOGS.open()))
+    with BLOGS.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
     cases = [case_from_row(r) for r in rows]  # RowProblem on any refusal
     assert len(cases) == len(rows) >= 15
     assert sum(c.deployment.speculation is not None for c in cases) >= 5

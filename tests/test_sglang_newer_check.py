@@ -78,6 +78,10 @@ def test_a_phase_row_needs_its_batch_and_measures_its_phases_tokens():
         phase_row(dict(row, concurrency_or_batch="prefill phase only"), gpus=32, gpus_per_node=8)
     with pytest.raises(RowProblem, match="input tokens/s"):
         phase_row(dict(row, metric="output_tokens_per_s"), gpus=32, gpus_per_node=8)
+    with pytest.raises(AutotuneError, match="batch per device must be >= 1"):  # PhaseRow checks itself
+        phase_row(dict(row, concurrency_or_batch="prefill phase only: 0 tokens per device"), gpus=32, gpus_per_node=8)
+    assert "batch per device" in next(c.reason for c in check_serving_rows(
+        [dict(row, concurrency_or_batch="prefill phase only: 0 tokens per device")]))
 
 
 @pytest.mark.slow

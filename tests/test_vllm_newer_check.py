@@ -12,6 +12,7 @@ import pytest
 
 from autotune.calibrate.serving_published import check_serving_rows, summarise
 from autotune.calibrate.serving_rows import case_from_row
+from autotune.cost.serving_eval import run_serving
 from autotune.cost.serving_limits import activation_bytes_per_token, vllm_profile_peak_bytes
 from autotune.spec.presets import resolve_model
 
@@ -64,8 +65,6 @@ def test_a_dense_models_peak_is_the_tile_every_engine_uses():
 def test_a_32k_prompt_fits_where_vllm_started_with_max_model_len_32768():
     # vLLM refuses to start unless one --max-model-len request fits; gpustack's run did start and serve it
     case = case_from_row(_rows("vn-go-11")[0])
-    from autotune.cost.serving_eval import run_serving
-
     limits = run_serving(case.deployment, case.load).limits
     assert limits.kv_capacity_tokens >= 32768
 

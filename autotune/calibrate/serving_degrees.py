@@ -4,11 +4,35 @@ whether attention ran data-parallel, from the row's cells and notes or its publi
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from autotune.calibrate.serving_names import RowProblem
 from autotune.calibrate.serving_systems import PublishedSystem
+from autotune.errors import require
 
-__all__ = ["row_int", "row_degrees"]
+__all__ = ["RowDegrees", "row_int", "row_degrees"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RowDegrees:
+    """A row's layout: ``replicas`` engine instances of ``tp`` x ``pp`` GPUs, experts over ``ep``,
+    attention data-parallel or not, and what was assumed to read it so."""
+
+    tp: int
+    pp: int
+    replicas: int
+    ep: int
+    attention_dp: bool
+    assumed: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "pp", "replicas", "ep"):
+            value = getattr(self, name)
+            require(isinstance(value, int) and value >= 1, name, f"must be an integer >= 1, got {value!r}")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.replicas
 
 
 def row_int(row: dict, column: str) -> int | None:
@@ -88,10 +112,9 @@ def _system_degrees(system: PublishedSystem, pp: int | None, ep: int | None) -> 
     return pp, ep, assumed
 
 
-def row_degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, int, int, bool, tuple[str, ...]]:
-    """(tp, pp, replicas, ep, attention_dp, assumptions) from the gpus / tp / pp / ep / dp cells
-    (_counts). A replica is one engine instance of tp x pp GPUs: with DP attention its dp ranks
-    share one MoE."""
+def row_degrees(row: dict, system: PublishedSystem | None) -> RowDegrees:
+    """The row's degrees from its gpus / tp / pp / ep / dp cells (_counts). A replica is one engine
+    instance of tp x pp GPUs: with DP attention its dp ranks share one MoE."""
     gpus, tp, pp, ep, dp, assumed = _counts(row, system)
     attention_dp = _attention_dp(row)
     if not attention_dp and system is not None and system.get("attention_dp") and not row_int(row, "tp"):
@@ -102,15 +125,16 @@ def row_degrees(row: dict, system: PublishedSystem | None) -> tuple[int, int, in
         replicas = dp if dp else gpus // (tp * pp)
         if replicas * tp * pp != gpus:
             raise RowProblem(f"tp {tp} x pp {pp} x dp {replicas} does not make the {gpus} GPUs")
-        return tp, pp, replicas, ep, False, assumed
+        return RowDegrees(tp=tp, pp=pp, replicas=replicas, ep=ep, attention_dp=False, assumed=assumed)
     if ep > tp:  # vLLM's --data-parallel-size with --enable-expert-parallel, TRT-LLM's ADP: experts over tp x dp
         if ep % tp or gpus % ep or (dp and tp * dp != ep):
             raise RowProblem(f"ep {ep} is not tp {tp} x dp {dp or '?'}: the experts span no whole replica")
-        return ep, 1, gpus // ep, ep, True, assumed + (
-            f"ep {ep} over tp {tp} x dp {ep // tp}: one replica of {ep} GPUs, attention data-parallel",)
+        return RowDegrees(tp=ep, pp=1, replicas=gpus // ep, ep=ep, attention_dp=True, assumed=assumed + (
+            f"ep {ep} over tp {tp} x dp {ep // tp}: one replica of {ep} GPUs, attention data-parallel",))
     if attention_dp and dp and tp == gpus and dp * tp != gpus:  # SGLang --tp 8 --dp 8 --enable-dp-attention
-        return tp, 1, 1, ep, True, assumed + (f"dp {dp} is the attention-DP degree inside the tp-{tp} replica",)
+        return RowDegrees(tp=tp, pp=1, replicas=1, ep=ep, attention_dp=True,
+                          assumed=assumed + (f"dp {dp} is the attention-DP degree inside the tp-{tp} replica",))
     replicas = dp if dp else gpus // tp
     if replicas * tp != gpus:
         raise RowProblem(f"tp {tp} x dp {replicas} does not make the {gpus} GPUs")
-    return tp, 1, replicas, ep, attention_dp, assumed
+    return RowDegrees(tp=tp, pp=1, replicas=replicas, ep=ep, attention_dp=attention_dp, assumed=assumed)

@@ -13,9 +13,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from autotune.calibrate.serving_degrees import row_int
 from autotune.calibrate.serving_names import RowProblem
 from autotune.calibrate.serving_phrases import metric_name
 from autotune.cost.serving_overlap import MoeExchange, exchange_from_notes
+from autotune.cost.serving_phase import PHASES
+from autotune.errors import require
 
 __all__ = ["PhaseRow", "phase_row"]
 
@@ -38,6 +41,13 @@ class PhaseRow:
     exchange: MoeExchange | None = None
     assumed: tuple[str, ...] = ()
 
+    def __post_init__(self) -> None:
+        require(self.phase in PHASES, "phase", f"{self.phase!r}; choose one of: {', '.join(PHASES)}")
+        require(isinstance(self.per_rank, int) and self.per_rank >= 1, "concurrency_or_batch",
+                f"a one-phase row's batch per device must be >= 1, got {self.per_rank!r}")
+        require(isinstance(self.context, int) and self.context >= 1, "isl", f"must be >= 1, got {self.context!r}")
+        require(self.per_gpu_to_unit > 0, "unit", f"must count one GPU or more, got {self.per_gpu_to_unit!r}")
+
 
 def phase_row(row: dict, *, gpus: int, gpus_per_node: int) -> PhaseRow | None:
     """The row as one phase of a disaggregated deployment, None when its load cell names no phase, or
@@ -52,10 +62,10 @@ def phase_row(row: dict, *, gpus: int, gpus_per_node: int) -> PhaseRow | None:
         what = "prompt tokens per device" if phase == "prefill" else "batch size per device"
         raise RowProblem(f"a {phase}-only row needs its {what} in concurrency_or_batch, got {cell!r}")
     isl = _positive(row, "isl", "the prompt length" if phase == "prefill" else "the cached context")
-    osl = row.get("osl", "").strip()
+    osl = row_int(row, "osl")
     context, assumed = isl, ()
     if phase == "decode" and osl:
-        context = isl + int(osl) // 2
+        context = isl + osl // 2
         assumed = (f"decode context {context} (isl + osl / 2: a request's mean over its output)",)
     _check_metric(row, phase)
     exchange = exchange_from_notes(row.get("notes", ""), phase)
@@ -66,10 +76,10 @@ def phase_row(row: dict, *, gpus: int, gpus_per_node: int) -> PhaseRow | None:
 
 
 def _positive(row: dict, column: str, what: str) -> int:
-    text = row.get(column, "").strip()
-    if not text.isdigit() or int(text) < 1:
-        raise RowProblem(f"{column} {text!r}: a one-phase row needs {what} as a positive integer")
-    return int(text)
+    value = row_int(row, column)
+    if value is None or value < 1:
+        raise RowProblem(f"{column} {row.get(column, '')!r}: a one-phase row needs {what} as a positive integer")
+    return value
 
 
 def _check_metric(row: dict, phase: str) -> None:

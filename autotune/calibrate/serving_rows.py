@@ -34,7 +34,7 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
-from autotune.spec.serving_engine import ServingEngine
+from autotune.spec.serving_engine import VLLM_V1_RELEASE, ServingEngine, release_number
 
 __all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS",
            "MAX_RATE_REQUESTS", "BENCH_REQUESTS"]
@@ -89,16 +89,6 @@ def _datasets() -> dict:
     return tomllib.loads(resources.files("autotune.data").joinpath("serving_datasets.toml").read_text())
 
 
-def _version(text: str) -> tuple[int, ...] | None:
-    found = re.search(r"(\d+(?:\.\d+)*)", text)
-    if not found:
-        return None
-    parts = [int(p) for p in found.group(1).split(".")]
-    while len(parts) > 1 and parts[-1] == 0:  # "1.0" names the release "1.0.0" does
-        parts.pop()
-    return tuple(parts)
-
-
 def engine_runtime(engine: str, version: str) -> Runtime:
     """The engine's preset for ``version``: the newest preset of that engine not newer than it (no
     version number: the newest)."""
@@ -106,9 +96,9 @@ def engine_runtime(engine: str, version: str) -> Runtime:
     ours = [r for r in presets if r.serving is not None and r.serving.engine == engine]
     if not ours:
         raise RowProblem(f"no runtime preset for engine {engine!r}")
-    wanted = _version(version) or (10**6,)
-    ranked = sorted(ours, key=lambda r: _version(r.serving.version) or ())
-    older = [r for r in ranked if (_version(r.serving.version) or ()) <= wanted]
+    wanted = release_number(version) or (10**6,)
+    ranked = sorted(ours, key=lambda r: release_number(r.serving.version) or ())
+    older = [r for r in ranked if (release_number(r.serving.version) or ()) <= wanted]
     return older[-1] if older else ranked[0]
 
 
@@ -194,7 +184,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     version = row.get("engine_version", "")
     runtime = engine_runtime(engine_name(row["engine"]), version)
     engine, notes, changes = runtime.serving, row.get("notes", ""), {}
-    named = () if _version(version) or not version.strip() else (
+    named = () if release_number(version) or not version.strip() else (
         f"{runtime.name} (engine_version {version!r} names no version number: the newest preset)",)
     steps = _number(r"--num-scheduler-steps (\d+)", notes)
     if steps:
@@ -212,7 +202,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling; the default from 0.14.0): the
     # engine core schedules step n+1 and the runner prepares its inputs while step n runs (PR #19970, PR #23569
     # 'Fully overlap model execution'); --no-async-scheduling turns it off
-    if engine.engine == "vllm" and (_version(engine.version) or ()) >= (0, 8):
+    if engine.engine == "vllm" and (release_number(engine.version) or ()) >= VLLM_V1_RELEASE:
         changes.update(_async_scheduling(engine, notes))
     # vLLM 0.6's --disable-async-output-proc (arg_utils.py), SGLang 0.4's --disable-overlap-schedule
     # (server_args.py): the host's work runs between the GPU's steps (cost/serving_host.py)
@@ -304,21 +294,22 @@ def case_from_row(row: dict) -> ServingCase:
         scenario_text = f"{row['concurrency_or_batch']} {row['model']}"
         system = published_system(runtime.name, model.name, row["gpu"], row_int(row, "gpus"), scenario_text)
         runtime, system_notes = _with_system(runtime, system)
-        tp, pp, replicas, ep, attention_dp, degree_notes = row_degrees(row, system)
+        d = row_degrees(row, system)
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
-        assumed = engine_notes + system_notes + degree_notes + precision_notes
-        phase = phase_row(row, gpus=tp * pp * replicas, gpus_per_node=cluster.gpus_per_node)
+        assumed = engine_notes + system_notes + d.assumed + precision_notes
+        phase = phase_row(row, gpus=d.gpus, gpus_per_node=cluster.gpus_per_node)
         if phase is not None:
             return _phase_case(row, runtime, phase, ServingDeployment(
-                model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep, attention_dp=attention_dp,
-                weight_dtype=precision, pp=pp), assumed)
+                model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas, ep=d.ep,
+                attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
-        load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
+        load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset)
         metric, scope, factor, inverse, metric_notes = _metric(row)
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
-        deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
-                                       attention_dp=attention_dp, weight_dtype=precision, pp=pp, speculation=speculation)
+        deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas,
+                                       ep=d.ep, attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp,
+                                       speculation=speculation)
         measured = float(row["value"])
     except AutotuneError as err:
         raise RowProblem(f"{err.field}: {err.message}") from None
@@ -333,7 +324,7 @@ def case_from_row(row: dict) -> ServingCase:
 def _phase_case(row: dict, runtime: Runtime, phase: PhaseRow, deployment: ServingDeployment,
                 assumed: tuple[str, ...]) -> ServingCase:
     """A one-phase row: priced from its step costs (cost/serving_phase.py), its load only the lengths."""
-    isl, osl = int(row["isl"]), int(row.get("osl") or 1)
+    isl, osl = row_int(row, "isl"), row_int(row, "osl") or 1
     metric = "total_tokens_per_s" if phase.phase == "prefill" else "output_tokens_per_s"
     what = f"{phase.phase} steps back to back at {phase.per_rank} {'tokens' if phase.phase == 'prefill' else 'requests'} a rank"
     return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,

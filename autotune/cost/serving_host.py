@@ -58,7 +58,7 @@ def step_wall_s(sched, gpu_s, calls, eager: bool, seqs: float, streams: float = 
     step: the host cannot run ahead of a GPU faster than it), and the host's scheduling
     (``calls``: 1 where the step begins a scheduler call, else 0) and output processing, exposed as
     the engine's ``host_overlap`` leaves them; at least the frontend's time for the step's ``streams``
-    (``frontend_streams``), the stage beside them. ``sched``: a serving_sim.Schedule."""
+    (``frontend_streams``), the stage beside them. ``sched``: a serving_run.Schedule."""
     return np.maximum(_engine_wall_s(sched, gpu_s, calls, eager, seqs), sched.frontend_s_per_seq * streams)
 
 

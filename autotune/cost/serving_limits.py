@@ -15,11 +15,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from autotune.cost.cache import tile_bytes_per_token
 from autotune.errors import require
 from autotune.graph.table import model_tables
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
-from autotune.spec.serving_engine import ServingEngine
+from autotune.spec.serving_engine import VLLM_V1_RELEASE, ServingEngine, release_number
 
 __all__ = ["EngineLimits", "engine_limits", "bench_param_count", "bench_head_size", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
            "vllm_profile_peak_bytes",
@@ -79,8 +80,6 @@ class EngineLimits:
 def activation_bytes_per_token(model: ModelSpec, tp: int) -> float:
     """Live activation bytes of one token in a forward pass per GPU: the widest operator's input
     and output beside the residual stream (BF16), as the engines' profiling forward peaks."""
-    from autotune.cost.cache import tile_bytes_per_token
-
     tables = model_tables(model, 1, 2, "flash")
     widest = tile_bytes_per_token(tables.layer, 1, tp, False)
     if tables.moe_layer is not None and tables.experts is not None:
@@ -97,12 +96,6 @@ _VLLM_MOE_CHUNK_TOKENS = 16 * 1024
 # logits over the whole vocabulary (BF16) and the sampler's float32 copy of them, both live
 # (v1/worker/gpu_model_runner.py _dummy_sampler_run; v1/sample/sampler.py 'Use float32 for the logits.')
 _VLLM_SAMPLER_BYTES_PER_LOGIT = 2.0 + 4.0
-# The first release whose default engine is V1 (envs.py VLLM_USE_V1 default 1 in the vllm-0.8.0 wheel)
-_VLLM_V1_RELEASE = (0, 8)
-
-
-def _release(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
 
 
 def vllm_profile_peak_bytes(model: ModelSpec, *, tp: int, ep: int, tokens: int, seqs: int, v1: bool = True) -> float:
@@ -110,8 +103,6 @@ def vllm_profile_peak_bytes(model: ModelSpec, *, tp: int, ep: int, tokens: int, 
     determine_available_memory subtracts its peak): the widest dense operator's tile as for any engine,
     the fused-MoE kernel's two intermediate caches for an MoE model (experts split by TP unless EP holds
     them whole), and on the V1 engine the dummy sampler's logits, whichever is largest."""
-    from autotune.cost.cache import tile_bytes_per_token
-
     dense = tile_bytes_per_token(model_tables(model, 1, 2, "flash").layer, 1, tp, False) * max(tokens, 1)
     moe = 0.0
     if model.num_experts:
@@ -220,7 +211,7 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
     tokens = engine.launch_max_num_batched_tokens or tokens
     if engine.engine == "vllm" and engine.memory_rule == "total":  # the profiled peak of its own kernels
         activations = vllm_profile_peak_bytes(model, tp=tp, ep=ep, tokens=tokens, seqs=seqs,
-                                              v1=_release(engine.version) >= _VLLM_V1_RELEASE)
+                                              v1=(release_number(engine.version) or ()) >= VLLM_V1_RELEASE)
     else:
         activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
     kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)

@@ -10,7 +10,7 @@ over its time, from the same step costs the scheduler simulation uses (serving_s
 
 - a decode pool: every rank decoding ``per_rank`` requests (DP attention: each GPU its own; else the
   instance's batch) over ``context`` cached positions each;
-- a prefill pool: every rank taking ``per_rank`` prompt tokens a step, whole prompts of ``prompt_len``.
+- a prefill pool: every rank taking ``per_rank`` prompt tokens a step, whole prompts of ``context`` tokens.
 
 With DeepEP (SGLang's --enable-deepep-moe) the MoE exchange is DeepEP's, and with
 --enable-two-batch-overlap the step runs as two micro-batches that hide each other's exchange
@@ -37,7 +37,8 @@ def phase_tokens_per_gpu_s(dep: ServingDeployment, *, phase: str, per_rank: int,
     ``per_rank`` prompt tokens a rank a step in prompts of ``context`` tokens (input tokens/s);
     ``exchange``: the MoE exchange the deployment runs (None: the step model's all-to-all)."""
     require(phase in PHASES, "phase", f"{phase!r}; choose one of: {', '.join(PHASES)}")
-    require(per_rank >= 1 and context >= 1, "phase", f"needs a batch and a length >= 1, got {per_rank}, {context}")
+    require(per_rank >= 1, "per_rank", f"a rank's batch must be >= 1, got {per_rank}")
+    require(context >= 1, "context", f"must be >= 1 tokens, got {context}")
     ranks = dep.tp if dep.attention_dp else 1
     if phase == "decode":
         tokens = per_rank * ranks

@@ -25,7 +25,7 @@ from autotune.cost.serving_step import StepModel
 from autotune.errors import require
 
 __all__ = ["Speculation", "SpeculativeStepModel", "speculative_step", "geometric_acceptance_length",
-           "MTP_ACCEPTANCE_LENGTH", "default_acceptance_length"]
+           "MTP_ACCEPTANCE_LENGTH", "default_acceptance_length", "speculative_tokens"]
 
 # Where a row states no acceptance: DeepSeek-R1's MTP as TensorRT-LLM runs it (MTP Eagle, one module k
 # times) on B200 at batch 1, 1K/2K real data, acceptance length by k (tech blog 1, docs/source/blogs/

@@ -9,6 +9,7 @@ engine limits (``autotune/cost/serving_limits.py``) read them.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
@@ -16,7 +17,7 @@ from autotune.errors import AutotuneError, require, require_choice
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
-           "NVFP4_GEMM_FITS"]
+           "NVFP4_GEMM_FITS", "release_number", "VLLM_V1_RELEASE"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
 # prompts first (vLLM's v0 scheduler without chunked prefill; SGLang's forward_step). "mixed": every
@@ -69,6 +70,20 @@ NVFP4_GEMM_FITS = ("sweep", "linear", "vllm", "sglang")
 # the host work a step overlaps with the GPU's (autotune/cost/serving_host.py): none, the previous
 # step's output processing (vLLM 0.6's async output processor), or all of it (an overlap scheduler)
 HOST_OVERLAPS = ("none", "output", "all")
+# The first vLLM release whose default engine is V1 (envs.py VLLM_USE_V1 default 1 in the vllm-0.8.0 wheel)
+VLLM_V1_RELEASE = (0, 8)
+
+
+def release_number(text: str) -> tuple[int, ...] | None:
+    """The first dotted number in ``text`` as a tuple that orders releases ('v0.20.2' -> (0, 20, 2)),
+    trailing zeros dropped ("1.0" names the release "1.0.0" does); None where ``text`` has no number."""
+    found = re.search(r"(\d+(?:\.\d+)*)", text)
+    if not found:
+        return None
+    parts = [int(p) for p in found.group(1).split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,18 +161,8 @@ class ServingEngine:
         require_choice("serving.export", self.export, SERVING_EXPORTS)
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
-        for name in ("max_num_seqs", "max_num_batched_tokens", "launch_max_num_seqs", "launch_max_num_batched_tokens",
-                     "max_model_len", "prefill_chunk_tokens",
-                     "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
-            _require_count(name, getattr(self, name), minimum=0)
-        for name in ("kv_block_tokens", "scheduler_steps"):
-            _require_count(name, getattr(self, name), minimum=1)
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
-        for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
-                     "frontend_s_per_seq",
-                     "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s", "new_token_ratio_init",
-                     "new_token_ratio_min", "new_token_ratio_decay"):
-            _require_number(name, getattr(self, name))
+        self._check_counts_and_numbers()
         self._check_prompt_encode()
         if self.admission == "reserve_output":
             self._check_output_reserve()
@@ -173,6 +178,18 @@ class ServingEngine:
         for f in fields(self):
             if f.type == "bool":
                 require(isinstance(getattr(self, f.name), bool), f"serving.{f.name}", "must be true or false")
+
+    def _check_counts_and_numbers(self) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "launch_max_num_seqs", "launch_max_num_batched_tokens",
+                     "max_model_len", "prefill_chunk_tokens",
+                     "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
+            _require_count(name, getattr(self, name), minimum=0)
+        for name in ("kv_block_tokens", "scheduler_steps"):
+            _require_count(name, getattr(self, name), minimum=1)
+        for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
+                     "frontend_s_per_seq", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
+                     "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay"):
+            _require_number(name, getattr(self, name))
 
     def _check_output_reserve(self) -> None:
         require(self.kv_reservation == "grow" and self.scheduler == "prefill_first", "serving.admission",
