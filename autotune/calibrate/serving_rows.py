@@ -189,6 +189,15 @@ def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
     return metric, scope, 1.0, False, ((read_as,) if read_as else ())
 
 
+def _loadgen_window(metric: str, runtime: Runtime, load: Load, notes: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """An MLPerf Server row's output tokens/s as LoadGen reads it: up to the final issued query's finish."""
+    if runtime.serving.engine != "mlperf-nvidia" or load.kind != "rate" or metric != "output_tokens_per_s":
+        return metric, notes
+    return "loadgen_completed_tokens_per_s", notes + (
+        "output tokens/s over the run until the final issued query completes (LoadGen Server: "
+        "token_count / final_query_all_samples_done_time)",)
+
+
 def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     """The engine's preset, with the engine flags the row's notes quote."""
     version = row.get("engine_version", "")
@@ -316,6 +325,7 @@ def case_from_row(row: dict) -> ServingCase:
         load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset)
         metric, scope, factor, inverse, metric_notes = _metric(row)
+        metric, metric_notes = _loadgen_window(metric, runtime, load, metric_notes)
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=tp, replicas=replicas, ep=ep,
                                        attention_dp=attention_dp, weight_dtype=precision, pp=pp, speculation=speculation)
