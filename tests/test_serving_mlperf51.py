@@ -66,6 +66,17 @@ def test_a_v51_row_naming_only_its_system_takes_the_published_config(model, gpu,
     assert any("configs/" in a for a in case.assumed)  # the config it took is named
 
 
+def test_deepseek_r1_outputs_stop_at_the_harness_limit():
+    """The dataset's reference outputs reach 32,768 tokens; NVIDIA's generation_config.json stops them at 20,000."""
+    case = case_from_row(_row(_R1, "B200-SXM-180GB", 8, "Offline scenario"))
+    assert max(case.load.lengths.output_tokens) == 20000 and case.load.output_len < 4043
+    _, outputs = case.load.lengths.draw(20000, seed=0)
+    assert outputs.max() == 20000 and abs(outputs.mean() - case.load.output_len) < 0.03 * case.load.output_len
+    assert any("max_output_len 20000" in a for a in case.assumed)
+    llama = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, "Offline scenario"))  # no limit published: as drawn
+    assert llama.load.lengths.name == "openorca-mlperf"
+
+
 def test_gb200_x4_llama2_interactive_has_no_published_config_and_takes_the_preset():
     """NVIDIA published GB200 x4 llama2-70b Interactive results but no configs/.../Interactive/llama2-70b.py
     (@965182b03376): the row's 4 GPUs form one instance, as for any system without a config."""
@@ -98,7 +109,7 @@ _CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "ep"
                 "attention_dp": r"enable_attention_dp", "precision": r"precision",
                 "max_num_seqs": r"gpu_batch_size", "max_num_batched_tokens": r"max_num_tokens",
                 "memory_fraction": r"kvcache_free_gpu_mem_frac", "rate_run_s": r"min_duration",
-                "chunked_prefill": r"enable_chunked_context"}
+                "chunked_prefill": r"enable_chunked_context", "max_output_len": r"max_output_len"}
 
 
 def test_every_v51_system_value_is_the_one_its_config_line_states():

@@ -166,13 +166,17 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: fl
     return Load(kind="max_throughput", num_requests=n, input_len=isl, output_len=osl), assumed
 
 
-def _spread(load: Load, row: dict, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+def _spread(load: Load, row: dict, dataset: dict, system: PublishedSystem | None) -> tuple[Load, tuple[str, ...]]:
     """Each request's lengths drawn from the dataset's distribution, where it has one and the row
-    states neither length (a stated one fixes the benchmark's lengths)."""
+    states neither length (a stated one fixes the benchmark's lengths); outputs cut at the harness's
+    output limit where the system publishes one."""
     if "lengths" not in dataset or row_int(row, "isl") or row_int(row, "osl"):
         return load, ()
-    lengths = request_lengths(dataset["lengths"])
-    return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",)
+    lengths, notes = request_lengths(dataset["lengths"]), ()
+    if system is not None and system.get("max_output_len"):
+        lengths, notes = lengths.capped(int(system.get("max_output_len"))), (system.note("max_output_len"),)
+        load = replace(load, output_len=max(1, round(lengths.mean_output_tokens)))
+    return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",) + notes
 
 
 def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
@@ -323,7 +327,7 @@ def case_from_row(row: dict) -> ServingCase:
                 weight_dtype=precision, pp=pp), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, replicas * pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
-        load, spread_notes = _spread(load, row, dataset)
+        load, spread_notes = _spread(load, row, dataset, system)
         metric, scope, factor, inverse, metric_notes = _metric(row)
         metric, metric_notes = _loadgen_window(metric, runtime, load, metric_notes)
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
