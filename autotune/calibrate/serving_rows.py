@@ -156,13 +156,17 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: fl
     return Load(kind="max_throughput", num_requests=n, input_len=isl, output_len=osl), assumed
 
 
-def _spread(load: Load, row: dict, dataset: dict) -> tuple[Load, tuple[str, ...]]:
+def _spread(load: Load, row: dict, dataset: dict, system: PublishedSystem | None) -> tuple[Load, tuple[str, ...]]:
     """Each request's lengths drawn from the dataset's distribution, where it has one and the row
-    states neither length (a stated one fixes the benchmark's lengths)."""
+    states neither length (a stated one fixes the benchmark's lengths); outputs cut at the harness's
+    output limit where the system publishes one."""
     if "lengths" not in dataset or row_int(row, "isl") or row_int(row, "osl"):
         return load, ()
-    lengths = request_lengths(dataset["lengths"])
-    return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",)
+    lengths, notes = request_lengths(dataset["lengths"]), ()
+    if system is not None and system.get("max_output_len"):
+        lengths, notes = lengths.capped(int(system.get("max_output_len"))), (system.note("max_output_len"),)
+        load = replace(load, output_len=max(1, round(lengths.mean_output_tokens)))
+    return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",) + notes
 
 
 def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
@@ -177,6 +181,15 @@ def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
         return metric, "replica", latency_unit_s(unit), False, ()
     scope, read_as = throughput_scope(unit)
     return metric, scope, 1.0, False, ((read_as,) if read_as else ())
+
+
+def _loadgen_window(metric: str, runtime: Runtime, load: Load, notes: tuple[str, ...]) -> tuple[str, tuple[str, ...]]:
+    """An MLPerf Server row's output tokens/s as LoadGen reads it: up to the final issued query's finish."""
+    if runtime.serving.engine != "mlperf-nvidia" or load.kind != "rate" or metric != "output_tokens_per_s":
+        return metric, notes
+    return "loadgen_completed_tokens_per_s", notes + (
+        "output tokens/s over the run until the final issued query completes (LoadGen Server: "
+        "token_count / final_query_all_samples_done_time)",)
 
 
 def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
@@ -304,8 +317,9 @@ def case_from_row(row: dict) -> ServingCase:
                 attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
-        load, spread_notes = _spread(load, row, dataset)
+        load, spread_notes = _spread(load, row, dataset, system)
         metric, scope, factor, inverse, metric_notes = _metric(row)
+        metric, metric_notes = _loadgen_window(metric, runtime, load, metric_notes)
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas,
                                        ep=d.ep, attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp,

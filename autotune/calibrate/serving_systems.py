@@ -21,11 +21,11 @@ __all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
 
 # "": the entry holds for every scenario; "interactive": MLPerf v5's Server run under tighter TTFT/TPOT limits
 SCENARIOS = ("offline", "server", "interactive", "")
-_COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens")  # whole numbers >= 1
+_COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_output_len")  # whole numbers >= 1
 # Engine settings a system's config overrides in the row's runtime preset (serving_rows._with_system)
 ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s")
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
-             "memory_fraction", "chunked_prefill", "rate_run_s")
+             "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ listed percentiles, so the table's mean is the trapezoid over them (:attr:`Reque
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from importlib import resources
 
@@ -59,6 +59,14 @@ class RequestLengths:
     @property
     def shortest_input_tokens(self) -> int:
         return max(1, int(round(self.input_tokens[0])))
+
+    def capped(self, max_output_tokens: int) -> RequestLengths:
+        """The distribution with outputs cut at ``max_output_tokens`` (an engine's output-length limit:
+        a longer request stops there)."""
+        require(isinstance(max_output_tokens, int) and max_output_tokens >= 1, "max_output_len",
+                f"must be a whole number >= 1, got {max_output_tokens!r}")
+        return replace(self, name=f"{self.name} (outputs <= {max_output_tokens})",
+                       output_tokens=tuple(min(q, float(max_output_tokens)) for q in self.output_tokens))
 
     def draw(self, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` requests' (input, output) lengths in whole tokens, from numpy's default_rng((seed, 1)):

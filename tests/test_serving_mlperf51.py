@@ -1,0 +1,152 @@
+"""MLPerf Inference v5.1 rows (NVIDIA's September 2025 closed results: llama2-70b, llama3.1-405b,
+llama3.1-8b and deepseek-r1 on B200 x8, GB200 NVL72 x4 and x72) priced from a row naming only its
+benchmark, system and scenario: the mlperf-nvidia-5.1 preset and NVIDIA's v5.1 configs in
+serving_systems.toml. Rows built here carry placeholder values: only what a row is priced with is
+checked, not how close; tests/data/mlperf_v5_1_nvidia.csv holds the published results."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autotune.calibrate.serving_published import check_serving_rows
+from autotune.calibrate.serving_rows import case_from_row, engine_runtime
+from autotune.calibrate.serving_systems import _systems
+from autotune.cost.serving_load import metric_value
+from autotune.cost.serving_run import Trace
+
+_VERSION = "MLPerf v5.1 NVIDIA TensorRT-LLM harness; TensorRT-LLM 18c0333e, TensorRT 10.11, CUDA 12.9"
+_ROW = dict(id="v51", source="placeholder", hf_model_id="", arch="", params_b="", tp="", pp="", ep="", dp="",
+            precision="", engine="mlperf-nvidia", engine_version=_VERSION, isl="", osl="",
+            metric="output_tokens_per_s", value="1000", unit="tokens/s (system)")
+_LLAMA2, _LLAMA405 = "Llama-2-70B (MLPerf llama2-70b)", "Llama-3.1-405B (MLPerf llama3.1-405b)"
+_LLAMA8, _R1 = "Llama-3.1-8B (MLPerf llama3.1-8b)", "DeepSeek-R1 (MLPerf deepseek-r1)"
+_DATASETS = {_LLAMA2: "OpenOrca 24,576-sample set", _LLAMA405: "MLPerf llama3.1-405b 8,313-sample set",
+             _LLAMA8: "MLPerf llama3.1-8b 13,368-sample set", _R1: "MLPerf deepseek-r1 4,388-sample set"}
+_INTERACTIVE = "Interactive scenario (LoadGen Server mode under the interactive limits), Poisson arrivals target_qps="
+_CHECK_ROWS = Path(__file__).parent / "data" / "mlperf_v5_1_nvidia.csv"
+
+
+def _row(model: str, gpu: str, gpus: int, load: str, **cells) -> dict:
+    return dict(_ROW, model=model, gpu=gpu, gpus=str(gpus), concurrency_or_batch=load, notes=_DATASETS[model]) | cells
+
+
+@pytest.mark.parametrize(("model", "gpu", "gpus", "load", "want"), [
+    (_LLAMA2, "B200-SXM-180GB", 8, "Offline scenario",
+     dict(tp=1, pp=1, ep=1, replicas=8, dp=False, seqs=2048, tokens=3584, chunked=True, run_s=2400)),
+    (_LLAMA2, "B200-SXM-180GB", 8, _INTERACTIVE + "220",
+     dict(tp=1, pp=1, ep=1, replicas=8, dp=False, seqs=768, tokens=768, chunked=True, run_s=1200)),
+    (_LLAMA2, "GB200-186GB", 4, "Server scenario, target_qps=182",
+     dict(tp=1, pp=1, ep=1, replicas=4, dp=False, seqs=2048, tokens=3584, chunked=True, run_s=600)),
+    (_LLAMA405, "B200-SXM-180GB", 8, "Offline scenario",
+     dict(tp=2, pp=2, ep=1, replicas=2, dp=False, seqs=128, tokens=1536, chunked=True, run_s=600)),
+    (_LLAMA405, "B200-SXM-180GB", 8, "Server scenario, target_qps=1.9",
+     dict(tp=4, pp=1, ep=1, replicas=2, dp=False, seqs=256, tokens=2048, chunked=True, run_s=600)),
+    (_LLAMA405, "GB200-186GB", 72, _INTERACTIVE + "15.2",
+     dict(tp=4, pp=1, ep=1, replicas=18, dp=False, seqs=2048, tokens=1024, chunked=True, run_s=900)),
+    (_LLAMA8, "B200-SXM-180GB", 8, "Server scenario, target_qps=1000",
+     dict(tp=1, pp=1, ep=1, replicas=8, dp=False, seqs=6000, tokens=12000, chunked=True, run_s=600)),
+    (_R1, "B200-SXM-180GB", 8, "Offline scenario",
+     dict(tp=8, pp=1, ep=8, replicas=1, dp=True, seqs=512, tokens=4608, chunked=False, run_s=600)),
+    (_R1, "GB200-186GB", 72, "Server scenario, target_qps=45",
+     dict(tp=8, pp=1, ep=8, replicas=9, dp=True, seqs=512, tokens=3456, chunked=False, run_s=600)),
+])
+def test_a_v51_row_naming_only_its_system_takes_the_published_config(model, gpu, gpus, load, want):
+    case = case_from_row(_row(model, gpu, gpus, load))
+    dep, engine = case.deployment, case.deployment.runtime.serving
+    assert dep.runtime.name == "mlperf-nvidia-5.1" and dep.dtype == "nvfp4"
+    assert (dep.tp, dep.pp, dep.ep, dep.replicas, dep.attention_dp) == (
+        want["tp"], want["pp"], want["ep"], want["replicas"], want["dp"])
+    assert (engine.max_num_seqs, engine.max_num_batched_tokens) == (want["seqs"], want["tokens"])
+    assert (engine.chunked_prefill, engine.rate_run_s) == (want["chunked"], want["run_s"])
+    assert any("configs/" in a for a in case.assumed)  # the config it took is named
+
+
+def test_deepseek_r1_outputs_stop_at_the_harness_limit():
+    """The dataset's reference outputs reach 32,768 tokens; NVIDIA's generation_config.json stops them at 20,000."""
+    case = case_from_row(_row(_R1, "B200-SXM-180GB", 8, "Offline scenario"))
+    assert max(case.load.lengths.output_tokens) == 20000 and case.load.output_len < 4043
+    _, outputs = case.load.lengths.draw(20000, seed=0)
+    assert outputs.max() == 20000 and abs(outputs.mean() - case.load.output_len) < 0.03 * case.load.output_len
+    assert any("max_output_len 20000" in a for a in case.assumed)
+    llama = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, "Offline scenario"))  # no limit published: as drawn
+    assert llama.load.lengths.name == "openorca-mlperf"
+
+
+def test_gb200_x4_llama2_interactive_has_no_published_config_and_takes_the_preset():
+    """NVIDIA published GB200 x4 llama2-70b Interactive results but no configs/.../Interactive/llama2-70b.py
+    (@965182b03376): the row's 4 GPUs form one instance, as for any system without a config."""
+    case = case_from_row(_row(_LLAMA2, "GB200-186GB", 4, _INTERACTIVE + "110"))
+    assert case.deployment.runtime.name == "mlperf-nvidia-5.1" and case.deployment.tp == 4
+    assert not any("configs/" in a for a in case.assumed)
+
+
+def test_an_mlperf_server_row_reads_tokens_per_s_up_to_the_final_issued_query():
+    server = case_from_row(_row(_LLAMA8, "B200-SXM-180GB", 8, "Server scenario, target_qps=1000"))
+    offline = case_from_row(_row(_LLAMA8, "B200-SXM-180GB", 8, "Offline scenario"))
+    other = case_from_row(dict(_row(_LLAMA8, "B200-SXM-180GB", 1, "request rate 4", isl="1000", osl="100"),
+                               engine="vllm", engine_version="0.10.0"))
+    assert server.metric == "loadgen_completed_tokens_per_s"
+    assert offline.metric == "output_tokens_per_s" and other.metric == "output_tokens_per_s"
+
+
+def test_loadgen_window_ends_at_the_last_issued_query_not_the_last_to_finish():
+    """Two requests: the first (issued at 0 s) finishes at 100 s, the last issued (at 10 s) at 20 s:
+    LoadGen's Server counts all 300 tokens over 20 s; a run-length reading, over 100 s."""
+    trace = Trace(arrival_s=np.array([0.0, 10.0]), first_token_s=np.array([1.0, 11.0]),
+                  finish_s=np.array([100.0, 20.0]), output_len=np.array([200, 100]), input_len=np.array([10, 10]),
+                  itl_s=np.array([0.1]), itl_weight=np.array([1.0]), steps=1, mean_running=1.0)
+    assert metric_value(trace, "loadgen_completed_tokens_per_s") == pytest.approx(300 / 20)
+    assert metric_value(trace, "output_tokens_per_s") == pytest.approx(300 / 100)
+
+
+# serving_systems.toml's keys -> the config field their sources quote
+_CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "ep": r"moe_expert_parallelism",
+                "attention_dp": r"enable_attention_dp", "precision": r"precision",
+                "max_num_seqs": r"gpu_batch_size", "max_num_batched_tokens": r"max_num_tokens",
+                "memory_fraction": r"kvcache_free_gpu_mem_frac", "rate_run_s": r"min_duration",
+                "chunked_prefill": r"enable_chunked_context", "max_output_len": r"max_output_len"}
+
+
+def test_every_v51_system_value_is_the_one_its_config_line_states():
+    v51 = [s for s in _systems() if s.runtime == "mlperf-nvidia-5.1"]
+    assert len(v51) == 25
+    for system in v51:
+        for key, source in system.sources:
+            found = re.search(_CONFIG_KEYS[key] + r" = ([\w.']+)", source)
+            assert found and source.startswith("configs/"), (system.config, key, source)
+            value, stated = system.get(key), found.group(1)
+            if key == "rate_run_s":
+                assert value * 1000 == int(stated), (system.config, key)
+            elif key == "precision":
+                assert (value, stated) == ("nvfp4", "'fp4'"), (system.config, key)
+            elif key == "memory_fraction":
+                assert value == float(stated), (system.config, key)
+            else:
+                assert str(value).lower() == stated.lower(), (system.config, key, value, stated)
+
+
+def _check_rows() -> list[dict]:
+    with _CHECK_ROWS.open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_the_check_rows_name_v51_results_and_their_systems():
+    rows = _check_rows()
+    assert len(rows) == 43 and len({r["id"] for r in rows}) == 43
+    for row in rows:
+        assert "closed/NVIDIA/results/" in row["source"] and "mlperf_log_summary.txt" in row["source"]
+        assert engine_runtime("mlperf-nvidia", row["engine_version"]).name == "mlperf-nvidia-5.1"
+        assert case_from_row(row).deployment.runtime.name == "mlperf-nvidia-5.1"
+
+
+@pytest.mark.slow
+def test_every_v51_check_row_is_priced():
+    """The published v5.1 results: each is priced (a prediction, no reason); how close is reported, not asserted."""
+    checks = check_serving_rows(_check_rows())
+    assert len(checks) == 43
+    assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]
