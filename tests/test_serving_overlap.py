@@ -87,6 +87,21 @@ def test_low_latency_matches_the_readme_at_its_own_setting():
     assert combine * scale == pytest.approx(353e-6, rel=0.03)
 
 
+def test_a_source_naming_deepep_in_words_runs_its_kernels_without_the_overlap():
+    assert exchange_from_notes("DP attention + DeepEP low_latency", "decode") == MoeExchange(mode="low_latency")
+    assert exchange_from_notes("DeepEP normal kernels", "prefill").mode == "normal"
+    assert exchange_from_notes("two-batch overlap disabled; DeepEP", "prefill") == MoeExchange(mode="normal")
+
+
+def test_low_latency_inside_one_nvlink_domain_goes_over_nvlink():
+    # GB200 NVL72: 48 EP ranks in one NVLink domain, none of the copies crosses a NIC
+    model = resolve_model("deepseek-v3")
+    nvl72, h100 = load_cluster("gb200-nvl72"), load_cluster("dgx-h100")
+    over_nvlink = deepep_exchange_s(model, nvl72, ep=48, tokens_per_rank=256, mode="low_latency")
+    over_rdma = deepep_exchange_s(model, h100, ep=48, tokens_per_rank=256, mode="low_latency")
+    assert over_nvlink[0] < over_rdma[0] / 3 and over_nvlink[1] < over_rdma[1] / 3
+
+
 def _case(row_id: str):
     with open(CHECK, newline="") as handle:
         row = next(r for r in csv.DictReader(handle) if r["id"] == row_id)

@@ -77,11 +77,13 @@ class MoeExchange:
 def exchange_from_notes(notes: str, phase: str) -> MoeExchange | None:
     """The exchange a row's launch flags name: SGLang's ``--enable-deepep-moe`` (or ``--moe-a2a-backend
     deepep``) with ``--deepep-mode`` (auto: normal for prefill, low_latency for decode, as SGLang's
-    DeepEPMode.resolve does) and ``--enable-two-batch-overlap``; None where no DeepEP flag is given."""
-    if not re.search(r"--enable-deepep-moe\b|--moe-a2a-backend[ =]deepep\b", notes):
+    DeepEPMode.resolve does) and ``--enable-two-batch-overlap``, or a source's words for them ("DeepEP
+    low_latency"; the overlap only from its flag); None where no DeepEP is named."""
+    if not re.search(r"--enable-deepep-moe\b|--moe-a2a-backend[ =]deepep\b|\bdeepep\b", notes, re.I):
         return None
-    found = re.search(r"--deepep-mode[ =](\w+)", notes)
-    mode = found.group(1) if found else "auto"
+    found = (re.search(r"--deepep-mode[ =](\w+)", notes)
+             or re.search(r"\bdeepep[ _-]+(?:mode[ =:]+)?(low[_ -]latency|normal|auto)\b", notes, re.I))
+    mode = re.sub(r"[ -]", "_", found.group(1).lower()) if found else "auto"
     if mode == "auto":
         mode = "normal" if phase == "prefill" else "low_latency"
     return MoeExchange(mode=mode, two_batch_overlap=bool(re.search(r"--enable-two-batch-overlap\b", notes)))
@@ -114,10 +116,14 @@ def deepep_exchange_s(model: ModelSpec, cluster: ClusterSpec, *, ep: int, tokens
     h, k = model.hidden_size, model.num_experts_per_token
     fp8 = h * (1.0 + 4.0 / 128.0)  # FP8 values and one FP32 scale per 128
     nic = cluster.inter_node.bandwidth_bytes_per_s / _README_NIC
+    nodes = -(-ep // cluster.gpus_per_node)
+    if mode == "low_latency" and nodes == 1:  # one NVLink domain (GB200 NVL72): the copies go over NVLink,
+        # at the rate DeepEP's NVLink kernels reach (the README's intranode figures, scaled to the cluster)
+        dispatch, combine = (b * cluster.intra_node.bandwidth_bytes_per_s / _README_NVLINK for b in _NORMAL_NVLINK)
+        return tokens_per_rank * k * (fp8 + 16.0) / dispatch, tokens_per_rank * k * h * _BF16 / combine
     if mode == "low_latency":
         dispatch, combine = _nearest(_LOW_LATENCY, ep)
         return tokens_per_rank * k * (fp8 + 16.0) / (dispatch * nic), tokens_per_rank * k * h * _BF16 / (combine * nic)
-    nodes = -(-ep // cluster.gpus_per_node)
     if nodes == 1:
         nvl = cluster.intra_node.bandwidth_bytes_per_s / _README_NVLINK
         dispatch, combine = (b * nvl for b in _NORMAL_NVLINK)
