@@ -17,53 +17,24 @@ the experts the step's tokens reach (``E (1 - (1 - k/E)^n)`` of them) inside it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
 import numpy as np
 
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
-from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
 from autotune.cost.mesh import group_spans
+from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, not_attention, ops_s,
+                                       quantized_gemms, select_ops, weight_bytes_per_param, without_loss)
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
 from autotune.graph.table import OpTable, model_tables
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
-from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
 
 __all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param", "serving_cluster"]
-
-_ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
-
-
-# MXFP4 (OCP Microscaling spec v1.0): E2M1 elements with one E8M0 scale per 32, 4 + 8 / 32 bits a
-# weight; vLLM's Mxfp4MoEMethod.create_weights holds uint8 pairs and a uint8 scale per 32 (mxfp4.py @007d5005).
-_STORED_BYTES = {"mxfp4": (4.0 + 8.0 / 32.0) / 8.0}
-# Formats whose checkpoints quantize the routed experts only: GPT-OSS's config.json quantization_config
-# (quant_method mxfp4) leaves self_attn, mlp.router, embed_tokens and lm_head in BF16
-# (tests/data/hf_configs/gpt-oss-120b.json), and vLLM's Mxfp4Config gives linear layers
-# UnquantizedLinearMethod, MXFP4 only to FusedMoE (mxfp4.py @007d5005).
-EXPERTS_ONLY_DTYPES = ("mxfp4",)
-
-
-# Block scales a pre-quantized weight carries, in bytes per weight: NVFP4 one FP8 E4M3 scale per 16
-# E2M1 weights (NVIDIA, "Pretraining LLMs with NVFP4", arXiv 2509.25149, sec. 2), held and read beside
-# them: TensorRT-LLM's NVFP4LinearMethod.create_weights makes weight_scale (out_features,
-# in_features / 16) float8_e4m3fn (_torch/modules/linear.py), which nvfp4_gemm takes with the weight.
-_WEIGHT_SCALE_BYTES = {"nvfp4": 1.0 / 16.0}
-
-
-def weight_bytes_per_param(weight_dtype: str) -> float:
-    """Bytes of one stored weight: pre-quantized FP8 checkpoints keep 1 byte, NVFP4 4 bits and its
-    block scales (4.5 bits), MXFP4 4.25 bits with its scales."""
-    if weight_dtype in _STORED_BYTES:
-        return _STORED_BYTES[weight_dtype]
-    return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0) \
-        + _WEIGHT_SCALE_BYTES.get(weight_dtype, 0.0)
-
 
 # A device profile may fit a GEMM format as a serving engine runs its linear layers: the activation's
 # quantization and the engine's block-scaled GEMM, measured at serving shapes (regressions.serving_gemm,
@@ -213,11 +184,11 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
-    device.require_dtype(weight_dtype if weight_dtype not in _STORED_BYTES else expert_rate)
+    device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
     # the format the non-expert GEMMs run in: BF16 where the checkpoint quantizes experts only
     other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
     other_rate = _gemm_rate_dtype(device, other, mxfp4_activation)
-    tables = model_tables(model, 1, _ACT_BYTES, "flash")
+    tables = model_tables(model, 1, ACT_BYTES, "flash")
     tokens = np.arange(max_tokens + 1, dtype=float)
     span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
     dense, moe = tables.layer_counts()
@@ -229,7 +200,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     linear = (_layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
-        moves = _select(tables.moe_layer, _routed_moves(tables.moe_layer))
+        moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
         linear = linear + moe * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * _moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
@@ -238,8 +209,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
         exchange[0] = 0.0
     sampled = np.arange(max_sampled + 1, dtype=float)
     rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
-    head = _ops_s(_without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
-    head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * _ACT_BYTES / shape.op_tp,
+    head = ops_s(without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
+    head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * ACT_BYTES / shape.op_tp,
                                     span, cluster) * (not shape.attention_dp)
     head[0] = 0.0
     return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
@@ -273,7 +244,7 @@ def _layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaS
     (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
     SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
     The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound."""
-    act = tokens * model.hidden_size * _ACT_BYTES
+    act = tokens * model.hidden_size * ACT_BYTES
     if not shape.attention_dp:
         return model.num_layers * 2.0 * collective_time_s("all_reduce", act, span, cluster)
     require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
@@ -287,17 +258,9 @@ def _stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, 
         return 0.0 * tokens
     stages_per_node = max(1, cluster.gpus_per_node // shape.tp)
     inter = -(-shape.pp // stages_per_node) - 1
-    act = tokens * model.hidden_size * _ACT_BYTES
+    act = tokens * model.hidden_size * ACT_BYTES
     return ((shape.pp - 1 - inter) * level_time_s("send_recv", act, 2, cluster.intra_node)
             + inter * level_time_s("send_recv", act, 2, cluster.inter_node))
-
-
-def _not_attention(table: OpTable) -> np.ndarray:
-    return np.array([k != "attention" for k in table.kinds])
-
-
-def _without_attention(table: OpTable) -> OpTable:
-    return _select(table, _not_attention(table))
 
 
 # The MoE layer's row moves (graph/moe_ops.py): permute writes each token once per expert it routes to,
@@ -325,60 +288,17 @@ def _full_hidden(experts: OpTable, moves: OpTable) -> tuple[OpTable, OpTable]:
     return experts, replace(moves, in_split=none, out_split=none)
 
 
-def _without_loss(table: OpTable) -> OpTable:
-    return _select(table, np.array([k != "loss" for k in table.kinds]))
-
-
-def _select(table: OpTable, keep: np.ndarray) -> OpTable:
-    """The operators of ``table`` where ``keep`` is true."""
-    values = {}
-    for f in fields(OpTable):
-        value = getattr(table, f.name)
-        values[f.name] = tuple(v for v, k in zip(value, keep) if k) if isinstance(value, tuple) else value[keep]
-    return OpTable(**values)
-
-
-def _ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: np.ndarray, tp: int,
-           weight_share: np.ndarray | float = 1.0, flop_share: np.ndarray | float = 1.0) -> np.ndarray:
-    """Roofline seconds of the table's operators for each token count (forward, one pass): GEMMs
-    at ``rate_dtype``'s fit reading the weight format's bytes (``weight_share`` of them) and doing
-    ``flop_share`` of their FLOPs (tile padding), everything else at the activation dtype."""
-    gemm = _quantized_gemms(table)
-    coef_w = op_coefficients(table, device, rate_dtype)
-    coef_a = op_coefficients(table, device, compute_dtype(weight_dtype) if weight_dtype not in _STORED_BYTES else "bf16")
-    lat_c, spf = np.where(gemm, coef_w.lat_c, coef_a.lat_c), np.where(gemm, coef_w.spf, coef_a.spf)
-    amounts = op_amounts(table, tokens, tp, 1, False)
-    share = np.asarray(weight_share, dtype=float)[..., None]
-    weights = amounts.weight_bytes * np.where(gemm, weight_bytes_per_param(weight_dtype) / _ACT_BYTES, 1.0) * share
-    act = amounts.act_in_bytes + amounts.act_out_bytes
-    flops = amounts.flops * np.where(gemm, np.asarray(flop_share, dtype=float)[..., None], 1.0)
-    ops = np.maximum(table.kernels * lat_c + flops * spf,
-                     table.kernels * coef_a.lat_m + (act + weights) * coef_a.spb)
-    return ops.sum(-1)
-
-
-# GEMMs a pre-quantized checkpoint keeps in BF16: MoE routers (NVIDIA/TensorRT-Model-Optimizer
-# modelopt/torch/quantization/config.py @09914046 _default_disabled_quantizer_cfg, in every FP8/NVFP4/MX
-# config: "*router*", "*mlp.gate.*", "*block_sparse_moe.gate*" off; GPT-OSS: mlp.router in modules_to_not_convert).
-_UNQUANTIZED_GEMMS = ("router",)
-
-
 def _non_expert_s(layer: OpTable, model: ModelSpec, device, dtype: str, rate_dtype: str, tokens: np.ndarray,
                   tp: int) -> np.ndarray:
     """The operators of a layer but attention and the routed experts (their permute and unpermute
     with them, _experts_s), attention projections in BF16 where the checkpoint keeps them so
     (cost/checkpoint_layout.py)."""
-    table = _select(layer, _not_attention(layer) & ~_routed_moves(layer))
+    table = select_ops(layer, not_attention(layer) & ~_routed_moves(layer))
     if not bf16_attention(model, dtype):
-        return _ops_s(table, device, dtype, rate_dtype, tokens, tp)
+        return ops_s(table, device, dtype, rate_dtype, tokens, tp)
     attention = attention_gemms(table)
-    return (_ops_s(_select(table, attention), device, "bf16", "bf16", tokens, tp)
-            + _ops_s(_select(table, ~attention), device, dtype, rate_dtype, tokens, tp))
-
-
-def _quantized_gemms(table: OpTable) -> np.ndarray:
-    """Which operators are GEMMs on the checkpoint's quantized weights."""
-    return np.array([k == "gemm" and n not in _UNQUANTIZED_GEMMS for k, n in zip(table.kinds, table.names)])
+    return (ops_s(select_ops(table, attention), device, "bf16", "bf16", tokens, tp)
+            + ops_s(select_ops(table, ~attention), device, dtype, rate_dtype, tokens, tp))
 
 
 def _has_fit(device, dtype: str) -> bool:
@@ -401,9 +321,9 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing), permuted and unpermuted whole
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
-    time = _ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
+    time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
                   shape.tp // shape.ep, reached, padded)
-    return time + _ops_s(moves, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, 1)
+    return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, 1)
 
 
 def _moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray) -> np.ndarray:
@@ -415,9 +335,9 @@ def _moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape,
         return 0.0 * tokens
     if shape.moe_alltoall:
         ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
-        sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * _ACT_BYTES
+        sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * ACT_BYTES
         return 2.0 * collective_time_s("all_to_all", sent, ep_span, cluster)
-    act = tokens * model.hidden_size * _ACT_BYTES
+    act = tokens * model.hidden_size * ACT_BYTES
     return collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster)
 
 
@@ -437,7 +357,7 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
     memory = device.memory_regression("stream")
     attention = device.regression("attention", "bf16")
     one, two = decode_attention(model, 1.0, kv_bytes), decode_attention(model, 2.0, kv_bytes)
-    per_request = decode_attention(model, 0.0, _ACT_BYTES)
+    per_request = decode_attention(model, 0.0, ACT_BYTES)
     shards = _kv_split(model, shape)
     pair_flops = 2.0 * (model.q_width + model.attn_out_width) / tp
     # a cached position costs its read or its FLOPs, whichever is longer (roofline): GQA's few KV heads
@@ -458,11 +378,11 @@ def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype
     embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16; under
     pipeline parallelism the fuller of the two end stages."""
     def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
-        gemm = _quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
+        gemm = quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
         if bf16_attention(model, dtype):
             gemm = gemm & ~attention_gemms(table)
         params = table.params / np.where(table.weights_split, tp, 1.0)
-        return float((params * np.where(gemm, weight_bytes_per_param(dtype), _ACT_BYTES)).sum())
+        return float((params * np.where(gemm, weight_bytes_per_param(dtype), ACT_BYTES)).sum())
 
     other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
     dense, moe = tables.layer_counts()
