@@ -212,6 +212,9 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         if engine.memory_rule == "reserved":  # SGLang derives the reserve only when --mem-fraction-static is not given
             changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
     changes.update(_limit_flags(notes))
+    # TensorRT-LLM's llm_options.yml attention_dp_config enable_balance (the MLPerf harness's adp_balancing_enable)
+    if re.search(r"enable_balance|adp_balancing_enable", notes) and not engine.adp_balance:
+        changes["adp_balance"] = True
     # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling; the default from 0.14.0): the
     # engine core schedules step n+1 and the runner prepares its inputs while step n runs (PR #19970, PR #23569
     # 'Fully overlap model execution'); --no-async-scheduling turns it off

@@ -21,11 +21,14 @@ __all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
 
 # "": the entry holds for every scenario; "interactive": MLPerf v5's Server run under tighter TTFT/TPOT limits
 SCENARIOS = ("offline", "server", "interactive", "")
-_COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_output_len")  # whole numbers >= 1
+_COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_output_len", "adp_batching_wait_iters",
+           "adp_timeout_iters")  # whole numbers >= 1
 # Engine settings a system's config overrides in the row's runtime preset (serving_rows._with_system)
-ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s")
+ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s",
+                   "adp_balance", "adp_batching_wait_iters", "adp_timeout_iters")
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
-             "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len")
+             "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len", "adp_balance",
+             "adp_batching_wait_iters", "adp_timeout_iters")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,7 +64,7 @@ def _check(key: str, value: object) -> None:
     if key in _COUNTS:
         require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"serving_systems.{key}",
                 f"must be a whole number >= 1, got {value!r}")
-    elif key in ("attention_dp", "chunked_prefill"):
+    elif key in ("attention_dp", "chunked_prefill", "adp_balance"):
         require(isinstance(value, bool), f"serving_systems.{key}", f"must be true or false, got {value!r}")
     elif key == "memory_fraction":
         require(isinstance(value, float) and 0 < value <= 1, f"serving_systems.{key}", f"must be in (0, 1], got {value!r}")

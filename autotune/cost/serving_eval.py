@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits
@@ -132,6 +133,16 @@ def _host_overlap(dep: ServingDeployment) -> str:
     return "none" if overlap == "output" and dep.pp > 1 else overlap
 
 
+def _adp_balance(dep: ServingDeployment, ranks: int) -> AdpBalance | None:
+    """The attention-DP balancer where the engine runs it: TensorRT-LLM's PyExecutor._schedule calls it only
+    under enable_attention_dp with enable_balance (py_executor.py @9521caf4)."""
+    engine = dep.runtime.serving
+    if not (engine.adp_balance and dep.attention_dp and ranks > 1):
+        return None
+    return AdpBalance(ranks=ranks, batching_wait_iters=engine.adp_batching_wait_iters,
+                      timeout_iters=engine.adp_timeout_iters)
+
+
 def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
     engine = dep.runtime.serving
@@ -162,7 +173,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         frontend_s_per_seq=engine.frontend_s_per_seq * per_step,
                         frontend_per_dp_rank=engine.frontend_per_dp_rank,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
-                        decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine))
+                        decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine),
+                        adp_balance=_adp_balance(dep, step.dp_ranks))
     sent, front = requests_for(load), frontend_of(engine)
     if front is None:  # the engine's own clock
         return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(sent, schedule, step))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import OutputReserve
 from autotune.cost.serving_host import HOST_OVERLAPS
 from autotune.errors import require
@@ -59,6 +60,8 @@ class Schedule:
     # SGLang's admission (serving_admission.py): a prompt waits until its output fits beside the
     # running requests' expected output; None: a prompt is admitted when its own KV blocks fit
     reserve: OutputReserve | None = None
+    # TensorRT-LLM's attention-DP balancer (serving_adp.py); None: context requests are never held
+    adp_balance: AdpBalance | None = None
 
     def __post_init__(self) -> None:
         require(self.host_overlap in HOST_OVERLAPS, "host_overlap", f"must be one of {', '.join(HOST_OVERLAPS)}")

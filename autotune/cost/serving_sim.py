@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.cost.serving_adp import AdpCounters, hold_context, idle_iterations
 from autotune.cost.serving_admission import (output_need, ratio_after_retraction,
                                               reserve_room, retraction_victims, steps_until_admitted)
 from autotune.cost.serving_host import delivery_delay_s, frontend_streams, step_wall_s
@@ -58,6 +59,8 @@ class _State:
     # SGLang's new_token_ratio (reserve admission only): set to ratio_base, then decayed ratio_decays times
     ratio_base: float = 0.0
     ratio_decays: int = 0
+    adp: AdpCounters = field(default_factory=AdpCounters)  # TensorRT-LLM's attention-DP balancer (serving_adp.py)
+    adp_held: bool = False  # this step's context requests are held by it
 
 
 def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: bool = True) -> Trace:
@@ -120,6 +123,13 @@ def _plan_step(st: _State, sched: Schedule) -> tuple[list, np.ndarray]:
     prefilled = st.done[st.running] >= st.prompt[st.running]
     decoding = st.running[prefilled]
     prefilling = st.running[~prefilled] if len(decoding) < len(st.running) else decoding[:0]
+    if sched.adp_balance:
+        contexts = len(prefilling) + min(len(st.waiting), max(0, sched.max_num_seqs - len(st.running)))
+        held = hold_context(sched.adp_balance, st.adp, contexts=contexts, decodes=len(decoding),
+                            max_seqs=sched.max_num_seqs)
+        st.adp_held = held and contexts > 0
+        if st.adp_held:
+            return [], decoding
     if sched.scheduler == "mixed":
         return _fill_prompts(st, sched, sched.max_num_batched_tokens - len(decoding), prefilling), decoding
     chunks = _fill_prompts(st, sched, sched.max_num_batched_tokens, prefilling)
@@ -294,7 +304,9 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
                                   seqs=_host_seqs(b, step), streams=frontend_streams(sched, b, step.dp_ranks))
         return made[0][:k]
 
-    k = _stretch_length(st, sched, decodes, durations_of) if fast_forward else 1
+    k = _stretch_length(st, sched, decodes, durations_of) if fast_forward and not st.adp_held else 1
+    if sched.adp_balance and not st.adp_held:  # the steps after the first count as waiting ones too
+        idle_iterations(sched.adp_balance, st.adp, iterations=k - 1, decodes=b)
     if sched.reserve and st.waiting and len(st.running) < sched.max_num_seqs and k > 1:
         # SGLang tries to admit before every decode step: stop where the first waiting request fits
         k = steps_until_admitted(st, sched.reserve, sched.kv_capacity_tokens, decodes, k)

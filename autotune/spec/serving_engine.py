@@ -138,6 +138,11 @@ class ServingEngine:
     # processing, detokenization, the streamed chunk); the slower of it and the engine paces the stream
     frontend_s_per_seq: float = 0.0
     frontend_per_dp_rank: bool = False  # one frontend process per DP rank (else one for the replica)
+    # TensorRT-LLM's attention-DP balancer (llmapi AttentionDpConfig enable_balance / batching_wait_iters /
+    # timeout_iters; defaults False / 10 / 50 in tensorrt_llm/llmapi/llm_args.py): cost/serving_adp.py
+    adp_balance: bool = False
+    adp_batching_wait_iters: int = 10
+    adp_timeout_iters: int = 50
     supports_attention_dp: bool = False  # MoE: it can run attention data-parallel (each rank its own requests) beside EP
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
@@ -182,7 +187,8 @@ class ServingEngine:
     def _check_counts_and_numbers(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "launch_max_num_seqs", "launch_max_num_batched_tokens",
                      "max_model_len", "prefill_chunk_tokens",
-                     "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens"):
+                     "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens",
+                     "adp_batching_wait_iters", "adp_timeout_iters"):
             _require_count(name, getattr(self, name), minimum=0)
         for name in ("kv_block_tokens", "scheduler_steps"):
             _require_count(name, getattr(self, name), minimum=1)
