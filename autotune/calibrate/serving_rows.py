@@ -212,9 +212,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         if engine.memory_rule == "reserved":  # SGLang derives the reserve only when --mem-fraction-static is not given
             changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
     changes.update(_limit_flags(notes))
-    # TensorRT-LLM's llm_options.yml attention_dp_config enable_balance (the MLPerf harness's adp_balancing_enable)
-    if re.search(r"enable_balance|adp_balancing_enable", notes) and not engine.adp_balance:
-        changes["adp_balance"] = True
+    changes.update(_adp_balance_flags(engine, notes))
     # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling; the default from 0.14.0): the
     # engine core schedules step n+1 and the runner prepares its inputs while step n runs (PR #19970, PR #23569
     # 'Fully overlap model execution'); --no-async-scheduling turns it off
@@ -228,6 +226,20 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),
             named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
+
+
+def _adp_balance_flags(engine: ServingEngine, notes: str) -> dict:
+    """TensorRT-LLM's llm_options.yml attention_dp_config (enable_balance, batching_wait_iters, timeout_iters;
+    the MLPerf harness's adp_balancing_*) as the notes quote it; an unquoted count keeps the engine's default."""
+    changes = {}
+    if re.search(r"enable_balance|adp_balancing_enable", notes) and not engine.adp_balance:
+        changes["adp_balance"] = True
+    wait, timeout = _number(r"batching_wait_iters[: =]+(\d+)", notes), _number(r"timeout_iters[: =]+(\d+)", notes)
+    if wait is not None and int(wait) != engine.adp_batching_wait_iters:
+        changes["adp_batching_wait_iters"] = int(wait)
+    if timeout is not None and int(timeout) != engine.adp_timeout_iters:
+        changes["adp_timeout_iters"] = int(timeout)
+    return changes
 
 
 def _async_scheduling(engine: ServingEngine, notes: str) -> dict:
