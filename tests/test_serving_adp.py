@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import csv
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from autotune.calibrate.serving_rows import case_from_row
 from autotune.cost.serving_adp import AdpBalance, AdpCounters, hold_context, idle_iterations
 from autotune.cost.serving_eval import ServingDeployment, run_serving
 from autotune.cost.serving_load import Load
@@ -109,3 +113,13 @@ def test_the_harness_turns_it_on_and_attention_dp_ranks_wait():
 
 def test_one_rank_runs_as_without_it():
     assert np.array_equal(_deployment_ttft(True), _deployment_ttft(False))
+
+
+def test_a_rows_notes_turn_it_on_with_the_counts_they_quote():
+    path = Path(__file__).parent / "data" / "trtllm_pytorch_versions_check.csv"
+    row = next(r for r in csv.DictReader(path.open()) if r["id"] == "trt1x-008")
+    engine = case_from_row(row).deployment.runtime.serving
+    assert (engine.adp_balance, engine.adp_batching_wait_iters, engine.adp_timeout_iters) == (True, 0, 60)
+    quiet = dict(row, notes=row["notes"].replace("enable_balance", "")
+                 .replace("batching_wait_iters: 0, timeout_iters: 60, ", ""))
+    assert not case_from_row(quiet).deployment.runtime.serving.adp_balance
