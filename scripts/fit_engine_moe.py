@@ -19,6 +19,7 @@ import pandas as pd
 from autotune.cost import serving_step as ss
 from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
 from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.serving_ops import ops_s, select_ops
 from autotune.graph.table import model_tables
 from autotune.spec.hardware import Regression
 from autotune.spec.hardware_data import load_cluster
@@ -54,7 +55,7 @@ def pricer(cluster_name: str, dtype: str, moe_tp: int):
             t = model_tables(m, 1, 2, "flash")
             keep = np.array([n in ("permute", "unpermute") for n in t.moe_layer.names])
             experts = replace(t.experts, weight_bytes=t.experts.weight_bytes / ep)
-            cache[key] = (m, experts, ss._select(t.moe_layer, keep), ep, {})
+            cache[key] = (m, experts, select_ops(t.moe_layer, keep), ep, {})
         return cache[key]
 
     devices = {}
@@ -69,8 +70,8 @@ def pricer(cluster_name: str, dtype: str, moe_tp: int):
         if "reached" not in shares:  # routing shares depend on the shape and token counts only
             shares["reached"] = 1.0 - (1.0 - m.num_experts_per_token / m.num_experts) ** tokens
             shares["padded"] = padded_row_share(tokens, m.num_experts, m.num_experts_per_token, expert_tile_rows(rate))
-            shares["moves"] = ss._ops_s(moves, dev, dtype, rate, tokens / ep, 1)
-        return (ss._ops_s(experts, dev, dtype, rate, tokens / ep, moe_tp, shares["reached"], shares["padded"])
+            shares["moves"] = ops_s(moves, dev, dtype, rate, tokens / ep, 1)
+        return (ops_s(experts, dev, dtype, rate, tokens / ep, moe_tp, shares["reached"], shares["padded"])
                 + shares["moves"])
 
     return time_s

@@ -1,9 +1,10 @@
-"""Fit an engine's measured NVFP4 linear (aiconfigurator gemm_perf.parquet, nvfp4 rows) to the roofline
+"""Fit an engine's measured NVFP4 linear (aiconfigurator gemm_perf.parquet, nvfp4 rows; or with
+--dtype=fp8_block its FP8 block-scaled linear, 128x128 weight blocks) to the roofline
 cost/serving_step.py prices a GEMM with: max(latency + FLOPs * s/FLOP, memory latency + bytes * s/byte),
-bytes = BF16 input and output + 4.5-bit weights, least squares on relative error. Prints the fit, the
-residual by M, and the TensorRT-LLM fit's error on the same rows (how far the engines differ).
+bytes = BF16 input and output + the format's weights (4.5 / 8 bits), least squares on relative error.
+Prints the fit, the residual by M, and another fit's error on the same rows (how far the engines differ).
 
-usage: python scripts/fit_engine_nvfp4_linear.py PARQUET MEM_S_PER_BYTE [TRT_LATENCY_S TRT_S_PER_FLOP]
+usage: python scripts/fit_engine_nvfp4_linear.py PARQUET MEM_S_PER_BYTE [TRT_LATENCY_S TRT_S_PER_FLOP] [--dtype=fp8_block]
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/.../systems/data)"""
 
 from __future__ import annotations
@@ -14,22 +15,26 @@ import numpy as np
 import pandas as pd
 
 MEM_LATENCY_S = 2.5e-6  # the profiles' regressions.memory latency
+# bytes a weight takes with its scales: NVFP4 4 bits + an FP8 scale per 16; FP8 block 8 bits + an FP32 per 128x128
+WEIGHT_BYTES = {"nvfp4": 0.5625, "fp8_block": 1.0 + 4.0 / (128 * 128)}
+# where the grid search starts (TFLOP/s): near the format's dense tensor-core rate
+START_TFLOPS = {"nvfp4": 4000.0, "fp8_block": 800.0}
 
 
-def load(path: str) -> pd.DataFrame:
+def load(path: str, dtype: str) -> pd.DataFrame:
     d = pd.read_parquet(path)
-    d = d[(d.gemm_dtype == "nvfp4") & d.m.between(16, 16384) & d.n.between(4096, 65536) & d.k.between(4096, 65536)]
+    d = d[(d.gemm_dtype == dtype) & d.m.between(16, 16384) & d.n.between(4096, 65536) & d.k.between(4096, 65536)]
     return d.assign(t=d.latency * 1e-3, flops=2.0 * d.m * d.n * d.k,
-                    bytes=2.0 * d.m * (d.n + d.k) + 0.5625 * d.n * d.k)
+                    bytes=2.0 * d.m * (d.n + d.k) + WEIGHT_BYTES[dtype] * d.n * d.k)
 
 
 def predict(d: pd.DataFrame, lat: float, spf: float, spb: float) -> np.ndarray:
     return np.maximum(lat + d.flops * spf, MEM_LATENCY_S + d.bytes * spb)
 
 
-def fit_rms(d: pd.DataFrame, spb: float) -> tuple[float, float]:
+def fit_rms(d: pd.DataFrame, spb: float, tflops: float) -> tuple[float, float]:
     """(latency_s, seconds_per_flop) of least squared relative error: a grid refined about its best."""
-    lat_us, tflops = 15.0, 4000.0
+    lat_us = 15.0
     for span in (0.9, 0.3, 0.1, 0.03, 0.01):
         grid = [(lat_us * (1 + a), tflops * (1 + b)) for a in np.linspace(-span, span, 21)
                 for b in np.linspace(-span, span, 21)]
@@ -39,16 +44,18 @@ def fit_rms(d: pd.DataFrame, spb: float) -> tuple[float, float]:
 
 
 def main() -> None:
-    d, spb = load(sys.argv[1]), float(sys.argv[2])
-    lat, spf = fit_rms(d, spb)
+    dtype = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--dtype=")), "nvfp4")
+    args = [a for a in sys.argv if not a.startswith("--dtype=")]
+    d, spb = load(args[1], dtype), float(args[2])
+    lat, spf = fit_rms(d, spb, START_TFLOPS[dtype])
     rel = predict(d, lat, spf, spb) / d.t - 1.0
     print(f"rows {len(d)} kernel {sorted(d.kernel_source.unique())}")
     print(f"latency_s {lat:.3e} seconds_per_flop {spf:.3e} asymptote {1e-12 / spf:.0f} TFLOP/s "
           f"rms {np.sqrt((rel ** 2).mean()):.2f}")
     print("mean rel by M:", {m: round(float(r), 2) for m, r in rel.groupby(d.m).mean().items()
                              if m in (16, 128, 512, 2048, 8192, 16384)})
-    if len(sys.argv) > 4:
-        trt = predict(d, float(sys.argv[3]), float(sys.argv[4]), spb) / d.t - 1.0
+    if len(args) > 4:
+        trt = predict(d, float(args[3]), float(args[4]), spb) / d.t - 1.0
         print(f"TensorRT-LLM fit on these rows: mean {trt.mean():+.2f} rms {np.sqrt((trt ** 2).mean()):.2f}",
               {m: round(float(r), 2) for m, r in trt.groupby(d.m).mean().items() if m in (16, 128, 1024, 16384)})
 

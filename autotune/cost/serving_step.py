@@ -48,17 +48,19 @@ _SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
 
 
 @lru_cache(maxsize=64)
-def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str) -> ClusterSpec:
+def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False) -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
     ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
-    serving_gemm_<engine> and serving_moe_gemm_<engine>); the same object where the profile has none or the engine runs
-    the sweep's rate, so step caches keep hitting."""
+    serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
+    FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; the same object where the
+    profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS} \
         if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
                                              f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": _EXPERT_GEMM_CLASS}
-    serving = {(renames[op_class], dtype): fit for (op_class, dtype), fit in device.compute.items()
-               if op_class in renames and dtype == "nvfp4"}
+    formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
+    serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
+               if op_class in renames and dtype in formats}
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
@@ -172,11 +174,12 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
-    ``nvfp4_gemm_fit`` (serving_cluster)."""
+    ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit), shape, weight_dtype, float(kv_bytes),
+    fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block), shape, weight_dtype, float(kv_bytes),
                        int(max_tokens), int(max_sampled), mxfp4_activation)
 
 

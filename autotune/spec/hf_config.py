@@ -55,9 +55,17 @@ def model_from_hf_dict(data: dict, *, name: str = "config") -> ModelSpec:
         fields.update(rope_scaling_fields(reader, max_positions=int(fields["max_seq_len"])))
     if fields.get("num_experts"):
         fields.update(router_fields(reader, model_type))
+    fields["fp8_block_scaled"] = _fp8_block_scaled(data)
     text_only = "; its text model only, the vision tower and projector not counted" if model_type in WRAPPERS else ""
     return ModelSpec(name=_label(data, name), source=f"Hugging Face config.json (model_type {model_type}){text_only}",
                      **fields)
+
+
+def _fp8_block_scaled(data: dict) -> bool:
+    """Whether the checkpoint stores FP8 weights with per-block scales (quantization_config quant_method
+    "fp8" with a weight_block_size, as DeepSeek-V3/R1's and Kimi K2's: [128, 128])."""
+    quant = data.get("quantization_config")
+    return isinstance(quant, dict) and quant.get("quant_method") == "fp8" and bool(quant.get("weight_block_size"))
 
 
 def _label(data: dict, name: str) -> str:

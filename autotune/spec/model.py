@@ -124,6 +124,9 @@ class ModelSpec:
     qk_norm: str = "none"
     norms_per_layer: int = 2  # 1: Falcon-7B's parallel block shares one; 4: Gemma 2's sandwich norms
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
+    # Its FP8 release scales weights per 128x128 block (config.json quantization_config weight_block_size),
+    # so engines run block-scale GEMMs on it (cost/serving_step.py serving_cluster); False: per-tensor scales.
+    fp8_block_scaled: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.mlp_only_layers, list):  # from TOML or JSON
@@ -133,6 +136,7 @@ class ModelSpec:
         self._check_numbers()
         require_choice("model.layer_kind", self.layer_kind, LAYER_KINDS)
         require_choice("model.ffn_activation", self.ffn_activation, FFN_ACTIVATIONS)
+        require(isinstance(self.fp8_block_scaled, bool), "model.fp8_block_scaled", f"must be true or false, got {self.fp8_block_scaled!r}")
         require_choice("model.norm", self.norm, NORMS)
         require_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         require_choice("model.qk_norm", self.qk_norm, QK_NORMS)

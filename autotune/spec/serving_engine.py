@@ -66,6 +66,8 @@ MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
 # serving shapes, activation quantization included (regressions.serving_gemm.nvfp4, TensorRT-LLM's);
 # "vllm" / "sglang", that engine's own linear measured the same way (regressions.serving_gemm_vllm.nvfp4,
 # serving_gemm_sglang.nvfp4) and MoE layer (serving_moe_gemm_<engine>.nvfp4).
+# The same choice picks the engine's block-scale FP8 fits (.fp8_block) for a block-scaled FP8 checkpoint
+# (ModelSpec.fp8_block_scaled) where the device has them (H100, H200); "sweep" keeps the per-tensor fit.
 NVFP4_GEMM_FITS = ("sweep", "linear", "vllm", "sglang")
 # the host work a step overlaps with the GPU's (autotune/cost/serving_host.py): none, the previous
 # step's output processing (vLLM 0.6's async output processor), or all of it (an overlap scheduler)
