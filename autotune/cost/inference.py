@@ -28,6 +28,7 @@ from autotune.cost.decode_host import inference_host_s
 from autotune.cost.memory import StageMemory
 from autotune.cost.mesh import group_spans
 from autotune.cost.offload import inference_offload, offloads
+from autotune.cost.serving_ops import without_loss
 from autotune.cost.stage import StageCost, StagePosition, StageTime
 from autotune.errors import require
 from autotune.graph.operator import Operator
@@ -45,15 +46,6 @@ __all__ = ["PHASES", "InferenceContext", "inference_context", "inference_tables"
            "workload_phases"]
 
 PHASES = ("prefill", "decode")
-
-
-def _select(table: OpTable, keep: np.ndarray) -> OpTable:
-    """The operators of ``table`` where ``keep`` is true."""
-    values = {}
-    for f in fields(OpTable):
-        value = getattr(table, f.name)
-        values[f.name] = tuple(v for v, k in zip(value, keep) if k) if isinstance(value, tuple) else value[keep]
-    return OpTable(**values)
 
 
 def _set_op(table: OpTable, name: str, **values: float) -> OpTable:
@@ -121,7 +113,7 @@ def inference_tables(model: ModelSpec, workload: InferenceWorkload, phase: str, 
         base, layer = one, decode_layer_table(model, workload.mean_decode_context_len, e, concat)
         if one.moe_layer is not None:  # an MoE layer's attention decodes the same way
             base = replace(base, moe_layer=_decode_attention(one.moe_layer, model, workload.mean_decode_context_len, e))
-    head = None if one.head is None else _select(one.head, np.array([k != "loss" for k in one.head.kinds]))
+    head = None if one.head is None else without_loss(one.head)
     tables = replace(base, layer=layer, head=head)
     if workload.dtype not in GEMM_OPERAND_BYTES:
         return tables
