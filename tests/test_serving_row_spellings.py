@@ -93,15 +93,16 @@ def test_formats_an_engine_does_not_serve_are_substituted_only_where_they_cost_t
     ("H100-SXM-80GB", "dgx-h100"), ("NVIDIA H100 80GB HBM3", "dgx-h100"), ("HGX H100", "dgx-h100"),
     ("H200", "dgx-h200"), ("H200 SXM 141GB", "dgx-h200"), ("B200-SXM-180GB", "dgx-b200"), ("DGX B200", "dgx-b200"),
     ("GB200 NVL72", "gb200-nvl72"), ("GB200 NVL 72", "gb200-nvl72"), ("A100-80GB", "dgx-a100-80gb"),
-    ("A100-SXM4-40GB", "dgx-a100-40gb")])
+    ("A100-SXM4-40GB", "dgx-a100-40gb"), ("GB300-288GB", "gb300-nvl72"), ("NVIDIA GB300 NVL72", "gb300-nvl72"),
+    ("B300", "dgx-b300"), ("NVIDIA B300 SXM6 AC", "dgx-b300"), ("HGX B300", "dgx-b300")])
 def test_gpus_with_a_profile_map_to_their_cluster(cell, cluster):
     assert gpu_cluster(cell) == cluster
 
 
 @pytest.mark.parametrize("cell, says", [
     ("H20", "H20"), ("H100 NVL", "H100 NVL"), ("H100 PCIe", "PCIe"), ("GH200", "GH200"), ("GH200 144GB", "Grace"),
-    ("L40S", "L40S"), ("L4", "L4"), ("MI300X", "AMD"), ("MI355X", "AMD"), ("H200 NVL", "H200 NVL"), ("B300", "Blackwell Ultra"),
-    ("GB300 NVL72", "GB300"), ("A100 PCIe 80GB", "PCIe"), ("H800", "H800"), ("RTX 4090", "no cluster preset")])
+    ("L40S", "L40S"), ("L4", "L4"), ("MI300X", "AMD"), ("MI355X", "AMD"), ("H200 NVL", "H200 NVL"),
+    ("DGX Station GB300", "252 GB"), ("B300 PCIe", "PCIe"), ("A100 PCIe 80GB", "PCIe"), ("H800", "H800"), ("RTX 4090", "no cluster preset")])
 def test_other_gpus_stay_unpriced_saying_what_they_are(cell, says):
     with pytest.raises(RowProblem, match=says):
         gpu_cluster(cell)

@@ -47,6 +47,8 @@ LISTED_CELLS = {"recompute_modules": RECOMPUTE_MODULES, "cuda_graph_scope": CUDA
 # GPU spellings onto the names the cluster table knows (calibrate/modern.py GPU_CLUSTERS).
 # Checked in order; each needs every listed token in the lower-cased, de-punctuated name.
 _GPU_PATTERNS = (
+    (("gb300",), "GB300"),
+    (("b300",), "B300"),
     (("gb200",), "GB200"),
     (("b200",), "B200"),
     (("h200",), "H200"),

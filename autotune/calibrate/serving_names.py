@@ -176,29 +176,32 @@ def precision_name(cell: str) -> str:
     return _PRECISIONS[key]
 
 
-# Serving prices a replica inside one NVLink domain: a GB200 row gets the whole NVL72 rack.
-_SERVING_CLUSTERS = {**GPU_CLUSTERS, "GB200": "gb200-nvl72"}
+# Serving prices a replica inside one NVLink domain: a GB200 or GB300 row gets the whole NVL72 rack.
+_SERVING_CLUSTERS = {**GPU_CLUSTERS, "GB200": "gb200-nvl72", "GB300": "gb300-nvl72", "B300": "dgx-b300"}
+# Grace-Blackwell parts, read before canonical_gpu: their cells often say "NVL72", which names the rack
+_SUPERCHIPS = ("GB300", "GB200")
 # Parts with no device profile, and what they are (a regex on the lower-cased cell): their rows
 # stay unpriced with this reason.
 _UNPROFILED = ((r"gh200", "GH200 (an H100 with 96 or 144 GB on NVLink-C2C to a Grace CPU, up to 1000 W)"),
-               (r"gb300", "GB300 (Blackwell Ultra)"), (r"\bb300", "B300 (Blackwell Ultra)"),
+               (r"station|desktop", "a DGX Station / desktop GB300 (252 GB at 1,300 W, not the NVL72 part)"),
                (r"h800", "H800 (export H100, 400 GB/s NVLink)"), (r"\bh20\b", "H20 (export Hopper, 148 TFLOP/s BF16)"),
                (r"h100\W*nvl", "H100 NVL (94 GB PCIe card, 400 W)"), (r"h200\W*nvl", "H200 NVL (PCIe card, 600 W)"),
                (r"pcie", "a PCIe card (lower power and clocks than the SXM part, no NVSwitch)"),
                (r"\bl40s", "L40S (Ada PCIe card)"), (r"\bl40\b", "L40 (Ada PCIe card)"), (r"\bl4\b", "L4 (Ada PCIe card)"),
                (r"\ba10g?\b", "A10 (Ampere PCIe card)"), (r"\bmi\d{3}", "AMD Instinct (the engine presets model CUDA kernels)"),
                (r"gaudi", "Intel Gaudi"), (r"\btpu", "Google TPU"), (r"trainium|inferentia", "AWS Trainium/Inferentia"))
-_PROFILED = "profiled: A100 SXM 40/80GB, H100 SXM 80GB, H200 SXM, B200, GB200"
+_PROFILED = "profiled: A100 SXM 40/80GB, H100 SXM 80GB, H200 SXM, B200, GB200, B300, GB300"
 
 
 def gpu_cluster(cell: str) -> str:
     """The cluster preset of a row's GPU cell: the SXM parts with device profiles (A100, H100, H200,
-    B200, GB200); other boards and GPUs without a profile are refused with what they are."""
+    B200, GB200, B300, GB300); other boards and GPUs without a profile are refused with what they are."""
     text = cell.lower()
     for pattern, what in _UNPROFILED:
         if re.search(pattern, text):
             raise RowProblem(f"GPU {cell!r}: {what} has no device profile (autotune/data/devices/); {_PROFILED}")
-    part = "GB200" if "gb200" in text else canonical_gpu(cell.strip(), tuple(_SERVING_CLUSTERS))
+    part = next((chip for chip in _SUPERCHIPS if chip.lower() in text), None) \
+        or canonical_gpu(cell.strip(), tuple(_SERVING_CLUSTERS))
     if part is None and "a100" in text:  # a bare A100 is the 80 GB part unless it says 40
         part = "A100-40GB" if "40" in text else "A100-80GB"
     if part is None:
