@@ -109,16 +109,18 @@ _CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "ep"
                 "attention_dp": r"enable_attention_dp", "precision": r"precision",
                 "max_num_seqs": r"gpu_batch_size", "max_num_batched_tokens": r"max_num_tokens",
                 "memory_fraction": r"kvcache_free_gpu_mem_frac", "rate_run_s": r"min_duration",
-                "chunked_prefill": r"enable_chunked_context", "max_output_len": r"max_output_len"}
+                "chunked_prefill": r"enable_chunked_context", "max_output_len": r"max_output_len",
+                "adp_batching_wait_iters": r"adp_balancing_batching_wait_iters",
+                "adp_timeout_iters": r"adp_balancing_timeout_iters"}
 
 
 def test_every_v51_system_value_is_the_one_its_config_line_states():
     v51 = [s for s in _systems() if s.runtime == "mlperf-nvidia-5.1"]
-    assert len(v51) == 25
+    assert len(v51) == 31  # B200 x8, GB200 x4 and x72; GB300 x72 (NVIDIA) and x8 (CoreWeave)
     for system in v51:
         for key, source in system.sources:
             found = re.search(_CONFIG_KEYS[key] + r" = ([\w.']+)", source)
-            assert found and source.startswith("configs/"), (system.config, key, source)
+            assert found and re.match(r"(closed/\w+/)?configs/", source), (system.config, key, source)
             value, stated = system.get(key), found.group(1)
             if key == "rate_run_s":
                 assert value * 1000 == int(stated), (system.config, key)

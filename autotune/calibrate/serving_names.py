@@ -215,15 +215,25 @@ _NOT_SERVED = {"w4a16": "4-bit integer weights dequantized into BF16 GEMMs (AWQ,
                "w8a8": "INT8 weights and activations", "mxfp4": "MXFP4 weights"}
 
 
-def served_precision(precision: str, engine: str, served: tuple[str, ...], gemm_dtypes: set[str]) -> tuple[str, str]:
-    """(the weight dtype ``engine``, serving ``served``, runs ``precision`` as on a GPU with GEMM fits
-    for ``gemm_dtypes``; how it was substituted or ''), or RowProblem."""
+# GPUs whose INT8 tensor-core rate is a small fraction of their FP8 rate: Blackwell Ultra (dense INT8
+# 153.5 TOPS on B300 and 165 on GB300 against 4.5 / 5 PFLOPS FP8; NVIDIA Blackwell Ultra datasheet as
+# ai-dynamo/aiconfigurator @095f58a5 systems/{b300_sxm,gb300}.yaml quote it)
+_SLOW_INT8 = ("B300", "GB300")
+
+
+def served_precision(precision: str, engine: str, served: tuple[str, ...], gemm_dtypes: set[str],
+                     device: str = "") -> tuple[str, str]:
+    """(the weight dtype ``engine``, serving ``served``, runs ``precision`` as on the GPU ``device`` with
+    GEMM fits for ``gemm_dtypes``; how it was substituted or ''), or RowProblem."""
     if precision in served:
         return precision, ""
     if precision == "mxfp4" and "nvfp4" in served and "nvfp4" in gemm_dtypes:
         # Blackwell's FP4 tensor cores run MXFP4 and NVFP4 E2M1 elements at one rate (B200 datasheet:
         # one FP4 figure); the scales differ (E8M0 per 32 vs E4M3 per 16): 4.25 vs 4.5 bits a weight
         return "nvfp4", "mxfp4 priced as nvfp4 (same E2M1 elements and FP4 tensor-core rate; scale blocks differ)"
+    if precision == "w8a8" and device in _SLOW_INT8:
+        raise RowProblem(f"precision w8a8 (INT8 weights and activations) on {device}: its INT8 tensor cores "
+                         "run at about 1/30 of its FP8 rate, and no profile fits them")
     if precision == "w8a8" and "fp8" in served and "fp8" in gemm_dtypes:
         # H100/H200 datasheets: INT8 1,979 TOPS = FP8 1,979 TFLOPS dense; B200: 4.5 POPS = 4.5 PFLOPS; 1-byte weights
         return "fp8", "int8 w8a8 priced as fp8 (the same tensor-core rate and weight bytes on Hopper and Blackwell)"

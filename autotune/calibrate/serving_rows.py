@@ -308,7 +308,7 @@ def _precision(row: dict, runtime: Runtime, system: PublishedSystem | None, mode
         precision = runtime.serving.default_weight_dtype
         assumed = (f"precision {precision} ({runtime.name}'s default)",)
     gemms = {dtype for (kind, dtype) in cluster.device.compute if kind == "gemm"}
-    served, how = served_precision(precision, runtime.name, runtime.serving.weight_dtypes, gemms)
+    served, how = served_precision(precision, runtime.name, runtime.serving.weight_dtypes, gemms, cluster.device.name)
     return served, assumed + ((how,) if how else ())
 
 
