@@ -16,11 +16,12 @@ from autotune.calibrate.serving_rows import case_from_row
 from autotune.spec.hardware_data import load_cluster, load_device
 
 _CHECK_ROWS = Path(__file__).parent / "data" / "mlperf_v5_1_gb300.csv"
+_B300_ROWS = Path(__file__).parent / "data" / "inferencex_b300_check.csv"
 _MIB = 2**20
 
 
-def _check_rows() -> list[dict]:
-    with _CHECK_ROWS.open(newline="") as f:
+def _check_rows(path: Path = _CHECK_ROWS) -> list[dict]:
+    with path.open(newline="") as f:
         return list(csv.DictReader(f))
 
 
@@ -86,4 +87,27 @@ def test_a_gb300_llama_405b_server_row_is_priced():
 def test_every_gb300_check_row_is_priced():
     """All 12 rows (DeepSeek-R1 with attention DP and expert parallelism, Llama 3.1 405B) priced; takes minutes."""
     checks = check_serving_rows(_check_rows())
+    assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]
+
+
+def test_the_b300_sglang_rows_read_their_recipe_flags():
+    """InferenceX's DeepSeek-R1 NVFP4 on one B300 node (SGLang 0.5.12, TP4 EP4 and TP8 EP8, no DP attention)."""
+    rows = _check_rows(_B300_ROWS)
+    assert len(rows) == 36 and {r["gpu"] for r in rows} == {"B300"}
+    for row in rows[::3]:
+        case = case_from_row(row)
+        dep, engine = case.deployment, case.deployment.runtime.serving
+        assert dep.cluster.name == "dgx-b300" and dep.dtype == "nvfp4" and not dep.attention_dp
+        assert (dep.tp, dep.ep) == (int(row["tp"]), int(row["ep"])) and engine.nvfp4_gemm_fit == "sglang"
+        assert engine.memory_fraction == 0.85 and any("launch_max_num_seqs 256" in a for a in case.assumed)
+
+
+def test_a_b300_sglang_row_is_priced():
+    (check,) = check_serving_rows([r for r in _check_rows(_B300_ROWS) if r["id"] == "ixb300-018"])
+    assert check.error_pct is not None and check.predicted > 0, check.reason
+
+
+@pytest.mark.slow
+def test_every_b300_sglang_check_row_is_priced():
+    checks = check_serving_rows(_check_rows(_B300_ROWS))
     assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]
