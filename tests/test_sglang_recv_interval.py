@@ -5,7 +5,6 @@ and loads SGLang (benchmarks/dsr1_fp8_b200.sh @1fc5d73c; .github/workflows/bench
 from __future__ import annotations
 
 import csv
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -93,12 +92,9 @@ def test_a_longer_interval_lengthens_ttft_not_decoding():
     assert thirtieth.tpot_s.mean() < every.tpot_s.mean() * 1.1
 
 
-def test_sglang_refuses_the_interval_with_dp_attention():
-    engine = load_runtime("sglang")
-    runtime = engine.with_changes(serving=engine.serving.with_changes(scheduler_recv_interval=10))
-    dep = ServingDeployment(model=resolve_model("deepseek-v3"), cluster=load_cluster("dgx-b200"), runtime=runtime,
-                            tp=8, ep=8, attention_dp=True, weight_dtype="fp8")
+def test_recipe_yaml_spelling_sets_the_interval():
+    row = _row("sglnew-026")
+    notes = row["notes"].replace("--scheduler-recv-interval 10", "scheduler-recv-interval: 10")
+    assert case_from_row(dict(row, notes=notes)).deployment.runtime.serving.scheduler_recv_interval == 10
     with pytest.raises(AutotuneError, match="scheduler_recv_interval"):
-        run_serving(dep, Load(kind="concurrency", num_requests=8, input_len=100, output_len=10, concurrency=4))
-    assert run_serving(replace(dep, runtime=engine), Load(kind="concurrency", num_requests=8, input_len=100,
-                                                          output_len=10, concurrency=4)).trace.steps > 0
+        load_runtime("sglang").serving.with_changes(scheduler_recv_interval=0)

@@ -297,7 +297,7 @@ def _limit_flags(notes: str) -> dict:
         changes["prefill_chunk_tokens"] = int(chunk)
     if graphs:
         changes["decode_cuda_graph_max_batch"] = int(graphs)
-    recv = _number(r"--scheduler[-_]recv[-_]interval[ =]+(\d+)", notes)  # SGLang server_args.py
+    recv = _number(r"(?:--)?scheduler[-_]recv[-_]interval[ =:]+(\d+)", notes)  # SGLang server_args.py, recipe YAML
     if recv:
         changes["scheduler_recv_interval"] = int(recv)
     return changes

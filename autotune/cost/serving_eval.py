@@ -133,15 +133,6 @@ def _host_overlap(dep: ServingDeployment) -> str:
     return "none" if overlap == "output" and dep.pp > 1 else overlap
 
 
-def _recv_interval(dep: ServingDeployment) -> int:
-    """SGLang's --scheduler-recv-interval, which its SchedulerRecvSkipper refuses under DP attention
-    (scheduler_recv_skipper.py: assert not enable_dp_attention, 0.5.12 wheel)."""
-    interval = dep.runtime.serving.scheduler_recv_interval
-    require(interval == 1 or not dep.attention_dp, "scheduler_recv_interval",
-            f"SGLang takes no --scheduler-recv-interval ({interval}) with DP attention; give 1 or drop DP attention")
-    return interval
-
-
 def _adp_balance(dep: ServingDeployment, ranks: int) -> AdpBalance | None:
     """The attention-DP balancer where the engine runs it: TensorRT-LLM's PyExecutor._schedule calls it only
     under enable_attention_dp with enable_balance (py_executor.py @9521caf4)."""
@@ -175,7 +166,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         max_num_batched_tokens=limits.max_num_batched_tokens,
                         kv_capacity_tokens=limits.kv_capacity_tokens, kv_block_tokens=engine.kv_block_tokens,
                         kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,
-                        recv_interval=_recv_interval(dep),
+                        recv_interval=engine.scheduler_recv_interval,
                         step_host_s=engine.step_host_s * per_step, step_host_share=engine.step_host_share,
                         step_host_s_per_seq=engine.step_host_s_per_seq * per_step,
                         output_host_s=engine.output_host_s * per_step,

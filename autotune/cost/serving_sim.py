@@ -113,7 +113,8 @@ def _admit_arrivals(st: _State, sched: Schedule) -> None:
     """Arrived requests join the queue when the scheduler polls for them: every loop, or under SGLang's
     --scheduler-recv-interval N (SchedulerRecvSkipper, scheduler_recv_skipper.py, 0.5.12 wheel: a decode
     step adds 1 to a counter, any other step 1000, an idle loop 1; it polls and resets at N) once N
-    decode steps have run since the last poll, at once after a prompt step, and while idle."""
+    decode steps have run since the last poll, at once after a prompt step, and while idle. Under DP
+    attention 0.5.23 counts the ranks' common mode (scheduler_components/recv_skipper.py; 0.5.12 refused it)."""
     if sched.recv_interval > 1:
         idle = not len(st.running) and not st.waiting
         if not idle and st.since_poll < sched.recv_interval:
