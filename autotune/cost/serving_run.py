@@ -69,6 +69,22 @@ class Schedule:
         require(isinstance(self.recv_interval, int) and self.recv_interval >= 1, "recv_interval",
                 f"must be an integer >= 1, got {self.recv_interval!r}")
 
+    def since_poll_after(self, steps: int) -> int:
+        """Decode steps since the last poll for new requests after ``steps`` since an earlier one: the
+        engine polled (and reset its counter) every ``recv_interval`` of them; ``recv_interval`` when a
+        poll is due now."""
+        n = self.recv_interval
+        return steps if steps < n else (steps % n or n)
+
+    def next_poll(self, since_poll: int, steps: int) -> int:
+        """The fewest decode steps, ``steps`` at least, after which the scheduler polls for new requests,
+        ``since_poll`` decode steps having run since its last poll."""
+        n = self.recv_interval
+        if n == 1:
+            return steps
+        first = max(1, n - since_poll)
+        return first if steps <= first else first + -(-(steps - first) // n) * n
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class Trace:

@@ -272,23 +272,8 @@ def _stretch_length(st: _State, sched: Schedule, decodes: np.ndarray, durations_
         k = _steps_in_kv(st, sched, decodes, k)
     if st.next_arrival < len(st.arrival) and np.isfinite(st.arrival[st.next_arrival]):
         ends = st.t + np.cumsum(durations_of(k))
-        k = min(k, _next_poll(st, sched, int(np.searchsorted(ends, st.arrival[st.next_arrival])) + 1))
+        k = min(k, sched.next_poll(st.since_poll, int(np.searchsorted(ends, st.arrival[st.next_arrival])) + 1))
     return max(1, k)
-
-
-def _after_polls(steps: int, n: int) -> int:
-    """Decode steps since the last poll after ``steps`` since an earlier one: the engine polled (and
-    reset its counter) every ``n`` of them; ``n`` when a poll is due now."""
-    return steps if steps < n else (steps % n or n)
-
-
-def _next_poll(st: _State, sched: Schedule, steps: int) -> int:
-    """The fewest decode steps, ``steps`` at least, after which the scheduler polls for new requests."""
-    n = sched.recv_interval
-    if n == 1:
-        return steps
-    first = max(1, n - st.since_poll)
-    return first if steps <= first else first + -(-(steps - first) // n) * n
 
 
 def _steps_in_kv(st: _State, sched: Schedule, decodes: np.ndarray, most: int) -> int:
@@ -350,7 +335,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     if sched.reserve:  # each decode step without a retraction decays the ratio (forward_decode_batch)
         st.ratio_decays += k - int(retracted)
     st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + b * k, st.decode_steps + k
-    st.since_poll = _after_polls(st.since_poll + k, sched.recv_interval)
+    st.since_poll = sched.since_poll_after(st.since_poll + k)
 
 
 def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int) -> None:
