@@ -7,6 +7,7 @@ import pytest
 
 from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_eval import ARRIVAL_DRAWS, ServingDeployment, arrival_draws, expected_metric, run_serving
+from autotune.cost.serving_lengths import uniform_lengths
 from autotune.cost.serving_limits import sglang_max_running, trtllm_bench_setting, vllm_device_defaults
 from autotune.cost.serving_load import Load, metric_value, mlperf_server_max_rate, requests_for, weighted_percentile
 from autotune.cost.serving_sim import Schedule, simulate
@@ -115,6 +116,10 @@ CASES = [
     # SGLang's reserve admission: requests enter mid-stretch as the ratio decays, and some are retracted
     ("sglang-0.3", Load(kind="max_throughput", num_requests=300, input_len=200, output_len=600), dict(kv_capacity_tokens=30000)),
     ("sglang", Load(kind="rate", num_requests=200, input_len=300, output_len=400, rate_per_s=20), dict(kv_capacity_tokens=30000)),
+    # SGLang's --scheduler-recv-interval: new requests enter only at polls, every 10 (7) decode steps
+    ("sglang", Load(kind="concurrency", num_requests=120, input_len=900, output_len=300, concurrency=12,
+                    lengths=uniform_lengths(900, 300, 0.8, source="test")), dict(recv_interval=10)),
+    ("sglang", Load(kind="rate", num_requests=200, input_len=300, output_len=400, rate_per_s=20), dict(recv_interval=7)),
 ]
 
 

@@ -27,7 +27,7 @@ from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metri
     throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
-from autotune.cost.serving_lengths import request_lengths
+from autotune.cost.serving_lengths import request_lengths, uniform_lengths
 from autotune.cost.serving_load import METRICS, Load
 from autotune.errors import AutotuneError
 from autotune.spec.hardware import ClusterSpec
@@ -169,6 +169,26 @@ def _spread(load: Load, row: dict, dataset: dict, system: PublishedSystem | None
     return replace(load, lengths=lengths), (f"lengths drawn per request ({lengths.name}, serving_lengths.toml)",) + notes
 
 
+# Clients that draw a random dataset's lengths from [int(L x ratio), L] (serving_lengths.uniform_lengths);
+# vLLM's own `vllm bench serve` spreads them around L instead, so its rows keep the stated lengths
+_LOW_RANGE_CLIENTS = re.compile(r"InferenceX|InferenceMAX|sglang\.bench_serving", flags=re.IGNORECASE)
+
+
+def _random_range(load: Load, row: dict) -> tuple[Load, tuple[str, ...]]:
+    """The stated lengths spread as the benchmark client's --random-range-ratio draws them, where the
+    notes quote a ratio below 1 and the client is one whose rule is known (_LOW_RANGE_CLIENTS)."""
+    notes = row.get("notes", "")
+    ratio = _number(r"--random[-_]range[-_]ratio[ =]+([\d.]+)", notes)
+    if ratio is None or ratio >= 1 or not (row_int(row, "isl") and row_int(row, "osl")):
+        return load, ()
+    if not _LOW_RANGE_CLIENTS.search(f"{row.get('source', '')} {notes}"):
+        return load, (f"lengths fixed at the stated ones: the client's --random-range-ratio {ratio:g} rule is not known",)
+    lengths = uniform_lengths(load.input_len, load.output_len, ratio, source=f"the row's --random-range-ratio {ratio:g}")
+    load = replace(load, lengths=lengths, input_len=round(lengths.mean_input_tokens),
+                   output_len=round(lengths.mean_output_tokens))
+    return load, (f"lengths drawn per request from {lengths.name} (the client's --random-range-ratio)",)
+
+
 def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
     """(metric, scope, unit -> SI factor, whether the row measures its inverse, assumptions): a
     per-user token rate is 1 / the TPOT statistic it names."""
@@ -277,6 +297,9 @@ def _limit_flags(notes: str) -> dict:
         changes["prefill_chunk_tokens"] = int(chunk)
     if graphs:
         changes["decode_cuda_graph_max_batch"] = int(graphs)
+    recv = _number(r"(?:--)?scheduler[-_]recv[-_]interval[ =:]+(\d+)", notes)  # SGLang server_args.py, recipe YAML
+    if recv:
+        changes["scheduler_recv_interval"] = int(recv)
     return changes
 
 
@@ -333,6 +356,7 @@ def case_from_row(row: dict) -> ServingCase:
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset, system)
+        load, spread_notes = _random_range(load, row) if not spread_notes else (load, spread_notes)
         metric, scope, factor, inverse, metric_notes = _metric(row)
         metric, metric_notes = _loadgen_window(metric, runtime, load, metric_notes)
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))

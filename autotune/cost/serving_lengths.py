@@ -20,7 +20,7 @@ import numpy as np
 
 from autotune.errors import AutotuneError, require
 
-__all__ = ["RequestLengths", "request_lengths", "length_names"]
+__all__ = ["RequestLengths", "request_lengths", "length_names", "uniform_lengths"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,3 +94,15 @@ def request_lengths(name: str) -> RequestLengths:
     entry = tables[name]
     return RequestLengths(name=name, percents=tuple(tables["percents"]), input_tokens=tuple(entry["input_tokens"]),
                           output_tokens=tuple(entry["output_tokens"]), source=entry["source"])
+
+
+def uniform_lengths(input_len: int, output_len: int, ratio: float, source: str) -> RequestLengths:
+    """A random dataset's lengths drawn uniformly from [int(L x ratio), L] for each of the two stated
+    lengths L, as sglang.bench_serving (benchmark/datasets/common.py compute_random_lens, 0.5.12 wheel) and
+    InferenceX's utils/bench_serving/benchmark_serving.py (sample_uniform) draw them under --random-range-ratio."""
+    require(isinstance(ratio, (int, float)) and 0 < ratio <= 1, "random_range_ratio",
+            f"must be in (0, 1] for lengths drawn from [L x ratio, L], got {ratio!r}")
+    low_in, low_out = max(1, int(input_len * ratio)), max(1, int(output_len * ratio))
+    return RequestLengths(name=f"uniform [{ratio:g} x L, L]", percents=(0.0, 100.0),
+                          input_tokens=(float(low_in), float(input_len)),
+                          output_tokens=(float(low_out), float(output_len)), source=source)

@@ -47,6 +47,7 @@ class Schedule:
     kv_block_tokens: int
     kv_reservation: str  # "grow" or "full"
     scheduler_steps: int = 1
+    recv_interval: int = 1  # new requests are taken in every this many decode steps (SGLang's recv skipper)
     step_host_s: float = 0.0  # host seconds a scheduler call (serving_host.py)
     step_host_share: float = 0.0
     step_host_s_per_seq: float = 0.0  # a scheduler call's host seconds per sequence of its step
@@ -65,6 +66,24 @@ class Schedule:
 
     def __post_init__(self) -> None:
         require(self.host_overlap in HOST_OVERLAPS, "host_overlap", f"must be one of {', '.join(HOST_OVERLAPS)}")
+        require(isinstance(self.recv_interval, int) and self.recv_interval >= 1, "recv_interval",
+                f"must be an integer >= 1, got {self.recv_interval!r}")
+
+    def since_poll_after(self, steps: int) -> int:
+        """Decode steps since the last poll for new requests after ``steps`` since an earlier one: the
+        engine polled (and reset its counter) every ``recv_interval`` of them; ``recv_interval`` when a
+        poll is due now."""
+        n = self.recv_interval
+        return steps if steps < n else (steps % n or n)
+
+    def next_poll(self, since_poll: int, steps: int) -> int:
+        """The fewest decode steps, ``steps`` at least, after which the scheduler polls for new requests,
+        ``since_poll`` decode steps having run since its last poll."""
+        n = self.recv_interval
+        if n == 1:
+            return steps
+        first = max(1, n - since_poll)
+        return first if steps <= first else first + -(-(steps - first) // n) * n
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)

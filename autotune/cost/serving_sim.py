@@ -61,6 +61,7 @@ class _State:
     ratio_decays: int = 0
     adp: AdpCounters = field(default_factory=AdpCounters)  # TensorRT-LLM's attention-DP balancer (serving_adp.py)
     adp_held: bool = False  # this step's context requests are held by it
+    since_poll: int = 0  # decode steps since the scheduler last took new requests in (Schedule.recv_interval)
 
 
 def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: bool = True) -> Trace:
@@ -69,7 +70,7 @@ def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: b
     st = _initial(req)
     st.ratio_base = sched.reserve.init_ratio if sched.reserve else 0.0  # the server idled before the run
     while st.next_arrival < len(st.arrival) or st.waiting or len(st.running):
-        _admit_arrivals(st)
+        _admit_arrivals(st, sched)
         if not len(st.running) and not st.waiting:
             st.t = float(st.arrival[st.next_arrival])
             if sched.reserve:  # an idle SGLang resets its estimate (tp_worker.py forward_step)
@@ -108,7 +109,17 @@ def _kv_tokens(st: _State, ids: np.ndarray) -> np.ndarray:
     return st.done[ids] + st.generated[ids] - st.g0[ids] + 1
 
 
-def _admit_arrivals(st: _State) -> None:
+def _admit_arrivals(st: _State, sched: Schedule) -> None:
+    """Arrived requests join the queue when the scheduler polls for them: every loop, or under SGLang's
+    --scheduler-recv-interval N (SchedulerRecvSkipper, scheduler_recv_skipper.py, 0.5.12 wheel: a decode
+    step adds 1 to a counter, any other step 1000, an idle loop 1; it polls and resets at N) once N
+    decode steps have run since the last poll, at once after a prompt step, and while idle. Under DP
+    attention 0.5.23 counts the ranks' common mode (scheduler_components/recv_skipper.py; 0.5.12 refused it)."""
+    if sched.recv_interval > 1:
+        idle = not len(st.running) and not st.waiting
+        if not idle and st.since_poll < sched.recv_interval:
+            return
+        st.since_poll = 0
     while st.next_arrival < len(st.arrival) and st.arrival[st.next_arrival] <= st.t:
         st.waiting.append(st.next_arrival)
         st.next_arrival += 1
@@ -219,6 +230,7 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     if len(decodes):
         _stamp_decodes(st, decodes, np.asarray([delivered]), 1)
     st.steps += 1
+    st.since_poll = sched.recv_interval  # a prompt step weighs 1000: the next loop polls
 
 
 def _host_seqs(seqs: int, step: StepModel) -> int:
@@ -260,7 +272,7 @@ def _stretch_length(st: _State, sched: Schedule, decodes: np.ndarray, durations_
         k = _steps_in_kv(st, sched, decodes, k)
     if st.next_arrival < len(st.arrival) and np.isfinite(st.arrival[st.next_arrival]):
         ends = st.t + np.cumsum(durations_of(k))
-        k = min(k, int(np.searchsorted(ends, st.arrival[st.next_arrival])) + 1)
+        k = min(k, sched.next_poll(st.since_poll, int(np.searchsorted(ends, st.arrival[st.next_arrival])) + 1))
     return max(1, k)
 
 
@@ -323,6 +335,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     if sched.reserve:  # each decode step without a retraction decays the ratio (forward_decode_batch)
         st.ratio_decays += k - int(retracted)
     st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + b * k, st.decode_steps + k
+    st.since_poll = sched.since_poll_after(st.since_poll + k)
 
 
 def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int) -> None:

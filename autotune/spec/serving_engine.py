@@ -123,6 +123,9 @@ class ServingEngine:
     decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
     scheduler_steps: int = 1  # decode steps per scheduler call (vLLM multi-step); tokens stream per call
+    # SGLang --scheduler-recv-interval: the scheduler takes new requests in only every this many decode
+    # steps (at once after a prompt step or while idle); 1: every step
+    scheduler_recv_interval: int = 1
     # a fixed-rate run's length where the harness sets one (MLPerf LoadGen's min_duration): it issues
     # rate x this many requests; 0: not stated
     rate_run_s: float = 0.0
@@ -192,7 +195,7 @@ class ServingEngine:
                      "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens",
                      "adp_batching_wait_iters", "adp_timeout_iters"):
             _require_count(name, getattr(self, name), minimum=0)
-        for name in ("kv_block_tokens", "scheduler_steps"):
+        for name in ("kv_block_tokens", "scheduler_steps", "scheduler_recv_interval"):
             _require_count(name, getattr(self, name), minimum=1)
         for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
                      "frontend_s_per_seq", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
