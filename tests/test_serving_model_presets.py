@@ -163,3 +163,24 @@ def test_glm_and_minimax_rows_are_priced():
     # 64 sequences of top-8 of 256 experts touch nearly all of them: at least the active weights per GPU
     floor_s = load_preset("glm-4.5").num_active_parameters() / 8 / 4.8e12  # FP8 bytes over H200's 4.8 TB/s
     assert checks["glm"].predicted > 1e3 * floor_s
+
+
+def test_a_full_width_qk_norm_all_reduces_its_sums_under_tp():
+    """MiniMax-M2's RMSNorm over all of q and k needs every TP rank's sums of squares (SGLang's and
+    vLLM's MiniMaxM2RMSNormTP): one more all-reduce per layer, none on one GPU or under DP attention."""
+    from autotune.cost.serving_step import ReplicaShape, step_model
+    from autotune.spec.hardware_data import load_cluster
+
+    full = load_preset("minimax-m2")
+    head = full.with_changes(qk_norm="head")  # the same shapes normalised per head: no cross-rank sums
+
+    def step(model, shape):
+        return step_model(model, load_cluster("dgx-h100").for_gpus(shape.tp), shape, weight_dtype="fp8", kv_bytes=1,
+                          max_tokens=64, max_sampled=8).linear_s[8]
+
+    tp8 = ReplicaShape(tp=8, ep=8)
+    extra = step(full, tp8) - step(head, tp8)
+    assert 62 * 2e-6 < extra < 62 * 100e-6  # 62 layers of one latency-bound all-reduce, microseconds each
+    one_gpu = step(full, ReplicaShape(tp=1)) - step(head, ReplicaShape(tp=1))
+    dp = step(full, ReplicaShape(tp=8, ep=8, attention_dp=True)) - step(head, ReplicaShape(tp=8, ep=8, attention_dp=True))
+    assert abs(one_gpu) < 0.1 * extra and abs(dp) < 0.1 * extra
