@@ -260,7 +260,8 @@ def _qk_norm_sums_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.nda
     each token's sums of squares from every TP rank: one more all-reduce per layer, of two FP32 sums
     per token (SGLang's MiniMaxM2RMSNormTP, models/minimax_m2.py: local sum_sq, all-reduced over the
     attention TP group, fused for q and k; vLLM's MiniMaxM2RMSNormTP all-reduces q's and k's variance
-    separately, two of these, priced as one). Per-head norms (Qwen3, GLM-4.5) stay on their rank."""
+    separately, two of these, priced as one; vLLM's OLMoE all-gathers q and k whole, more bytes, so this
+    is its lower bound). Per-head norms (Qwen3, GLM-4.5) stay on their rank."""
     if model.qk_norm != "full":
         return 0.0 * tokens
     return collective_time_s("all_reduce", tokens * 2 * 4, span, cluster)
