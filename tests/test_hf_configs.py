@@ -92,7 +92,24 @@ FAMILIES = {
     "gemma3_text": ("Gemma-3-4B (text)", dict(hidden_size=2560, num_hidden_layers=34, num_attention_heads=8,
                                               num_key_value_heads=4, head_dim=256, intermediate_size=10240,
                                               vocab_size=262208, sliding_window=1024)),
+    # GLM-4.5 with 8 of its 92 layers (3 dense, 5 MoE): QK norm, biased q/k/v, 160 experts and a shared one
+    "glm4_moe": ("GLM-4.5 (8 layers)", dict(hidden_size=5120, num_hidden_layers=8, num_attention_heads=96,
+                                            num_key_value_heads=8, head_dim=128, intermediate_size=12288,
+                                            moe_intermediate_size=1536, n_routed_experts=160, num_experts_per_tok=8,
+                                            n_shared_experts=1, first_k_dense_replace=3, routed_scaling_factor=2.5,
+                                            attention_bias=True, use_qk_norm=True, vocab_size=151552,
+                                            partial_rotary_factor=0.5, rope_theta=1e6)),
+    "minimax_m2": ("MiniMax-M2 (8 layers)", dict(num_hidden_layers=8, rotary_dim=64)),
+    # Kimi K2 is DeepSeek-V3's code under its own model_type (transformers builds it as deepseek_v3)
+    "kimi_k2": ("Kimi-K2 (6 layers)", dict(hidden_size=7168, num_hidden_layers=6, num_attention_heads=64,
+                                          num_key_value_heads=64, intermediate_size=18432, q_lora_rank=1536,
+                                          kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128,
+                                          v_head_dim=128, n_routed_experts=384, num_experts_per_tok=8,
+                                          n_shared_experts=1, moe_intermediate_size=2048, first_k_dense_replace=1,
+                                          n_group=1, topk_group=1, vocab_size=163840)),
 }
+# model_types transformers 5.24 builds through another class: the checkpoint's auto_map loads DeepSeek-V3's code
+BUILT_AS = {"kimi_k2": "deepseek_v3"}
 # Further structural variants: Falcon-40B's new decoder architecture (8 of its 60 layers), Qwen MoE
 # with dense layers and a sparse step, Gemma 2 with fewer layers, gpt-oss-20b, Gemma 3 1B (5 windowed
 # layers to 1 full, 26 layers: the last two windowed), Llama 4 with NoPE layers listed.
@@ -110,6 +127,8 @@ VARIANTS = {
     "gpt-oss-20b": ("gpt_oss", dict(hidden_size=2880, num_hidden_layers=24, num_attention_heads=64,
                                     num_key_value_heads=8, head_dim=64, intermediate_size=2880, num_local_experts=32,
                                     num_experts_per_tok=4, vocab_size=201088, sliding_window=128)),
+    # GLM-4.5-Air's sizes (Glm4MoeConfig's defaults) with head_dim 128 and 6 layers, no QK norm; one dense layer
+    "glm-4.5-air-6l": ("glm4_moe", dict(num_hidden_layers=6, head_dim=128, attention_bias=True)),
     "gemma-3-1b": ("gemma3_text", dict(hidden_size=1152, num_hidden_layers=26, num_attention_heads=4,
                                        num_key_value_heads=1, head_dim=256, intermediate_size=6912, vocab_size=262144,
                                        sliding_window=512)),
@@ -121,7 +140,12 @@ VARIANTS = {
 
 
 def _config(model_type: str, keys: dict):
-    return transformers.AutoConfig.for_model(model_type, **keys)
+    return transformers.AutoConfig.for_model(BUILT_AS.get(model_type, model_type), **keys)
+
+
+def _as_written(config, model_type: str) -> str:
+    """The config as its checkpoint writes it: transformers' JSON under the file's own model_type."""
+    return json.dumps({**json.loads(config.to_json_string(use_diff=False)), "model_type": model_type})
 
 
 def _meta_counts(config) -> tuple[int, int]:
@@ -140,9 +164,9 @@ def _meta_counts(config) -> tuple[int, int]:
     return total, total - unused
 
 
-def _autotune_model(config, tmp_path):
+def _autotune_model(config, tmp_path, model_type: str = ""):
     path = tmp_path / "config.json"
-    path.write_text(config.to_json_string(use_diff=False))
+    path.write_text(_as_written(config, model_type) if model_type else config.to_json_string(use_diff=False))
     return model_from_hf_config(path)
 
 
@@ -154,7 +178,7 @@ CASES = [(t, label, keys) for t, (label, keys) in FAMILIES.items()] + \
 def test_parameter_counts_match_transformers(model_type, label, keys, tmp_path):
     config = _config(model_type, keys)
     total, active = _meta_counts(config)
-    model = _autotune_model(config, tmp_path)
+    model = _autotune_model(config, tmp_path, model_type)
     assert model.num_parameters() == pytest.approx(total, rel=5e-3), label
     assert model.num_active_parameters() == pytest.approx(active, rel=5e-3), label
     assert model.is_moe == (active < total)
@@ -162,7 +186,8 @@ def test_parameter_counts_match_transformers(model_type, label, keys, tmp_path):
 
 # The hub's own files (tests/data/hf_configs/, as published: 4.x keys, only the differences from the
 # config class's defaults for Gemma 3), read by transformers 5.24 and by autotune.
-HUB_FILES = ["gpt-oss-120b.json", "gpt-oss-20b.json", "llama-4-scout-17b-16e.json", "gemma-3-27b.json"]
+HUB_FILES = ["gpt-oss-120b.json", "gpt-oss-20b.json", "llama-4-scout-17b-16e.json", "gemma-3-27b.json",
+             "glm-4.5-air.json", "minimax-m2.json"]
 
 
 @pytest.mark.parametrize("file", HUB_FILES)
@@ -171,7 +196,7 @@ def test_published_configs_match_transformers(data_dir, file):
     keys = {k: v for k, v in data.items() if k not in ("_comment", "model_type", "quantization_config")}  # MXFP4 aside
     if "attn_temperature_tuning" in keys.get("text_config", {}):  # 4.51 wrote 4; 5.24's strict class wants a bool
         keys["text_config"] = {**keys["text_config"], "attn_temperature_tuning": True}
-    total, active = _meta_counts(transformers.AutoConfig.for_model(data["model_type"], **keys))
+    total, active = _meta_counts(_config(data["model_type"], keys))
     model = model_from_hf_config(data_dir / "hf_configs" / file)
     assert (model.num_parameters(), model.num_active_parameters()) == (total, active)
 
@@ -204,6 +229,11 @@ FLOP_CASES = {
     "gemma3_text": dict(_SMALL, num_key_value_heads=2, head_dim=64, sliding_window=16, sliding_window_pattern=2),
     "llama4_text": dict(_SMALL, num_key_value_heads=2, head_dim=32, intermediate_size_mlp=384, moe_layers=[],
                         attention_chunk_size=16),
+    # GLM-4.5's attention (head_dim apart from hidden / heads, q/k/v biases, QK norm, RoPE on half of each head)
+    # with both layers dense: the rotated share changes no matrix-multiply FLOP
+    "glm4_moe": dict(_SMALL, num_key_value_heads=2, head_dim=64, attention_bias=True, use_qk_norm=True,
+                     n_routed_experts=8, num_experts_per_tok=2, first_k_dense_replace=2, moe_intermediate_size=128,
+                     partial_rotary_factor=0.5),
 }
 
 
@@ -254,3 +284,38 @@ def test_attention_details_survive_the_config_round_trip(tmp_path):
         (1024, 6, "head", 4)
     assert (gemma3.rope_scaling, gemma3.rope_scaling_factor, gemma3.rope_theta) == ("linear", 8.0, 1e6)
     assert "text model only" in gemma3.source and gemma3.tied_embeddings
+
+
+def test_glm_minimax_and_kimi_details(data_dir, tmp_path):
+    """What the 2025 sigmoid-routed families' configs say about attention and routing is read."""
+    read = lambda t: _autotune_model(_config(t, FAMILIES[t][1]), tmp_path, t)  # noqa: E731
+    glm = read("glm4_moe")
+    assert (glm.qkv_bias, glm.attn_out_bias, glm.qk_norm, glm.head_dim, glm.num_kv_heads) == (True, False, "head", 128, 8)
+    assert (glm.first_k_dense_layers, glm.num_shared_experts, glm.shared_expert_ffn_hidden_size) == (3, 1, 1536)
+    assert (glm.router, glm.router_scaling_factor, glm.router_expert_bias, glm.router_groups) == \
+        ("sigmoid_topk", 2.5, True, 0)
+    minimax = read("minimax_m2")
+    assert (minimax.qk_norm, minimax.num_moe_layers, minimax.num_shared_experts, minimax.rope_theta) == \
+        ("full", 8, 0, 5e6)
+    assert (minimax.router, minimax.router_scaling_factor, minimax.router_expert_bias) == ("sigmoid_topk", 1.0, True)
+    hub = model_from_hf_config(data_dir / "hf_configs" / "minimax-m2.json")
+    assert hub.fp8_block_scaled and "model_type minimax_m2" in hub.source
+    kimi = model_from_hf_config(data_dir / "hf_configs" / "kimi-k2-instruct.json")
+    assert (kimi.num_heads, kimi.kv_lora_rank, kimi.num_experts, kimi.router_scaling_factor) == (64, 512, 384, 2.827)
+
+
+@pytest.mark.parametrize("model_type, change, field", [
+    ("glm4_moe", {"partial_rotary_factor": 1.5}, "config.partial_rotary_factor"),
+    ("glm4_moe", {"norm_topk_prob": False}, "config.norm_topk_prob"),
+    ("glm4_moe", {"first_k_dense_replace": -1}, "config.first_k_dense_replace"),
+    ("glm4_moe", {"n_group": 3}, "config.n_group"),
+    ("minimax_m2", {"attn_type_list": [0, 1]}, "config.attn_type_list"),
+    ("minimax_m2", {"rotary_dim": 512}, "config.partial_rotary_factor"),
+    ("minimax_m2", {"num_local_experts": 0}, "config.num_local_experts"),
+])
+def test_bad_moe_family_keys_name_the_key(model_type, change, field):
+    data = {**json.loads(_as_written(_config(model_type, FAMILIES[model_type][1]), model_type)), **change}
+    data.pop("rope_parameters", None)  # the 4.x spelling, as the hub's files write it
+    with pytest.raises(AutotuneError) as err:
+        model_from_hf_dict(data)
+    assert err.value.field == field

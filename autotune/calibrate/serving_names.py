@@ -52,6 +52,11 @@ MODEL_ALIASES = {
     "gpt-oss-120b": "gpt-oss-120b", "gpt-oss-20b": "gpt-oss-20b",
     "llama-4-scout-17b-16e": "llama4-scout-17b-16e", "llama-4-scout": "llama4-scout-17b-16e",
     "llama-4-maverick-17b-128e": "llama4-maverick-17b-128e", "llama-4-maverick": "llama4-maverick-17b-128e",
+    # GLM-4.7 keeps GLM-4.6's sizes and 202752 positions (ai-dynamo/aiconfigurator@a0ba9ec6
+    # src/aiconfigurator/model_configs/zai-org--GLM-4.7-FP8_config.json)
+    "glm-4.5": "glm-4.5", "glm-4.6": "glm-4.6", "glm-4.7": "glm-4.6", "glm-4.5-air": "glm-4.5-air",
+    # MiniMax-M2.5: M2's shapes (THUDM/slime@624b824a scripts/models/minimax-m2.sh: 62 layers, 256 experts, top-8)
+    "minimax-m2": "minimax-m2", "minimax-m2.5": "minimax-m2",
 }
 # Models known by name whose architecture autotune's graph does not express (a regex on the squashed
 # name, read before the aliases): their rows are refused with what is missing rather than priced as a
@@ -64,8 +69,10 @@ _NOT_EXPRESSIBLE = (
     (r"^kimi-linear", "Kimi Linear's KDA linear-attention layers are not in autotune's graph"),
     (r"^mistral-7b(-instruct)?-v0\.1", "Mistral 7B v0.1 attends within a 4096-token sliding window and has vocab 32000; "
                                        "the mistral-7b preset is v0.2/v0.3 (full attention, vocab 32768)"),
-    (r"^glm-4\.[5-9]|^glm-[5-9]", "GLM-4.5, -Air and later (glm4_moe: RoPE on half of each head, sigmoid-routed "
-                                  "experts) have no preset, and autotune's config reader has no glm4_moe family"),
+    (r"^glm-[5-9]", "GLM-5 (glm_moe_dsa) attends through DeepSeek Sparse Attention (an indexer picks 2048 keys per "
+                    "query) over MLA; autotune's graph has dense attention only"),
+    (r"^minimax-(m1|text-01)", "MiniMax-M1 and MiniMax-Text-01 interleave lightning (linear) attention with softmax "
+                               "attention; autotune's graph has softmax attention only"),
 )
 # Trailing words that name a variant of the same weights' shapes: tuning, reasoning mode, a release
 # date (DeepSeek-R1-0528, Qwen3-...-2507), a version (Mixtral-...-v0.1), MLPerf's accuracy targets
@@ -131,6 +138,8 @@ NATIVE_PRECISIONS = {
     "gpt-oss-120b": ("mxfp4", "openai/gpt-oss-120b config.json quantization_config: mxfp4 but attention, router, "
                               "embedding and lm_head (tests/data/hf_configs/gpt-oss-120b.json)"),
     "gpt-oss-20b": ("mxfp4", "openai/gpt-oss-20b config.json quantization_config: mxfp4 (tests/data/hf_configs/)"),
+    "minimax-m2": ("fp8", "MiniMaxAI/MiniMax-M2 config.json quantization_config: fp8 e4m3, 128x128 weight blocks "
+                          "(tests/data/hf_configs/minimax-m2.json)"),
     "kimi-k2": ("fp8", "moonshotai/Kimi-K2-Instruct config.json quantization_config: fp8 e4m3, 128x128 weight blocks "
                        "(tests/data/hf_configs/kimi-k2-instruct.json)"),
 }

@@ -249,9 +249,22 @@ def _layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaS
     The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound."""
     act = tokens * model.hidden_size * ACT_BYTES
     if not shape.attention_dp:
-        return model.num_layers * 2.0 * collective_time_s("all_reduce", act, span, cluster)
+        return model.num_layers * (2.0 * collective_time_s("all_reduce", act, span, cluster) + _qk_norm_sums_s(
+            model, cluster, span, tokens))
     require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
     return moe * _moe_exchange_s(model, cluster, shape, span, tokens)
+
+
+def _qk_norm_sums_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.ndarray) -> np.ndarray:
+    """An RMSNorm over the whole query and key projections (qk_norm "full": MiniMax-M2, OLMoE) needs
+    each token's sums of squares from every TP rank: one more all-reduce per layer, of two FP32 sums
+    per token (SGLang's MiniMaxM2RMSNormTP, models/minimax_m2.py: local sum_sq, all-reduced over the
+    attention TP group, fused for q and k; vLLM's MiniMaxM2RMSNormTP all-reduces q's and k's variance
+    separately, two of these, priced as one; vLLM's OLMoE all-gathers q and k whole, more bytes, so this
+    is its lower bound). Per-head norms (Qwen3, GLM-4.5) stay on their rank."""
+    if model.qk_norm != "full":
+        return 0.0 * tokens
+    return collective_time_s("all_reduce", tokens * 2 * 4, span, cluster)
 
 
 def _stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, tokens: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Read a Hugging Face ``config.json`` into a :class:`ModelSpec`, by its ``model_type``.
 
 The families and the keys each reads live in :mod:`autotune.spec.hf_families` (and the 2025 ones,
-GPT-OSS, Llama 4 and Gemma 3, in :mod:`autotune.spec.hf_families_recent`); this module reads
+GPT-OSS, Llama 4 and Gemma 3, in :mod:`autotune.spec.hf_families_recent`; GLM-4.5, MiniMax-M2 and
+Kimi K2 in :mod:`autotune.spec.hf_families_moe`); this module reads
 the file, type-checks every value it takes (a wrong type names its key), and refuses model types
 it does not know (encoder-decoders, state-space models, ...) with the list of those it does.
 """
@@ -13,6 +14,7 @@ from pathlib import Path
 from autotune.errors import AutotuneError
 from autotune.spec.json_file import check_tree, read_json_file
 from autotune.spec.hf_families import FAMILIES as _FAMILIES
+from autotune.spec.hf_families_moe import MOE_FAMILIES
 from autotune.spec.hf_families_recent import RECENT_FAMILIES, WRAPPERS, text_view
 from autotune.spec.hf_reader import ConfigReader
 from autotune.spec.hf_rope_router import rope_scaling_fields, router_fields
@@ -20,7 +22,7 @@ from autotune.spec.model import MAX_NAME_CHARS, ModelSpec
 
 __all__ = ["ConfigReader", "model_from_hf_config", "model_from_hf_dict", "supported_model_types"]
 
-FAMILIES = {**_FAMILIES, **RECENT_FAMILIES}
+FAMILIES = {**_FAMILIES, **RECENT_FAMILIES, **MOE_FAMILIES}
 
 
 def supported_model_types() -> list[str]:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from autotune.errors import AutotuneError
 from autotune.spec.hf_reader import ConfigReader
 
-__all__ = ["FAMILIES", "HF_ACTIVATIONS", "common_fields", "check_moe", "moe_layer_pattern", "window_pattern", "windowed_layers"]
+__all__ = ["FAMILIES", "HF_ACTIVATIONS", "common_fields", "check_groups", "check_moe", "moe_layer_pattern", "window_pattern", "windowed_layers"]
 
 Fields = dict[str, object]
 
@@ -225,7 +225,7 @@ def _deepseek(r: ConfigReader, *, version: int) -> Fields:
     experts = r.int("n_routed_experts", default=256 if version == 3 else 64)
     top_k = r.int("num_experts_per_tok", default=8 if version == 3 else 0)
     check_moe(r, "n_routed_experts", experts, top_k)
-    _check_groups(r, experts, top_k)
+    check_groups(r, experts, top_k)
     first_k = r.int("first_k_dense_replace", default=3 if version == 3 else 0)
     freq = r.int("moe_layer_freq", default=1)
     if freq < 1:
@@ -242,7 +242,7 @@ def _deepseek(r: ConfigReader, *, version: int) -> Fields:
             **moe_layer_pattern(moe, n)}  # the router: hf_rope_router.py
 
 
-def _check_groups(r: ConfigReader, experts: int, top_k: int) -> None:
+def check_groups(r: ConfigReader, experts: int, top_k: int) -> None:
     """Group-limited routing (DeepSeek-V3): experts split into n_group groups, topk_group chosen."""
     groups, chosen = r.int("n_group", default=0), r.int("topk_group", default=0)
     if groups and experts % groups:

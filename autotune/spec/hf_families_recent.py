@@ -10,6 +10,7 @@ multimodal wrappers (model_type ``llama4``, ``gemma3``) are read for their text 
 from __future__ import annotations
 
 from autotune.errors import AutotuneError
+from autotune.spec.hf_families_moe import MOE_DEFAULTS
 from autotune.spec.hf_families import check_moe, common_fields, moe_layer_pattern, window_pattern, windowed_layers
 from autotune.spec.hf_reader import ConfigReader
 
@@ -52,7 +53,8 @@ def text_view(data: dict, model_type: str) -> dict:
     tie_word_embeddings, else the wrapper's), over the config class's defaults; Gemma 3's RoPE
     per layer type (5.x rope_parameters) as its global layers' table."""
     family = WRAPPERS.get(model_type, model_type)
-    if family not in _DEFAULTS:
+    defaults = _DEFAULTS.get(family) or MOE_DEFAULTS.get(family)
+    if defaults is None:
         return data
     view = dict(data)
     if model_type in WRAPPERS:
@@ -60,7 +62,7 @@ def text_view(data: dict, model_type: str) -> dict:
         view = {**text}
         if text.get("tie_word_embeddings") is None and data.get("tie_word_embeddings") is not None:
             view["tie_word_embeddings"] = data["tie_word_embeddings"]
-    view = {**_DEFAULTS[family], **view}
+    view = {**defaults, **view}
     rope = view.get("rope_parameters")
     if isinstance(rope, dict) and isinstance(rope.get("full_attention"), dict):
         view["rope_parameters"] = rope["full_attention"]  # Gemma 3: local layers' base is rope_local_base_freq

@@ -8,9 +8,12 @@ Routers, as transformers 5.x builds them (models/*/modeling_*.py):
   false in all three config classes; the published Qwen3-MoE configs set it true).
 - DeepSeek-V2: softmax, top-k (greedy, or group-limited with ``topk_method``), never renormalised,
   times ``routed_scaling_factor`` (default 1.0).
-- DeepSeek-V3: sigmoid, a score-correction bias for selection only, group-limited top-k
+- DeepSeek-V3 (and Kimi K2, its code): sigmoid, a score-correction bias for selection only, group-limited top-k
   (``n_group``/``topk_group``, default 8/4), renormalised with ``norm_topk_prob`` (default true),
   times ``routed_scaling_factor`` (default 2.5).
+- GLM-4.5 (Glm4MoeTopkRouter): DeepSeek-V3's, defaults ``routed_scaling_factor`` 1.0 and one group.
+- MiniMax-M2 (MiniMaxM2TopKRouter): sigmoid, a score-correction bias for selection only, top-k,
+  always renormalised, no scaling factor, no groups.
 - GPT-OSS: top-k of the (biased) logits, softmax over those (GptOssTopKRouter).
 - Llama 4: top-k of the logits, each the sigmoid of its own, scaling the expert's input
   (Llama4Router, Llama4TextMoe).
@@ -50,7 +53,15 @@ def router_fields(r: ConfigReader, model_type: str) -> Fields:
                                                       "group_limited_greedy")
         out: Fields = {"router": "softmax_topk", "router_scaling_factor": _scale(r, 1.0)}
         return {**out, **_groups(r)} if method == "group_limited_greedy" else out
-    if model_type == "deepseek_v3":
+    if model_type == "minimax_m2":  # MiniMaxM2TopKRouter: renormalised always, no scaling factor, no groups
+        return {"router": "sigmoid_topk", "router_expert_bias": True}
+    if model_type == "glm4_moe":  # Glm4MoeTopkRouter: DeepSeek-V3's, with its own defaults (scale 1, one group)
+        if not r.bool("norm_topk_prob", True):
+            raise AutotuneError("config.norm_topk_prob", "sigmoid routing without renormalising the top-k weights "
+                                                         "is not supported (the GLM-4.5 releases renormalise: true)")
+        return {"router": "sigmoid_topk", "router_scaling_factor": _scale(r, 1.0), "router_expert_bias": True,
+                **_groups(r, default_groups=1, default_topk=1)}
+    if model_type in ("deepseek_v3", "kimi_k2"):
         if not r.bool("norm_topk_prob", True):
             raise AutotuneError("config.norm_topk_prob", "sigmoid routing without renormalising the top-k weights "
                                                          "is not supported (DeepSeek-V3 renormalises: true)")
