@@ -12,7 +12,7 @@ from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
 
-__all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "STORED_BYTES", "not_attention", "ops_s", "quantized_gemms", "select_ops",
+__all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "STORED_BYTES", "expert_pad_factor", "not_attention", "ops_s", "quantized_gemms", "select_ops",
            "weight_bytes_per_param", "without_attention", "without_loss"]
 
 ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
@@ -42,6 +42,19 @@ def weight_bytes_per_param(weight_dtype: str) -> float:
         return STORED_BYTES[weight_dtype]
     return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0) \
         + _WEIGHT_SCALE_BYTES.get(weight_dtype, 0.0)
+
+
+def expert_pad_factor(model, expert_tp: int, pad: tuple[int, ...]) -> float:
+    """How much more an expert's stored weights take once a kernel pads them: its hidden size up to
+    ``pad[0]``'s multiple and its intermediate size per partition (the expert's FFN over ``expert_tp``
+    ranks) up to ``pad[1]``'s, both projections scaling with the two (vLLM's Marlin MXFP4 MoE: w13
+    (E, 2 I', H' / 2), w2 (E, H', I' / 2) and their scales, Mxfp4MoEMethod.create_weights)."""
+    hidden, inner = model.hidden_size, model.expert_ffn_hidden_size / expert_tp
+
+    def up(size: float, multiple: int) -> float:
+        return -(-size // multiple) * multiple
+
+    return up(hidden, pad[0]) / hidden * up(inner, pad[1]) / inner
 
 
 def not_attention(table: OpTable) -> np.ndarray:
