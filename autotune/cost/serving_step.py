@@ -207,7 +207,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     if moe:
         moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
         # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
-        padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if _pads(weight_dtype, expert_rate, mxfp4_pad) else 1.0
+        padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if _pads(weight_dtype, device, mxfp4_pad) else 1.0
         linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * _moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
@@ -223,16 +223,16 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
                      **_attention_coefficients(model, device, shape, kv_bytes),
                      weight_bytes_per_gpu=_weights_per_gpu(tables, model, shape, weight_dtype,
-                                                           mxfp4_pad if _pads(weight_dtype, expert_rate, mxfp4_pad) else ()),
+                                                           mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange)
 
 
-def _pads(weight_dtype: str, expert_rate: str, mxfp4_pad: tuple) -> bool:
-    """Whether the engine's weight-only MXFP4 kernel pads the experts: MXFP4 weights run at the BF16
-    rate (no FP4 tensor cores) and the engine states a padding."""
-    return bool(mxfp4_pad) and weight_dtype == "mxfp4" and expert_rate == "bf16"
+def _pads(weight_dtype: str, device, mxfp4_pad: tuple) -> bool:
+    """Whether the engine's weight-only MXFP4 kernel pads the experts: MXFP4 weights on a GPU without
+    FP4 tensor cores (_gemm_rate_dtype's test) where the engine states a padding."""
+    return bool(mxfp4_pad) and weight_dtype == "mxfp4" and not _has_fit(device, "nvfp4")
 
 
 def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
