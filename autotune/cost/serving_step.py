@@ -27,7 +27,7 @@ from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, expert_pad_factor, not_attention, ops_s,
-                                       quantized_gemms, select_ops, weight_bytes_per_param, without_loss)
+                                       select_ops, weight_bytes_per_param, weights_per_gpu, without_loss)
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
 from autotune.graph.table import OpTable, model_tables
@@ -222,7 +222,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     head[0] = 0.0
     return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
                      **_attention_coefficients(model, device, shape, kv_bytes),
-                     weight_bytes_per_gpu=_weights_per_gpu(tables, model, shape, weight_dtype,
+                     weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
                                                            mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
@@ -385,35 +385,3 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
                 decode_s_per_request=(per_request["in_bytes"] + per_request["out_bytes"]) / tp * memory.seconds_per_unit / eff,
                 prefill_lat_s=attention.latency_s / eff,
                 prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
-
-
-def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype: str, pad: tuple = ()) -> float:
-    """Weight bytes one GPU holds: TP-split layers (experts over ep x tp/ep), vocab-parallel
-    embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16; under
-    pipeline parallelism the fuller of the two end stages. ``pad``: the MXFP4 experts' padding
-    (serving_ops.expert_pad_factor), where the engine's weight-only kernel pads them."""
-    def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
-        gemm = quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
-        if bf16_attention(model, dtype):
-            gemm = gemm & ~attention_gemms(table)
-        params = table.params / np.where(table.weights_split, tp, 1.0)
-        return float((params * np.where(gemm, weight_bytes_per_param(dtype), ACT_BYTES)).sum())
-
-    other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
-    dense, moe = tables.layer_counts()
-    total = dense * per_gpu(tables.layer, shape.op_tp, other)
-    if moe:  # experts: E / ep of them over tp / ep GPUs each, W / tp a GPU whatever ep is
-        experts = per_gpu(tables.experts, shape.tp, weight_dtype)
-        if pad:
-            experts *= expert_pad_factor(model, shape.tp // shape.ep, pad)
-        total += moe * (per_gpu(tables.moe_layer, shape.op_tp, other) + experts)
-    # the token embedding and the LM head stay BF16 in every pre-quantized checkpoint: ModelOpt quantizes the
-    # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card) and its
-    # _default_disabled_quantizer_cfg turns "*lm_head*" off (config.py @09914046); GPT-OSS lists
-    # embed_tokens and lm_head in modules_to_not_convert
-    ends = [per_gpu(block, shape.op_tp, "bf16") for block in (tables.embedding, tables.head) if block is not None]
-    if shape.pp == 1:
-        return total + sum(ends)
-    # pipeline stages: 1/pp of the layers each, the embedding on the first and the head on the last
-    # (vLLM's get_pp_indices split); the fuller end stage is the one memory binds
-    return total / shape.pp + max(ends, default=0.0)
