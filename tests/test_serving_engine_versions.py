@@ -30,9 +30,10 @@ _GIB = 2.0**30
     ("vllm", "0.8.0", "vllm-0.8"),
     ("vllm", "0.8.5.post1", "vllm-0.8"),
     ("vllm", "0.9", "vllm-0.9"),
-    ("vllm", "0.10.1", "vllm-0.9"),
-    ("vllm", "0.11.0", "vllm-0.9"),
-    ("vllm", "0.13.0", "vllm-0.9"),  # async scheduling still off by default (config/scheduler.py)
+    ("vllm", "0.9.2", "vllm-0.9.2"),  # the hybrid KV cache manager (v1/core/single_type_kv_cache_manager.py)
+    ("vllm", "0.10.1", "vllm-0.9.2"),
+    ("vllm", "0.11.0", "vllm-0.9.2"),
+    ("vllm", "0.13.0", "vllm-0.9.2"),  # async scheduling still off by default (config/scheduler.py)
     ("vllm", "0.14.0", "vllm-0.14"),
     ("vllm", "0.19.1", "vllm-0.14"),
     ("vllm", "v0.20.2", "vllm-0.20"),

@@ -51,7 +51,10 @@ def test_mxfp4_experts_run_weight_only_on_hopper_and_at_the_engines_activations_
     assert steps["tensorrt-llm-1.0"].linear_s[8192] < 0.9 * steps["vllm-0.9"].linear_s[8192]
     hopper = {rt: replica_step_model(_deployment("dgx-h100", rt, "mxfp4"), max_tokens=8192, max_sampled=1)
               for rt in ("vllm-0.9", "tensorrt-llm-1.0")}
-    assert np.allclose(hopper["vllm-0.9"].linear_s, hopper["tensorrt-llm-1.0"].linear_s)
+    # both W4A16 on Hopper; vLLM's Marlin kernel runs its experts padded to 3072 x 2944 (mxfp4_weight_only_pad)
+    padded = hopper["vllm-0.9"].linear_s[1:] - hopper["tensorrt-llm-1.0"].linear_s[1:]
+    assert np.all(padded > 0)
+    assert np.all(hopper["vllm-0.9"].linear_s[1:] < (3072 * 2944) / (2880 * 2880) * hopper["tensorrt-llm-1.0"].linear_s[1:])
 
 
 def test_mxfp4_weights_take_4_25_bits_in_the_experts_and_bf16_elsewhere():
@@ -59,14 +62,28 @@ def test_mxfp4_weights_take_4_25_bits_in_the_experts_and_bf16_elsewhere():
     tables = model_tables(model, 1, 2, "flash")
     _, moe = tables.layer_counts()
     expert_params = moe * float(tables.experts.params.sum())
-    bf16 = replica_step_model(_deployment("dgx-h100", "vllm-0.9", "bf16"), max_tokens=1, max_sampled=1)
-    mxfp4 = replica_step_model(_deployment("dgx-h100", "vllm-0.9", "mxfp4"), max_tokens=1, max_sampled=1)
+    bf16 = replica_step_model(_deployment("dgx-h100", "tensorrt-llm-1.0", "bf16"), max_tokens=1, max_sampled=1)
+    mxfp4 = replica_step_model(_deployment("dgx-h100", "tensorrt-llm-1.0", "mxfp4"), max_tokens=1, max_sampled=1)
     assert bf16.weight_bytes_per_gpu - mxfp4.weight_bytes_per_gpu == pytest.approx(expert_params * (2 - 4.25 / 8))
     # OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card", Table 1: checkpoint sizes 60.8 GiB and 12.8 GiB
     assert mxfp4.weight_bytes_per_gpu / 2**30 == pytest.approx(60.8, rel=0.01)
-    small = replica_step_model(_deployment("dgx-h100", "vllm-0.9", "mxfp4", model="gpt-oss-20b"), max_tokens=1,
+    small = replica_step_model(_deployment("dgx-h100", "tensorrt-llm-1.0", "mxfp4", model="gpt-oss-20b"), max_tokens=1,
                                max_sampled=1)
     assert small.weight_bytes_per_gpu / 2**30 == pytest.approx(12.8, rel=0.01)
+
+
+def test_vllm_holds_marlins_padded_mxfp4_experts_on_hopper_only():
+    held = {(cluster, rt): replica_step_model(_deployment(cluster, rt, "mxfp4"), max_tokens=1, max_sampled=1)
+            .weight_bytes_per_gpu / 2**30 for cluster in ("dgx-h100", "dgx-b200") for rt in ("vllm-0.9", "tensorrt-llm-1.0")}
+    # vLLM issue #23278 (0.10.1, one H100, Marlin): "Model loading took 65.9651 GiB"
+    assert held[("dgx-h100", "vllm-0.9")] == pytest.approx(65.97, rel=0.01)
+    assert held[("dgx-h100", "tensorrt-llm-1.0")] == pytest.approx(60.8, rel=0.01)
+    assert held[("dgx-b200", "vllm-0.9")] == pytest.approx(held[("dgx-b200", "tensorrt-llm-1.0")])
+    # TP 2: 1440 per partition is padded to 1536 (+6.7%) where TP 1's 2880 became 2944 (+2.2%)
+    tp2 = {rt: replica_step_model(ServingDeployment(model=resolve_model("gpt-oss-120b"), cluster=load_cluster("dgx-h100"),
+                                                    runtime=load_runtime(rt), tp=2, weight_dtype="mxfp4"),
+                                  max_tokens=1, max_sampled=1).weight_bytes_per_gpu for rt in ("vllm-0.9", "tensorrt-llm-1.0")}
+    assert tp2["vllm-0.9"] / tp2["tensorrt-llm-1.0"] > held[("dgx-h100", "vllm-0.9")] / held[("dgx-h100", "tensorrt-llm-1.0")]
 
 
 def test_mxfp4_is_refused_where_it_does_not_exist():

@@ -103,7 +103,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     spec = dep.speculation
     step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2),
                       max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
-                      mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit)
+                      mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
+                      mxfp4_pad=engine.mxfp4_weight_only_pad)
     return step if spec is None else speculative_step(step, spec)
 
 
@@ -143,6 +144,16 @@ def _adp_balance(dep: ServingDeployment, ranks: int) -> AdpBalance | None:
                       timeout_iters=engine.adp_timeout_iters)
 
 
+def _window_release(dep: ServingDeployment) -> dict:
+    """The Schedule's hybrid-KV fields: the windowed layers' share of the KV bytes and their window,
+    where the engine frees blocks behind a sliding window (not chunked windows: vLLM turns its hybrid
+    manager off for chunked local attention by default, config VllmConfig.__post_init__ 0.11.0)."""
+    model = dep.model
+    if not (dep.runtime.serving.kv_window_release and model.sliding_window and model.window_kind == "sliding"):
+        return {}
+    return dict(kv_windowed_share=model.windowed_share, kv_window_tokens=model.sliding_window)
+
+
 def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
     engine = dep.runtime.serving
@@ -175,7 +186,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         frontend_per_dp_rank=engine.frontend_per_dp_rank,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine),
-                        adp_balance=_adp_balance(dep, step.dp_ranks))
+                        adp_balance=_adp_balance(dep, step.dp_ranks), **_window_release(dep))
     sent, front = requests_for(load), frontend_of(engine)
     if front is None:  # the engine's own clock
         return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(sent, schedule, step))

@@ -8,12 +8,13 @@ from dataclasses import fields
 
 import numpy as np
 
+from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
 
-__all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "STORED_BYTES", "not_attention", "ops_s", "quantized_gemms", "select_ops",
-           "weight_bytes_per_param", "without_attention", "without_loss"]
+__all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "STORED_BYTES", "expert_pad_factor", "not_attention", "ops_s", "quantized_gemms", "select_ops",
+           "weight_bytes_per_param", "weights_per_gpu", "without_attention", "without_loss"]
 
 ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
 
@@ -42,6 +43,19 @@ def weight_bytes_per_param(weight_dtype: str) -> float:
         return STORED_BYTES[weight_dtype]
     return GEMM_OPERAND_BYTES.get(weight_dtype, 2.0 if weight_dtype in ("bf16", "fp16") else 4.0) \
         + _WEIGHT_SCALE_BYTES.get(weight_dtype, 0.0)
+
+
+def expert_pad_factor(model, expert_tp: int, pad: tuple[int, ...]) -> float:
+    """How much more an expert's stored weights take once a kernel pads them: its hidden size up to
+    ``pad[0]``'s multiple and its intermediate size per partition (the expert's FFN over ``expert_tp``
+    ranks) up to ``pad[1]``'s, both projections scaling with the two (vLLM's Marlin MXFP4 MoE: w13
+    (E, 2 I', H' / 2), w2 (E, H', I' / 2) and their scales, Mxfp4MoEMethod.create_weights)."""
+    hidden, inner = model.hidden_size, model.expert_ffn_hidden_size / expert_tp
+
+    def up(size: float, multiple: int) -> float:
+        return -(-size // multiple) * multiple
+
+    return up(hidden, pad[0]) / hidden * up(inner, pad[1]) / inner
 
 
 def not_attention(table: OpTable) -> np.ndarray:
@@ -93,3 +107,35 @@ _UNQUANTIZED_GEMMS = ("router",)
 def quantized_gemms(table: OpTable) -> np.ndarray:
     """Which operators are GEMMs on the checkpoint's quantized weights."""
     return np.array([k == "gemm" and n not in _UNQUANTIZED_GEMMS for k, n in zip(table.kinds, table.names)])
+
+
+def weights_per_gpu(tables, model, shape, weight_dtype: str, pad: tuple = ()) -> float:
+    """Weight bytes one GPU holds: TP-split layers (experts over ep x tp/ep), vocab-parallel
+    embedding and head, replicated norms (``shape``: a serving_step.ReplicaShape); GEMM weights in the weight format, the rest in BF16; under
+    pipeline parallelism the fuller of the two end stages. ``pad``: the MXFP4 experts' padding
+    (expert_pad_factor), where the engine's weight-only kernel pads them."""
+    def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
+        gemm = quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
+        if bf16_attention(model, dtype):
+            gemm = gemm & ~attention_gemms(table)
+        params = table.params / np.where(table.weights_split, tp, 1.0)
+        return float((params * np.where(gemm, weight_bytes_per_param(dtype), ACT_BYTES)).sum())
+
+    other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
+    dense, moe = tables.layer_counts()
+    total = dense * per_gpu(tables.layer, shape.op_tp, other)
+    if moe:  # experts: E / ep of them over tp / ep GPUs each, W / tp a GPU whatever ep is
+        experts = per_gpu(tables.experts, shape.tp, weight_dtype)
+        if pad:
+            experts *= expert_pad_factor(model, shape.tp // shape.ep, pad)
+        total += moe * (per_gpu(tables.moe_layer, shape.op_tp, other) + experts)
+    # the token embedding and the LM head stay BF16 in every pre-quantized checkpoint: ModelOpt quantizes the
+    # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card) and its
+    # _default_disabled_quantizer_cfg turns "*lm_head*" off (config.py @09914046); GPT-OSS lists
+    # embed_tokens and lm_head in modules_to_not_convert
+    ends = [per_gpu(block, shape.op_tp, "bf16") for block in (tables.embedding, tables.head) if block is not None]
+    if shape.pp == 1:
+        return total + sum(ends)
+    # pipeline stages: 1/pp of the layers each, the embedding on the first and the head on the last
+    # (vLLM's get_pp_indices split); the fuller end stage is the one memory binds
+    return total / shape.pp + max(ends, default=0.0)

@@ -63,11 +63,17 @@ class Schedule:
     reserve: OutputReserve | None = None
     # TensorRT-LLM's attention-DP balancer (serving_adp.py); None: context requests are never held
     adp_balance: AdpBalance | None = None
+    # sliding-window layers whose blocks behind the window are freed (vLLM's hybrid KV cache manager):
+    # their share of the KV bytes per token and the window; 0: every layer holds every token
+    kv_windowed_share: float = 0.0
+    kv_window_tokens: int = 0
 
     def __post_init__(self) -> None:
         require(self.host_overlap in HOST_OVERLAPS, "host_overlap", f"must be one of {', '.join(HOST_OVERLAPS)}")
         require(isinstance(self.recv_interval, int) and self.recv_interval >= 1, "recv_interval",
                 f"must be an integer >= 1, got {self.recv_interval!r}")
+        require(0.0 <= self.kv_windowed_share < 1.0 and (self.kv_windowed_share == 0.0 or self.kv_window_tokens >= 1),
+                "kv_windowed_share", "must be in [0, 1), with a window of >= 1 token where it is above 0")
 
     def since_poll_after(self, steps: int) -> int:
         """Decode steps since the last poll for new requests after ``steps`` since an earlier one: the

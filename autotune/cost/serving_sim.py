@@ -129,6 +129,19 @@ def _blocks(tokens, block: int):
     return -(-tokens // block) * block
 
 
+def _held(sched: Schedule, tokens):
+    """KV a decoding request holds (in tokens of every layer) once its ``tokens`` are in: whole blocks on
+    every layer, less, on the windowed layers of a hybrid KV cache, the blocks wholly behind the window
+    (vLLM's SlidingWindowManager.remove_skipped_blocks frees blocks before (computed - window + 1) //
+    block; computed = tokens - 1 at a decode step)."""
+    block = sched.kv_block_tokens
+    whole = _blocks(tokens, block)
+    if not sched.kv_windowed_share:
+        return whole
+    behind = np.maximum(0, (tokens - sched.kv_window_tokens) // block) * block
+    return np.ceil(whole - sched.kv_windowed_share * behind).astype(np.int64)
+
+
 def _plan_step(st: _State, sched: Schedule) -> tuple[list, np.ndarray]:
     """(prompt chunks as (request, tokens), decoding requests) of the next step."""
     prefilled = st.done[st.running] >= st.prompt[st.running]
@@ -244,7 +257,7 @@ def _make_room(st: _State, sched: Schedule, decodes: np.ndarray) -> np.ndarray:
     they run out (vLLM's recompute preemption, SGLang's retraction); the decodes that remain."""
     if sched.kv_reservation == "full":
         return decodes
-    st.reserved[decodes] = _blocks(_kv_tokens(st, decodes), sched.kv_block_tokens)
+    st.reserved[decodes] = _held(sched, _kv_tokens(st, decodes))
     if int(st.reserved[st.running].sum()) <= sched.kv_capacity_tokens:
         return decodes
     if sched.reserve:  # SGLang's retract_decode: its victims, then a new estimate of the ratio
@@ -283,7 +296,7 @@ def _steps_in_kv(st: _State, sched: Schedule, decodes: np.ndarray, most: int) ->
     held = _kv_tokens(st, decodes)
 
     def fits(j: int) -> bool:
-        return others + int(_blocks(held + j - 1, sched.kv_block_tokens).sum()) <= sched.kv_capacity_tokens
+        return others + int(_held(sched, held + j - 1).sum()) <= sched.kv_capacity_tokens
 
     low, high = 1, most
     if fits(high):
@@ -330,7 +343,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     _stamp_decodes(st, decodes, ends + delivery_delay_s(sched, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
                    calls)
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
-        st.reserved[decodes] = _blocks(_kv_tokens(st, decodes) - 1, sched.kv_block_tokens)
+        st.reserved[decodes] = _held(sched, _kv_tokens(st, decodes) - 1)
     st.t = float(ends[-1])
     if sched.reserve:  # each decode step without a retraction decays the ratio (forward_decode_batch)
         st.ratio_decays += k - int(retracted)

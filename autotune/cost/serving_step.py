@@ -26,8 +26,8 @@ from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
 from autotune.cost.mesh import group_spans
-from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, not_attention, ops_s,
-                                       quantized_gemms, select_ops, weight_bytes_per_param, without_loss)
+from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, expert_pad_factor, not_attention, ops_s,
+                                       select_ops, weight_bytes_per_param, weights_per_gpu, without_loss)
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
 from autotune.graph.table import OpTable, model_tables
@@ -170,21 +170,23 @@ class StepModel:
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
-               nvfp4_gemm_fit: str = "sweep") -> StepModel:
+               nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = ()) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
-    ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits."""
+    ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
+    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
     fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block), shape, weight_dtype, float(kv_bytes),
-                       int(max_tokens), int(max_sampled), mxfp4_activation)
+                       int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad))
 
 
 @lru_cache(maxsize=64)
-def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation) -> StepModel:
+def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
+                mxfp4_pad=()) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -204,7 +206,9 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
               + (0.0 if ranks > 1 else own))
     if moe:
         moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
-        linear = linear + moe * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens)
+        # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
+        padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if _pads(weight_dtype, device, mxfp4_pad) else 1.0
+        linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * _moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
     linear[0] = own[0] = 0.0
@@ -218,10 +222,17 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     head[0] = 0.0
     return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
                      **_attention_coefficients(model, device, shape, kv_bytes),
-                     weight_bytes_per_gpu=_weights_per_gpu(tables, model, shape, weight_dtype),
+                     weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
+                                                           mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange)
+
+
+def _pads(weight_dtype: str, device, mxfp4_pad: tuple) -> bool:
+    """Whether the engine's weight-only MXFP4 kernel pads the experts: MXFP4 weights on a GPU without
+    FP4 tensor cores (_gemm_rate_dtype's test) where the engine states a padding."""
+    return bool(mxfp4_pad) and weight_dtype == "mxfp4" and not _has_fit(device, "nvfp4")
 
 
 def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
@@ -387,31 +398,3 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
                 decode_s_per_request=(per_request["in_bytes"] + per_request["out_bytes"]) / tp * memory.seconds_per_unit / eff,
                 prefill_lat_s=attention.latency_s / eff,
                 prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
-
-
-def _weights_per_gpu(tables, model: ModelSpec, shape: ReplicaShape, weight_dtype: str) -> float:
-    """Weight bytes one GPU holds: TP-split layers (experts over ep x tp/ep), vocab-parallel
-    embedding and head, replicated norms; GEMM weights in the weight format, the rest in BF16; under
-    pipeline parallelism the fuller of the two end stages."""
-    def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
-        gemm = quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
-        if bf16_attention(model, dtype):
-            gemm = gemm & ~attention_gemms(table)
-        params = table.params / np.where(table.weights_split, tp, 1.0)
-        return float((params * np.where(gemm, weight_bytes_per_param(dtype), ACT_BYTES)).sum())
-
-    other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
-    dense, moe = tables.layer_counts()
-    total = dense * per_gpu(tables.layer, shape.op_tp, other)
-    if moe:  # experts: E / ep of them over tp / ep GPUs each, W / tp a GPU whatever ep is
-        total += moe * (per_gpu(tables.moe_layer, shape.op_tp, other) + per_gpu(tables.experts, shape.tp, weight_dtype))
-    # the token embedding and the LM head stay BF16 in every pre-quantized checkpoint: ModelOpt quantizes the
-    # linear layers "within transformers blocks" (nvidia/Llama-3.1-405B-Instruct-FP4 model card) and its
-    # _default_disabled_quantizer_cfg turns "*lm_head*" off (config.py @09914046); GPT-OSS lists
-    # embed_tokens and lm_head in modules_to_not_convert
-    ends = [per_gpu(block, shape.op_tp, "bf16") for block in (tables.embedding, tables.head) if block is not None]
-    if shape.pp == 1:
-        return total + sum(ends)
-    # pipeline stages: 1/pp of the layers each, the embedding on the first and the head on the last
-    # (vLLM's get_pp_indices split); the fuller end stage is the one memory binds
-    return total / shape.pp + max(ends, default=0.0)

@@ -108,6 +108,9 @@ class ServingEngine:
     kv_block_tokens: int = 16  # tokens per KV cache block (paged attention); 1: token-granular
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES
     kv_reservation: str = "grow"  # KV_RESERVATIONS
+    # sliding-window layers free the KV blocks behind their window (vLLM's hybrid KV cache manager);
+    # False: a windowed layer holds every token, as a full-attention one
+    kv_window_release: bool = False
     admission: str = "prompt"  # ADMISSIONS; the fields below act only under "reserve_output"
     new_token_ratio_init: float = 0.0  # the share of remaining max_new_tokens a running request reserves, when idle
     new_token_ratio_min: float = 0.0  # the floor it decays to
@@ -152,11 +155,14 @@ class ServingEngine:
     weight_dtypes: tuple[str, ...] = ("bf16", "fp16", "fp8")  # weight formats it serves
     default_weight_dtype: str = "bf16"  # what it serves where a run does not say
     mxfp4_activation: str = "bf16"  # MXFP4_ACTIVATIONS: its MXFP4 experts' activations on Blackwell
+    # (hidden multiple, intermediate multiple) its weight-only MXFP4 MoE kernel pads each expert's
+    # weights to, on GPUs without FP4 tensor cores (vLLM's Marlin path); (): held as the checkpoint's
+    mxfp4_weight_only_pad: tuple[int, ...] = ()
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
-        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s"):
+        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -183,6 +189,9 @@ class ServingEngine:
                 "serving.memory_fraction_by_tp", f"must be [smallest tp, fraction] pairs, got {self.memory_fraction_by_tp!r}")
         require(len(self.weight_dtypes) > 0 and all(d in _WEIGHT_DTYPES for d in self.weight_dtypes),
                 "serving.weight_dtypes", f"must be a non-empty list of {', '.join(_WEIGHT_DTYPES)}")
+        require(self.mxfp4_weight_only_pad == () or (len(self.mxfp4_weight_only_pad) == 2 and all(
+            isinstance(m, int) and m >= 1 for m in self.mxfp4_weight_only_pad)), "serving.mxfp4_weight_only_pad",
+            f"must be [hidden multiple, intermediate multiple] (whole numbers >= 1) or empty, got {self.mxfp4_weight_only_pad!r}")
         require(self.default_weight_dtype in self.weight_dtypes, "serving.default_weight_dtype",
                 f"must be one of its weight_dtypes {list(self.weight_dtypes)}, got {self.default_weight_dtype!r}")
         for f in fields(self):
