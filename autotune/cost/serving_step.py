@@ -24,7 +24,7 @@ import numpy as np
 
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
-from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
+from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, not_attention, ops_s,
                                        quantized_gemms, select_ops, weight_bytes_per_param, without_loss)
@@ -45,15 +45,19 @@ _SERVING_GEMM_CLASS = "serving_gemm"
 # Likewise its MoE layer's grouped GEMMs (regressions.serving_moe_gemm): under "linear" they take the key
 # _EXPERT_GEMM_CLASS, which _experts_s prices the expert GEMMs with.
 _SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
+# TensorRT-LLM's other MoE backend (moe_config backend TRTLLM: TRTLLMGenFusedMoE, Blackwell), measured
+# as its own fit (regressions.serving_moe_gemm_trtllm_gen); it runs a per-step token tile (expert_tiles.py)
+_TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
 
 
 @lru_cache(maxsize=64)
-def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False) -> ClusterSpec:
+def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "") -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
     ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
     serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
-    FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; the same object where the
-    profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
+    FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
+    the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); the same object
+    where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS} \
         if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
@@ -61,6 +65,9 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
+    if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
+        serving |= {(_EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
+                    if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
@@ -170,21 +177,30 @@ class StepModel:
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
-               nvfp4_gemm_fit: str = "sweep") -> StepModel:
+               nvfp4_gemm_fit: str = "sweep", moe_backend: str = "") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
-    ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits."""
+    ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
+    ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
     fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block), shape, weight_dtype, float(kv_bytes),
-                       int(max_tokens), int(max_sampled), mxfp4_activation)
+    rate = _gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
+    backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
+                       float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, backend)
+
+
+def trtllm_gen_moe(device, rate_dtype: str) -> bool:
+    """Whether ``device`` has TensorRT-LLM's TRTLLM-Gen MoE measured for experts at ``rate_dtype``."""
+    return (_TRTLLM_GEN_MOE_CLASS, rate_dtype) in device.compute
 
 
 @lru_cache(maxsize=64)
-def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation) -> StepModel:
+def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
+                moe_backend="") -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -204,7 +220,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
               + (0.0 if ranks > 1 else own))
     if moe:
         moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
-        linear = linear + moe * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens)
+        linear = linear + moe * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens,
+                                           moe_backend)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * _moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
     linear[0] = own[0] = 0.0
@@ -313,14 +330,14 @@ def _has_fit(device, dtype: str) -> bool:
 
 
 def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape,
-               weight_dtype: str, rate_dtype: str, tokens: np.ndarray) -> np.ndarray:
+               weight_dtype: str, rate_dtype: str, tokens: np.ndarray, moe_backend: str = "") -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
-    every expert's rows rounded up to the kernel's M tile (cost/expert_tiles.py), split over ep
+    every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py), split over ep
     groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
-    padded = padded_row_share(tokens, e, k, expert_tile_rows(rate_dtype))
+    padded = expert_row_share(tokens, e, k, rate_dtype, moe_backend)
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing), permuted and unpermuted whole
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
