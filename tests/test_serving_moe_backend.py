@@ -59,7 +59,8 @@ def test_devices_without_the_fit_keep_the_engine_s_moe():
     h200 = load_cluster("dgx-h200")
     assert not trtllm_gen_moe(h200.device, "fp8")
     assert serving_cluster(h200, "linear", False, "trtllm") is serving_cluster(h200, "linear", False, "")
-    b200 = load_cluster("dgx-b200")
-    assert trtllm_gen_moe(b200.device, "nvfp4")
-    experts = serving_cluster(b200, "linear", False, "trtllm").device.compute[("expert_gemm", "nvfp4")]
-    assert experts is b200.device.compute[("serving_moe_gemm_trtllm_gen", "nvfp4")]
+    for name in ("dgx-b200", "gb200-nvl72"):
+        blackwell = load_cluster(name)
+        assert trtllm_gen_moe(blackwell.device, "nvfp4")
+        experts = serving_cluster(blackwell, "linear", False, "trtllm").device.compute[("expert_gemm", "nvfp4")]
+        assert experts is blackwell.device.compute[("serving_moe_gemm_trtllm_gen", "nvfp4")]
