@@ -64,3 +64,22 @@ def test_devices_without_the_fit_keep_the_engine_s_moe():
         assert trtllm_gen_moe(blackwell.device, "nvfp4")
         experts = serving_cluster(blackwell, "linear", False, "trtllm").device.compute[("expert_gemm", "nvfp4")]
         assert experts is blackwell.device.compute[("serving_moe_gemm_trtllm_gen", "nvfp4")]
+
+
+def test_fused_allreduce_drops_the_layer_norms_and_residuals_under_tp_only():
+    """TensorRT-LLM 1.0 runs the residual adds and RMSNorms inside its TP all-reduces: a TP decode step
+    is shorter by those kernels, a TP1 step (no all-reduce) or a small model's (hidden <= 4096) unchanged."""
+    from autotune.spec.runtime import load_runtime
+
+    assert load_runtime("tensorrt-llm-1.0").serving.allreduce_norm_fusion
+    assert not load_runtime("tensorrt-llm-0.17").serving.allreduce_norm_fusion
+    kw = dict(weight_dtype="fp8", kv_bytes=1.0, max_tokens=8, max_sampled=8)
+    h200 = load_cluster("dgx-h200")
+    for name, tp, faster in (("llama3-70b", 4, True), ("llama3-70b", 1, False), ("llama3-8b", 2, False)):
+        model, cluster = resolve_model(name), h200.for_gpus(tp)
+        plain = step_model(model, cluster, ReplicaShape(tp=tp), **kw)
+        fused = step_model(model, cluster, ReplicaShape(tp=tp), allreduce_norm_fusion=True, **kw)
+        if faster:  # four norm / residual kernels a layer, a few microseconds each at one token
+            assert 0 < _decode_s(plain, 1) - _decode_s(fused, 1) < 0.2 * _decode_s(plain, 1)
+        else:
+            assert _decode_s(fused, 1) == _decode_s(plain, 1)

@@ -26,8 +26,8 @@ from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.mesh import group_spans
-from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, not_attention, ops_s,
-                                       quantized_gemms, select_ops, weight_bytes_per_param, without_loss)
+from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, not_attention,
+                                       ops_s, quantized_gemms, select_ops, unfused, weight_bytes_per_param, without_loss)
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
 from autotune.graph.table import OpTable, model_tables
@@ -177,20 +177,22 @@ class StepModel:
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
-               nvfp4_gemm_fit: str = "sweep", moe_backend: str = "") -> StepModel:
+               nvfp4_gemm_fit: str = "sweep", moe_backend: str = "", allreduce_norm_fusion: bool = False) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
     ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
-    ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit."""
+    ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
+    ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
     fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
     rate = _gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
     backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
+    fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
-                       float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, backend)
+                       float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, backend, fused)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -200,7 +202,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
-                moe_backend="") -> StepModel:
+                moe_backend="", fused=False) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -213,9 +215,11 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     dense, moe = tables.layer_counts()
     ranks = shape.tp if shape.attention_dp else 1
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
-    own = dense * _non_expert_s(tables.layer, model, device, other, other_rate, tokens, shape.op_tp)
+    layer, moe_layer = (unfused(tables.layer), unfused(tables.moe_layer) if moe else None) if fused \
+        else (tables.layer, tables.moe_layer)
+    own = dense * _non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
-        own = own + moe * _non_expert_s(tables.moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
+        own = own + moe * _non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
     linear = (_layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:

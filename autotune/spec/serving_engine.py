@@ -154,6 +154,9 @@ class ServingEngine:
     mxfp4_activation: str = "bf16"  # MXFP4_ACTIVATIONS: its MXFP4 experts' activations on Blackwell
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
+    # under TP its all-reduce kernel also adds the residual and applies the next RMSNorm, so a layer's two
+    # residual adds and two norms run inside its two all-reduces (cost/serving_step.py FUSED_INTO_ALLREDUCE)
+    allreduce_norm_fusion: bool = False
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
