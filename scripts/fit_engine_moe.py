@@ -4,8 +4,13 @@ cost/serving_step.py prices the routed experts with: the module's time as the st
 tokens reach, the activation, permute and unpermute at the profile's memory fit) for one rank of
 ``moe_ep`` holding E / moe_ep experts, least squares on relative error over balanced-routing rows.
 
-usage: python scripts/fit_engine_moe.py PARQUET CLUSTER MOE_DTYPE DTYPE [MOE_TP]
+usage: python scripts/fit_engine_moe.py PARQUET CLUSTER MOE_DTYPE DTYPE [MOE_TP[,MOE_TP...]]
+           [--kernel=KERNEL_SOURCE] [--tokens=LO..HI] [--moe-backend=trtllm] [--ep1=] [--start=US,TFLOPS]
 e.g.   python scripts/fit_engine_moe.py .../h100_sxm/moe/trtllm/1.2.0rc5/moe_perf.parquet dgx-h100 fp8 fp8
+--kernel keeps one kernel_source (TensorRT-LLM's rows hold moe_torch_flow_cutlass and, for NVFP4 on
+Blackwell, moe_torch_flow_min_latency: TRTLLMGenFusedMoE, fitted with --moe-backend=trtllm, its token tile);
+--tokens the token counts (default 16..16384); several MOE_TP pool their rows; --ep1= keeps moe_ep 1 only
+(at a few tokens the collector's balanced logits send a token's k experts to one EP rank, the one timed).
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/.../systems/data)"""
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from autotune.cost import serving_step as ss
-from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
+from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.runtime_kernels import runtime_cluster
 from autotune.cost.serving_ops import ops_s, select_ops
 from autotune.graph.table import model_tables
@@ -29,17 +34,21 @@ from autotune.spec.runtime import load_runtime
 BASE_MODEL = "qwen3-235b-a22b"  # any MoE preset: only its expert shape is replaced
 
 
-def groups(path: str, moe_dtype: str, moe_tp: int) -> list[tuple[tuple, np.ndarray, np.ndarray]]:
+def groups(path: str, moe_dtype: str, moe_tps: tuple[int, ...], kernel: str = "",
+           tokens: tuple[int, int] = (16, 16384), ep1: bool = False) -> list[tuple[tuple, np.ndarray, np.ndarray]]:
     d = pd.read_parquet(path)
-    d = d[(d.moe_dtype == moe_dtype) & (d.distribution == "balanced") & (d.moe_tp_size == moe_tp)
-          & d.num_tokens.between(16, 16384)]
-    d = d.groupby(["hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size", "num_tokens"],
-                  as_index=False).latency.median()
-    return [(key, g.num_tokens.to_numpy(float), g.latency.to_numpy() * 1e-3)
-            for key, g in d.groupby(["hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size"])]
+    d = d[(d.moe_dtype == moe_dtype) & (d.distribution == "balanced") & d.moe_tp_size.isin(moe_tps)
+          & d.num_tokens.between(*tokens)]
+    if kernel:
+        d = d[d.kernel_source == kernel]
+    if ep1:  # one rank holding every expert: where the measured rank's routed experts are the model's
+        d = d[d.moe_ep_size == 1]
+    keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size", "moe_tp_size"]
+    d = d.groupby(keys + ["num_tokens"], as_index=False).latency.median()
+    return [(key, g.num_tokens.to_numpy(float), g.latency.to_numpy() * 1e-3) for key, g in d.groupby(keys)]
 
 
-def pricer(cluster_name: str, dtype: str, moe_tp: int):
+def pricer(cluster_name: str, dtype: str, moe_backend: str = ""):
     """time(latency_s, seconds_per_flop, key, tokens) of the module as serving_step prices it."""
     rt = load_runtime("tensorrt-llm-1.0")
     base = resolve_model(BASE_MODEL)
@@ -50,18 +59,20 @@ def pricer(cluster_name: str, dtype: str, moe_tp: int):
 
     def parts(key):
         if key not in cache:
-            h, inter, k, e, ep = (int(v) for v in key)
+            h, inter, k, e, ep, moe_tp = (int(v) for v in key)
             m = base.with_changes(hidden_size=h, expert_ffn_hidden_size=inter, num_experts_per_token=k, num_experts=e)
             t = model_tables(m, 1, 2, "flash")
             keep = np.array([n in ("permute", "unpermute") for n in t.moe_layer.names])
-            experts = replace(t.experts, weight_bytes=t.experts.weight_bytes / ep)
-            cache[key] = (m, experts, select_ops(t.moe_layer, keep), ep, {})
+            # as serving_step._experts_s runs a TP-split expert: its input rows and output partial sums whole
+            experts, moves = ss._full_hidden(replace(t.experts, weight_bytes=t.experts.weight_bytes / ep),
+                                             select_ops(t.moe_layer, keep))
+            cache[key] = (m, experts, moves, ep, moe_tp, {})
         return cache[key]
 
     devices = {}
 
     def time_s(lat, spf, key, tokens):
-        m, experts, moves, ep, shares = parts(key)
+        m, experts, moves, ep, moe_tp, shares = parts(key)
         if (lat, spf) not in devices:
             devices.clear()
             devices[lat, spf] = device.with_changes(
@@ -69,7 +80,7 @@ def pricer(cluster_name: str, dtype: str, moe_tp: int):
         dev = devices[lat, spf]
         if "reached" not in shares:  # routing shares depend on the shape and token counts only
             shares["reached"] = 1.0 - (1.0 - m.num_experts_per_token / m.num_experts) ** tokens
-            shares["padded"] = padded_row_share(tokens, m.num_experts, m.num_experts_per_token, expert_tile_rows(rate))
+            shares["padded"] = expert_row_share(tokens, m.num_experts, m.num_experts_per_token, rate, moe_backend)
             shares["moves"] = ops_s(moves, dev, dtype, rate, tokens / ep, 1)
         return (ops_s(experts, dev, dtype, rate, tokens / ep, moe_tp, shares["reached"], shares["padded"])
                 + shares["moves"])
@@ -77,8 +88,9 @@ def pricer(cluster_name: str, dtype: str, moe_tp: int):
     return time_s
 
 
-def fit(rows, time_s) -> tuple[float, float, np.ndarray]:
-    lat_us, tflops = 30.0, 1000.0
+def fit(rows, time_s, start: tuple[float, float] = (30.0, 1000.0)) -> tuple[float, float, np.ndarray]:
+    """Grid search about ``start`` (us, TFLOP/s); it reaches at most 2.65x either: a bound hit says move it."""
+    lat_us, tflops = start
     best = None
     for span in (0.8, 0.3, 0.1, 0.03):
         grid = [(lat_us * (1 + a), tflops * (1 + b)) for a in np.linspace(-span, span, 11) for b in np.linspace(-span, span, 11)]
@@ -94,15 +106,19 @@ def fit(rows, time_s) -> tuple[float, float, np.ndarray]:
 
 
 def main() -> None:
-    path, cluster, moe_dtype, dtype = sys.argv[1:5]
-    moe_tp = int(sys.argv[5]) if len(sys.argv) > 5 else 1
-    rows = groups(path, moe_dtype, moe_tp)
-    time_s = pricer(cluster, dtype, moe_tp)
-    lat, spf, rel = fit(rows, time_s)
+    flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    path, cluster, moe_dtype, dtype = args[:4]
+    moe_tps = tuple(int(v) for v in args[4].split(",")) if len(args) > 4 else (1,)
+    lo, hi = (int(v) for v in flags.get("tokens", "16..16384").split(".."))
+    rows = groups(path, moe_dtype, moe_tps, flags.get("kernel", ""), (lo, hi), "ep1" in flags)
+    time_s = pricer(cluster, dtype, flags.get("moe-backend", ""))
+    lat, spf, rel = fit(rows, time_s, tuple(float(v) for v in flags.get("start", "30,1000").split(",")))
     tokens = np.concatenate([tok for _, tok, _ in rows])
     print(f"rows {len(rel)} shapes {len(rows)}: latency_s {lat:.3e} seconds_per_flop {spf:.3e} "
           f"asymptote {1e-12 / spf:.0f} TFLOP/s rms {np.sqrt((rel ** 2).mean()):.2f} range {rel.min():+.2f}..{rel.max():+.2f}")
-    print("mean rel by tokens:", {int(n): round(float(rel[tokens == n].mean()), 2) for n in (16, 128, 512, 1024, 2048, 4096, 16384)})
+    print("mean rel by tokens:", {int(n): round(float(rel[tokens == n].mean()), 2)
+                                  for n in (1, 4, 16, 128, 512, 1024, 2048, 4096, 16384) if (tokens == n).any()})
 
 
 if __name__ == "__main__":

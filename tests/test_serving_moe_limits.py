@@ -46,13 +46,13 @@ def test_tile_padding_slows_small_moe_steps_where_compute_bound():
 
     model, cluster = resolve_model("mixtral-8x7b"), load_cluster("dgx-h100").for_gpus(8)
     padded = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
-    original = serving_step.padded_row_share
+    original = serving_step.expert_row_share
     try:
-        serving_step.padded_row_share = lambda tokens, *a: np.ones_like(np.asarray(tokens, dtype=float))
+        serving_step.expert_row_share = lambda tokens, *a: np.ones_like(np.asarray(tokens, dtype=float))
         serving_step._step_model.cache_clear()
         flat = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
     finally:
-        serving_step.padded_row_share = original
+        serving_step.expert_row_share = original
         serving_step._step_model.cache_clear()
     assert np.all(padded.linear_s >= flat.linear_s - 1e-12)
     assert padded.linear_s[2048] > 1.02 * flat.linear_s[2048]  # compute-bound: 512 rows per expert, ~6% padding
@@ -70,3 +70,18 @@ def test_attention_dp_step_waits_for_the_rank_running_the_prompt():
     assert whole > 1.5 * spread
     tp = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=4096, max_sampled=64)
     assert tp.gpu_s(**step) == tp.gpu_s(**step, rank_prefill=(2048, 2048 * 1024.5))  # TP attention: no ranks to wait for
+
+
+def test_trtllm_gen_tile_follows_tokens_per_expert():
+    import numpy as np
+
+    from autotune.cost.expert_tiles import expert_row_share, padded_row_share, trtllm_gen_tile_rows
+
+    tokens = np.array([1.0, 64.0, 256.0, 1024.0, 8192.0])
+    # DeepSeek-R1's 256 experts, top 8: n k / E x 1.3 to a power of two in 8..64
+    assert trtllm_gen_tile_rows(tokens, 256, 8).tolist() == [8, 8, 16, 64, 64]
+    trtllm = expert_row_share(tokens, 256, 8, "nvfp4", "trtllm")
+    cutlass = expert_row_share(tokens, 256, 8, "nvfp4")
+    assert np.allclose(cutlass, padded_row_share(tokens, 256, 8, 128))
+    assert trtllm[0] == 8.0 and cutlass[0] == 128.0  # one token: one tile of rows per expert it reaches
+    assert np.all(trtllm <= cutlass)

@@ -15,7 +15,8 @@ import numpy as np
 
 from autotune.errors import require
 
-__all__ = ["EXPERT_TILE_ROWS", "expert_tile_rows", "padded_row_share"]
+__all__ = ["EXPERT_TILE_ROWS", "expert_tile_rows", "padded_row_share", "TRTLLM_GEN_TILES", "trtllm_gen_tile_rows",
+           "expert_row_share"]
 
 # The fewest rows one tile of the MoE grouped GEMM computes (its M tile on the token dimension).
 # TensorRT-LLM's CUTLASS MoE GEMMs (cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/
@@ -25,6 +26,13 @@ __all__ = ["EXPERT_TILE_ROWS", "expert_tile_rows", "padded_row_share"]
 # the config's BLOCK_SIZE_M (moe_align_block_size) the same way. The smallest tile bounds the
 # padding from below (the engines' autotuners pick a larger tile only where it is faster).
 EXPERT_TILE_ROWS = {"nvfp4": 128, "default": 64}
+
+# TensorRT-LLM's TRTLLMGenFusedMoE (moe_config backend TRTLLM, Blackwell) sizes its token tile per step:
+# tokens per expert n k / E under balanced routing, times an imbalance factor of 1.3, to the next power
+# of two, clamped to the 8..64 its batched-GEMM kernels support (_torch/modules/fused_moe/
+# fused_moe_trtllm_gen.py _get_tile_tokens_dim; FlashInfer's trtllm_fp4_block_scale_moe the same rule).
+TRTLLM_GEN_TILES = (8, 64)
+TRTLLM_GEN_IMBALANCE = 1.3
 
 _GRID_POINTS = 256  # token counts the expectation is evaluated at; linear interpolation between them
 
@@ -58,3 +66,23 @@ def padded_row_share(tokens: np.ndarray, num_experts: int, top_k: int, tile: int
     p = top_k / num_experts
     share = np.array([num_experts * _padded_rows(int(n), p, tile) / (n * top_k) for n in grid])
     return np.where(tokens > 0, np.interp(np.maximum(tokens, 1.0), grid, share), 1.0)
+
+
+def trtllm_gen_tile_rows(tokens: np.ndarray, num_experts: int, top_k: int) -> np.ndarray:
+    """The token tile TRTLLMGenFusedMoE runs a step of ``tokens`` with (TRTLLM_GEN_TILES)."""
+    per_expert = np.floor(np.floor(np.asarray(tokens, dtype=float) * top_k / num_experts) * TRTLLM_GEN_IMBALANCE)
+    power = 2.0 ** np.ceil(np.log2(np.maximum(per_expert, 1.0)))
+    return np.clip(power, *TRTLLM_GEN_TILES)
+
+
+def expert_row_share(tokens: np.ndarray, num_experts: int, top_k: int, rate_dtype: str, moe_backend: str = "") -> np.ndarray:
+    """``padded_row_share`` at the tile the engine's MoE kernels take: the fixed M tile of the grouped
+    GEMMs (expert_tile_rows), or TRTLLMGenFusedMoE's per-step token tile (moe_backend "trtllm")."""
+    tokens = np.asarray(tokens, dtype=float)
+    if moe_backend != "trtllm":
+        return padded_row_share(tokens, num_experts, top_k, expert_tile_rows(rate_dtype))
+    tiles, share = trtllm_gen_tile_rows(tokens, num_experts, top_k), np.ones_like(tokens)
+    for tile in np.unique(tiles):
+        chosen = tiles == tile
+        share[chosen] = padded_row_share(tokens[chosen], num_experts, top_k, int(tile))
+    return share

@@ -13,8 +13,9 @@ from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
 
-__all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "STORED_BYTES", "expert_pad_factor", "not_attention", "ops_s", "quantized_gemms", "select_ops",
-           "weight_bytes_per_param", "weights_per_gpu", "without_attention", "without_loss"]
+__all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "FUSED_INTO_ALLREDUCE", "FUSION_MIN_HIDDEN", "STORED_BYTES", "expert_pad_factor",
+           "not_attention", "ops_s", "quantized_gemms", "select_ops", "unfused", "weight_bytes_per_param", "weights_per_gpu",
+           "without_attention", "without_loss"]
 
 ACT_BYTES = 2  # serving engines keep activations in BF16/FP16 whatever the weight format
 
@@ -139,3 +140,18 @@ def weights_per_gpu(tables, model, shape, weight_dtype: str, pad: tuple = ()) ->
     # pipeline stages: 1/pp of the layers each, the embedding on the first and the head on the last
     # (vLLM's get_pp_indices split); the fuller end stage is the one memory binds
     return total / shape.pp + max(ends, default=0.0)
+
+
+# Operators an engine's fused TP all-reduce runs (ServingEngine.allreduce_norm_fusion): TensorRT-LLM's PyTorch
+# backend passes AllReduceParams(fusion_op=RESIDUAL_RMS_NORM[_QUANT_FP8 / _QUANT_NVFP4]) to the all-reduce after
+# attention (the residual add and the MLP's input norm) and after the MLP (the residual add and the next layer's
+# input norm) where the model has TP, for Llama only above hidden size 4096 ("Disable fusion for small models
+# due to accuracy issues", _torch/models/modeling_llama.py LlamaDecoderLayer PRE_MLP_FUSION / POST_MLP_FUSION,
+# stored 1.x revision); DeepSeek-V3's layer the same (tech blog 1, Modules 9 and 13).
+FUSED_INTO_ALLREDUCE = ("attn_residual", "ffn_norm", "ffn_residual", "attn_norm")
+FUSION_MIN_HIDDEN = 4096
+
+
+def unfused(layer: OpTable) -> OpTable:
+    """The layer's operators but those its fused all-reduces run (FUSED_INTO_ALLREDUCE)."""
+    return select_ops(layer, np.array([n not in FUSED_INTO_ALLREDUCE for n in layer.names]))

@@ -24,10 +24,11 @@ import numpy as np
 
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
-from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
+from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.mesh import group_spans
-from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, expert_pad_factor, not_attention, ops_s,
-                                       select_ops, weight_bytes_per_param, weights_per_gpu, without_loss)
+from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
+                                       not_attention, ops_s, select_ops, unfused, weight_bytes_per_param, weights_per_gpu,
+                                       without_loss)
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
 from autotune.graph.table import OpTable, model_tables
@@ -45,15 +46,19 @@ _SERVING_GEMM_CLASS = "serving_gemm"
 # Likewise its MoE layer's grouped GEMMs (regressions.serving_moe_gemm): under "linear" they take the key
 # _EXPERT_GEMM_CLASS, which _experts_s prices the expert GEMMs with.
 _SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
+# TensorRT-LLM's other MoE backend (moe_config backend TRTLLM: TRTLLMGenFusedMoE, Blackwell), measured
+# as its own fit (regressions.serving_moe_gemm_trtllm_gen); it runs a per-step token tile (expert_tiles.py)
+_TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
 
 
 @lru_cache(maxsize=64)
-def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False) -> ClusterSpec:
+def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "") -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
     ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
     serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
-    FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; the same object where the
-    profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
+    FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
+    the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); the same object
+    where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS} \
         if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
@@ -61,6 +66,9 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
+    if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
+        serving |= {(_EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
+                    if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
@@ -170,23 +178,35 @@ class StepModel:
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
-               nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = ()) -> StepModel:
+               nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
+               allreduce_norm_fusion: bool = False) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
     ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
-    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor)."""
+    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor);
+    ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
+    ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
     fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block), shape, weight_dtype, float(kv_bytes),
-                       int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad))
+    rate = _gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
+    backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
+    fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
+                       float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
+                       backend, fused)
+
+
+def trtllm_gen_moe(device, rate_dtype: str) -> bool:
+    """Whether ``device`` has TensorRT-LLM's TRTLLM-Gen MoE measured for experts at ``rate_dtype``."""
+    return (_TRTLLM_GEN_MOE_CLASS, rate_dtype) in device.compute
 
 
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
-                mxfp4_pad=()) -> StepModel:
+                mxfp4_pad=(), moe_backend="", fused=False) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -199,16 +219,19 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     dense, moe = tables.layer_counts()
     ranks = shape.tp if shape.attention_dp else 1
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
-    own = dense * _non_expert_s(tables.layer, model, device, other, other_rate, tokens, shape.op_tp)
+    layer, moe_layer = (unfused(tables.layer), unfused(tables.moe_layer) if moe else None) if fused \
+        else (tables.layer, tables.moe_layer)
+    own = dense * _non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
-        own = own + moe * _non_expert_s(tables.moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
+        own = own + moe * _non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
     linear = (_layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
         moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
         # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
         padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if _pads(weight_dtype, device, mxfp4_pad) else 1.0
-        linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens)
+        linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
+                                                    tokens, moe_backend)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * _moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
     linear[0] = own[0] = 0.0
@@ -337,14 +360,14 @@ def _has_fit(device, dtype: str) -> bool:
 
 
 def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape,
-               weight_dtype: str, rate_dtype: str, tokens: np.ndarray) -> np.ndarray:
+               weight_dtype: str, rate_dtype: str, tokens: np.ndarray, moe_backend: str = "") -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
-    every expert's rows rounded up to the kernel's M tile (cost/expert_tiles.py), split over ep
+    every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py), split over ep
     groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
-    padded = padded_row_share(tokens, e, k, expert_tile_rows(rate_dtype))
+    padded = expert_row_share(tokens, e, k, rate_dtype, moe_backend)
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing), permuted and unpermuted whole
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)

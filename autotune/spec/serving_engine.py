@@ -17,7 +17,7 @@ from autotune.errors import AutotuneError, require, require_choice
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
-           "NVFP4_GEMM_FITS", "release_number", "VLLM_V1_RELEASE"]
+           "NVFP4_GEMM_FITS", "MOE_BACKENDS", "release_number", "VLLM_V1_RELEASE"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
 # prompts first (vLLM's v0 scheduler without chunked prefill; SGLang's forward_step). "mixed": every
@@ -56,6 +56,9 @@ KV_CACHE_DTYPES = ("auto", "fp8", "weights")
 # The launch command a serving plan exports to (autotune/outputs/export/serving.py).
 SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
 # Engine names as published rows write them (the `engine` column of serving CSVs).
+# the MoE kernels an engine runs: "" its own default (its serving_moe_gemm fit); "trtllm" TensorRT-LLM's
+# TRTLLMGenFusedMoE (moe_config backend TRTLLM; llm_args.py MoeConfig.backend defaults to CUTLASS in 1.0)
+MOE_BACKENDS = ("", "trtllm")
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
 _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 # The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
@@ -159,6 +162,10 @@ class ServingEngine:
     # weights to, on GPUs without FP4 tensor cores (vLLM's Marlin path); (): held as the checkpoint's
     mxfp4_weight_only_pad: tuple[int, ...] = ()
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
+    moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
+    # under TP its all-reduce kernel also adds the residual and applies the next RMSNorm, so a layer's two
+    # residual adds and two norms run inside its two all-reduces (cost/serving_step.py FUSED_INTO_ALLREDUCE)
+    allreduce_norm_fusion: bool = False
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
@@ -177,6 +184,9 @@ class ServingEngine:
         require_choice("serving.export", self.export, SERVING_EXPORTS)
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
+        require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
+        require(self.moe_backend != "trtllm" or self.engine == "tensorrt-llm", "serving.moe_backend",
+                f"'trtllm' is TensorRT-LLM's MoE backend, not {self.engine}'s")
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
         self._check_prompt_encode()
