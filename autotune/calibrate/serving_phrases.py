@@ -57,6 +57,10 @@ def load_words(cell: str, notes: str) -> LoadWords:
     count = int(_number(_COUNTS, text))
     duration_ms = _number((r"min_duration \(ms\)[: ]+([\d,]+)",), text)
     rate = 0.0 if re.search(r"rate[ =:]*inf", text, flags=re.IGNORECASE) else _number(_RATES, text)
+    # a closed loop the load cell names (trtllm-bench --concurrency) is the load, whatever requests a second
+    # the notes quote: there a rate is the run's measured result ("43146 tokens/s / 21.07 req/s"), not its input
+    if rate and not _number(_RATES, cell) and _number(_CONCURRENCY, cell):
+        rate = 0.0
     if rate:
         return LoadWords(kind="rate", count=count, rate_per_s=rate, duration_ms=duration_ms)
     concurrency = int(_number((r"concurrency[ =:]+(\d+)",), text) or _number(_CONCURRENCY, cell))
