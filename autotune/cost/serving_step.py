@@ -25,6 +25,7 @@ import numpy as np
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.expert_tiles import expert_tile_rows, padded_row_share
+from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, STORED_BYTES, not_attention, ops_s,
                                        quantized_gemms, select_ops, weight_bytes_per_param, without_loss)
@@ -317,16 +318,20 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
     every expert's rows rounded up to the kernel's M tile (cost/expert_tiles.py), split over ep
-    groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's."""
+    groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's. With
+    ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
+    rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
-    padded = padded_row_share(tokens, e, k, expert_tile_rows(rate_dtype))
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
-    # rows routed to its experts (n k / ep under balanced routing), permuted and unpermuted whole
+    # rows routed to its experts (n k / ep under balanced routing, times the skew on the busiest),
+    # permuted and unpermuted whole; its experts' rows are as many times their mean, so pad as those
+    busiest = tokens * busiest_rank_skew(model, shape.ep, tokens)
+    padded = padded_row_share(busiest, e, k, expert_tile_rows(rate_dtype))
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
-    time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
+    time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
                   shape.tp // shape.ep, reached, padded)
-    return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, 1)
+    return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
 
 
 def _moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray) -> np.ndarray:
