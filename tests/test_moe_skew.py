@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from autotune.cost import serving_step as ss
-from autotune.cost.moe_skew import DEEPSEEK_ALPHA, OTHER_MOE_ALPHA, busiest_rank_skew, routing_alpha
+from autotune.calibrate.serving_phrases import eplb_from_notes
+from autotune.cost.moe_skew import DEEPSEEK_ALPHA, EPLB_SKEW, OTHER_MOE_ALPHA, busiest_rank_skew, routing_alpha
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
@@ -37,8 +38,26 @@ def test_skew_grows_with_the_ranks_and_the_tokens_and_is_none_without_ep():
     assert all(np.all(a < b) for a, b in zip(by_ep, by_ep[1:]))
     assert np.all(np.diff(by_ep[2]) > 0)  # more tokens: the hot experts' share of them shows more
     assert np.all(by_ep[-1] <= 16.0)  # never more than every row on one rank
-    with pytest.raises(AutotuneError, match="divide"):
-        busiest_rank_skew(m, 7, tokens)
+    with pytest.raises(AutotuneError, match="exceeds"):
+        busiest_rank_skew(m, 256, tokens)
+
+
+def test_experts_that_do_not_split_evenly_and_a_load_balancer():
+    m = resolve_model("deepseek-v3")  # 256 experts over 72 ranks (SGLang's EP72 adds 32 redundant slots)
+    tokens = np.array([256.0, 18432.0])
+    free = busiest_rank_skew(m, 72, tokens)
+    assert np.all(free > 2.0)
+    assert np.all(busiest_rank_skew(m, 72, tokens, eplb=True) == EPLB_SKEW)
+    assert busiest_rank_skew(m, 2, [4.0], eplb=True)[0] <= EPLB_SKEW  # a smaller draw stays as it is
+
+
+@pytest.mark.parametrize("notes, on", [
+    ("--enable-dp-attention --enable-deepep-moe --ep-num-redundant-experts 32", True),
+    ("--ep-num-redundant-experts 0", False), ("vllm serve ... --enable-eplb", True),
+    ("moe_config: backend: WIDEEP, load_balancer: ./moe_load_balancer.yaml", True),
+    ("enable_attention_dp: true; moe_config: backend: CUTLASS", False), ("default expert distribution", False)])
+def test_the_notes_name_a_load_balancer(notes, on):
+    assert eplb_from_notes(notes) is on
 
 
 def test_the_ep_step_waits_for_the_busiest_rank(monkeypatch):
@@ -50,7 +69,7 @@ def test_the_ep_step_waits_for_the_busiest_rank(monkeypatch):
         return ss._step_model.__wrapped__(m, cluster, shape, "fp8", 1.0, tokens, 8, "bf16").linear_s
 
     skewed = step(4096)
-    monkeypatch.setattr(ss, "busiest_rank_skew", lambda model, ep, tokens: np.ones_like(np.asarray(tokens, float)))
+    monkeypatch.setattr(ss, "busiest_rank_skew", lambda model, ep, tokens, eplb: np.ones_like(np.asarray(tokens, float)))
     balanced = step(4096)
     ratio = skewed[[256, 4096]] / balanced[[256, 4096]]
     # a decode-sized step reads its experts' weights whatever the rows; a large one computes the rows

@@ -103,6 +103,7 @@ class ReplicaShape:
     attention_dp: bool = False
     pp: int = 1
     moe_alltoall: bool = False
+    eplb: bool = False  # an expert load balancer (redundant experts by measured loads): cost/moe_skew.py
 
     def __post_init__(self) -> None:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")
@@ -110,6 +111,7 @@ class ReplicaShape:
         require(isinstance(self.ep, int) and self.ep >= 1 and self.tp % self.ep == 0, "ep",
                 f"must divide tp={self.tp}, got {self.ep!r}")
         require(isinstance(self.attention_dp, bool), "attention_dp", "must be true or false")
+        require(isinstance(self.eplb, bool), "eplb", "must be true or false")
         require(isinstance(self.moe_alltoall, bool) and (self.attention_dp or not self.moe_alltoall), "moe_alltoall",
                 "must be true or false, and true only under attention_dp")
 
@@ -326,7 +328,7 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
     # rows routed to its experts (n k / ep under balanced routing, times the skew on the busiest),
     # permuted and unpermuted whole; its experts' rows are as many times their mean, so pad as those
-    busiest = tokens * busiest_rank_skew(model, shape.ep, tokens)
+    busiest = tokens * busiest_rank_skew(model, shape.ep, tokens, eplb=shape.eplb)
     padded = padded_row_share(busiest, e, k, expert_tile_rows(rate_dtype))
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
     time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
