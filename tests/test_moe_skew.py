@@ -75,3 +75,15 @@ def test_the_ep_step_waits_for_the_busiest_rank(monkeypatch):
     # a decode-sized step reads its experts' weights whatever the rows; a large one computes the rows
     assert ratio[0] > 1.0 and ratio[1] > 1.2
     assert np.all(ratio < busiest_rank_skew(m, 8, [256.0, 4096.0]))  # the rest of the step is not skewed
+
+
+def test_a_load_balancer_needs_experts_over_ranks():
+    from autotune.cost.serving_eval import ServingDeployment
+    from autotune.spec.runtime import load_runtime
+
+    cluster, runtime = load_cluster("dgx-h200"), load_runtime("tensorrt-llm")
+    with pytest.raises(AutotuneError, match="eplb"):
+        ServingDeployment(model=resolve_model("llama3-8b"), cluster=cluster, runtime=runtime, tp=8, eplb=True)
+    with pytest.raises(AutotuneError, match="eplb"):
+        ServingDeployment(model=resolve_model("qwen3-235b-a22b"), cluster=cluster, runtime=runtime, tp=8, eplb=True)
+    ServingDeployment(model=resolve_model("qwen3-235b-a22b"), cluster=cluster, runtime=runtime, tp=8, ep=8, eplb=True)
