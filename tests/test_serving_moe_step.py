@@ -4,6 +4,7 @@ has multi-node NVLink), and a KV head is never split across TP ranks."""
 
 import pytest
 
+from autotune.cost import serving_step
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model
 from autotune.cost.serving_step import ReplicaShape, step_model
 from autotune.errors import AutotuneError
@@ -19,10 +20,16 @@ def _step(shape: ReplicaShape, model: str = _QWEN, cluster: str = "dgx-h100", to
                       kv_bytes=1, max_tokens=tokens, max_sampled=8)
 
 
-def test_tp_split_experts_move_every_routed_row_whole():
+def test_tp_split_experts_move_every_routed_row_whole(monkeypatch):
     # each TP rank of an expert takes all its rows at full hidden size (only the intermediate width
     # splits), so at many tokens TP-split experts cost more than the same GPUs holding whole experts
-    tp_split, ep_split = _step(ReplicaShape(tp=8)), _step(ReplicaShape(tp=8, ep=8))
+    # under balanced routing (EP's busiest rank, cost/moe_skew.py, is test_moe_skew.py's)
+    monkeypatch.setattr(serving_step, "busiest_rank_skew", lambda model, ep, tokens, eplb: 1.0 + 0.0 * tokens)
+    serving_step._step_model.cache_clear()  # the balanced steps must not be served from, or left in, the cache
+    try:
+        tp_split, ep_split = _step(ReplicaShape(tp=8)), _step(ReplicaShape(tp=8, ep=8))
+    finally:
+        serving_step._step_model.cache_clear()
     assert tp_split.linear_s[4096] > 1.2 * ep_split.linear_s[4096]
     # one token reads the same expert weights either way: the difference is in the rows
     assert tp_split.linear_s[1] == pytest.approx(ep_split.linear_s[1], rel=0.35)

@@ -122,6 +122,15 @@ def test_load_phrasings(cell, notes, kind, number):
     assert {"max_throughput": 0, "concurrency": words.concurrency, "rate": words.rate_per_s}[kind] == number
 
 
+def test_a_measured_request_rate_in_the_notes_is_not_the_load_of_a_closed_loop():
+    # trtllm-bench --concurrency 7168 printing its result, "21.0675 req/s": a closed loop, not Poisson arrivals
+    words = load_words("concurrency=7168; num_requests=114688", "43146.2042 tokens/s at 21.0675 req/s")
+    assert (words.kind, words.concurrency, words.count) == ("concurrency", 7168, 114688)
+    # a rate the load cell states is still the load, and a rate in the notes of a cell naming no concurrency
+    assert load_words("request rate 4, max concurrency 64", "").kind == "rate"
+    assert load_words("fixed", "request_rate=4").rate_per_s == 4
+
+
 def test_engine_limits_in_the_notes_are_not_read_as_load():
     with pytest.raises(RowProblem, match="cannot read how load was applied"):
         load_words("whatever", "max_batch_size 256; max_num_tokens 8192")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from autotune.calibrate.serving_names import RowProblem
 from autotune.cost.serving_load import METRICS
 
-__all__ = ["LoadWords", "load_words", "metric_name", "per_user_rate", "latency_unit_s", "throughput_scope"]
+__all__ = ["LoadWords", "load_words", "metric_name", "per_user_rate", "latency_unit_s", "throughput_scope",
+           "eplb_from_notes"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +58,10 @@ def load_words(cell: str, notes: str) -> LoadWords:
     count = int(_number(_COUNTS, text))
     duration_ms = _number((r"min_duration \(ms\)[: ]+([\d,]+)",), text)
     rate = 0.0 if re.search(r"rate[ =:]*inf", text, flags=re.IGNORECASE) else _number(_RATES, text)
+    # a closed loop the load cell names (trtllm-bench --concurrency) is the load, whatever requests a second
+    # the notes quote: there a rate is the run's measured result ("43146 tokens/s / 21.07 req/s"), not its input
+    if rate and not _number(_RATES, cell) and _number(_CONCURRENCY, cell):
+        rate = 0.0
     if rate:
         return LoadWords(kind="rate", count=count, rate_per_s=rate, duration_ms=duration_ms)
     concurrency = int(_number((r"concurrency[ =:]+(\d+)",), text) or _number(_CONCURRENCY, cell))
@@ -149,3 +154,15 @@ def throughput_scope(unit: str) -> tuple[str, str]:
     if re.fullmatch(r"\s*(?:output |total )?(?:tokens?|tok|reqs?|requests?)\s*(?:/|per )\s*(?:s|sec|second)\s*", u):
         return "system", f"unit {unit!r} names no scope: the throughput of all the row's GPUs"
     raise RowProblem(f"cannot tell whose throughput unit {unit!r} counts")
+
+
+# An expert-parallel load balancer as launch flags name it: SGLang's --enable-eplb and redundant experts
+# (--ep-num-redundant-experts N > 0, --init-expert-location), TensorRT-LLM's moe_config.load_balancer (its
+# yaml's num_slots), vLLM's --enable-eplb; or a source's words ("EPLB", "expert load balancer").
+_EPLB = (r"--enable-eplb\b|--init-expert-location\b|--ep-num-redundant-experts[ =]+[1-9]|\bload_balancer\s*:|"
+         r"\bnum_slots\s*:|\beplb\b|expert (?:parallel(?:ism)? )?load balanc")
+
+
+def eplb_from_notes(notes: str) -> bool:
+    """Whether a row's notes run an expert-parallel load balancer (cost/moe_skew.py prices its residue)."""
+    return bool(re.search(_EPLB, notes, flags=re.IGNORECASE))

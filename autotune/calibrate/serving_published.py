@@ -80,7 +80,7 @@ def _predict(case: ServingCase, runs: dict) -> float:
                 * p.per_gpu_to_unit)
     # the replicas too: the runs carry their deployment, whose replica count scales a system-wide metric
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, dep.replicas,
-           dep.speculation, case.load)
+           dep.speculation, dep.eplb, case.load)
     if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS)
         runs[key] = arrival_draws(dep, case.load)
     value = expected_metric(runs[key], case.metric, scope=case.scope)

@@ -23,7 +23,7 @@ from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
     name_precision, precision_name, served_precision
 from autotune.calibrate.serving_speculation import speculation_from_notes
-from autotune.calibrate.serving_phrases import latency_unit_s, load_words, metric_name, per_user_rate, \
+from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, load_words, metric_name, per_user_rate, \
     throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
 from autotune.cost.serving_eval import ServingDeployment
@@ -352,10 +352,11 @@ def case_from_row(row: dict) -> ServingCase:
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
         assumed = engine_notes + system_notes + d.assumed + precision_notes
         phase = phase_row(row, gpus=d.gpus, gpus_per_node=cluster.gpus_per_node)
+        eplb = d.ep > 1 and model.is_moe and eplb_from_notes(row.get("notes", ""))
         if phase is not None:
             return _phase_case(row, runtime, phase, ServingDeployment(
                 model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas, ep=d.ep,
-                attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp), assumed)
+                attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp, eplb=eplb), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset, system)
@@ -365,7 +366,7 @@ def case_from_row(row: dict) -> ServingCase:
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas,
                                        ep=d.ep, attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp,
-                                       speculation=speculation)
+                                       speculation=speculation, eplb=eplb)
         measured = float(row["value"])
     except AutotuneError as err:
         raise RowProblem(f"{err.field}: {err.message}") from None

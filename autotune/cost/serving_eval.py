@@ -52,6 +52,7 @@ class ServingDeployment:
     weight_dtype: str = ""  # "": the engine's default
     pp: int = 1  # pipeline stages of tp GPUs each
     speculation: Speculation | None = None  # MTP speculative decoding (serving_speculative.py)
+    eplb: bool = False  # an expert-parallel load balancer runs (cost/moe_skew.py)
 
     def __post_init__(self) -> None:
         require(self.runtime.serving is not None, "runtime",
@@ -71,6 +72,8 @@ class ServingDeployment:
                     f"{engine.engine} {engine.version} serves {', '.join(engine.weight_dtypes)} weights, not {self.weight_dtype}")
         if self.model.has_attention and not self.attention_dp:
             require(self.model.num_heads % self.tp == 0, "tp", f"tp={self.tp} must divide the {self.model.num_heads} heads")
+        require(isinstance(self.eplb, bool) and (not self.eplb or (self.model.is_moe and self.ep > 1)), "eplb",
+                "an expert load balancer needs a mixture of experts over ep > 1 ranks")
         require(not self.attention_dp or (engine.supports_attention_dp and self.model.is_moe), "attention_dp",
                 f"needs a mixture-of-experts model and an engine that runs DP attention "
                 f"({engine.engine} {engine.version} {'does' if engine.supports_attention_dp else 'does not'})")
@@ -99,7 +102,7 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     engine = dep.runtime.serving
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp,
-                         moe_alltoall=_moe_alltoall(dep))
+                         moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb)
     spec = dep.speculation
     step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2),
                       max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),

@@ -30,9 +30,9 @@ Buffer.num_sms = 20 of 132; SGLang gives DeepGEMM the rest: moe_stage.EP_COMM_SM
 low-latency kernels hold no SM while their data is in flight (DeepEP README: the hook-based overlap
 "does not occupy any SM resource").
 
-Routing is uniform (as everywhere in the serving model): the measured rows with SGLang's default
-expert distribution run slower than this by the imbalance (the LMSYS post: 50,302 tokens/s a node
-with it, 59,337 with a simulated perfect EPLB, 4k prompts).
+The experts' part of a layer is the busiest EP rank's (cost/moe_skew.py: skewed routing, or a load
+balancer's residue where the notes name one; the LMSYS post: 50,302 tokens/s a node with SGLang's
+default expert distribution, 59,337 with a simulated perfect EPLB, 4k prompts).
 """
 
 from __future__ import annotations

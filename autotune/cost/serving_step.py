@@ -25,6 +25,7 @@ import numpy as np
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.expert_tiles import expert_row_share
+from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        not_attention, ops_s, select_ops, unfused, weight_bytes_per_param, weights_per_gpu,
@@ -110,6 +111,7 @@ class ReplicaShape:
     attention_dp: bool = False
     pp: int = 1
     moe_alltoall: bool = False
+    eplb: bool = False  # an expert load balancer (redundant experts by measured loads): cost/moe_skew.py
 
     def __post_init__(self) -> None:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")
@@ -117,6 +119,7 @@ class ReplicaShape:
         require(isinstance(self.ep, int) and self.ep >= 1 and self.tp % self.ep == 0, "ep",
                 f"must divide tp={self.tp}, got {self.ep!r}")
         require(isinstance(self.attention_dp, bool), "attention_dp", "must be true or false")
+        require(isinstance(self.eplb, bool), "eplb", "must be true or false")
         require(isinstance(self.moe_alltoall, bool) and (self.attention_dp or not self.moe_alltoall), "moe_alltoall",
                 "must be true or false, and true only under attention_dp")
 
@@ -364,16 +367,20 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
     every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py), split over ep
-    groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's."""
+    groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's. With
+    ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
+    rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
-    padded = expert_row_share(tokens, e, k, rate_dtype, moe_backend)
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
-    # rows routed to its experts (n k / ep under balanced routing), permuted and unpermuted whole
+    # rows routed to its experts (n k / ep under balanced routing, times the skew on the busiest),
+    # permuted and unpermuted whole; its experts' rows are as many times their mean, so pad as those
+    busiest = tokens * busiest_rank_skew(model, shape.ep, tokens, eplb=shape.eplb)
+    padded = expert_row_share(busiest, e, k, rate_dtype, moe_backend)
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
-    time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, tokens / shape.ep,
+    time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
                   shape.tp // shape.ep, reached, padded)
-    return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, tokens / shape.ep, 1)
+    return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
 
 
 def _moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray) -> np.ndarray:
