@@ -75,7 +75,26 @@ class ScreenFloors:
         """(1F1B, interleaved) floors of the classes ``reps`` on slice ``key`` (``shape`` as
         members._floors) from their screens (``bare``: their bare stages' times), memory included or
         not; 0 where a screen lacks the slice's micro-batch size (the class is priced to know), inf
-        where the class has none."""
+        where the class has none.
+
+        From their screens, the floors of the slice's other classes whose screens are ready (made,
+        or in the cache: screens_ready) are made in the same pass and kept until they are asked:
+        a floor with memory costs about a millisecond per call whatever its rows (bounds.py's numpy
+        passes), the classes come up one at a time, and the floors are made row by row, so each is
+        the number a call of its own gives."""
+        if bare:
+            return self._class_floors(key, mp, reps, shape, memory, bare)
+        kept = self._floors.setdefault((key, mp, shape, memory), {})
+        asked = [rep for rep in dict.fromkeys(reps) if rep not in kept]
+        if asked:
+            extra = [r for r in self.classes(key.dp, mp) if r not in kept and r not in asked
+                     and self.screens_ready(mp, r, memory)]
+            kept.update(zip(asked + extra, self._class_floors(key, mp, asked + extra, shape, memory)))
+        return [kept[rep] for rep in reps]
+
+    def _class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool,
+                      bare: bool = False) -> list[tuple]:
+        """class_floors of exactly ``reps``, in one pass."""
         out: list[tuple] = [(0.0, 0.0)] * len(reps)
         rows, where = [], []
         for j, rep in enumerate(reps):

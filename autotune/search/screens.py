@@ -108,6 +108,7 @@ class Screens(ScreenFloors):
         # their class repeat its screens' positions, a leanest member another's (about 1 in 9 in
         # DeepSeek-V3 on 2048 GPUs); bounded as the plan cache's tables are
         self._tables = PlanCache(max_results=0, max_study_bytes=_LOCAL_TABLE_BYTES)
+        self._floors: dict[tuple, dict] = {}  # class_floors by (slice, submesh, shape, memory): by class
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -239,19 +240,31 @@ class Screens(ScreenFloors):
         tables it uses). Whether workers made them."""
         from autotune.search.parallel import price_tables
 
-        cache, base = self._cache()
-
-        def priced(task) -> bool:  # what is priced already (another GPU count, this search) stays where it is
-            if task == BASELINES:
-                return False
-            if task[0] == "bare":
-                return cache.study((base, "bare", task[1], task[2], self.search.micro_batches(task[1]), task[3])) is not None
-            kind, dp, mp, choice, positions, sizes, link = task
-            tables, sizes = ("memory", sizes) if kind == "lean" else ("position", self.search.micro_batches(dp))
-            return all(cache.study((base, tables, dp, mp, sizes, link, choice, pos)) is not None for pos in positions)
-        made = price_tables(self.search, [t for t in tasks if t not in self._made and not priced(t)], least)
+        made = price_tables(self.search, [t for t in tasks if t not in self._made and not self._is_priced(t)], least)
         self._made.update(made)
         return bool(made)
+
+    def _is_priced(self, task: tuple) -> bool:
+        """Whether a price task's tables are in the cache already (another GPU count's, or this
+        search's): bare_screen and price then read them without pricing (nor counting) a table."""
+        if task == BASELINES:
+            return False
+        cache, base = self._cache()
+        if task[0] == "bare":
+            return cache.study((base, "bare", task[1], task[2], self.search.micro_batches(task[1]), task[3])) is not None
+        kind, dp, mp, choice, positions, sizes, link = task
+        tables, sizes = ("memory", sizes) if kind == "lean" else ("position", self.search.micro_batches(dp))
+        return all(cache.study((base, tables, dp, mp, sizes, link, choice, pos)) is not None for pos in positions)
+
+    def screens_ready(self, mp: int, rep: StageChoice, memory: bool) -> bool:
+        """Whether the class's time screen (and with ``memory`` its memory screen) is made, or can
+        be made from cached tables alone (no table priced: a warm process's other GPU counts priced
+        them; a class without a degree has none to make)."""
+        made = (mp, rep, "none") in self._time and (not memory or (mp, rep, None) in self._memory)
+        if made or not self._degrees(mp, rep)[0]:
+            return made
+        tasks = self._screen_tasks(mp, rep) + (self._memory_tasks(mp, rep) if memory else [])
+        return not any(task in self._made for task in tasks) and all(self._is_priced(task) for task in tasks)
 
     def _bare_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
         """bare_screen's pricing of a class, if it has a degree."""
