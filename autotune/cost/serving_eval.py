@@ -116,7 +116,7 @@ def _moe_alltoall(dep: ServingDeployment) -> bool:
     """Whether the engine's MoE layer dispatches by all-to-all under DP attention: TensorRT-LLM where
     MnnvlMemory.supports_mnnvl() and moe_ep_size > top_k (fused_moe_cutlass.py select_alltoall_method_type),
     multi-node NVLink being an NVLink domain beyond one 8-GPU baseboard (GB200 NVL72's trays); every
-    other case gathers and reduce-scatters (serving_step._layer_collectives_s)."""
+    other case gathers and reduce-scatters (serving_collectives.layer_collectives_s)."""
     return (dep.attention_dp and dep.runtime.serving.engine == "tensorrt-llm" and dep.cluster.gpus_per_node > 8
             and dep.ep > dep.model.num_experts_per_token)
 

@@ -23,10 +23,11 @@ from functools import lru_cache
 import numpy as np
 
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
-from autotune.cost.comm import collective_time_s, level_time_s
+from autotune.cost.comm import collective_time_s
 from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
+from autotune.cost.serving_collectives import layer_collectives_s, moe_exchange_s, stage_sends_s
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        not_attention, ops_s, select_ops, unfused, weight_bytes_per_param, weights_per_gpu,
                                        without_loss)
@@ -104,7 +105,7 @@ class ReplicaShape:
     quoted for the whole model (a micro-batch's share: pp GPUs each hold 1/pp of the layers for pp
     micro-batches). ``moe_alltoall``: under DP attention the MoE layer dispatches each token's k copies
     to the ranks of its experts and combines them back (all-to-all) instead of gathering every rank's
-    tokens before the experts and reduce-scattering after (serving_step._layer_collectives_s)."""
+    tokens before the experts and reduce-scattering after (serving_collectives.layer_collectives_s)."""
 
     tp: int
     ep: int = 1
@@ -227,7 +228,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     own = dense * _non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
         own = own + moe * _non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
-    linear = (_layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + _stage_sends_s(model, cluster, shape, tokens)
+    linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
         moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
@@ -236,7 +237,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
         linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
                                                     tokens, moe_backend)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
-    exchange = moe * _moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
+    exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
     linear[0] = own[0] = 0.0
     if exchange is not None:
         exchange[0] = 0.0
@@ -270,50 +271,6 @@ def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
     if shape.attention_dp:
         return shape.tp
     return min(model.kv_cache_shards(shape.tp), model.num_kv_heads) if not model.is_mla else model.kv_cache_shards(shape.tp)
-
-
-def _layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
-                         dense: int, moe: int) -> np.ndarray:
-    """Per-step collectives of all layers: two all-reduces of the activations per layer under TP
-    (Megatron's layout; with EP too, the tokens are already on every rank and the layer's all-reduce
-    sums the experts' partial outputs); under DP attention none around attention, and the MoE layer
-    gathers every rank's tokens before its experts and reduce-scatters their outputs after, whether
-    the experts are TP-split or EP-split, or dispatches by all-to-all (_moe_exchange_s).
-    TensorRT-LLM's CutlassFusedMoE and WideEPMoE take the all-to-all only where MnnvlMemory.supports_mnnvl()
-    (a multi-node NVLink domain, GB200 NVL) and moe_ep_size > top_k, else allgather + reducescatter
-    (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
-    SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
-    The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound."""
-    act = tokens * model.hidden_size * ACT_BYTES
-    if not shape.attention_dp:
-        return model.num_layers * (2.0 * collective_time_s("all_reduce", act, span, cluster) + _qk_norm_sums_s(
-            model, cluster, span, tokens))
-    require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
-    return moe * _moe_exchange_s(model, cluster, shape, span, tokens)
-
-
-def _qk_norm_sums_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.ndarray) -> np.ndarray:
-    """An RMSNorm over the whole query and key projections (qk_norm "full": MiniMax-M2, OLMoE) needs
-    each token's sums of squares from every TP rank: one more all-reduce per layer, of two FP32 sums
-    per token (SGLang's MiniMaxM2RMSNormTP, models/minimax_m2.py: local sum_sq, all-reduced over the
-    attention TP group, fused for q and k; vLLM's MiniMaxM2RMSNormTP all-reduces q's and k's variance
-    separately, two of these, priced as one; vLLM's OLMoE all-gathers q and k whole, more bytes, so this
-    is its lower bound). Per-head norms (Qwen3, GLM-4.5) stay on their rank."""
-    if model.qk_norm != "full":
-        return 0.0 * tokens
-    return collective_time_s("all_reduce", tokens * 2 * 4, span, cluster)
-
-
-def _stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, tokens: np.ndarray) -> np.ndarray:
-    """The pp - 1 point-to-point sends of a micro-batch's activations between consecutive stages:
-    over NVLink inside a node, over the network where a stage boundary is a node boundary."""
-    if shape.pp == 1:
-        return 0.0 * tokens
-    stages_per_node = max(1, cluster.gpus_per_node // shape.tp)
-    inter = -(-shape.pp // stages_per_node) - 1
-    act = tokens * model.hidden_size * ACT_BYTES
-    return ((shape.pp - 1 - inter) * level_time_s("send_recv", act, 2, cluster.intra_node)
-            + inter * level_time_s("send_recv", act, 2, cluster.inter_node))
 
 
 # The MoE layer's row moves (graph/moe_ops.py): permute writes each token once per expert it routes to,
@@ -367,7 +324,7 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
     every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py), split over ep
-    groups of tp / ep GPUs, and the permutes around them; their exchange is _moe_exchange_s's. With
+    groups of tp / ep GPUs, and the permutes around them; their exchange is moe_exchange_s's. With
     ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
     rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all."""
     e, k = model.num_experts, model.num_experts_per_token
@@ -381,21 +338,6 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
                   shape.tp // shape.ep, reached, padded)
     return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
-
-
-def _moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray) -> np.ndarray:
-    """One MoE layer's token exchange under DP attention for each token count (_layer_collectives_s says
-    which): the all-to-all dispatch of each rank's share of the tokens' k copies and their combine
-    where the engine runs one (ReplicaShape.moe_alltoall), else every rank's tokens gathered before the
-    experts and their outputs reduce-scattered after; none without DP attention (TP's all-reduces)."""
-    if not shape.attention_dp:
-        return 0.0 * tokens
-    if shape.moe_alltoall:
-        ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
-        sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * ACT_BYTES
-        return 2.0 * collective_time_s("all_to_all", sent, ep_span, cluster)
-    act = tokens * model.hidden_size * ACT_BYTES
-    return collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster)
 
 
 @lru_cache(maxsize=64)

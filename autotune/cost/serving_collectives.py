@@ -1,0 +1,80 @@
+"""Collectives of one serving step on one replica: TP all-reduces per layer, the MoE layer's token
+exchange under DP attention, the sends between pipeline stages (cost/serving_step.py adds them to its
+per-token table). Alpha-beta time per device-mesh level from cost/comm.py."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autotune.cost.comm import collective_time_s, level_time_s
+from autotune.cost.mesh import group_spans
+from autotune.cost.serving_ops import ACT_BYTES
+from autotune.errors import require
+from autotune.spec.hardware import ClusterSpec
+from autotune.spec.model import ModelSpec
+
+if TYPE_CHECKING:  # serving_step imports this module
+    from autotune.cost.serving_step import ReplicaShape
+
+__all__ = ["layer_collectives_s", "moe_exchange_s", "stage_sends_s"]
+
+
+def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
+                         dense: int, moe: int) -> np.ndarray:
+    """Per-step collectives of all layers: two all-reduces of the activations per layer under TP
+    (Megatron's layout; with EP too, the tokens are already on every rank and the layer's all-reduce
+    sums the experts' partial outputs); under DP attention none around attention, and the MoE layer
+    gathers every rank's tokens before its experts and reduce-scatters their outputs after, whether
+    the experts are TP-split or EP-split, or dispatches by all-to-all (moe_exchange_s).
+    TensorRT-LLM's CutlassFusedMoE and WideEPMoE take the all-to-all only where MnnvlMemory.supports_mnnvl()
+    (a multi-node NVLink domain, GB200 NVL) and moe_ep_size > top_k, else allgather + reducescatter
+    (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
+    SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
+    The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound."""
+    act = tokens * model.hidden_size * ACT_BYTES
+    if not shape.attention_dp:
+        return model.num_layers * (2.0 * collective_time_s("all_reduce", act, span, cluster) + _qk_norm_sums_s(
+            model, cluster, span, tokens))
+    require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
+    return moe * moe_exchange_s(model, cluster, shape, span, tokens)
+
+
+def _qk_norm_sums_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.ndarray) -> np.ndarray:
+    """An RMSNorm over the whole query and key projections (qk_norm "full": MiniMax-M2, OLMoE) needs
+    each token's sums of squares from every TP rank: one more all-reduce per layer, of two FP32 sums
+    per token (SGLang's MiniMaxM2RMSNormTP, models/minimax_m2.py: local sum_sq, all-reduced over the
+    attention TP group, fused for q and k; vLLM's MiniMaxM2RMSNormTP all-reduces q's and k's variance
+    separately, two of these, priced as one; vLLM's OLMoE all-gathers q and k whole, more bytes, so this
+    is its lower bound). Per-head norms (Qwen3, GLM-4.5) stay on their rank."""
+    if model.qk_norm != "full":
+        return 0.0 * tokens
+    return collective_time_s("all_reduce", tokens * 2 * 4, span, cluster)
+
+
+def stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, tokens: np.ndarray) -> np.ndarray:
+    """The pp - 1 point-to-point sends of a micro-batch's activations between consecutive stages:
+    over NVLink inside a node, over the network where a stage boundary is a node boundary."""
+    if shape.pp == 1:
+        return 0.0 * tokens
+    stages_per_node = max(1, cluster.gpus_per_node // shape.tp)
+    inter = -(-shape.pp // stages_per_node) - 1
+    act = tokens * model.hidden_size * ACT_BYTES
+    return ((shape.pp - 1 - inter) * level_time_s("send_recv", act, 2, cluster.intra_node)
+            + inter * level_time_s("send_recv", act, 2, cluster.inter_node))
+
+
+def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray) -> np.ndarray:
+    """One MoE layer's token exchange under DP attention for each token count (layer_collectives_s says
+    which): the all-to-all dispatch of each rank's share of the tokens' k copies and their combine
+    where the engine runs one (ReplicaShape.moe_alltoall), else every rank's tokens gathered before the
+    experts and their outputs reduce-scattered after; none without DP attention (TP's all-reduces)."""
+    if not shape.attention_dp:
+        return 0.0 * tokens
+    if shape.moe_alltoall:
+        ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
+        sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * ACT_BYTES
+        return 2.0 * collective_time_s("all_to_all", sent, ep_span, cluster)
+    act = tokens * model.hidden_size * ACT_BYTES
+    return collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster)
