@@ -40,6 +40,9 @@ def branch_and_bound(solve: Callable, caps: np.ndarray, tails: np.ndarray, floor
             heapq.heappush(heap, (lower(f, caps[i0], tails[k0]), next(order), i0, i1, k0, k1, f))
 
     def halves(i0: int, i1: int, k0: int, k1: int, f: float) -> None:
+        if k1 > k0:  # the least tail's row on its own: its bound is the box's (where the step's tail
+            push(i0, i1, k0, k0, f)  # decides, its plan is the best and the rows above bound higher)
+            k0 += 1
         if i1 - i0 >= k1 - k0:  # along the longer side (the caps' halves as Alpa's list, low half first)
             mid = (i0 + i1 - 1) // 2
             push(i0, mid, k0, k1, f), push(mid + 1, i1, k0, k1, f)
@@ -52,11 +55,10 @@ def branch_and_bound(solve: Callable, caps: np.ndarray, tails: np.ndarray, floor
         slowest, tail = measure(plan)
         it = min(i1 + 1, int(np.searchsorted(caps, slowest, side="left")))
         kt = min(k1 + 1, int(np.searchsorted(tails, tail, side="left")))
-        put = halves if split else push
         if i0 <= it - 1:
-            put(i0, it - 1, k0, k1, f)  # cells whose slowest stage is under the plan's
+            (halves if split else push)(i0, it - 1, k0, k1, f)  # cells whose slowest stage is under the plan's
         if k0 <= kt - 1 and it <= i1:
-            put(it, i1, k0, kt - 1, f)  # from its slowest stage up, a largest tail under its
+            halves(it, i1, k0, kt - 1, f)  # from its slowest stage up, a largest tail under its
 
     leave((0, len(caps) - 1, 0, len(tails) - 1), floor, cuts, split=False)
     while heap:

@@ -341,6 +341,18 @@ def _distinct_sorted(values: np.ndarray) -> np.ndarray:
     return values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
 
 
+def _solver(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
+            inflight_all: bool):
+    """solve(t_max, keep_path, least_max, tail_max): the capped DP over these tables (one
+    submesh size: exactly total_units / units[0] stages, traced with no unit column)."""
+    if len(units) == 1:
+        stages = total_units // int(units[0])
+        return lambda t, keep=False, least_max=False, d=np.inf: _min_sum_uniform(
+            tables, stages, num_microbatches, t, keep, inflight_all, least_max, d)
+    return lambda t, keep=False, least_max=False, d=np.inf: _min_sum(
+        tables, units, total_units, num_microbatches, max_stages, t, keep, inflight_all, least_max, d)
+
+
 def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, total_units: int,
                    num_microbatches: int, max_stages: int, *, objective: str = "pipeline",
                    inflight_all: bool = False) -> PipelineSolution | None:
@@ -349,21 +361,15 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     units = np.asarray(units, dtype=int)
     num_layers = time_s.shape[1] - 1
     max_stages = min(max_stages, num_layers, total_units // max(1, int(units.min())))
+    if len(units) == 1 and (total_units % units[0] or total_units // units[0] > max_stages):
+        return None
     tables = _Tables(time_s, tail_s)
-    if len(units) == 1:  # one submesh size: a fixed number of stages, no unit dimension
-        if total_units % units[0] or total_units // units[0] > max_stages:
-            return None
-        stages = total_units // int(units[0])
-        solve = lambda t, keep=False, least_max=False, d=np.inf: _min_sum_uniform(  # noqa: E731
-            tables, stages, num_microbatches, t, keep, inflight_all, least_max, d)
-        units, total_units = np.array([0]), 0  # the traceback then never moves off unit column 0
-    else:
-        solve = lambda t, keep=False, least_max=False, d=np.inf: _min_sum(  # noqa: E731
-            tables, units, total_units, num_microbatches, max_stages, t, keep, inflight_all, least_max, d)
+    solve = _solver(tables, units, total_units, num_microbatches, max_stages, inflight_all)
+    trace_units, trace_total = (np.array([0]), 0) if len(units) == 1 else (units, total_units)
 
     def solve_cuts(t_max: float, tail_max: float):
         total, best_j, path = solve(t_max, True, False, tail_max)
-        return total, (_trace(path, best_j, units, total_units) if np.isfinite(total) else None)
+        return total, (_trace(path, best_j, trace_units, trace_total) if np.isfinite(total) else None)
 
     floor, cuts = solve_cuts(np.inf, np.inf)
     if cuts is None:
@@ -373,10 +379,14 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     # the candidate slowest stages: none is faster than the least slowest of any plan (lower caps
     # have no plan); with one micro-batch the slowest stage is not scored: one cap, the largest
     values = tables.stage_time_values()
-    least = solve(np.inf, least_max=True)[0]
-    caps = _distinct_sorted(values[(values >= least) & (values < np.inf)])
-    caps = caps if num_microbatches > 1 else caps[-1:]
-    tails = _distinct_sorted(tables.stage_tail_values())
+    values = values[values < np.inf]
+    caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
+    tails = tables.stage_tail_values()
+    if tails.size and tails.max() > tails.min():  # likewise no plan's largest tail is under the least of them
+        by_tail = _Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tail_s)  # the tails as stage "times"
+        tails = tails[tails >= _solver(by_tail, units, total_units, num_microbatches, max_stages, inflight_all)(
+            np.inf, least_max=True)[0]]
     lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
-    best, best_cuts = branch_and_bound(solve_cuts, caps, tails, floor, cuts, (score(cuts), cuts), score, measure, lower)
+    best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, (score(cuts), cuts),
+                                       score, measure, lower)
     return PipelineSolution(objective_s=best, stages=best_cuts)

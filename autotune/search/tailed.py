@@ -1,12 +1,12 @@
 """The uniform search's 1F1B pass with each class's floor raised by its least step tail.
 
 A class's floors (bare stage, time screen, memory, per way of recomputing: autotune.search.screens)
-leave out the step's tail (gradient sync and optimizer, the first stage's), since its members'
-tails differ; on a thousand GPUs that tail is about 2% of a step of ``large``, as large as the gap
-between the floors and the plans, so every class of a slice came up and had its members floored.
-A plan's objective is its stages' times plus the first stage's tail (autotune.search.inter_op),
-so the class floor plus the least tail of any member's first (or only) stage, at any layer count
-the first stage can hold, is a floor too (a partial recomputation count's tail lies between its
+leave out the step's tail (gradient sync and optimizer), since its members' tails differ; on a
+thousand GPUs that tail is about 2% of a step of ``large``, as large as the gap between the floors
+and the plans, so every class of a slice came up and had its members floored. A plan's objective
+is its stages' times plus the largest tail of any stage (autotune.search.inter_op), at least the
+first stage's, so the class floor plus the least tail of any member's first (or only) stage, at
+any layer count the first stage can hold, is a floor too (a partial recomputation count's tail lies between its
 two members' tails). Here a class is put back in line at that raised floor when it first comes up,
 so classes whose floor with the tail is above a solved plan never have their members priced into
 floors or solved.
@@ -55,10 +55,8 @@ def _all_priced(search, dp: int, mp: int, stages: int, rep) -> bool:
     for the positions of ``stages``: UniformSearch.members then prices none)."""
     if (dp, mp, rep) in search._priced:
         return True
-    cache, base = search.screens._cache()
-    sizes, positions = search.search.micro_batches(dp), tuple(price_positions(stages))
-    return all(cache.study((base, "positions", dp, mp, sizes, None, choice, positions)) is not None
-               for _, choice in search.screens.classes(dp, mp)[rep].members)
+    positions = tuple(price_positions(stages))
+    return all(search.screens.member_priced(dp, mp, choice, positions) for _, choice in search.screens.classes(dp, mp)[rep].members)
 
 
 def _least_tails(search, dp: int, mp: int, stages: int, rep) -> list[np.ndarray] | None:
