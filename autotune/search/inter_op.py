@@ -377,16 +377,18 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     score = lambda plan: _objective(time_s, tail_s, plan, num_layers, num_microbatches, objective)  # noqa: E731
     measure = lambda plan: (max(_stage_times(time_s, plan, num_layers)), max(_stage_tails(tail_s, plan, num_layers)))  # noqa: E731
     # the candidate slowest stages: none is faster than the least slowest of any plan (lower caps
-    # have no plan); with one micro-batch the slowest stage is not scored: one cap, the largest
-    values = tables.stage_time_values()
+    # have no plan); with one micro-batch the slowest stage is not scored: one cap, the largest.
+    # Likewise no plan's largest tail is under the least largest tail of any. Each least is a DP
+    # of its own, solved only where the plain least value leaves room under the least-sum plan.
+    lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
+    values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
     values = values[values < np.inf]
+    if lower(floor, values.min(), tails.min()) >= best[0]:
+        return PipelineSolution(objective_s=best[0], stages=cuts)  # the least-sum plan: nothing bounds lower
     caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
-    tails = tables.stage_tail_values()
-    if tails.size and tails.max() > tails.min():  # likewise no plan's largest tail is under the least of them
+    if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < best[0]:
         by_tail = _Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tail_s)  # the tails as stage "times"
         tails = tails[tails >= _solver(by_tail, units, total_units, num_microbatches, max_stages, inflight_all)(
             np.inf, least_max=True)[0]]
-    lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
-    best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, (score(cuts), cuts),
-                                       score, measure, lower)
+    best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, best, score, measure, lower)
     return PipelineSolution(objective_s=best, stages=best_cuts)
