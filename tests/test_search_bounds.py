@@ -29,14 +29,15 @@ def _brute(time, tail, base, per, cap, L, S, B):
     best = np.inf
     for cuts in itertools.combinations(range(1, L), S - 1):
         edges = (0, *cuts, L)
-        times, ok = [], True
+        times, tails, ok = [], [], True
         for i, pos in enumerate(positions_of(S)):
             n = edges[i + 1] - edges[i]
             r = min(S - i, B)
             ok &= bool(base[n, pos] + r * per[n, pos] <= cap)
             times.append(time[n, pos])
-        if ok and all(np.isfinite(times)):
-            best = min(best, sum(times) + (B - 1) * max(times) + tail[edges[1], FIRST if S > 1 else SINGLE])
+            tails.append(tail[n, pos])
+        if ok and all(np.isfinite(times)):  # the largest tail of any stage, as the DP and the estimate
+            best = min(best, sum(times) + (B - 1) * max(times) + max(tails))
     return best
 
 

@@ -135,6 +135,11 @@ def assemble_estimate(plan: Plan, workload: TrainingWorkload, cluster: ClusterSp
     b = plan.num_microbatches
     pipe_s = pipeline_time_s(times, b, plan.schedule, plan.vpp)
     k = max(range(len(times)), key=times.__getitem__)
+    # the step ends with the largest stage's tail: the grad norm is all-reduced over the model-parallel
+    # group (TP x PP) before any stage's optimizer steps (Megatron-LM @32f9155 megatron/core/optimizer/
+    # __init__.py grad_stats_parallel_group, clip_grads.get_grad_norm_fp32); the stage DP scores the same
+    # (autotune.search.inter_op). Stages' staggered backward ends (stage j finishes j backward steps
+    # before stage 0) are not credited: an upper bound on the exposed tail.
     j = max(range(len(costs)), key=lambda i: costs[i].time.step_tail_s)
     slow, tail = costs[k].time, costs[j].time
     step_s = pipe_s + tail.step_tail_s

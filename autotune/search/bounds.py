@@ -1,16 +1,17 @@
 """Floors on a pipeline's step from its stage tables, for branch and bound.
 
 A plan of ``S`` stages cut from ``L`` layers, with stage times ``t_i`` (one micro-batch) and
-``B`` micro-batches, scores ``sum_i t_i + (B - 1) max_i t_i + tail`` under 1F1B (the stage DP's
-objective, autotune.search.inter_op; ``tail`` is the first stage's). Under 1F1B the first stage
+``B`` micro-batches, scores ``sum_i t_i + (B - 1) max_i t_i + max_i tail_i`` under 1F1B (the stage
+DP's objective, autotune.search.inter_op, and the estimate's). Under 1F1B the first stage
 holds ``min(S, B)`` micro-batches, the last one and a middle one at least ``min(2, B)``, so with
 ``t_F(n)``, ``t_O(n)`` the least time of a first and of any other stage of ``n`` layers that fits
 that many, a plan whose first stage has ``n`` layers scores at least
 
-    t_F(n) + tail_F(n) + a (L - n) + (B - 1) max(t_F(n), min_{m >= ceil((L - n) / (S - 1))} t_O(m))
+    t_F(n) + max(tail_F(n), min_m tail_L(m)) + a (L - n) + (B - 1) max(t_F(n), min_{m >= ceil((L - n) / (S - 1))} t_O(m))
 
 where ``a = min_m t_O(m) / m`` (the other stages' times add up to at least ``a`` per layer and the
-largest holds at least its share of the layers). The floor is the least of that over ``n``
+largest holds at least its share of the layers) and ``tail_L(m)`` the tail of a last stage of m
+layers (the largest tail is at least the first stage's and the last's). The floor is the least of that over ``n``
 (exact for two stages, where the other stage holds the rest). Where memory binds, the max term is
 also at least least_slowest_s: stage j from the end holds min(j, B) micro-batches, so stages deep
 in flight may fit fewer layers and the others must take more (a choice without recomputation on
@@ -183,12 +184,14 @@ def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: 
     n_first = np.arange(1, L - S + 2)  # the others hold at least one layer each
     rest = L - n_first
     t_first = first[..., n_first]
-    tail_first = _tail(tail, FIRST)[..., n_first]
+    tail_last = _tail(tail, LAST)
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         if S == 2:  # the last stage holds exactly the rest
             t_rest = others[..., rest]
-            total = t_first + t_rest + (B - 1) * np.maximum(t_first, t_rest) + tail_first
-            return _least(total)
+            tails = np.maximum(_tail(tail, FIRST)[..., n_first], tail_last[..., rest])
+            return _least(t_first + t_rest + (B - 1) * np.maximum(t_first, t_rest) + tails)
+        # the largest tail: at least the first stage's and the least a last stage of 1 .. L - S + 1 layers has
+        tail_first = np.maximum(_tail(tail, FIRST)[..., n_first], tail_last[..., 1:L - S + 2].min(axis=-1)[..., None])
         per_layer = _least(others[..., 1:] / np.arange(1, L + 1))[..., None]
         suffix = np.minimum.accumulate(others[..., ::-1], axis=-1)[..., ::-1]  # least time of >= m layers
         slowest = np.maximum(t_first, suffix[..., -(-rest // (S - 1))])
@@ -222,7 +225,8 @@ def _with_least_slowest(floor, summed, slowest, rest, room, tail_first, tables, 
 
 
 def _scored(total: np.ndarray, rest: np.ndarray, room, tail_first: np.ndarray) -> np.ndarray:
-    """min over the first stage's layers of the floor: inf where the other stages cannot hold the rest."""
+    """min over the first stage's layers of the floor (``tail_first``: the floor on the largest
+    tail by the first stage's layers): inf where the other stages cannot hold the rest."""
     if room is not None:
         total = np.where(rest <= room[..., None], total, np.inf)
     return _least(total + tail_first)

@@ -8,28 +8,31 @@ A pure function over numpy arrays (no Optuna, no torch). Inputs, for M submesh s
 * ``tail_s[m, n, p, r]``: the step's tail (gradient sync, optimizer) of that stage;
 * ``units[m]``: GPUs of submesh ``m`` in units of one data-parallel group.
 
-Objective (1F1B / GPipe, Alpa eq. 1 plus the tail of the first stage, which finishes last):
+Objective (1F1B / GPipe, Alpa eq. 1 plus the step's tail as the estimate prices it,
+autotune.cost.evaluate.assemble_estimate: the largest tail of any stage):
 
-    sum_i t_i + (B - 1) * max_i t_i + tail_first
+    sum_i t_i + (B - 1) * max_i t_i + max_i tail_i
 
 Stage i counted from the end (j = 1 is the last stage) holds min(j, B) micro-batches (1F1B).
-As in Alpa, the max term is handled through a cap t_max on every stage time, each cap a DP
-minimising sum_i t_i; the caps are searched by branch and bound over the candidate stage times
-(a lower bound per interval of caps) instead of one by one. Exact; tested against brute force.
+As in Alpa, each max term is handled through a cap (t_max on every stage time, tail_max on every
+stage tail), each pair of caps a DP minimising sum_i t_i; the caps are searched by branch and
+bound over the candidate stage times and tails (autotune.search.caps: a lower bound per box of
+caps) instead of pair by pair. Exact; tested against brute force.
 """
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from autotune.search.caps import branch_and_bound
+
 __all__ = ["StageCut", "PipelineSolution", "solve_pipeline", "OBJECTIVES"]
 
-# "pipeline": sum_i t_i + (B - 1) max_i t_i + tail_first (training, and prefill with no tail);
-# "rounds": max(sum_i t_i, B max_i t_i) + tail_first, one decode round (every micro-batch's
+# "pipeline": sum_i t_i + (B - 1) max_i t_i + max_i tail_i (training, and prefill with no tail);
+# "rounds": max(sum_i t_i, B max_i t_i) + max_i tail_i, one decode round (every micro-batch's
 # token crosses all stages; the slowest stage serves all B micro-batches).
 OBJECTIVES = ("pipeline", "rounds")
 
@@ -90,12 +93,12 @@ def _layout(num_layers: int) -> dict[str, np.ndarray]:
 
 
 class _Tables:
-    """Per (m, r): stage time matrices over (n, k) and the first stage's tails; built per
-    in-flight depth r on first use (a solve reads only the depths its stages hold)."""
+    """Per (m, r): stage time and tail matrices over (n, k); built per in-flight depth r on
+    first use (a solve reads only the depths its stages hold). Tails inf and NaN read as 0."""
 
     def __init__(self, time_s: np.ndarray, tail_s: np.ndarray) -> None:
         num_layers = time_s.shape[1] - 1
-        self.time_s, self.tail_s = time_s, tail_s
+        self.time_s, self.tail_s = time_s, _tail_read(tail_s)
         self.pos, self.valid = _position_matrix(num_layers)
         shared = _layout(num_layers)
         self.n_idx, self.gather, self.gather_ok = shared["n_idx"], shared["gather"], shared["gather_ok"]
@@ -107,35 +110,45 @@ class _Tables:
         # least stage time of each layer count n over submeshes, in-flight depths and starts
         masked = np.where(reach[None, :, :, None], time_s, np.inf)  # [m, n, p, r]
         self.least_time_by_n = masked.min(axis=(0, 2, 3))
-        self._time: dict[int, np.ndarray] = {}
-        self._tail: dict[int, np.ndarray] = {}
+        self._by_start: dict[tuple[str, int], np.ndarray] = {}
 
     def time_at(self, r: int) -> np.ndarray:
         """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
         where invalid)."""
-        found = self._time.get(r)
-        if found is None:  # what np.where(valid, time_s[:, n, position(n, k), r], inf) gives, without a gather
-            L, t = self.num_layers, self.time_s[:, :, :, r]
+        return self._at("time", r)
+
+    def tail_at(self, r: int) -> np.ndarray:
+        """[m, n, k]: the step tail of n layers starting at layer k, r in flight (inf where invalid)."""
+        return self._at("tail", r)
+
+    def _at(self, name: str, r: int) -> np.ndarray:
+        found = self._by_start.get((name, r))
+        if found is None:  # what np.where(valid, x[:, n, position(n, k), r], inf) gives, without a gather
+            L, t = self.num_layers, (self.time_s if name == "time" else self.tail_s)[:, :, :, r]
             found = np.where(self.middle[None], t[:, :, MIDDLE, None], np.inf)
             found[:, 1:L, 0] = t[:, 1:L, FIRST]
             found[:, L, 0] = t[:, L, SINGLE]
             found[:, self.last_n, L - self.last_n] = t[:, self.last_n, LAST]
-            self._time[r] = found
+            self._by_start[(name, r)] = found
         return found
 
-    def under_cap(self, r: int, t_max: float) -> np.ndarray:
-        """[n, pos]: the first submesh's stage times at depth r, inf above the cap (NaN reads as inf)."""
+    def under_cap(self, r: int, t_max: float, tail_max: float = np.inf) -> np.ndarray:
+        """[n, pos]: the first submesh's stage times at depth r, inf above the cap or where the
+        stage's tail is above ``tail_max`` (NaN reads as inf)."""
         t = self.time_s[0, :, :, r]
         with np.errstate(invalid="ignore"):
-            return np.where(t <= t_max, t, np.inf)
+            ok = t <= t_max
+        if tail_max < np.inf:
+            ok &= self.tail_s[0, :, :, r] <= tail_max
+        return np.where(ok, t, np.inf)
 
-    def window_under_cap(self, r: int, lo: int, hi: int, N: int, t_max: float) -> np.ndarray:
+    def window_under_cap(self, r: int, lo: int, hi: int, N: int, t_max: float, tail_max: float = np.inf) -> np.ndarray:
         """The first submesh's time_at(r) transposed to [k, n] (contiguous in n: the uniform DP's
         minimum over n runs along memory), its window k in [lo, hi), n in 1..N, inf above the cap.
         Made from the stage times by position without the [m, n, k] table (L + 1)^2 a depth: a
         solve reads only this window, and at 1,000 layers building and caching the whole table
         a depth took as long as the DP and over a gigabyte (issue 29)."""
-        L, capped = self.num_layers, self.under_cap(r, t_max)
+        L, capped = self.num_layers, self.under_cap(r, t_max, tail_max)
         found = np.where(self.middle_kn[lo:hi, 1:N + 1], capped[None, 1:N + 1, MIDDLE], np.inf)
         if lo == 0:
             top = min(N, L - 1)
@@ -147,20 +160,14 @@ class _Tables:
         found[L - n - lo, n - 1] = capped[n, LAST]
         return found
 
-    def tail_at(self, r: int) -> np.ndarray:
-        """[m, n]: the step tail a first stage of n layers adds (the only stage's at n = L), inf
-        and NaN read as 0 (it is added at k = 0 only; see _with_tail)."""
-        found = self._tail.get(r)
-        if found is None:
-            found = self.tail_s[:, :, FIRST, r].copy()
-            found[:, self.num_layers] = self.tail_s[:, self.num_layers, SINGLE, r]
-            found = np.nan_to_num(found, posinf=0.0)
-            self._tail[r] = found
-        return found
-
     def stage_time_values(self) -> np.ndarray:
         """Every valid stage time (some (m, n, position, r) a stage can take)."""
         return self.time_s[np.broadcast_to(self.reach[None, :, :, None], self.time_s.shape)]
+
+    def stage_tail_values(self) -> np.ndarray:
+        """The tail of every valid stage that has a time (the largest tail of a plan is one)."""
+        with np.errstate(invalid="ignore"):
+            return self.tail_s[self.reach[None, :, :, None] & (self.time_s < np.inf)]
 
     def max_layers(self, t_max: float) -> int:
         """The most layers a stage under the cap can hold (0: none fits)."""
@@ -168,18 +175,27 @@ class _Tables:
         return int(fits[-1]) if fits.size else 0
 
 
-def _capped(tables: _Tables, r: int, N: int, t_max: float, bottleneck: bool) -> np.ndarray:
-    """[m, n = 1..N, k]: the stage cost (time for ``bottleneck``) where its time is under the cap;
-    the cost of a first stage (k = 0) adds the step's tail to its time."""
-    capped = np.where(tables.time_at(r)[:, 1:N + 1] <= t_max, tables.time_at(r)[:, 1:N + 1], np.inf)
-    if not bottleneck:
-        capped[:, :, 0] = capped[:, :, 0] + tables.tail_at(r)[:, 1:N + 1]
-    return capped
+def _tail_read(tail_s: np.ndarray) -> np.ndarray:
+    """The tails as the objective reads them: inf and NaN as 0 (the estimate's tail of a stage
+    that does not fit is not a plan's)."""
+    return np.where(np.isfinite(tail_s), tail_s, 0.0)
+
+
+def _capped(tables: _Tables, r: int, N: int, t_max: float, tail_max: float) -> np.ndarray:
+    """[m, n = 1..N, k]: the stage time where it is under the cap and its tail under ``tail_max``."""
+    time = tables.time_at(r)[:, 1:N + 1]
+    with np.errstate(invalid="ignore"):
+        ok = time <= t_max
+    if tail_max < np.inf:
+        ok &= tables.tail_at(r)[:, 1:N + 1] <= tail_max
+    return np.where(ok, time, np.inf)
 
 
 def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
-             t_max: float, keep_path: bool = False, inflight_all: bool = False, bottleneck: bool = False):
-    """min over j of H_j[0, U]: least sum of (capped) stage costs using every unit.
+             t_max: float, keep_path: bool = False, inflight_all: bool = False, bottleneck: bool = False,
+             tail_max: float = np.inf):
+    """min over j of H_j[0, U]: least sum of capped stage times using every unit, each stage's
+    tail at most ``tail_max``.
 
     H_j[k, u] = min over (m, n) of cost[m, n at k] + H_{j-1}[k + n, u - units[m]], n only up to
     the most layers a stage under the cap can hold (larger n cost inf: the same minimum).
@@ -201,7 +217,7 @@ def _min_sum(tables: _Tables, units: np.ndarray, total_units: int, num_microbatc
     for j in range(1, max_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         if r not in capped:
-            capped[r] = _capped(tables, r, N, t_max, bottleneck).transpose(2, 0, 1)[:, None]
+            capped[r] = _capped(tables, r, N, t_max, tail_max).transpose(2, 0, 1)[:, None]
         later = np.where(gather_ok, prev[gather].transpose(0, 2, 1), np.inf)  # [k, u, n]
         for m, unit in enumerate(units):
             if unit <= total_units:
@@ -225,8 +241,9 @@ def _inflight(j: int, num_microbatches: int, max_r: int, inflight_all: bool) -> 
 
 
 def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_max: float, keep_path: bool = False,
-                     inflight_all: bool = False, bottleneck: bool = False):
-    """Exactly ``num_stages`` stages on one submesh size: the unit count is the stage count.
+                     inflight_all: bool = False, bottleneck: bool = False, tail_max: float = np.inf):
+    """Exactly ``num_stages`` stages on one submesh size: the unit count is the stage count,
+    each stage's tail at most ``tail_max``.
     Stage j from the end starts at a layer k with L - j * N <= k <= L - j (N: the most layers
     under the cap), and stage counts n run up to N only; other entries are inf.
     ``bottleneck``: the least slowest-stage time instead of the least sum."""
@@ -247,32 +264,25 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     stage_layers = np.zeros((num_stages, L + 1, 1), dtype=int) if keep_path else None
     scratch = np.empty((L + 1, N))  # a stage's [k, n] totals, made in place
-    # by depth r: a middle stage's times under the cap [1, n], a first stage's [n], and (a first
-    # stage adding the step's tail) its time plus the tail [n]; made once per depth
-    rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+    # by depth r: a middle stage's times under the caps [1, n] and a first stage's [n]; made once per depth
+    rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
     for j in range(1, num_stages + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
         window = windows[(j - 1) % 2][lo:hi]  # [k, n]: prev[k + n]
         total = scratch[: hi - lo]
         if j == 1:  # the last stage: [k, n] the stage's cost (inf past the last layer) and prev[k + n]
-            capped = tables.window_under_cap(r, lo, hi, N, t_max)
-            combine(capped, window, out=total)
-            first = capped[0]
-            if lo == 0 and not bottleneck:  # a first stage: (time + tail) + the later stages, as the cost table adds them
-                total[0] = (first + tables.tail_at(r)[0, 1:N + 1]) + window[0]
+            combine(tables.window_under_cap(r, lo, hi, N, t_max, tail_max), window, out=total)
         else:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time there,
             # broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
             found = rows.get(r)
             if found is None:  # the same depth for every stage past B: made once
-                by_position = tables.under_cap(r, t_max)
-                first = by_position[1:N + 1, FIRST]
-                found = rows[r] = (by_position[None, 1:N + 1, MIDDLE], first,
-                                   first if bottleneck else first + tables.tail_at(r)[0, 1:N + 1])
-            middle, first, first_tail = found
+                by_position = tables.under_cap(r, t_max, tail_max)
+                found = rows[r] = (by_position[None, 1:N + 1, MIDDLE], by_position[1:N + 1, FIRST])
+            middle, first = found
             combine(window, middle, out=total)
-            if lo == 0:  # a first stage: (time + tail) + the later stages, as the cost table adds them
-                combine(first_tail, window[0], out=total[0])
+            if lo == 0:  # a first stage: its time and the later stages'
+                combine(first, window[0], out=total[0])
         prev = buffers[j % 2]
         prev.fill(np.inf)
         if keep_path:  # same layout as the general path, with a single unit column
@@ -307,53 +317,40 @@ def _stage_times(time_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int
 
 
 def _combine(kind: str, total: float, slowest: float, b: int) -> float:
-    """The objective from the stage-time sum (the first stage's tail included) and the max."""
+    """The objective less its tail, from the stage-time sum and the slowest stage."""
     if kind == "rounds":
         return max(total, b * slowest)
     return total + (b - 1) * slowest
 
 
+def _stage_tails(tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int) -> list[float]:
+    """Each stage's tail, inf and NaN read as 0 (as _Tables reads them)."""
+    return [float(_tail_read(tail_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight])) for c in cuts]
+
+
 def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int, b: int,
                kind: str = "pipeline") -> float:
+    """The plan's objective: its stages' times combined, plus the largest tail (assemble_estimate's)."""
     times = _stage_times(time_s, cuts, num_layers)
-    first = cuts[0]
-    tail = tail_s[first.submesh, first.num_layers, _cut_position(first, num_layers), first.inflight]
-    return float(_combine(kind, sum(times) + tail, max(times), b))
-
-
-def _branch_and_bound(solve, caps: np.ndarray, floor: float, best: float, best_cuts, objective, slowest, b: int,
-                      units: np.ndarray, total_units: int, kind: str = "pipeline"):
-    """Search the cap on the slowest stage: an interval of caps [i, j] whose least stage-time
-    sum is at least f (F is non-increasing in the cap) holds plans whose slowest stage is at
-    least caps[i], so its objective is at least combine(f, caps[i]). Intervals are solved at
-    their top cap, best bound first, until no bound beats the best. A solve at caps[j] whose
-    plan's slowest stage takes t settles every cap in [t, caps[j]] (that plan is the least sum
-    under each of them), so its interval continues below t."""
-    heap = [(_combine(kind, floor, caps[0], b), 0, len(caps) - 1, floor)] if len(caps) else []
-    while heap:
-        bound, i, j, f = heapq.heappop(heap)
-        if bound >= best:
-            break
-        total, best_j, path = solve(caps[j], True)
-        if not np.isfinite(total):
-            continue  # no plan with every stage <= caps[j], hence none below either
-        cuts = _trace(path, best_j, units, total_units)
-        value = objective(cuts)
-        if value < best:
-            best, best_cuts = value, cuts
-        top = min(j, int(np.searchsorted(caps, slowest(cuts), side="left"))) - 1  # caps below the plan's slowest stage
-        if i <= top:
-            mid = (i + top - 1) // 2
-            heapq.heappush(heap, (_combine(kind, total, caps[i], b), i, mid, total))
-            if mid + 1 <= top:
-                heapq.heappush(heap, (_combine(kind, total, caps[mid + 1], b), mid + 1, top, total))
-    return best, best_cuts
+    return float(_combine(kind, sum(times), max(times), b) + max(_stage_tails(tail_s, cuts, num_layers)))
 
 
 def _distinct_sorted(values: np.ndarray) -> np.ndarray:
     """np.unique of NaN-free values (np.unique's first call loads numpy.ma, ~10 ms of a CLI run)."""
     values = np.sort(values)
     return values[np.concatenate(([True], values[1:] != values[:-1]))] if values.size else values
+
+
+def _solver(tables: _Tables, units: np.ndarray, total_units: int, num_microbatches: int, max_stages: int,
+            inflight_all: bool):
+    """solve(t_max, keep_path, least_max, tail_max): the capped DP over these tables (one
+    submesh size: exactly total_units / units[0] stages, traced with no unit column)."""
+    if len(units) == 1:
+        stages = total_units // int(units[0])
+        return lambda t, keep=False, least_max=False, d=np.inf: _min_sum_uniform(
+            tables, stages, num_microbatches, t, keep, inflight_all, least_max, d)
+    return lambda t, keep=False, least_max=False, d=np.inf: _min_sum(
+        tables, units, total_units, num_microbatches, max_stages, t, keep, inflight_all, least_max, d)
 
 
 def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, total_units: int,
@@ -364,28 +361,34 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     units = np.asarray(units, dtype=int)
     num_layers = time_s.shape[1] - 1
     max_stages = min(max_stages, num_layers, total_units // max(1, int(units.min())))
-    tables = _Tables(time_s, tail_s)
-    if len(units) == 1:  # one submesh size: a fixed number of stages, no unit dimension
-        if total_units % units[0] or total_units // units[0] > max_stages:
-            return None
-        stages = total_units // int(units[0])
-        solve = lambda t, keep=False, least_max=False: _min_sum_uniform(  # noqa: E731
-            tables, stages, num_microbatches, t, keep, inflight_all, least_max)
-        units, total_units = np.array([0]), 0  # the traceback then never moves off unit column 0
-    else:
-        solve = lambda t, keep=False, least_max=False: _min_sum(  # noqa: E731
-            tables, units, total_units, num_microbatches, max_stages, t, keep, inflight_all, least_max)
-    floor, best_j, path = solve(np.inf, True)
-    if not np.isfinite(floor):
+    if len(units) == 1 and (total_units % units[0] or total_units // units[0] > max_stages):
         return None
-    best_cuts = _trace(path, best_j, units, total_units)  # the least-sum plan bounds the rest
-    score = lambda cuts: _objective(time_s, tail_s, cuts, num_layers, num_microbatches, objective)  # noqa: E731
-    best = score(best_cuts)
-    if num_microbatches > 1:
-        slowest = lambda cuts: max(_stage_times(time_s, cuts, num_layers))  # noqa: E731
-        least = solve(np.inf, least_max=True)[0]  # no plan's slowest stage is faster: lower caps have no plan
-        values = tables.stage_time_values()
-        caps = _distinct_sorted(values[(values >= least) & (values < slowest(best_cuts))])
-        best, best_cuts = _branch_and_bound(solve, caps, floor, best, best_cuts, score, slowest, num_microbatches,
-                                            units, total_units, objective)
+    tables = _Tables(time_s, tail_s)
+    solve = _solver(tables, units, total_units, num_microbatches, max_stages, inflight_all)
+    trace_units, trace_total = (np.array([0]), 0) if len(units) == 1 else (units, total_units)
+
+    def solve_cuts(t_max: float, tail_max: float):
+        total, best_j, path = solve(t_max, True, False, tail_max)
+        return total, (_trace(path, best_j, trace_units, trace_total) if np.isfinite(total) else None)
+
+    floor, cuts = solve_cuts(np.inf, np.inf)
+    if cuts is None:
+        return None
+    score = lambda plan: _objective(time_s, tail_s, plan, num_layers, num_microbatches, objective)  # noqa: E731
+    measure = lambda plan: (max(_stage_times(time_s, plan, num_layers)), max(_stage_tails(tail_s, plan, num_layers)))  # noqa: E731
+    # the candidate slowest stages: none is faster than the least slowest of any plan (lower caps
+    # have no plan); with one micro-batch the slowest stage is not scored: one cap, the largest.
+    # Likewise no plan's largest tail is under the least largest tail of any. Each least is a DP
+    # of its own, solved only where the plain least value leaves room under the least-sum plan.
+    lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
+    values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
+    values = values[values < np.inf]
+    if lower(floor, values.min(), tails.min()) >= best[0]:
+        return PipelineSolution(objective_s=best[0], stages=cuts)  # the least-sum plan: nothing bounds lower
+    caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
+    if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < best[0]:
+        by_tail = _Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tail_s)  # the tails as stage "times"
+        tails = tails[tails >= _solver(by_tail, units, total_units, num_microbatches, max_stages, inflight_all)(
+            np.inf, least_max=True)[0]]
+    best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, best, score, measure, lower)
     return PipelineSolution(objective_s=best, stages=best_cuts)

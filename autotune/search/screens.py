@@ -289,11 +289,42 @@ class Screens(ScreenFloors):
     def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
         """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
         degree's stages send, or, where the degrees' stages send both inside a node and across
-        nodes, by the faster link (or both links, for a stage that offloads: its offload may read
-        the send time)."""
-        if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) == 1:
+        nodes (sends_both_links), by the faster link (or both links, for a stage that offloads:
+        its offload may read the send time)."""
+        if len({mp * dp >= self.problem.cluster.gpus_per_node for dp in dps}) == 1 and not any(
+                self.sends_both_links(mp * dp) for dp in dps):
             return [None]
         return [None, True] if any(k in _OFFLOADING for k, _ in rep.placements) else [EITHER_LINK]
+
+    def sends_both_links(self, stage_gpus: int) -> bool:
+        """Whether the stages of ``stage_gpus`` GPUs, less than a node, make pipelines over several
+        nodes: laid out in order (cost/plan_common.stage_positions), a stage whose neighbour starts
+        in another node sends across nodes and the others within one, and choice_costs prices
+        every send within one (an overlapped send across nodes can cost less: autotune.cost.stage
+        _p2p_s, its contention share)."""
+        return stage_gpus < self.problem.cluster.gpus_per_node < self.problem.gpus
+
+    def price_member(self, dp: int, mp: int, choice: StageChoice, positions: list[int]) -> ChoiceCosts:
+        """A member's tables at ``dp`` (price, "member"): where its stages send over both links
+        (sends_both_links), by the faster link, a floor on every stage's time (one that offloads,
+        whose offload may read the send time, priced at both links and the lesser of each entry
+        taken), so that no member's DP objective or floor is above a plan's estimate."""
+        tables = [self.price(dp, mp, choice, positions, "member", inter_node=link)
+                  for link in self._member_links(dp, mp, choice)]
+        return tables[0] if len(tables) == 1 else replace(tables[0], **{
+            name: np.fmin.reduce([getattr(t, name) for t in tables]) for name in _FIELDS})
+
+    def _member_links(self, dp: int, mp: int, choice: StageChoice) -> list[bool | str | None]:
+        if not self.sends_both_links(mp * dp):
+            return [None]
+        return [None, True] if any(k in _OFFLOADING for k, _ in choice.placements) else [EITHER_LINK]
+
+    def member_priced(self, dp: int, mp: int, choice: StageChoice, positions: tuple[int, ...]) -> bool:
+        """Whether price_member(dp, mp, choice, positions) is in the plan cache already."""
+        cache, base = self._cache()
+        sizes = self.search.micro_batches(dp)
+        return all(cache.study((base, "positions", dp, mp, sizes, link, choice, positions)) is not None
+                   for link in self._member_links(dp, mp, choice))
 
     def _degrees(self, mp: int, rep: StageChoice) -> tuple[list[int], list[int]]:
         """(degrees whose studies have the class and whose stages can take it, positions their

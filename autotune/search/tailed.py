@@ -1,12 +1,12 @@
 """The uniform search's 1F1B pass with each class's floor raised by its least step tail.
 
 A class's floors (bare stage, time screen, memory, per way of recomputing: autotune.search.screens)
-leave out the step's tail (gradient sync and optimizer, the first stage's), since its members'
-tails differ; on a thousand GPUs that tail is about 2% of a step of ``large``, as large as the gap
-between the floors and the plans, so every class of a slice came up and had its members floored.
-A plan's objective is its stages' times plus the first stage's tail (autotune.search.inter_op),
-so the class floor plus the least tail of any member's first (or only) stage, at any layer count
-the first stage can hold, is a floor too (a partial recomputation count's tail lies between its
+leave out the step's tail (gradient sync and optimizer), since its members' tails differ; on a
+thousand GPUs that tail is about 2% of a step of ``large``, as large as the gap between the floors
+and the plans, so every class of a slice came up and had its members floored. A plan's objective
+is its stages' times plus the largest tail of any stage (autotune.search.inter_op), at least the
+first stage's, so the class floor plus the least tail of any member's first (or only) stage, at
+any layer count the first stage can hold, is a floor too (a partial recomputation count's tail lies between its
 two members' tails). Here a class is put back in line at that raised floor when it first comes up,
 so classes whose floor with the tail is above a solved plan never have their members priced into
 floors or solved.
@@ -29,7 +29,7 @@ import numpy as np
 from autotune.search.heap_items import Counts, dominates, materialise, push_counts, tables_at
 from autotune.search.members import Member
 from autotune.search.screens import price_positions
-from autotune.search.tables import FIRST, SINGLE
+from autotune.search.tables import FIRST, LAST, SINGLE
 
 __all__ = ["best_pipeline", "in_order", "least_tail_s"]
 
@@ -39,15 +39,18 @@ _SHADE = 1e-12
 
 
 def least_tail_s(search, key, mp: int, stages: int, rep) -> float:
-    """The least step tail (inf and NaN read as 0, as the stage DP reads them) of any member of
-    the class at the slice's degree and micro-batch, at the first (or only) stage's layer counts
-    where its time is finite; 0 where the members are not all priced yet (their tables are made
-    only for a class that comes up without the raise: a search prices no table for it)."""
+    """A floor on the largest step tail (inf and NaN read as 0, as the stage DP reads them) of a
+    plan of any member of the class at the slice's degree and micro-batch: the least tail of its
+    first (or only) stage, and of its last, at the layer counts they can hold where their time is
+    finite; 0 where the members are not all priced yet (their tables are made only for a class
+    that comes up without the raise: a search prices no table for it)."""
     found = _least_tails(search, key.dp, mp, stages, rep)
     if found is None:
         return 0.0
-    least = found[search.search.micro_batches(key.dp).index(key.micro_batch)]
-    return float(least[-1] if stages == 1 else least[search.num_layers - stages + 1])
+    b = search.search.micro_batches(key.dp).index(key.micro_batch)
+    if stages == 1:
+        return float(found[0][b][-1])
+    return float(max(found[0][b][search.num_layers - stages + 1], found[1][b][search.num_layers - stages + 1]))
 
 
 def _all_priced(search, dp: int, mp: int, stages: int, rep) -> bool:
@@ -55,31 +58,35 @@ def _all_priced(search, dp: int, mp: int, stages: int, rep) -> bool:
     for the positions of ``stages``: UniformSearch.members then prices none)."""
     if (dp, mp, rep) in search._priced:
         return True
-    cache, base = search.screens._cache()
-    sizes, positions = search.search.micro_batches(dp), tuple(price_positions(stages))
-    return all(cache.study((base, "positions", dp, mp, sizes, None, choice, positions)) is not None
-               for _, choice in search.screens.classes(dp, mp)[rep].members)
+    positions = tuple(price_positions(stages))
+    return all(search.screens.member_priced(dp, mp, choice, positions) for _, choice in search.screens.classes(dp, mp)[rep].members)
 
 
-def _least_tails(search, dp: int, mp: int, stages: int, rep) -> list[np.ndarray] | None:
-    """Per micro-batch size, by n: the least tail of the class's members at ``dp`` as a first
-    stage of at most n layers (as the only stage: of n layers, read at n = L), priced at the
-    positions of ``stages`` (autotune.search.screens.price_positions); kept in the plan cache
-    (members' tables depend on the positions priced, not on the GPU count)."""
+def _least_tails(search, dp: int, mp: int, stages: int, rep) -> tuple[list[np.ndarray], ...] | None:
+    """Per position (the only stage; or first, then last), per micro-batch size, by n: the least
+    tail of the class's members at ``dp`` as a stage of at most n layers there (as the only
+    stage: of n layers, read at n = L), priced at the positions of ``stages``
+    (autotune.search.screens.price_positions); kept in the plan cache (members' tables depend on
+    the positions priced and the links their sends were priced by, not otherwise on the GPU count)."""
     cache, base = search.screens._cache()
-    position = SINGLE if stages == 1 else FIRST
-    cache_key = (base, "least tails", dp, mp, search.search.micro_batches(dp), rep, position)
+    positions = (SINGLE,) if stages == 1 else (FIRST, LAST)
+    cache_key = (base, "least tails", dp, mp, search.search.micro_batches(dp), rep, positions,
+                 search.screens.sends_both_links(mp * dp))
     found = cache.study(cache_key)
     if found is None:
         if not _all_priced(search, dp, mp, stages, rep):
             return None
         priced = list(search.members(dp, mp, stages, rep).values())
-        time = np.stack([c.time_s[..., position] for c in priced])  # [member, micro-batch, n]
-        tail = np.stack([c.tail_s[..., position] for c in priced])
-        least = np.where(np.isfinite(time), np.where(np.isfinite(tail), tail, 0.0), np.inf).min(axis=0)
-        found = list(least if stages == 1 else np.minimum.accumulate(least, axis=-1))
+        found = tuple(_least_by_n(priced, position, accumulate=stages > 1) for position in positions)
         cache.store_study(cache_key, found)
     return found
+
+
+def _least_by_n(priced: list, position: int, accumulate: bool) -> list[np.ndarray]:
+    time = np.stack([c.time_s[..., position] for c in priced])  # [member, micro-batch, n]
+    tail = np.stack([c.tail_s[..., position] for c in priced])
+    least = np.where(np.isfinite(time), np.where(np.isfinite(tail), tail, 0.0), np.inf).min(axis=0)
+    return list(np.minimum.accumulate(least, axis=-1) if accumulate else least)
 
 
 def best_pipeline(search, key, prune_above: float):

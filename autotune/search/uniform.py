@@ -83,13 +83,13 @@ class UniformSearch:
         if found is None:
             positions, screens = price_positions(stages), self.screens
             cls = screens.classes(dp, mp)[rep]
-            found = {i: screens.price(dp, mp, c, positions, "member") for i, c in cls.members}
+            found = {i: screens.price_member(dp, mp, c, positions) for i, c in cls.members}
             if screens.counts[(dp, mp)]:
                 by_choice = {c: found[i] for i, c in cls.members}
                 for i, c in cls.members:
                     if c.recompute == "full":
                         twin = replace(c, recompute="none")
-                        found[-1 - i] = by_choice.get(twin) or screens.price(dp, mp, twin, positions, "member")
+                        found[-1 - i] = by_choice.get(twin) or screens.price_member(dp, mp, twin, positions)
             self._priced[key] = found
             self.studies.add((dp, mp))
         return found
