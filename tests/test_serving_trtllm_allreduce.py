@@ -60,7 +60,7 @@ def test_two_ranks_stay_on_the_kernel_up_to_the_workspace():
 
 
 def test_groups_without_a_measurement_or_across_nodes_take_nccl():
-    gb200 = load_cluster("gb200-nvl72")  # 2 and 4 ranks measured, not 8
+    gb200 = load_cluster("gb200-nvl72")  # 2 and 4 ranks measured; 8 span two 4-GPU trays, which AUTO leaves to NCCL
     tokens = np.array([1.0, 16.0])
     act = tokens * HIDDEN_BYTES
     span = GroupSpan(8, 1)
