@@ -18,11 +18,11 @@ from autotune.spec.model import ModelSpec
 if TYPE_CHECKING:  # serving_step imports this module
     from autotune.cost.serving_step import ReplicaShape
 
-__all__ = ["layer_collectives_s", "moe_exchange_s", "stage_sends_s"]
+__all__ = ["layer_collectives_s", "moe_exchange_s", "stage_sends_s", "tp_all_reduce_s", "TRTLLM_ALL_REDUCE"]
 
 
 def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
-                         dense: int, moe: int) -> np.ndarray:
+                         dense: int, moe: int, tp_allreduce: str = "nccl") -> np.ndarray:
     """Per-step collectives of all layers: two all-reduces of the activations per layer under TP
     (Megatron's layout; with EP too, the tokens are already on every rank and the layer's all-reduce
     sums the experts' partial outputs); under DP attention none around attention, and the MoE layer
@@ -32,13 +32,39 @@ def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaSh
     (a multi-node NVLink domain, GB200 NVL) and moe_ep_size > top_k, else allgather + reducescatter
     (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
     SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
-    The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound."""
+    The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound.
+    ``tp_allreduce`` "trtllm_auto": the all-reduces as TensorRT-LLM's AUTO strategy runs them (tp_all_reduce_s)."""
     act = tokens * model.hidden_size * ACT_BYTES
     if not shape.attention_dp:
-        return model.num_layers * (2.0 * collective_time_s("all_reduce", act, span, cluster) + _qk_norm_sums_s(
+        return model.num_layers * (2.0 * tp_all_reduce_s(act, tokens, span, cluster, tp_allreduce) + _qk_norm_sums_s(
             model, cluster, span, tokens))
     require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
     return moe * moe_exchange_s(model, cluster, shape, span, tokens)
+
+
+# TensorRT-LLM's AUTO all-reduce (cpp/tensorrt_llm/thop/allreduceOp.cpp selectImplementation @4bb1ef88800b):
+# NCCL where the input outgrows the IPC workspace (customAllReduceUtils.h getMaxRequiredWorkspaceSize: 16e6
+# bytes for 2 ranks, 8e6 above) or the group leaves the node (no P2P); else its MIN_LATENCY Lamport kernels
+# for 2 ranks, and above 2 ranks up to 128 tokens ("NCCL is faster than MIN_LATENCY when the token number is
+# greater than 256. I conservatively set the threshold here to 128 tokens"), NCCL beyond.
+_TRTLLM_WORKSPACE_BYTES = {2: 16e6}
+_TRTLLM_WORKSPACE_BYTES_ABOVE_2 = 8e6
+_TRTLLM_MIN_LATENCY_MAX_TOKENS = 128
+TRTLLM_ALL_REDUCE = "trtllm_all_reduce"  # the measured kernel's key in LinkLevel.collectives (clusters.toml)
+
+
+def tp_all_reduce_s(act: np.ndarray, tokens: np.ndarray, span, cluster: ClusterSpec, tp_allreduce: str) -> np.ndarray:
+    """One TP all-reduce of ``act`` bytes (``tokens`` rows) for each token count: NCCL's (comm.py), or
+    under "trtllm_auto" TensorRT-LLM's Lamport kernel where its AUTO rule picks it and the cluster's NVLink
+    level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else."""
+    nccl = collective_time_s("all_reduce", act, span, cluster)
+    n = span.size
+    fit = cluster.intra_node.collectives.get((TRTLLM_ALL_REDUCE, n))
+    if tp_allreduce != "trtllm_auto" or fit is None or span.n_inter > 1:
+        return nccl
+    workspace = _TRTLLM_WORKSPACE_BYTES.get(n, _TRTLLM_WORKSPACE_BYTES_ABOVE_2)
+    lamport = (act <= workspace) & ((n <= 2) | (tokens <= _TRTLLM_MIN_LATENCY_MAX_TOKENS)) & (act > 0)
+    return np.where(lamport, fit.latency_s + act * fit.seconds_per_unit, nccl)
 
 
 def _qk_norm_sums_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.ndarray) -> np.ndarray:

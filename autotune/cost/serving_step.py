@@ -183,14 +183,15 @@ class StepModel:
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
-               allreduce_norm_fusion: bool = False) -> StepModel:
+               allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
     ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
     weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor);
     ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
-    ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE)."""
+    ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
+    ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -200,7 +201,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
-                       backend, fused)
+                       backend, fused, tp_allreduce)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -210,7 +211,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
-                mxfp4_pad=(), moe_backend="", fused=False) -> StepModel:
+                mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl") -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -228,7 +229,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     own = dense * _non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
         own = own + moe * _non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
-    linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe) + stage_sends_s(model, cluster, shape, tokens)
+    linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe, tp_allreduce) + stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
         moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))

@@ -17,7 +17,7 @@ from autotune.errors import AutotuneError, require, require_choice
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
-           "NVFP4_GEMM_FITS", "MOE_BACKENDS", "release_number", "VLLM_V1_RELEASE"]
+           "NVFP4_GEMM_FITS", "MOE_BACKENDS", "TP_ALLREDUCES", "release_number", "VLLM_V1_RELEASE"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
 # prompts first (vLLM's v0 scheduler without chunked prefill; SGLang's forward_step). "mixed": every
@@ -59,6 +59,9 @@ SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
 # the MoE kernels an engine runs: "" its own default (its serving_moe_gemm fit); "trtllm" TensorRT-LLM's
 # TRTLLMGenFusedMoE (moe_config backend TRTLLM; llm_args.py MoeConfig.backend defaults to CUTLASS in 1.0)
 MOE_BACKENDS = ("", "trtllm")
+# the kernels of its TP all-reduces: NCCL's ring/tree, or TensorRT-LLM's AUTO strategy (its Lamport
+# MIN_LATENCY kernels for small inputs inside an NVLink node, NCCL else: cost/serving_collectives.py)
+TP_ALLREDUCES = ("nccl", "trtllm_auto")
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
 _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 # The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
@@ -166,6 +169,7 @@ class ServingEngine:
     # under TP its all-reduce kernel also adds the residual and applies the next RMSNorm, so a layer's two
     # residual adds and two norms run inside its two all-reduces (cost/serving_step.py FUSED_INTO_ALLREDUCE)
     allreduce_norm_fusion: bool = False
+    tp_allreduce: str = "nccl"  # TP_ALLREDUCES
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
@@ -187,6 +191,9 @@ class ServingEngine:
         require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
         require(self.moe_backend != "trtllm" or self.engine == "tensorrt-llm", "serving.moe_backend",
                 f"'trtllm' is TensorRT-LLM's MoE backend, not {self.engine}'s")
+        require_choice("serving.tp_allreduce", self.tp_allreduce, TP_ALLREDUCES)
+        require(self.tp_allreduce != "trtllm_auto" or self.engine == "tensorrt-llm", "serving.tp_allreduce",
+                f"'trtllm_auto' is TensorRT-LLM's all-reduce, not {self.engine}'s")
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
         self._check_prompt_encode()
