@@ -217,7 +217,8 @@ def test_the_shipped_rows_reach_the_recorded_figures():
     # means; SGLang +6.2% when it was admitted on prompts alone and recomputed 0.86 M prompt tokens)
     assert groups["sglang | throughput"].mean_abs_error_pct < 20.0
     assert groups["vllm | throughput"].mean_abs_error_pct < 36.0
-    assert groups["sglang | latency"].mean_abs_error_pct < 20.0
+    # SGLang 0.3's TTFTs wait for its eager prompt issue (19.6% before its own operator cost, 10.2% with it)
+    assert groups["sglang | latency"].mean_abs_error_pct < 12.0
     assert groups["vllm | latency"].mean_abs_error_pct < 20.0
     assert groups["tensorrt-llm | latency"].mean_abs_error_pct < 25.0
     assert groups["mlperf-nvidia | throughput"].mean_abs_error_pct < 12.0

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["host_cpu", "op_host_s", "layer_host_s", "exposed_host_s", "layers_host_s"]
+__all__ = ["host_cpu", "op_host_s", "layer_host_s", "exposed_host_s", "layers_host_s", "layer_fwd_ops", "MLA_EXTRA_FWD_OPS"]
 
 # Host seconds of one nn.Linear forward (BF16, hidden 2048, 8192 tokens) measured on the CPU side:
 # 13.48 us on a DGX H100 (Intel Xeon Platinum 8480C), 37.08 us on GB200 (Grace, Neoverse V2)
@@ -47,6 +47,14 @@ LAYER_OPS = {
     "bwd": {"attn": 36, "mlp": 24, "moe_router": 22, "moe_preprocess": 4, "moe": 6, "expert": 11},
 }
 
+# Kernel-launching operators an MLA attention forward adds to a grouped-query one, counted in SGLang's
+# prompt path (models/deepseek_common/attention_forward_methods/forward_mha.py forward_normal_prepare
+# @00cc79fa, the MHA form a prompt without a cached prefix takes): the q_b and kv_b up-projections
+# beside the fused q/kv down-projection that replaces the QKV GEMM (2), the q_a and kv_a latent norms
+# (2), the rotary part written back into q, the latent KV written to the cache and K assembled from
+# k_nope and k_pe (3); unquantized, as LAYER_OPS counts (a quantized linear adds its input's cast).
+MLA_EXTRA_FWD_OPS = 7
+
 
 def host_cpu(cluster) -> str:
     """The host CPU family: Grace where the GPU reaches its host over NVLink-C2C (GH200, GB200)."""
@@ -63,6 +71,17 @@ def _scopes(moe: bool, shared_experts: bool) -> tuple:
     if not moe:
         return ("attn", "mlp")
     return ("attn", "moe_router", "moe_preprocess", "moe", "expert") + (("mlp",) if shared_experts else ())
+
+
+def layer_fwd_ops(model, layer: int) -> int:
+    """Kernel-launching operators of ``model``'s layer ``layer`` forward, by its structure: attention
+    (MLA adds MLA_EXTRA_FWD_OPS), then a dense MLP or, on a MoE layer, the router, the dispatch
+    preprocessing, the MoE block, the routed experts as one grouped GEMM and the shared experts as a
+    dense MLP (LAYER_OPS scopes, _scopes)."""
+    moe = model.is_moe_layer(layer)
+    ffn = sum(LAYER_OPS["fwd"][s] for s in _scopes(moe, bool(model.num_shared_experts)) if s != "attn")
+    attn = LAYER_OPS["fwd"]["attn"] + (MLA_EXTRA_FWD_OPS if model.is_mla else 0)
+    return attn + ffn
 
 
 def layer_host_s(runtime, cluster, *, moe: bool, shared_experts: bool = False, stream_table=None) -> tuple[float, float]:

@@ -122,13 +122,17 @@ def _moe_alltoall(dep: ServingDeployment) -> bool:
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:
-    """Host seconds a Python engine takes to issue one eager forward of every layer: the operators
-    of a Megatron-Core layer's forward (cost/host.py LAYER_OPS, dense: attention and MLP scopes) at
-    the host's seconds per operator (op_host_s). Serving engines fuse more, so this bounds them above."""
-    from autotune.cost.host import LAYER_OPS, op_host_s
+    """Host seconds a Python engine takes to issue one eager forward of every layer: each layer's
+    kernel-launching operators by its own structure (cost/host.py layer_fwd_ops: attention, MLA's
+    extra projections and norms, a dense MLP or a MoE layer's router, dispatch, grouped experts and
+    shared experts) at the host's seconds per operator (op_host_s) times the engine's own
+    ``eager_op_host_scale``. An MLA + MoE layer of DeepSeek-V3 issues 73 operators, a dense
+    grouped-query layer 32."""
+    from autotune.cost.host import layer_fwd_ops, op_host_s
 
-    ops = LAYER_OPS["fwd"]["attn"] + LAYER_OPS["fwd"]["mlp"]
-    return dep.model.num_layers * ops * op_host_s(dep.cluster)
+    m = dep.model
+    ops = sum(layer_fwd_ops(m, layer) for layer in range(m.num_layers))
+    return ops * op_host_s(dep.cluster) * dep.runtime.serving.eager_op_host_scale
 
 
 def _host_overlap(dep: ServingDeployment) -> str:

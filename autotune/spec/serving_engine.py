@@ -131,6 +131,8 @@ class ServingEngine:
     memory_reserved_bytes: float = 0.0  # "reserved" rule: memory kept outside weights and KV cache
     decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
+    # host seconds per operator of its eager forward, as a multiple of Megatron-Core's (cost/host.py op_host_s)
+    eager_op_host_scale: float = 1.0
     scheduler_steps: int = 1  # decode steps per scheduler call (vLLM multi-step); tokens stream per call
     # SGLang --scheduler-recv-interval: the scheduler takes new requests in only every this many decode
     # steps (at once after a prompt step or while idle); 1: every step
@@ -197,6 +199,8 @@ class ServingEngine:
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
         self._check_prompt_encode()
+        require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
+                "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
         if self.admission == "reserve_output":
             self._check_output_reserve()
         require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
