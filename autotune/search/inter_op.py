@@ -264,7 +264,6 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     windows = [np.lib.stride_tricks.as_strided(b[1:], shape=(L + 1, N), strides=(b.strides[0],) * 2) for b in buffers]
     prev = buffers[0]
     prev[L:] = -np.inf if bottleneck else 0.0
-    columns = np.arange(L + 1)
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     stage_layers = np.zeros((S, L + 1, 1), dtype=int) if keep_path else None
     scratch = np.empty((L + 1, N))  # a stage's [k, n] totals, made in place
@@ -290,13 +289,11 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
                 combine(first, window[0], out=total[0])
         prev = buffers[j % 2]
         prev.fill(np.inf)
+        # a row's least (NaN where it has one: argmin points at it too)
+        total.min(axis=1, out=prev[lo:hi])
         if keep_path:  # same layout as the general path, with a single unit column
-            arg = total.argmin(axis=1)
-            prev[lo:hi] = total[columns[: hi - lo], arg]
-            stage_layers[j - 1, lo:hi, 0] = arg + 1
+            np.add(total.argmin(axis=1), 1, out=stage_layers[j - 1, lo:hi, 0])
             path.append((no_submesh, stage_layers[j - 1], r))
-        else:  # the same values (a row's least, NaN where it has one) without the arguments
-            total.min(axis=1, out=prev[lo:hi])
     return prev[0], S, path
 
 
