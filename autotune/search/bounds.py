@@ -25,6 +25,9 @@ position on the last, and broadcasts over leading axes (choices, recomputation c
 
 from __future__ import annotations
 
+import math
+from functools import lru_cache
+
 import numpy as np
 
 from autotune.search.tables import FIRST, LAST, MIDDLE, SINGLE
@@ -129,7 +132,7 @@ def least_slowest_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacit
     bound only grows with T, and it is read off each row's times in sorted order."""
     L, S, B = num_layers, num_stages, num_microbatches
     top, shape = L - S + 1, np.broadcast_shapes(time.shape, base.shape, per.shape)
-    rows = int(np.prod(shape[:-2], dtype=int))
+    rows = math.prod(shape[:-2])
     t = np.broadcast_to(time, shape).reshape(rows, -1, 4)[:, 1:top + 1, [FIRST, LAST, MIDDLE]]  # [row, n = 1..top, 3]
     t = np.where(np.isnan(t), np.inf, t)
     depth = min(S - 1, B)  # the deepest a middle stage holds
@@ -144,8 +147,7 @@ def least_slowest_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacit
             most = np.where(pm > 0, np.floor((capacity_bytes - bm) / np.where(pm > 0, pm, 1.0) + 1e-9),
                             np.where(bm <= capacity_bytes, np.inf, -1.0))
         most = np.clip(np.where(np.isnan(most), -1.0, most), -1, depth)
-    # held[l + 1]: how many middle stages (depths min(j, B), j = 2..S-1) are no deeper than l
-    held = np.concatenate(([0], np.cumsum(np.bincount(np.minimum(np.arange(2, S), B), minlength=depth + 1))))
+    held = _middles_by_depth(S, B)
     # by_count[N]: the most layers the middle stages hold when each holds at most N: the sum over
     # n <= N of how many of them fit a stage of n or more layers
     level = np.maximum.accumulate(most[:, ::-1], axis=-1)[:, ::-1].astype(int) + 1
@@ -162,6 +164,15 @@ def least_slowest_s(time: np.ndarray, base: np.ndarray, per: np.ndarray, capacit
     enough = count >= L
     found = np.where(enough.any(axis=-1), times[at_row[:, 0], enough.argmax(axis=-1)], np.inf)
     return found.reshape(shape[:-2])
+
+
+@lru_cache(maxsize=1024)  # the same few (S, B) in every call of a slice, and of the next GPU count's
+def _middles_by_depth(num_stages: int, num_microbatches: int) -> np.ndarray:
+    """held[l + 1]: how many middle stages (depths min(j, B), j = 2..S-1) are no deeper than l (read-only)."""
+    S, B = num_stages, num_microbatches
+    held = np.concatenate(([0], np.cumsum(np.bincount(np.minimum(np.arange(2, S), B), minlength=min(S - 1, B) + 1))))
+    held.flags.writeable = False
+    return held
 
 
 def pipeline_floor_s(time: np.ndarray, tail: np.ndarray, base: np.ndarray, per: np.ndarray, capacity_bytes: float,

@@ -22,6 +22,7 @@ caps) instead of pair by pair. Exact; tested against brute force.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -244,14 +245,17 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
                      inflight_all: bool = False, bottleneck: bool = False, tail_max: float = np.inf):
     """Exactly ``num_stages`` stages on one submesh size: the unit count is the stage count,
     each stage's tail at most ``tail_max``.
-    Stage j from the end starts at a layer k with L - j * N <= k <= L - j (N: the most layers
-    under the cap), and stage counts n run up to N only; other entries are inf.
+    Stage j from the end starts at a layer k with max(L - j * N, S - j) <= k <= L - j (N: the most
+    layers under the cap; the S - j stages before it hold a layer each), the first stage at k = 0
+    only, and a stage holds n <= min(N, L - S + 1) layers; other entries are inf, and no later
+    stage reads them (the trace follows rows in these ranges only), so they are not made.
     ``bottleneck``: the least slowest-stage time instead of the least sum."""
-    L, max_r = tables.num_layers, tables.depth - 1
+    L, max_r, S = tables.num_layers, tables.depth - 1, num_stages
     N = tables.max_layers(t_max)
     path = []
-    if N == 0 or num_stages * N < L:
-        return np.inf, num_stages, path
+    if N == 0 or S * N < L:
+        return np.inf, S, path
+    N = min(N, L - S + 1)  # wider columns are inf everywhere a later stage reads: the same least, first at the same n
     combine = np.maximum if bottleneck else np.add
     # prev[k + n] for every (n, k): a strided window over prev padded with its last entry (the
     # gather clamps k + n to L there, and those entries are inf in the stage costs anyway);
@@ -260,15 +264,14 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     windows = [np.lib.stride_tricks.as_strided(b[1:], shape=(L + 1, N), strides=(b.strides[0],) * 2) for b in buffers]
     prev = buffers[0]
     prev[L:] = -np.inf if bottleneck else 0.0
-    columns = np.arange(L + 1)
     no_submesh = np.zeros((L + 1, 1), dtype=int)
-    stage_layers = np.zeros((num_stages, L + 1, 1), dtype=int) if keep_path else None
+    stage_layers = np.zeros((S, L + 1, 1), dtype=int) if keep_path else None
     scratch = np.empty((L + 1, N))  # a stage's [k, n] totals, made in place
     # by depth r: a middle stage's times under the caps [1, n] and a first stage's [n]; made once per depth
     rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-    for j in range(1, num_stages + 1):
+    for j in range(1, S + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
-        lo, hi = max(0, L - j * N), L - j + 1  # reachable starts k of stage j from the end
+        lo, hi = (0, 1) if j == S else (max(L - j * N, S - j), L - j + 1)  # the starts k stage j from the end reads
         window = windows[(j - 1) % 2][lo:hi]  # [k, n]: prev[k + n]
         total = scratch[: hi - lo]
         if j == 1:  # the last stage: [k, n] the stage's cost (inf past the last layer) and prev[k + n]
@@ -280,19 +283,18 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
                 by_position = tables.under_cap(r, t_max, tail_max)
                 found = rows[r] = (by_position[None, 1:N + 1, MIDDLE], by_position[1:N + 1, FIRST])
             middle, first = found
-            combine(window, middle, out=total)
-            if lo == 0:  # a first stage: its time and the later stages'
+            if j < S:
+                combine(window, middle, out=total)
+            else:  # the first stage: its time and the later stages'
                 combine(first, window[0], out=total[0])
         prev = buffers[j % 2]
         prev.fill(np.inf)
+        # a row's least (NaN where it has one: argmin points at it too)
+        total.min(axis=1, out=prev[lo:hi])
         if keep_path:  # same layout as the general path, with a single unit column
-            arg = total.argmin(axis=1)
-            prev[lo:hi] = total[columns[: hi - lo], arg]
-            stage_layers[j - 1, lo:hi, 0] = arg + 1
+            np.add(total.argmin(axis=1), 1, out=stage_layers[j - 1, lo:hi, 0])
             path.append((no_submesh, stage_layers[j - 1], r))
-        else:  # the same values (a row's least, NaN where it has one) without the arguments
-            total.min(axis=1, out=prev[lo:hi])
-    return prev[0], num_stages, path
+    return prev[0], S, path
 
 
 def _trace(path: list, best_j: int, units: np.ndarray, total_units: int) -> tuple[StageCut, ...]:
@@ -325,7 +327,8 @@ def _combine(kind: str, total: float, slowest: float, b: int) -> float:
 
 def _stage_tails(tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int) -> list[float]:
     """Each stage's tail, inf and NaN read as 0 (as _Tables reads them)."""
-    return [float(_tail_read(tail_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight])) for c in cuts]
+    found = [float(tail_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight]) for c in cuts]
+    return [t if math.isfinite(t) else 0.0 for t in found]  # _tail_read per scalar: a ufunc call each cost more
 
 
 def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int, b: int,

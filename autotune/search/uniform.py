@@ -36,7 +36,8 @@ from autotune.search.bounds import positions_of
 from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
 from autotune.search.heap_items import Counts, beats, materialise, push_counts
-from autotune.search.members import Member, class_member_floors
+from autotune.search.member_floors import MemberFloors
+from autotune.search.members import Member
 from autotune.search.screens import Screens, price_positions
 from autotune.search.tables import ChoiceCosts, best_by_inflight, stage_plan_of
 
@@ -67,6 +68,7 @@ class UniformSearch:
         self._time_only: dict = {}  # by (slice, submesh, class): its floors from its bare stage's times
         self._memory: dict = {}  # by (slice, submesh): its classes' floors with memory, as they are made
         self.studies: set[tuple[int, int]] = set()
+        self.member_floors = MemberFloors(self)
         self.num_evaluated = 0
 
     def _shape(self, key, stages: int, chunks: int) -> tuple[int, int, int, int, int]:
@@ -99,13 +101,10 @@ class UniformSearch:
         ``side`` 0 or 1: only that floor is made (the other NaN), for a heap of one schedule, and a
         member's counts come as one Counts item at their least floor (most are never taken)."""
         priced = self.members(key.dp, mp, stages, rep)
-        b = self.search.micro_batches(key.dp).index(key.micro_batch)
-        cap, shape = self.search.capacity, self._shape(key, stages, chunks)
         counts = self.screens.counts[(key.dp, mp)]
         members = self.screens.classes(key.dp, mp)[rep].members
         fulls = [i for i, choice in members if choice.recompute == "full"] if counts else []
-        plains, inters, by_full = class_member_floors([priced[i] for i, _ in members], [(priced[-1 - i], priced[i]) for i in fulls],
-                                                      np.array(counts, dtype=int), b, cap, shape, side)
+        plains, inters, by_full = self.member_floors.floors(key, mp, stages, rep, chunks, side)
         by_full = dict(zip(fulls, by_full))
         for (i, _), plain, inter in zip(members, plains.tolist(), inters.tolist()):
             yield plain, inter, (mi, i, 0), (priced[i], None, 0)
@@ -298,6 +297,7 @@ class UniformSearch:
             self.num_evaluated += 1
         found = self._best_interleaved(key, prune_above, plan, estimate)
         self._items.pop(key, None)
+        self.member_floors.forget(key)
         for done in [k for k in self._time_only if k[0] == key]:
             del self._time_only[done]
         for done in [k for k in self._memory if k[0] == key]:
