@@ -59,7 +59,8 @@ def _run(case, s: float = 1.0):
 
 def _key(row: dict) -> tuple:
     round_ = row["engine_version"].split(" NVIDIA")[0]  # "MLPerf v4.1"
-    return row["model"], row["gpu"], row["gpus"], round_
+    # v5.0 names the interactive run a benchmark of its own (llama2-70b-interactive): the same model and Offline row
+    return row["model"].replace("-interactive", ""), row["gpu"], row["gpus"], round_
 
 
 def _scenario(row: dict) -> str:
@@ -72,13 +73,15 @@ def _qps(row: dict) -> str:
     return found.group(1) if found else ""
 
 
-def _step_at(case, batch: float) -> float:
+def _step_at(case, batch: float) -> float | None:
     """The model's GPU seconds of one steady-state step holding ``batch`` decoding requests: their
     decodes over half-generated contexts, plus the prompts that arrive per output token (batch x
-    input / output mean tokens, whole prompts of the mean length)."""
+    input / output mean tokens, whole prompts of the mean length); None past the engine's token budget."""
     isl, osl = case.load.input_len, case.load.output_len
     step = serving_eval.run_serving(case.deployment, replace(case.load, num_requests=1)).step
     prompts = batch / osl
+    if round(batch) + round(prompts * isl) > step.max_tokens:
+        return None
     return step.gpu_s(decodes=round(batch), context=batch * (isl + osl / 2.0), prefill_tokens=round(prompts * isl),
                       pairs=prompts * isl * (isl + 1) / 2.0, sampled=round(batch + prompts))
 
@@ -97,34 +100,45 @@ def _pairs(rows: list[dict]) -> list[tuple[dict, dict, dict]]:
     return found
 
 
+def _measured_ttft_s(tpot_row: dict, unit_to_si: float) -> float:
+    ttft = next(r for r in _ROWS if r["id"] != tpot_row["id"] and _key(r) == _key(tpot_row)
+                and r["metric"] == "ttft_mean" and _qps(r) == _qps(tpot_row))
+    return float(ttft["value"]) * unit_to_si
+
+
+def _model_lines(tpot_case, off_case, meas: dict) -> list[str]:
+    """The simulated Server run as priced, with the kernels scaled to the measured Offline (s*) and to
+    the measured step at the measured batch (s_op)."""
+    off = _run(off_case)
+    pred_off = float(off.output_len.sum()) / off.duration_s * off_case.deployment.replicas  # the system's
+    scales = [("predicted", 1.0), (f"at s*={pred_off / meas['offline']:.3f}", pred_off / meas["offline"])]
+    at_batch = _step_at(tpot_case, meas["batch"])
+    if at_batch:
+        scales.append((f"at s_op={meas['tpot'] / at_batch:.3f}", meas["tpot"] / at_batch))
+    lines = [f"  the model's step at the measured batch ({meas['batch']:.0f} decoding + prompts): " + (
+        f"{1e3 * at_batch:.1f} ms (measured TPOT {1e3 * meas['tpot']:.1f} ms)" if at_batch else "past the token budget")]
+    for label, s in scales:
+        trace = _run(tpot_case, s)
+        tpot, srv = metric_value(trace, "tpot_mean"), metric_value(trace, "output_tokens_per_s")
+        system = srv * tpot_case.deployment.replicas
+        lines.append(f"  {label:9s}: server {srv:7.0f} tok/s an instance  system / offline {system * s / pred_off:.3f}  "
+                     f"TPOT {1e3 * tpot:6.1f} ms  decoding ~{srv * tpot:5.0f}  "
+                     f"(TPOT error {100 * (tpot / meas['tpot'] - 1):+.0f}%, TTFT {1e3 * metric_value(trace, 'ttft_mean'):.0f} ms)")
+    return lines
+
+
 def report(tpot_row: dict, server_row: dict, offline_row: dict) -> str:
     tpot_case, off_case = case_from_row(tpot_row), case_from_row(offline_row)
     replicas = tpot_case.deployment.replicas
-    meas_tpot = float(tpot_row["value"]) * tpot_case.unit_to_si
-    meas_srv = float(server_row["value"]) / replicas
-    meas_off = float(offline_row["value"]) / off_case.deployment.replicas
-    off = _run(off_case)
-    pred_off = float(off.output_len.sum()) / off.duration_s
-    scale = pred_off / meas_off  # s*: the predicted Offline run stretched to the measured throughput
+    tpot = float(tpot_row["value"]) * tpot_case.unit_to_si
+    server = float(server_row["value"])  # whole-system throughputs: the two runs' instances may differ
+    meas = dict(tpot=tpot, offline=float(offline_row["value"]), batch=server / replicas * tpot)
     lines = [f"{tpot_row['id']} {tpot_row['model'].split(' (')[0]} {tpot_row['gpu']} x{tpot_row['gpus']} "
-             f"({replicas} instances of TP {tpot_case.deployment.tp}, {tpot_case.load.rate_per_s:.3g} req/s each)"]
-    meas_ttft = float(next(r for r in _ROWS if r["id"] != tpot_row["id"] and _key(r) == _key(tpot_row)
-                           and r["metric"] == "ttft_mean" and _qps(r) == _qps(tpot_row))["value"]) * tpot_case.unit_to_si
-    lines.append(f"  measured : server {meas_srv:7.0f} tok/s  offline {meas_off:7.0f}  ratio {meas_srv / meas_off:.3f}  "
-                 f"TPOT {1e3 * meas_tpot:6.1f} ms  decoding ~{meas_srv * meas_tpot:5.0f}  TTFT {1e3 * meas_ttft:.0f} ms")
-    batch = meas_srv * meas_tpot
-    at_batch = _step_at(tpot_case, batch)
-    lines.append(f"  the model's step at the measured batch ({batch:.0f} decoding + prompts): "
-                 f"{1e3 * at_batch:.1f} ms (measured TPOT {1e3 * meas_tpot:.1f} ms)")
-    operating = meas_tpot / at_batch  # s_op: the model's step at the measured batch made the measured TPOT
-    for label, s in (("predicted", 1.0), (f"at s*={scale:.3f}", scale), (f"at s_op={operating:.3f}", operating)):
-        trace = _run(tpot_case, s)
-        tpot = metric_value(trace, "tpot_mean")
-        srv = metric_value(trace, "output_tokens_per_s")
-        lines.append(f"  {label:9s}: server {srv:7.0f} tok/s  offline {pred_off / s:7.0f}  ratio {srv * s / pred_off:.3f}  "
-                     f"TPOT {1e3 * tpot:6.1f} ms  decoding ~{srv * tpot:5.0f}  "
-                     f"(TPOT error {100 * (tpot / meas_tpot - 1):+.0f}%, TTFT {1e3 * metric_value(trace, 'ttft_mean'):.0f} ms)")
-    return "\n".join(lines)
+             f"({replicas} instances of TP {tpot_case.deployment.tp}, {tpot_case.load.rate_per_s:.3g} req/s each)",
+             f"  measured : server {server / replicas:7.0f} tok/s an instance  system / offline {server / meas['offline']:.3f}  "
+             f"TPOT {1e3 * tpot:6.1f} ms  decoding ~{meas['batch']:5.0f}  "
+             f"TTFT {1e3 * _measured_ttft_s(tpot_row, tpot_case.unit_to_si):.0f} ms"]
+    return "\n".join(lines + _model_lines(tpot_case, off_case, meas))
 
 
 def main(paths: list[str]) -> None:
