@@ -32,6 +32,16 @@ def test_notes_select_the_trtllm_moe_backend():
     assert case_from_row(row).deployment.runtime.serving.moe_backend == "trtllm"
 
 
+def test_sglang_flashinfer_trtllm_runner_selects_the_trtllm_gen_kernels():
+    """SGLang's --moe-runner-backend flashinfer_trtllm calls FlashInfer's TRTLLM-Gen fused MoE: the same kernels."""
+    with (Path(__file__).parent / "data" / "inferencex_b300_check.csv").open(newline="") as handle:
+        row = next(csv.DictReader(handle))
+    assert "--moe-runner-backend flashinfer_trtllm" in row["notes"]
+    assert case_from_row(row).deployment.runtime.serving.moe_backend == "trtllm"
+    other = dict(row, notes=row["notes"].replace("--moe-runner-backend flashinfer_trtllm", "--moe-runner-backend triton"))
+    assert case_from_row(other).deployment.runtime.serving.moe_backend == ""
+
+
 def test_the_backend_is_tensorrt_llm_s_own():
     with pytest.raises(AutotuneError, match="moe_backend"):
         ServingEngine(engine="vllm", version="0.9", moe_backend="trtllm")
@@ -59,7 +69,7 @@ def test_devices_without_the_fit_keep_the_engine_s_moe():
     h200 = load_cluster("dgx-h200")
     assert not trtllm_gen_moe(h200.device, "fp8")
     assert serving_cluster(h200, "linear", False, "trtllm") is serving_cluster(h200, "linear", False, "")
-    for name in ("dgx-b200", "gb200-nvl72"):
+    for name in ("dgx-b200", "gb200-nvl72", "dgx-b300"):
         blackwell = load_cluster(name)
         assert trtllm_gen_moe(blackwell.device, "nvfp4")
         experts = serving_cluster(blackwell, "linear", False, "trtllm").device.compute[("expert_gemm", "nvfp4")]
