@@ -108,7 +108,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
                       mxfp4_pad=engine.mxfp4_weight_only_pad, moe_backend=engine.moe_backend,
-                      allreduce_norm_fusion=engine.allreduce_norm_fusion, tp_allreduce=engine.tp_allreduce)
+                      allreduce_norm_fusion=engine.allreduce_norm_fusion, tp_allreduce=engine.tp_allreduce,
+                      residual_norm_fusion=engine.residual_norm_fusion)
     return step if spec is None else speculative_step(step, spec)
 
 

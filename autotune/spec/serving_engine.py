@@ -173,6 +173,9 @@ class ServingEngine:
     # under TP its all-reduce kernel also adds the residual and applies the next RMSNorm, so a layer's two
     # residual adds and two norms run inside its two all-reduces (cost/serving_step.py FUSED_INTO_ALLREDUCE)
     allreduce_norm_fusion: bool = False
+    # its RMSNorm adds the residual in the same kernel (fused_add_rmsnorm): a layer's two residual adds
+    # launch no kernel of their own (cost/serving_ops.py fused_residual_adds)
+    residual_norm_fusion: bool = False
     tp_allreduce: str = "nccl"  # TP_ALLREDUCES
     export: str = ""  # SERVING_EXPORTS
 
