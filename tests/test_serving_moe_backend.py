@@ -104,3 +104,26 @@ def test_trtllm_gen_moe_routes_inside_its_kernel():
     fused = _routing_in_kernel(layer)
     assert "router_topk" in layer.names and "router_topk" not in fused.names
     assert [n for n in layer.names if n != "router_topk"] == list(fused.names)
+
+
+def test_sglang_picks_the_trtllm_gen_moe_for_deepseek_on_blackwell_unless_told_otherwise():
+    """SGLang 0.5.6+ server_args: DeepseekV3ForCausalLM on SM100 at FP8 / NVFP4, runner auto, no all-to-all
+    backend -> flashinfer_trtllm; another runner or DeepEP keeps its own."""
+    from autotune.cost.serving_eval import ServingDeployment, engine_moe_backend
+    from autotune.spec.runtime import load_runtime
+
+    sglang, cluster = load_runtime("sglang"), load_cluster("dgx-b300")
+    deepseek = resolve_model("deepseek-v3")
+    dep = ServingDeployment(model=deepseek, cluster=cluster, runtime=sglang, tp=8, ep=8, weight_dtype="nvfp4")
+    assert sglang.serving.moe_backend == "" and engine_moe_backend(dep) == "trtllm"
+    assert engine_moe_backend(ServingDeployment(model=resolve_model("qwen3-235b-a22b"), cluster=cluster, runtime=sglang,
+                                                tp=8, ep=8, weight_dtype="nvfp4")) == ""
+    assert engine_moe_backend(ServingDeployment(model=deepseek, cluster=cluster, runtime=load_runtime("sglang-0.4"),
+                                                tp=8, ep=8, weight_dtype="nvfp4")) == ""
+    with (Path(__file__).parent / "data" / "inferencex_b300_check.csv").open(newline="") as handle:
+        row = next(csv.DictReader(handle))
+    for flag in ("--moe-runner-backend flashinfer_cutlass", "--moe-a2a-backend deepep"):
+        other = dict(row, notes=row["notes"].replace("--moe-runner-backend flashinfer_trtllm", flag))
+        assert engine_moe_backend(case_from_row(other).deployment) == ""
+    bare = dict(row, notes=row["notes"].replace("--moe-runner-backend flashinfer_trtllm", ""))
+    assert engine_moe_backend(case_from_row(bare).deployment) == "trtllm"

@@ -170,6 +170,9 @@ class ServingEngine:
     mxfp4_weight_only_pad: tuple[int, ...] = ()
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
+    # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
+    # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
+    deepseek_blackwell_moe_backend: str = ""
     # under TP its all-reduce kernel also adds the residual and applies the next RMSNorm, so a layer's two
     # residual adds and two norms run inside its two all-reduces (cost/serving_step.py FUSED_INTO_ALLREDUCE)
     allreduce_norm_fusion: bool = False
@@ -196,6 +199,9 @@ class ServingEngine:
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
         require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
+        require_choice("serving.deepseek_blackwell_moe_backend", self.deepseek_blackwell_moe_backend, MOE_BACKENDS)
+        require(self.deepseek_blackwell_moe_backend != "trtllm" or self.engine == "sglang", "serving.deepseek_blackwell_moe_backend",
+                f"'trtllm' is picked by SGLang's server_args, not by {self.engine}")
         require(self.moe_backend != "trtllm" or self.engine in ("tensorrt-llm", "sglang"), "serving.moe_backend",
                 f"'trtllm' is TensorRT-LLM's MoE backend (and SGLang's flashinfer_trtllm), not {self.engine}'s")
         require_choice("serving.tp_allreduce", self.tp_allreduce, TP_ALLREDUCES)
