@@ -4,7 +4,13 @@ cost/serving_step.py prices a GEMM with: max(latency + FLOPs * s/FLOP, memory la
 bytes = BF16 input and output + the format's weights (4.5 / 8 bits), least squares on relative error.
 Prints the fit, the residual by M, and another fit's error on the same rows (how far the engines differ).
 
+With --serial=S_PER_FLOP it fits the serial main-loop arm as well, holding seconds per FLOP at S_PER_FLOP:
+max(latency + FLOPs * s/FLOP, serial latency + K * s/K + weight bytes * s/byte, memory arm) over M 1..16384
+and N, K 512..65536 (with a few rows a GEMM's tiles fit in one wave and each loops over K in series:
+at M = 1 SGLang 0.5.9's NVFP4 linear on B300 takes ~4 us + 0.9 ns per unit of K whatever N is, to N ~ 8k).
+
 usage: python scripts/fit_engine_nvfp4_linear.py PARQUET MEM_S_PER_BYTE [TRT_LATENCY_S TRT_S_PER_FLOP] [--dtype=fp8_block]
+           [--serial=S_PER_FLOP]
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/.../systems/data)"""
 
 from __future__ import annotations
@@ -60,5 +66,36 @@ def main() -> None:
               {m: round(float(r), 2) for m, r in trt.groupby(d.m).mean().items() if m in (16, 128, 1024, 16384)})
 
 
+def serial_fit(path: str, dtype: str, spb: float, spf: float) -> None:
+    """(latency, serial latency, seconds per K) of least squared relative error at ``spf``, by refined grids."""
+    d = pd.read_parquet(path)
+    d = d[(d.gemm_dtype == dtype) & d.m.between(1, 16384) & d.n.between(512, 65536) & d.k.between(512, 65536)]
+    t, flops, k = d.latency.to_numpy() * 1e-3, 2.0 * d.m * d.n * d.k, d.k.to_numpy(float)
+    weights, act = WEIGHT_BYTES[dtype] * d.n * d.k, 2.0 * d.m * (d.n + d.k)
+
+    def predict_serial(lat_us: float, serial_us: float, per_k_ns: float) -> np.ndarray:
+        return np.maximum.reduce([lat_us * 1e-6 + flops * spf, serial_us * 1e-6 + k * per_k_ns * 1e-9 + weights * spb,
+                                  MEM_LATENCY_S + (weights + act) * spb])
+
+    p = (8.0, 4.0, 0.5)
+    for span in (0.8, 0.4, 0.15, 0.05):
+        grid = [(p[0] * (1 + a), p[1] * (1 + b), p[2] * (1 + c)) for a in np.linspace(-span, span, 9)
+                for b in np.linspace(-span, span, 9) for c in np.linspace(-span, span, 9)]
+        errs = [float(((predict_serial(*q) / t - 1.0) ** 2).mean()) for q in grid]
+        p = grid[int(np.argmin(errs))]
+    rel = pd.Series(predict_serial(*p) / t - 1.0, index=d.index)
+    big = (d.n >= 4096) & (d.k >= 4096)
+    print(f"rows {len(d)}: latency_s {p[0] * 1e-6:.3e} serial_latency_s {p[1] * 1e-6:.3e} seconds_per_reduction "
+          f"{p[2] * 1e-9:.3e} (seconds_per_flop {spf:.3e}) rms {np.sqrt((rel ** 2).mean()):.3f}")
+    for name, rows in (("N, K >= 4096", big), ("N or K < 4096", ~big)):
+        print(f"  mean rel by M, {name}:", {m: round(float(r), 3) for m, r in rel[rows].groupby(d.m[rows]).mean().items()
+                                              if m in (1, 16, 128, 512, 2048, 8192, 16384)})
+
+
 if __name__ == "__main__":
+    flags = dict(a[2:].split("=", 1) for a in sys.argv[1:] if a.startswith("--"))
+    if "serial" in flags:
+        plain = [a for a in sys.argv[1:] if not a.startswith("--")]
+        serial_fit(plain[0], flags.get("dtype", "nvfp4"), float(plain[1]), float(flags["serial"]))
+        sys.exit(0)
     main()

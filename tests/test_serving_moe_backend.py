@@ -32,6 +32,16 @@ def test_notes_select_the_trtllm_moe_backend():
     assert case_from_row(row).deployment.runtime.serving.moe_backend == "trtllm"
 
 
+def test_sglang_flashinfer_trtllm_runner_selects_the_trtllm_gen_kernels():
+    """SGLang's --moe-runner-backend flashinfer_trtllm calls FlashInfer's TRTLLM-Gen fused MoE: the same kernels."""
+    with (Path(__file__).parent / "data" / "inferencex_b300_check.csv").open(newline="") as handle:
+        row = next(csv.DictReader(handle))
+    assert "--moe-runner-backend flashinfer_trtllm" in row["notes"]
+    assert case_from_row(row).deployment.runtime.serving.moe_backend == "trtllm"
+    other = dict(row, notes=row["notes"].replace("--moe-runner-backend flashinfer_trtllm", "--moe-runner-backend triton"))
+    assert case_from_row(other).deployment.runtime.serving.moe_backend == ""
+
+
 def test_the_backend_is_tensorrt_llm_s_own():
     with pytest.raises(AutotuneError, match="moe_backend"):
         ServingEngine(engine="vllm", version="0.9", moe_backend="trtllm")
@@ -59,7 +69,7 @@ def test_devices_without_the_fit_keep_the_engine_s_moe():
     h200 = load_cluster("dgx-h200")
     assert not trtllm_gen_moe(h200.device, "fp8")
     assert serving_cluster(h200, "linear", False, "trtllm") is serving_cluster(h200, "linear", False, "")
-    for name in ("dgx-b200", "gb200-nvl72"):
+    for name in ("dgx-b200", "gb200-nvl72", "dgx-b300"):
         blackwell = load_cluster(name)
         assert trtllm_gen_moe(blackwell.device, "nvfp4")
         experts = serving_cluster(blackwell, "linear", False, "trtllm").device.compute[("expert_gemm", "nvfp4")]
@@ -83,3 +93,37 @@ def test_fused_allreduce_drops_the_layer_norms_and_residuals_under_tp_only():
             assert 0 < _decode_s(plain, 1) - _decode_s(fused, 1) < 0.2 * _decode_s(plain, 1)
         else:
             assert _decode_s(fused, 1) == _decode_s(plain, 1)
+
+
+def test_trtllm_gen_moe_routes_inside_its_kernel():
+    """The TRTLLM-Gen MoE takes the router's logits: no separate top-k kernel in the layer, the rest kept."""
+    from autotune.cost.serving_step import _routing_in_kernel
+    from autotune.graph.table import model_tables
+
+    layer = model_tables(resolve_model("deepseek-v3"), 1, 2, "flash").moe_layer
+    fused = _routing_in_kernel(layer)
+    assert "router_topk" in layer.names and "router_topk" not in fused.names
+    assert [n for n in layer.names if n != "router_topk"] == list(fused.names)
+
+
+def test_sglang_picks_the_trtllm_gen_moe_for_deepseek_on_blackwell_unless_told_otherwise():
+    """SGLang 0.5.6+ server_args: DeepseekV3ForCausalLM on SM100 at FP8 / NVFP4, runner auto, no all-to-all
+    backend -> flashinfer_trtllm; another runner or DeepEP keeps its own."""
+    from autotune.cost.serving_eval import ServingDeployment, engine_moe_backend
+    from autotune.spec.runtime import load_runtime
+
+    sglang, cluster = load_runtime("sglang"), load_cluster("dgx-b300")
+    deepseek = resolve_model("deepseek-v3")
+    dep = ServingDeployment(model=deepseek, cluster=cluster, runtime=sglang, tp=8, ep=8, weight_dtype="nvfp4")
+    assert sglang.serving.moe_backend == "" and engine_moe_backend(dep) == "trtllm"
+    assert engine_moe_backend(ServingDeployment(model=resolve_model("qwen3-235b-a22b"), cluster=cluster, runtime=sglang,
+                                                tp=8, ep=8, weight_dtype="nvfp4")) == ""
+    assert engine_moe_backend(ServingDeployment(model=deepseek, cluster=cluster, runtime=load_runtime("sglang-0.4"),
+                                                tp=8, ep=8, weight_dtype="nvfp4")) == ""
+    with (Path(__file__).parent / "data" / "inferencex_b300_check.csv").open(newline="") as handle:
+        row = next(csv.DictReader(handle))
+    for flag in ("--moe-runner-backend flashinfer_cutlass", "--moe-a2a-backend deepep"):
+        other = dict(row, notes=row["notes"].replace("--moe-runner-backend flashinfer_trtllm", flag))
+        assert engine_moe_backend(case_from_row(other).deployment) == ""
+    bare = dict(row, notes=row["notes"].replace("--moe-runner-backend flashinfer_trtllm", ""))
+    assert engine_moe_backend(case_from_row(bare).deployment) == "trtllm"

@@ -26,7 +26,7 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
 
 __all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_step_model", "arrival_draws", "expected_metric",
-           "ARRIVAL_DRAWS"]
+           "ARRIVAL_DRAWS", "engine_moe_backend"]
 
 # Poisson arrivals make a rate run's latencies a random variable, and a benchmark reports one draw of
 # it; near the engine's capacity the draws spread widely (TensorRT-LLM's 500-request runs at 16 QPS:
@@ -107,9 +107,22 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2),
                       max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
-                      mxfp4_pad=engine.mxfp4_weight_only_pad, moe_backend=engine.moe_backend,
-                      allreduce_norm_fusion=engine.allreduce_norm_fusion, tp_allreduce=engine.tp_allreduce)
+                      mxfp4_pad=engine.mxfp4_weight_only_pad, moe_backend=engine_moe_backend(dep),
+                      allreduce_norm_fusion=engine.allreduce_norm_fusion, tp_allreduce=engine.tp_allreduce,
+                      residual_norm_fusion=engine.residual_norm_fusion)
     return step if spec is None else speculative_step(step, spec)
+
+
+def engine_moe_backend(dep: ServingDeployment) -> str:
+    """The MoE kernels the engine runs: its own setting, else what it picks for a DeepSeek-V3-architecture
+    model (MLA with group-limited routing) at FP8 or NVFP4 (SGLang 0.5.6+ server_args.py
+    _handle_model_specific_adjustments: on SM100 with moe_a2a_backend none and moe_runner_backend auto,
+    quantization fp8 / modelopt_fp8 / modelopt_fp4 takes flashinfer_trtllm); the step model applies it only
+    on a GPU with that kernel's fit (Blackwell, serving_step.trtllm_gen_moe)."""
+    engine, model = dep.runtime.serving, dep.model
+    if engine.moe_backend or not (model.is_moe and model.is_mla and model.router_groups):
+        return engine.moe_backend
+    return engine.deepseek_blackwell_moe_backend if dep.dtype in ("fp8", "nvfp4") else ""
 
 
 def _moe_alltoall(dep: ServingDeployment) -> bool:

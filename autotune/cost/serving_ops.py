@@ -11,9 +11,10 @@ import numpy as np
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.graph.table import OpTable
-from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype
+from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
 
 __all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "FUSED_INTO_ALLREDUCE", "FUSION_MIN_HIDDEN", "STORED_BYTES", "expert_pad_factor",
+           "fused_residual_adds",
            "not_attention", "ops_s", "quantized_gemms", "select_ops", "unfused", "weight_bytes_per_param", "weights_per_gpu",
            "without_attention", "without_loss"]
 
@@ -96,7 +97,21 @@ def ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: np
     flops = amounts.flops * np.where(gemm, np.asarray(flop_share, dtype=float)[..., None], 1.0)
     ops = np.maximum(table.kernels * lat_c + flops * spf,
                      table.kernels * coef_a.lat_m + (act + weights) * coef_a.spb)
+    serial_lat, per_k = _serial_loop(table, device, rate_dtype, gemm)
+    if per_k.any():  # GEMMs whose fit measures the serial main loop of a one-wave tile (Regression.serial_latency_s)
+        depth = table.in_bytes / ACT_BYTES / np.where(table.in_split, float(tp), 1.0)  # K a GPU: its input's width
+        ops = np.maximum(ops, np.where(per_k > 0, table.kernels * serial_lat + depth * per_k + weights * coef_a.spb, 0.0))
     return ops.sum(-1)
+
+
+def _serial_loop(table: OpTable, device, rate_dtype: str, gemm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per operator: the serial main-loop latency and seconds per unit of K of the GEMM fit at
+    ``rate_dtype`` (zeros for other operators and fits without it), at the device's kernel efficiency."""
+    fit = device.compute.get(("gemm", gemm_dtype(rate_dtype)))
+    if fit is None or not fit.seconds_per_reduction:
+        return np.zeros(len(table.names)), np.zeros(len(table.names))
+    eff = device.kernel_efficiency
+    return (np.where(gemm, fit.serial_latency_s / eff, 0.0), np.where(gemm, fit.seconds_per_reduction / eff, 0.0))
 
 
 # GEMMs a pre-quantized checkpoint keeps in BF16: MoE routers (NVIDIA/TensorRT-Model-Optimizer
@@ -155,3 +170,19 @@ FUSION_MIN_HIDDEN = 4096
 def unfused(layer: OpTable) -> OpTable:
     """The layer's operators but those its fused all-reduces run (FUSED_INTO_ALLREDUCE)."""
     return select_ops(layer, np.array([n not in FUSED_INTO_ALLREDUCE for n in layer.names]))
+
+
+# The residual adds an engine's fused add + RMSNorm kernel runs (ServingEngine.residual_norm_fusion):
+# SGLang's RMSNorm.forward_cuda(x, residual) calls fused_add_rmsnorm(x, residual, weight, eps) in place
+# (sgl-project/sglang python/sglang/srt/layers/layernorm.py), each decoder layer passing the residual to its
+# input and post-attention norms, so the add launches nothing of its own.
+_RESIDUAL_ADDS = ("attn_residual", "ffn_residual")
+
+
+def fused_residual_adds(layer: OpTable) -> OpTable:
+    """The layer with its residual adds inside the next RMSNorm's kernel: no launch of their own, and of
+    an add's two reads and one write the fused kernel still reads the residual and writes the sum."""
+    adds = np.array([n in _RESIDUAL_ADDS for n in layer.names])
+    values = {f.name: getattr(layer, f.name) for f in fields(OpTable)}
+    values.update(kernels=np.where(adds, 0.0, layer.kernels), in_bytes=np.where(adds, 0.5 * layer.in_bytes, layer.in_bytes))
+    return OpTable(**values)

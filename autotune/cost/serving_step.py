@@ -29,8 +29,8 @@ from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_collectives import layer_collectives_s, moe_exchange_s, stage_sends_s
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
-                                       not_attention, ops_s, select_ops, unfused, weight_bytes_per_param, weights_per_gpu,
-                                       without_loss)
+                                       fused_residual_adds, not_attention, ops_s, select_ops, unfused, weight_bytes_per_param,
+                                       weights_per_gpu, without_loss)
 from autotune.errors import require
 from autotune.graph.operators import decode_attention
 from autotune.graph.table import OpTable, model_tables
@@ -183,7 +183,7 @@ class StepModel:
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
-               allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl") -> StepModel:
+               allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
@@ -191,7 +191,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor);
     ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
     ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
-    ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s)."""
+    ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
+    ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -201,7 +202,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
-                       backend, fused, tp_allreduce)
+                       backend, fused, tp_allreduce, residual_norm_fusion)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -211,7 +212,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
-                mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl") -> StepModel:
+                mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -226,6 +227,9 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
     layer, moe_layer = (unfused(tables.layer), unfused(tables.moe_layer) if moe else None) if fused \
         else (tables.layer, tables.moe_layer)
+    moe_layer = _routing_in_kernel(moe_layer) if moe and moe_backend == "trtllm" else moe_layer
+    if residual_fused and not fused:  # an all-reduce that runs the adds already took them out
+        layer, moe_layer = fused_residual_adds(layer), fused_residual_adds(moe_layer) if moe else None
     own = dense * _non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
         own = own + moe * _non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
@@ -255,6 +259,15 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange)
+
+
+def _routing_in_kernel(moe_layer: OpTable) -> OpTable:
+    """The MoE layer without its top-k kernel: the TRTLLM-Gen fused MoE takes the router's logits and
+    routes inside (FlashInfer trtllm_fp4_block_scale_moe(routing_logits, routing_bias, ...): sigmoid,
+    correction bias, group-limited top-k and renormalization in its routing kernel; TensorRT-LLM's
+    TRTLLMGenFusedMoE passes router_logits the same way), and its measured fit times the module from
+    the logits (aiconfigurator @095f58a5 collector/sglang/collect_moe.py: TopK then the MoE layer)."""
+    return select_ops(moe_layer, np.array([n != "router_topk" for n in moe_layer.names]))
 
 
 def _pads(weight_dtype: str, device, mxfp4_pad: tuple) -> bool:

@@ -46,9 +46,16 @@ class Regression:
     r2: float | None = None
     residual_rel_std: float = 0.0
     num_points: int = 0
+    # A GEMM's serial main loop (0: none): with few rows its tiles fit in one wave, so a tile's loop over the
+    # reduction dimension K sets the time, ``serial_latency_s + K * seconds_per_reduction`` plus the weights'
+    # stream at the memory fit (cost/serving_ops.py ops_s); an engine's serving GEMM fits measure it
+    serial_latency_s: float = 0.0
+    seconds_per_reduction: float = 0.0
 
     def __post_init__(self) -> None:
         _finite_nonneg("regression.latency_s", self.latency_s)
+        _finite_nonneg("regression.serial_latency_s", self.serial_latency_s)
+        _finite_nonneg("regression.seconds_per_reduction", self.seconds_per_reduction)
         _finite_nonneg("regression.seconds_per_unit", self.seconds_per_unit)
         require(self.seconds_per_unit > 0, "regression.seconds_per_unit", "must be > 0")
         _finite_nonneg("regression.residual_rel_std", self.residual_rel_std)

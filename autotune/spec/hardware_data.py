@@ -201,6 +201,8 @@ def regression_from_dict(data: dict, where: str, unit_key: str) -> Regression:
         source=_text(data, "source", where), r2=r2,
         residual_rel_std=_number(data, "residual_rel_std", where) if data.get("residual_rel_std") else 0.0,
         num_points=points,
+        serial_latency_s=_number(data, "serial_latency_s", where) if "serial_latency_s" in data else 0.0,
+        seconds_per_reduction=_number(data, "seconds_per_reduction", where) if "seconds_per_reduction" in data else 0.0,
     )
 
 

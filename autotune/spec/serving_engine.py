@@ -57,7 +57,9 @@ KV_CACHE_DTYPES = ("auto", "fp8", "weights")
 SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
 # Engine names as published rows write them (the `engine` column of serving CSVs).
 # the MoE kernels an engine runs: "" its own default (its serving_moe_gemm fit); "trtllm" TensorRT-LLM's
-# TRTLLMGenFusedMoE (moe_config backend TRTLLM; llm_args.py MoeConfig.backend defaults to CUTLASS in 1.0)
+# TRTLLMGenFusedMoE (moe_config backend TRTLLM; llm_args.py MoeConfig.backend defaults to CUTLASS in 1.0), or
+# the same TRTLLM-Gen kernels through FlashInfer (SGLang's --moe-runner-backend flashinfer_trtllm calls
+# flashinfer.fused_moe.trtllm_fp4_block_scale_moe, which FlashInfer's docs list under "TensorRT-LLM Fused MoE")
 MOE_BACKENDS = ("", "trtllm")
 # the kernels of its TP all-reduces: NCCL's ring/tree, or TensorRT-LLM's AUTO strategy (its Lamport
 # MIN_LATENCY kernels for small inputs inside an NVLink node, NCCL else: cost/serving_collectives.py)
@@ -168,9 +170,15 @@ class ServingEngine:
     mxfp4_weight_only_pad: tuple[int, ...] = ()
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
+    # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
+    # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
+    deepseek_blackwell_moe_backend: str = ""
     # under TP its all-reduce kernel also adds the residual and applies the next RMSNorm, so a layer's two
     # residual adds and two norms run inside its two all-reduces (cost/serving_step.py FUSED_INTO_ALLREDUCE)
     allreduce_norm_fusion: bool = False
+    # its RMSNorm adds the residual in the same kernel (fused_add_rmsnorm): a layer's two residual adds
+    # launch no kernel of their own (cost/serving_ops.py fused_residual_adds)
+    residual_norm_fusion: bool = False
     tp_allreduce: str = "nccl"  # TP_ALLREDUCES
     export: str = ""  # SERVING_EXPORTS
 
@@ -191,8 +199,11 @@ class ServingEngine:
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
         require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
-        require(self.moe_backend != "trtllm" or self.engine == "tensorrt-llm", "serving.moe_backend",
-                f"'trtllm' is TensorRT-LLM's MoE backend, not {self.engine}'s")
+        require_choice("serving.deepseek_blackwell_moe_backend", self.deepseek_blackwell_moe_backend, MOE_BACKENDS)
+        require(self.deepseek_blackwell_moe_backend != "trtllm" or self.engine == "sglang", "serving.deepseek_blackwell_moe_backend",
+                f"'trtllm' is picked by SGLang's server_args, not by {self.engine}")
+        require(self.moe_backend != "trtllm" or self.engine in ("tensorrt-llm", "sglang"), "serving.moe_backend",
+                f"'trtllm' is TensorRT-LLM's MoE backend (and SGLang's flashinfer_trtllm), not {self.engine}'s")
         require_choice("serving.tp_allreduce", self.tp_allreduce, TP_ALLREDUCES)
         require(self.tp_allreduce != "trtllm_auto" or self.engine == "tensorrt-llm", "serving.tp_allreduce",
                 f"'trtllm_auto' is TensorRT-LLM's all-reduce, not {self.engine}'s")

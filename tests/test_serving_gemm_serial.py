@@ -1,0 +1,49 @@
+"""A GEMM fit's serial main-loop arm (Regression.serial_latency_s, seconds_per_reduction): with a few rows an
+engine's NVFP4 linear takes a fixed latency plus a time per unit of K (its one wave of tiles loops over K in
+series), not the large-M fit's intercept, so a short-K projection is cheaper than a long-K one of the same
+weights; at many rows the FLOP arm is unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.cost.serving_ops import ops_s, select_ops
+from autotune.cost.serving_step import serving_cluster
+from autotune.errors import AutotuneError
+from autotune.graph.table import model_tables
+from autotune.spec.hardware import Regression
+from autotune.spec.hardware_data import load_cluster, regression_from_dict
+from autotune.spec.presets import resolve_model
+
+
+def test_the_arm_is_read_and_validated():
+    fit = regression_from_dict({"latency_s": 6e-6, "seconds_per_flop": 2e-16, "serial_latency_s": 4e-6,
+                                "seconds_per_reduction": 9e-10}, "fit", "seconds_per_flop")
+    assert (fit.serial_latency_s, fit.seconds_per_reduction) == (4e-6, 9e-10)
+    assert regression_from_dict({"latency_s": 6e-6, "seconds_per_flop": 2e-16}, "fit", "seconds_per_flop").seconds_per_reduction == 0
+    with pytest.raises(AutotuneError, match="seconds_per_reduction"):
+        Regression(latency_s=1e-6, seconds_per_unit=1e-15, seconds_per_reduction=-1.0)
+
+
+def _gemm_s(cluster, name: str, tokens: float, tp: int = 4) -> float:
+    layer = model_tables(resolve_model("deepseek-v3"), 1, 2, "flash").moe_layer
+    one = select_ops(layer, np.array([n == name for n in layer.names]))
+    return float(ops_s(one, cluster.device, "nvfp4", "nvfp4", np.array([tokens]), tp)[0])
+
+
+def test_a_short_k_projection_costs_less_at_one_token_and_the_flop_arm_holds_at_many():
+    """DeepSeek's shared expert at TP4 on B300 under SGLang's fit: the down projection (K = 512) against
+    the up (K = 7168), measured 5.2 / 9.7 us at M = 1 (aiconfigurator SGLang 0.5.9 B300 rows)."""
+    sglang = serving_cluster(load_cluster("dgx-b300").for_gpus(4), "sglang")
+    assert sglang.device.regression("gemm", "nvfp4").seconds_per_reduction > 0
+    up, down = _gemm_s(sglang, "shared_up", 1.0), _gemm_s(sglang, "shared_down", 1.0)
+    assert down < 0.7 * up
+    eff = sglang.device.kernel_efficiency
+    assert down * eff == pytest.approx(5.2e-6, rel=0.3) and up * eff == pytest.approx(9.7e-6, rel=0.3)  # the fit's rms: 19%
+    # the FLOP arm decides a 16k-token chunk: the serial arm does not move it
+    fit = sglang.device.regression("gemm", "nvfp4")
+    flat = sglang.with_changes(device=sglang.device.with_changes(compute={
+        **sglang.device.compute, ("gemm", "nvfp4"): Regression(latency_s=fit.latency_s, seconds_per_unit=fit.seconds_per_unit)}))
+    assert _gemm_s(flat, "shared_up", 16384.0) == pytest.approx(_gemm_s(sglang, "shared_up", 16384.0))
+    assert _gemm_s(flat, "shared_up", 1.0) < up
