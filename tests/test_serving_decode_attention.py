@@ -66,6 +66,13 @@ def test_fp8_kv_takes_its_own_row():
     assert fp8.decode_s_per_position == pytest.approx(bf16.decode_s_per_position / 2)
 
 
+def test_mha_keeps_the_generic_pricing():
+    """Llama 2 13B (40 query and 40 KV heads): outside the fit's grouped-query rows."""
+    trt = _step("tensorrt-llm-0.17", "llama2-13b", "dgx-h200", 1)
+    generic = _step("vllm", "llama2-13b", "dgx-h200", 1)
+    assert trt.decode_lat_s == generic.decode_lat_s and trt.decode_s_per_request == generic.decode_s_per_request
+
+
 def test_mla_and_dp_attention_keep_the_generic_pricing():
     trt = _step("tensorrt-llm-1.0", "deepseek-v3", "dgx-h200", 8, kv_bytes=1.0, ep=8, attention_dp=True)
     generic = _step("vllm", "deepseek-v3", "dgx-h200", 8, kv_bytes=1.0, ep=8, attention_dp=True)

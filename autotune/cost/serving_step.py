@@ -356,7 +356,8 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
     graph.decode_attention), prompt chunks run the fused kernel's FLOP fit on causal pairs. The
     replica's work splits over its GPUs by heads (TP) or by requests (DP attention). ``measured``: the
     engine's decode-attention op as measured on this GPU (ServingEngine.decode_attention), which then
-    prices grouped-query decodes (_measured_decode)."""
+    prices grouped-query decodes (_measured_decode; its fit misses MHA shapes by -41..+64%, so they and
+    MLA stay generic)."""
     tp = shape.tp
     eff = device.kernel_efficiency
     memory = device.memory_regression("stream")
@@ -372,7 +373,9 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
     read_s = (two["in_bytes"] - one["in_bytes"]) / shards * memory.seconds_per_unit
     compute_s = (two["flops"] - one["flops"]) / tp * attention.seconds_per_unit
     prefill = dict(prefill_lat_s=attention.latency_s / eff, prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
-    if measured is not None and not model.is_mla and not shape.attention_dp:
+    # the measured op's fit holds for grouped-query layers (its rows); MHA runs other kernels (masked MHA)
+    grouped = model.num_kv_heads < model.num_heads and not model.is_mla
+    if measured is not None and grouped and not shape.attention_dp:
         return _measured_decode(model, shape, measured, read_s) | prefill
     return dict(decode_lat_s=memory.latency_s / eff,
                 decode_s_per_position=max(read_s, compute_s) / eff,
