@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.runtime_kernels import gpu_keys, runtime_cluster
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
@@ -104,12 +104,14 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp,
                          moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb)
     spec = dep.speculation
-    step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=engine.kv_bytes_per_element(dep.dtype, 2),
+    kv_bytes = engine.kv_bytes_per_element(dep.dtype, 2)
+    step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=kv_bytes,
                       max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
                       mxfp4_pad=engine.mxfp4_weight_only_pad, moe_backend=engine_moe_backend(dep),
                       allreduce_norm_fusion=engine.allreduce_norm_fusion, tp_allreduce=engine.tp_allreduce,
-                      residual_norm_fusion=engine.residual_norm_fusion)
+                      residual_norm_fusion=engine.residual_norm_fusion,
+                      decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes))
     return step if spec is None else speculative_step(step, spec)
 
 

@@ -180,10 +180,14 @@ class ServingEngine:
     # launch no kernel of their own (cost/serving_ops.py fused_residual_adds)
     residual_norm_fusion: bool = False
     tp_allreduce: str = "nccl"  # TP_ALLREDUCES
+    # its decode-attention op as measured on a GPU for a KV dtype: rows [GPU key (runtime_kernels.gpu_keys),
+    # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head] (cost/serving_step.py);
+    # a GPU or KV dtype without a row: the generic memory-bound pricing
+    decode_attention: tuple[tuple[str, str, float, float], ...] = ()
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
-        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad"):
+        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -210,6 +214,7 @@ class ServingEngine:
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
         self._check_prompt_encode()
+        self._check_decode_attention()
         require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
                 "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
         if self.admission == "reserve_output":
@@ -262,6 +267,13 @@ class ServingEngine:
         fp8 = self.kv_cache_dtype == "fp8" or (self.kv_cache_dtype == "weights" and weight_dtype in ("fp8", "nvfp4"))
         return 1.0 if fp8 else float(activation_bytes)
 
+    def decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float] | None:
+        """(latency_s, seconds per sequence x KV head) of its decode attention on the GPU of ``gpu_keys``
+        (most specific first) with a KV cache of ``kv_bytes`` per element; None where it has no row."""
+        dtype = {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
+        rows = {(gpu, kv): (lat, per_head) for gpu, kv, lat, per_head in self.decode_attention}
+        return next((rows[(key, dtype)] for key in gpu_keys if (key, dtype) in rows), None)
+
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
 
@@ -271,6 +283,13 @@ class ServingEngine:
                     and isinstance(p[1], (int, float)) and 0 <= p[1] < float("inf") for p in points)
                 and all(a[0] < b[0] for a, b in zip(points, points[1:])), "serving.prompt_encode_s",
                 f"must be [prompt tokens, seconds] pairs, tokens >= 1 and increasing, seconds >= 0; got {points!r}")
+
+    def _check_decode_attention(self) -> None:
+        rows = self.decode_attention
+        require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
+                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:])
+                    for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.decode_attention",
+                f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head] rows, got {rows!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
