@@ -233,7 +233,7 @@ def cpu_name() -> str:
     return names[0] if names else platform.processor()
 
 
-def template_parse_s(tok, repeats: int) -> float:
+def template_parse_s(tok, repeats: int, template: str | None = None) -> float:
     """Least seconds of chat_utils.resolve_chat_template_kwargs, which 0.11.0 runs on every chat request:
     a jinja2 parse of the whole template and find_undeclared_variables (a compile pass); later releases
     cache it (renderers/hf.py _cached_resolve_chat_template_kwargs in the 0.33.0 wheel)."""
@@ -242,16 +242,17 @@ def template_parse_s(tok, repeats: int) -> float:
     best = float("inf")
     for _ in range(repeats):
         t0 = time.perf_counter()
-        resolve_chat_template_kwargs(tok, tok.chat_template, {"add_generation_prompt": True})
+        resolve_chat_template_kwargs(tok, template or tok.chat_template, {"add_generation_prompt": True})
         best = min(best, time.perf_counter() - t0)
     return best
 
 
-async def run(path: str) -> None:
+async def run(path: str, templates: list[str]) -> None:
     llm, chat = frontend(path)
     reqs = bodies(llm.tokenizer, 64)
-    print(f"resolve_chat_template_kwargs ({len(CHAT_TEMPLATE)}-character template): "
-          f"{template_parse_s(llm.tokenizer, 300) * 1e3:.3f} ms least of 300")
+    for name, text in [("Llama 3", CHAT_TEMPLATE)] + [(t, Path(t).read_text()) for t in templates]:
+        print(f"resolve_chat_template_kwargs ({name}: {len(text)}-character template): "
+              f"{template_parse_s(llm.tokenizer, 300, text) * 1e3:.3f} ms least of 300")
     print(f"intake one at a time (JSON body -> EngineCoreRequest encoded; includes the tokenizer's 2 ms "
           f"micro-batch wait), {PROMPT_TOKENS}-token chat prompts: {await serial_intake(llm, chat, reqs, 300) * 1e3:.3f} ms least of 280")
     for count in (256, 1000):
@@ -265,11 +266,12 @@ async def run(path: str) -> None:
 
 
 def main() -> None:
-    if len(sys.argv) != 2 or not os.path.exists(sys.argv[1]):
-        sys.exit("usage: python scripts/bench_vllm_frontend.py PATH/TO/llama3/tokenizer.model")
+    if len(sys.argv) < 2 or not all(os.path.exists(a) for a in sys.argv[1:]):
+        sys.exit("usage: python scripts/bench_vllm_frontend.py PATH/TO/llama3/tokenizer.model [CHAT_TEMPLATE.jinja ...]"
+                 " (other models' templates: their per-request parse timed too)")
     print(f"CPU: {cpu_name()}, {os.cpu_count()} cores; {platform.platform()}; {time.strftime('%Y-%m-%d')}")
     print(versions())
-    asyncio.run(run(model_dir(sys.argv[1])))
+    asyncio.run(run(model_dir(sys.argv[1]), sys.argv[2:]))
 
 
 if __name__ == "__main__":
