@@ -14,8 +14,11 @@ Here the real code of the installed vLLM runs against a fake engine core (no GPU
 encodes the request and returns; get_output_async decodes outputs the benchmark feeds it. Not timed:
 uvicorn's HTTP parsing and socket writes, and the ZMQ send/receive (so these are lower bounds).
 
-Run (vLLM 0.11.0 wants transformers 4.5x): PYTHONPATH=VLLM_0_11_SITE python scripts/bench_vllm_frontend.py
-LLAMA3_TOKENIZER_MODEL, with Llama 3's tiktoken BPE file as for scripts/bench_triton_frontend.py (model
+Run: PYTHONPATH=DEPS:VLLM011 python scripts/bench_vllm_frontend.py LLAMA3_TOKENIZER_MODEL [TEMPLATE.jinja ...],
+where VLLM011 holds the vllm-0.11.0 wheel unzipped (its Python files; vllm._C is not needed) and DEPS
+what it needs beside this venv: transformers 4.57.1, tokenizers 0.22.1, huggingface_hub 0.36.0 (0.11.0 fails
+on transformers 5), tiktoken, setproctitle, blake3, diskcache, gguf (pip install --no-deps --target DEPS).
+Llama 3's tiktoken BPE file is the one scripts/bench_triton_frontend.py takes (model
 config: tests/data/hf/llama-3-8b.json; Llama 3 Instruct's chat format). Prompts are ~215-token pieces of
 this repository's docs/serving.md (the ShareGPT rows' mean prompt: 215,312 tokens over 1000 prompts).
 Prints the minimum over repeats (the code path's own cost on this CPU; medians measure the machine's
