@@ -112,6 +112,7 @@ class _Tables:
         masked = np.where(reach[None, :, :, None], time_s, np.inf)  # [m, n, p, r]
         self.least_time_by_n = masked.min(axis=(0, 2, 3))
         self._by_start: dict[tuple[str, int], np.ndarray] = {}
+        self._capped: tuple = (None, None, None)  # under_caps' last (caps, table, by depth)
 
     def time_at(self, r: int) -> np.ndarray:
         """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
@@ -136,12 +137,22 @@ class _Tables:
     def under_cap(self, r: int, t_max: float, tail_max: float = np.inf) -> np.ndarray:
         """[n, pos]: the first submesh's stage times at depth r, inf above the cap or where the
         stage's tail is above ``tail_max`` (NaN reads as inf)."""
-        t = self.time_s[0, :, :, r]
-        with np.errstate(invalid="ignore"):
-            ok = t <= t_max
-        if tail_max < np.inf:
-            ok &= self.tail_s[0, :, :, r] <= tail_max
-        return np.where(ok, t, np.inf)
+        return self.under_caps(t_max, tail_max)[:, :, r]
+
+    def under_caps(self, t_max: float, tail_max: float = np.inf, by_depth: bool = False) -> np.ndarray:
+        """[n, pos, r]: under_cap at every depth (``by_depth``: the same laid out [r, pos, n],
+        contiguous along n, as the DP reads a row), made once per pair of caps (a solve reads a
+        depth per stage, and a masked copy per depth cost more than the DP's own arithmetic);
+        the last pair's kept (a plan's least sum and its least slowest stage share the same)."""
+        if self._capped[0] != (t_max, tail_max):
+            t = self.time_s[0]
+            with np.errstate(invalid="ignore"):
+                ok = t <= t_max
+                if tail_max < np.inf:
+                    ok &= self.tail_s[0] <= tail_max
+            capped = np.where(ok, t, np.inf)
+            self._capped = ((t_max, tail_max), capped, np.ascontiguousarray(capped.transpose(2, 1, 0)))
+        return self._capped[2 if by_depth else 1]
 
     def window_under_cap(self, r: int, lo: int, hi: int, N: int, t_max: float, tail_max: float = np.inf) -> np.ndarray:
         """The first submesh's time_at(r) transposed to [k, n] (contiguous in n: the uniform DP's
@@ -260,15 +271,17 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     # prev[k + n] for every (n, k): a strided window over prev padded with its last entry (the
     # gather clamps k + n to L there, and those entries are inf in the stage costs anyway);
     # two buffers take turns as prev and the next prev
+    # (ndarray views over each buffer from its second entry: as_strided's checks cost more than a stage)
     buffers = [np.full(L + 2 + N, np.inf) for _ in range(2)]
-    windows = [np.lib.stride_tricks.as_strided(b[1:], shape=(L + 1, N), strides=(b.strides[0],) * 2) for b in buffers]
+    step = buffers[0].itemsize
+    windows = [np.ndarray((L + 1, N), buffer=b, offset=step, strides=(step, step)) for b in buffers]
     prev = buffers[0]
     prev[L:] = -np.inf if bottleneck else 0.0
     no_submesh = np.zeros((L + 1, 1), dtype=int)
     stage_layers = np.zeros((S, L + 1, 1), dtype=int) if keep_path else None
     scratch = np.empty((L + 1, N))  # a stage's [k, n] totals, made in place
-    # by depth r: a middle stage's times under the caps [1, n] and a first stage's [n]; made once per depth
-    rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    flat, row_starts = scratch.reshape(-1), np.arange(0, (L + 1) * N, N)
+    capped = tables.under_caps(t_max, tail_max, by_depth=True)  # [r, pos, n], each row contiguous
     for j in range(1, S + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = (0, 1) if j == S else (max(L - j * N, S - j), L - j + 1)  # the starts k stage j from the end reads
@@ -276,23 +289,19 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
         total = scratch[: hi - lo]
         if j == 1:  # the last stage: [k, n] the stage's cost (inf past the last layer) and prev[k + n]
             combine(tables.window_under_cap(r, lo, hi, N, t_max, tail_max), window, out=total)
-        else:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time there,
-            # broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
-            found = rows.get(r)
-            if found is None:  # the same depth for every stage past B: made once
-                by_position = tables.under_cap(r, t_max, tail_max)
-                found = rows[r] = (by_position[None, 1:N + 1, MIDDLE], by_position[1:N + 1, FIRST])
-            middle, first = found
-            if j < S:
-                combine(window, middle, out=total)
-            else:  # the first stage: its time and the later stages'
-                combine(first, window[0], out=total[0])
+        elif j < S:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time
+            # there, broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
+            combine(window, capped[r, MIDDLE, 1:N + 1], out=total)
+        else:  # the first stage: its time and the later stages'
+            combine(capped[r, FIRST, 1:N + 1], window[0], out=total[0])
         prev = buffers[j % 2]
         prev.fill(np.inf)
-        # a row's least (NaN where it has one: argmin points at it too)
-        total.min(axis=1, out=prev[lo:hi])
+        # a row's least, read at its argmin (NaN where it has one: argmin points at it); argmin
+        # along a row is a fraction of a min reduction's cost at these sizes (tens of layers)
+        arg = total.argmin(axis=1)
+        prev[lo:hi] = flat[row_starts[: hi - lo] + arg]
         if keep_path:  # same layout as the general path, with a single unit column
-            np.add(total.argmin(axis=1), 1, out=stage_layers[j - 1, lo:hi, 0])
+            stage_layers[j - 1, lo:hi, 0] = arg + 1
             path.append((no_submesh, stage_layers[j - 1], r))
     return prev[0], S, path
 
