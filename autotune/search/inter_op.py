@@ -22,13 +22,14 @@ caps) instead of pair by pair. Exact; tested against brute force.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from autotune.search.caps import branch_and_bound
+from autotune.search.stage_cuts import FIRST, LAST, MIDDLE, SINGLE, StageCut, cuts_of, raw_objective, stage_tails, stage_times, trace_raw
+from autotune.search.stage_cuts import combine as _combine, objective as _objective, trace as _trace  # noqa: F401  (tests read them here)
 
 __all__ = ["StageCut", "PipelineSolution", "solve_pipeline", "OBJECTIVES"]
 
@@ -36,17 +37,6 @@ __all__ = ["StageCut", "PipelineSolution", "solve_pipeline", "OBJECTIVES"]
 # "rounds": max(sum_i t_i, B max_i t_i) + max_i tail_i, one decode round (every micro-batch's
 # token crosses all stages; the slowest stage serves all B micro-batches).
 OBJECTIVES = ("pipeline", "rounds")
-
-MIDDLE, FIRST, LAST, SINGLE = range(4)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageCut:
-    submesh: int  # index into the M submesh sizes
-    first_layer: int
-    num_layers: int
-    inflight: int
-
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineSolution:
@@ -306,47 +296,6 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     return prev[0], S, path
 
 
-def _trace(path: list, best_j: int, units: np.ndarray, total_units: int) -> tuple[StageCut, ...]:
-    cuts, k, u = [], 0, total_units
-    for j in range(best_j, 0, -1):
-        m_arg, n_arg, r = path[j - 1]
-        m, n = int(m_arg[k, u]), int(n_arg[k, u])
-        cuts.append(StageCut(submesh=m, first_layer=k, num_layers=n, inflight=r))
-        k, u = k + n, u - int(units[m])
-    return tuple(cuts)
-
-
-def _cut_position(cut: StageCut, num_layers: int) -> int:
-    end = cut.first_layer + cut.num_layers
-    if cut.first_layer == 0:
-        return SINGLE if end == num_layers else FIRST
-    return LAST if end == num_layers else MIDDLE
-
-
-def _stage_times(time_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int) -> list[float]:
-    return [float(time_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight]) for c in cuts]
-
-
-def _combine(kind: str, total: float, slowest: float, b: int) -> float:
-    """The objective less its tail, from the stage-time sum and the slowest stage."""
-    if kind == "rounds":
-        return max(total, b * slowest)
-    return total + (b - 1) * slowest
-
-
-def _stage_tails(tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int) -> list[float]:
-    """Each stage's tail, inf and NaN read as 0 (as _Tables reads them)."""
-    found = [float(tail_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight]) for c in cuts]
-    return [t if math.isfinite(t) else 0.0 for t in found]  # _tail_read per scalar: a ufunc call each cost more
-
-
-def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int, b: int,
-               kind: str = "pipeline") -> float:
-    """The plan's objective: its stages' times combined, plus the largest tail (assemble_estimate's)."""
-    times = _stage_times(time_s, cuts, num_layers)
-    return float(_combine(kind, sum(times), max(times), b) + max(_stage_tails(tail_s, cuts, num_layers)))
-
-
 def _distinct_sorted(values: np.ndarray) -> np.ndarray:
     """np.unique of NaN-free values (np.unique's first call loads numpy.ma, ~10 ms of a CLI run)."""
     values = np.sort(values)
@@ -381,13 +330,13 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
 
     def solve_cuts(t_max: float, tail_max: float):
         total, best_j, path = solve(t_max, True, False, tail_max)
-        return total, (_trace(path, best_j, trace_units, trace_total) if np.isfinite(total) else None)
+        return total, (trace_raw(path, best_j, trace_units, trace_total) if np.isfinite(total) else None)
 
     floor, cuts = solve_cuts(np.inf, np.inf)
     if cuts is None:
         return None
-    score = lambda plan: _objective(time_s, tail_s, plan, num_layers, num_microbatches, objective)  # noqa: E731
-    measure = lambda plan: (max(_stage_times(time_s, plan, num_layers)), max(_stage_tails(tail_s, plan, num_layers)))  # noqa: E731
+    score = lambda plan: raw_objective(time_s, tail_s, plan, num_layers, num_microbatches, objective)  # noqa: E731
+    measure = lambda plan: (max(stage_times(time_s, plan, num_layers)), max(stage_tails(tail_s, plan, num_layers)))  # noqa: E731
     # the candidate slowest stages: none is faster than the least slowest of any plan (lower caps
     # have no plan); with one micro-batch the slowest stage is not scored: one cap, the largest.
     # Likewise no plan's largest tail is under the least largest tail of any. Each least is a DP
@@ -396,11 +345,12 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
     values = values[values < np.inf]
     if lower(floor, values.min(), tails.min()) >= best[0]:
-        return PipelineSolution(objective_s=best[0], stages=cuts)  # the least-sum plan: nothing bounds lower
+        return PipelineSolution(objective_s=best[0], stages=cuts_of(cuts))  # the least-sum plan: nothing bounds lower
     caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
     if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < best[0]:
         by_tail = _Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tail_s)  # the tails as stage "times"
         tails = tails[tails >= _solver(by_tail, units, total_units, num_microbatches, max_stages, inflight_all)(
             np.inf, least_max=True)[0]]
     best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, best, score, measure, lower)
-    return PipelineSolution(objective_s=best, stages=best_cuts)
+    return PipelineSolution(objective_s=best, stages=cuts_of(best_cuts))
+
