@@ -7,7 +7,7 @@ the KV cache lives and a cache-aware layer grouping (autotune/cost/cache.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 from itertools import product
 
@@ -43,20 +43,6 @@ class StageChoice:
     fp8: bool = False
     cp_comm: str = "ring"  # the context-parallel exchange (StagePlan.cp_comm)
 
-    def __hash__(self) -> int:
-        """The fields' hash (as the dataclass's own), kept once made: choices key the plan cache and
-        every class and member map, and hashing their twelve fields at each look-up took about 3%
-        of a MoE search's CPU (DeepSeek-V3 on 2,048 GPUs). Not pickled (string hashes differ
-        between interpreters)."""
-        found = self.__dict__.get("_hash")
-        if found is None:
-            found = hash(tuple(getattr(self, name) for name in _CHOICE_FIELDS))
-            object.__setattr__(self, "_hash", found)
-        return found
-
-    def __getstate__(self) -> dict:
-        return {k: v for k, v in self.__dict__.items() if k != "_hash"}
-
     def stage_plan(self, *, dp: int, layers: tuple[int, int] | None = None, has_embedding: bool = False,
                    has_head: bool = False) -> StagePlan:
         """The stage on ``layers``; without them a one-layer stage that the cost tables price for
@@ -69,9 +55,6 @@ class StageChoice:
                          sequence_parallel=self.sequence_parallel, recompute=self.recompute, zero=self.zero,
                          mesh_order=self.mesh_order, ep=self.ep, etp=self.etp, recompute_layers=count,
                          fp8=self.fp8, cp_comm=self.cp_comm, **dict(self.placements))
-
-
-_CHOICE_FIELDS = tuple(f.name for f in fields(StageChoice))
 
 
 def choice_params(workload: object) -> tuple[str, ...]:
