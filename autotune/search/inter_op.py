@@ -268,7 +268,8 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     prev = buffers[0]
     prev[L:] = -np.inf if bottleneck else 0.0
     no_submesh = np.zeros((L + 1, 1), dtype=int)
-    stage_layers = np.zeros((S, L + 1, 1), dtype=int) if keep_path else None
+    # the argmin of each row read (its layers less one), made the layers (0 unread) at the end at once
+    stage_layers = np.full((S, L + 1, 1), -1) if keep_path else None
     scratch = np.empty((L + 1, N))  # a stage's [k, n] totals, made in place
     flat, row_starts = scratch.reshape(-1), np.arange(0, (L + 1) * N, N)
     capped = tables.under_caps(t_max, tail_max, by_depth=True)  # [r, pos, n], each row contiguous
@@ -291,8 +292,10 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
         arg = total.argmin(axis=1)
         prev[lo:hi] = flat[row_starts[: hi - lo] + arg]
         if keep_path:  # same layout as the general path, with a single unit column
-            stage_layers[j - 1, lo:hi, 0] = arg + 1
+            stage_layers[j - 1, lo:hi, 0] = arg
             path.append((no_submesh, stage_layers[j - 1], r))
+    if keep_path:
+        stage_layers += 1
     return prev[0], S, path
 
 
