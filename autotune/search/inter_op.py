@@ -22,13 +22,14 @@ caps) instead of pair by pair. Exact; tested against brute force.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
 from autotune.search.caps import branch_and_bound
+from autotune.search.stage_cuts import FIRST, LAST, MIDDLE, SINGLE, StageCut, cuts_of, raw_objective, stage_tails, stage_times, trace_raw
+from autotune.search.stage_cuts import combine as _combine, objective as _objective, trace as _trace  # noqa: F401  (tests read them here)
 
 __all__ = ["StageCut", "PipelineSolution", "solve_pipeline", "OBJECTIVES"]
 
@@ -36,17 +37,6 @@ __all__ = ["StageCut", "PipelineSolution", "solve_pipeline", "OBJECTIVES"]
 # "rounds": max(sum_i t_i, B max_i t_i) + max_i tail_i, one decode round (every micro-batch's
 # token crosses all stages; the slowest stage serves all B micro-batches).
 OBJECTIVES = ("pipeline", "rounds")
-
-MIDDLE, FIRST, LAST, SINGLE = range(4)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StageCut:
-    submesh: int  # index into the M submesh sizes
-    first_layer: int
-    num_layers: int
-    inflight: int
-
 
 @dataclass(frozen=True, kw_only=True)
 class PipelineSolution:
@@ -112,6 +102,7 @@ class _Tables:
         masked = np.where(reach[None, :, :, None], time_s, np.inf)  # [m, n, p, r]
         self.least_time_by_n = masked.min(axis=(0, 2, 3))
         self._by_start: dict[tuple[str, int], np.ndarray] = {}
+        self._capped: tuple = (None, None, None)  # under_caps' last (caps, table, by depth)
 
     def time_at(self, r: int) -> np.ndarray:
         """[m, n, k]: one micro-batch through n layers starting at layer k, r in flight (inf
@@ -136,12 +127,22 @@ class _Tables:
     def under_cap(self, r: int, t_max: float, tail_max: float = np.inf) -> np.ndarray:
         """[n, pos]: the first submesh's stage times at depth r, inf above the cap or where the
         stage's tail is above ``tail_max`` (NaN reads as inf)."""
-        t = self.time_s[0, :, :, r]
-        with np.errstate(invalid="ignore"):
-            ok = t <= t_max
-        if tail_max < np.inf:
-            ok &= self.tail_s[0, :, :, r] <= tail_max
-        return np.where(ok, t, np.inf)
+        return self.under_caps(t_max, tail_max)[:, :, r]
+
+    def under_caps(self, t_max: float, tail_max: float = np.inf, by_depth: bool = False) -> np.ndarray:
+        """[n, pos, r]: under_cap at every depth (``by_depth``: the same laid out [r, pos, n],
+        contiguous along n, as the DP reads a row), made once per pair of caps (a solve reads a
+        depth per stage, and a masked copy per depth cost more than the DP's own arithmetic);
+        the last pair's kept (a plan's least sum and its least slowest stage share the same)."""
+        if self._capped[0] != (t_max, tail_max):
+            t = self.time_s[0]
+            with np.errstate(invalid="ignore"):
+                ok = t <= t_max
+                if tail_max < np.inf:
+                    ok &= self.tail_s[0] <= tail_max
+            capped = np.where(ok, t, np.inf)
+            self._capped = ((t_max, tail_max), capped, np.ascontiguousarray(capped.transpose(2, 1, 0)))
+        return self._capped[2 if by_depth else 1]
 
     def window_under_cap(self, r: int, lo: int, hi: int, N: int, t_max: float, tail_max: float = np.inf) -> np.ndarray:
         """The first submesh's time_at(r) transposed to [k, n] (contiguous in n: the uniform DP's
@@ -260,15 +261,18 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
     # prev[k + n] for every (n, k): a strided window over prev padded with its last entry (the
     # gather clamps k + n to L there, and those entries are inf in the stage costs anyway);
     # two buffers take turns as prev and the next prev
+    # (ndarray views over each buffer from its second entry: as_strided's checks cost more than a stage)
     buffers = [np.full(L + 2 + N, np.inf) for _ in range(2)]
-    windows = [np.lib.stride_tricks.as_strided(b[1:], shape=(L + 1, N), strides=(b.strides[0],) * 2) for b in buffers]
+    step = buffers[0].itemsize
+    windows = [np.ndarray((L + 1, N), buffer=b, offset=step, strides=(step, step)) for b in buffers]
     prev = buffers[0]
     prev[L:] = -np.inf if bottleneck else 0.0
     no_submesh = np.zeros((L + 1, 1), dtype=int)
-    stage_layers = np.zeros((S, L + 1, 1), dtype=int) if keep_path else None
+    # the argmin of each row read (its layers less one), made the layers (0 unread) at the end at once
+    stage_layers = np.full((S, L + 1, 1), -1) if keep_path else None
     scratch = np.empty((L + 1, N))  # a stage's [k, n] totals, made in place
-    # by depth r: a middle stage's times under the caps [1, n] and a first stage's [n]; made once per depth
-    rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+    flat, row_starts = scratch.reshape(-1), np.arange(0, (L + 1) * N, N)
+    capped = tables.under_caps(t_max, tail_max, by_depth=True)  # [r, pos, n], each row contiguous
     for j in range(1, S + 1):
         r = _inflight(j, num_microbatches, max_r, inflight_all)
         lo, hi = (0, 1) if j == S else (max(L - j * N, S - j), L - j + 1)  # the starts k stage j from the end reads
@@ -276,66 +280,23 @@ def _min_sum_uniform(tables: _Tables, num_stages: int, num_microbatches: int, t_
         total = scratch[: hi - lo]
         if j == 1:  # the last stage: [k, n] the stage's cost (inf past the last layer) and prev[k + n]
             combine(tables.window_under_cap(r, lo, hi, N, t_max, tail_max), window, out=total)
-        else:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time there,
-            # broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
-            found = rows.get(r)
-            if found is None:  # the same depth for every stage past B: made once
-                by_position = tables.under_cap(r, t_max, tail_max)
-                found = rows[r] = (by_position[None, 1:N + 1, MIDDLE], by_position[1:N + 1, FIRST])
-            middle, first = found
-            if j < S:
-                combine(window, middle, out=total)
-            else:  # the first stage: its time and the later stages'
-                combine(first, window[0], out=total[0])
+        elif j < S:  # prev is inf from layer L on, so only k + n < L counts: a middle stage's time
+            # there, broadcast over k (no [k, n] table: it took as long as the DP at 1,000 layers, issue 29)
+            combine(window, capped[r, MIDDLE, 1:N + 1], out=total)
+        else:  # the first stage: its time and the later stages'
+            combine(capped[r, FIRST, 1:N + 1], window[0], out=total[0])
         prev = buffers[j % 2]
         prev.fill(np.inf)
-        # a row's least (NaN where it has one: argmin points at it too)
-        total.min(axis=1, out=prev[lo:hi])
+        # a row's least, read at its argmin (NaN where it has one: argmin points at it); argmin
+        # along a row is a fraction of a min reduction's cost at these sizes (tens of layers)
+        arg = total.argmin(axis=1)
+        prev[lo:hi] = flat[row_starts[: hi - lo] + arg]
         if keep_path:  # same layout as the general path, with a single unit column
-            np.add(total.argmin(axis=1), 1, out=stage_layers[j - 1, lo:hi, 0])
+            stage_layers[j - 1, lo:hi, 0] = arg
             path.append((no_submesh, stage_layers[j - 1], r))
+    if keep_path:
+        stage_layers += 1
     return prev[0], S, path
-
-
-def _trace(path: list, best_j: int, units: np.ndarray, total_units: int) -> tuple[StageCut, ...]:
-    cuts, k, u = [], 0, total_units
-    for j in range(best_j, 0, -1):
-        m_arg, n_arg, r = path[j - 1]
-        m, n = int(m_arg[k, u]), int(n_arg[k, u])
-        cuts.append(StageCut(submesh=m, first_layer=k, num_layers=n, inflight=r))
-        k, u = k + n, u - int(units[m])
-    return tuple(cuts)
-
-
-def _cut_position(cut: StageCut, num_layers: int) -> int:
-    end = cut.first_layer + cut.num_layers
-    if cut.first_layer == 0:
-        return SINGLE if end == num_layers else FIRST
-    return LAST if end == num_layers else MIDDLE
-
-
-def _stage_times(time_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int) -> list[float]:
-    return [float(time_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight]) for c in cuts]
-
-
-def _combine(kind: str, total: float, slowest: float, b: int) -> float:
-    """The objective less its tail, from the stage-time sum and the slowest stage."""
-    if kind == "rounds":
-        return max(total, b * slowest)
-    return total + (b - 1) * slowest
-
-
-def _stage_tails(tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int) -> list[float]:
-    """Each stage's tail, inf and NaN read as 0 (as _Tables reads them)."""
-    found = [float(tail_s[c.submesh, c.num_layers, _cut_position(c, num_layers), c.inflight]) for c in cuts]
-    return [t if math.isfinite(t) else 0.0 for t in found]  # _tail_read per scalar: a ufunc call each cost more
-
-
-def _objective(time_s: np.ndarray, tail_s: np.ndarray, cuts: tuple[StageCut, ...], num_layers: int, b: int,
-               kind: str = "pipeline") -> float:
-    """The plan's objective: its stages' times combined, plus the largest tail (assemble_estimate's)."""
-    times = _stage_times(time_s, cuts, num_layers)
-    return float(_combine(kind, sum(times), max(times), b) + max(_stage_tails(tail_s, cuts, num_layers)))
 
 
 def _distinct_sorted(values: np.ndarray) -> np.ndarray:
@@ -372,13 +333,13 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
 
     def solve_cuts(t_max: float, tail_max: float):
         total, best_j, path = solve(t_max, True, False, tail_max)
-        return total, (_trace(path, best_j, trace_units, trace_total) if np.isfinite(total) else None)
+        return total, (trace_raw(path, best_j, trace_units, trace_total) if np.isfinite(total) else None)
 
     floor, cuts = solve_cuts(np.inf, np.inf)
     if cuts is None:
         return None
-    score = lambda plan: _objective(time_s, tail_s, plan, num_layers, num_microbatches, objective)  # noqa: E731
-    measure = lambda plan: (max(_stage_times(time_s, plan, num_layers)), max(_stage_tails(tail_s, plan, num_layers)))  # noqa: E731
+    score = lambda plan: raw_objective(time_s, tail_s, plan, num_layers, num_microbatches, objective)  # noqa: E731
+    measure = lambda plan: (max(stage_times(time_s, plan, num_layers)), max(stage_tails(tail_s, plan, num_layers)))  # noqa: E731
     # the candidate slowest stages: none is faster than the least slowest of any plan (lower caps
     # have no plan); with one micro-batch the slowest stage is not scored: one cap, the largest.
     # Likewise no plan's largest tail is under the least largest tail of any. Each least is a DP
@@ -387,11 +348,12 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
     values = values[values < np.inf]
     if lower(floor, values.min(), tails.min()) >= best[0]:
-        return PipelineSolution(objective_s=best[0], stages=cuts)  # the least-sum plan: nothing bounds lower
+        return PipelineSolution(objective_s=best[0], stages=cuts_of(cuts))  # the least-sum plan: nothing bounds lower
     caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
     if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < best[0]:
         by_tail = _Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tail_s)  # the tails as stage "times"
         tails = tails[tails >= _solver(by_tail, units, total_units, num_microbatches, max_stages, inflight_all)(
             np.inf, least_max=True)[0]]
     best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, best, score, measure, lower)
-    return PipelineSolution(objective_s=best, stages=best_cuts)
+    return PipelineSolution(objective_s=best, stages=cuts_of(best_cuts))
+
