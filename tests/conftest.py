@@ -20,32 +20,6 @@ def data_dir() -> Path:
     return DATA
 
 
-class PricedRows:
-    """``check_serving_rows`` that keeps each row's check: a row priced by one test of a module and
-    again, unchanged, by another (one row end to end, then the whole file) is simulated once. The
-    key is every cell of the row, so a row a test changes is a new row, priced afresh. Pricing is
-    deterministic (seeded arrival draws) and a row's check does not depend on the rows priced with
-    it (tests/test_priced_rows.py checks both)."""
-
-    def __init__(self) -> None:
-        self._checks: dict[tuple, object] = {}
-
-    def __call__(self, rows: list[dict]) -> list:
-        from autotune.calibrate.serving_published import check_serving_rows
-
-        if not all(row.get("id") for row in rows):  # an id-less row's check names its place in the call
-            return check_serving_rows(rows)
-        keys = [tuple(sorted(row.items())) for row in rows]
-        new = {key: row for key, row in zip(keys, rows) if key not in self._checks}
-        self._checks.update(zip(new, check_serving_rows(list(new.values()))))
-        return [self._checks[key] for key in keys]
-
-
-@pytest.fixture(scope="module")  # module: its tests run on one xdist worker (below), so the module shares it
-def priced_rows() -> PricedRows:
-    return PricedRows()
-
-
 # Parallel runs (pytest-xdist, `-n 2 --dist loadgroup`, the README's test command) ---------------
 # A test that shares a module- or session-scoped fixture of this project (a finished search, the
 # PostgreSQL server, the validation suite) runs on the worker that built it: the fixture is built

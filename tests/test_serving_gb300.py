@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.calibrate.serving_names import RowProblem, gpu_cluster, served_precision
+from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.spec.hardware_data import load_cluster, load_device
 
@@ -75,17 +76,17 @@ def test_the_check_rows_take_their_systems_published_configs():
                     ("DeepSeek-R1", 8, 8, 8, 1, True, 1536, 6656, 10), ("DeepSeek-R1", 8, 8, 8, 1, True, 1536, 6656, 2)}
 
 
-def test_a_gb300_llama_405b_server_row_is_priced(priced_rows):
+def test_a_gb300_llama_405b_server_row_is_priced():
     """One row end to end (the llama3.1-405b Server TPOT): a prediction, not a reason."""
     rows = [r for r in _check_rows() if r["model"].startswith("Llama") and r["metric"] == "tpot_mean"]
-    (check,) = priced_rows(rows)
+    (check,) = check_serving_rows(rows)
     assert check.error_pct is not None and check.predicted > 0, check.reason
 
 
 @pytest.mark.slow
-def test_every_gb300_check_row_is_priced(priced_rows):
+def test_every_gb300_check_row_is_priced():
     """All 12 rows (DeepSeek-R1 with attention DP and expert parallelism, Llama 3.1 405B) priced; takes minutes."""
-    checks = priced_rows(_check_rows())
+    checks = check_serving_rows(_check_rows())
     assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]
 
 
@@ -101,12 +102,12 @@ def test_the_b300_sglang_rows_read_their_recipe_flags():
         assert engine.memory_fraction == 0.85 and any("launch_max_num_seqs 256" in a for a in case.assumed)
 
 
-def test_a_b300_sglang_row_is_priced(priced_rows):
-    (check,) = priced_rows([r for r in _check_rows(_B300_ROWS) if r["id"] == "ixb300-018"])
+def test_a_b300_sglang_row_is_priced():
+    (check,) = check_serving_rows([r for r in _check_rows(_B300_ROWS) if r["id"] == "ixb300-018"])
     assert check.error_pct is not None and check.predicted > 0, check.reason
 
 
 @pytest.mark.slow
-def test_every_b300_sglang_check_row_is_priced(priced_rows):
-    checks = priced_rows(_check_rows(_B300_ROWS))
+def test_every_b300_sglang_check_row_is_priced():
+    checks = check_serving_rows(_check_rows(_B300_ROWS))
     assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import RowProblem, case_from_row, engine_runtime
 from autotune.calibrate.serving_systems import _systems
 
@@ -133,9 +134,9 @@ def test_the_check_rows_name_v50_results_and_their_systems():
 
 
 @pytest.mark.slow
-def test_every_v50_check_row_is_priced(priced_rows):
+def test_every_v50_check_row_is_priced():
     """The published v5.0 results: each is priced (a prediction, no reason); how close is reported, not asserted."""
-    checks = priced_rows(_check_rows())
+    checks = check_serving_rows(_check_rows())
     assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]
 
 
@@ -151,11 +152,11 @@ def test_another_board_of_the_same_chip_is_refused_not_matched():
         case_from_row(_row(_LLAMA2, "H100 NVL", 8, "Offline scenario"))
 
 
-def test_one_gpu_and_eight_gpu_rows_of_one_config_are_priced_apart(priced_rows):
+def test_one_gpu_and_eight_gpu_rows_of_one_config_are_priced_apart():
     """B200 x1 and x8 run the same per-GPU instance (the same simulated run); the x8 system's tokens/s is
     8 instances', the x1 row's one, even when both are checked in one call (a shared run must not carry
     the first row's replica count)."""
     rows = {r["id"]: r for r in _check_rows()}
-    eight, one = priced_rows([rows["mlp50-001"], rows["mlp50-039"]])
+    eight, one = check_serving_rows([rows["mlp50-001"], rows["mlp50-039"]])
     assert (eight.unit, one.unit) == ("tokens/s (8-GPU system)", "tokens/s (1 GPU)")
     assert eight.predicted == pytest.approx(8 * one.predicted, rel=1e-9)

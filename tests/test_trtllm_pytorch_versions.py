@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import engine_runtime
 from autotune.cost.serving_limits import bench_param_count, trtllm_bench_setting
 from autotune.errors import AutotuneError
@@ -84,20 +85,20 @@ def _check_rows(*versions: str) -> list[dict]:
     return [r for r in rows if r["engine_version"].split(" ")[0] in versions]
 
 
-def test_one_row_of_each_release_is_priced_by_its_preset(priced_rows):
+def test_one_row_of_each_release_is_priced_by_its_preset():
     rows = _check_rows("0.19.0", "0.20.0", "0.21.0")
     picked = [next(r for r in rows if r["engine_version"].startswith(v) and r["gpu"].startswith("B200"))
               for v in ("0.19.0", "0.20.0", "0.21.0")]
-    checks = priced_rows(picked)
+    checks = check_serving_rows(picked)
     assert all(c.error_pct is not None and c.runtime == "tensorrt-llm-0.19" for c in checks), \
         [(c.row_id, c.reason) for c in checks]
 
 
 @pytest.mark.slow
-def test_every_check_row_is_priced(priced_rows):
+def test_every_check_row_is_priced():
     with open(CHECK, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    checks = priced_rows(rows)
+    checks = check_serving_rows(rows)
     assert len(checks) == len(rows) == 66
     assert [c.row_id for c in checks if c.error_pct is None] == []
     assert {c.runtime for c in checks if c.row_id.startswith(("trt019", "trt020", "trt021"))} == {"tensorrt-llm-0.19"}

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.calibrate.serving_published import summarise
+from autotune.calibrate.serving_published import check_serving_rows, summarise
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.cost.serving_eval import run_serving
 from autotune.cost.serving_limits import activation_bytes_per_token, vllm_profile_peak_bytes
@@ -26,9 +26,9 @@ def _rows(*ids: str) -> list[dict]:
 
 
 @pytest.mark.slow  # 17 s on the 2-core dev machine
-def test_every_check_row_is_priced_by_the_v1_preset_of_its_release(priced_rows):
+def test_every_check_row_is_priced_by_the_v1_preset_of_its_release():
     rows = _rows()
-    checks = priced_rows(rows)
+    checks = check_serving_rows(rows)
     assert len(checks) == len(rows) == 42
     assert [(c.row_id, c.reason) for c in checks if c.error_pct is None] == []
     # 0.10.2, 0.11.0, 0.13+: the 0.9.2-0.13 V1 defaults (the hybrid KV cache manager on since 0.9.2)
@@ -37,11 +37,11 @@ def test_every_check_row_is_priced_by_the_v1_preset_of_its_release(priced_rows):
     assert kinds == {"vllm | latency": 17, "vllm | throughput": 25}  # total_token_throughput is a throughput
 
 
-def test_fixed_concurrency_rows_price_within_the_latency_target_on_average(priced_rows):
+def test_fixed_concurrency_rows_price_within_the_latency_target_on_average():
     # InferenceX's sweep: 10 x concurrency requests at a fixed concurrency, no burst of 1,000 at once. Its script
     # forces Marlin (VLLM_MXFP4_USE_MARLIN=1), whose padded experts a decode step reads (14% more bytes at TP8):
     # 7.2% mean abs before the padding, 11-12% after, the worst row (vn-ix-01, TPOT at concurrency 4) +21%
-    checks = priced_rows([r for r in _rows() if r["id"].startswith("vn-ix")])
+    checks = check_serving_rows([r for r in _rows() if r["id"].startswith("vn-ix")])
     errors = [abs(c.error_pct) for c in checks]
     assert sum(errors) / len(errors) < 15.0 and max(errors) < 25.0, [(c.row_id, round(c.error_pct, 1)) for c in checks]
 
@@ -73,7 +73,7 @@ def test_a_32k_prompt_fits_where_vllm_started_with_max_model_len_32768():
     assert limits.kv_capacity_tokens >= 32768
 
 
-def test_async_scheduling_in_the_notes_overlaps_the_v1_host_with_the_gpu(priced_rows):
+def test_async_scheduling_in_the_notes_overlaps_the_v1_host_with_the_gpu():
     row = _rows("vn-go-12")[0]
     sync = case_from_row(row).deployment.runtime.serving
     overlapped = case_from_row(dict(row, notes=row["notes"] + "; --async-scheduling")).deployment.runtime.serving
@@ -84,6 +84,6 @@ def test_async_scheduling_in_the_notes_overlaps_the_v1_host_with_the_gpu(priced_
     assert default.step_host_s + default.step_host_s_per_seq == 0.0
     off = case_from_row(dict(later, notes=row["notes"] + "; --no-async-scheduling")).deployment.runtime.serving
     assert (off.host_overlap, off.step_host_s_per_seq) == ("none", sync.step_host_s_per_seq)
-    checks = {c.row_id: c for c in priced_rows(_rows("vn-go-12", "vn-go-14"))}
+    checks = {c.row_id: c for c in check_serving_rows(_rows("vn-go-12", "vn-go-14"))}
     # TP 2 with --async-scheduling decodes 4 requests faster than TP 1 without it, as measured (8.31 -> 5.75 ms)
     assert checks["vn-go-14"].predicted < checks["vn-go-12"].predicted
