@@ -110,12 +110,12 @@ def test_crash_and_hang_are_reported_and_no_worker_is_left(fault, timeout_s, sta
     assert _my_workers() == []
 
 
-def test_other_plans_run_after_one_that_cannot(tmp_path):
+def test_other_plans_run_after_one_that_cannot(tmp_path, references):
     too_big = uniform_plan(num_layers=4, gpus=8, dp=8, micro_batch=1, global_batch=BATCH)
     small = uniform_plan(num_layers=4, gpus=1, micro_batch=BATCH, global_batch=BATCH)
     workload = TrainingWorkload(global_batch=BATCH, seq_len=32, dtype="fp32")
     results = validate_cases([("big", GPT, workload, too_big), ("small", GPT, workload, small)],
-                             _options(max_world=2, measured_steps=2))
+                             _options(max_world=2, measured_steps=2), cache=references)
     assert [r.status for r in results] == ["unsupported", "ok"]
     assert "allows 2" in results[0].message and "--scale" in results[0].message
 

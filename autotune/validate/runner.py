@@ -193,11 +193,13 @@ def run_case(case: PlanCase, options: ValidateOptions, cache: dict, fault: str =
 
 def validate_cases(inputs: list[tuple[str, ModelSpec, TrainingWorkload, Plan]], options: ValidateOptions,
                    progress: Callable[[str], None] = lambda text: None, fault: str = "none",
-                   on_result: Callable[[list[PlanResult]], None] = lambda results: None) -> list[PlanResult]:
+                   on_result: Callable[[list[PlanResult]], None] = lambda results: None,
+                   cache: dict | None = None) -> list[PlanResult]:
     """Prepare and run every (source, model, workload, plan) in turn; a plan that cannot run
     here, crashes or hangs gets its own result and the others still run. ``on_result`` sees
-    the results so far after each plan (so an interrupted run keeps what finished)."""
-    cache: dict = {}
+    the results so far after each plan (so an interrupted run keeps what finished). ``cache``:
+    single-process reference losses kept from earlier calls (run_case's), by model and workload."""
+    cache = {} if cache is None else cache
     results: list[PlanResult] = []
     for index, (source, model, workload, plan) in enumerate(inputs, 1):
         try:

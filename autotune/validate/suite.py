@@ -48,10 +48,12 @@ def suite_cases() -> list[PlanCase]:
             for name, kw in degrees.items()]
 
 
-def run_suite(options: ValidateOptions, rounds: int = 2,
-              progress: Callable[[str], None] = lambda text: None) -> list[list[PlanResult]]:
-    """``rounds`` passes over the suite, plans interleaved; results[round][plan]."""
-    cache: dict = {}
+def run_suite(options: ValidateOptions, rounds: int = 2, progress: Callable[[str], None] = lambda text: None,
+              cache: dict | None = None) -> list[list[PlanResult]]:
+    """``rounds`` passes over the suite, plans interleaved; results[round][plan]. ``cache`` keeps the
+    single-process reference losses (run_case's): pass one dict to calls that run further rounds
+    (with a probe between them) and the reference runs once."""
+    cache = {} if cache is None else cache
     results = []
     for round_index in range(rounds):
         row = []
