@@ -10,6 +10,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.mesh import group_spans
+from autotune.cost.serving_nccl import serving_nccl_all_reduce_s
 from autotune.cost.serving_ops import ACT_BYTES
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
@@ -54,10 +55,11 @@ TRTLLM_ALL_REDUCE = "trtllm_all_reduce"  # the measured kernel's key in LinkLeve
 
 
 def tp_all_reduce_s(act: np.ndarray, tokens: np.ndarray, span, cluster: ClusterSpec, tp_allreduce: str) -> np.ndarray:
-    """One TP all-reduce of ``act`` bytes (``tokens`` rows) for each token count: NCCL's (comm.py), or
+    """One TP all-reduce of ``act`` bytes (``tokens`` rows) for each token count: NCCL's (its measured table
+    where the cluster has one, cost/serving_nccl.py; comm.py's formula else), or
     under "trtllm_auto" TensorRT-LLM's Lamport kernel where its AUTO rule picks it and the cluster's NVLink
     level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else."""
-    nccl = collective_time_s("all_reduce", act, span, cluster)
+    nccl = serving_nccl_all_reduce_s(act, span, cluster)
     n = span.size
     fit = cluster.intra_node.collectives.get((TRTLLM_ALL_REDUCE, n))
     if tp_allreduce != "trtllm_auto" or fit is None or span.n_inter > 1:
