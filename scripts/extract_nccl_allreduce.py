@@ -19,12 +19,15 @@ COMMIT = "095f58a5"
 ROOT = "aic-core/src/aiconfigurator_core/systems/data"
 # cluster presets -> the data set measured on their GPU: NCCL 2.27.3 (the version PyTorch 2.8's wheels bundle,
 # under vLLM 0.10.2-0.11 and SGLang 0.5) where collected; H200 has 2.26.2 and 2.29.2 (nearest below taken), GB200
-# only 2.23 (a legacy set) and 2.29.2 (collected)
+# only 2.23 (a legacy set) and 2.29.2
+# (collected), B300 and GB300 2.27 (legacy) and 2.29.2 (collected): the collected sets taken
 TABLES = {
     ("dgx-h100", "dgx-h100-cxl"): "h100_sxm/comm/nccl/2.27.3",
     ("dgx-h200",): "h200_sxm/comm/nccl/2.26.2",
     ("dgx-b200",): "b200_sxm/comm/nccl/2.27.3",
     ("gb200-nvl72", "gb200-nvl72-64"): "gb200/comm/nccl/2.29.2",
+    ("dgx-b300",): "b300_sxm/comm/nccl/2.29.2",
+    ("gb300-nvl72",): "gb300/comm/nccl/2.29.2",
 }
 BYTES_PER_ELEMENT = {"half": 2}
 
