@@ -10,6 +10,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.mesh import group_spans
+from autotune.cost.serving_nccl import serving_nccl_all_reduce_s
 from autotune.cost.serving_ops import ACT_BYTES
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
@@ -18,7 +19,8 @@ from autotune.spec.model import ModelSpec
 if TYPE_CHECKING:  # serving_step imports this module
     from autotune.cost.serving_step import ReplicaShape
 
-__all__ = ["layer_collectives_s", "moe_exchange_s", "stage_sends_s", "tp_all_reduce_s", "TRTLLM_ALL_REDUCE"]
+__all__ = ["layer_collectives_s", "moe_exchange_s", "stage_sends_s", "tp_all_reduce_s", "engine_tp_allreduce",
+           "TRTLLM_ALL_REDUCE", "CUSTOM_AR_ENGINES"]
 
 
 def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
@@ -33,7 +35,8 @@ def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaSh
     (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
     SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
     The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound.
-    ``tp_allreduce`` "trtllm_auto": the all-reduces as TensorRT-LLM's AUTO strategy runs them (tp_all_reduce_s)."""
+    ``tp_allreduce`` "trtllm_auto": the all-reduces as TensorRT-LLM's AUTO strategy runs them, "custom_ar" as
+    vLLM's and SGLang's (tp_all_reduce_s)."""
     act = tokens * model.hidden_size * ACT_BYTES
     if not shape.attention_dp:
         return model.num_layers * (2.0 * tp_all_reduce_s(act, tokens, span, cluster, tp_allreduce) + _qk_norm_sums_s(
@@ -53,12 +56,34 @@ _TRTLLM_MIN_LATENCY_MAX_TOKENS = 128
 TRTLLM_ALL_REDUCE = "trtllm_all_reduce"  # the measured kernel's key in LinkLevel.collectives (clusters.toml)
 
 
+# vLLM's and SGLang's own all-reduce (CustomAllreduce: one-/two-shot over IPC buffers) takes an input under its
+# 8 MiB buffer inside one node on 2, 4, 6 or 8 GPUs, NCCL the rest (vllm-project/vllm @0ad80649
+# vllm/distributed/device_communicators/custom_all_reduce.py max_size=8192 * 1024, the cap while symmetric
+# memory is off; sgl-project/sglang @004e6561 python/sglang/srt/distributed/device_communicators/custom_all_reduce.py
+# _MAX_CAR_SIZE, should_custom_ar: inp_size < max_size)
+CUSTOM_AR_ENGINES = ("vllm", "sglang")
+_CUSTOM_AR_MAX_BYTES = 8192 * 1024
+_CUSTOM_AR_WORLD_SIZES = (2, 4, 6, 8)
+
+
+def engine_tp_allreduce(engine: str, tp_allreduce: str) -> str:
+    """The all-reduce kernels tp_all_reduce_s prices for a serving engine: "custom_ar" for vLLM and SGLang,
+    whose own kernel takes the small inputs and NCCL the large; the engine's ``tp_allreduce`` else."""
+    return "custom_ar" if engine in CUSTOM_AR_ENGINES and tp_allreduce == "nccl" else tp_allreduce
+
+
 def tp_all_reduce_s(act: np.ndarray, tokens: np.ndarray, span, cluster: ClusterSpec, tp_allreduce: str) -> np.ndarray:
-    """One TP all-reduce of ``act`` bytes (``tokens`` rows) for each token count: NCCL's (comm.py), or
-    under "trtllm_auto" TensorRT-LLM's Lamport kernel where its AUTO rule picks it and the cluster's NVLink
-    level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else."""
-    nccl = collective_time_s("all_reduce", act, span, cluster)
+    """One TP all-reduce of ``act`` bytes (``tokens`` rows) for each token count: NCCL's (its measured table
+    where the cluster has one, cost/serving_nccl.py; comm.py's formula else); under "custom_ar" (vLLM, SGLang)
+    comm.py's formula where their own kernel takes the input (not measured here: priced as before), NCCL's
+    above; under "trtllm_auto" TensorRT-LLM's Lamport kernel where its AUTO rule picks it and the cluster's
+    NVLink level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else."""
+    nccl = serving_nccl_all_reduce_s(act, span, cluster)
     n = span.size
+    if tp_allreduce == "custom_ar":
+        if span.n_inter > 1 or n not in _CUSTOM_AR_WORLD_SIZES:
+            return nccl
+        return np.where(act < _CUSTOM_AR_MAX_BYTES, collective_time_s("all_reduce", act, span, cluster), nccl)
     fit = cluster.intra_node.collectives.get((TRTLLM_ALL_REDUCE, n))
     if tp_allreduce != "trtllm_auto" or fit is None or span.n_inter > 1:
         return nccl

@@ -16,6 +16,7 @@ from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
+from autotune.cost.serving_collectives import engine_tp_allreduce
 from autotune.cost.serving_run import Schedule, Trace
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
@@ -109,7 +110,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
                       mxfp4_pad=engine.mxfp4_weight_only_pad, moe_backend=engine_moe_backend(dep),
-                      allreduce_norm_fusion=engine.allreduce_norm_fusion, tp_allreduce=engine.tp_allreduce,
+                      allreduce_norm_fusion=engine.allreduce_norm_fusion,
+                      tp_allreduce=engine_tp_allreduce(engine.engine, engine.tp_allreduce),
                       residual_norm_fusion=engine.residual_norm_fusion,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes))
     return step if spec is None else speculative_step(step, spec)
