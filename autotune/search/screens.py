@@ -109,6 +109,7 @@ class Screens(ScreenFloors):
         # DeepSeek-V3 on 2048 GPUs); bounded as the plan cache's tables are
         self._tables = PlanCache(max_results=0, max_study_bytes=_LOCAL_TABLE_BYTES)
         self._floors: dict[tuple, dict] = {}  # class_floors by (slice, submesh, shape, memory): by class
+        self._tasks: dict[tuple, list[tuple]] = {}  # _screen_tasks, _memory_tasks: asked per slice and class
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -273,18 +274,23 @@ class Screens(ScreenFloors):
 
     def _screen_tasks(self, mp: int, rep: StageChoice, recompute: str = "none") -> list[tuple]:
         """The price calls of a class's time screen (as time_screen makes them)."""
-        dps, positions = self._degrees(mp, rep)
-        if not dps:
-            return []
-        choice = replace(rep, recompute=recompute)
-        return [("time", dps[0], mp, choice, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
+        found = self._tasks.get(key := ("time", mp, rep, recompute))
+        if found is None:  # from the class's degrees and links, made once and never changed
+            dps, positions = self._degrees(mp, rep)
+            choice = replace(rep, recompute=recompute) if dps else None
+            found = self._tasks[key] = [("time", dps[0], mp, choice, tuple(positions), None, link)
+                                        for link in (self._links(mp, rep, dps) if dps else [])]
+        return found
 
     def _memory_tasks(self, mp: int, rep: StageChoice, recompute: str | None = None) -> list[tuple]:
         """The price calls of a class's memory screen (as memory_screen makes them)."""
-        dps, positions = self._degrees(mp, rep)
-        sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-        return [("lean", dps[-1], mp, c, tuple(positions), sizes, None)
-                for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
+        found = self._tasks.get(key := ("lean", mp, rep, recompute))
+        if found is None:
+            dps, positions = self._degrees(mp, rep)
+            sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
+            found = self._tasks[key] = [("lean", dps[-1], mp, c, tuple(positions), sizes, None)
+                                        for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
+        return found
 
     def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
         """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
