@@ -109,6 +109,11 @@ class Screens(ScreenFloors):
         # DeepSeek-V3 on 2048 GPUs); bounded as the plan cache's tables are
         self._tables = PlanCache(max_results=0, max_study_bytes=_LOCAL_TABLE_BYTES)
         self._floors: dict[tuple, dict] = {}  # class_floors by (slice, submesh, shape, memory): by class
+        self._tasks: dict[tuple, list[tuple]] = {}  # _screen_tasks, _memory_tasks: asked per slice and class
+        # screens_ready's "no" by class, with the count of table changes (priced, made, taken) it
+        # saw: until the next change it stays no (asked for each class on every class_floors)
+        self._changes = 0
+        self._unready: dict[tuple, int] = {}
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -160,6 +165,7 @@ class Screens(ScreenFloors):
         tables are for (screens, leanest members, members), not part of what they are, except
         that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
         memory_only = kind == "lean"
+        self._changes += 1
         made = self._made.pop(("lean" if memory_only else "time", dp, mp, choice, tuple(positions), sizes, inter_node), None)
         cache, base = self._cache()
         tables = "memory" if memory_only else "position"
@@ -195,6 +201,7 @@ class Screens(ScreenFloors):
         every position; the tail and memory NaN: not priced), through the plan cache."""
         if (mp, rep) not in self._bare:
             found = None
+            self._changes += 1
             for _, dp, _, choice in self._bare_tasks(mp, rep):
                 made = self._made.pop(("bare", dp, mp, choice), None)
                 cache, base = self._cache()
@@ -242,6 +249,7 @@ class Screens(ScreenFloors):
 
         made = price_tables(self.search, [t for t in tasks if t not in self._made and not self._is_priced(t)], least)
         self._made.update(made)
+        self._changes += 1
         return bool(made)
 
     def _is_priced(self, task: tuple) -> bool:
@@ -259,12 +267,18 @@ class Screens(ScreenFloors):
     def screens_ready(self, mp: int, rep: StageChoice, memory: bool) -> bool:
         """Whether the class's time screen (and with ``memory`` its memory screen) is made, or can
         be made from cached tables alone (no table priced: a warm process's other GPU counts priced
-        them; a class without a degree has none to make)."""
+        them; a class without a degree has none to make). Only which floors class_floors makes in
+        one pass reads it, never what they are."""
         made = (mp, rep, "none") in self._time and (not memory or (mp, rep, None) in self._memory)
         if made or not self._degrees(mp, rep)[0]:
             return made
+        if self._unready.get(key := (mp, rep, memory)) == self._changes:
+            return False
         tasks = self._screen_tasks(mp, rep) + (self._memory_tasks(mp, rep) if memory else [])
-        return not any(task in self._made for task in tasks) and all(self._is_priced(task) for task in tasks)
+        ready = not any(task in self._made for task in tasks) and all(self._is_priced(task) for task in tasks)
+        if not ready:
+            self._unready[key] = self._changes
+        return ready
 
     def _bare_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
         """bare_screen's pricing of a class, if it has a degree."""
@@ -273,18 +287,23 @@ class Screens(ScreenFloors):
 
     def _screen_tasks(self, mp: int, rep: StageChoice, recompute: str = "none") -> list[tuple]:
         """The price calls of a class's time screen (as time_screen makes them)."""
-        dps, positions = self._degrees(mp, rep)
-        if not dps:
-            return []
-        choice = replace(rep, recompute=recompute)
-        return [("time", dps[0], mp, choice, tuple(positions), None, link) for link in self._links(mp, rep, dps)]
+        found = self._tasks.get(key := ("time", mp, rep, recompute))
+        if found is None:  # from the class's degrees and links, made once and never changed
+            dps, positions = self._degrees(mp, rep)
+            choice = replace(rep, recompute=recompute) if dps else None
+            found = self._tasks[key] = [("time", dps[0], mp, choice, tuple(positions), None, link)
+                                        for link in (self._links(mp, rep, dps) if dps else [])]
+        return found
 
     def _memory_tasks(self, mp: int, rep: StageChoice, recompute: str | None = None) -> list[tuple]:
         """The price calls of a class's memory screen (as memory_screen makes them)."""
-        dps, positions = self._degrees(mp, rep)
-        sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
-        return [("lean", dps[-1], mp, c, tuple(positions), sizes, None)
-                for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
+        found = self._tasks.get(key := ("lean", mp, rep, recompute))
+        if found is None:
+            dps, positions = self._degrees(mp, rep)
+            sizes = tuple(sorted({b for dp in dps for b in self.search.micro_batches(dp)}))
+            found = self._tasks[key] = [("lean", dps[-1], mp, c, tuple(positions), sizes, None)
+                                        for c in _leanest(self.classes(dps[-1], mp)[rep], recompute)]
+        return found
 
     def _links(self, mp: int, rep: StageChoice, dps: list[int]) -> list[bool | str | None]:
         """How a time screen prices pipeline sends (choice_costs inter_node), one table each: as its
