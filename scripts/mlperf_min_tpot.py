@@ -24,6 +24,7 @@ from autotune.calibrate.serving_rows import case_from_row
 from autotune.cost import serving_eval
 from autotune.spec.json_file import read_csv_file
 
+_V41 = "mlcommons/inference_results_v4.1 @a2f5d66d17e8"
 _V50 = "ntuhpc/mlperf_inference_results_v5.0 @cf354115915e"
 _V51 = "mlcommons/inference_results_v5.1 @965182b03376"
 # row id -> (Min First Token latency ns, Min Time to Output Token ns, the summary's repository,
@@ -31,6 +32,10 @@ _V51 = "mlcommons/inference_results_v5.1 @965182b03376"
 # v5.1 only). From closed/NVIDIA/results/<system>/<benchmark>/<scenario>/performance/run_1/mlperf_log_summary.txt,
 # the row's own source file.
 MEASURED_MIN_NS: dict[str, tuple[int, int, str, str]] = {
+    "mlp41-004": (46375730, 49791668, _V41, "?"),
+    "mlp41-008": (35443590, 39156781, _V41, "?"),
+    "mlp41-013": (19527194, 10001242, _V41, "?"),
+    "mlp41-017": (28333390, 28443030, _V41, "?"),
     "mlp50-004": (19878255, 23776358, _V50, "?"),
     "mlp50-007": (19302978, 18230438, _V50, "?"),
     "mlp50-011": (137526200, 44122203, _V50, "?"),
