@@ -1,4 +1,4 @@
-"""SGLang's TP all-reduce as each release runs it (cost/serving_custom_ar.py): which kernel takes an input by
+"""SGLang's and vLLM's TP all-reduce as each release runs it (cost/serving_custom_ar.py): which kernel takes an input by
 release, size, group size and GPU, its measured sweeps (data/engine_all_reduce.toml), and where SGLang's
 FlashInfer all-reduce fusion runs and what it costs."""
 
@@ -10,7 +10,7 @@ import pytest
 from autotune.calibrate.serving_rows import engine_runtime
 from autotune.cost.comm import GroupSpan, collective_time_s
 from autotune.cost.serving_collectives import tp_all_reduce_s
-from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on, sglang_release_allreduce, sglang_tables
+from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on, sglang_release_allreduce, engine_tables
 from autotune.cost.serving_nccl import serving_nccl_all_reduce_s
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import cluster_names, load_cluster
@@ -34,11 +34,12 @@ def test_releases_before_the_measured_kernels_keep_the_old_pricing():
 
 
 def test_every_sweep_names_a_cluster_preset_and_its_measured_release():
-    tables = sglang_tables()
+    tables = engine_tables()
     assert {(k, c) for k, c, _ in tables} >= {("sglang-v1", "dgx-b200"), ("sglang-v2", "dgx-b200"), ("sglang-v1", "dgx-h200")}
     for (kernel, name, gpus), table in tables.items():
         assert name in cluster_names() and gpus <= load_cluster(name).gpus_per_node
-        assert "aiconfigurator @095f58a5" in table.source and ("0.5.10" if kernel == "sglang-v1" else "0.5.14") in table.source
+        release = {"sglang-v1": "sglang 0.5.10", "sglang-v2": "sglang 0.5.14", "vllm-symm": "vllm 0.14.0"}[kernel]
+        assert "aiconfigurator @095f58a5" in table.source and release in table.source
 
 
 def test_v1_takes_inputs_under_8_mib_and_v2_up_to_16_mib_then_nccl():
@@ -47,15 +48,15 @@ def test_v1_takes_inputs_under_8_mib_and_v2_up_to_16_mib_then_nccl():
     tokens, nccl = act / DSV3_TOKEN_BYTES, serving_nccl_all_reduce_s(act, span, cluster)
     v1 = tp_all_reduce_s(act, tokens, span, cluster, "sglang_v1")
     v2 = tp_all_reduce_s(act, tokens, span, cluster, "sglang_v2")
-    np.testing.assert_allclose(v1[0], sglang_tables()[("sglang-v1", "dgx-b200", 8)].time_s(act[:1]))
+    np.testing.assert_allclose(v1[0], engine_tables()[("sglang-v1", "dgx-b200", 8)].time_s(act[:1]))
     np.testing.assert_array_equal(v1[1:], nccl[1:])
-    np.testing.assert_allclose(v2[:3], sglang_tables()[("sglang-v2", "dgx-b200", 8)].time_s(act[:3]))
+    np.testing.assert_allclose(v2[:3], engine_tables()[("sglang-v2", "dgx-b200", 8)].time_s(act[:3]))
     assert v2[3] == nccl[3]
 
 
 def test_measured_sizes_come_back():
     cluster, span = load_cluster("dgx-h200"), GroupSpan(4, 1)
-    table = sglang_tables()[("sglang-v2", "dgx-h200", 4)]
+    table = engine_tables()[("sglang-v2", "dgx-h200", 4)]
     grid = np.array(table.nbytes[2:10])
     np.testing.assert_allclose(tp_all_reduce_s(grid, grid / DSV3_TOKEN_BYTES, span, cluster, "sglang_v2"),
                                table.seconds[2:10])
@@ -125,3 +126,28 @@ def test_only_sglang_runs_sglang_kernels():
         vllm.with_changes(tp_allreduce="sglang_v2").__post_init__()
     with pytest.raises(AutotuneError):
         vllm.with_changes(flashinfer_allreduce_fusion="sm100").__post_init__()
+
+
+@pytest.mark.parametrize("version, kind", [("0.10.2", "nccl"), ("0.11.0", "vllm_symm"), ("v0.13.0 or later", "vllm_symm"),
+                                           ("0.14.0", "vllm_symm"), ("0.18.0", "nccl"), ("0.6.0", "nccl")])
+def test_vllm_runs_its_symmetric_memory_dispatch_from_0_11_to_0_14(version, kind):
+    """VLLM_ALLREDUCE_USE_SYMM_MEM defaults to 1 from 0.11.0 (0 in 0.10.2); 0.15+ is not read: the old pricing."""
+    assert engine_runtime("vllm", version).serving.tp_allreduce == kind
+
+
+def test_vllm_symm_takes_its_measured_sweep_and_elsewhere_the_old_pricing():
+    h100, span = load_cluster("dgx-h100"), GroupSpan(8, 1)
+    table = engine_tables()[("vllm-symm", "dgx-h100", 8)]
+    grid = np.array(table.nbytes[:12])
+    np.testing.assert_allclose(tp_all_reduce_s(grid, grid / 8192, span, h100, "vllm_symm"), table.seconds[:12])
+    b200, act = load_cluster("dgx-b200"), np.array([64 * 1024.0, 64e6])  # no 0.14 sweep on B200
+    np.testing.assert_array_equal(tp_all_reduce_s(act, act / 8192, span, b200, "vllm_symm"),
+                                  tp_all_reduce_s(act, act / 8192, span, b200, "custom_ar"))
+    across = GroupSpan(8, 2)
+    np.testing.assert_array_equal(tp_all_reduce_s(act, act / 8192, across, h100, "vllm_symm"),
+                                  collective_time_s("all_reduce", act, across, h100))
+
+
+def test_only_vllm_runs_vllm_symm():
+    with pytest.raises(AutotuneError):
+        engine_runtime("sglang", "0.5.12").serving.with_changes(tp_allreduce="vllm_symm").__post_init__()

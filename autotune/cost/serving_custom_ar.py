@@ -1,4 +1,4 @@
-"""SGLang's TP all-reduce as SGLang runs it, for the serving path (cost/serving_collectives.py tp_all_reduce_s).
+"""SGLang's and vLLM's TP all-reduce as they run it, for the serving path (cost/serving_collectives.py tp_all_reduce_s).
 
 SGLang's GroupCoordinator.all_reduce (distributed/parallel_state.py) hands an input to its own custom
 all-reduce where ``should_custom_ar`` takes it, else to NCCL. Which custom kernel depends on the release
@@ -18,6 +18,11 @@ TensorRT-LLM's fused kernel: one-shot (Lamport) while tokens x hidden x 2 x rank
 _FUSION_ONESHOT_MIB, two-shot above. The one-shot is priced at the cluster's measured TensorRT-LLM one-shot
 (LinkLevel.collectives trtllm_all_reduce, clusters.toml); the two-shot, unmeasured, as the unfused path
 (SGLang's own kernel or NCCL). The RMSNorm the fused kernel absorbs is still priced as its own kernel.
+
+vLLM 0.11.0-0.14 ("vllm_symm") hands an input to its CustomAllreduce up to a size by compute capability and
+group size, then to torch symmetric memory, then to NCCL (scripts/extract_engine_allreduce.py); its measured
+0.14.0 sweep (same dispatch tables) prices every size it covers. vLLM 0.10 (symmetric memory off) and
+clusters without a sweep keep serving_collectives' "custom_ar" pricing (the formula under 8 MiB, NCCL above).
 """
 
 from __future__ import annotations
@@ -36,10 +41,11 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
 from autotune.spec.serving_engine import release_number
 
-__all__ = ["SGLANG_ALLREDUCES", "FUSION_SUFFIX", "AllReduceSweep", "sglang_tables", "sglang_all_reduce_s",
-           "sglang_release_allreduce", "sglang_release_runtime", "sglang_fusion_on", "FUSION_MAX_TOKENS"]
+__all__ = ["SGLANG_ALLREDUCES", "VLLM_SYMM", "vllm_all_reduce_s", "FUSION_SUFFIX", "AllReduceSweep", "engine_tables", "sglang_all_reduce_s",
+           "sglang_release_allreduce", "release_allreduce_runtime", "sglang_fusion_on", "FUSION_MAX_TOKENS"]
 
 SGLANG_ALLREDUCES = ("sglang_v1", "sglang_v2")
+VLLM_SYMM = "vllm_symm"
 FUSION_SUFFIX = "+flashinfer"  # appended by serving_eval where SGLang runs the fused kernel
 
 
@@ -91,7 +97,7 @@ class AllReduceSweep:
 
 
 @lru_cache(maxsize=1)
-def sglang_tables() -> dict[tuple[str, str, int], AllReduceSweep]:
+def engine_tables() -> dict[tuple[str, str, int], AllReduceSweep]:
     """Every shipped sweep, keyed by (kernel table, cluster preset name, GPU count)."""
     data = tomllib.loads(resources.files("autotune.data").joinpath("engine_all_reduce.toml").read_text())
     tables = {}
@@ -116,7 +122,7 @@ def sglang_all_reduce_s(act: np.ndarray, tokens: np.ndarray, span, cluster: Clus
         return nccl
     act = np.asarray(act, dtype=float)
     takes = (act <= kernel.max_bytes) if kernel.max_inclusive else (act < kernel.max_bytes)
-    table = sglang_tables().get((kernel.table, cluster.name, n))
+    table = engine_tables().get((kernel.table, cluster.name, n))
     custom = table.time_s(act) if table is not None else collective_time_s("all_reduce", act, span, cluster)
     unfused = np.where(takes & (act > 0), custom, nccl)
     fit = cluster.intra_node.collectives.get((_TRTLLM_ONESHOT, n))
@@ -124,6 +130,16 @@ def sglang_all_reduce_s(act: np.ndarray, tokens: np.ndarray, span, cluster: Clus
         return unfused
     oneshot = (tokens <= FUSION_MAX_TOKENS) & (act * n * 2 <= _FUSION_ONESHOT_MIB[n] * 2**20) & (act > 0)
     return np.where(oneshot, fit.latency_s + act * fit.seconds_per_unit, unfused)
+
+
+def vllm_all_reduce_s(act: np.ndarray, span, cluster: ClusterSpec, nccl: np.ndarray) -> np.ndarray | None:
+    """One TP all-reduce of ``act`` bytes as vLLM 0.11-0.14 runs it: its measured sweep inside one node where
+    the cluster has one for this group size (``nccl`` past its largest size); None where there is none."""
+    table = engine_tables().get(("vllm-symm", cluster.name, span.size))
+    if table is None or span.n_inter > 1:
+        return None
+    act = np.asarray(act, dtype=float)
+    return np.where(act <= table.nbytes[-1], table.time_s(act), nccl)
 
 
 def sglang_release_allreduce(version: str) -> dict[str, object]:
@@ -136,11 +152,16 @@ def sglang_release_allreduce(version: str) -> dict[str, object]:
     return {"tp_allreduce": kind, "flashinfer_allreduce_fusion": "sm100" if release < (0, 5, 7) else "sm90_sm100"}
 
 
-def sglang_release_runtime(runtime: Runtime, version: str) -> Runtime:
-    """``runtime`` with SGLang release ``version``'s all-reduce settings where its preset runs SGLang's
-    measured kernels (tp_allreduce sglang_*); unchanged else."""
-    engine = runtime.serving
-    changes = sglang_release_allreduce(version) if engine and engine.tp_allreduce.startswith("sglang") else {}
+def release_allreduce_runtime(runtime: Runtime, version: str) -> Runtime:
+    """``runtime`` with release ``version``'s all-reduce settings: SGLang's where its preset runs SGLang's
+    measured kernels (tp_allreduce sglang_*); vLLM's symmetric-memory dispatch for 0.11.0-0.14; unchanged else."""
+    engine, release = runtime.serving, release_number(version) or ()
+    if engine and engine.tp_allreduce.startswith("sglang"):
+        changes = sglang_release_allreduce(version)
+    elif engine and engine.engine == "vllm" and release and engine.tp_allreduce in ("nccl", VLLM_SYMM):
+        changes = {"tp_allreduce": VLLM_SYMM if (0, 11) <= release < (0, 15) else "nccl"}
+    else:
+        changes = {}
     return runtime.with_changes(serving=engine.with_changes(**changes)) if changes else runtime
 
 

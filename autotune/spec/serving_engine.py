@@ -66,8 +66,9 @@ MOE_BACKENDS = ("", "trtllm")
 # MIN_LATENCY kernels for small inputs inside an NVLink node, NCCL else: cost/serving_collectives.py)
 # "nccl": NCCL (vLLM's and SGLang's own kernel below its buffer, priced by formula); "trtllm_auto": TensorRT-LLM's
 # AUTO strategy; "sglang_v1" / "sglang_v2": SGLang's legacy CustomAllreduce (0.5.6-0.5.11) / CustomAllReduceV2
-# (0.5.12 on) at their measured tables (cost/serving_custom_ar.py)
-TP_ALLREDUCES = ("nccl", "trtllm_auto", "sglang_v1", "sglang_v2")
+# (0.5.12 on) at their measured tables; "vllm_symm": vLLM 0.11-0.14's dispatch with symmetric memory, measured
+# (cost/serving_custom_ar.py)
+TP_ALLREDUCES = ("nccl", "trtllm_auto", "sglang_v1", "sglang_v2", "vllm_symm")
 # where SGLang switches FlashInfer's all-reduce fusion on by itself (cost/serving_custom_ar.py sglang_fusion_on)
 FLASHINFER_AR_FUSIONS = ("", "sm100", "sm90_sm100")
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
@@ -220,6 +221,8 @@ class ServingEngine:
                 f"'trtllm_auto' is TensorRT-LLM's all-reduce, not {self.engine}'s")
         require(self.engine == "sglang" or not (self.tp_allreduce.startswith("sglang") or self.flashinfer_allreduce_fusion),
                 "serving.tp_allreduce", f"SGLang's all-reduce settings are not {self.engine}'s")
+        require(self.tp_allreduce != "vllm_symm" or self.engine == "vllm", "serving.tp_allreduce",
+                f"'vllm_symm' is vLLM's all-reduce, not {self.engine}'s")
         require_choice("serving.flashinfer_allreduce_fusion", self.flashinfer_allreduce_fusion, FLASHINFER_AR_FUSIONS)
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
