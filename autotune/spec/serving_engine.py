@@ -163,6 +163,10 @@ class ServingEngine:
     # processing, detokenization, the streamed chunk); the slower of it and the engine paces the stream
     frontend_s_per_seq: float = 0.0
     frontend_per_dp_rank: bool = False  # one frontend process per DP rank (else one for the replica)
+    # seconds of the API server's event loop a request's intake takes, on the loop that also streams
+    # (cost/serving_loop.py); 0: the frontend is only the stage beside the engine (frontend_s_per_seq)
+    frontend_intake_s: float = 0.0
+    frontend_intake_before_send: float = 0.0  # the share of an intake the loop runs before the request yields
     # TensorRT-LLM's attention-DP balancer (llmapi AttentionDpConfig enable_balance / batching_wait_iters /
     # timeout_iters; defaults False / 10 / 50 in tensorrt_llm/llmapi/llm_args.py): cost/serving_adp.py
     adp_balance: bool = False
@@ -257,7 +261,7 @@ class ServingEngine:
         for name in ("kv_block_tokens", "scheduler_steps", "scheduler_recv_interval"):
             _require_count(name, getattr(self, name), minimum=1)
         for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
-                     "frontend_s_per_seq", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
+                     "frontend_s_per_seq", "frontend_intake_s", "frontend_intake_before_send", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
                      "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay"):
             _require_number(name, getattr(self, name))
 
