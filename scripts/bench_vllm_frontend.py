@@ -22,7 +22,8 @@ Llama 3's tiktoken BPE file is the one scripts/bench_triton_frontend.py takes (m
 config: tests/data/hf/llama-3-8b.json; Llama 3 Instruct's chat format). Prompts are ~215-token pieces of
 this repository's docs/serving.md (the ShareGPT rows' mean prompt: 215,312 tokens over 1000 prompts).
 Prints the minimum over repeats (the code path's own cost on this CPU; medians measure the machine's
-other users) with the CPU, platform and versions.
+other users) with the CPU, platform and versions, and for each burst the share of its intake gone before
+its first EngineCoreRequest was sent. BENCH_BURST_ONLY=1 runs the bursts alone.
 """
 
 from __future__ import annotations
