@@ -86,3 +86,16 @@ def test_the_v1_presets_take_the_measured_intake_and_v0_has_none():
 def test_a_share_outside_zero_to_one_is_a_one_line_error():
     with pytest.raises(AutotuneError, match="frontend"):
         SharedLoop(intake_s=0.001, intake_before_send=1.5, stream_s_per_seq=0.0)
+
+
+def test_a_loaded_runs_passes_settle(monkeypatch):
+    # Poisson arrivals near the engine's capacity: the intake ends and the engine's arrivals depend on each
+    # other; more passes past the settled point move the TTFT little (undamped passes swing it by 5-10%)
+    import autotune.cost.serving_loop as serving_loop
+
+    load = Load(kind="rate", num_requests=1000, input_len=200, output_len=200, rate_per_s=80.0)
+    settled = metric_value(_run(load), "ttft_mean")
+    monkeypatch.setattr(serving_loop, "LOOP_SETTLED_S", 0.0)
+    for passes in (16, 20):
+        monkeypatch.setattr(serving_loop, "LOOP_PASSES", passes)
+        assert metric_value(_run(load), "ttft_mean") == pytest.approx(settled, rel=0.025)
