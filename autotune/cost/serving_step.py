@@ -51,6 +51,9 @@ _SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
 # TensorRT-LLM's other MoE backend (moe_config backend TRTLLM: TRTLLMGenFusedMoE, Blackwell), measured
 # as its own fit (regressions.serving_moe_gemm_trtllm_gen); it runs a per-step token tile (expert_tiles.py)
 _TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
+# An engine's weight-only 4-bit MoE kernel (vLLM's Marlin on Hopper) at large batches, where its rate falls below
+# the BF16 GEMM fit (regressions.serving_moe_w4a16_<engine>.bf16): a ceiling on the experts' unpadded FLOPs
+_W4A16_MOE_CLASS, _W4A16_CEILING_CLASS = "serving_moe_w4a16", "expert_gemm_w4a16"
 
 
 @lru_cache(maxsize=64)
@@ -68,6 +71,8 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
+    serving |= {(_W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+                if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
     if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
         serving |= {(_EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
@@ -342,7 +347,8 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
                weight_dtype: str, rate_dtype: str, tokens: np.ndarray, moe_backend: str = "") -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
-    every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py), split over ep
+    every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py; a weight-only 4-bit kernel's
+    large-batch rate, where the device fits one, bounds their unpadded FLOPs), split over ep
     groups of tp / ep GPUs, and the permutes around them; their exchange is moe_exchange_s's. With
     ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
     rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all."""
@@ -356,6 +362,11 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
     time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
                   shape.tp // shape.ep, reached, padded)
+    ceiling = cluster.device.compute.get((_W4A16_CEILING_CLASS, rate_dtype))
+    if ceiling is not None and weight_dtype in STORED_BYTES:  # 4-bit weights run weight-only at this rate
+        device = cluster.device.with_changes(compute={**cluster.device.compute, ("gemm", rate_dtype): ceiling})
+        time = np.maximum(time, ops_s(experts, device, weight_dtype, rate_dtype, busiest / shape.ep,
+                                      shape.tp // shape.ep, reached))
     return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
 
 
