@@ -21,10 +21,10 @@ V1_PRESETS = ["vllm-0.8", "vllm-0.9", "vllm-0.9.2", "vllm-0.14", "vllm-0.20"]
 def _step(runtime: str, model: str, cluster: str, tp: int, **shape):
     engine = load_runtime(runtime).serving
     c = runtime_cluster(load_cluster(cluster).for_gpus(tp), load_runtime(runtime))
-    keys = gpu_keys(c.device.name)
-    return step_model(resolve_model(model), c, ReplicaShape(tp=tp, **shape), weight_dtype="bf16", kv_bytes=2.0,
+    keys, spec = gpu_keys(c.device.name), resolve_model(model)
+    return step_model(spec, c, ReplicaShape(tp=tp, **shape), weight_dtype="bf16", kv_bytes=2.0,
                       max_tokens=8, max_sampled=8, decode_attention=engine.decode_attention_fit(keys, 2.0),
-                      prefill_attention=engine.prefill_attention_fit(keys))
+                      prefill_attention=engine.prefill_attention_fit(keys, spec.head_dim))
 
 
 def _prompt_layer_s(step, tokens: int) -> float:
@@ -36,13 +36,15 @@ def _prompt_layer_s(step, tokens: int) -> float:
 def test_v1_presets_state_the_prompt_op_on_hopper_only(runtime):
     serving = load_runtime(runtime).serving
     for gpu in ("H100-80GB", "H200-SXM-141GB"):
-        assert serving.prefill_attention_fit(gpu_keys(gpu)) is not None
-    assert serving.prefill_attention_fit(gpu_keys("B200")) is None
+        for head_dim in (64, 128):
+            assert serving.prefill_attention_fit(gpu_keys(gpu), head_dim) is not None
+        assert serving.prefill_attention_fit(gpu_keys(gpu), 256) is None
+    assert serving.prefill_attention_fit(gpu_keys("B200"), 128) is None
 
 
 @pytest.mark.parametrize("runtime", ["vllm-0.6", "vllm"])
 def test_v0_and_the_033_preset_keep_the_generic_fits(runtime):
-    assert load_runtime(runtime).serving.prefill_attention_fit(gpu_keys("H100-80GB")) is None
+    assert load_runtime(runtime).serving.prefill_attention_fit(gpu_keys("H100-80GB"), 128) is None
 
 
 @pytest.mark.parametrize("cluster, measured_s", [("dgx-h100", 1.007e-3), ("dgx-h200", 1.017e-3)])
@@ -54,6 +56,18 @@ def test_an_8k_prompt_costs_what_vllm_measured(cluster, measured_s):
     generic = _prompt_layer_s(_step("vllm-0.6", "llama3-8b", cluster, 1), 8192)
     assert measured == pytest.approx(measured_s, rel=0.1)
     assert generic > 1.6 * measured
+
+
+def test_head_dim_64_runs_at_fa3s_measured_share_of_the_128_rate():
+    """FA3 at head_dim 64 reaches 0.80 of its head_dim-128 FLOP rate on the same prompts (vLLM 0.24.0's
+    tables): gpt-oss's prompt pairs cost that much more per FLOP than Llama's; generic pricing has no such
+    head-dim term."""
+    def per_flop(runtime, model):
+        spec = resolve_model(model)
+        return _step(runtime, model, "dgx-h100", 1).prefill_s_per_pair / (2 * (spec.q_width + spec.attn_out_width))
+    ratio = per_flop("vllm-0.9.2", "gpt-oss-120b") / per_flop("vllm-0.9.2", "llama3-8b")
+    assert ratio == pytest.approx(1 / 0.798, rel=0.01)
+    assert per_flop("vllm-0.6", "gpt-oss-120b") == pytest.approx(per_flop("vllm-0.6", "llama3-8b"))
 
 
 def test_prompt_time_splits_over_tp_as_heads_do():
@@ -69,10 +83,11 @@ def test_mla_prompts_keep_the_generic_fit():
 
 
 @pytest.mark.parametrize("rows", [
-    [["h200", 1e-5]],  # a value missing
-    [["h200", 1e-5, 2e-15], ["h200", 2e-5, 2e-15]],  # the same GPU twice
-    [["h200", 1e-5, 0.0]],  # no rate
-    [["h200", "fast", 2e-15]],
+    [["h200", 128, 1e-5]],  # a value missing
+    [["h200", 128, 1e-5, 2e-15], ["h200", 128, 2e-5, 2e-15]],  # the same GPU and head_dim twice
+    [["h200", 128, 1e-5, 0.0]],  # no rate
+    [["h200", 128, "fast", 2e-15]],
+    [["h200", 1e-5, 2e-15, 1e-15]],  # no head_dim
 ])
 def test_bad_prefill_rows_are_refused(rows):
     with pytest.raises(AutotuneError, match="prefill_attention"):

@@ -114,7 +114,7 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       tp_allreduce=engine_tp_allreduce(engine.engine, engine.tp_allreduce),
                       residual_norm_fusion=engine.residual_norm_fusion,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
-                      prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name)))
+                      prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim))
     return step if spec is None else speculative_step(step, spec)
 
 

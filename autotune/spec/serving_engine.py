@@ -184,9 +184,9 @@ class ServingEngine:
     # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head] (cost/serving_step.py);
     # a GPU or KV dtype without a row: the generic memory-bound pricing
     decode_attention: tuple[tuple[str, str, float, float], ...] = ()
-    # its prompt (context) attention as measured on a GPU: rows [GPU key, latency_s, seconds per causal
-    # FLOP] (cost/serving_step.py); MLA layers and a GPU without a row: the device's generic attention fit
-    prefill_attention: tuple[tuple[str, float, float], ...] = ()
+    # its prompt (context) attention as measured on a GPU: rows [GPU key, head_dim, latency_s, seconds per
+    # causal FLOP] (cost/serving_step.py); MLA layers, a GPU or head_dim without a row: the generic fit
+    prefill_attention: tuple[tuple[str, int, float, float], ...] = ()
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
@@ -279,11 +279,11 @@ class ServingEngine:
         rows = {(gpu, kv): (lat, per_head) for gpu, kv, lat, per_head in self.decode_attention}
         return next((rows[(key, dtype)] for key in gpu_keys if (key, dtype) in rows), None)
 
-    def prefill_attention_fit(self, gpu_keys: tuple[str, ...]) -> tuple[float, float] | None:
-        """(latency_s, seconds per causal FLOP) of its prompt attention on the GPU of ``gpu_keys`` (most
-        specific first); None where it has no row."""
-        rows = {gpu: (lat, per_flop) for gpu, lat, per_flop in self.prefill_attention}
-        return next((rows[key] for key in gpu_keys if key in rows), None)
+    def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, float] | None:
+        """(latency_s, seconds per causal FLOP) of its prompt attention at ``head_dim`` on the GPU of
+        ``gpu_keys`` (most specific first); None where it has no row."""
+        rows = {(gpu, dim): (lat, per_flop) for gpu, dim, lat, per_flop in self.prefill_attention}
+        return next((rows[(key, head_dim)] for key in gpu_keys if (key, head_dim) in rows), None)
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
@@ -304,10 +304,10 @@ class ServingEngine:
 
     def _check_prefill_attention(self) -> None:
         rows = self.prefill_attention
-        require(all(isinstance(r, tuple) and len(r) == 3 and isinstance(r[0], str)
-                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v < 1 for v in r[1:])
-                    for r in rows) and len({r[0] for r in rows}) == len(rows), "serving.prefill_attention",
-                f"must be distinct [GPU key, latency_s, seconds per FLOP] rows, got {rows!r}")
+        require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], int)
+                    and r[1] > 0 and all(isinstance(v, float) and 0 < v < 1 for v in r[2:])
+                    for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.prefill_attention",
+                f"must be distinct [GPU key, head_dim, latency_s, seconds per FLOP] rows, got {rows!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
