@@ -10,11 +10,12 @@ kernels' floor); s_per_flop: the median of (time - latency) / FLOPs over rows of
 BF16 Q/K/V, a KV-cache dtype as given. Prints the fit, its residual by isl, and the rate the device
 profile's generic fit gives over its kernel_efficiency.
 
---head-dim-ratio=PARQUET2: also print FA3's rate at head_dim 64 over 128 in PARQUET2 (a release whose table has
-both, 0.24.0), the median over the rows of both with the same batch, isl and heads (at least 2^26 pairs a head).
+--head-dim=N: only the rows of that head_dim (tables holding several). --head-dim-ratio=PARQUET2: also print
+FA3's rate at head_dim 64 over 128 in PARQUET2 (a release whose table has both, 0.24.0), the median over
+the rows of both with the same batch, isl and heads (at least 2^26 pairs a head).
 
 usage: python scripts/fit_vllm_prefill_attention.py PARQUET DEVICE_S_PER_FLOP KERNEL_EFFICIENCY [KV_DTYPE]
-           [--head-dim-ratio=PARQUET2]
+           [--head-dim=N] [--head-dim-ratio=PARQUET2]
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/src/aiconfigurator_core/
 systems/data/<gpu>/attention/vllm/0.14.0/context_attention_perf.parquet, collected by
 collector/vllm/collect_attn.py: the FlashAttention backend's impl.forward with its KV-cache write)"""
@@ -29,9 +30,11 @@ import pandas as pd
 MIN_PAIRS = 2 ** 26  # batch x isl^2 / 2 a head: below it a row is launch- and tail-bound
 
 
-def load(path: str, kv_dtype: str) -> pd.DataFrame:
+def load(path: str, kv_dtype: str, head_dim: int = 0) -> pd.DataFrame:
     d = pd.read_parquet(path)
     d = d[(d.kv_cache_dtype == kv_dtype) & (d.attn_dtype == "bfloat16") & (d.step == 0)]
+    if head_dim:
+        d = d[d.head_dim == head_dim]
     d = d.groupby(["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"]).latency.mean().reset_index()
     pairs = d.batch_size * d.isl * (d.isl + 1) / 2
     flops = pairs * d.num_heads * 4 * d.head_dim
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> None:
     argv = [a for a in argv if not a.startswith("--")]
     path, device_spf, efficiency = argv[0], float(argv[1]), float(argv[2])
     kv_dtype = argv[3] if len(argv) > 3 else "bfloat16"
-    d = load(path, kv_dtype)
+    d = load(path, kv_dtype, int(flags.get("head-dim", 0)))
     big = d[d.pairs >= MIN_PAIRS]
     latency, spf = fit(d)
     e = (latency + big.flops * spf) / big.t - 1.0
