@@ -115,7 +115,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       allreduce_norm_fusion=engine.allreduce_norm_fusion,
                       tp_allreduce=_tp_allreduce(dep, shape),
                       residual_norm_fusion=engine.residual_norm_fusion,
-                      decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes))
+                      decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
+                      prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim))
     return step if spec is None else speculative_step(step, spec)
 
 
