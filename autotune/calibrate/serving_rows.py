@@ -233,6 +233,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
             changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
     changes.update(_limit_flags(notes))
     changes.update(_adp_balance_flags(engine, notes))
+    changes.update(_attention_backend_flags(engine, notes))
     # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE
     if engine.engine == "tensorrt-llm" and re.search(r"moe_(?:config\W{0,8}backend|backend)\W{0,4}TRTLLM\b", notes, re.IGNORECASE):
         changes["moe_backend"] = "trtllm"
@@ -258,6 +259,21 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),
             named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
+
+
+# The MLA decode backends an engine's measured rows time (ServingEngine.mla_decode_attention): SGLang's defaults
+# for DeepSeek, fa3 on SM90 and trtllm_mla on SM100 (aiconfigurator @095f58a5 collector/sglang/collect_mla.py)
+_MEASURED_MLA_BACKENDS = {"sglang": ("fa3", "trtllm_mla")}
+
+
+def _attention_backend_flags(engine: ServingEngine, notes: str) -> dict:
+    """SGLang's --attention-backend naming another kernel (flashinfer, triton, flashmla): its MLA decode
+    keeps the generic pricing instead of the measured rows."""
+    backend = re.search(r"--attention[-_]backend[ =]+(\w+)", notes)
+    measured = _MEASURED_MLA_BACKENDS.get(engine.engine)
+    if backend is None or measured is None or backend.group(1) in measured or not engine.mla_decode_attention:
+        return {}
+    return {"mla_decode_attention": ()}
 
 
 def _adp_balance_flags(engine: ServingEngine, notes: str) -> dict:

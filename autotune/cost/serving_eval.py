@@ -113,8 +113,18 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       allreduce_norm_fusion=engine.allreduce_norm_fusion,
                       tp_allreduce=engine_tp_allreduce(engine.engine, engine.tp_allreduce),
                       residual_norm_fusion=engine.residual_norm_fusion,
-                      decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes))
+                      decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
+                      mla_decode_attention=_mla_decode_fit(dep, cluster, kv_bytes))
     return step if spec is None else speculative_step(step, spec)
+
+
+def _mla_decode_fit(dep: ServingDeployment, cluster: ClusterSpec, kv_bytes: float) -> tuple[float, float, float] | None:
+    """The engine's measured MLA decode op for the query heads a GPU runs (all of them under DP
+    attention, 1/tp under TP); None for other models or where it has no row."""
+    if not dep.model.is_mla:
+        return None
+    heads = dep.model.num_heads // (1 if dep.attention_dp else dep.tp)
+    return dep.runtime.serving.mla_decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes, heads)
 
 
 def engine_moe_backend(dep: ServingDeployment) -> str:

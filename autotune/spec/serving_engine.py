@@ -184,10 +184,15 @@ class ServingEngine:
     # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head] (cost/serving_step.py);
     # a GPU or KV dtype without a row: the generic memory-bound pricing
     decode_attention: tuple[tuple[str, str, float, float], ...] = ()
+    # its MLA decode-attention op (absorbed form) as measured on a GPU: rows [GPU key, KV dtype, query heads
+    # a GPU runs, latency_s, seconds per sequence, seconds per cached position of a sequence]
+    # (cost/serving_step.py _measured_mla_decode); a GPU, KV dtype or head count without a row: generic
+    mla_decode_attention: tuple[tuple[str, str, int, float, float, float], ...] = ()
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
-        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention"):
+        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
+                     "mla_decode_attention"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -274,6 +279,15 @@ class ServingEngine:
         rows = {(gpu, kv): (lat, per_head) for gpu, kv, lat, per_head in self.decode_attention}
         return next((rows[(key, dtype)] for key in gpu_keys if (key, dtype) in rows), None)
 
+    def mla_decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,
+                                 heads: int) -> tuple[float, float, float] | None:
+        """(latency_s, s per sequence, s per cached position) of its MLA decode attention running
+        ``heads`` query heads on the GPU of ``gpu_keys`` (most specific first) with a KV cache of
+        ``kv_bytes`` per element; None where it has no row."""
+        dtype = {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
+        rows = {(gpu, kv, h): tuple(r) for gpu, kv, h, *r in self.mla_decode_attention}
+        return next((rows[(key, dtype, heads)] for key in gpu_keys if (key, dtype, heads) in rows), None)
+
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
 
@@ -290,6 +304,12 @@ class ServingEngine:
                     and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:])
                     for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.decode_attention",
                 f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head] rows, got {rows!r}")
+        mla = self.mla_decode_attention
+        require(all(isinstance(r, tuple) and len(r) == 6 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
+                    and isinstance(r[2], int) and r[2] >= 1
+                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[3:])
+                    for r in mla) and len({r[:3] for r in mla}) == len(mla), "serving.mla_decode_attention",
+                f"must be distinct [GPU key, 'bf16' or 'fp8', heads, latency_s, s per sequence, s per position] rows, got {mla!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
