@@ -5,8 +5,13 @@ DeepSeek decode layer for the query heads a GPU runs: 1/tp of them under TP, all
 
 from __future__ import annotations
 
+import csv
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
+from autotune.calibrate.serving_rows import case_from_row
 from autotune.cost.runtime_kernels import gpu_keys
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model
 from autotune.errors import AutotuneError
@@ -87,3 +92,44 @@ def test_measured_op_is_dearer_than_the_generic_pricing_at_small_batches():
 def test_bad_rows_are_refused(rows):
     with pytest.raises(AutotuneError, match="mla_decode_attention"):
         ServingEngine(engine="tensorrt-llm", version="1.0", mla_decode_attention=rows)
+
+
+def test_prompt_attention_takes_the_measured_context_op():
+    """TP 8 on B200 (16 heads a GPU, FP8 KV): the 16-head context row whole; DP attention: the 128-head
+    row, its per-token and per-pair costs an eighth. A prompt token's own cost enters gpu_s beside its pairs."""
+    serving = load_runtime("tensorrt-llm-1.0").serving
+    tp = _step("tensorrt-llm-1.0", "dgx-b200", 8, ep=8)
+    lat, per_token, per_pair = serving.mla_prefill_attention_fit(("b200",), 1.0, 16)
+    assert (tp.prefill_lat_s, tp.prefill_s_per_token, tp.prefill_s_per_pair) == (lat, per_token, per_pair)
+    dp = _step("tensorrt-llm-1.0", "dgx-b200", 8, ep=8, attention_dp=True)
+    lat, per_token, per_pair = serving.mla_prefill_attention_fit(("b200",), 1.0, 128)
+    assert dp.prefill_s_per_token == pytest.approx(per_token / 8) and dp.prefill_s_per_pair == pytest.approx(per_pair / 8)
+    kw = dict(decodes=0, context=0.0, prefill_tokens=1, sampled=1)
+    with_token = tp.gpu_s(pairs=1.0, **kw)
+    without = replace(tp, prefill_s_per_token=0.0).gpu_s(pairs=1.0, **kw)
+    assert with_token - without == pytest.approx(tp.num_layers * tp.prefill_s_per_token)
+
+
+def test_measured_prompt_attention_runs_at_the_tables_flop_rate():
+    """An 8k-token prompt on H200 at TP 8 (16 heads a GPU, FP8 KV): 2 x 320 FLOPs a head and causal pair at
+    ~710 TFLOPS (context_mla_perf.parquet, 1.3.0rc20), ~570 with each token's own work and the floor; the
+    generic pricing's pairs take about twice as long."""
+    trt, generic = (_step(r, "dgx-h200", 8, ep=8) for r in ("tensorrt-llm-1.0", "vllm"))
+    pairs = 8192 * 8193 / 2
+    rate = 16 * 640 * pairs / (trt.prefill_lat_s + 8192 * trt.prefill_s_per_token + pairs * trt.prefill_s_per_pair)
+    assert 500e12 < rate < 650e12 and 650e12 < 16 * 640 / trt.prefill_s_per_pair < 780e12
+    assert trt.prefill_s_per_pair < 0.6 * generic.prefill_s_per_pair
+
+
+def _check_row(name: str, row_id: str) -> dict:
+    with open(Path(__file__).parent / "data" / name, newline="") as handle:
+        return next(r for r in csv.DictReader(handle) if r["id"] == row_id)
+
+
+def test_a_row_naming_another_sglang_attention_backend_keeps_the_generic_pricing():
+    """InferenceX's H200 recipe launches SGLang with --attention-backend flashinfer (not the fa3 the rows time);
+    its B200 / B300 recipes name trtllm_mla, the measured backend."""
+    flashinfer = case_from_row(_check_row("sglang_newer_check.csv", "sglnew-017")).deployment.runtime.serving
+    assert flashinfer.mla_decode_attention == () and flashinfer.mla_prefill_attention == ()
+    trtllm_mla = case_from_row(_check_row("inferencex_b300_check.csv", "ixb300-001")).deployment.runtime.serving
+    assert trtllm_mla.mla_decode_attention == load_runtime("sglang").serving.mla_decode_attention != ()

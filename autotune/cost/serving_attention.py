@@ -24,13 +24,14 @@ def kv_split(model: ModelSpec, shape) -> int:
 
 def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
                             measured: tuple[float, float] | None = None,
-                            measured_mla: tuple[float, float, float] | None = None) -> dict[str, float]:
+                            measured_mla: tuple | None = None) -> dict[str, float]:
     """Per-layer attention coefficients: decodes read K/V at the memory fit (flash-decoding,
     graph.decode_attention), prompt chunks run the fused kernel's FLOP fit on causal pairs. The
     replica's work splits over its GPUs by heads (TP) or by requests (DP attention). ``measured``: the
     engine's decode-attention op as measured on this GPU (ServingEngine.decode_attention), which then
     prices grouped-query decodes (_measured_decode; its fit misses MHA shapes by -41..+64%, so they stay
-    generic); ``measured_mla``: its MLA decode op for the heads a GPU runs (_measured_mla_decode)."""
+    generic); ``measured_mla``: its MLA (decode, prompt) ops for the heads a GPU runs, either None
+    (_measured_mla)."""
     tp = shape.tp
     eff = device.kernel_efficiency
     memory = device.memory_regression("stream")
@@ -50,12 +51,12 @@ def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
     grouped = model.num_kv_heads < model.num_heads and not model.is_mla
     if measured is not None and grouped and not shape.attention_dp:
         return _measured_decode(model, shape, measured, read_s) | prefill
+    decode = dict(decode_lat_s=memory.latency_s / eff,
+                  decode_s_per_position=max(read_s, compute_s) / eff,
+                  decode_s_per_request=(per_request["in_bytes"] + per_request["out_bytes"]) / tp * memory.seconds_per_unit / eff)
     if measured_mla is not None and model.is_mla:
-        return _measured_mla_decode(shape, measured_mla) | prefill
-    return dict(decode_lat_s=memory.latency_s / eff,
-                decode_s_per_position=max(read_s, compute_s) / eff,
-                decode_s_per_request=(per_request["in_bytes"] + per_request["out_bytes"]) / tp * memory.seconds_per_unit / eff,
-                **prefill)
+        return _measured_mla(shape, measured_mla, decode, prefill)
+    return decode | prefill
 
 
 def _measured_decode(model: ModelSpec, shape, measured: tuple[float, float], read_s: float) -> dict[str, float]:
@@ -70,15 +71,24 @@ def _measured_decode(model: ModelSpec, shape, measured: tuple[float, float], rea
     return dict(decode_lat_s=latency_s, decode_s_per_position=read_s, decode_s_per_request=per_kv_head_s * kv_heads_per_gpu)
 
 
-def _measured_mla_decode(shape, measured: tuple[float, float, float]) -> dict[str, float]:
-    """An MLA decode layer as the engine's measured op runs it on one GPU's heads: its kernels' latency,
-    a cost per sequence and per cached position (the latent's read or its heads' FLOPs, whichever
-    binds; measured, so no kernel_efficiency). Under TP every GPU runs its heads over all the step's
-    sequences; under DP attention each rank runs all heads over its 1/tp of them. TensorRT-LLM's
-    FlashMLA / TRTLLM-Gen op and SGLang's fa3 / trtllm_mla backends, measured by NVIDIA's aiconfigurator
-    on H100, H200, B200, GB200, B300 and GB300, fit this within 12-17% rms per KV dtype and head count
-    (scripts/fit_mla_decode_attention.py; the presets' mla_decode_attention sources)."""
-    latency_s, per_sequence_s, per_position_s = measured
+def _measured_mla(shape, measured: tuple, decode: dict, prefill: dict) -> dict[str, float]:
+    """An MLA layer as the engine's measured ops run it on one GPU's heads (measured, so no
+    kernel_efficiency), each op the generic ``decode`` / ``prefill`` coefficients where it has no row.
+    Decode: its kernels' latency, a cost per sequence and per cached position (the latent's read or its
+    heads' FLOPs, whichever binds); TensorRT-LLM's FlashMLA / TRTLLM-Gen op and SGLang's fa3 /
+    trtllm_mla backends, measured by NVIDIA's aiconfigurator on H100, H200, B200, GB200, B300 and GB300,
+    fit this within 12-17% rms per KV dtype and head count. Prompt: its latency, a cost per prompt token
+    and per causal pair (TensorRT-LLM's context FMHA on the expanded heads: 14-30% rms). Under TP every
+    GPU runs its heads over all the step's sequences; under DP attention each rank runs all heads over
+    its 1/tp of them, so the per-unit costs are a rank's over tp (gpu_s counts the replica's units).
+    (scripts/fit_mla_decode_attention.py; the presets' mla_decode_attention / mla_prefill_attention sources)"""
     ranks = shape.tp if shape.attention_dp else 1
-    return dict(decode_lat_s=latency_s, decode_s_per_position=per_position_s / ranks,
-                decode_s_per_request=per_sequence_s / ranks)
+    mla_decode, mla_prefill = measured
+    if mla_decode is not None:
+        latency_s, per_sequence_s, per_position_s = mla_decode
+        decode = dict(decode_lat_s=latency_s, decode_s_per_position=per_position_s / ranks,
+                      decode_s_per_request=per_sequence_s / ranks)
+    if mla_prefill is not None:
+        latency_s, per_token_s, per_pair_s = mla_prefill
+        prefill = dict(prefill_lat_s=latency_s, prefill_s_per_pair=per_pair_s / ranks, prefill_s_per_token=per_token_s / ranks)
+    return decode | prefill

@@ -114,17 +114,17 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       tp_allreduce=engine_tp_allreduce(engine.engine, engine.tp_allreduce),
                       residual_norm_fusion=engine.residual_norm_fusion,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
-                      mla_decode_attention=_mla_decode_fit(dep, cluster, kv_bytes))
+                      mla_attention=_mla_fits(dep, cluster, kv_bytes))
     return step if spec is None else speculative_step(step, spec)
 
 
-def _mla_decode_fit(dep: ServingDeployment, cluster: ClusterSpec, kv_bytes: float) -> tuple[float, float, float] | None:
-    """The engine's measured MLA decode op for the query heads a GPU runs (all of them under DP
-    attention, 1/tp under TP); None for other models or where it has no row."""
+def _mla_fits(dep: ServingDeployment, cluster: ClusterSpec, kv_bytes: float) -> tuple | None:
+    """The engine's measured MLA decode and prompt ops (each None where it has no row) for the query heads
+    a GPU runs (all of them under DP attention, 1/tp under TP); None for other models."""
     if not dep.model.is_mla:
         return None
-    heads = dep.model.num_heads // (1 if dep.attention_dp else dep.tp)
-    return dep.runtime.serving.mla_decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes, heads)
+    heads, keys, engine = dep.model.num_heads // (1 if dep.attention_dp else dep.tp), gpu_keys(cluster.device.name), dep.runtime.serving
+    return (engine.mla_decode_attention_fit(keys, kv_bytes, heads), engine.mla_prefill_attention_fit(keys, kv_bytes, heads))
 
 
 def engine_moe_backend(dep: ServingDeployment) -> str:

@@ -153,6 +153,7 @@ class StepModel:
     # the MoE token exchange inside ``linear_s`` (EP dispatch + combine, all MoE layers), which a
     # two-batch overlap hides behind compute (cost/serving_overlap.py); None: the model has none
     exchange_s: np.ndarray | None = None
+    prefill_s_per_token: float = 0.0  # a prompt token's own attention work (an engine's measured op; generic: none)
 
     @property
     def max_tokens(self) -> int:
@@ -172,11 +173,12 @@ class StepModel:
             own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
             linear += float(self.rank_linear_s[min(-(-decodes // r) + own_tokens, self.max_tokens)])
             pairs = own_pairs * r  # prefill_s_per_pair is a pair's share of the replica's ranks
+            prefill_tokens = own_tokens * r  # prefill_s_per_token likewise
         attention = 0.0
         if decodes:
             attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
         if prefill_tokens:
-            attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair
+            attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
 
@@ -185,7 +187,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
                decode_attention: tuple[float, float] | None = None,
-               mla_decode_attention: tuple[float, float, float] | None = None) -> StepModel:
+               mla_attention: tuple | None = None) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
@@ -196,7 +198,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
     ``decode_attention``: the engine's measured decode-attention op (_attention_coefficients), None: generic;
-    ``mla_decode_attention``: likewise its MLA decode op for the heads a GPU runs (_measured_mla_decode)."""
+    ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None
+    (serving_attention.attention_coefficients)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -206,7 +209,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
-                       backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_decode_attention)
+                       backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -217,7 +220,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
-                decode_attention=None, mla_decode_attention=None) -> StepModel:
+                decode_attention=None, mla_attention=None) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -258,7 +261,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                                     span, cluster) * (not shape.attention_dp)
     head[0] = 0.0
     return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
-                     **attention_coefficients(model, device, shape, kv_bytes, decode_attention, mla_decode_attention),
+                     **attention_coefficients(model, device, shape, kv_bytes, decode_attention, mla_attention),
                      weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
                                                            mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
