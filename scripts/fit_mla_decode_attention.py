@@ -23,7 +23,7 @@ The context op (collect_mla.py context_only: TensorRT-LLM's MLA context FMHA on 
 192 = 128 + rope 64, V 128, causal) does 2 x (192 + 128) FLOPs per head and causal pair; its per-token
 term holds each token's own work (the rope, the KV-cache append of its latent).
 
-usage: python scripts/fit_mla_decode_attention.py [--context] GPU_KEY PARQUET [HEADS ...]
+usage: python scripts/fit_mla_decode_attention.py [--context] [--kernel=SOURCE] GPU_KEY PARQUET [HEADS ...]
 prints the [GPU key, KV dtype, heads, latency_s, s_per_request, s_per_position] rows
 (serving.mla_decode_attention), with --context [GPU key, KV dtype, heads, latency_s, s_per_token,
 s_per_pair] (serving.mla_prefill_attention), and each fit's residual. Needs pandas + pyarrow."""
@@ -45,10 +45,12 @@ CONTEXT_MAX_BATCH, CONTEXT_MIN_ISL = 16, 128
 QK, V = 192, 128  # DeepSeek-V3 qk_nope_head_dim + qk_rope_head_dim, v_head_dim: the context kernel's head sizes
 
 
-def load(path: str, context: bool) -> pd.DataFrame:
-    """Median latency per KV dtype, heads a GPU runs and shape; ``per``: the sequences (decode) or prompt
-    tokens (context), ``work``: the cached positions read (decode) or causal pairs (context)."""
+def load(path: str, context: bool, kernel: str = "") -> pd.DataFrame:
+    """Median latency per KV dtype, heads a GPU runs and shape (of ``kernel``'s rows where a table holds
+    several kernel sources); ``per``: the sequences (decode) or prompt tokens (context), ``work``: the
+    cached positions read (decode) or causal pairs (context)."""
     d = pd.read_parquet(path)
+    d = d[d.kernel_source == kernel] if kernel else d
     d = d.rename(columns={"num_heads": "heads"})  # the collectors log the heads a GPU runs (total / tp_size)
     d = d.groupby(["kv_cache_dtype", "heads", "batch_size", "isl", "step"]).latency.median().reset_index()
     if context:  # a serving step's prompt chunks: a few long ones (the grid's short, wide corner has a per-prompt cost)
@@ -66,10 +68,12 @@ def fit(d: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def main(argv: list[str]) -> None:
+    kernel = next((a.split("=", 1)[1] for a in argv if a.startswith("--kernel=")), "")
+    argv = [a for a in argv if not a.startswith("--kernel=")]
     context = argv[0] == "--context"
     gpu, path = argv[context], argv[context + 1]
     wanted = [int(h) for h in argv[context + 2:]] or [8, 16, 32, 64, 128]
-    d = load(path, context)
+    d = load(path, context, kernel)
     for (kv, heads), g in d.groupby(["kv_cache_dtype", "heads"]):
         if heads not in wanted:
             continue
