@@ -133,3 +133,16 @@ def test_a_row_naming_another_sglang_attention_backend_keeps_the_generic_pricing
     assert flashinfer.mla_decode_attention == () and flashinfer.mla_prefill_attention == ()
     trtllm_mla = case_from_row(_check_row("inferencex_b300_check.csv", "ixb300-001")).deployment.runtime.serving
     assert trtllm_mla.mla_decode_attention == load_runtime("sglang").serving.mla_decode_attention != ()
+
+
+def test_mla_of_another_geometry_keeps_the_generic_pricing():
+    """The rows time DeepSeek-V3's heads (latent 512, rope 64, nope 128, V 128); a model with a smaller latent
+    runs other work a position, so it stays generic."""
+    model = resolve_model("deepseek-v3")
+    other = replace(model, kv_lora_rank=256)
+    dep = ServingDeployment(model=other, cluster=load_cluster("dgx-b200"), runtime=load_runtime("tensorrt-llm-1.0"),
+                            tp=8, ep=8, replicas=1, weight_dtype="fp8")
+    generic = ServingDeployment(model=other, cluster=load_cluster("dgx-b200"), runtime=load_runtime("vllm"),
+                                tp=8, ep=8, replicas=1, weight_dtype="fp8")
+    step, base = (replica_step_model(d, max_tokens=1, max_sampled=1) for d in (dep, generic))
+    assert step.decode_lat_s == base.decode_lat_s and step.prefill_s_per_token == 0.0
