@@ -10,6 +10,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.mesh import group_spans
+from autotune.cost.serving_custom_ar import VLLM_SYMM, sglang_all_reduce_s, vllm_all_reduce_s
 from autotune.cost.serving_nccl import serving_nccl_all_reduce_s
 from autotune.cost.serving_ops import ACT_BYTES
 from autotune.errors import require
@@ -77,10 +78,18 @@ def tp_all_reduce_s(act: np.ndarray, tokens: np.ndarray, span, cluster: ClusterS
     where the cluster has one, cost/serving_nccl.py; comm.py's formula else); under "custom_ar" (vLLM, SGLang)
     comm.py's formula where their own kernel takes the input (not measured here: priced as before), NCCL's
     above; under "trtllm_auto" TensorRT-LLM's Lamport kernel where its AUTO rule picks it and the cluster's
-    NVLink level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else."""
+    NVLink level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else;
+    under "sglang_v1" / "sglang_v2" (optionally + the FlashInfer fusion) SGLang's kernels at their measured
+    tables (cost/serving_custom_ar.py sglang_all_reduce_s); under "vllm_symm" vLLM 0.11-0.14's measured sweep
+    where the cluster has one, "custom_ar"'s pricing else."""
     nccl = serving_nccl_all_reduce_s(act, span, cluster)
     n = span.size
-    if tp_allreduce == "custom_ar":
+    if tp_allreduce.startswith("sglang"):  # SGLang's own dispatch as its release runs it (serving_custom_ar.py)
+        return sglang_all_reduce_s(act, tokens, span, cluster, tp_allreduce, nccl)
+    measured = vllm_all_reduce_s(act, span, cluster, nccl) if tp_allreduce == VLLM_SYMM else None
+    if measured is not None:  # vLLM 0.11-0.14's dispatch as measured (serving_custom_ar.py)
+        return measured
+    if tp_allreduce in ("custom_ar", VLLM_SYMM):
         if span.n_inter > 1 or n not in _CUSTOM_AR_WORLD_SIZES:
             return nccl
         return np.where(act < _CUSTOM_AR_MAX_BYTES, collective_time_s("all_reduce", act, span, cluster), nccl)
