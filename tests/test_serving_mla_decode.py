@@ -14,8 +14,8 @@ from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import load_runtime
 
 
-def _step(model: str, cluster: str, tp: int, **kw):
-    dep = ServingDeployment(model=resolve_model(model), cluster=load_cluster(cluster), runtime=load_runtime("tensorrt-llm-1.0"),
+def _step(model: str, cluster: str, tp: int, runtime: str = "tensorrt-llm-1.0", **kw):
+    dep = ServingDeployment(model=resolve_model(model), cluster=load_cluster(cluster), runtime=load_runtime(runtime),
                             tp=tp, replicas=1, weight_dtype="fp8", **kw)
     return dep, replica_step_model(dep, max_tokens=1, max_sampled=1)
 
@@ -31,13 +31,14 @@ def _per_position(dep, kind: str) -> float:
 
 
 def test_mla_decode_pays_its_flops_and_gqa_decode_its_reads():
-    mla, step = _step("deepseek-v3", "dgx-h200", 8, ep=8, attention_dp=True)
+    # vLLM states no measured MLA op (TensorRT-LLM's: tests/test_serving_mla_measured.py): the generic roofline
+    mla, step = _step("deepseek-v3", "dgx-h200", 8, "vllm", ep=8, attention_dp=True)
     eff = mla.cluster.device.kernel_efficiency
     assert _per_position(mla, "flops") > 2 * _per_position(mla, "read")  # 128 heads score one shared latent
     assert step.decode_s_per_position == pytest.approx(_per_position(mla, "flops") / eff)
     gqa, step = _step("llama3-70b", "dgx-h200", 4)
     assert _per_position(gqa, "read") > 2 * _per_position(gqa, "flops")  # 8 query heads a KV head
-    # TensorRT-LLM's measured decode-attention op on Hopper GQA (serving_step._attention_coefficients): the
+    # TensorRT-LLM's measured decode-attention op on Hopper GQA (serving_attention.attention_coefficients): the
     # cached bytes at the stream fit itself, the kernel's efficiency in its measured per-head cost instead
     assert gqa.runtime.serving.decode_attention_fit(gpu_keys(gqa.cluster.device.name), 1.0) is not None
     assert step.decode_s_per_position == pytest.approx(_per_position(gqa, "read"))

@@ -18,6 +18,7 @@ from functools import lru_cache
 from importlib import resources
 
 from autotune.calibrate.serving_degrees import row_degrees, row_int
+from autotune.calibrate.serving_flags import adp_balance_flags, attention_backend_flags, limit_flags, note_number as _number
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
@@ -118,11 +119,6 @@ def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:
             i, o = data["mean_input_tokens"]["value"], data["mean_output_tokens"]["value"]
             return isl or round(i), osl or round(o), (f"{name} means: {i:g} input / {o:g} output tokens",), data
     raise RowProblem("input/output lengths are not stated and the notes name no dataset of serving_datasets.toml")
-
-
-def _number(pattern: str, text: str) -> float | None:
-    found = re.search(pattern, text, flags=re.IGNORECASE)
-    return float(found.group(1).replace(",", "")) if found else None
 
 
 def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float) -> tuple[Load, tuple[str, ...]]:
@@ -233,8 +229,9 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
         if engine.memory_rule == "reserved":  # SGLang derives the reserve only when --mem-fraction-static is not given
             changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
-    changes.update(_limit_flags(notes))
-    changes.update(_adp_balance_flags(engine, notes))
+    changes.update(limit_flags(notes))
+    changes.update(adp_balance_flags(engine, notes))
+    changes.update(attention_backend_flags(engine, notes))
     # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE
     if engine.engine == "tensorrt-llm" and re.search(r"moe_(?:config\W{0,8}backend|backend)\W{0,4}TRTLLM\b", notes, re.IGNORECASE):
         changes["moe_backend"] = "trtllm"
@@ -262,20 +259,6 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
             named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
 
 
-def _adp_balance_flags(engine: ServingEngine, notes: str) -> dict:
-    """TensorRT-LLM's llm_options.yml attention_dp_config (enable_balance, batching_wait_iters, timeout_iters;
-    the MLPerf harness's adp_balancing_*) as the notes quote it; an unquoted count keeps the engine's default."""
-    changes = {}
-    if re.search(r"enable_balance|adp_balancing_enable", notes) and not engine.adp_balance:
-        changes["adp_balance"] = True
-    wait, timeout = _number(r"batching_wait_iters[: =]+(\d+)", notes), _number(r"timeout_iters[: =]+(\d+)", notes)
-    if wait is not None and int(wait) != engine.adp_batching_wait_iters:
-        changes["adp_batching_wait_iters"] = int(wait)
-    if timeout is not None and int(timeout) != engine.adp_timeout_iters:
-        changes["adp_timeout_iters"] = int(timeout)
-    return changes
-
-
 def _async_scheduling(engine: ServingEngine, notes: str) -> dict:
     """A V1 row's --async-scheduling: the host's step work overlaps the GPU's (host_overlap 'all'); its
     --no-async-scheduling on a release where it is the default: vllm-0.8's synchronous host time."""
@@ -285,36 +268,6 @@ def _async_scheduling(engine: ServingEngine, notes: str) -> dict:
     if re.search(r"--async[-_]scheduling\b|async[-_]scheduling: *true", notes) and engine.host_overlap != "all":
         return {"host_overlap": "all"}
     return {}
-
-
-# Launch flags as the engines spell them: vLLM (--max-num-seqs, --max-num-batched-tokens, --kv-cache-dtype),
-# SGLang (--max-running-requests, --max-prefill-tokens, --kv-cache-dtype), trtllm-bench / trtllm-serve and
-# LLM-API YAML (--max_batch_size, --max_num_tokens, max_batch_size:, kv_cache_config: dtype: fp8).
-_SEQ_FLAGS = r"(?:--max[-_]num[-_]seqs|--max[-_]running[-_]requests|max_batch_size)[ =:]+(\d+)"
-_TOKEN_FLAGS = r"(?:--max[-_]num[-_]batched[-_]tokens|--max[-_]prefill[-_]tokens|max_num_tokens)[ =:]+(\d+)"
-_FP8_KV = r"kv[-_ ]cache[-_ ]dtype[ =:]+[\"']?fp8|kv_cache_config\W{0,6}dtype\W{0,4}fp8|\bfp8[ -]kv\b"
-
-
-def _limit_flags(notes: str) -> dict:
-    """The batch and token limits and the KV cache dtype a row's notes quote as launch flags."""
-    changes = {}
-    seqs, tokens = _number(_SEQ_FLAGS, notes), _number(_TOKEN_FLAGS, notes)
-    if seqs:
-        changes["launch_max_num_seqs"] = int(seqs)
-    if tokens:
-        changes["launch_max_num_batched_tokens"] = int(tokens)
-    if re.search(_FP8_KV, notes, flags=re.IGNORECASE):
-        changes["kv_cache_dtype"] = "fp8"
-    # SGLang's prompt chunk and decode CUDA-graph limits (server_args.py --chunked-prefill-size, --cuda-graph-max-bs)
-    chunk, graphs = _number(r"--chunked[-_]prefill[-_]size[ =]+(\d+)", notes), _number(r"--cuda[-_]graph[-_]max[-_]bs[ =]+(\d+)", notes)
-    if chunk:
-        changes["prefill_chunk_tokens"] = int(chunk)
-    if graphs:
-        changes["decode_cuda_graph_max_batch"] = int(graphs)
-    recv = _number(r"(?:--)?scheduler[-_]recv[-_]interval[ =:]+(\d+)", notes)  # SGLang server_args.py, recipe YAML
-    if recv:
-        changes["scheduler_recv_interval"] = int(recv)
-    return changes
 
 
 def _with_system(runtime: Runtime, system: PublishedSystem | None) -> tuple[Runtime, tuple[str, ...]]:

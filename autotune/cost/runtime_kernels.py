@@ -20,7 +20,8 @@ __all__ = ["runtime_cluster", "gpu_generation", "gpu_keys", "GPU_MODELS", "GPU_G
 # GPU names by generation (the kernels a runtime picks depend on it).
 GPU_GENERATIONS = {"hopper": ("H100", "H200", "H800", "GH200")}
 # GPUs a runtime may state kernel speeds of their own for, measured there (Runtime.kernel_key)
-GPU_MODELS = {"h200": ("H200",), "h100": ("H100",)}
+GPU_MODELS = {"h200": ("H200",), "h100": ("H100",), "b200": ("B200",), "gb200": ("GB200",), "b300": ("B300",),
+              "gb300": ("GB300",)}
 
 # Eager PyTorch runs a norm or an activation as several kernels, each streaming the whole tensor
 # through HBM, where the cost model's operators are one fused kernel (read x, write y): per role,

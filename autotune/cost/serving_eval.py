@@ -116,8 +116,25 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       tp_allreduce=_tp_allreduce(dep, shape),
                       residual_norm_fusion=engine.residual_norm_fusion,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
-                      prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim))
+                      prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
+                      mla_attention=_mla_fits(dep, cluster, kv_bytes))
     return step if spec is None else speculative_step(step, spec)
+
+
+# The MLA head geometry the measured rows time (aiconfigurator @095f58a5 collector/trtllm/collect_mla.py Scenario,
+# DeepSeek-V3's config.json): kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim, v_head_dim
+MEASURED_MLA_GEOMETRY = (512, 64, 128, 128)
+
+
+def _mla_fits(dep: ServingDeployment, cluster: ClusterSpec, kv_bytes: float) -> tuple | None:
+    """The engine's measured MLA decode and prompt ops (each None where it has no row) for the query heads
+    a GPU runs (all of them under DP attention, 1/tp under TP); None for other models and for MLA of
+    another head geometry than the rows timed."""
+    m = dep.model
+    if not m.is_mla or (m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim) != MEASURED_MLA_GEOMETRY:
+        return None
+    heads, keys, engine = dep.model.num_heads // (1 if dep.attention_dp else dep.tp), gpu_keys(cluster.device.name), dep.runtime.serving
+    return (engine.mla_decode_attention_fit(keys, kv_bytes, heads), engine.mla_prefill_attention_fit(keys, kv_bytes, heads))
 
 
 def _tp_allreduce(dep: ServingDeployment, shape: ReplicaShape) -> str:

@@ -27,12 +27,12 @@ from autotune.cost.comm import collective_time_s
 from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
+from autotune.cost.serving_attention import attention_coefficients, kv_split
 from autotune.cost.serving_collectives import layer_collectives_s, moe_exchange_s, stage_sends_s
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, not_attention, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
 from autotune.errors import require
-from autotune.graph.operators import decode_attention
 from autotune.graph.table import OpTable, model_tables
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
@@ -158,6 +158,7 @@ class StepModel:
     # the MoE token exchange inside ``linear_s`` (EP dispatch + combine, all MoE layers), which a
     # two-batch overlap hides behind compute (cost/serving_overlap.py); None: the model has none
     exchange_s: np.ndarray | None = None
+    prefill_s_per_token: float = 0.0  # a prompt token's own attention work (an engine's measured op; generic: none)
 
     @property
     def max_tokens(self) -> int:
@@ -177,11 +178,12 @@ class StepModel:
             own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
             linear += float(self.rank_linear_s[min(-(-decodes // r) + own_tokens, self.max_tokens)])
             pairs = own_pairs * r  # prefill_s_per_pair is a pair's share of the replica's ranks
+            prefill_tokens = own_tokens * r  # prefill_s_per_token likewise
         attention = 0.0
         if decodes:
             attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
         if prefill_tokens:
-            attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair
+            attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
 
@@ -190,6 +192,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
                decode_attention: tuple[float, float] | None = None,
+               mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
@@ -200,8 +203,10 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
     ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
-    ``decode_attention`` / ``prefill_attention``: the engine's measured decode / prompt attention op
-    (_attention_coefficients), None: generic."""
+    ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
+    ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
+    ``prefill_attention``: its measured prompt-attention op for non-MLA layers
+    (serving_attention.attention_coefficients)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -211,7 +216,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
-                       backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, prefill_attention)
+                       backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
+                       prefill_attention)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -222,7 +228,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
-                decode_attention=None, prefill_attention=None) -> StepModel:
+                decode_attention=None, mla_attention=None, prefill_attention=None) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -263,11 +269,12 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                                     span, cluster) * (not shape.attention_dp)
     head[0] = 0.0
     return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
-                     **_attention_coefficients(model, device, shape, kv_bytes, decode_attention, prefill_attention),
+                     **attention_coefficients(model, device, shape, kv_bytes, decode_attention, mla_attention,
+                                               prefill_attention),
                      weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
                                                            mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
-                     * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
+                     * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange)
 
 
@@ -284,17 +291,6 @@ def _pads(weight_dtype: str, device, mxfp4_pad: tuple) -> bool:
     """Whether the engine's weight-only MXFP4 kernel pads the experts: MXFP4 weights on a GPU without
     FP4 tensor cores (_gemm_rate_dtype's test) where the engine states a padding."""
     return bool(mxfp4_pad) and weight_dtype == "mxfp4" and not _has_fit(device, "nvfp4")
-
-
-def _kv_split(model: ModelSpec, shape: ReplicaShape) -> int:
-    """Ways the replica's KV cache is split over its GPUs: by heads under TP (not MLA's latent), at
-    most one way per KV head: with more ranks than KV heads each rank keeps a whole head, replicated
-    (trtllm-bench's tuning.py: "Each GPU in TP group has at least 1 kv head", max(tp_size,
-    num_key_value_heads) @04cba882; vLLM's QKVParallelLinear: num_kv_heads = 1 and tp / total
-    replicas when tp_size >= total_num_kv_heads); by requests under DP attention."""
-    if shape.attention_dp:
-        return shape.tp
-    return min(model.kv_cache_shards(shape.tp), model.num_kv_heads) if not model.is_mla else model.kv_cache_shards(shape.tp)
 
 
 # The MoE layer's row moves (graph/moe_ops.py): permute writes each token once per expert it routes to,
@@ -375,52 +371,3 @@ def _expert_device(device):
     """``device`` with its expert grouped-GEMM fits (serving_cluster's) as its GEMM fits."""
     experts = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items() if op_class == _EXPERT_GEMM_CLASS}
     return device.with_changes(compute={**device.compute, **experts}) if experts else device
-
-
-def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_bytes: float,
-                            measured: tuple[float, float] | None = None,
-                            prompt: tuple[float, float] | None = None) -> dict[str, float]:
-    """Per-layer attention coefficients: decodes read K/V at the memory fit (flash-decoding,
-    graph.decode_attention), prompt chunks run the fused kernel's FLOP fit on causal pairs. The
-    replica's work splits over its GPUs by heads (TP) or by requests (DP attention). ``measured``: the
-    engine's decode-attention op as measured on this GPU (ServingEngine.decode_attention), which then
-    prices grouped-query decodes (_measured_decode; its fit misses MHA shapes by -41..+64%, so they and
-    MLA stay generic); ``prompt``: the engine's prompt-attention op as measured on this GPU (latency, seconds
-    per causal FLOP; ServingEngine.prefill_attention), which prices non-MLA prompts in its place."""
-    tp = shape.tp
-    eff = device.kernel_efficiency
-    memory = device.memory_regression("stream")
-    attention = device.regression("attention", "bf16")
-    one, two = decode_attention(model, 1.0, kv_bytes), decode_attention(model, 2.0, kv_bytes)
-    per_request = decode_attention(model, 0.0, ACT_BYTES)
-    shards = _kv_split(model, shape)
-    pair_flops = 2.0 * (model.q_width + model.attn_out_width) / tp
-    # a cached position costs its read or its FLOPs, whichever is longer (roofline): GQA's few KV heads
-    # make decode memory-bound, MLA's absorbed form (every head scores the shared latent) compute-bound
-    # (FlashMLA README: 3000 GB/s memory-bound, 660 TFLOPS compute-bound on H800); the FLOPs split over
-    # the GPUs by heads (TP) or by requests (DP attention), at the fused attention kernel's FLOP fit
-    read_s = (two["in_bytes"] - one["in_bytes"]) / shards * memory.seconds_per_unit
-    compute_s = (two["flops"] - one["flops"]) / tp * attention.seconds_per_unit
-    prefill = dict(prefill_lat_s=attention.latency_s / eff, prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
-    if prompt is not None and not model.is_mla:  # measured, so no kernel_efficiency
-        prefill = dict(prefill_lat_s=prompt[0], prefill_s_per_pair=pair_flops * prompt[1])
-    # the measured op's fit holds for grouped-query layers (its rows); MHA runs other kernels (masked MHA)
-    grouped = model.num_kv_heads < model.num_heads and not model.is_mla
-    if measured is not None and grouped and not shape.attention_dp:
-        return _measured_decode(model, shape, measured, read_s) | prefill
-    return dict(decode_lat_s=memory.latency_s / eff,
-                decode_s_per_position=max(read_s, compute_s) / eff,
-                decode_s_per_request=(per_request["in_bytes"] + per_request["out_bytes"]) / tp * memory.seconds_per_unit / eff,
-                **prefill)
-
-
-def _measured_decode(model: ModelSpec, shape: ReplicaShape, measured: tuple[float, float], read_s: float) -> dict[str, float]:
-    """A grouped-query decode layer as the engine's measured op runs it: its kernels' latency, a cost
-    per sequence and KV head a GPU holds, and the cached K/V bytes at the stream fit (measured, so no
-    kernel_efficiency). TensorRT-LLM's attention op (QKV preprocessing with RoPE and the KV append,
-    then XQA / masked MHA), measured by NVIDIA's aiconfigurator on H100 and H200, fits this within
-    15-21% rms on Llama's head shapes where the generic pricing runs 42-53% low on average
-    (scripts/fit_trtllm_decode_attention.py; the presets' decode_attention sources)."""
-    latency_s, per_kv_head_s = measured
-    kv_heads_per_gpu = -(-model.num_kv_heads // _kv_split(model, shape))
-    return dict(decode_lat_s=latency_s, decode_s_per_position=read_s, decode_s_per_request=per_kv_head_s * kv_heads_per_gpu)

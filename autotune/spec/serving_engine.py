@@ -199,11 +199,18 @@ class ServingEngine:
     # its prompt (context) attention as measured on a GPU: rows [GPU key, head_dim, latency_s, seconds per
     # causal FLOP] (cost/serving_step.py); MLA layers, a GPU or head_dim without a row: the generic fit
     prefill_attention: tuple[tuple[str, int, float, float], ...] = ()
+    # its MLA decode-attention op (absorbed form) as measured on a GPU: rows [GPU key, KV dtype, query heads
+    # a GPU runs, latency_s, seconds per sequence, seconds per cached position of a sequence]
+    # (cost/serving_step.py _measured_mla_decode); a GPU, KV dtype or head count without a row: generic
+    mla_decode_attention: tuple[tuple[str, str, int, float, float, float], ...] = ()
+    # and its MLA prompt (context) attention: rows [GPU key, KV dtype, heads, latency_s, seconds per prompt
+    # token, seconds per causal query-key pair] (cost/serving_attention.py measured_mla_prefill)
+    mla_prefill_attention: tuple[tuple[str, str, int, float, float, float], ...] = ()
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
         for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
-                     "prefill_attention"):
+                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -301,6 +308,18 @@ class ServingEngine:
         ``gpu_keys`` (most specific first); None where it has no row."""
         rows = {(gpu, dim): (lat, per_flop) for gpu, dim, lat, per_flop in self.prefill_attention}
         return next((rows[(key, head_dim)] for key in gpu_keys if (key, head_dim) in rows), None)
+    def mla_decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,
+                                 heads: int) -> tuple[float, float, float] | None:
+        """(latency_s, s per sequence, s per cached position) of its MLA decode attention running
+        ``heads`` query heads on the GPU of ``gpu_keys`` (most specific first) with a KV cache of
+        ``kv_bytes`` per element; None where it has no row."""
+        return _mla_row(self.mla_decode_attention, gpu_keys, kv_bytes, heads)
+
+    def mla_prefill_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,
+                                  heads: int) -> tuple[float, float, float] | None:
+        """(latency_s, s per prompt token, s per causal pair) of its MLA prompt attention, as
+        mla_decode_attention_fit looks it up."""
+        return _mla_row(self.mla_prefill_attention, gpu_keys, kv_bytes, heads)
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
@@ -318,6 +337,14 @@ class ServingEngine:
                     and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:])
                     for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.decode_attention",
                 f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head] rows, got {rows!r}")
+        for name, per in (("mla_decode_attention", "s per sequence, s per position"),
+                          ("mla_prefill_attention", "s per token, s per pair")):
+            mla = getattr(self, name)
+            require(all(isinstance(r, tuple) and len(r) == 6 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
+                        and isinstance(r[2], int) and r[2] >= 1
+                        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[3:])
+                        for r in mla) and len({r[:3] for r in mla}) == len(mla), f"serving.{name}",
+                    f"must be distinct [GPU key, 'bf16' or 'fp8', heads, latency_s, {per}] rows, got {mla!r}")
 
     def _check_prefill_attention(self) -> None:
         rows = self.prefill_attention
@@ -328,6 +355,14 @@ class ServingEngine:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def _mla_row(rows: tuple, gpu_keys: tuple[str, ...], kv_bytes: float, heads: int) -> tuple[float, float, float] | None:
+    """The (latency_s, s per unit, s per unit) of ``rows`` for the first of ``gpu_keys`` with a row at the KV
+    dtype of ``kv_bytes`` per element and ``heads`` query heads a GPU; None where none has."""
+    dtype = {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
+    table = {(gpu, kv, h): tuple(r) for gpu, kv, h, *r in rows}
+    return next((table[(key, dtype, heads)] for key in gpu_keys if (key, dtype, heads) in table), None)
 
 
 SERVING_SETTING_NAMES = tuple(f.name for f in fields(ServingEngine))

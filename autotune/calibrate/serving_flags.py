@@ -1,0 +1,76 @@
+"""Engine launch flags a published serving row's notes quote (calibrate/serving_rows.py applies them to
+the engine's preset): batch and token limits, the KV cache dtype, SGLang's chunk and graph limits,
+TensorRT-LLM's attention-DP balancing, and an attention backend other than the measured one."""
+
+from __future__ import annotations
+
+import re
+
+from autotune.spec.serving_engine import ServingEngine
+
+__all__ = ["adp_balance_flags", "attention_backend_flags", "limit_flags", "note_number"]
+
+
+def note_number(pattern: str, text: str) -> float | None:
+    """The first group of ``pattern`` in ``text`` as a number (thousands commas dropped); None if absent."""
+    found = re.search(pattern, text, flags=re.IGNORECASE)
+    return float(found.group(1).replace(",", "")) if found else None
+
+
+# The MLA decode backends an engine's measured rows time (ServingEngine.mla_decode_attention): SGLang's defaults
+# for DeepSeek, fa3 on SM90 and trtllm_mla on SM100 (aiconfigurator @095f58a5 collector/sglang/collect_mla.py)
+_MEASURED_MLA_BACKENDS = {"sglang": ("fa3", "trtllm_mla")}
+
+
+def attention_backend_flags(engine: ServingEngine, notes: str) -> dict:
+    """SGLang's --attention-backend naming another kernel (flashinfer, triton, flashmla): its MLA decode and
+    prompt attention keep the generic pricing instead of the measured rows."""
+    backend = re.search(r"--attention[-_]backend[ =]+(\w+)", notes)
+    measured = _MEASURED_MLA_BACKENDS.get(engine.engine)
+    if backend is None or measured is None or backend.group(1) in measured:
+        return {}
+    return {name: () for name in ("mla_decode_attention", "mla_prefill_attention") if getattr(engine, name)}
+
+
+def adp_balance_flags(engine: ServingEngine, notes: str) -> dict:
+    """TensorRT-LLM's llm_options.yml attention_dp_config (enable_balance, batching_wait_iters, timeout_iters;
+    the MLPerf harness's adp_balancing_*) as the notes quote it; an unquoted count keeps the engine's default."""
+    changes = {}
+    if re.search(r"enable_balance|adp_balancing_enable", notes) and not engine.adp_balance:
+        changes["adp_balance"] = True
+    wait, timeout = note_number(r"batching_wait_iters[: =]+(\d+)", notes), note_number(r"timeout_iters[: =]+(\d+)", notes)
+    if wait is not None and int(wait) != engine.adp_batching_wait_iters:
+        changes["adp_batching_wait_iters"] = int(wait)
+    if timeout is not None and int(timeout) != engine.adp_timeout_iters:
+        changes["adp_timeout_iters"] = int(timeout)
+    return changes
+
+
+# Launch flags as the engines spell them: vLLM (--max-num-seqs, --max-num-batched-tokens, --kv-cache-dtype),
+# SGLang (--max-running-requests, --max-prefill-tokens, --kv-cache-dtype), trtllm-bench / trtllm-serve and
+# LLM-API YAML (--max_batch_size, --max_num_tokens, max_batch_size:, kv_cache_config: dtype: fp8).
+_SEQ_FLAGS = r"(?:--max[-_]num[-_]seqs|--max[-_]running[-_]requests|max_batch_size)[ =:]+(\d+)"
+_TOKEN_FLAGS = r"(?:--max[-_]num[-_]batched[-_]tokens|--max[-_]prefill[-_]tokens|max_num_tokens)[ =:]+(\d+)"
+_FP8_KV = r"kv[-_ ]cache[-_ ]dtype[ =:]+[\"']?fp8|kv_cache_config\W{0,6}dtype\W{0,4}fp8|\bfp8[ -]kv\b"
+
+
+def limit_flags(notes: str) -> dict:
+    """The batch and token limits and the KV cache dtype a row's notes quote as launch flags."""
+    changes = {}
+    seqs, tokens = note_number(_SEQ_FLAGS, notes), note_number(_TOKEN_FLAGS, notes)
+    if seqs:
+        changes["launch_max_num_seqs"] = int(seqs)
+    if tokens:
+        changes["launch_max_num_batched_tokens"] = int(tokens)
+    if re.search(_FP8_KV, notes, flags=re.IGNORECASE):
+        changes["kv_cache_dtype"] = "fp8"
+    # SGLang's prompt chunk and decode CUDA-graph limits (server_args.py --chunked-prefill-size, --cuda-graph-max-bs)
+    chunk, graphs = note_number(r"--chunked[-_]prefill[-_]size[ =]+(\d+)", notes), note_number(r"--cuda[-_]graph[-_]max[-_]bs[ =]+(\d+)", notes)
+    if chunk:
+        changes["prefill_chunk_tokens"] = int(chunk)
+    if graphs:
+        changes["decode_cuda_graph_max_batch"] = int(graphs)
+    recv = note_number(r"(?:--)?scheduler[-_]recv[-_]interval[ =:]+(\d+)", notes)  # SGLang server_args.py, recipe YAML
+    if recv:
+        changes["scheduler_recv_interval"] = int(recv)
+    return changes
