@@ -10,9 +10,10 @@ and N, K 512..65536 (with a few rows a GEMM's tiles fit in one wave and each loo
 at M = 1 SGLang 0.5.9's NVFP4 linear on B300 takes ~4 us + 0.9 ns per unit of K whatever N is, to N ~ 8k).
 
 usage: python scripts/fit_engine_nvfp4_linear.py PARQUET MEM_S_PER_BYTE [TRT_LATENCY_S TRT_S_PER_FLOP] [--dtype=fp8_block]
-           [--serial=S_PER_FLOP] [--less-scale-transform=]
+           [--serial=S_PER_FLOP] [--less-scale-transform=] [--start-tflops=T]
 --less-scale-transform= (Blackwell fp8_block rows): fit each row less the collector's per-call weight-scale
-transform that the engine does not run (scale_transform_s), the same for every row.
+transform that the engine does not run (scale_transform_s), the same for every row. --start-tflops: where the
+grid search starts (it reaches at most 2.83x the start: an asymptote at that bound says start higher).
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/.../systems/data)"""
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def main() -> None:
     if offset:
         print(f"less the per-call scale transform: {offset * 1e6:.2f} us a row")
     d, spb = load(args[1], dtype, offset), float(args[2])
-    lat, spf = fit_rms(d, spb, START_TFLOPS[dtype])
+    start = next((float(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--start-tflops=")), START_TFLOPS[dtype])
+    lat, spf = fit_rms(d, spb, start)
     rel = predict(d, lat, spf, spb) / d.t - 1.0
     print(f"rows {len(d)} kernel {sorted(d.kernel_source.unique())}")
     print(f"latency_s {lat:.3e} seconds_per_flop {spf:.3e} asymptote {1e-12 / spf:.0f} TFLOP/s "

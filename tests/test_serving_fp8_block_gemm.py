@@ -72,14 +72,15 @@ def test_per_tensor_fp8_and_blackwell_nvfp4_unchanged():
                           step_model(block.with_changes(fp8_block_scaled=False), b200, shape, nvfp4_gemm_fit="linear", **kw).linear_s)
 
 
-def test_sglang_block_scaled_fp8_on_b200_takes_its_linear_fit_and_keeps_the_sweep_for_experts():
-    """B200 has SGLang's DeepGEMM linear measured (serving_gemm_sglang.fp8_block) and no block-scaled MoE fit of
-    SGLang's: the linears take the measured fit, the experts keep the GEMM sweep's FP8 fit (not the linear's)."""
-    cluster = load_cluster("dgx-b200")
+@pytest.mark.parametrize("name", ["dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"])
+def test_sglang_block_scaled_fp8_on_blackwell_takes_its_linear_fit_and_keeps_the_sweep_for_experts(name):
+    """Blackwell has SGLang's DeepGEMM linear measured (serving_gemm_sglang.fp8_block) and no block-scaled MoE fit
+    of SGLang's: the linears take the measured fit, the experts keep the GEMM sweep's FP8 fit (not the linear's)."""
+    cluster = load_cluster(name)
     served = serving_cluster(cluster, "sglang", True).device
     assert served.regression("gemm", "fp8") is cluster.device.compute[("serving_gemm_sglang", "fp8_block")]
     assert served.compute[("expert_gemm", "fp8")] is cluster.device.compute[("gemm", "fp8")]
-    # no vLLM fp8_block fit on B200: its FP8 linears and experts keep the sweep
+    # no vLLM fp8_block fit on Blackwell: its FP8 linears and experts keep the sweep
     vllm = serving_cluster(cluster, "vllm", True).device
     assert vllm.regression("gemm", "fp8") is cluster.device.compute[("gemm", "fp8")]
     assert ("expert_gemm", "fp8") not in vllm.compute
