@@ -70,3 +70,31 @@ def test_per_tensor_fp8_and_blackwell_nvfp4_unchanged():
     kw = dict(FP8, weight_dtype="nvfp4")
     assert np.array_equal(step_model(block, b200, shape, nvfp4_gemm_fit="linear", **kw).linear_s,
                           step_model(block.with_changes(fp8_block_scaled=False), b200, shape, nvfp4_gemm_fit="linear", **kw).linear_s)
+
+
+@pytest.mark.parametrize("name", ["dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"])
+def test_sglang_block_scaled_fp8_on_blackwell_takes_its_linear_fit_and_keeps_the_sweep_for_experts(name):
+    """Blackwell has SGLang's DeepGEMM linear measured (serving_gemm_sglang.fp8_block) and no block-scaled MoE fit
+    of SGLang's: the linears take the measured fit, the experts keep the GEMM sweep's FP8 fit (not the linear's)."""
+    cluster = load_cluster(name)
+    served = serving_cluster(cluster, "sglang", True).device
+    assert served.regression("gemm", "fp8") is cluster.device.compute[("serving_gemm_sglang", "fp8_block")]
+    assert served.compute[("expert_gemm", "fp8")] is cluster.device.compute[("gemm", "fp8")]
+    # no vLLM fp8_block fit on Blackwell: its FP8 linears and experts keep the sweep
+    vllm = serving_cluster(cluster, "vllm", True).device
+    assert vllm.regression("gemm", "fp8") is cluster.device.compute[("gemm", "fp8")]
+    assert ("expert_gemm", "fp8") not in vllm.compute
+
+
+def test_sglang_deepseek_fp8_decode_on_b200_slower_than_the_sweep():
+    """DeepSeek-V3's one-token decode step on a B200 TP8 replica: SGLang's measured block-scaled linears (about
+    10 us each at M = 1) price it above the square-GEMM sweep (a few us); a per-tensor FP8 twin takes neither."""
+    block = resolve_model("deepseek-v3")
+    cluster, shape = load_cluster("dgx-b200").for_gpus(8), ReplicaShape(tp=8)
+    kw = dict(FP8, max_tokens=64)
+    sglang = step_model(block, cluster, shape, nvfp4_gemm_fit="sglang", **kw)
+    sweep = step_model(block, cluster, shape, nvfp4_gemm_fit="sweep", **kw)
+    assert sglang.linear_s[1] > 1.15 * sweep.linear_s[1]  # +1.6 ms: about 300 linears a few us slower each
+    tensor = block.with_changes(fp8_block_scaled=False)
+    assert np.array_equal(step_model(tensor, cluster, shape, nvfp4_gemm_fit="sglang", **kw).linear_s,
+                          step_model(tensor, cluster, shape, nvfp4_gemm_fit="sweep", **kw).linear_s)

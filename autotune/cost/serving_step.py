@@ -71,6 +71,9 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
+    # a format whose linear is measured and its MoE layer not: the experts keep the sweep, not the linear's fit
+    serving |= {(_EXPERT_GEMM_CLASS, fmt): device.compute[("gemm", fmt)] for op_class, fmt in list(serving)
+                if op_class == "gemm" and (_EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
     serving |= {(_W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                 if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
     if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
