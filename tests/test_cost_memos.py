@@ -164,3 +164,18 @@ def test_fingerprints_are_the_digest_of_the_canonical_json_whatever_was_kept():
                                 runtime=load_runtime("megatron"), cluster=cluster, gpus=gpus, space=load_space("rich"))
         for parts in ((problem, True), (model, problem.workload, {"b": [1.5, float("inf")], "a": None}), (problem,)):
             assert cache.fingerprint(*parts) == plain(*parts)
+
+
+def test_checked_stage_fields_tell_types_apart():
+    """A stage whose fields but its layers passed the checks skips them on other layers only when
+    every field has the same value and type: fp8=1 (== True) is still refused."""
+    import pytest
+
+    from autotune.errors import AutotuneError
+    from autotune.plan.plan import StagePlan
+
+    fields = dict(has_embedding=False, has_head=False, num_gpus=8, tp=8, cp=1, dp=1, fp8=True)
+    StagePlan(layers=(0, 1), **fields)
+    assert StagePlan(layers=(3, 7), **fields).num_layers == 4  # taken from the checked set
+    with pytest.raises(AutotuneError, match="fp8"):
+        StagePlan(layers=(3, 7), **{**fields, "fp8": 1})

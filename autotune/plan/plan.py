@@ -36,7 +36,10 @@ _CHECKED_KEPT = 4096
 
 def _checked_key(stage: "StagePlan") -> tuple | None:
     """Every field but ``layers``, each with its type (1 and True differ); None if one is unhashable."""
-    key = tuple((type(value), value) for name, value in vars(stage).items() if name != "layers")
+    named = dict(vars(stage))
+    del named["layers"]
+    values = tuple(named.values())
+    key = (values, tuple(map(type, values)))  # the fields in their declared order, then their types
     try:
         hash(key)
     except TypeError:  # a list where a tuple belongs (recompute_modules): checked in full
