@@ -167,8 +167,9 @@ def test_fingerprints_are_the_digest_of_the_canonical_json_whatever_was_kept():
 
 
 def test_checked_stage_fields_tell_types_apart():
-    """A stage whose fields but its layers passed the checks skips them on other layers only when
-    every field has the same value and type: fp8=1 (== True) is still refused."""
+    """A stage whose fields but its place passed the checks skips them elsewhere only when every
+    other field has the same value and type (fp8=1, == True, is still refused), and its layers are
+    checked each time."""
     import pytest
 
     from autotune.errors import AutotuneError
@@ -177,5 +178,11 @@ def test_checked_stage_fields_tell_types_apart():
     fields = dict(has_embedding=False, has_head=False, num_gpus=8, tp=8, cp=1, dp=1, fp8=True)
     StagePlan(layers=(0, 1), **fields)
     assert StagePlan(layers=(3, 7), **fields).num_layers == 4  # taken from the checked set
+    assert StagePlan(layers=(3, 7), **{**fields, "has_head": True}).has_head  # another place: the same checks
     with pytest.raises(AutotuneError, match="fp8"):
         StagePlan(layers=(3, 7), **{**fields, "fp8": 1})
+    with pytest.raises(AutotuneError, match="activation_offload_layers"):  # the layers' own checks still run
+        StagePlan(layers=(3, 4), **{**fields, "fp8": False, "activation_offload_layers": 1})
+    StagePlan(layers=(3, 5), **{**fields, "fp8": False, "activation_offload_layers": 1})
+    with pytest.raises(AutotuneError, match="activation_offload_layers"):
+        StagePlan(layers=(3, 4), **{**fields, "fp8": False, "activation_offload_layers": 1, "has_head": True})
