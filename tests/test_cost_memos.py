@@ -186,3 +186,25 @@ def test_checked_stage_fields_tell_types_apart():
     StagePlan(layers=(3, 5), **{**fields, "fp8": False, "activation_offload_layers": 1})
     with pytest.raises(AutotuneError, match="activation_offload_layers"):
         StagePlan(layers=(3, 4), **{**fields, "fp8": False, "activation_offload_layers": 1, "has_head": True})
+
+
+def test_a_choice_keeps_its_hash_within_its_process_only():
+    """A StageChoice's kept hash is the dataclass's, and a pickled choice is found under an equal
+    one in a process whose string hashes differ (the hash is not sent with it)."""
+    import pickle
+    import subprocess
+    import sys
+    from dataclasses import fields
+
+    from autotune.search.choices import StageChoice
+
+    choice = StageChoice(tp=2, cp=1, sequence_parallel=True, recompute="full", zero=1, mesh_order="tp-dp-cp",
+                         placements=(("optimizer_in", "host"),))
+    assert hash(choice) == hash(tuple(getattr(choice, f.name) for f in fields(choice)))
+    fresh = ("from autotune.search.choices import StageChoice; import pickle, sys; "
+             "c = StageChoice(tp=2, cp=1, sequence_parallel=True, recompute='full', zero=1, mesh_order='tp-dp-cp', "
+             "placements=(('optimizer_in', 'host'),)); print({c: 1}.get(pickle.loads(sys.stdin.buffer.read())))")
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", fresh], input=pickle.dumps(choice), capture_output=True, check=True,
+                             env={**__import__("os").environ, "PYTHONHASHSEED": seed})
+        assert out.stdout.strip() == b"1"
