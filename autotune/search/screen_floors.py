@@ -84,7 +84,8 @@ class ScreenFloors:
         kept = self._floors.setdefault((key, mp, shape, memory), {})
         asked = [rep for rep in dict.fromkeys(reps) if rep not in kept]
         if asked:
-            extra = [r for r in self.classes(key.dp, mp) if r not in kept and r not in asked
+            pending = set(asked)
+            extra = [r for r in self.classes(key.dp, mp) if r not in kept and r not in pending
                      and self.screens_ready(mp, r, memory)]
             kept.update(zip(asked + extra, self._class_floors(key, mp, asked + extra, shape, memory)))
         return [kept[rep] for rep in reps]
