@@ -208,3 +208,29 @@ def test_a_choice_keeps_its_hash_within_its_process_only():
         out = subprocess.run([sys.executable, "-c", fresh], input=pickle.dumps(choice), capture_output=True, check=True,
                              env={**__import__("os").environ, "PYTHONHASHSEED": seed})
         assert out.stdout.strip() == b"1"
+
+
+def test_kept_cost_models_follow_the_degree_sizes_and_workload_of_each_context():
+    """A slice context's cost model is kept by its parts' identity, degree and micro-batch sizes:
+    the same one for an equal context, another for another degree, sizes or workload object."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from autotune.graph.table import runtime_tables
+    from autotune.search.tables import SliceContext, _phase_costers
+    from autotune.spec.runtime import load_runtime
+
+    model = load_preset("large")
+    workload = TrainingWorkload(global_batch=64, seq_len=2048)
+    runtime = load_runtime("megatron")
+    ctx = SliceContext(tables=runtime_tables(model, workload, runtime), workload=workload, runtime=runtime,
+                       cluster=load_cluster("dgx-h100"), dp=2, micro_batches=(1, 2), gpus=16)
+    (_, kept), = _phase_costers(ctx)
+    assert _phase_costers(replace(ctx))[0][1] is kept
+    for other in (replace(ctx, dp=4), replace(ctx, micro_batches=(1, 4)), replace(ctx, workload=replace(workload))):
+        (_, found), = _phase_costers(other)
+        assert found is not kept
+        assert np.array_equal(found.context.num_microbatches, other.num_microbatches)
+        assert np.array_equal(found.context.micro_batch.ravel(), other.micro_batches)
+    assert not kept.context.micro_batch.flags.writeable
