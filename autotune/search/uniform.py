@@ -167,8 +167,9 @@ class UniformSearch:
         if self.exhaustive:
             return min((min(item[0], item[1]) for item in items), default=math.inf), True
         least = math.inf
-        for j in sorted(range(len(items)), key=lambda j: min(items[j][0], items[j][1])):
-            floor = min(items[j][0], items[j][1])
+        floors = [min(item[0], item[1]) for item in items]
+        for j in sorted(range(len(items)), key=floors.__getitem__):
+            floor = floors[j]
             if floor >= least:
                 break
             if floor > cap:  # every class left floors at least this: enough to put the slice back in line
