@@ -37,18 +37,14 @@ _CHECKED_KEPT = 4096
 _PLACE = ("layers", "has_embedding", "has_head")
 
 
-def _checked_key(stage: "StagePlan") -> tuple | None:
-    """Every field but the place (_PLACE), each with its type (1 and True differ); None if one is unhashable."""
+def _checked_key(stage: "StagePlan") -> tuple:
+    """Every field but the place (_PLACE), each with its type (1 and True differ): the fields in
+    their declared order, then their types (unhashable where a field is: StagePlan checks it in full)."""
     named = dict(vars(stage))
     for name in _PLACE:
         del named[name]
     values = tuple(named.values())
-    key = (values, tuple(map(type, values)))  # the fields in their declared order, then their types
-    try:
-        hash(key)
-    except TypeError:  # a list where a tuple belongs (recompute_modules): checked in full
-        return None
-    return key
+    return values, tuple(map(type, values))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,11 +96,15 @@ class StagePlan:
     activation_offload_layers: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
+        object.__setattr__(self, "layers", tuple(map(int, self.layers)))
         first, end = self.layers
         require(0 <= first < end, "stage.layers", f"must be [first, last+1) with first < last+1, got {list(self.layers)}")
         key = _checked_key(self)
-        if key is not None and key in _CHECKED:  # the same stage elsewhere passed: only its layers are new
+        try:  # one hash of the key (a set lookup)
+            checked = key in _CHECKED
+        except TypeError:  # a list where a tuple belongs (recompute_modules): checked in full, not kept
+            key, checked = None, False
+        if checked:  # the same stage elsewhere passed: only its layers are new
             self._check_activation_offload()
             return
         self._check_fields()
