@@ -45,7 +45,8 @@ class StageChoice:
 
     def __hash__(self) -> int:
         """The dataclass's hash (of the fields in order), kept: a search looks its classes up by
-        choice about 180,000 times (DeepSeek-V3 on 2048 GPUs). Not pickled (a process's own)."""
+        choice about 180,000 times (DeepSeek-V3 on 2048 GPUs). Not pickled (a process's own); in
+        the instance's ``vars`` once made (dataclasses.replace and asdict read the fields only)."""
         try:
             return self._hash
         except AttributeError:
