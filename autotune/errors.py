@@ -56,8 +56,8 @@ def require(condition: bool, field: str, message: str) -> None:
 def require_positive(field: str, value: object, *, integer: bool = True) -> None:
     """Sizes and counts must be positive numbers (integers unless ``integer=False``)."""
     kind = int if integer else (int, float)
-    ok = isinstance(value, kind) and not isinstance(value, bool) and value > 0
-    require(ok, field, f"must be a positive {'integer' if integer else 'number'}, got {value!r}")
+    if not (isinstance(value, kind) and not isinstance(value, bool) and value > 0):  # the message only when raised
+        raise AutotuneError(field, f"must be a positive {'integer' if integer else 'number'}, got {value!r}")
 
 
 def require_choice(field: str, value: object, choices: Iterable[object]) -> None:

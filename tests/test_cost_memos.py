@@ -164,3 +164,73 @@ def test_fingerprints_are_the_digest_of_the_canonical_json_whatever_was_kept():
                                 runtime=load_runtime("megatron"), cluster=cluster, gpus=gpus, space=load_space("rich"))
         for parts in ((problem, True), (model, problem.workload, {"b": [1.5, float("inf")], "a": None}), (problem,)):
             assert cache.fingerprint(*parts) == plain(*parts)
+
+
+def test_checked_stage_fields_tell_types_apart():
+    """A stage whose fields but its place passed the checks skips them elsewhere only when every
+    other field has the same value and type (fp8=1, == True, is still refused), and its layers are
+    checked each time."""
+    import pytest
+
+    from autotune.errors import AutotuneError
+    from autotune.plan.plan import StagePlan
+
+    fields = dict(has_embedding=False, has_head=False, num_gpus=8, tp=8, cp=1, dp=1, fp8=True)
+    StagePlan(layers=(0, 1), **fields)
+    assert StagePlan(layers=(3, 7), **fields).num_layers == 4  # taken from the checked set
+    assert StagePlan(layers=(3, 7), **{**fields, "has_head": True}).has_head  # another place: the same checks
+    with pytest.raises(AutotuneError, match="fp8"):
+        StagePlan(layers=(3, 7), **{**fields, "fp8": 1})
+    with pytest.raises(AutotuneError, match="activation_offload_layers"):  # the layers' own checks still run
+        StagePlan(layers=(3, 4), **{**fields, "fp8": False, "activation_offload_layers": 1})
+    StagePlan(layers=(3, 5), **{**fields, "fp8": False, "activation_offload_layers": 1})
+    with pytest.raises(AutotuneError, match="activation_offload_layers"):
+        StagePlan(layers=(3, 4), **{**fields, "fp8": False, "activation_offload_layers": 1, "has_head": True})
+
+
+def test_a_choice_keeps_its_hash_within_its_process_only():
+    """A StageChoice's kept hash is the dataclass's, and a pickled choice is found under an equal
+    one in a process whose string hashes differ (the hash is not sent with it)."""
+    import pickle
+    import subprocess
+    import sys
+    from dataclasses import fields
+
+    from autotune.search.choices import StageChoice
+
+    choice = StageChoice(tp=2, cp=1, sequence_parallel=True, recompute="full", zero=1, mesh_order="tp-dp-cp",
+                         placements=(("optimizer_in", "host"),))
+    assert hash(choice) == hash(tuple(getattr(choice, f.name) for f in fields(choice)))
+    fresh = ("from autotune.search.choices import StageChoice; import pickle, sys; "
+             "c = StageChoice(tp=2, cp=1, sequence_parallel=True, recompute='full', zero=1, mesh_order='tp-dp-cp', "
+             "placements=(('optimizer_in', 'host'),)); print({c: 1}.get(pickle.loads(sys.stdin.buffer.read())))")
+    for seed in ("1", "2"):
+        out = subprocess.run([sys.executable, "-c", fresh], input=pickle.dumps(choice), capture_output=True, check=True,
+                             env={**__import__("os").environ, "PYTHONHASHSEED": seed})
+        assert out.stdout.strip() == b"1"
+
+
+def test_kept_cost_models_follow_the_degree_sizes_and_workload_of_each_context():
+    """A slice context's cost model is kept by its parts' identity, degree and micro-batch sizes:
+    the same one for an equal context, another for another degree, sizes or workload object."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from autotune.graph.table import runtime_tables
+    from autotune.search.tables import SliceContext, _phase_costers
+    from autotune.spec.runtime import load_runtime
+
+    model = load_preset("large")
+    workload = TrainingWorkload(global_batch=64, seq_len=2048)
+    runtime = load_runtime("megatron")
+    ctx = SliceContext(tables=runtime_tables(model, workload, runtime), workload=workload, runtime=runtime,
+                       cluster=load_cluster("dgx-h100"), dp=2, micro_batches=(1, 2), gpus=16)
+    (_, kept), = _phase_costers(ctx)
+    assert _phase_costers(replace(ctx))[0][1] is kept
+    for other in (replace(ctx, dp=4), replace(ctx, micro_batches=(1, 4)), replace(ctx, workload=replace(workload))):
+        (_, found), = _phase_costers(other)
+        assert found is not kept
+        assert np.array_equal(found.context.num_microbatches, other.num_microbatches)
+        assert np.array_equal(found.context.micro_batch.ravel(), other.micro_batches)
+    assert not kept.context.micro_batch.flags.writeable

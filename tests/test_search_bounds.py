@@ -134,7 +134,7 @@ def test_count_floors_equal_the_floors_of_each_counts_tables():
     screens = search.uniform.screens
     full = next(c for rep, cls in screens.classes(1, 4).items() for _, c in cls.members if c.recompute == "full")
     ctx = search._slice_context(1)
-    full_costs, none_costs = choice_costs(ctx, full), choice_costs(ctx, full.__class__(**{**vars(full), "recompute": "none"}))
+    full_costs, none_costs = choice_costs(ctx, full), choice_costs(ctx, replace(full, recompute="none"))
     counts = np.arange(1, search.problem.model.num_layers)
     shape = (search.problem.model.num_layers, 4, 16, 1, 4)
     plains, _ = count_floors(none_costs, full_costs, counts, 0, search.capacity, shape)

@@ -12,7 +12,7 @@ choices (micro-batch, TP, CP, SP), so a search scores thousands of choices in on
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -143,13 +143,20 @@ class BlockTimes:
     # across a step's micro-batches pays them once per step: cost/stage.py _block)
     weight_cast_fwd_ops_s: np.ndarray | float = 0.0
 
-    @property
+    # the sums kept (read-only): a stage's pricing reads a block's a dozen times (cost/moe_stage.py)
+    @cached_property
     def fwd_s(self) -> np.ndarray:
-        return self.fwd_ops_s.sum(-1)
+        return _read_only(self.fwd_ops_s.sum(-1))
 
-    @property
+    @cached_property
     def bwd_s(self) -> np.ndarray:
-        return self.bwd_ops_s.sum(-1)
+        return _read_only(self.bwd_ops_s.sum(-1))
+
+
+def _read_only(x):
+    if isinstance(x, np.ndarray):
+        x.flags.writeable = False
+    return x
 
 
 def _col(x: object) -> np.ndarray:

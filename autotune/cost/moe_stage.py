@@ -92,7 +92,11 @@ def _expert_stage(stage: StagePlan) -> StagePlan:
     is a one-layer middle stage, no activation offload, whatever the stage's are: its readers
     (sharded_state_memory and the expert gradients' _dp_comm_s) are given the layer counts and
     read neither."""
-    key = tuple((type(v), v) for k, v in vars(stage).items() if k not in _PLACE_FIELDS)
+    named = dict(vars(stage))
+    for name in _PLACE_FIELDS:
+        del named[name]
+    values = tuple(named.values())
+    key = (values, tuple(map(type, values)))  # the fields in their declared order, then their types
     try:
         found = _EXPERT_STAGES.get(key)
     except TypeError:  # an unhashable field (a list of recompute modules): made each time

@@ -53,18 +53,25 @@ def blend_costs(none, full, f):
 
 
 def fp8_context(ctx):
-    """The stage context with the workload's GEMMs in FP8 (a BF16 workload only)."""
+    """The stage context with the workload's GEMMs in FP8 (a BF16 workload only); one twin per
+    context (by identity, as _fp8_workload: a search prices a context's FP8 choices at every position)."""
     dtype = ctx.workload.dtype
     if dtype in LOW_PRECISION_DTYPES:
         return ctx  # already a low-precision recipe everywhere
     require(dtype == "bf16", "stage.fp8", f"FP8 stages need a bf16 workload (FP8 GEMMs, BF16 elsewhere), not {dtype!r}")
     if "fp8" not in ctx.cluster.device.peak_flops:
         raise AutotuneError("stage.fp8", f"{ctx.cluster.device.name} has no FP8 GEMM rate")
-    return replace(ctx, workload=_fp8_workload(ctx.workload))
+    found = _FP8_CONTEXTS.get(id(ctx))
+    if found is None or found[0] is not ctx:
+        if len(_FP8_CONTEXTS) >= _FP8_WORKLOADS_KEPT:
+            _FP8_CONTEXTS.pop(next(iter(_FP8_CONTEXTS)))
+        found = _FP8_CONTEXTS[id(ctx)] = (ctx, replace(ctx, workload=_fp8_workload(ctx.workload)))
+    return found[1]
 
 
 _FP8_WORKLOADS: dict = {}  # id(workload) -> (workload, its FP8 twin): one twin per workload, so
 _FP8_WORKLOADS_KEPT = 64  # caches keyed by the workload's identity (cost/moe_stage.py) keep hitting
+_FP8_CONTEXTS: dict = {}  # id(context) -> (context, its FP8 twin), as many kept
 
 
 def _fp8_workload(workload):

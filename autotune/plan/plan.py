@@ -27,21 +27,24 @@ PLACEMENTS = ("hbm", "host", "cxl")
 MESH_ORDERS = ("tp-cp-dp", "tp-dp-cp", "cp-tp-dp", "cp-dp-tp", "dp-tp-cp", "dp-cp-tp")
 
 
-# Stages whose fields but their layers passed every check, by those fields' types and values: a
-# search builds tens of thousands of stages (pipelines of one choice on many layer ranges) from
-# a few hundred such sets, and the checks cost more than the pricing's bookkeeping around them.
+# Stages whose fields but their place passed every check, by those fields' types and values: a
+# search builds tens of thousands of stages (pipelines of one choice on many layer ranges, each
+# first, middle or last) from a few hundred such sets, and the checks cost more than the pricing's
+# bookkeeping around them. The place (layers, embedding, head) is left out: _check_fields reads
+# none of it, and the layers' own checks run on every stage.
 _CHECKED: set[tuple] = set()
 _CHECKED_KEPT = 4096
+_PLACE = ("layers", "has_embedding", "has_head")
 
 
-def _checked_key(stage: "StagePlan") -> tuple | None:
-    """Every field but ``layers``, each with its type (1 and True differ); None if one is unhashable."""
-    key = tuple((type(value), value) for name, value in vars(stage).items() if name != "layers")
-    try:
-        hash(key)
-    except TypeError:  # a list where a tuple belongs (recompute_modules): checked in full
-        return None
-    return key
+def _checked_key(stage: "StagePlan") -> tuple:
+    """Every field but the place (_PLACE), each with its type (1 and True differ): the fields in
+    their declared order, then their types (unhashable where a field is: StagePlan checks it in full)."""
+    named = dict(vars(stage))
+    for name in _PLACE:
+        del named[name]
+    values = tuple(named.values())
+    return values, tuple(map(type, values))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,11 +96,15 @@ class StagePlan:
     activation_offload_layers: int = 0
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
+        object.__setattr__(self, "layers", tuple(map(int, self.layers)))
         first, end = self.layers
         require(0 <= first < end, "stage.layers", f"must be [first, last+1) with first < last+1, got {list(self.layers)}")
         key = _checked_key(self)
-        if key is not None and key in _CHECKED:  # the same stage on other layers passed: only they are new
+        try:  # one hash of the key (a set lookup)
+            checked = key in _CHECKED
+        except TypeError:  # a list where a tuple belongs (recompute_modules): checked in full, not kept
+            key, checked = None, False
+        if checked:  # the same stage elsewhere passed: only its layers are new
             self._check_activation_offload()
             return
         self._check_fields()

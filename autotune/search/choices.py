@@ -7,7 +7,7 @@ the KV cache lives and a cache-aware layer grouping (autotune/cost/cache.py).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from itertools import product
 
@@ -43,6 +43,22 @@ class StageChoice:
     fp8: bool = False
     cp_comm: str = "ring"  # the context-parallel exchange (StagePlan.cp_comm)
 
+    def __hash__(self) -> int:
+        """The dataclass's hash (of the fields in order), kept: a search looks its classes up by
+        choice about 180,000 times (DeepSeek-V3 on 2048 GPUs). Not pickled (a process's own); in
+        the instance's ``vars`` once made (dataclasses.replace and asdict read the fields only)."""
+        try:
+            return self._hash
+        except AttributeError:
+            found = hash(tuple(getattr(self, name) for name in _FIELD_NAMES))
+            object.__setattr__(self, "_hash", found)
+            return found
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_hash", None)
+        return state
+
     def stage_plan(self, *, dp: int, layers: tuple[int, int] | None = None, has_embedding: bool = False,
                    has_head: bool = False) -> StagePlan:
         """The stage on ``layers``; without them a one-layer stage that the cost tables price for
@@ -55,6 +71,9 @@ class StageChoice:
                          sequence_parallel=self.sequence_parallel, recompute=self.recompute, zero=self.zero,
                          mesh_order=self.mesh_order, ep=self.ep, etp=self.etp, recompute_layers=count,
                          fp8=self.fp8, cp_comm=self.cp_comm, **dict(self.placements))
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(StageChoice))
 
 
 def choice_params(workload: object) -> tuple[str, ...]:

@@ -26,12 +26,11 @@ from functools import lru_cache
 
 import numpy as np
 
-from autotune.cost.contract import phase_cost_models
 from autotune.cost.stage import StagePosition
 from autotune.errors import AutotuneError
 from autotune.search.bounds import interleaved_floor_s, pipeline_floor_s
 from autotune.search.choices import StageChoice
-from autotune.search.tables import ChoiceCosts, SliceContext, blend_counts
+from autotune.search.tables import ChoiceCosts, SliceContext, _phase_costers, blend_counts, stage_plan_of
 
 __all__ = ["Member", "representative", "bare_times", "lays_out", "count_costs", "member_floors", "screen_floors",
            "count_floors", "class_member_floors", "bare_floors"]
@@ -65,12 +64,10 @@ def bare_times(ctx: SliceContext, choice: StageChoice) -> np.ndarray:
     on the degree): a floor on its time at every pipeline position (autotune.search.screens' note)."""
     num_layers = ctx.tables.model.num_layers
     out = np.full((len(ctx.micro_batches), num_layers + 1), np.inf)
-    models = phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, runtime=ctx.runtime,
-                               micro_batch=np.array(ctx.micro_batches)[:, None], num_microbatches=ctx.num_microbatches,
-                               overlap_tp_comm=ctx.overlap_tp_comm)
+    models = _phase_costers(ctx)
     bare, n = StagePosition(inflight=1.0, neighbors=0, p2p_inter_node=None), np.arange(1, num_layers + 1)[None, :]
     try:  # as choice_costs: a choice this stage cannot take is priced nowhere
-        stage = choice.stage_plan(dp=ctx.dp)
+        stage = stage_plan_of(choice, ctx.dp, False, False)  # kept: the middle stage choice_costs prices
         out[:, 1:] = sum(w * np.asarray(m.stage_cost(stage, bare, num_layers=n).time.microbatch_s) for w, m in models)
     except AutotuneError:
         pass
@@ -82,7 +79,7 @@ def lays_out(choice: StageChoice, dp: int) -> bool:
     """Whether a stage of ``choice`` at degree ``dp`` is a valid StagePlan (its members share its
     degrees: those that differ only trade time for memory)."""
     try:
-        choice.stage_plan(dp=dp)
+        stage_plan_of(choice, dp, False, False)  # kept: the bare and middle stages priced later
     except AutotuneError:
         return False
     return True

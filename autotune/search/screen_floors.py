@@ -11,7 +11,7 @@ import math
 import numpy as np
 
 from autotune.search.choices import StageChoice
-from autotune.search.members import bare_floors, count_floors, member_floors, screen_floors
+from autotune.search.members import bare_floors, class_member_floors, member_floors, screen_floors
 from autotune.search.tables import ChoiceCosts
 
 __all__ = ["ScreenFloors"]
@@ -43,31 +43,28 @@ class ScreenFloors:
         four more screens per class, shared by every degree. A kind other than none and full is
         first bounded with the representative's times (no slower: members.py) and its own memory,
         and its time screen priced only where that bound is below the other kinds' floor (else
-        the least is the others', as with its own times)."""
+        the least is the others', as with its own times). The kinds' floors and the counts' are
+        made in one pass (class_member_floors: row by row, each the number a call of its own gives)."""
         cls = self.classes(key.dp, mp)[rep]
         kinds = sorted({c.recompute for _, c in cls.members})
         tables = {r: self._screen_at(key, mp, rep, r if r in ("none", "full") else "none", r) for r in kinds}
         if any(t is None for t in tables.values()):
             return 0.0, 0.0
-        best = self._kind_floors({r: t for r, t in tables.items() if r in ("none", "full")}, key, mp, rep, shape)
-        for r in (r for r in kinds if r not in ("none", "full")):
-            plain, inter = member_floors([tables[r]], 0, self.search.capacity, shape)
-            if plain[0] < best[0] or inter[0] < best[1]:  # may set the least: with its own times
-                plain, inter = member_floors([self._screen_at(key, mp, rep, r, r)], 0, self.search.capacity, shape)
-            best = (min(best[0], float(plain[0])), min(best[1], float(inter[0])))
-        return best
-
-    def _kind_floors(self, tables: dict, key, mp: int, rep: StageChoice, shape: tuple) -> tuple[float, float]:
-        """refined_floor's least over the none and full kinds' tables and the counts between them."""
-        best = (math.inf, math.inf)
-        if tables:
-            plain, inter = member_floors(list(tables.values()), 0, self.search.capacity, shape)
-            best = (float(plain.min()), float(inter.min()))
-        counts = self.counts.get((key.dp, mp), [])
-        if counts and "full" in tables:
-            none = tables.get("none") or self._screen_at(key, mp, rep, "none", "full")
-            plains, inters = count_floors(none, tables["full"], np.array(counts), 0, self.search.capacity, shape)
+        plain_kinds = [r for r in kinds if r in ("none", "full")]
+        others = [r for r in kinds if r not in ("none", "full")]
+        counts = self.counts.get((key.dp, mp), []) if "full" in tables else []
+        pairs = [(tables.get("none") or self._screen_at(key, mp, rep, "none", "full"), tables["full"])] if counts else []
+        plain, inter, by_pair = class_member_floors([tables[r] for r in plain_kinds + others], pairs,
+                                                    np.array(counts, dtype=int), 0, self.search.capacity, shape)
+        k = len(plain_kinds)
+        best = (float(plain[:k].min()), float(inter[:k].min())) if k else (math.inf, math.inf)
+        for plains, inters in by_pair:
             best = (min(best[0], float(plains.min())), min(best[1], float(inters.min())))
+        for r, first, first_inter in zip(others, plain[k:].tolist(), inter[k:].tolist()):
+            if first < best[0] or first_inter < best[1]:  # may set the least: with its own times
+                own_plain, own_inter = member_floors([self._screen_at(key, mp, rep, r, r)], 0, self.search.capacity, shape)
+                first, first_inter = float(own_plain[0]), float(own_inter[0])
+            best = (min(best[0], first), min(best[1], first_inter))
         return best
 
     def class_floors(self, key, mp: int, reps: list[StageChoice], shape: tuple, memory: bool,
@@ -87,7 +84,8 @@ class ScreenFloors:
         kept = self._floors.setdefault((key, mp, shape, memory), {})
         asked = [rep for rep in dict.fromkeys(reps) if rep not in kept]
         if asked:
-            extra = [r for r in self.classes(key.dp, mp) if r not in kept and r not in asked
+            pending = set(asked)
+            extra = [r for r in self.classes(key.dp, mp) if r not in kept and r not in pending
                      and self.screens_ready(mp, r, memory)]
             kept.update(zip(asked + extra, self._class_floors(key, mp, asked + extra, shape, memory)))
         return [kept[rep] for rep in reps]

@@ -72,11 +72,28 @@ def positions_needed(ctx: SliceContext, stage_gpus: int) -> list[int]:
     return [FIRST, LAST] + ([MIDDLE] if stages >= 3 else [])
 
 
+# _phase_costers by what they read: the context's parts (by identity, each entry holding them),
+# its degree, micro-batch sizes and TP overlap. A search makes a SliceContext per table it prices
+# (DeepSeek-V3 on 2048 GPUs: 691) from a few degrees: one cost model each, whose context the
+# FP8 variants' (cost/recompute.py fp8_context) and other caches by identity then find again.
+_COSTERS: dict = {}
+_COSTERS_KEPT = 256
+
+
 def _phase_costers(ctx: SliceContext) -> list[tuple[float, StageCostModel]]:
-    """(weight, cost model) per phase of the workload (autotune.cost.contract)."""
-    return phase_cost_models(ctx.tables, ctx.workload, ctx.cluster, runtime=ctx.runtime,
-                             micro_batch=np.array(ctx.micro_batches)[:, None],
-                             num_microbatches=ctx.num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm)
+    """(weight, cost model) per phase of the workload (autotune.cost.contract); its arrays read-only."""
+    parts = (ctx.tables, ctx.workload, ctx.runtime, ctx.cluster)
+    key = (*map(id, parts), ctx.dp, tuple(ctx.micro_batches), ctx.overlap_tp_comm)
+    found = _COSTERS.get(key)
+    if found is None or any(a is not b for a, b in zip(found[0], parts)):
+        micro_batch, num_microbatches = np.array(ctx.micro_batches)[:, None], ctx.num_microbatches
+        micro_batch.flags.writeable = num_microbatches.flags.writeable = False
+        if len(_COSTERS) >= _COSTERS_KEPT:
+            _COSTERS.pop(next(iter(_COSTERS)))  # the oldest
+        found = _COSTERS[key] = (parts, phase_cost_models(
+            ctx.tables, ctx.workload, ctx.cluster, runtime=ctx.runtime, micro_batch=micro_batch,
+            num_microbatches=num_microbatches, overlap_tp_comm=ctx.overlap_tp_comm))
+    return found[1]
 
 
 @lru_cache(maxsize=8192)

@@ -66,6 +66,7 @@ class UniformSearch:
         self._priced: dict[tuple, dict[int, ChoiceCosts]] = {}
         self._items: dict = {}  # by slice: its candidates' floors, until it is solved
         self._time_only: dict = {}  # by (slice, submesh, class): its floors from its bare stage's times
+        self._time_only_of: dict = {}  # by slice: its keys in _time_only (dropped when it is solved)
         self._memory: dict = {}  # by (slice, submesh): its classes' floors with memory, as they are made
         self.studies: set[tuple[int, int]] = set()
         self.member_floors = MemberFloors(self)
@@ -166,8 +167,9 @@ class UniformSearch:
         if self.exhaustive:
             return min((min(item[0], item[1]) for item in items), default=math.inf), True
         least = math.inf
-        for j in sorted(range(len(items)), key=lambda j: min(items[j][0], items[j][1])):
-            floor = min(items[j][0], items[j][1])
+        floors = [min(item[0], item[1]) for item in items]
+        for j in sorted(range(len(items)), key=floors.__getitem__):
+            floor = floors[j]
             if floor >= least:
                 break
             if floor > cap:  # every class left floors at least this: enough to put the slice back in line
@@ -277,6 +279,7 @@ class UniformSearch:
                 for key, pairs in zip(slices, self.screens.bare_class_floors(shapes, mp, classes)):
                     for rep, pair in zip(classes, pairs):
                         self._time_only[(key, mp, rep)] = pair
+                        self._time_only_of.setdefault(key, []).append((key, mp, rep))
                         least[key] = min(least[key], min(pair))
         return [least[key] for key in keys]
 
@@ -298,10 +301,9 @@ class UniformSearch:
         found = self._best_interleaved(key, prune_above, plan, estimate)
         self._items.pop(key, None)
         self.member_floors.forget(key)
-        for done in [k for k in self._time_only if k[0] == key]:
-            del self._time_only[done]
-        for done in [k for k in self._memory if k[0] == key]:
-            del self._memory[done]
+        for kept, done in [(self._time_only, k) for k in self._time_only_of.pop(key, ())] + [
+                (self._memory, k) for k in self._memory if k[0] == key]:
+            kept.pop(done, None)
         return found
 
     def _expand(self, key, heap, tie, item, interleaved: bool) -> None:
