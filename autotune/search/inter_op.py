@@ -319,9 +319,11 @@ def _solver(tables: _Tables, units: np.ndarray, total_units: int, num_microbatch
 
 def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, total_units: int,
                    num_microbatches: int, max_stages: int, *, objective: str = "pipeline",
-                   inflight_all: bool = False) -> PipelineSolution | None:
+                   inflight_all: bool = False, at_most: float = np.inf) -> PipelineSolution | None:
     """The stage cuts minimising ``objective`` (OBJECTIVES); None when nothing fits.
-    ``inflight_all``: every stage holds all B micro-batches (table depth R >= B needed)."""
+    ``inflight_all``: every stage holds all B micro-batches (table depth R >= B needed).
+    ``at_most``: None also when no plan scores at most this (a caller's best so far: boxes of caps
+    whose bound is above it are not solved; the least plan at or under it is the same)."""
     units = np.asarray(units, dtype=int)
     num_layers = time_s.shape[1] - 1
     max_stages = min(max_stages, num_layers, total_units // max(1, int(units.min())))
@@ -347,13 +349,25 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
     values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
     values = values[values < np.inf]
+    if lower(floor, values.min(), tails.min()) > at_most:
+        return None  # every plan scores above the caller's best
     if lower(floor, values.min(), tails.min()) >= best[0]:
-        return PipelineSolution(objective_s=best[0], stages=cuts_of(cuts))  # the least-sum plan: nothing bounds lower
+        return _at_most(best, at_most)  # the least-sum plan: nothing bounds lower
     caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
-    if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < best[0]:
+    # a box bounded above ``at_most`` holds no plan the caller takes: searched as if a plan just
+    # above it were known (one ulp above, so that a plan scoring exactly ``at_most`` is still found)
+    bar = (np.nextafter(at_most, np.inf), None) if at_most < best[0] else best
+    if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < bar[0]:
         by_tail = _Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tail_s)  # the tails as stage "times"
         tails = tails[tails >= _solver(by_tail, units, total_units, num_microbatches, max_stages, inflight_all)(
             np.inf, least_max=True)[0]]
-    best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, best, score, measure, lower)
-    return PipelineSolution(objective_s=best, stages=cuts_of(best_cuts))
+    value, found = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, bar, score, measure, lower)
+    if found is None:  # no box under the caller's bar held a plan scoring under it
+        return None
+    return _at_most((value, found), at_most)
+
+
+def _at_most(best: tuple, at_most: float) -> PipelineSolution | None:
+    """The solution of (objective, cuts), or None if it scores above ``at_most``."""
+    return PipelineSolution(objective_s=best[0], stages=cuts_of(best[1])) if best[0] <= at_most else None
 

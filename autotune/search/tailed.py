@@ -23,6 +23,7 @@ left floors above its best, so it answers with the same member.
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
@@ -162,7 +163,8 @@ def _solve(search, key, rank, payload, b: int, solved_tables: dict, best):
     if any(other_rank < rank and dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
         return best  # a member before it is no slower, no longer-tailed and no larger anywhere
     solved_tables.setdefault(mp, []).append((rank, tables))
-    solved = search._solve_member(key, member, stages)
+    # a member scoring above the best so far cannot win: its solve stops there (None)
+    solved = search._solve_member(key, member, stages, math.inf if best is None else best[0])
     if solved is not None and (best is None or (solved.objective_s, rank) < (best[0], best[1])):
         return solved.objective_s, rank, member, solved
     return best
