@@ -35,8 +35,9 @@ _CHECKED_KEPT = 4096
 
 
 def _checked_key(stage: "StagePlan") -> tuple | None:
-    """Every field but ``layers``, each with its type (1 and True differ); None if one is unhashable."""
-    key = tuple((type(value), value) for name, value in vars(stage).items() if name != "layers")
+    """Every field but ``layers`` (the first), and their types (1 and True differ); None if one is unhashable."""
+    values = tuple(vars(stage).values())[1:]
+    key = (tuple(map(type, values)), values)
     try:
         hash(key)
     except TypeError:  # a list where a tuple belongs (recompute_modules): checked in full
@@ -95,7 +96,8 @@ class StagePlan:
     def __post_init__(self) -> None:
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))
         first, end = self.layers
-        require(0 <= first < end, "stage.layers", f"must be [first, last+1) with first < last+1, got {list(self.layers)}")
+        if not 0 <= first < end:  # (the message made only when it is raised: a search builds tens of thousands)
+            require(False, "stage.layers", f"must be [first, last+1) with first < last+1, got {list(self.layers)}")
         key = _checked_key(self)
         if key is not None and key in _CHECKED:  # the same stage on other layers passed: only they are new
             self._check_activation_offload()
@@ -159,6 +161,8 @@ class StagePlan:
         __post_init__): 0 <= N < the layers (Transformer Engine's handler keeps one layer's set on the
         GPU), and no activation recomputation beside it."""
         n, name = self.activation_offload_layers, "stage.activation_offload_layers"
+        if n == 0 and type(n) is int:  # none (every stage a search builds): each rule holds
+            return
         require(isinstance(n, int) and not isinstance(n, bool) and 0 <= n and (n == 0 or n < self.num_layers), name,
                 f"must be a whole number from 0 to the stage's layers - 1 = {self.num_layers - 1} "
                 f"(Megatron-Core needs cpu_offloading_num_layers < num_layers), got {n!r}")
