@@ -349,7 +349,7 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
     values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
     values = values[values < np.inf]
-    if lower(floor, values.min(), tails.min()) > at_most:
+    if at_most < np.inf and lower(floor, _least_slowest(tables, values, units, total_units, max_stages), tails.min()) > at_most:
         return None  # every plan scores above the caller's best
     if lower(floor, values.min(), tails.min()) >= best[0]:
         return _at_most(best, at_most)  # the least-sum plan: nothing bounds lower
@@ -365,6 +365,15 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     if found is None:  # no box under the caller's bar held a plan scoring under it
         return None
     return _at_most((value, found), at_most)
+
+
+def _least_slowest(tables: _Tables, values: np.ndarray, units: np.ndarray, total_units: int, max_stages: int) -> float:
+    """A floor on a plan's slowest stage: some stage holds at least ceil(L / S) layers (S: the
+    stage count on one submesh size, else the most stages), and takes at least the least time
+    of a stage of that many layers or more (any submesh, position and depth); and at least the
+    least stage time."""
+    stages = total_units // int(units[0]) if len(units) == 1 else max_stages
+    return max(float(values.min()), float(tables.least_time_by_n[-(-tables.num_layers // stages):].min()))
 
 
 def _at_most(best: tuple, at_most: float) -> PipelineSolution | None:
