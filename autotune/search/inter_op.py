@@ -347,13 +347,18 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
     # Likewise no plan's largest tail is under the least largest tail of any. Each least is a DP
     # of its own, solved only where the plain least value leaves room under the least-sum plan.
     lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
-    values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
+    values, tails = tables.stage_time_values(), tables.stage_tail_values()
     values = values[values < np.inf]
     if at_most < np.inf and lower(floor, _least_slowest(tables, values, units, total_units, max_stages), tails.min()) > at_most:
         return None  # every plan scores above the caller's best
+    best = (score(cuts), cuts)
     if lower(floor, values.min(), tails.min()) >= best[0]:
         return _at_most(best, at_most)  # the least-sum plan: nothing bounds lower
-    caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
+    if num_microbatches > 1:
+        least_max = solve(np.inf, least_max=True)[0]
+        if lower(floor, least_max, tails.min()) > at_most:
+            return None  # no plan's slowest stage is faster: every plan scores above the caller's best
+    caps = _distinct_sorted(values[values >= least_max]) if num_microbatches > 1 else values.max(keepdims=True)
     # a box bounded above ``at_most`` holds no plan the caller takes: searched as if a plan just
     # above it were known (one ulp above, so that a plan scoring exactly ``at_most`` is still found)
     bar = (np.nextafter(at_most, np.inf), None) if at_most < best[0] else best
