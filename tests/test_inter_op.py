@@ -82,6 +82,30 @@ def test_dp_matches_brute_force(seed, kind, inflight_all):
     assert sum(units[c.submesh] for c in cuts) == total_units or len(units) == 1
 
 
+@pytest.mark.parametrize("seed", range(30))
+def test_a_bar_drops_exactly_the_members_that_score_above_it(seed):
+    """``at_most`` (a caller's best so far): the same least plan where it scores at most the bar
+    (a bar equal to it included), None where every plan scores above it, against brute force."""
+    rng = np.random.default_rng(500 + seed)
+    M, L = int(rng.integers(1, 3)), int(rng.integers(2, 7))
+    units = np.array(sorted(rng.choice([1, 2, 4], size=M, replace=False)))
+    total_units, b = int(rng.choice([2, 4])) * int(units.min()), int(rng.integers(1, 6))
+    time, tail = random_case(rng, M, L, max(1, min(b, 4, L)), inf_share=0.1)
+    expected = brute_force(time, tail, units, total_units, b, 4)
+    if not np.isfinite(expected):
+        assert solve_pipeline(time, tail, units, total_units, b, 4, at_most=1e9) is None
+        return
+    free = solve_pipeline(time, tail, units, total_units, b, 4)
+    assert free.objective_s == pytest.approx(expected, rel=1e-12)
+    least = free.objective_s
+    for bar in (least, least * (1 + 1e-9), least + rng.uniform(0, 2), least * (1 - 1e-9), least - rng.uniform(0, 2)):
+        found = solve_pipeline(time, tail, units, total_units, b, 4, at_most=bar)
+        if least > bar:
+            assert found is None
+        else:  # the same plan as without a bar
+            assert found is not None and found.objective_s == least and found.stages == free.stages
+
+
 def test_uneven_first_stage_when_the_embedding_is_heavy():
     L, R = 4, 2
     time = np.full((1, L + 1, 4, R + 1), np.inf)

@@ -30,6 +30,27 @@ def test_best_by_inflight_sorting_matches_scoring_every_depth(seed):
         assert np.array_equal(np.where(slow[1], slow[0], -1), np.where(fast[1], fast[0], -1))
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_best_by_inflight_of_one_choice_is_the_general_pass(seed):
+    """One choice (a uniform member's tables) takes its own shortcut: the same tables as the
+    general pass over it and a second choice that never fits (index 0 or none), at depths that
+    score every depth and depths that sort, with NaN and infinite tails and exact capacity hits."""
+    rng = np.random.default_rng(700 + seed)
+    B, n = int(rng.integers(1, 40)), int(rng.integers(2, 9))
+    shape = (2, n, 4)
+    time, tail = rng.choice([1.0, 2.0, np.inf], size=shape), rng.choice([0.5, 1.0, np.inf, np.nan], size=shape, p=[.4, .4, .1, .1])
+    base, per = np.round(rng.random(shape) * 40) / 4, np.round(rng.random(shape) * 12) / 4
+    costs = tables.ChoiceCosts(choice=None, time_s=time, tail_s=tail, mem_base_bytes=base, mem_per_microbatch_bytes=per)
+    never = tables.ChoiceCosts(choice=None, time_s=np.full(shape, np.inf), tail_s=tail, mem_base_bytes=np.full(shape, np.inf),
+                               mem_per_microbatch_bytes=per)
+    for depth in (1, 5, 30):
+        cap = float(rng.choice([5.0, 7.25, 10.0]))
+        one = tables.best_by_inflight([costs], 1, B, depth, cap)
+        general = tables.best_by_inflight([costs, never], 1, B, depth, cap)
+        for a, b in zip(one, general):
+            assert a.shape == b.shape and a.tobytes() == b.tobytes()
+
+
 def test_best_by_inflight_falls_back_where_memory_shrinks_with_depth():
     score, base, per = np.ones((2, 3, 4)), np.full((2, 3, 4), 5.0), np.full((2, 3, 4), -1.0)
     assert tables._best_by_sorting(score, base, per, 3, 4.0) is None

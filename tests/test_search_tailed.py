@@ -41,10 +41,12 @@ def test_tailed_pass_answers_as_the_pass_without_tails(name, gpus, cluster, glob
     found = sorted(answer[0] for answer in plain.values() if answer is not None)
     assert found, "some slice has a plan"
     # no plan yet; a plan between the slices' bests; one just below the best (the pass without tails
-    # then stops at its floors: its answer is the least of the members it reached, or none)
-    for bar in (math.inf, found[len(found) // 2], found[0] * (1 - 1e-3), found[-1] * 0.99):
+    # then stops at its floors: its answer is the least of the members it reached, or none); the
+    # tailed pass answers none where that answer scores above the bar (the slice cannot win)
+    for bar in (math.inf, found[len(found) // 2], found[0] * (1 - 1e-3), found[-1] * 0.99, found[len(found) // 3]):
         for key in keys:
             want = plain[key] if bar == math.inf else _answer(uniform._best_pipeline_in_order(key, bar))
+            want = want if want is not None and want[0] <= bar else None
             assert _answer(tailed.best_pipeline(uniform, key, bar)) == want, (key, bar)
 
 

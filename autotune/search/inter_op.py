@@ -319,9 +319,11 @@ def _solver(tables: _Tables, units: np.ndarray, total_units: int, num_microbatch
 
 def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, total_units: int,
                    num_microbatches: int, max_stages: int, *, objective: str = "pipeline",
-                   inflight_all: bool = False) -> PipelineSolution | None:
+                   inflight_all: bool = False, at_most: float = np.inf) -> PipelineSolution | None:
     """The stage cuts minimising ``objective`` (OBJECTIVES); None when nothing fits.
-    ``inflight_all``: every stage holds all B micro-batches (table depth R >= B needed)."""
+    ``inflight_all``: every stage holds all B micro-batches (table depth R >= B needed).
+    ``at_most``: None also when no plan scores at most this (a caller's best so far: boxes of caps
+    whose bound is above it are not solved; the least plan at or under it is the same)."""
     units = np.asarray(units, dtype=int)
     num_layers = time_s.shape[1] - 1
     max_stages = min(max_stages, num_layers, total_units // max(1, int(units.min())))
@@ -340,20 +342,59 @@ def solve_pipeline(time_s: np.ndarray, tail_s: np.ndarray, units: np.ndarray, to
         return None
     score = lambda plan: raw_objective(time_s, tail_s, plan, num_layers, num_microbatches, objective)  # noqa: E731
     measure = lambda plan: (max(stage_times(time_s, plan, num_layers)), max(stage_tails(tail_s, plan, num_layers)))  # noqa: E731
-    # the candidate slowest stages: none is faster than the least slowest of any plan (lower caps
-    # have no plan); with one micro-batch the slowest stage is not scored: one cap, the largest.
-    # Likewise no plan's largest tail is under the least largest tail of any. Each least is a DP
-    # of its own, solved only where the plain least value leaves room under the least-sum plan.
     lower = lambda f, c, d: _combine(objective, f, c, num_microbatches) + d  # noqa: E731
-    values, tails, best = tables.stage_time_values(), tables.stage_tail_values(), (score(cuts), cuts)
+    least_tail = lambda t: _solver(t, units, total_units, num_microbatches, max_stages, inflight_all)(np.inf, least_max=True)[0]  # noqa: E731
+    found = _candidates(tables, solve, least_tail, floor, lambda: (score(cuts), cuts), lower, num_microbatches, at_most,
+                        _least_slowest(tables, units, total_units, max_stages))
+    if not isinstance(found, tuple):
+        return found  # settled before any box of caps: the least-sum plan, or None
+    caps, tails, bar = found
+    value, found = branch_and_bound(solve_cuts, caps, tails, floor, cuts, bar, score, measure, lower)
+    if found is None:  # no box under the caller's bar held a plan scoring under it
+        return None
+    return _at_most((value, found), at_most)
+
+
+def _candidates(tables: _Tables, solve, least_tail, floor: float, scored, lower, num_microbatches: int, at_most: float,
+                least_slowest: float):
+    """The candidate slowest stages and largest tails of branch_and_bound, and the best to beat
+    (caps, tails, bar); or the answer where it is settled before: None where every plan scores
+    above ``at_most``, the least-sum plan (``scored()``: its (objective, cuts)) where nothing
+    bounds lower. No plan's slowest stage is under the least slowest of any, nor its largest tail
+    under the least largest tail of any (lower caps have no plan); with one micro-batch the
+    slowest stage is not scored: one cap, the largest. Each least is a DP of its own (``solve``'s
+    bottleneck; ``least_tail`` over tables of the tails as stage times), solved only where the
+    plain least leaves room under the best."""
+    values, tails = tables.stage_time_values(), tables.stage_tail_values()
     values = values[values < np.inf]
+    if lower(floor, max(float(values.min()), least_slowest), tails.min()) > at_most:
+        return None  # every plan scores above the caller's best
+    best = scored()
     if lower(floor, values.min(), tails.min()) >= best[0]:
-        return PipelineSolution(objective_s=best[0], stages=cuts_of(cuts))  # the least-sum plan: nothing bounds lower
-    caps = _distinct_sorted(values[values >= solve(np.inf, least_max=True)[0]]) if num_microbatches > 1 else values.max(keepdims=True)
-    if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < best[0]:
-        by_tail = _Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tail_s)  # the tails as stage "times"
-        tails = tails[tails >= _solver(by_tail, units, total_units, num_microbatches, max_stages, inflight_all)(
-            np.inf, least_max=True)[0]]
-    best, best_cuts = branch_and_bound(solve_cuts, caps, _distinct_sorted(tails), floor, cuts, best, score, measure, lower)
-    return PipelineSolution(objective_s=best, stages=cuts_of(best_cuts))
+        return _at_most(best, at_most)  # the least-sum plan: nothing bounds lower
+    if num_microbatches > 1:
+        least_max = solve(np.inf, least_max=True)[0]
+        if lower(floor, least_max, tails.min()) > at_most:
+            return None  # no plan's slowest stage is faster: every plan scores above the caller's best
+    caps = _distinct_sorted(values[values >= least_max]) if num_microbatches > 1 else values.max(keepdims=True)
+    # a box bounded above ``at_most`` holds no plan the caller takes: searched as if a plan just
+    # above it were known (one ulp above, so that a plan scoring exactly ``at_most`` is still found)
+    bar = (np.nextafter(at_most, np.inf), None) if at_most < best[0] else best
+    if tails.max() > tails.min() and lower(floor, caps[0], tails.min()) < bar[0]:
+        time_s = tables.time_s
+        tails = tails[tails >= least_tail(_Tables(np.where(time_s < np.inf, tables.tail_s, np.inf), tables.tail_s))]
+    return caps, _distinct_sorted(tails), bar
+
+
+def _least_slowest(tables: _Tables, units: np.ndarray, total_units: int, max_stages: int) -> float:
+    """A floor on a plan's slowest stage: some stage holds at least ceil(L / S) layers (S: the
+    stage count on one submesh size, else the most stages), and takes at least the least time
+    of a stage of that many layers or more (any submesh, position and depth)."""
+    stages = total_units // int(units[0]) if len(units) == 1 else max_stages
+    return float(tables.least_time_by_n[-(-tables.num_layers // stages):].min())
+
+
+def _at_most(best: tuple, at_most: float) -> PipelineSolution | None:
+    """The solution of (objective, cuts), or None if it scores above ``at_most``."""
+    return PipelineSolution(objective_s=best[0], stages=cuts_of(best[1])) if best[0] <= at_most else None
 

@@ -47,7 +47,9 @@ class SearchResult:
     estimate: Estimate
     baselines: tuple[Baseline, ...]
     stats: SearchStats
-    candidates: tuple[tuple[Plan, Estimate], ...] = ()  # each slice's best plan (Pareto plots)
+    # each slice's best plan (Pareto plots), of the slices that could beat the best plan found before them
+    # (the others are pruned: by their floors, or by their stage DP)
+    candidates: tuple[tuple[Plan, Estimate], ...] = ()
     run_dir: str | None = None
     extra: dict = field(default_factory=dict)
     runtime: Runtime | None = None  # what runs the plan (None only for standalone scenarios)

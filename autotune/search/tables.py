@@ -180,6 +180,8 @@ def best_by_inflight(costs: list[ChoiceCosts], b_index: int, num_microbatches: i
     first k layers, for every k in ``counts`` (index len(costs) + pair * len(counts) + k's
     position): interpolated a block of counts at a time (cost/recompute.py), so memory stays
     bounded whatever the number of counts."""
+    if len(costs) == 1 and not pairs:  # one choice (a uniform member's): it where it fits, as below
+        return _one_by_inflight(costs[0], b_index, num_microbatches, max_inflight, capacity_bytes)
     time = np.stack([c.time_s[b_index] for c in costs])  # (C, n, pos)
     tail = np.stack([c.tail_s[b_index] for c in costs])
     base = np.stack([c.mem_base_bytes[b_index] for c in costs])
@@ -195,6 +197,20 @@ def best_by_inflight(costs: list[ChoiceCosts], b_index: int, num_microbatches: i
                       len(costs) + p * len(counts))
     order = (1, 2, 0)  # -> [n, pos, r]
     return out["time"].transpose(order), out["tail"].transpose(order), out["index"].transpose(order)
+
+
+def _one_by_inflight(costs: ChoiceCosts, b_index: int, num_microbatches: int, max_inflight: int,
+                     capacity_bytes: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """best_by_inflight of one choice: its time and tail where it fits r in flight and its score
+    B * time + tail is finite (what the least over one choice reads), inf / -1 elsewhere."""
+    time, tail = costs.time_s[b_index], costs.tail_s[b_index]
+    r = np.arange(max_inflight + 1, dtype=float)[:, None, None]
+    with np.errstate(invalid="ignore"):
+        ok = _fits(costs.mem_base_bytes[b_index][None], costs.mem_per_microbatch_bytes[b_index][None], r, capacity_bytes)
+        ok &= np.isfinite(num_microbatches * time + tail)
+    order = (1, 2, 0)  # -> [n, pos, r]
+    return (np.where(ok, time, np.inf).transpose(order), np.where(ok, tail, np.inf).transpose(order),
+            np.where(ok, 0, -1).transpose(order))
 
 
 def blend_counts(none: np.ndarray, full: np.ndarray, fraction: np.ndarray, counted: np.ndarray) -> np.ndarray:

@@ -17,12 +17,16 @@ considers, those of the classes whose floors stay below ``prune_above`` as they 
 their own floors below it (where its best beats ``prune_above`` that is every member that could
 beat it; otherwise it stops at the first floor at or above ``prune_above``). This pass drops the
 same classes and members (by the same floors, without tails) and stops only where every item
-left floors above its best, so it answers with the same member.
+left floors above its best, so it answers with the same member -- or with none where that member
+scores above ``prune_above`` (a plan of another slice is better: the slice is pruned), since
+each member's stage DP stops at the lesser of ``prune_above`` and the best so far (a member
+scoring above either cannot be the slice's answer, nor the search's).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 
 import numpy as np
 
@@ -95,7 +99,8 @@ def best_pipeline(search, key, prune_above: float):
     the classes whose floors stay below ``prune_above`` while they come up, with their own floors
     below it; its answer is the least (objective, rank) of them (a member it stops before is no
     better than the best it has). So is this pass's: it drops the same items (their floors
-    without tails), and stops only where every item left floors above the best it has."""
+    without tails), and stops only where every item left floors above the best it has; but None
+    where that answer scores above ``prune_above``."""
     heap, tie = search._candidates(key, interleaved=False)
     untailed: dict[int, float] = {}  # a raised class item's floor without its tail, by its tie number
     tails: dict[tuple, float] = {}  # least_tail_s by (submesh, class)
@@ -113,7 +118,7 @@ def best_pipeline(search, key, prune_above: float):
         elif isinstance(payload[2], Counts):
             push_counts(heap, tie, payload, side=0)
         elif not (best is not None and floor == best[0] and rank > best[1]):
-            best = _solve(search, key, rank, payload, b, solved_tables, best)
+            best = _solve(search, key, rank, payload, b, solved_tables, best, prune_above)
     return best
 
 
@@ -154,15 +159,17 @@ def _class_up(search, key, heap: list, tie, item: tuple, untailed: dict, tails: 
     search._expand(key, heap, tie, (untailed.pop(number), kind, rank, number, payload), interleaved=False)
 
 
-def _solve(search, key, rank, payload, b: int, solved_tables: dict, best):
-    """A member taken from the line: solved unless a member before it dominates it; the better of it and ``best``."""
+def _solve(search, key, rank, payload, b: int, solved_tables: dict, best, prune_above: float = math.inf):
+    """A member taken from the line: solved unless a member before it dominates it; the better of
+    it and ``best`` (it only where it scores at most ``prune_above``)."""
     mp, stages, spec = payload
     member = Member(rank=rank, model_parallel=mp, costs=materialise(spec))
     tables = tables_at(member.costs, b)
     if any(other_rank < rank and dominates(other, tables) for other_rank, other in solved_tables.get(mp, ())):
         return best  # a member before it is no slower, no longer-tailed and no larger anywhere
     solved_tables.setdefault(mp, []).append((rank, tables))
-    solved = search._solve_member(key, member, stages)
+    # a member scoring above the best so far (or above prune_above) cannot win: its solve stops there (None)
+    solved = search._solve_member(key, member, stages, min(prune_above, math.inf if best is None else best[0]))
     if solved is not None and (best is None or (solved.objective_s, rank) < (best[0], best[1])):
         return solved.objective_s, rank, member, solved
     return best

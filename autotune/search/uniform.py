@@ -345,14 +345,16 @@ class UniformSearch:
 
         return in_order(self, key, prune_above)
 
-    def _solve_member(self, key, member: Member, stages: int) -> PipelineSolution | None:
+    def _solve_member(self, key, member: Member, stages: int, at_most: float = math.inf) -> PipelineSolution | None:
+        """The member's best 1F1B pipeline; None if nothing fits or nothing scores at most ``at_most``."""
         p = self.problem
         num_mb = p.workload.global_batch // (key.dp * key.micro_batch)
         units = p.gpus // key.dp
         most = min(p.space.max_stages, self.num_layers, units)
         b = self.search.micro_batches(key.dp).index(key.micro_batch)
         time, tail, _ = best_by_inflight([member.costs], b, num_mb, min(num_mb, most), self.search.capacity)
-        return solve_pipeline(time[None], tail[None], np.array([member.model_parallel]), units, num_mb, most)
+        return solve_pipeline(time[None], tail[None], np.array([member.model_parallel]), units, num_mb, most,
+                              at_most=at_most)
 
     def _plan_of(self, key, best) -> Plan:
         _, _, member, solution = best
