@@ -1,6 +1,7 @@
 """Collectives of one serving step on one replica: TP all-reduces per layer, the MoE layer's token
 exchange under DP attention, the sends between pipeline stages (cost/serving_step.py adds them to its
-per-token table). Alpha-beta time per device-mesh level from cost/comm.py."""
+per-token table). NCCL's measured all-reduce, all-gather and reduce-scatter inside one node where the cluster has a
+table (cost/serving_nccl.py), the alpha-beta time per device-mesh level from cost/comm.py else."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.mesh import group_spans
-from autotune.cost.serving_nccl import serving_nccl_all_reduce_s
+from autotune.cost.serving_nccl import serving_nccl_all_reduce_s, serving_nccl_s
 from autotune.cost.serving_ops import ACT_BYTES
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
@@ -19,7 +20,7 @@ from autotune.spec.model import ModelSpec
 if TYPE_CHECKING:  # serving_step imports this module
     from autotune.cost.serving_step import ReplicaShape
 
-__all__ = ["layer_collectives_s", "moe_exchange_s", "stage_sends_s", "tp_all_reduce_s", "engine_tp_allreduce",
+__all__ = ["layer_collectives_s", "moe_exchange_s", "adp_gather_bytes", "stage_sends_s", "tp_all_reduce_s", "engine_tp_allreduce",
            "TRTLLM_ALL_REDUCE", "CUSTOM_AR_ENGINES"]
 
 
@@ -34,7 +35,7 @@ def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaSh
     (a multi-node NVLink domain, GB200 NVL) and moe_ep_size > top_k, else allgather + reducescatter
     (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
     SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
-    The gather is priced in BF16: TensorRT-LLM gathers FP8/NVFP4-quantized inputs, so there an upper bound.
+    The gather moves ``shape.gather_bytes_per_token`` a token (adp_gather_bytes: TensorRT-LLM's quantized rows).
     ``tp_allreduce`` "trtllm_auto": the all-reduces as TensorRT-LLM's AUTO strategy runs them, "custom_ar" as
     vLLM's and SGLang's (tp_all_reduce_s)."""
     act = tokens * model.hidden_size * ACT_BYTES
@@ -127,5 +128,29 @@ def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, 
         ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * ACT_BYTES
         return 2.0 * collective_time_s("all_to_all", sent, ep_span, cluster)
+    gathered = tokens * (shape.gather_bytes_per_token or model.hidden_size * ACT_BYTES)
     act = tokens * model.hidden_size * ACT_BYTES
-    return collective_time_s("all_gather", act, span, cluster) + collective_time_s("reduce_scatter", act, span, cluster)
+    return serving_nccl_s("all_gather", gathered, span, cluster) + serving_nccl_s("reduce_scatter", act, span, cluster)
+
+
+# TensorRT-LLM gathers the MoE input after quantizing it, with each token's top-k expert ids (int32) and routing
+# weights (fp32); the output comes back in BF16 by reduce-scatter (NVIDIA/TensorRT-LLM @000a01de
+# tensorrt_llm/_torch/modules/fused_moe/fused_moe_cutlass.py forward_chunk: run_post_quant_allgather). NVFP4: two
+# values a byte and one FP8 scale per 16 (scaling_vector_size); per-tensor FP8 (fp8_qdq): one byte; block-scaled
+# FP8 (DeepSeek's) and unquantized inputs stay BF16.
+_ROUTING_BYTES_PER_EXPERT = 4 + 4
+_NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16
+_POST_QUANT_GATHER_ENGINES = ("tensorrt-llm", "mlperf-nvidia")
+
+
+def adp_gather_bytes(model: ModelSpec, engine: str, weight_dtype: str) -> float:
+    """Bytes a token's row carries in the attention-DP gather before the experts: TensorRT-LLM's (and the MLPerf
+    harness's, which runs it) quantized input and routing; 0 (the BF16 hidden state) for the other engines."""
+    if engine not in _POST_QUANT_GATHER_ENGINES:
+        return 0.0
+    routing = model.num_experts_per_token * _ROUTING_BYTES_PER_EXPERT
+    if weight_dtype == "nvfp4":
+        return model.hidden_size * _NVFP4_BYTES_PER_ELEMENT + routing
+    if weight_dtype == "fp8" and not model.fp8_block_scaled:
+        return model.hidden_size * 1.0 + routing
+    return model.hidden_size * ACT_BYTES + routing

@@ -16,7 +16,7 @@ from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
-from autotune.cost.serving_collectives import engine_tp_allreduce
+from autotune.cost.serving_collectives import adp_gather_bytes, engine_tp_allreduce
 from autotune.cost.serving_run import Schedule, Trace
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
@@ -103,7 +103,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     engine = dep.runtime.serving
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp,
-                         moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb)
+                         moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb,
+                         gather_bytes_per_token=adp_gather_bytes(dep.model, engine.engine, dep.dtype) if dep.attention_dp else 0.0)
     spec = dep.speculation
     kv_bytes = engine.kv_bytes_per_element(dep.dtype, 2)
     step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=kv_bytes,

@@ -105,7 +105,8 @@ class ReplicaShape:
     quoted for the whole model (a micro-batch's share: pp GPUs each hold 1/pp of the layers for pp
     micro-batches). ``moe_alltoall``: under DP attention the MoE layer dispatches each token's k copies
     to the ranks of its experts and combines them back (all-to-all) instead of gathering every rank's
-    tokens before the experts and reduce-scattering after (serving_collectives.layer_collectives_s)."""
+    tokens before the experts and reduce-scattering after (serving_collectives.layer_collectives_s), each token's
+    gathered row ``gather_bytes_per_token`` bytes (0: the hidden state in BF16; serving_collectives.adp_gather_bytes)."""
 
     tp: int
     ep: int = 1
@@ -113,6 +114,7 @@ class ReplicaShape:
     pp: int = 1
     moe_alltoall: bool = False
     eplb: bool = False  # an expert load balancer (redundant experts by measured loads): cost/moe_skew.py
+    gather_bytes_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")

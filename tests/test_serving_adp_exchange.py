@@ -1,0 +1,100 @@
+"""The attention-DP MoE exchange in serving steps from NVIDIA's aiconfigurator nccl-tests sweeps
+(autotune/data/nccl_collectives.toml, cost/serving_nccl.py serving_nccl_s): all-gather before the experts and
+reduce-scatter after at the measured time inside one node, comm.py's formula outside the tables; TensorRT-LLM
+gathers its quantized MoE input (cost/serving_collectives.py adp_gather_bytes); training keeps the formula."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autotune.cost.comm import GroupSpan, collective_time_s
+from autotune.cost.serving_collectives import adp_gather_bytes, moe_exchange_s
+from autotune.cost.serving_nccl import MEASURED_OPS, nccl_tables, serving_nccl_s
+from autotune.cost.serving_step import ReplicaShape
+from autotune.errors import AutotuneError
+from autotune.spec.hardware_data import cluster_names, load_cluster
+from autotune.spec.presets import resolve_model
+
+PRESETS = {"dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"}
+
+
+@pytest.mark.parametrize("op", ["all_gather", "reduce_scatter", "all_to_all"])
+def test_every_priced_gpu_has_a_table_citing_its_source(op):
+    tables = nccl_tables(op)
+    assert {name for name, _ in tables} >= PRESETS
+    for (name, gpus), table in tables.items():
+        assert name in cluster_names() and gpus <= load_cluster(name).gpus_per_node
+        assert table.op == op and "aiconfigurator @095f58a5" in table.source and "nccl_perf.parquet" in table.source
+        # microseconds at small sizes, rising with the message
+        assert 3e-6 < table.seconds[0] < 40e-6 and table.seconds[-1] > 20 * table.seconds[0]
+
+
+def test_an_unknown_op_is_refused():
+    assert "all_reduce" in MEASURED_OPS
+    with pytest.raises(AutotuneError):
+        nccl_tables("broadcast")
+
+
+def test_measured_sizes_come_back_and_between_them_a_straight_line():
+    cluster, span = load_cluster("dgx-h200"), GroupSpan(8, 1)
+    table = nccl_tables("all_gather")[("dgx-h200", 8)]
+    grid = np.array(table.nbytes[5:10])
+    np.testing.assert_allclose(serving_nccl_s("all_gather", grid, span, cluster), table.seconds[5:10])
+    middle = (grid[:-1] + grid[1:]) / 2
+    np.testing.assert_allclose(serving_nccl_s("all_gather", middle, span, cluster),
+                               (np.array(table.seconds[5:9]) + table.seconds[6:10]) / 2)
+
+
+def test_outside_the_tables_the_formula():
+    h200 = load_cluster("dgx-h200")
+    table = nccl_tables("reduce_scatter")[("dgx-h200", 8)]
+    for act, span, cluster in [(np.array([table.nbytes[0] / 2, table.nbytes[-1] * 2]), GroupSpan(8, 1), h200),
+                               (np.array([1e6]), GroupSpan(8, 2), h200),  # across nodes
+                               (np.array([1e6]), GroupSpan(6, 1), h200),  # a group size not swept
+                               (np.array([1e6]), GroupSpan(8, 1), load_cluster("gb200-nvl72")),  # swept to 4 GPUs
+                               (np.array([1e6]), GroupSpan(8, 1), load_cluster("dgx-a100-80gb"))]:  # no table
+        np.testing.assert_array_equal(serving_nccl_s("reduce_scatter", act, span, cluster),
+                                      collective_time_s("reduce_scatter", act, span, cluster))
+
+
+def test_the_gather_path_takes_the_measured_collectives():
+    """1,024 DeepSeek tokens a step on 8 H200 under DP attention: the measured all-gather and reduce-scatter of
+    14.7 MB (~61 and ~63 us) against ~45.5 us each by the formula."""
+    model, cluster, span = resolve_model("deepseek-v3"), load_cluster("dgx-h200"), GroupSpan(8, 1)
+    tokens = np.array([1024.0])
+    act = tokens * model.hidden_size * 2
+    got = moe_exchange_s(model, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True), span, tokens)
+    np.testing.assert_allclose(got, serving_nccl_s("all_gather", act, span, cluster)
+                               + serving_nccl_s("reduce_scatter", act, span, cluster))
+    assert 110e-6 < got[0] < 140e-6
+    assert got[0] > 1.2 * 2 * collective_time_s("all_gather", act, span, cluster)[0]
+    assert moe_exchange_s(model, cluster, ReplicaShape(tp=8, ep=8), span, tokens)[0] == 0.0
+
+
+def test_tensorrt_llm_gathers_its_quantized_input_and_routing():
+    ds, qwen = resolve_model("deepseek-v3"), resolve_model("qwen3-235b-a22b")
+    routing = ds.num_experts_per_token * 8  # int32 expert ids + fp32 weights a token
+    assert adp_gather_bytes(ds, "tensorrt-llm", "nvfp4") == pytest.approx(ds.hidden_size * (0.5 + 1 / 16) + routing)
+    assert adp_gather_bytes(ds, "mlperf-nvidia", "nvfp4") == adp_gather_bytes(ds, "tensorrt-llm", "nvfp4")
+    assert ds.fp8_block_scaled and not qwen.fp8_block_scaled
+    assert adp_gather_bytes(ds, "tensorrt-llm", "fp8") == ds.hidden_size * 2 + routing  # block scales: BF16 rows
+    assert adp_gather_bytes(qwen, "tensorrt-llm", "fp8") == qwen.hidden_size + qwen.num_experts_per_token * 8
+    assert adp_gather_bytes(ds, "tensorrt-llm", "bf16") == ds.hidden_size * 2 + routing
+    for engine in ("vllm", "sglang"):  # the BF16 hidden state
+        assert adp_gather_bytes(ds, engine, "nvfp4") == 0.0
+    # fewer bytes gathered, a shorter exchange; the reduce-scatter of the BF16 output is the same
+    cluster, span, tokens = load_cluster("dgx-b200"), GroupSpan(8, 1), np.array([64.0, 1024.0, 8192.0])
+    bf16 = moe_exchange_s(ds, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True), span, tokens)
+    fp4 = moe_exchange_s(ds, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True,
+                                                   gather_bytes_per_token=adp_gather_bytes(ds, "tensorrt-llm", "nvfp4")),
+                         span, tokens)
+    assert np.all(fp4 < bf16)
+    rs = serving_nccl_s("reduce_scatter", tokens * ds.hidden_size * 2, span, cluster)
+    assert np.all(fp4 > rs)
+
+
+def test_training_collectives_keep_the_formula():
+    """comm.py prices training; the tables are read by the serving path only."""
+    cluster = load_cluster("dgx-h200")
+    assert not any(op in ("all_gather", "reduce_scatter", "all_to_all") for op, _ in cluster.intra_node.collectives)
