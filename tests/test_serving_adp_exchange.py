@@ -98,3 +98,56 @@ def test_training_collectives_keep_the_formula():
     """comm.py prices training; the tables are read by the serving path only."""
     cluster = load_cluster("dgx-h200")
     assert not any(op in ("all_gather", "reduce_scatter", "all_to_all") for op, _ in cluster.intra_node.collectives)
+
+
+def test_sglang_gathers_by_all_reduce_before_its_max_len_mode_and_in_prompt_steps_after():
+    """SGLang's SUM_LEN exchange: two all-reduces of every rank's rows (its own kernel below 8 MiB, NCCL above);
+    the 0.4 line always, later releases in steps with prompt tokens only (decode batches: MAX_LEN's gather)."""
+    from autotune.cost.serving_collectives import prefill_exchange_extra_s, tp_all_reduce_s
+
+    model, cluster, span = resolve_model("deepseek-v3"), load_cluster("dgx-h200"), GroupSpan(8, 1)
+    tokens = np.array([0.0, 64.0, 2048.0, 16384.0])
+    act = tokens * model.hidden_size * 2
+    always = ReplicaShape(tp=8, ep=8, attention_dp=True, adp_all_reduce="always")
+    np.testing.assert_allclose(moe_exchange_s(model, cluster, always, span, tokens),
+                               2 * tp_all_reduce_s(act, tokens, span, cluster, "custom_ar"))
+    assert prefill_exchange_extra_s(model, cluster, always, span, tokens) is None
+    by_batch = ReplicaShape(tp=8, ep=8, attention_dp=True, adp_all_reduce="prefill")
+    gather = ReplicaShape(tp=8, ep=8, attention_dp=True)
+    np.testing.assert_array_equal(moe_exchange_s(model, cluster, by_batch, span, tokens),
+                                  moe_exchange_s(model, cluster, gather, span, tokens))
+    extra = prefill_exchange_extra_s(model, cluster, by_batch, span, tokens)
+    np.testing.assert_allclose(extra[1:], (moe_exchange_s(model, cluster, always, span, tokens)
+                                           - moe_exchange_s(model, cluster, gather, span, tokens))[1:])
+    assert extra[-1] > 0  # a large prompt batch: an all-reduce moves twice a gather's bytes
+    with pytest.raises(AutotuneError):
+        ReplicaShape(tp=8, ep=8, attention_dp=True, adp_all_reduce="sometimes")
+
+
+def test_the_engines_exchange_by_preset():
+    from autotune.cost.serving_eval import _adp_all_reduce
+    from autotune.spec.runtime import load_runtime
+
+    class Dep:  # the two fields _adp_all_reduce reads
+        def __init__(self, runtime, attention_dp=True):
+            self.runtime, self.attention_dp = load_runtime(runtime), attention_dp
+
+    assert _adp_all_reduce(Dep("sglang-0.4")) == "always"
+    assert _adp_all_reduce(Dep("sglang")) == "prefill"
+    assert _adp_all_reduce(Dep("sglang", attention_dp=False)) == ""
+    assert _adp_all_reduce(Dep("tensorrt-llm-1.0")) == _adp_all_reduce(Dep("vllm")) == ""
+
+
+def test_a_step_with_prompts_pays_the_sum_len_exchange_and_a_decode_step_does_not():
+    from autotune.cost.serving_step import step_model
+
+    model, cluster = resolve_model("deepseek-v3"), load_cluster("dgx-h200").for_gpus(8)
+    kw = dict(weight_dtype="fp8", kv_bytes=1.0, max_tokens=8192, max_sampled=512)
+    gather = step_model(model, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True), **kw)
+    by_batch = step_model(model, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True, adp_all_reduce="prefill"), **kw)
+    assert gather.prefill_exchange_s is None and by_batch.prefill_exchange_s is not None
+    decode = dict(decodes=256, context=256 * 1000.0, prefill_tokens=0, pairs=0.0, sampled=256)
+    assert by_batch.gpu_s(**decode) == gather.gpu_s(**decode)
+    prompt = dict(decodes=0, context=0.0, prefill_tokens=8192, pairs=8192 * 4096.0, sampled=8)
+    assert by_batch.gpu_s(**prompt) - gather.gpu_s(**prompt) == pytest.approx(by_batch.prefill_exchange_s[8192])
+    assert by_batch.prefill_exchange_s[8192] > 0

@@ -20,7 +20,7 @@ from autotune.spec.model import ModelSpec
 if TYPE_CHECKING:  # serving_step imports this module
     from autotune.cost.serving_step import ReplicaShape
 
-__all__ = ["layer_collectives_s", "moe_exchange_s", "adp_gather_bytes", "stage_sends_s", "tp_all_reduce_s", "engine_tp_allreduce",
+__all__ = ["layer_collectives_s", "moe_exchange_s", "adp_gather_bytes", "prefill_exchange_extra_s", "ADP_ALL_REDUCE", "stage_sends_s", "tp_all_reduce_s", "engine_tp_allreduce",
            "TRTLLM_ALL_REDUCE", "CUSTOM_AR_ENGINES"]
 
 
@@ -124,6 +124,8 @@ def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, 
     experts and their outputs reduce-scattered after; none without DP attention (TP's all-reduces)."""
     if not shape.attention_dp:
         return 0.0 * tokens
+    if shape.adp_all_reduce == "always":
+        return _sum_len_exchange_s(model, cluster, span, tokens)
     if shape.moe_alltoall:
         ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * ACT_BYTES
@@ -131,6 +133,35 @@ def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, 
     gathered = tokens * (shape.gather_bytes_per_token or model.hidden_size * ACT_BYTES)
     act = tokens * model.hidden_size * ACT_BYTES
     return serving_nccl_s("all_gather", gathered, span, cluster) + serving_nccl_s("reduce_scatter", act, span, cluster)
+
+
+# SGLang's DP attention without DeepEP pads each step's rows either to the sum of the ranks' tokens and gathers by an
+# all-reduce of a zeroed buffer, the experts' output all-reduced after and each rank keeping its rows (SUM_LEN), or to
+# the busiest rank's count x ranks, all_gather_into_tensor before and reduce_scatter_tensor after (MAX_LEN)
+# (sgl-project/sglang @00161092 python/sglang/srt/layers/dp_attention.py DpPaddingMode.get_dp_padding_mode,
+# _dp_gather_via_all_reduce, _dp_gather_via_all_gather). MAX_LEN came with PRs #8278 / #8539 (July 2025, after
+# the 0.4 line's preset): 0.4 runs SUM_LEN always; later releases SUM_LEN for a batch with prompts (extend) on more
+# than one rank and MAX_LEN for decode batches when sum * 2 >= max * ranks (the simulator spreads decodes evenly).
+ADP_ALL_REDUCE = ("", "prefill", "always")
+
+
+def _sum_len_exchange_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.ndarray) -> np.ndarray:
+    """SGLang's SUM_LEN exchange of one MoE layer: two all-reduces of every rank's rows, its own all-reduce
+    (custom_ar) below 8 MiB in a node, NCCL above (tp_all_reduce_s)."""
+    act = tokens * model.hidden_size * ACT_BYTES
+    return 2.0 * tp_all_reduce_s(act, tokens, span, cluster, "custom_ar")
+
+
+def prefill_exchange_extra_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span,
+                             tokens: np.ndarray) -> np.ndarray | None:
+    """What one MoE layer's exchange costs beyond moe_exchange_s's in a step with prompt tokens: SGLang's SUM_LEN
+    all-reduces in place of MAX_LEN's gather and reduce-scatter where it switches by batch (``adp_all_reduce``
+    "prefill"); None elsewhere."""
+    if not shape.attention_dp or shape.adp_all_reduce != "prefill":
+        return None
+    extra = _sum_len_exchange_s(model, cluster, span, tokens) - moe_exchange_s(model, cluster, shape, span, tokens)
+    extra[0] = 0.0
+    return extra
 
 
 # TensorRT-LLM gathers the MoE input after quantizing it, with each token's top-k expert ids (int32) and routing

@@ -27,7 +27,8 @@ from autotune.cost.comm import collective_time_s
 from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
-from autotune.cost.serving_collectives import layer_collectives_s, moe_exchange_s, stage_sends_s
+from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives_s, moe_exchange_s,
+                                               prefill_exchange_extra_s, stage_sends_s)
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, not_attention, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
@@ -115,6 +116,7 @@ class ReplicaShape:
     moe_alltoall: bool = False
     eplb: bool = False  # an expert load balancer (redundant experts by measured loads): cost/moe_skew.py
     gather_bytes_per_token: float = 0.0
+    adp_all_reduce: str = ""  # SGLang's SUM_LEN gather by all-reduce: "always", "prefill" (steps with prompts) or ""
 
     def __post_init__(self) -> None:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")
@@ -125,6 +127,7 @@ class ReplicaShape:
         require(isinstance(self.eplb, bool), "eplb", "must be true or false")
         require(isinstance(self.moe_alltoall, bool) and (self.attention_dp or not self.moe_alltoall), "moe_alltoall",
                 "must be true or false, and true only under attention_dp")
+        require(self.adp_all_reduce in ADP_ALL_REDUCE, "adp_all_reduce", f"one of {ADP_ALL_REDUCE}, got {self.adp_all_reduce!r}")
 
     @property
     def op_tp(self) -> int:
@@ -155,6 +158,8 @@ class StepModel:
     # the MoE token exchange inside ``linear_s`` (EP dispatch + combine, all MoE layers), which a
     # two-batch overlap hides behind compute (cost/serving_overlap.py); None: the model has none
     exchange_s: np.ndarray | None = None
+    # what a step with prompt tokens pays beside ``linear_s`` for its MoE exchange (prefill_exchange_extra_s)
+    prefill_exchange_s: np.ndarray | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -168,7 +173,8 @@ class StepModel:
         their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly)."""
         n = decodes + prefill_tokens
         require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
-        linear = float(self.linear_s[n])
+        linear = float(self.linear_s[n]) + (float(self.prefill_exchange_s[n]) if prefill_tokens and self.prefill_exchange_s
+                                             is not None else 0.0)
         if self.dp_ranks > 1:
             r = self.dp_ranks
             own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
@@ -248,6 +254,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                                                     tokens, moe_backend)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
+    prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens) if moe else None
+    prefill_extra = None if prefill_extra is None else moe * prefill_extra
     linear[0] = own[0] = 0.0
     if exchange is not None:
         exchange[0] = 0.0
@@ -263,7 +271,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                                                            mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / _kv_split(model, shape),
-                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange)
+                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
+                     prefill_exchange_s=prefill_extra)
 
 
 def _routing_in_kernel(moe_layer: OpTable) -> OpTable:
