@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from autotune.cost.comm import GroupSpan, collective_time_s
-from autotune.cost.serving_collectives import adp_gather_bytes, moe_exchange_s
+from autotune.cost.serving_collectives import adp_gather_bytes, moe_comm_dtype, moe_exchange_s
 from autotune.cost.serving_nccl import MEASURED_OPS, nccl_tables, serving_nccl_s
 from autotune.cost.serving_step import ReplicaShape
 from autotune.errors import AutotuneError
@@ -74,24 +74,54 @@ def test_the_gather_path_takes_the_measured_collectives():
 
 def test_tensorrt_llm_gathers_its_quantized_input_and_routing():
     ds, qwen = resolve_model("deepseek-v3"), resolve_model("qwen3-235b-a22b")
-    routing = ds.num_experts_per_token * 8  # int32 expert ids + fp32 weights a token
-    assert adp_gather_bytes(ds, "tensorrt-llm", "nvfp4") == pytest.approx(ds.hidden_size * (0.5 + 1 / 16) + routing)
-    assert adp_gather_bytes(ds, "mlperf-nvidia", "nvfp4") == adp_gather_bytes(ds, "tensorrt-llm", "nvfp4")
     assert ds.fp8_block_scaled and not qwen.fp8_block_scaled
-    assert adp_gather_bytes(ds, "tensorrt-llm", "fp8") == ds.hidden_size * 2 + routing  # block scales: BF16 rows
-    assert adp_gather_bytes(qwen, "tensorrt-llm", "fp8") == qwen.hidden_size + qwen.num_experts_per_token * 8
-    assert adp_gather_bytes(ds, "tensorrt-llm", "bf16") == ds.hidden_size * 2 + routing
-    for engine in ("vllm", "sglang"):  # the BF16 hidden state
-        assert adp_gather_bytes(ds, engine, "nvfp4") == 0.0
+    assert moe_comm_dtype(ds, "tensorrt-llm", "nvfp4") == moe_comm_dtype(ds, "mlperf-nvidia", "nvfp4") == "nvfp4"
+    assert moe_comm_dtype(ds, "tensorrt-llm", "fp8") == "bf16"  # block scales: the BF16 rows go out
+    assert moe_comm_dtype(qwen, "tensorrt-llm", "fp8") == "fp8"
+    assert moe_comm_dtype(ds, "vllm", "nvfp4") == moe_comm_dtype(ds, "sglang", "fp8") == ""
+    routing = ds.num_experts_per_token * 8  # int32 expert ids + fp32 weights a token
+    assert adp_gather_bytes(ds, "nvfp4") == pytest.approx(ds.hidden_size * (0.5 + 1 / 16) + routing)
+    assert adp_gather_bytes(qwen, "fp8") == qwen.hidden_size + qwen.num_experts_per_token * 8
+    assert adp_gather_bytes(ds, "bf16") == ds.hidden_size * 2 + routing
+    assert adp_gather_bytes(ds, "") == ds.hidden_size * 2  # vLLM's and SGLang's BF16 hidden state
     # fewer bytes gathered, a shorter exchange; the reduce-scatter of the BF16 output is the same
     cluster, span, tokens = load_cluster("dgx-b200"), GroupSpan(8, 1), np.array([64.0, 1024.0, 8192.0])
     bf16 = moe_exchange_s(ds, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True), span, tokens)
-    fp4 = moe_exchange_s(ds, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True,
-                                                   gather_bytes_per_token=adp_gather_bytes(ds, "tensorrt-llm", "nvfp4")),
+    fp4 = moe_exchange_s(ds, cluster, ReplicaShape(tp=8, ep=8, attention_dp=True, moe_comm_dtype="nvfp4"),
                          span, tokens)
     assert np.all(fp4 < bf16)
     rs = serving_nccl_s("reduce_scatter", tokens * ds.hidden_size * 2, span, cluster)
     assert np.all(fp4 > rs)
+
+
+def test_tensorrt_llm_all_to_all_on_gb200_from_its_measured_sweep():
+    """DeepSeek on GB200 NVL72 at EP32 (the MNNVL all-to-all): the sweep's dispatch + combine a rank's tokens;
+    the formula outside its token range, for EP sizes not swept and for other MoE shapes."""
+    from autotune.cost.mesh import group_spans
+    from autotune.cost.serving_a2a import trtllm_alltoall_tables
+
+    ds, cluster = resolve_model("deepseek-v3"), load_cluster("gb200-nvl72")
+    table = trtllm_alltoall_tables()[("gb200-nvl72", "nvfp4", 32)]
+    assert "aiconfigurator @095f58a5" in table.source and "NVLinkTwoSided" in table.source
+    span = group_spans("tp-cp-dp", 32, 1, 1, cluster.gpus_per_node)["tp"]
+    shape = ReplicaShape(tp=32, ep=32, attention_dp=True, moe_alltoall=True, moe_comm_dtype="nvfp4")
+    per_rank = np.array(table.tokens[8:12])
+    got = moe_exchange_s(ds, cluster, shape, span, per_rank * 32)
+    np.testing.assert_allclose(got, np.array(table.dispatch_seconds[8:12]) + table.combine_seconds[8:12])
+    bf16 = moe_exchange_s(ds, cluster, ReplicaShape(tp=32, ep=32, attention_dp=True, moe_alltoall=True,
+                                                    moe_comm_dtype="bf16"), span, per_rank * 32)
+    assert np.all(bf16 > got)  # FP4 rows dispatch fewer bytes
+    sent = lambda m, n: n / 32 * m.num_experts_per_token * m.hidden_size * 2  # noqa: E731
+    outside = np.array([table.tokens[-1] * 2 * 32])
+    np.testing.assert_allclose(moe_exchange_s(ds, cluster, shape, span, outside),
+                               2 * collective_time_s("all_to_all", sent(ds, outside), span, cluster))
+    qwen = resolve_model("qwen3-235b-a22b")  # hidden 4096: not the swept shape
+    tokens = np.array([32.0 * 64])
+    np.testing.assert_allclose(moe_exchange_s(qwen, cluster, shape, span, tokens),
+                               2 * collective_time_s("all_to_all", sent(qwen, tokens), span, cluster))
+    # a lone slow point at one token is read as the time at more tokens
+    ep16 = trtllm_alltoall_tables()[("gb200-nvl72", "bf16", 16)]
+    assert ep16.time_s(np.array([1.0]))[0] <= ep16.time_s(np.array([8.0]))[0]
 
 
 def test_training_collectives_keep_the_formula():

@@ -11,6 +11,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.mesh import group_spans
+from autotune.cost.serving_a2a import trtllm_alltoall_s
 from autotune.cost.serving_nccl import serving_nccl_all_reduce_s, serving_nccl_s
 from autotune.cost.serving_ops import ACT_BYTES
 from autotune.errors import require
@@ -20,8 +21,9 @@ from autotune.spec.model import ModelSpec
 if TYPE_CHECKING:  # serving_step imports this module
     from autotune.cost.serving_step import ReplicaShape
 
-__all__ = ["layer_collectives_s", "moe_exchange_s", "adp_gather_bytes", "prefill_exchange_extra_s", "ADP_ALL_REDUCE", "stage_sends_s", "tp_all_reduce_s", "engine_tp_allreduce",
-           "TRTLLM_ALL_REDUCE", "CUSTOM_AR_ENGINES"]
+__all__ = ["layer_collectives_s", "moe_exchange_s", "adp_gather_bytes", "moe_comm_dtype", "prefill_exchange_extra_s",
+           "ADP_ALL_REDUCE", "stage_sends_s", "tp_all_reduce_s", "engine_tp_allreduce", "TRTLLM_ALL_REDUCE",
+           "CUSTOM_AR_ENGINES"]
 
 
 def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
@@ -35,7 +37,7 @@ def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaSh
     (a multi-node NVLink domain, GB200 NVL) and moe_ep_size > top_k, else allgather + reducescatter
     (_torch/modules/fused_moe/fused_moe_cutlass.py select_alltoall_method_type, stored 1.x revisions);
     SGLang's DP attention gathers and scatters the same way without DeepEP (dp_attention.py dp_gather).
-    The gather moves ``shape.gather_bytes_per_token`` a token (adp_gather_bytes: TensorRT-LLM's quantized rows).
+    The gather moves adp_gather_bytes a token (TensorRT-LLM's quantized rows: ``shape.moe_comm_dtype``).
     ``tp_allreduce`` "trtllm_auto": the all-reduces as TensorRT-LLM's AUTO strategy runs them, "custom_ar" as
     vLLM's and SGLang's (tp_all_reduce_s)."""
     act = tokens * model.hidden_size * ACT_BYTES
@@ -129,8 +131,11 @@ def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, 
     if shape.moe_alltoall:
         ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * ACT_BYTES
-        return 2.0 * collective_time_s("all_to_all", sent, ep_span, cluster)
-    gathered = tokens * (shape.gather_bytes_per_token or model.hidden_size * ACT_BYTES)
+        formula = 2.0 * collective_time_s("all_to_all", sent, ep_span, cluster)
+        measured = trtllm_alltoall_s(model, cluster, ep=shape.ep, comm_dtype=shape.moe_comm_dtype,
+                                     tokens_per_rank=tokens / shape.tp)
+        return formula if measured is None else np.where(np.isnan(measured), formula, measured)
+    gathered = tokens * adp_gather_bytes(model, shape.moe_comm_dtype)
     act = tokens * model.hidden_size * ACT_BYTES
     return serving_nccl_s("all_gather", gathered, span, cluster) + serving_nccl_s("reduce_scatter", act, span, cluster)
 
@@ -170,18 +175,24 @@ def prefill_exchange_extra_s(model: ModelSpec, cluster: ClusterSpec, shape: Repl
 # values a byte and one FP8 scale per 16 (scaling_vector_size); per-tensor FP8 (fp8_qdq): one byte; block-scaled
 # FP8 (DeepSeek's) and unquantized inputs stay BF16.
 _ROUTING_BYTES_PER_EXPERT = 4 + 4
-_NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16
-_POST_QUANT_GATHER_ENGINES = ("tensorrt-llm", "mlperf-nvidia")
+_COMM_BYTES_PER_ELEMENT = {"bf16": ACT_BYTES, "fp8": 1.0, "nvfp4": 0.5 + 1.0 / 16}
+_POST_QUANT_ENGINES = ("tensorrt-llm", "mlperf-nvidia")
 
 
-def adp_gather_bytes(model: ModelSpec, engine: str, weight_dtype: str) -> float:
-    """Bytes a token's row carries in the attention-DP gather before the experts: TensorRT-LLM's (and the MLPerf
-    harness's, which runs it) quantized input and routing; 0 (the BF16 hidden state) for the other engines."""
-    if engine not in _POST_QUANT_GATHER_ENGINES:
-        return 0.0
-    routing = model.num_experts_per_token * _ROUTING_BYTES_PER_EXPERT
+def moe_comm_dtype(model: ModelSpec, engine: str, weight_dtype: str) -> str:
+    """The format TensorRT-LLM (and the MLPerf harness, which runs it) quantizes the MoE input to before the
+    attention-DP exchange; "" for the engines that exchange the BF16 hidden state as it is."""
+    if engine not in _POST_QUANT_ENGINES:
+        return ""
     if weight_dtype == "nvfp4":
-        return model.hidden_size * _NVFP4_BYTES_PER_ELEMENT + routing
-    if weight_dtype == "fp8" and not model.fp8_block_scaled:
-        return model.hidden_size * 1.0 + routing
-    return model.hidden_size * ACT_BYTES + routing
+        return "nvfp4"
+    return "fp8" if weight_dtype == "fp8" and not model.fp8_block_scaled else "bf16"
+
+
+def adp_gather_bytes(model: ModelSpec, comm_dtype: str) -> float:
+    """Bytes a token's row carries in the attention-DP gather: the hidden state in ``comm_dtype`` with its top-k
+    expert ids and weights (moe_comm_dtype), or the BF16 hidden state alone ("")."""
+    if not comm_dtype:
+        return model.hidden_size * ACT_BYTES
+    return (model.hidden_size * _COMM_BYTES_PER_ELEMENT[comm_dtype]
+            + model.num_experts_per_token * _ROUTING_BYTES_PER_EXPERT)

@@ -16,7 +16,7 @@ from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
-from autotune.cost.serving_collectives import adp_gather_bytes, engine_tp_allreduce
+from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
 from autotune.cost.serving_run import Schedule, Trace
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
@@ -104,7 +104,7 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp,
                          moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb,
-                         gather_bytes_per_token=adp_gather_bytes(dep.model, engine.engine, dep.dtype) if dep.attention_dp else 0.0,
+                         moe_comm_dtype=moe_comm_dtype(dep.model, engine.engine, dep.dtype) if dep.attention_dp else "",
                          adp_all_reduce=_adp_all_reduce(dep))
     spec = dep.speculation
     kv_bytes = engine.kv_bytes_per_element(dep.dtype, 2)

@@ -107,7 +107,7 @@ class ReplicaShape:
     micro-batches). ``moe_alltoall``: under DP attention the MoE layer dispatches each token's k copies
     to the ranks of its experts and combines them back (all-to-all) instead of gathering every rank's
     tokens before the experts and reduce-scattering after (serving_collectives.layer_collectives_s), each token's
-    gathered row ``gather_bytes_per_token`` bytes (0: the hidden state in BF16; serving_collectives.adp_gather_bytes)."""
+    gathered row in ``moe_comm_dtype`` ("": the hidden state in BF16; serving_collectives.moe_comm_dtype)."""
 
     tp: int
     ep: int = 1
@@ -115,7 +115,7 @@ class ReplicaShape:
     pp: int = 1
     moe_alltoall: bool = False
     eplb: bool = False  # an expert load balancer (redundant experts by measured loads): cost/moe_skew.py
-    gather_bytes_per_token: float = 0.0
+    moe_comm_dtype: str = ""
     adp_all_reduce: str = ""  # SGLang's SUM_LEN gather by all-reduce: "always", "prefill" (steps with prompts) or ""
 
     def __post_init__(self) -> None:
@@ -128,6 +128,7 @@ class ReplicaShape:
         require(isinstance(self.moe_alltoall, bool) and (self.attention_dp or not self.moe_alltoall), "moe_alltoall",
                 "must be true or false, and true only under attention_dp")
         require(self.adp_all_reduce in ADP_ALL_REDUCE, "adp_all_reduce", f"one of {ADP_ALL_REDUCE}, got {self.adp_all_reduce!r}")
+        require(self.moe_comm_dtype in ("", "bf16", "fp8", "nvfp4"), "moe_comm_dtype", f"got {self.moe_comm_dtype!r}")
 
     @property
     def op_tp(self) -> int:
