@@ -1,7 +1,8 @@
 """NCCL's all-reduce in serving steps from NVIDIA's aiconfigurator nccl-tests sweeps (autotune/data/nccl_all_reduce.toml,
 cost/serving_nccl.py): the measured time inside one node, interpolated in bytes; comm.py's formula outside a table's
-sizes, for group sizes and clusters without one, and across nodes; vLLM's and SGLang's own all-reduce (under
-8 MiB) keeps the formula; training's collectives keep the formula."""
+sizes, for group sizes and clusters without one, and across nodes; vLLM's and SGLang 0.3/0.4's own all-reduce
+(under 8 MiB) keeps the formula (SGLang 0.5.6+: tests/test_serving_sglang_allreduce.py); training's collectives
+keep the formula."""
 
 from __future__ import annotations
 

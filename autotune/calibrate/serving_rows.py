@@ -26,6 +26,7 @@ from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, load_words, metric_name, per_user_rate, \
     throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
+from autotune.cost.serving_custom_ar import release_allreduce_runtime
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.cost.serving_lengths import request_lengths, uniform_lengths
 from autotune.cost.serving_load import METRICS, Load
@@ -91,7 +92,7 @@ def _datasets() -> dict:
 
 def engine_runtime(engine: str, version: str) -> Runtime:
     """The engine's preset for ``version``: the newest preset of that engine not newer than it (no
-    version number: the newest)."""
+    version number: the newest), with that SGLang release's own all-reduce (serving_custom_ar.py)."""
     presets = [load_runtime(n) for n in runtime_names()]
     ours = [r for r in presets if r.serving is not None and r.serving.engine == engine]
     if not ours:
@@ -99,7 +100,7 @@ def engine_runtime(engine: str, version: str) -> Runtime:
     wanted = release_number(version) or (10**6,)
     ranked = sorted(ours, key=lambda r: release_number(r.serving.version) or ())
     older = [r for r in ranked if (release_number(r.serving.version) or ()) <= wanted]
-    return older[-1] if older else ranked[0]
+    return release_allreduce_runtime(older[-1] if older else ranked[0], version)
 
 
 def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:

@@ -12,6 +12,7 @@ import numpy as np
 from autotune.cost.comm import collective_time_s, level_time_s
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_a2a import trtllm_alltoall_s
+from autotune.cost.serving_custom_ar import VLLM_SYMM, sglang_all_reduce_s, vllm_all_reduce_s
 from autotune.cost.serving_nccl import serving_nccl_all_reduce_s, serving_nccl_s
 from autotune.cost.serving_ops import ACT_BYTES
 from autotune.errors import require
@@ -45,7 +46,7 @@ def layer_collectives_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaSh
         return model.num_layers * (2.0 * tp_all_reduce_s(act, tokens, span, cluster, tp_allreduce) + _qk_norm_sums_s(
             model, cluster, span, tokens))
     require(moe > 0, "attention_dp", "DP attention is for mixture-of-experts models")
-    return moe * moe_exchange_s(model, cluster, shape, span, tokens)
+    return moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce)
 
 
 # TensorRT-LLM's AUTO all-reduce (cpp/tensorrt_llm/thop/allreduceOp.cpp selectImplementation @4bb1ef88800b):
@@ -80,10 +81,18 @@ def tp_all_reduce_s(act: np.ndarray, tokens: np.ndarray, span, cluster: ClusterS
     where the cluster has one, cost/serving_nccl.py; comm.py's formula else); under "custom_ar" (vLLM, SGLang)
     comm.py's formula where their own kernel takes the input (not measured here: priced as before), NCCL's
     above; under "trtllm_auto" TensorRT-LLM's Lamport kernel where its AUTO rule picks it and the cluster's
-    NVLink level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else."""
+    NVLink level has it measured for this group size (intra_node.collectives.trtllm_all_reduce.<n>), NCCL else;
+    under "sglang_v1" / "sglang_v2" (optionally + the FlashInfer fusion) SGLang's kernels at their measured
+    tables (cost/serving_custom_ar.py sglang_all_reduce_s); under "vllm_symm" vLLM 0.11-0.14's measured sweep
+    where the cluster has one, "custom_ar"'s pricing else."""
     nccl = serving_nccl_all_reduce_s(act, span, cluster)
     n = span.size
-    if tp_allreduce == "custom_ar":
+    if tp_allreduce.startswith("sglang"):  # SGLang's own dispatch as its release runs it (serving_custom_ar.py)
+        return sglang_all_reduce_s(act, tokens, span, cluster, tp_allreduce, nccl)
+    measured = vllm_all_reduce_s(act, span, cluster, nccl) if tp_allreduce == VLLM_SYMM else None
+    if measured is not None:  # vLLM 0.11-0.14's dispatch as measured (serving_custom_ar.py)
+        return measured
+    if tp_allreduce in ("custom_ar", VLLM_SYMM):
         if span.n_inter > 1 or n not in _CUSTOM_AR_WORLD_SIZES:
             return nccl
         return np.where(act < _CUSTOM_AR_MAX_BYTES, collective_time_s("all_reduce", act, span, cluster), nccl)
@@ -119,15 +128,17 @@ def stage_sends_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, t
             + inter * level_time_s("send_recv", act, 2, cluster.inter_node))
 
 
-def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray) -> np.ndarray:
+def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray,
+                   tp_allreduce: str = "custom_ar") -> np.ndarray:
     """One MoE layer's token exchange under DP attention for each token count (layer_collectives_s says
     which): the all-to-all dispatch of each rank's share of the tokens' k copies and their combine
     where the engine runs one (ReplicaShape.moe_alltoall), else every rank's tokens gathered before the
-    experts and their outputs reduce-scattered after; none without DP attention (TP's all-reduces)."""
+    experts and their outputs reduce-scattered after, or SGLang's SUM_LEN all-reduces by the engine's
+    ``tp_allreduce`` kernels; none without DP attention (TP's all-reduces)."""
     if not shape.attention_dp:
         return 0.0 * tokens
     if shape.adp_all_reduce == "always":
-        return _sum_len_exchange_s(model, cluster, span, tokens)
+        return _sum_len_exchange_s(model, cluster, span, tokens, tp_allreduce)
     if shape.moe_alltoall:
         ep_span = group_spans("tp-cp-dp", shape.ep, 1, 1, cluster.gpus_per_node)["tp"]
         sent = tokens / shape.tp * model.num_experts_per_token * model.hidden_size * ACT_BYTES
@@ -150,21 +161,22 @@ def moe_exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, 
 ADP_ALL_REDUCE = ("", "prefill", "always")
 
 
-def _sum_len_exchange_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.ndarray) -> np.ndarray:
-    """SGLang's SUM_LEN exchange of one MoE layer: two all-reduces of every rank's rows, its own all-reduce
-    (custom_ar) below 8 MiB in a node, NCCL above (tp_all_reduce_s)."""
+def _sum_len_exchange_s(model: ModelSpec, cluster: ClusterSpec, span, tokens: np.ndarray, tp_allreduce: str) -> np.ndarray:
+    """SGLang's SUM_LEN exchange of one MoE layer: two all-reduces of every rank's rows by the engine's TP
+    all-reduce kernels (tp_all_reduce_s: its own below their size cap in a node, NCCL above)."""
     act = tokens * model.hidden_size * ACT_BYTES
-    return 2.0 * tp_all_reduce_s(act, tokens, span, cluster, "custom_ar")
+    return 2.0 * tp_all_reduce_s(act, tokens, span, cluster, tp_allreduce)
 
 
 def prefill_exchange_extra_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span,
-                             tokens: np.ndarray) -> np.ndarray | None:
+                             tokens: np.ndarray, tp_allreduce: str = "custom_ar") -> np.ndarray | None:
     """What one MoE layer's exchange costs beyond moe_exchange_s's in a step with prompt tokens: SGLang's SUM_LEN
     all-reduces in place of MAX_LEN's gather and reduce-scatter where it switches by batch (``adp_all_reduce``
     "prefill"); None elsewhere."""
     if not shape.attention_dp or shape.adp_all_reduce != "prefill":
         return None
-    extra = _sum_len_exchange_s(model, cluster, span, tokens) - moe_exchange_s(model, cluster, shape, span, tokens)
+    extra = (_sum_len_exchange_s(model, cluster, span, tokens, tp_allreduce)
+             - moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce))
     extra[0] = 0.0
     return extra
 

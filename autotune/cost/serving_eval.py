@@ -17,6 +17,7 @@ from autotune.cost.serving_frontend import client_trace, engine_requests, fronte
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
+from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on
 from autotune.cost.serving_run import Schedule, Trace
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
@@ -113,10 +114,21 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
                       mxfp4_pad=engine.mxfp4_weight_only_pad, moe_backend=engine_moe_backend(dep),
                       allreduce_norm_fusion=engine.allreduce_norm_fusion,
-                      tp_allreduce=engine_tp_allreduce(engine.engine, engine.tp_allreduce),
+                      tp_allreduce=_tp_allreduce(dep, shape),
                       residual_norm_fusion=engine.residual_norm_fusion,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes))
     return step if spec is None else speculative_step(step, spec)
+
+
+def _tp_allreduce(dep: ServingDeployment, shape: ReplicaShape) -> str:
+    """The TP all-reduce kernels of the engine (serving_collectives.tp_all_reduce_s), with SGLang's FlashInfer
+    fusion where its release switches it on for this model, GPU and layout (serving_custom_ar.sglang_fusion_on)."""
+    engine = dep.runtime.serving
+    kind = engine_tp_allreduce(engine.engine, engine.tp_allreduce)
+    fused = kind.startswith("sglang") and sglang_fusion_on(
+        engine.flashinfer_allreduce_fusion, dep.model, dep.cluster.device.name, tp=dep.tp,
+        attention_dp=dep.attention_dp, one_node=dep.tp <= dep.cluster.gpus_per_node, moe_alltoall=shape.moe_alltoall)
+    return kind + FUSION_SUFFIX if fused else kind
 
 
 def engine_moe_backend(dep: ServingDeployment) -> str:

@@ -254,8 +254,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
         linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
                                                     tokens, moe_backend)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
-    exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
-    prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens) if moe else None
+    exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
+    prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
     prefill_extra = None if prefill_extra is None else moe * prefill_extra
     linear[0] = own[0] = 0.0
     if exchange is not None:

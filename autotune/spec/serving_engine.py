@@ -17,7 +17,8 @@ from autotune.errors import AutotuneError, require, require_choice
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
-           "NVFP4_GEMM_FITS", "MOE_BACKENDS", "TP_ALLREDUCES", "release_number", "VLLM_V1_RELEASE"]
+           "NVFP4_GEMM_FITS", "MOE_BACKENDS", "TP_ALLREDUCES", "FLASHINFER_AR_FUSIONS", "release_number",
+           "VLLM_V1_RELEASE"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
 # prompts first (vLLM's v0 scheduler without chunked prefill; SGLang's forward_step). "mixed": every
@@ -63,7 +64,13 @@ SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
 MOE_BACKENDS = ("", "trtllm")
 # the kernels of its TP all-reduces: NCCL's ring/tree, or TensorRT-LLM's AUTO strategy (its Lamport
 # MIN_LATENCY kernels for small inputs inside an NVLink node, NCCL else: cost/serving_collectives.py)
-TP_ALLREDUCES = ("nccl", "trtllm_auto")
+# "nccl": NCCL (vLLM's and SGLang's own kernel below its buffer, priced by formula); "trtllm_auto": TensorRT-LLM's
+# AUTO strategy; "sglang_v1" / "sglang_v2": SGLang's legacy CustomAllreduce (0.5.6-0.5.11) / CustomAllReduceV2
+# (0.5.12 on) at their measured tables; "vllm_symm": vLLM 0.11-0.14's dispatch with symmetric memory, measured
+# (cost/serving_custom_ar.py)
+TP_ALLREDUCES = ("nccl", "trtllm_auto", "sglang_v1", "sglang_v2", "vllm_symm")
+# where SGLang switches FlashInfer's all-reduce fusion on by itself (cost/serving_custom_ar.py sglang_fusion_on)
+FLASHINFER_AR_FUSIONS = ("", "sm100", "sm90_sm100")
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
 _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 # The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
@@ -180,6 +187,7 @@ class ServingEngine:
     # launch no kernel of their own (cost/serving_ops.py fused_residual_adds)
     residual_norm_fusion: bool = False
     tp_allreduce: str = "nccl"  # TP_ALLREDUCES
+    flashinfer_allreduce_fusion: str = ""  # FLASHINFER_AR_FUSIONS
     # its decode-attention op as measured on a GPU for a KV dtype: rows [GPU key (runtime_kernels.gpu_keys),
     # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head] (cost/serving_step.py);
     # a GPU or KV dtype without a row: the generic memory-bound pricing
@@ -211,6 +219,11 @@ class ServingEngine:
         require_choice("serving.tp_allreduce", self.tp_allreduce, TP_ALLREDUCES)
         require(self.tp_allreduce != "trtllm_auto" or self.engine == "tensorrt-llm", "serving.tp_allreduce",
                 f"'trtllm_auto' is TensorRT-LLM's all-reduce, not {self.engine}'s")
+        require(self.engine == "sglang" or not (self.tp_allreduce.startswith("sglang") or self.flashinfer_allreduce_fusion),
+                "serving.tp_allreduce", f"SGLang's all-reduce settings are not {self.engine}'s")
+        require(self.tp_allreduce != "vllm_symm" or self.engine == "vllm", "serving.tp_allreduce",
+                f"'vllm_symm' is vLLM's all-reduce, not {self.engine}'s")
+        require_choice("serving.flashinfer_allreduce_fusion", self.flashinfer_allreduce_fusion, FLASHINFER_AR_FUSIONS)
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
         self._check_prompt_encode()
