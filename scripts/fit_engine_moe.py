@@ -6,11 +6,14 @@ tokens reach, the activation, permute and unpermute at the profile's memory fit)
 
 usage: python scripts/fit_engine_moe.py PARQUET CLUSTER MOE_DTYPE DTYPE [MOE_TP[,MOE_TP...]]
            [--kernel=KERNEL_SOURCE] [--tokens=LO..HI] [--moe-backend=trtllm] [--ep1=] [--start=US,TFLOPS]
+           [--hold-latency=]
 e.g.   python scripts/fit_engine_moe.py .../h100_sxm/moe/trtllm/1.2.0rc5/moe_perf.parquet dgx-h100 fp8 fp8
 --kernel keeps one kernel_source (TensorRT-LLM's rows hold moe_torch_flow_cutlass and, for NVFP4 on
 Blackwell, moe_torch_flow_min_latency: TRTLLMGenFusedMoE, fitted with --moe-backend=trtllm, its token tile);
 --tokens the token counts (default 16..16384); several MOE_TP pool their rows; --ep1= keeps moe_ep 1 only
-(at a few tokens the collector's balanced logits send a token's k experts to one EP rank, the one timed).
+(at a few tokens the collector's balanced logits send a token's k experts to one EP rank, the one timed);
+--hold-latency= keeps --start's latency and fits the rate alone (a fit over large token counts only, whose
+rows do not see the latency: the fitted rate then leaves the weight-bound small batches as the profile had them).
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/.../systems/data)"""
 
 from __future__ import annotations
@@ -88,12 +91,13 @@ def pricer(cluster_name: str, dtype: str, moe_backend: str = ""):
     return time_s
 
 
-def fit(rows, time_s, start: tuple[float, float] = (30.0, 1000.0)) -> tuple[float, float, np.ndarray]:
+def fit(rows, time_s, start: tuple[float, float] = (30.0, 1000.0), hold_latency: bool = False) -> tuple[float, float, np.ndarray]:
     """Grid search about ``start`` (us, TFLOP/s); it reaches at most 2.65x either: a bound hit says move it."""
     lat_us, tflops = start
     best = None
     for span in (0.8, 0.3, 0.1, 0.03):
-        grid = [(lat_us * (1 + a), tflops * (1 + b)) for a in np.linspace(-span, span, 11) for b in np.linspace(-span, span, 11)]
+        lat_steps = [0.0] if hold_latency else np.linspace(-span, span, 11)
+        grid = [(lat_us * (1 + a), tflops * (1 + b)) for a in lat_steps for b in np.linspace(-span, span, 11)]
         errs = []
         for la, tf in grid:
             rel = np.concatenate([time_s(la * 1e-6, 1e-12 / tf, key, tok) / t - 1.0 for key, tok, t in rows])
@@ -113,12 +117,12 @@ def main() -> None:
     lo, hi = (int(v) for v in flags.get("tokens", "16..16384").split(".."))
     rows = groups(path, moe_dtype, moe_tps, flags.get("kernel", ""), (lo, hi), "ep1" in flags)
     time_s = pricer(cluster, dtype, flags.get("moe-backend", ""))
-    lat, spf, rel = fit(rows, time_s, tuple(float(v) for v in flags.get("start", "30,1000").split(",")))
+    lat, spf, rel = fit(rows, time_s, tuple(float(v) for v in flags.get("start", "30,1000").split(",")), "hold-latency" in flags)
     tokens = np.concatenate([tok for _, tok, _ in rows])
     print(f"rows {len(rel)} shapes {len(rows)}: latency_s {lat:.3e} seconds_per_flop {spf:.3e} "
           f"asymptote {1e-12 / spf:.0f} TFLOP/s rms {np.sqrt((rel ** 2).mean()):.2f} range {rel.min():+.2f}..{rel.max():+.2f}")
     print("mean rel by tokens:", {int(n): round(float(rel[tokens == n].mean()), 2)
-                                  for n in (1, 4, 16, 128, 512, 1024, 2048, 4096, 16384) if (tokens == n).any()})
+                                  for n in (1, 4, 16, 128, 512, 1024, 2048, 4096, 8192, 16384) if (tokens == n).any()})
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ def test_block_scaled_fp8_takes_the_engines_block_fits_on_hopper(name, fit, line
     served = serving_cluster(cluster, fit, True).device
     assert served.regression("gemm", "fp8") is cluster.device.compute[(linear, "fp8_block")]
     assert served.compute[("expert_gemm", "fp8")] is cluster.device.compute[(moe, "fp8_block")]
-    assert serving_cluster(cluster, fit, False) is cluster  # per-tensor FP8: the GEMM sweep's fit
+    per_tensor = serving_cluster(cluster, fit, False)  # per-tensor FP8: the GEMM sweep's fit
+    assert per_tensor.device.regression("gemm", "fp8") is cluster.device.regression("gemm", "fp8")
+    assert ("expert_gemm", "fp8") not in per_tensor.device.compute
 
 
 def test_deepseek_presets_are_block_scaled_and_others_not():

@@ -22,6 +22,7 @@ from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa:
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
     name_precision, precision_name, served_precision
+from autotune.calibrate.serving_generated import generated_outputs
 from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, load_words, metric_name, per_user_rate, \
     throughput_scope
@@ -371,6 +372,7 @@ def case_from_row(row: dict) -> ServingCase:
         load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset, system)
         load, spread_notes = _random_range(load, row) if not spread_notes else (load, spread_notes)
+        load, stop_notes = generated_outputs(load, row, d.replicas * d.pp)
         metric, scope, factor, inverse, metric_notes = _metric(row)
         metric, metric_notes = _loadgen_window(metric, runtime, load, metric_notes)
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
@@ -385,7 +387,7 @@ def case_from_row(row: dict) -> ServingCase:
     return ServingCase(row_id=row["id"], engine=runtime.serving.engine, gpu=row["gpu"], deployment=deployment,
                        load=load, metric=metric, scope=scope, unit=row["unit"], unit_to_si=factor, inverse=inverse,
                        measured=measured,
-                       assumed=assumed + length_notes + spread_notes + load_notes + metric_notes + speculation_notes)
+                       assumed=assumed + length_notes + spread_notes + stop_notes + load_notes + metric_notes + speculation_notes)
 
 
 def _phase_case(row: dict, runtime: Runtime, phase: PhaseRow, deployment: ServingDeployment,

@@ -15,6 +15,7 @@ from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits
+from autotune.cost.serving_loop import shared_loop_of, simulate_shared_loop
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
 from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on
@@ -116,7 +117,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       allreduce_norm_fusion=engine.allreduce_norm_fusion,
                       tp_allreduce=_tp_allreduce(dep, shape),
                       residual_norm_fusion=engine.residual_norm_fusion,
-                      decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes))
+                      decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
+                      prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim))
     return step if spec is None else speculative_step(step, spec)
 
 
@@ -235,12 +237,22 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine),
                         adp_balance=_adp_balance(dep, step.dp_ranks), **_window_release(dep))
-    sent, front = requests_for(load), frontend_of(engine)
-    if front is None:  # the engine's own clock
-        return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=simulate(sent, schedule, step))
-    # a server's front end between the client and the engine (serving_frontend.py)
-    trace = client_trace(simulate(engine_requests(sent, front), schedule, step), sent, front)
+    trace = _client_trace(engine, requests_for(load), schedule, step)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)
+
+
+def _client_trace(engine, sent, schedule: Schedule, step: StepModel) -> Trace:
+    """The engine's run on the client's clock: through vLLM V1's shared API-server loop (serving_loop.py),
+    a server's front end (serving_frontend.py), or none (the engine's own clock)."""
+    loop, front = shared_loop_of(engine), frontend_of(engine)
+    if loop is not None:
+        # one API server a DP rank (frontend_per_dp_rank) takes in that rank's share of the requests
+        servers = step.dp_ranks if engine.frontend_per_dp_rank else 1
+        loop = replace(loop, intake_s=loop.intake_s / servers, stream_s_per_seq=schedule.frontend_s_per_seq)
+        return simulate_shared_loop(sent, replace(schedule, frontend_s_per_seq=0.0), step, loop, simulate)
+    if front is None:
+        return simulate(sent, schedule, step)
+    return client_trace(simulate(engine_requests(sent, front), schedule, step), sent, front)
 
 
 def arrival_draws(dep: ServingDeployment, load: Load) -> tuple[ServingRun, ...]:

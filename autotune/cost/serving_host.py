@@ -34,7 +34,10 @@ no time to a step while it keeps up; when its ``frontend_s_per_seq`` x the step'
 the engine's step, the stream goes at the frontend's pace (the slowest stage of a pipeline sets its
 rate; the engine's queue of outputs grows, or the engine waits for its sockets, either way clients see
 tokens at the frontend's rate). One frontend serves the replica's sequences on every DP rank unless
-the engine starts one per rank (``frontend_per_dp_rank``).
+the engine starts one per rank (``frontend_per_dp_rank``). Where the preset also prices the frontend's
+intake of requests, the frontend is instead one event loop shared by intake and streaming, beside an
+engine that keeps its own cadence (serving_loop.py; ``delivered_at`` asks that loop when it emits a step's
+tokens).
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import numpy as np
 
 from autotune.spec.serving_engine import HOST_OVERLAPS
 
-__all__ = ["HOST_OVERLAPS", "delivery_delay_s", "frontend_streams", "step_wall_s"]
+__all__ = ["HOST_OVERLAPS", "delivered_at", "delivery_delay_s", "frontend_streams", "step_wall_s"]
 
 
 def frontend_streams(sched, seqs: int, dp_ranks: int) -> int:
@@ -88,3 +91,14 @@ def delivery_delay_s(sched, seqs: float, streams: float = 0.0) -> float:
     if sched.host_overlap == "output":
         return sched.step_host_s + sched.step_host_s_per_seq * seqs + out + front
     return (out if sched.host_overlap == "all" else 0.0) + front
+
+
+def delivered_at(sched, ends_s, seqs: float, streams: float = 0.0):
+    """When the tokens of steps ending at ``ends_s`` (a float or sorted array) reach the client: after
+    ``delivery_delay_s``, then, where the engine streams through a shared API-server loop
+    (``sched.loop``, serving_loop.LoopClock), when that loop emits them."""
+    at = ends_s + delivery_delay_s(sched, seqs, streams)
+    if sched.loop is None:
+        return at
+    emitted = sched.loop.emit(at, streams)
+    return float(emitted[0]) if np.ndim(at) == 0 else emitted

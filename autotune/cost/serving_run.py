@@ -56,6 +56,7 @@ class Schedule:
     host_overlap: str = "none"  # HOST_OVERLAPS: the host work that runs beside the GPU's
     frontend_s_per_seq: float = 0.0  # the frontend process's seconds per sequence of a step (serving_host.py)
     frontend_per_dp_rank: bool = False  # one frontend per DP rank, else one for the replica
+    loop: object = None  # vLLM's API-server loop (serving_loop.LoopClock): stamps tokens as it emits them; None: none
     eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
     decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
     # SGLang's admission (serving_admission.py): a prompt waits until its output fits beside the

@@ -24,7 +24,7 @@ import numpy as np
 from autotune.cost.serving_adp import AdpCounters, hold_context, idle_iterations
 from autotune.cost.serving_admission import (output_need, ratio_after_retraction,
                                               reserve_room, retraction_victims, steps_until_admitted)
-from autotune.cost.serving_host import delivery_delay_s, frontend_streams, step_wall_s
+from autotune.cost.serving_host import delivered_at, frontend_streams, step_wall_s
 from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_step import StepModel
 from autotune.errors import require
@@ -233,7 +233,7 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     seqs = _host_seqs(len(chunks) + len(decodes), step)
     streams = frontend_streams(sched, sampled, step.dp_ranks)  # the requests that get a token this step
     st.t += step_wall_s(sched, gpu, 1, eager=True, seqs=seqs, streams=streams)
-    delivered = st.t + delivery_delay_s(sched, seqs, streams)
+    delivered = delivered_at(sched, st.t, seqs, streams)
     st.done[ids] = done + takes
     st.prefilled += tokens
     completed = ids[completes]
@@ -340,7 +340,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
     durations = durations_of(k)
     ends = st.t + np.cumsum(durations)
-    _stamp_decodes(st, decodes, ends + delivery_delay_s(sched, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
+    _stamp_decodes(st, decodes, delivered_at(sched, ends, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
                    calls)
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
         st.reserved[decodes] = _held(sched, _kv_tokens(st, decodes) - 1)

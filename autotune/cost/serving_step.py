@@ -52,6 +52,9 @@ _SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
 # TensorRT-LLM's other MoE backend (moe_config backend TRTLLM: TRTLLMGenFusedMoE, Blackwell), measured
 # as its own fit (regressions.serving_moe_gemm_trtllm_gen); it runs a per-step token tile (expert_tiles.py)
 _TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
+# An engine's weight-only 4-bit MoE kernel (vLLM's Marlin on Hopper) at large batches, where its rate falls below
+# the BF16 GEMM fit (regressions.serving_moe_w4a16_<engine>.bf16): a ceiling on the experts' unpadded FLOPs
+_W4A16_MOE_CLASS, _W4A16_CEILING_CLASS = "serving_moe_w4a16", "expert_gemm_w4a16"
 
 
 @lru_cache(maxsize=64)
@@ -69,6 +72,8 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
+    serving |= {(_W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+                if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
     if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
         serving |= {(_EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
@@ -193,7 +198,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
-               decode_attention: tuple[float, float] | None = None) -> StepModel:
+               decode_attention: tuple[float, float] | None = None,
+               prefill_attention: tuple[float, float] | None = None) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
@@ -203,7 +209,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
     ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
-    ``decode_attention``: the engine's measured decode-attention op (_attention_coefficients), None: generic."""
+    ``decode_attention`` / ``prefill_attention``: the engine's measured decode / prompt attention op
+    (_attention_coefficients), None: generic."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -213,7 +220,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
-                       backend, fused, tp_allreduce, residual_norm_fusion, decode_attention)
+                       backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, prefill_attention)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -224,7 +231,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
-                decode_attention=None) -> StepModel:
+                decode_attention=None, prefill_attention=None) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -267,7 +274,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                                     span, cluster) * (not shape.attention_dp)
     head[0] = 0.0
     return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
-                     **_attention_coefficients(model, device, shape, kv_bytes, decode_attention),
+                     **_attention_coefficients(model, device, shape, kv_bytes, decode_attention, prefill_attention),
                      weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
                                                            mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
@@ -352,7 +359,8 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
                weight_dtype: str, rate_dtype: str, tokens: np.ndarray, moe_backend: str = "") -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
-    every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py), split over ep
+    every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py; a weight-only 4-bit kernel's
+    large-batch rate, where the device fits one, bounds their unpadded FLOPs), split over ep
     groups of tp / ep GPUs, and the permutes around them; their exchange is moe_exchange_s's. With
     ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
     rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all."""
@@ -366,6 +374,11 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
     experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
     time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
                   shape.tp // shape.ep, reached, padded)
+    ceiling = cluster.device.compute.get((_W4A16_CEILING_CLASS, rate_dtype))
+    if ceiling is not None and weight_dtype in STORED_BYTES:  # 4-bit weights run weight-only at this rate
+        device = cluster.device.with_changes(compute={**cluster.device.compute, ("gemm", rate_dtype): ceiling})
+        time = np.maximum(time, ops_s(experts, device, weight_dtype, rate_dtype, busiest / shape.ep,
+                                      shape.tp // shape.ep, reached))
     return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
 
 
@@ -377,13 +390,15 @@ def _expert_device(device):
 
 
 def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_bytes: float,
-                            measured: tuple[float, float] | None = None) -> dict[str, float]:
+                            measured: tuple[float, float] | None = None,
+                            prompt: tuple[float, float] | None = None) -> dict[str, float]:
     """Per-layer attention coefficients: decodes read K/V at the memory fit (flash-decoding,
     graph.decode_attention), prompt chunks run the fused kernel's FLOP fit on causal pairs. The
     replica's work splits over its GPUs by heads (TP) or by requests (DP attention). ``measured``: the
     engine's decode-attention op as measured on this GPU (ServingEngine.decode_attention), which then
     prices grouped-query decodes (_measured_decode; its fit misses MHA shapes by -41..+64%, so they and
-    MLA stay generic)."""
+    MLA stay generic); ``prompt``: the engine's prompt-attention op as measured on this GPU (latency, seconds
+    per causal FLOP; ServingEngine.prefill_attention), which prices non-MLA prompts in its place."""
     tp = shape.tp
     eff = device.kernel_efficiency
     memory = device.memory_regression("stream")
@@ -399,6 +414,8 @@ def _attention_coefficients(model: ModelSpec, device, shape: ReplicaShape, kv_by
     read_s = (two["in_bytes"] - one["in_bytes"]) / shards * memory.seconds_per_unit
     compute_s = (two["flops"] - one["flops"]) / tp * attention.seconds_per_unit
     prefill = dict(prefill_lat_s=attention.latency_s / eff, prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
+    if prompt is not None and not model.is_mla:  # measured, so no kernel_efficiency
+        prefill = dict(prefill_lat_s=prompt[0], prefill_s_per_pair=pair_flops * prompt[1])
     # the measured op's fit holds for grouped-query layers (its rows); MHA runs other kernels (masked MHA)
     grouped = model.num_kv_heads < model.num_heads and not model.is_mla
     if measured is not None and grouped and not shape.attention_dp:

@@ -163,6 +163,10 @@ class ServingEngine:
     # processing, detokenization, the streamed chunk); the slower of it and the engine paces the stream
     frontend_s_per_seq: float = 0.0
     frontend_per_dp_rank: bool = False  # one frontend process per DP rank (else one for the replica)
+    # seconds of the API server's event loop a request's intake takes, on the loop that also streams
+    # (cost/serving_loop.py); 0: the frontend is only the stage beside the engine (frontend_s_per_seq)
+    frontend_intake_s: float = 0.0
+    frontend_intake_before_send: float = 0.0  # the share of an intake the loop runs before the request yields
     # TensorRT-LLM's attention-DP balancer (llmapi AttentionDpConfig enable_balance / batching_wait_iters /
     # timeout_iters; defaults False / 10 / 50 in tensorrt_llm/llmapi/llm_args.py): cost/serving_adp.py
     adp_balance: bool = False
@@ -192,10 +196,14 @@ class ServingEngine:
     # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head] (cost/serving_step.py);
     # a GPU or KV dtype without a row: the generic memory-bound pricing
     decode_attention: tuple[tuple[str, str, float, float], ...] = ()
+    # its prompt (context) attention as measured on a GPU: rows [GPU key, head_dim, latency_s, seconds per
+    # causal FLOP] (cost/serving_step.py); MLA layers, a GPU or head_dim without a row: the generic fit
+    prefill_attention: tuple[tuple[str, int, float, float], ...] = ()
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
-        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention"):
+        for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
+                     "prefill_attention"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -228,6 +236,7 @@ class ServingEngine:
         self._check_counts_and_numbers()
         self._check_prompt_encode()
         self._check_decode_attention()
+        self._check_prefill_attention()
         require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
                 "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
         if self.admission == "reserve_output":
@@ -257,7 +266,7 @@ class ServingEngine:
         for name in ("kv_block_tokens", "scheduler_steps", "scheduler_recv_interval"):
             _require_count(name, getattr(self, name), minimum=1)
         for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
-                     "frontend_s_per_seq", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
+                     "frontend_s_per_seq", "frontend_intake_s", "frontend_intake_before_send", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
                      "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay"):
             _require_number(name, getattr(self, name))
 
@@ -287,6 +296,12 @@ class ServingEngine:
         rows = {(gpu, kv): (lat, per_head) for gpu, kv, lat, per_head in self.decode_attention}
         return next((rows[(key, dtype)] for key in gpu_keys if (key, dtype) in rows), None)
 
+    def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, float] | None:
+        """(latency_s, seconds per causal FLOP) of its prompt attention at ``head_dim`` on the GPU of
+        ``gpu_keys`` (most specific first); None where it has no row."""
+        rows = {(gpu, dim): (lat, per_flop) for gpu, dim, lat, per_flop in self.prefill_attention}
+        return next((rows[(key, head_dim)] for key in gpu_keys if (key, head_dim) in rows), None)
+
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
 
@@ -303,6 +318,13 @@ class ServingEngine:
                     and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:])
                     for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.decode_attention",
                 f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head] rows, got {rows!r}")
+
+    def _check_prefill_attention(self) -> None:
+        rows = self.prefill_attention
+        require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], int)
+                    and r[1] > 0 and all(isinstance(v, float) and 0 < v < 1 for v in r[2:])
+                    for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.prefill_attention",
+                f"must be distinct [GPU key, head_dim, latency_s, seconds per FLOP] rows, got {rows!r}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
