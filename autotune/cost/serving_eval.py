@@ -17,7 +17,7 @@ from autotune.cost.serving_frontend import client_trace, engine_requests, fronte
 from autotune.cost.serving_limits import EngineLimits, engine_limits
 from autotune.cost.serving_loop import shared_loop_of, simulate_shared_loop
 from autotune.cost.serving_load import Load, metric_value, requests_for
-from autotune.cost.serving_collectives import engine_tp_allreduce
+from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
 from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on
 from autotune.cost.serving_run import Schedule, Trace
 from autotune.cost.serving_sim import simulate
@@ -105,7 +105,9 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     engine = dep.runtime.serving
     cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp,
-                         moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb)
+                         moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb,
+                         moe_comm_dtype=moe_comm_dtype(dep.model, engine.engine, dep.dtype) if dep.attention_dp else "",
+                         adp_all_reduce=_adp_all_reduce(dep))
     spec = dep.speculation
     kv_bytes = engine.kv_bytes_per_element(dep.dtype, 2)
     step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=kv_bytes,
@@ -167,6 +169,15 @@ def _moe_alltoall(dep: ServingDeployment) -> bool:
     other case gathers and reduce-scatters (serving_collectives.layer_collectives_s)."""
     return (dep.attention_dp and dep.runtime.serving.engine == "tensorrt-llm" and dep.cluster.gpus_per_node > 8
             and dep.ep > dep.model.num_experts_per_token)
+
+
+def _adp_all_reduce(dep: ServingDeployment) -> str:
+    """When SGLang's DP attention gathers by all-reduce (serving_collectives.ADP_ALL_REDUCE): always before the
+    MAX_LEN mode (the 0.4 preset), in steps with prompts after it; never for the other engines."""
+    engine = dep.runtime.serving
+    if not dep.attention_dp or engine.engine != "sglang":
+        return ""
+    return "always" if tuple(int(p) for p in engine.version.split(".")[:2]) < (0, 5) else "prefill"
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:

@@ -1,7 +1,9 @@
-"""NCCL's all-reduce inside one NVLink node as measured, for the serving path's TP all-reduces.
+"""NCCL's collectives inside one NVLink node as measured, for the serving path: the TP all-reduces, and the
+attention-DP exchange's all-gather, reduce-scatter and all-to-all (cost/serving_collectives.py).
 
-autotune/data/nccl_all_reduce.toml holds NVIDIA's aiconfigurator nccl-tests sweeps (scripts/extract_nccl_allreduce.py
-writes it, each table citing its file, commit and NCCL version) per cluster preset and GPU count. Within a table's
+autotune/data/nccl_all_reduce.toml and nccl_collectives.toml hold NVIDIA's aiconfigurator nccl-tests sweeps
+(scripts/extract_nccl_allreduce.py and extract_nccl_collectives.py write them, each table citing its file, commit
+and NCCL version) per cluster preset, op and GPU count; ``bytes`` is the full buffer, as cost/comm.py counts it. Within a table's
 size range the time is interpolated linearly in bytes between the two neighbouring sizes (the sweep doubles the
 size a row, and locally the time is latency + bytes / bandwidth); outside it, for group sizes or clusters without
 a table, and for groups that leave the node, cost/comm.py's alpha-beta formula applies. Training keeps the formula
@@ -21,21 +23,25 @@ from autotune.cost.comm import collective_time_s
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["NcclTable", "nccl_tables", "serving_nccl_all_reduce_s"]
+__all__ = ["NcclTable", "nccl_tables", "serving_nccl_s", "serving_nccl_all_reduce_s", "MEASURED_OPS"]
+
+# the ops with a table: all_reduce in nccl_all_reduce.toml, the others in nccl_collectives.toml
+MEASURED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class NcclTable:
-    """One measured sweep: ``seconds[i]`` for an all-reduce of ``nbytes[i]`` bytes over ``gpus`` GPUs."""
+    """One measured sweep: ``seconds[i]`` for the collective ``op`` of ``nbytes[i]`` bytes over ``gpus`` GPUs."""
 
     gpus: int
     nbytes: tuple[float, ...]
     seconds: tuple[float, ...]
     nccl_version: str
     source: str
+    op: str = "all_reduce"
 
     def __post_init__(self) -> None:
-        where = f"nccl_all_reduce.gpus.{self.gpus}"
+        where = f"nccl.{self.op}.gpus.{self.gpus}"
         require(len(self.nbytes) >= 2 and len(self.nbytes) == len(self.seconds), where,
                 "needs at least two sizes and one time per size")
         require(all(b > a for a, b in zip(self.nbytes, self.nbytes[1:])), f"{where}.bytes", "must increase")
@@ -49,26 +55,34 @@ class NcclTable:
         return np.interp(nbytes, self.nbytes, self.seconds)
 
 
-@lru_cache(maxsize=1)
-def nccl_tables() -> dict[tuple[str, int], NcclTable]:
-    """Every shipped table, keyed by (cluster preset name, GPU count)."""
-    data = tomllib.loads(resources.files("autotune.data").joinpath("nccl_all_reduce.toml").read_text())
+@lru_cache(maxsize=4)
+def nccl_tables(op: str = "all_reduce") -> dict[tuple[str, int], NcclTable]:
+    """Every shipped table of ``op``, keyed by (cluster preset name, GPU count)."""
+    require(op in MEASURED_OPS, "nccl op", f"one of {', '.join(MEASURED_OPS)}, got {op!r}")
+    name = "nccl_all_reduce.toml" if op == "all_reduce" else "nccl_collectives.toml"
+    data = tomllib.loads(resources.files("autotune.data").joinpath(name).read_text())
     tables = {}
     for entry in data.values():
-        for gpus, sweep in entry["gpus"].items():
+        sweeps = entry["gpus"] if op == "all_reduce" else entry["ops"].get(op, {}).get("gpus", {})
+        for gpus, sweep in sweeps.items():
             table = NcclTable(gpus=int(gpus), nbytes=tuple(float(b) for b in sweep["bytes"]),
                               seconds=tuple(float(t) for t in sweep["seconds"]),
-                              nccl_version=entry["nccl_version"], source=entry["source"])
+                              nccl_version=entry["nccl_version"], source=entry["source"], op=op)
             tables.update({(name, table.gpus): table for name in entry["clusters"]})
     return tables
 
 
-def serving_nccl_all_reduce_s(act: np.ndarray, span, cluster: ClusterSpec) -> np.ndarray:
-    """NCCL's all-reduce of ``act`` bytes over ``span``: the cluster's measured table where it has one for
-    this group inside one node and the size lies in its range, the alpha-beta formula (comm.py) else."""
-    formula = collective_time_s("all_reduce", act, span, cluster)
-    table = nccl_tables().get((cluster.name, span.size))
+def serving_nccl_s(op: str, nbytes: np.ndarray, span, cluster: ClusterSpec) -> np.ndarray:
+    """NCCL's ``op`` of ``nbytes`` bytes (the full buffer) over ``span``: the cluster's measured table where it has
+    one for this group inside one node and the size lies in its range, the alpha-beta formula (comm.py) else."""
+    formula = collective_time_s(op, nbytes, span, cluster)
+    table = nccl_tables(op).get((cluster.name, span.size))
     if table is None or span.n_inter > 1:
         return formula
-    act = np.asarray(act, dtype=float)
-    return np.where(table.covers(act), table.time_s(act), formula)
+    nbytes = np.asarray(nbytes, dtype=float)
+    return np.where(table.covers(nbytes), table.time_s(nbytes), formula)
+
+
+def serving_nccl_all_reduce_s(act: np.ndarray, span, cluster: ClusterSpec) -> np.ndarray:
+    """NCCL's all-reduce of ``act`` bytes over ``span`` (serving_nccl_s)."""
+    return serving_nccl_s("all_reduce", act, span, cluster)

@@ -57,14 +57,15 @@ def phase_tokens_per_gpu_s(dep: ServingDeployment, *, phase: str, per_rank: int,
     if exchange is None or step.exchange_s is None or dep.ep == 1:
         return tokens / seconds(tokens) / dep.tp
     if not exchange.two_batch_overlap:
-        step_s = _parts(dep, step, seconds, tokens, exchange).serial_s * dep.model.num_moe_layers
+        step_s = _parts(dep, step, seconds, tokens, exchange, phase != "decode").serial_s * dep.model.num_moe_layers
     else:  # two micro-batches of half the requests (decode) or prompt tokens (prefill), SGLang's split
-        step_s = overlapped_step_s(_parts(dep, step, seconds, tokens // 2, exchange), layers=dep.model.num_moe_layers,
+        step_s = overlapped_step_s(_parts(dep, step, seconds, tokens // 2, exchange, phase != "decode"), layers=dep.model.num_moe_layers,
                                    phase=phase, mode=exchange.mode)
     return tokens / step_s / dep.tp
 
 
-def _parts(dep: ServingDeployment, step: StepModel, seconds, tokens: int, exchange: MoeExchange) -> LayerParts:
+def _parts(dep: ServingDeployment, step: StepModel, seconds, tokens: int, exchange: MoeExchange,
+           prefill: bool) -> LayerParts:
     """One MoE layer's share of a step of ``tokens``: its compute split as the overlap schedules it (the
     dense layers and the head spread over the MoE layers) and DeepEP's dispatch and combine in place of the
     step model's exchange."""
@@ -74,6 +75,8 @@ def _parts(dep: ServingDeployment, step: StepModel, seconds, tokens: int, exchan
     ranks = dep.tp if dep.attention_dp else 1
     dispatch, combine = deepep_exchange_s(dep.model, dep.cluster, ep=dep.ep, tokens_per_rank=tokens / ranks,
                                           mode=exchange.mode)
-    return LayerParts(other=(without_attention - float(step.linear_s[tokens])) / moe,
+    # DeepEP replaces the gather and its SUM_LEN all-reduces in prompt steps (StepModel.prefill_exchange_s) as well
+    sum_len = float(step.prefill_exchange_s[tokens]) if step.prefill_exchange_s is not None and prefill else 0.0
+    return LayerParts(other=(without_attention - float(step.linear_s[tokens]) - sum_len) / moe,
                       attention=(seconds(tokens) - without_attention) / moe, experts=experts / moe,
                       dispatch=dispatch, combine=combine)

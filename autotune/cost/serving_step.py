@@ -28,7 +28,8 @@ from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
-from autotune.cost.serving_collectives import layer_collectives_s, moe_exchange_s, stage_sends_s
+from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives_s, moe_exchange_s,
+                                               prefill_exchange_extra_s, stage_sends_s)
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, not_attention, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
@@ -113,7 +114,8 @@ class ReplicaShape:
     quoted for the whole model (a micro-batch's share: pp GPUs each hold 1/pp of the layers for pp
     micro-batches). ``moe_alltoall``: under DP attention the MoE layer dispatches each token's k copies
     to the ranks of its experts and combines them back (all-to-all) instead of gathering every rank's
-    tokens before the experts and reduce-scattering after (serving_collectives.layer_collectives_s)."""
+    tokens before the experts and reduce-scattering after (serving_collectives.layer_collectives_s), each token's
+    gathered row in ``moe_comm_dtype`` ("": the hidden state in BF16; serving_collectives.moe_comm_dtype)."""
 
     tp: int
     ep: int = 1
@@ -121,6 +123,8 @@ class ReplicaShape:
     pp: int = 1
     moe_alltoall: bool = False
     eplb: bool = False  # an expert load balancer (redundant experts by measured loads): cost/moe_skew.py
+    moe_comm_dtype: str = ""
+    adp_all_reduce: str = ""  # SGLang's SUM_LEN gather by all-reduce: "always", "prefill" (steps with prompts) or ""
 
     def __post_init__(self) -> None:
         require(isinstance(self.tp, int) and self.tp >= 1, "tp", f"must be an integer >= 1, got {self.tp!r}")
@@ -131,6 +135,8 @@ class ReplicaShape:
         require(isinstance(self.eplb, bool), "eplb", "must be true or false")
         require(isinstance(self.moe_alltoall, bool) and (self.attention_dp or not self.moe_alltoall), "moe_alltoall",
                 "must be true or false, and true only under attention_dp")
+        require(self.adp_all_reduce in ADP_ALL_REDUCE, "adp_all_reduce", f"one of {ADP_ALL_REDUCE}, got {self.adp_all_reduce!r}")
+        require(self.moe_comm_dtype in ("", "bf16", "fp8", "nvfp4"), "moe_comm_dtype", f"got {self.moe_comm_dtype!r}")
 
     @property
     def op_tp(self) -> int:
@@ -162,6 +168,8 @@ class StepModel:
     # two-batch overlap hides behind compute (cost/serving_overlap.py); None: the model has none
     exchange_s: np.ndarray | None = None
     prefill_s_per_token: float = 0.0  # a prompt token's own attention work (an engine's measured op; generic: none)
+    # what a step with prompt tokens pays beside ``linear_s`` for its MoE exchange (prefill_exchange_extra_s)
+    prefill_exchange_s: np.ndarray | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -175,7 +183,8 @@ class StepModel:
         their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly)."""
         n = decodes + prefill_tokens
         require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
-        linear = float(self.linear_s[n])
+        linear = float(self.linear_s[n]) + (float(self.prefill_exchange_s[n]) if prefill_tokens and self.prefill_exchange_s
+                                             is not None else 0.0)
         if self.dp_ranks > 1:
             r = self.dp_ranks
             own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
@@ -261,7 +270,9 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
         linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
                                                     tokens, moe_backend)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
-    exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens) if moe else None
+    exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
+    prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
+    prefill_extra = None if prefill_extra is None else moe * prefill_extra
     linear[0] = own[0] = 0.0
     if exchange is not None:
         exchange[0] = 0.0
@@ -278,7 +289,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                                                            mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
-                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange)
+                     dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
+                     prefill_exchange_s=prefill_extra)
 
 
 def _routing_in_kernel(moe_layer: OpTable) -> OpTable:
