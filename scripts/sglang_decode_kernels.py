@@ -114,6 +114,7 @@ def model_decode_s(row: dict, batch: int, context: float) -> dict[str, float]:
     parts["allreduces"] = float(layer_collectives_s(dep.model, cluster, shape, span, one, dense, moe, _tp_allreduce(dep, shape))[1])
     moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
     parts["experts"] = moe * float(_experts_s(tables.experts, moves, dep.model, cluster, shape, dep.dtype, rate, one, backend)[1])
+    parts["mla_bmm (absorbed, measured; kv_up above is not in linear_s then)"] = step.up_projection_s(batch, 0)
     return parts | {"attention": attention, "head": float(step.head_s[batch]),
                     "linear_s (all but attention, head)": float(step.linear_s[batch]), "gpu_step": gpu}
 

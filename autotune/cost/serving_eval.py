@@ -145,10 +145,12 @@ def verification_s_per_position(dep: ServingDeployment, cluster: ClusterSpec, sh
     sequence scoring it in one kernel); None for other models (their cache read once, base's cost). The
     absorbed decode packs a sequence's query tokens with its heads, s_q x h_q rows per KV head (deepseek-ai/
     FlashMLA README: get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv); tests/test_flash_mla.py counts
-    s_q x positions x h_q x (d + dv) x 2 FLOPs), so the position costs what it costs (1 + k) x the heads: the
-    engine's measured row at that head count; past its widest (128), that row's cost x the heads' ratio (its
-    FLOPs, the bound there); generic: the roofline of a single-token decode with (1 + k) x the heads, the
-    latent read once and the FLOPs 1 + k times. aiconfigurator's MLA tables time one query token a sequence."""
+    s_q x positions x h_q x (d + dv) x 2 FLOPs), so a position costs what the engine's measured row at (1 + k)
+    x the heads costs; past its widest (128, aiconfigurator's tables time one query token a sequence) that
+    row's cost x the heads' ratio: its FLOPs at the rate the kernel reaches there, FLOP-bound at 128 heads on
+    Hopper (the 128-head row 1.55-1.93x the 64-head one) and on B200 with an FP8 cache (2.6 PFLOPS, the FP8
+    GEMM fit's rate), an upper bound with Blackwell's BF16 cache (1.3 PFLOPS there); generic: the roofline of
+    a single-token decode with (1 + k) x the heads, the latent read once and the FLOPs 1 + k times."""
     m, spec = dep.model, dep.speculation
     if not m.is_mla:
         return None
