@@ -61,7 +61,9 @@ def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int, 
           & (m.moe_ep_size == ep) & (m.distribution == "balanced") & (m.kernel_source == "sglang_flashinfer_trtllm_moe")]
     experts = m.groupby("num_tokens").latency.median()
     bmm = pd.read_parquet(data / "mla_bmm_perf.parquet")
-    bmm = bmm[(bmm.num_heads == HEADS // tp) & (bmm.bmm_dtype == ("fp8" if dtype == "fp8" else "bfloat16"))]
+    # BF16 for every checkpoint: SGLang dequantizes a 128 x 128 block-FP8 kv_b_proj to BF16 w_kc / w_vc at load on CUDA
+    # (python/sglang/srt/models/deepseek_v2.py post_load_weights, block_quant_dequant) and runs torch.bmm on them
+    bmm = bmm[(bmm.num_heads == HEADS // tp) & (bmm.bmm_dtype == "bfloat16")]
     ar = pd.read_parquet(data / "custom_allreduce_perf.parquet")
     ar = ar[(ar.num_gpus == tp) & (ar.backend == "sglang_graph")].groupby("message_size").latency.median()
     layers = DENSE_LAYERS + MOE_LAYERS
@@ -114,6 +116,7 @@ def model_decode_s(row: dict, batch: int, context: float) -> dict[str, float]:
     parts["allreduces"] = float(layer_collectives_s(dep.model, cluster, shape, span, one, dense, moe, _tp_allreduce(dep, shape))[1])
     moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
     parts["experts"] = moe * float(_experts_s(tables.experts, moves, dep.model, cluster, shape, dep.dtype, rate, one, backend)[1])
+    parts["mla_bmm (absorbed, measured; kv_up above is not in linear_s then)"] = step.up_projection_s(batch, 0)
     return parts | {"attention": attention, "head": float(step.head_s[batch]),
                     "linear_s (all but attention, head)": float(step.linear_s[batch]), "gpu_step": gpu}
 

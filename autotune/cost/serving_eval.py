@@ -21,6 +21,8 @@ from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtyp
 from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on
 from autotune.cost.serving_run import Schedule, Trace
 from autotune.cost.serving_sim import simulate
+from autotune.cost.serving_attention import attention_coefficients
+from autotune.cost.serving_mla_bmm import mla_bmm_fit
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
 from autotune.cost.serving_step import ReplicaShape, StepModel, step_model
 from autotune.errors import require
@@ -119,8 +121,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       residual_norm_fusion=engine.residual_norm_fusion,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
-                      mla_attention=_mla_fits(dep, cluster, kv_bytes))
-    return step if spec is None else speculative_step(step, spec)
+                      mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster))
+    return step if spec is None else speculative_step(step, spec, verification_s_per_position(dep, cluster, shape, kv_bytes))
 
 
 # The MLA head geometry the measured rows time (aiconfigurator @095f58a5 collector/trtllm/collect_mla.py Scenario,
@@ -137,6 +139,43 @@ def _mla_fits(dep: ServingDeployment, cluster: ClusterSpec, kv_bytes: float) -> 
         return None
     heads, keys, engine = dep.model.num_heads // (1 if dep.attention_dp else dep.tp), gpu_keys(cluster.device.name), dep.runtime.serving
     return (engine.mla_decode_attention_fit(keys, kv_bytes, heads), engine.mla_prefill_attention_fit(keys, kv_bytes, heads))
+
+
+def verification_s_per_position(dep: ServingDeployment, cluster: ClusterSpec, shape: ReplicaShape,
+                                kv_bytes: float) -> float | None:
+    """A cached position's cost to one layer's MTP verification of an MLA model (its 1 + k query tokens a
+    sequence scoring it in one kernel); None for other models (their cache read once, base's cost). The
+    absorbed decode packs a sequence's query tokens with its heads, s_q x h_q rows per KV head (deepseek-ai/
+    FlashMLA README: get_mla_metadata(cache_seqlens, s_q * h_q // h_kv, h_kv); tests/test_flash_mla.py counts
+    s_q x positions x h_q x (d + dv) x 2 FLOPs), so a position costs what the engine's measured row at (1 + k)
+    x the heads costs; past its widest (128, aiconfigurator's tables time one query token a sequence) that
+    row's cost x the heads' ratio: its FLOPs at the rate the kernel reaches there, FLOP-bound at 128 heads on
+    Hopper (the 128-head row 1.55-1.93x the 64-head one) and on B200 with an FP8 cache (2.6 PFLOPS, the FP8
+    GEMM fit's rate), an upper bound with Blackwell's BF16 cache (1.3 PFLOPS there); generic: the roofline of
+    a single-token decode with (1 + k) x the heads, the latent read once and the FLOPs 1 + k times."""
+    m, spec = dep.model, dep.speculation
+    if not m.is_mla:
+        return None
+    tokens, ranks = 1 + spec.draft_tokens, dep.tp if dep.attention_dp else 1
+    heads = m.num_heads // (1 if dep.attention_dp else dep.tp) * tokens
+    fits = _mla_fits(dep, cluster, kv_bytes)
+    engine, keys, widest = dep.runtime.serving, gpu_keys(cluster.device.name), 128
+    own, wide = (engine.mla_decode_attention_fit(keys, kv_bytes, h) for h in (heads, widest))
+    if fits is not None and fits[0] is not None and (own or wide):
+        per_position = own[2] if own else wide[2] * heads / widest
+        return max(per_position, fits[0][2]) / ranks
+    wider = m.with_changes(num_heads=m.num_heads * tokens)
+    return attention_coefficients(wider, cluster.device, shape, kv_bytes)["decode_s_per_position"]
+
+
+def _mla_bmm_fit(dep: ServingDeployment, cluster: ClusterSpec) -> tuple[float, float] | None:
+    """The engine's measured absorbed MLA BMMs (cost/serving_mla_bmm.py) for the heads a GPU runs; None
+    for other models, MLA of another head geometry than the rows timed, and GPUs without a row."""
+    m = dep.model
+    if not m.is_mla or (m.kv_lora_rank, m.qk_rope_head_dim, m.qk_nope_head_dim, m.v_head_dim) != MEASURED_MLA_GEOMETRY:
+        return None
+    heads = m.num_heads // (1 if dep.attention_dp else dep.tp)
+    return mla_bmm_fit(dep.runtime.serving.mla_bmm, gpu_keys(cluster.device.name), m, dep.dtype, heads)
 
 
 def _tp_allreduce(dep: ServingDeployment, shape: ReplicaShape) -> str:

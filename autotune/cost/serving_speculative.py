@@ -10,7 +10,9 @@ prefix plus the target's own next token: on average the *acceptance length* A, 1
 blog's Figure 1; TensorRT-LLM's tech blog 1 tabulates it as 'Acceptance Rate', 1.00 without MTP).
 
 The simulator emits one token a request per step, so a speculative step is priced per emitted token:
-its decode share divided by A (its prompt share, once). One MTP module costs one average layer of the
+its decode share divided by A (its prompt share, once). The cache is read once for the 1 + k tokens, but
+MLA's absorbed decode scores every cached position for each of them (cost/serving_eval.py
+verification_s_per_position): where its heads' FLOPs bind, the position costs 1 + k times. One MTP module costs one average layer of the
 target on the step's requests plus the (shared) output head: DeepSeek-V3's MTP module is one transformer
 block like the main model's, with the main model's embedding and head (arXiv 2412.19437 sec. 2.2).
 """
@@ -76,6 +78,10 @@ class SpeculativeStepModel(StepModel):
 
     base: StepModel
     speculation: Speculation
+    # seconds per cached position of one layer when the sequence's 1 + k tokens score it together (None: base's,
+    # the position read once): MLA's absorbed decode packs each sequence's query tokens with its heads
+    # (verification_s_per_position), so where its heads' FLOPs bind a position costs them 1 + k times
+    verify_s_per_position: float | None = None
 
     def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int,
               rank_prefill: tuple[int, float] | None = None) -> float:
@@ -87,6 +93,8 @@ class SpeculativeStepModel(StepModel):
         # verification: 1 + k tokens a sequence through the target, logits at each of them
         verify = base.gpu_s(decodes=decodes * (1 + k), context=context, prefill_tokens=prefill_tokens, pairs=pairs,
                             sampled=sampled + decodes * k, rank_prefill=rank_prefill)
+        if self.verify_s_per_position is not None:
+            verify += base.num_layers * context * (self.verify_s_per_position - base.decode_s_per_position)
         drafting = k * _draft_pass_s(base, decodes, context)
         return prompt + (verify + drafting - prompt) / length
 
@@ -95,19 +103,24 @@ def _draft_pass_s(base: StepModel, decodes: int, context: float) -> float:
     """One MTP module forward on one token a sequence: an average layer of the target's operators,
     one layer's decode attention over the sequences' cached positions, and the output head."""
     linear = float(base.linear_s[decodes])
+    own = -(-decodes // base.dp_ranks)
     if base.dp_ranks > 1:
-        linear += float(base.rank_linear_s[-(-decodes // base.dp_ranks)])
+        linear += float(base.rank_linear_s[own])
+    linear += base.up_projection_s(own, 0)  # MLA's absorbed BMMs where the engine's are measured (serving_mla_bmm.py)
     attention = base.decode_lat_s + context * base.decode_s_per_position + decodes * base.decode_s_per_request
     return linear / base.num_layers + attention + float(base.head_s[min(decodes, len(base.head_s) - 1)])
 
 
-def speculative_step(base: StepModel, speculation: Speculation) -> SpeculativeStepModel:
+def speculative_step(base: StepModel, speculation: Speculation,
+                     verify_s_per_position: float | None = None) -> SpeculativeStepModel:
     """``base`` (tabulated for 1 + k times the step's tokens and sampled rows) as a speculative step
-    model; its weights gain the MTP module's, one average layer's."""
+    model; its weights gain the MTP module's, one average layer's. ``verify_s_per_position``: a cached
+    position's cost to the verification's 1 + k tokens of a sequence, where not base's (one read)."""
     cells = {f.name: getattr(base, f.name) for f in fields(StepModel)}
-    cells["decode_s_per_position"] = base.decode_s_per_position / speculation.acceptance_length
+    per_position = base.decode_s_per_position if verify_s_per_position is None else verify_s_per_position
+    cells["decode_s_per_position"] = per_position / speculation.acceptance_length
     cells["weight_bytes_per_gpu"] = base.weight_bytes_per_gpu * (1.0 + 1.0 / base.num_layers)
-    return SpeculativeStepModel(**cells, base=base, speculation=speculation)
+    return SpeculativeStepModel(**cells, base=base, speculation=speculation, verify_s_per_position=verify_s_per_position)
 
 
 def speculative_tokens(max_tokens: int, speculation: Speculation | None) -> int:

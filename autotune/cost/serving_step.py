@@ -30,6 +30,7 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
 from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives_s, moe_exchange_s,
                                                prefill_exchange_extra_s, stage_sends_s)
+from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, not_attention, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
@@ -170,6 +171,11 @@ class StepModel:
     prefill_s_per_token: float = 0.0  # a prompt token's own attention work (an engine's measured op; generic: none)
     # what a step with prompt tokens pays beside ``linear_s`` for its MoE exchange (prefill_exchange_extra_s)
     prefill_exchange_s: np.ndarray | None = None
+    # MLA at the engine's measured absorbed BMMs (cost/serving_mla_bmm.py): ``linear_s`` / ``rank_linear_s`` then
+    # lack the kv_up GEMM, which ``prompt_up_s[m]`` prices on m prompt tokens and ``decode_bmm_s[m]`` on m
+    # decodes (a GPU's, a rank's under DP attention; all layers)
+    prompt_up_s: np.ndarray | None = None
+    decode_bmm_s: np.ndarray | None = None
 
     @property
     def max_tokens(self) -> int:
@@ -191,12 +197,23 @@ class StepModel:
             linear += float(self.rank_linear_s[min(-(-decodes // r) + own_tokens, self.max_tokens)])
             pairs = own_pairs * r  # prefill_s_per_pair is a pair's share of the replica's ranks
             prefill_tokens = own_tokens * r  # prefill_s_per_token likewise
+            linear += self.up_projection_s(-(-decodes // r), own_tokens)
+        else:
+            linear += self.up_projection_s(decodes, prefill_tokens)
         attention = 0.0
         if decodes:
             attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
         if prefill_tokens:
             attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
+
+    def up_projection_s(self, decodes: int, prompt_tokens: int) -> float:
+        """MLA's key/value up-projection where it is priced apart: the measured BMMs of a GPU's decodes and
+        the kv_up GEMM of its prompt tokens."""
+        if self.decode_bmm_s is None:
+            return 0.0
+        top = len(self.decode_bmm_s) - 1
+        return float(self.decode_bmm_s[min(decodes, top)] + self.prompt_up_s[min(prompt_tokens, top)])
 
 
 def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, weight_dtype: str,
@@ -205,7 +222,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
                decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
-               prefill_attention: tuple[float, float] | None = None) -> StepModel:
+               prefill_attention: tuple[float, float] | None = None,
+               mla_bmm: tuple[float, float] | None = None) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
@@ -218,7 +236,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
     ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
     ``prefill_attention``: its measured prompt-attention op for non-MLA layers
-    (serving_attention.attention_coefficients)."""
+    (serving_attention.attention_coefficients); ``mla_bmm``: its measured absorbed MLA BMMs for the heads a
+    GPU runs (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -229,7 +248,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
-                       prefill_attention)
+                       prefill_attention, mla_bmm if model.is_mla else None)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -240,7 +259,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
-                decode_attention=None, mla_attention=None, prefill_attention=None) -> StepModel:
+                decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -258,6 +277,13 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     moe_layer = _routing_in_kernel(moe_layer) if moe and moe_backend == "trtllm" else moe_layer
     if residual_fused and not fused:  # an all-reduce that runs the adds already took them out
         layer, moe_layer = fused_residual_adds(layer), fused_residual_adds(moe_layer) if moe else None
+    up = {}
+    if mla_bmm is not None:  # kv_up apart: the GEMM on prompt tokens, the measured BMMs on decodes
+        up = dict(prompt_up_s=(dense + moe) * _non_expert_s(select_ops(layer, is_kv_up(layer)), model, device, other,
+                                                             other_rate, tokens, shape.op_tp),
+                  decode_bmm_s=decode_bmm_s(mla_bmm, dense + moe, tokens))
+        up["prompt_up_s"][0] = 0.0
+        layer, moe_layer = select_ops(layer, ~is_kv_up(layer)), select_ops(moe_layer, ~is_kv_up(moe_layer)) if moe else None
     own = dense * _non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
         own = own + moe * _non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
@@ -290,7 +316,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
-                     prefill_exchange_s=prefill_extra)
+                     prefill_exchange_s=prefill_extra, **up)
 
 
 def _routing_in_kernel(moe_layer: OpTable) -> OpTable:

@@ -206,11 +206,14 @@ class ServingEngine:
     # and its MLA prompt (context) attention: rows [GPU key, KV dtype, heads, latency_s, seconds per prompt
     # token, seconds per causal query-key pair] (cost/serving_attention.py measured_mla_prefill)
     mla_prefill_attention: tuple[tuple[str, str, int, float, float, float], ...] = ()
+    # its MLA decode's two absorbed BMMs (q_nope x W_UK, latent x W_UV) as measured on a GPU: rows [GPU key, BMM
+    # dtype, heads a GPU runs, latency_s, seconds per token], a layer's both (cost/serving_mla_bmm.py); none: kv_up's GEMM
+    mla_bmm: tuple[tuple[str, str, int, float, float], ...] = ()
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
         for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
-                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention"):
+                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -345,6 +348,9 @@ class ServingEngine:
                         and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[3:])
                         for r in mla) and len({r[:3] for r in mla}) == len(mla), f"serving.{name}",
                     f"must be distinct [GPU key, 'bf16' or 'fp8', heads, latency_s, {per}] rows, got {mla!r}")
+        require(all(len(r) == 5 and r[1] in ("bf16", "fp8") and isinstance(r[2], int) and all(0 <= v < 1 for v in r[3:])
+                    for r in self.mla_bmm), "serving.mla_bmm", f"must be [GPU key, 'bf16' or 'fp8', heads, latency_s, "
+                f"seconds per token] rows, got {self.mla_bmm!r}")
 
     def _check_prefill_attention(self) -> None:
         rows = self.prefill_attention
