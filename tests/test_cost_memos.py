@@ -234,3 +234,54 @@ def test_kept_cost_models_follow_the_degree_sizes_and_workload_of_each_context()
         assert np.array_equal(found.context.num_microbatches, other.num_microbatches)
         assert np.array_equal(found.context.micro_batch.ravel(), other.micro_batches)
     assert not kept.context.micro_batch.flags.writeable
+
+
+def test_kept_moe_layer_terms_price_every_position_and_stage_as_afresh():
+    """An MoE stage's place-free terms (cost/moe_stage.py: its layers' kernels, expert and TP/CP
+    collectives, ZeRO traffic, host issue, expert state) are kept across its positions: first,
+    middle and last stages (embedding, head, neighbours), at two first GPUs, every ZeRO stage and
+    recomputation, with TP (the embedding's and head's TP collectives) and FP8, give what pricing
+    each with nothing kept gives, time and memory, and the kept terms are shared (fewer kept than
+    priced); the memory alone (moe_stage_memory) is the whole cost's."""
+    import numpy as np
+
+    from autotune.cost.contract import phase_cost_models
+    from autotune.cost.stage import StagePosition
+    from autotune.graph.table import model_tables
+    from autotune.plan.plan import StagePlan
+    from autotune.spec.runtime import load_runtime
+
+    model, cluster, runtime = tiny_moe(num_layers=8), load_cluster("dgx-h100"), load_runtime("megatron")
+    n = np.arange(1, 9)[None, :]
+    inflight = np.array([0.0, 1.0]).reshape(2, 1, 1)
+    cases = []
+    for dtype in ("bf16", "fp8"):
+        workload = TrainingWorkload(global_batch=64, seq_len=128, dtype=dtype)
+        tables = model_tables(model, workload.seq_len, workload.activation_bytes, workload.attention_impl)
+        (_, priced), = phase_cost_models(tables, workload, cluster, runtime=runtime, micro_batch=np.array([[1], [2]]),
+                                         num_microbatches=np.array([[8], [4]]))
+        for zero, recompute, first_gpu in itertools_product((0, 1, 2, 3), ("none", "full"), (0, 4)):
+            for emb, head, neighbors in ((True, False, 1), (False, False, 2), (False, True, 1)):
+                stage = StagePlan(layers=(0, 8), has_embedding=emb, has_head=head, num_gpus=8, tp=2, cp=1, dp=4,
+                                  sequence_parallel=True, zero=zero, recompute=recompute, ep=2)
+                pos = StagePosition(inflight=inflight, neighbors=neighbors, p2p_inter_node=False, first_gpu=first_gpu)
+                cases.append((priced, stage, pos))
+
+    def fresh_state():
+        moe_stage._LAYERS.clear()
+        moe_stage._LAYER_TIMES.clear()
+        moe_stage._EXPERT_COSTS.clear()
+
+    fresh_state()
+    kept = [priced.stage_cost(stage, pos, num_layers=n) for priced, stage, pos in cases]
+    assert 0 < len(moe_stage._LAYER_TIMES) <= len(cases) // 3
+    fresh = []
+    for priced, stage, pos in cases:
+        fresh_state()
+        fresh.append(priced.stage_cost(stage, pos, num_layers=n))
+    assert all(_fields_equal(a, b) for a, b in zip(kept, fresh))
+    assert all(_fields_equal(priced.stage_memory(stage, pos, num_layers=n), cost.memory)
+               for (priced, stage, pos), cost in zip(cases, kept))
+    first, middle, last = fresh[:3]  # the embedding's and head's TP collectives, kernels and parameters
+    assert len({float(np.sum(c.time.tp_comm_s)) for c in (first, middle, last)}) == 3
+    assert np.all(middle.params_per_gpu < first.params_per_gpu) and np.all(middle.params_per_gpu < last.params_per_gpu)

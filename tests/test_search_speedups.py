@@ -287,3 +287,66 @@ def test_blend_counts_is_the_interpolation_where_the_count_is_below_the_layers(s
     with np.errstate(invalid="ignore"):
         expected = np.where(counted & np.isfinite(none) & np.isfinite(full), none + fraction * (full - none), np.inf)
     assert np.array_equal(tables.blend_counts(none, full, fraction, counted), expected)
+
+
+def test_screens_ready_no_is_kept_until_the_class_tables_are_priced():
+    """A class whose screens' tables are not priced is not ready, and stays so while other
+    classes' tables are priced (its "no" kept); once its own tasks are priced (without making its
+    screens), it is ready, as the full check says."""
+    from autotune.search.driver import SearchProblem, SliceSearch
+    from autotune.search.space import load_space
+    from autotune.spec.presets import resolve_model
+    from autotune.spec.resolve import resolve_cluster, training_workload
+    from autotune.spec.runtime import resolve_runtime
+
+    model, runtime = resolve_model("large"), resolve_runtime(None)
+    workload = training_workload(model, global_batch=None, seq_len=None, dtype="bf16", attention=runtime.attention_impl)
+    problem = SearchProblem(model=model, workload=workload, runtime=runtime, cluster=resolve_cluster("dgx-h100", None),
+                            gpus=64, space=load_space(runtime.space))
+    screens = SliceSearch(problem, cache=None).uniform.screens
+    dp = screens.dps()[0]
+    mp = screens.submeshes(dp)[0][0]
+    first, second = [rep for rep in screens.classes(dp, mp) if screens._degrees(mp, rep)[0]][:2]
+    for memory in (False, True):
+        assert not screens.screens_ready(mp, first, memory) and not screens.screens_ready(mp, second, memory)
+    for kind, task_dp, task_mp, choice, positions, sizes, link in screens._screen_tasks(mp, second):
+        screens.price(task_dp, task_mp, choice, list(positions), kind, sizes, link)  # another class's tables
+    assert screens.screens_ready(mp, second, memory=False)
+    assert (mp, first, False) in screens._unready and not screens.screens_ready(mp, first, memory=False)
+    for kind, task_dp, task_mp, choice, positions, sizes, link in screens._screen_tasks(mp, first):
+        screens.price(task_dp, task_mp, choice, list(positions), kind, sizes, link)
+    assert screens.screens_ready(mp, first, memory=False)  # its "no" dropped: now from the cached tables
+    assert not screens.screens_ready(mp, first, memory=True)  # its memory screen's tables still unpriced
+    for kind, task_dp, task_mp, choice, positions, sizes, link in screens._memory_tasks(mp, first):
+        screens.price(task_dp, task_mp, choice, list(positions), kind, sizes, link)
+    assert screens.screens_ready(mp, first, memory=True)
+
+
+def test_screens_ready_kept_no_is_the_full_checks_answer(monkeypatch):
+    """Through a search whose memory binds, with its screens made by forked workers, every
+    screens_ready answer is what the full check gives at that moment, and kept answers are used."""
+    from autotune.search import parallel, screens, uniform
+    from autotune.search.api import search
+
+    monkeypatch.setenv("AUTOTUNE_PROCESSES", "2")
+    monkeypatch.setattr(parallel, "MIN_TABLES", 2)
+    monkeypatch.setattr(uniform, "MIN_ROUND_TABLES", 1)
+    real = screens.Screens.screens_ready
+    answers, kept = [], [0]
+
+    def checked(self, mp, rep, memory):
+        before = dict(self._unready)
+        answer = real(self, mp, rep, memory)
+        after = dict(self._unready)
+        self._unready.clear()
+        full = real(self, mp, rep, memory)  # nothing kept: the full check
+        self._unready.clear()
+        self._unready.update(after)
+        answers.append(answer == full)
+        key = (mp, rep, memory)
+        kept[0] += key in before and before[key] == after.get(key) and not answer
+        return answer
+
+    monkeypatch.setattr(screens.Screens, "screens_ready", checked)
+    search("gpt3-6.7b", 8, cluster="dgx-a100-40gb", global_batch=64, seq_len=2048, cache=False, plots="none")
+    assert answers and all(answers) and kept[0] > 0

@@ -124,9 +124,16 @@ def exposed_host_s(host_fwd_s, host_bwd_s, gpu_fwd_s, gpu_bwd_s, op_s: float, sy
 
 def layers_host_s(ctx, stage, *, moe: bool, gpu_fwd_s, gpu_bwd_s):
     """Exposed host seconds of one of the stage's layers per micro-batch (dense, or MoE with
-    ``moe``), given the GPU seconds of its forward and backward (recomputation included). Full
-    recomputation issues the forward's operators again in the backward. MoE layers synchronise
-    in the forward unless their whole block is a CUDA graph (which needs static, padded shapes)."""
+    ``moe``), given the GPU seconds of its forward and backward (recomputation included)."""
+    host_fwd, host_bwd, op_s, synced = layer_issue(ctx, stage, moe=moe)
+    return exposed_host_s(host_fwd, host_bwd, gpu_fwd_s, gpu_bwd_s, op_s, synced)
+
+
+def layer_issue(ctx, stage, *, moe: bool) -> tuple:
+    """layers_host_s' host side, whatever the GPU's seconds: (forward, backward) host seconds, one
+    operator's and whether the forward synchronises. Full recomputation
+    issues the forward's operators again in the backward. MoE layers synchronise in the forward
+    unless their whole block is a CUDA graph (which needs static, padded shapes)."""
     m = ctx.tables.model
     host_fwd, host_bwd = layer_host_s(ctx.runtime, ctx.cluster, moe=moe, shared_experts=bool(m.num_shared_experts),
                                       stream_table=ctx.tables.layer if ctx.tables.op_stream and not moe else None)
@@ -134,4 +141,4 @@ def layers_host_s(ctx, stage, *, moe: bool, gpu_fwd_s, gpu_bwd_s):
         host_bwd += host_fwd
     graphed = set(ctx.runtime.cuda_graph_scope)
     synced = moe and not graphed & {"moe", "full_iteration"}
-    return exposed_host_s(host_fwd, host_bwd, gpu_fwd_s, gpu_bwd_s, op_host_s(ctx.cluster), synced)
+    return host_fwd, host_bwd, op_host_s(ctx.cluster), synced

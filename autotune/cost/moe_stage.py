@@ -9,14 +9,14 @@ group edp (Megatron-Core's distributed optimizer keeps a separate expert-DP buff
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import SimpleNamespace
 
 import numpy as np
 
 from autotune.cost import stage as st
 from autotune.cost.comm import collective_time_s
-from autotune.cost.host import layers_host_s
+from autotune.cost.host import exposed_host_s, layer_issue
 from autotune.cost.memory import StageMemory
 from autotune.cost.sharding import grad_comm_bytes, sharded_state_memory, state_flags
 from autotune.cost.mesh import group_spans
@@ -134,52 +134,6 @@ def _expert_recompute_s(stage: StagePlan, ex: ExpertLayerCost):
     return share * ex.fwd_s if share else expert_modules(stage, ex)[0]
 
 
-def _kernel_times(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe):
-    """(forward, backward incl. recomputation) kernel seconds of one micro-batch."""
-    dense = blocks["layer"]
-    others_fwd = sum(st._scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
-    others_bwd = sum(st._scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
-    expert_recompute = _expert_recompute_s(stage, ex)
-    fwd = n_dense * st._scalar(dense.fwd_s) + n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s) + others_fwd
-    bwd = (n_dense * (st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer, early_stop_applies(ctx)))
-           + n_moe * (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer, early_stop_applies(ctx))
-                      + ex.bwd_s + expert_recompute)
-           + others_bwd)
-    return fwd, bwd
-
-
-def _memory(ctx, stage: StagePlan, blocks: dict, moe, ex: ExpertLayerCost, n_dense, n_moe, params, pos,
-            expert_stage: StagePlan):
-    gather = st._gather_bytes(ctx)
-    flags = state_flags(ctx.runtime, ctx.workload.dtype)
-    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, gather, *flags)
-    e_weights, e_grads, e_optim = sharded_state_memory(n_moe * ex.params_per_gpu, ctx.workload.dtype,
-                                                       expert_stage, gather, *flags)
-    saved, temporary = st._activation_bytes(ctx, stage, blocks, n_dense)
-    saved = saved + n_moe * _saved_moe_layer(ctx, stage, moe, ex)
-    moe_temp = st._scalar(moe.saved_bytes) + ex.saved_bytes + ex.buffer_bytes
-    if stage.zero >= 3:
-        moe_temp = moe_temp + 2 * (st._scalar(moe.params_per_gpu) + ex.params_per_gpu) * ctx.tables.act_bytes
-    return StageMemory(
-        weights_bytes=weights + e_weights, gradients_bytes=grads + e_grads,
-        optimizer_states_bytes=optim + e_optim, activations_bytes=saved * pos.inflight,
-        temporary_bytes=np.maximum(temporary, moe_temp), reserved_bytes=ctx.cluster.device.reserved_bytes,
-        allocator_share=ctx.runtime.allocator_reserve_share)
-
-
-def _host_s(ctx, stage: StagePlan, dense, moe, ex: ExpertLayerCost, per_layer_comm, n_dense, n_moe):
-    """Exposed host dispatch per micro-batch (cost/host.py): the dense layers against their kernels
-    and exposed collectives, the MoE layers against theirs, the forward's exchanges included."""
-    expert_recompute = _expert_recompute_s(stage, ex)
-    dense_gpu_bwd = st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer, early_stop_applies(ctx))
-    moe_fwd = st._scalar(moe.fwd_s) + ex.fwd_s + ex.recompute_comm_s
-    moe_bwd = (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer, early_stop_applies(ctx)) + ex.bwd_s
-               + expert_recompute + (ex.comm_s - ex.recompute_comm_s) + per_layer_comm)
-    return (n_dense * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=st._scalar(dense.fwd_s),
-                                    gpu_bwd_s=dense_gpu_bwd + per_layer_comm)
-            + n_moe * layers_host_s(ctx, stage, moe=True, gpu_fwd_s=moe_fwd, gpu_bwd_s=moe_bwd))
-
-
 # expert_layer_cost by what it reads: the context's parts (by identity: each entry holds the
 # context, so no other object takes their ids while it lives), micro-batch sizes and counts, the
 # stage's tp, cp, ep, etp and GPUs, and its first GPU's offset in its node. A search prices one
@@ -202,22 +156,178 @@ def _expert_cost(ctx, stage: StagePlan, first_gpu: int) -> ExpertLayerCost:
     return found[1]
 
 
-def _stage_parts(ctx, stage: StagePlan, pos, num_layers):
-    """What the stage's time and its memory both read: its blocks, its MoE layer's non-expert block,
-    its dense and MoE layer counts, its experts' cost and its non-expert parameters per GPU."""
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _Layers:
+    """What a stage's layers give wherever it sits (first, middle or last: its embedding, head,
+    neighbours and micro-batches in flight aside), which its memory and its time both read."""
+
+    dense: object  # the dense layer's BlockTimes
+    moe: object  # the MoE layer's non-expert BlockTimes
+    n_dense: object
+    n_moe: object
+    ex: ExpertLayerCost
+    params: object  # non-expert parameters per GPU of the layers
+    expert_stage: StagePlan
+    expert_state_bytes: tuple  # (weights, gradients, optimizer states) of the expert parameters
+    moe_saved_bytes: object  # the MoE layers' activations per micro-batch in flight
+    moe_temp_bytes: object  # one MoE layer's working bytes
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _LayerTimes:
+    """The layers' time terms wherever the stage sits (moe_stage_cost adds the place's)."""
+
+    spans: dict
+    ex_spans: dict
+    fwd_s: object  # the layers' kernels, forward
+    bwd_s: object  # and backward with recomputation
+    tp_comm_s: object  # the layers' TP collectives (stage.py _tp_place_comm_s adds the embedding's and head's)
+    tp_one_s: object  # one TP collective's seconds (None without TP)
+    cp_comm_s: object
+    zero3_s: object
+    ep_comm_s: object
+    expert_params: object
+    expert_optimizer_s: object
+    dense_sharding: object  # stage.py _sharding of the dense layer under ZeRO-3 (else None), for _dp_comm_s
+    expert_sharding: object  # and of the experts over edp
+    dense_gpu_bwd_s: object  # _host_s' GPU windows less the per-layer TP and CP collectives
+    moe_gpu_fwd_s: object
+    moe_gpu_bwd_s: object
+    dense_issue: tuple  # cost/host.py layer_issue of a dense and of an MoE layer
+    moe_issue: tuple
+
+
+# _Layers and _LayerTimes by the context (by identity: each entry holds it, so no other object
+# takes its id while it lives), its micro-batch sizes and counts, the stage's fields but its
+# embedding and head (each with its type: 1 and True differ), the first GPU and the layer counts.
+# A search prices each choice first, middle and last (DeepSeek-V3 on 2048 GPUs: 1,331 stage costs
+# of 699 such stages).
+_LAYERS: dict = {}
+_LAYER_TIMES: dict = {}
+_LAYERS_KEPT = 2048  # entries of a few arrays over the layer counts: memory stays bounded
+
+
+def _layers_key(ctx, stage: StagePlan, pos, num_layers) -> tuple:
+    """The key of the stage's _Layers and _LayerTimes (unhashable where a field is: a list of recompute modules)."""
+    named = dict(vars(stage))
+    del named["has_embedding"], named["has_head"]
+    values = tuple(named.values())
+    b, n = np.asarray(ctx.micro_batch), np.asarray(ctx.num_microbatches)
+    layers = ((num_layers.shape, num_layers.dtype.str, num_layers.tobytes()) if isinstance(num_layers, np.ndarray)
+              else (type(num_layers), num_layers))
+    return (id(ctx), b.shape, tuple(b.ravel().tolist()), n.shape, tuple(n.ravel().tolist()), values,
+            tuple(map(type, values)), pos.first_gpu, layers)
+
+
+def _kept(cache: dict, key: tuple, ctx, make):
+    """``make()``, kept in ``cache`` under ``key`` (made each time where the key is unhashable)."""
+    try:
+        found = cache.get(key)
+    except TypeError:
+        return make()
+    if found is None:
+        if len(cache) >= _LAYERS_KEPT:
+            cache.pop(next(iter(cache)))  # the oldest
+        found = cache[key] = (ctx, make())
+    return found[1]
+
+
+def _layers_of(ctx, stage: StagePlan, pos, num_layers) -> _Layers:
     m = ctx.tables.model
     require(m.num_experts % stage.ep == 0, "ep", f"ep={stage.ep} must divide the {m.num_experts} experts")
     require(m.expert_ffn_hidden_size % stage.etp == 0, "etp",
             f"etp={stage.etp} must divide the expert width {m.expert_ffn_hidden_size}")
     require(not offloads(stage) and not stage.cache_group_layers, "stage",
             "offload and cache grouping are not modelled for mixture-of-experts stages")
-    blocks = st._blocks(ctx, stage)
+    dense = st._block(ctx, ctx.tables.layer, stage)
     moe = st._block(ctx, ctx.tables.moe_layer, stage)
     n_dense, n_moe = moe_layer_split(ctx.tables, stage, num_layers)
     ex = _expert_cost(ctx, stage, pos.first_gpu)
-    params = n_dense * st._scalar(blocks["layer"].params_per_gpu) + n_moe * st._scalar(moe.params_per_gpu) + sum(
-        st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
-    return blocks, moe, n_dense, n_moe, ex, params
+    expert_stage = _expert_stage(stage)
+    moe_temp = st._scalar(moe.saved_bytes) + ex.saved_bytes + ex.buffer_bytes
+    if stage.zero >= 3:
+        moe_temp = moe_temp + 2 * (st._scalar(moe.params_per_gpu) + ex.params_per_gpu) * ctx.tables.act_bytes
+    return _Layers(
+        dense=dense, moe=moe, n_dense=n_dense, n_moe=n_moe, ex=ex, expert_stage=expert_stage,
+        params=n_dense * st._scalar(dense.params_per_gpu) + n_moe * st._scalar(moe.params_per_gpu),
+        expert_state_bytes=sharded_state_memory(n_moe * ex.params_per_gpu, ctx.workload.dtype, expert_stage,
+                                                st._gather_bytes(ctx), *state_flags(ctx.runtime, ctx.workload.dtype)),
+        moe_saved_bytes=n_moe * _saved_moe_layer(ctx, stage, moe, ex), moe_temp_bytes=moe_temp)
+
+
+def _layers(ctx, stage: StagePlan, pos, num_layers, key) -> _Layers:
+    return _kept(_LAYERS, key, ctx, lambda: _layers_of(ctx, stage, pos, num_layers))
+
+
+def _kernel_times(ctx, stage: StagePlan, lay: _Layers) -> tuple:
+    """(forward, backward incl. recomputation) kernel seconds of the layers per micro-batch."""
+    dense, moe, ex = lay.dense, lay.moe, lay.ex
+    early_stop = early_stop_applies(ctx)
+    fwd = lay.n_dense * st._scalar(dense.fwd_s) + lay.n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s)
+    bwd = (lay.n_dense * (st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer, early_stop))
+           + lay.n_moe * (st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer, early_stop)
+                          + ex.bwd_s + _expert_recompute_s(stage, ex)))
+    return fwd, bwd
+
+
+def _layer_times_of(ctx, stage: StagePlan, pos, lay: _Layers) -> _LayerTimes:
+    dense, moe, ex, n_dense, n_moe = lay.dense, lay.moe, lay.ex, lay.n_dense, lay.n_moe
+    spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
+    ex_spans = expert_spans(stage, ctx.cluster.gpus_per_node, pos.first_gpu)
+    zero3 = stage.zero >= 3
+    sharding = st._sharding(ctx, stage, spans["dp_cp"], dense) if zero3 and spans["dp_cp"].size > 1 else None
+    expert_sharding = (st._sharding(ctx, lay.expert_stage, ex_spans["edp"], _expert_block(ex))
+                       if lay.expert_stage.zero >= 3 and ex_spans["edp"].size > 1 else None)
+    fwd, bwd = _kernel_times(ctx, stage, lay)
+    tp_comm, one = st._tp_layers_comm_s(ctx, stage, spans["tp"], dense, n_dense + n_moe * _tp_layer_share(ctx))
+    early_stop = early_stop_applies(ctx)
+    expert_params = n_moe * ex.params_per_gpu
+    return _LayerTimes(
+        spans=spans, ex_spans=ex_spans, fwd_s=fwd, bwd_s=bwd, tp_comm_s=tp_comm, tp_one_s=one,
+        cp_comm_s=st._cp_comm_s(ctx, stage, spans["cp"], dense, n_dense + n_moe),
+        zero3_s=(st._zero3_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense, sharding)
+                 + st._zero3_comm_s(ctx, stage, spans["dp_cp"], moe, n_moe)
+                 + _expert_zero3_s(ctx, stage, ex_spans["edp"], ex, ex.fwd_s, ex.bwd_s, n_moe)),
+        ep_comm_s=n_moe * _exposed_ep_comm_s(ctx, stage, moe, ex), expert_params=expert_params,
+        expert_optimizer_s=st._optimizer_s(ctx, stage, expert_params, stage.edp),
+        dense_sharding=sharding, expert_sharding=expert_sharding,
+        dense_gpu_bwd_s=st._scalar(dense.bwd_s) + st._recompute_fwd_s(stage, dense, ctx.tables.layer, early_stop),
+        moe_gpu_fwd_s=st._scalar(moe.fwd_s) + ex.fwd_s + ex.recompute_comm_s,
+        moe_gpu_bwd_s=(st._scalar(moe.bwd_s) + st._recompute_fwd_s(stage, moe, ctx.tables.moe_layer, early_stop)
+                       + ex.bwd_s + _expert_recompute_s(stage, ex) + (ex.comm_s - ex.recompute_comm_s)),
+        dense_issue=layer_issue(ctx, stage, moe=False), moe_issue=layer_issue(ctx, stage, moe=True))
+
+
+def _memory(ctx, stage: StagePlan, blocks: dict, lay: _Layers, params, pos) -> StageMemory:
+    weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, st._gather_bytes(ctx),
+                                                 *state_flags(ctx.runtime, ctx.workload.dtype))
+    e_weights, e_grads, e_optim = lay.expert_state_bytes
+    saved, temporary = st._activation_bytes(ctx, stage, blocks, lay.n_dense)
+    saved = saved + lay.moe_saved_bytes
+    return StageMemory(
+        weights_bytes=weights + e_weights, gradients_bytes=grads + e_grads,
+        optimizer_states_bytes=optim + e_optim, activations_bytes=saved * pos.inflight,
+        temporary_bytes=np.maximum(temporary, lay.moe_temp_bytes), reserved_bytes=ctx.cluster.device.reserved_bytes,
+        allocator_share=ctx.runtime.allocator_reserve_share)
+
+
+def _host_s(lay: _Layers, t: _LayerTimes, per_layer_comm):
+    """Exposed host dispatch per micro-batch (cost/host.py layers_host_s): the dense layers against
+    their kernels and exposed collectives, the MoE layers against theirs, the forward's exchanges included."""
+    (dense_fwd, dense_bwd, op_s, dense_synced), (moe_fwd, moe_bwd, _, moe_synced) = t.dense_issue, t.moe_issue
+    return (lay.n_dense * exposed_host_s(dense_fwd, dense_bwd, st._scalar(lay.dense.fwd_s),
+                                         t.dense_gpu_bwd_s + per_layer_comm, op_s, dense_synced)
+            + lay.n_moe * exposed_host_s(moe_fwd, moe_bwd, t.moe_gpu_fwd_s, t.moe_gpu_bwd_s + per_layer_comm, op_s,
+                                         moe_synced))
+
+
+def _stage_parts(ctx, stage: StagePlan, pos, num_layers) -> tuple:
+    """The stage's blocks, its layers' place-free parts (kept) and its non-expert parameters per GPU."""
+    key = _layers_key(ctx, stage, pos, num_layers)
+    lay = _layers(ctx, stage, pos, num_layers, key)
+    blocks = st._blocks(ctx, stage)
+    params = lay.params + sum(st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
+    return key, blocks, lay, params
 
 
 def moe_stage_memory(ctx, stage: StagePlan, pos, num_layers=None) -> StageMemory:
@@ -226,43 +336,40 @@ def moe_stage_memory(ctx, stage: StagePlan, pos, num_layers=None) -> StageMemory
     too (activation offload, cost/offload.py), for the caller to price the whole stage."""
     if stage.activation_offload_layers:
         return None
-    blocks, moe, n_dense, n_moe, ex, params = _stage_parts(ctx, stage, pos, num_layers)
-    return _memory(ctx, stage, blocks, moe, ex, n_dense, n_moe, params, pos, _expert_stage(stage))
+    _, blocks, lay, params = _stage_parts(ctx, stage, pos, num_layers)
+    return _memory(ctx, stage, blocks, lay, params, pos)
 
 
 def moe_stage_cost(ctx, stage: StagePlan, pos, num_layers=None):
-    """cost/stage.py's StageCost for a stage of an MoE model."""
-    blocks, moe, n_dense, n_moe, ex, params = _stage_parts(ctx, stage, pos, num_layers)
-    dense = blocks["layer"]
-    spans = group_spans(stage.mesh_order, stage.tp, stage.cp, stage.dp, ctx.cluster.gpus_per_node, pos.first_gpu)
-    ex_spans = expert_spans(stage, ctx.cluster.gpus_per_node, pos.first_gpu)
-    fwd, bwd = _kernel_times(ctx, stage, blocks, moe, ex, n_dense, n_moe)
-    expert_params = n_moe * ex.params_per_gpu
-    ep_comm = n_moe * _exposed_ep_comm_s(ctx, stage, moe, ex)
-    expert_stage = _expert_stage(stage)
-    zero3 = (st._zero3_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense)
-             + st._zero3_comm_s(ctx, stage, spans["dp_cp"], moe, n_moe)
-             + _expert_zero3_s(ctx, stage, ex_spans["edp"], ex, ex.fwd_s, ex.bwd_s, n_moe))
-    tp_comm = st._tp_comm_s(ctx, stage, spans["tp"], dense, n_dense + n_moe * _tp_layer_share(ctx))
-    cp_comm = st._cp_comm_s(ctx, stage, spans["cp"], dense, n_dense + n_moe)
-    per_layer_comm = (tp_comm + cp_comm) / np.maximum(n_dense + n_moe, 1)
+    """cost/stage.py's StageCost for a stage of an MoE model: its layers' place-free terms (kept)
+    and its embedding's, head's, neighbours' and in-flight micro-batches' per call."""
+    key, blocks, lay, params = _stage_parts(ctx, stage, pos, num_layers)
+    t = _kept(_LAYER_TIMES, key, ctx, lambda: _layer_times_of(ctx, stage, pos, lay))
+    fwd = t.fwd_s + sum(st._scalar(b.fwd_s) for k, b in blocks.items() if k != "layer")
+    bwd = t.bwd_s + sum(st._scalar(b.bwd_s) for k, b in blocks.items() if k != "layer")
+    tp_comm = st._tp_place_comm_s(ctx, stage, t.spans["tp"], t.tp_comm_s, t.tp_one_s)
+    per_layer_comm = (tp_comm + t.cp_comm_s) / np.maximum(lay.n_dense + lay.n_moe, 1)
     time = st.StageTime(
-        compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=cp_comm,
-        host_s=_host_s(ctx, stage, dense, moe, ex, per_layer_comm, n_dense, n_moe),
-        p2p_s=st._p2p_s(ctx, stage, pos, fwd + bwd), zero3_comm_s=zero3, offload_s=0.0 * fwd,
-        dp_comm_s=(st._dp_comm_s(ctx, stage, spans["dp_cp"], dense, n_dense + n_moe, params, fwd, bwd)
-                   + st._dp_comm_s(ctx, expert_stage, ex_spans["edp"], _expert_block(ex), n_moe,
-                                   expert_params, fwd, bwd)),
-        optimizer_s=(st._optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp)
-                     + st._optimizer_s(ctx, stage, expert_params, stage.edp)),
-        ep_comm_s=ep_comm,
+        compute_s=fwd + bwd, tp_comm_s=tp_comm, cp_comm_s=t.cp_comm_s, host_s=_host_s(lay, t, per_layer_comm),
+        p2p_s=st._p2p_s(ctx, stage, pos, fwd + bwd), zero3_comm_s=t.zero3_s, offload_s=0.0 * fwd,
+        dp_comm_s=(st._dp_comm_s(ctx, stage, t.spans["dp_cp"], lay.dense, lay.n_dense + lay.n_moe, params, fwd, bwd,
+                                 t.dense_sharding)
+                   + st._dp_comm_s(ctx, lay.expert_stage, t.ex_spans["edp"], _expert_block(lay.ex), lay.n_moe,
+                                   t.expert_params, fwd, bwd, t.expert_sharding)),
+        optimizer_s=st._optimizer_s(ctx, stage, params, stage.shard_degree * stage.cp) + t.expert_optimizer_s,
+        ep_comm_s=t.ep_comm_s,
     )
-    memory = _memory(ctx, stage, blocks, moe, ex, n_dense, n_moe, params, pos, expert_stage)
+    memory = _memory(ctx, stage, blocks, lay, params, pos)
     if stage.activation_offload_layers:  # Megatron-Core's cpu_offloading (cost/offload.py), per layer on average
-        n = np.maximum(n_dense + n_moe, 1)
-        saved = n_dense * st._scalar(dense.saved_bytes) + n_moe * _saved_moe_layer(ctx, stage, moe, ex)
-        fwd_layers = n_dense * st._scalar(dense.fwd_s) + n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s)
-        bwd_layers = n_dense * st._scalar(dense.bwd_s) + n_moe * (st._scalar(moe.bwd_s) + ex.bwd_s)
-        time, memory = layer_offload(ctx, stage, time, memory, layer_saved_bytes=saved / n, num_layers=n_dense + n_moe,
-                                     fwd_layer_s=fwd_layers / n, bwd_layer_s=bwd_layers / n, inflight=pos.inflight)
-    return st.StageCost(time=time, memory=memory, params_per_gpu=params + expert_params, fwd_s=fwd, bwd_s=bwd)
+        time, memory = _offloaded(ctx, stage, pos, lay, time, memory)
+    return st.StageCost(time=time, memory=memory, params_per_gpu=params + t.expert_params, fwd_s=fwd, bwd_s=bwd)
+
+
+def _offloaded(ctx, stage: StagePlan, pos, lay: _Layers, time, memory) -> tuple:
+    dense, moe, ex, n_dense, n_moe = lay.dense, lay.moe, lay.ex, lay.n_dense, lay.n_moe
+    n = np.maximum(n_dense + n_moe, 1)
+    saved = n_dense * st._scalar(dense.saved_bytes) + lay.moe_saved_bytes
+    fwd_layers = n_dense * st._scalar(dense.fwd_s) + n_moe * (st._scalar(moe.fwd_s) + ex.fwd_s)
+    bwd_layers = n_dense * st._scalar(dense.bwd_s) + n_moe * (st._scalar(moe.bwd_s) + ex.bwd_s)
+    return layer_offload(ctx, stage, time, memory, layer_saved_bytes=saved / n, num_layers=n_dense + n_moe,
+                         fwd_layer_s=fwd_layers / n, bwd_layer_s=bwd_layers / n, inflight=pos.inflight)

@@ -220,8 +220,13 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
     """Megatron TP: per layer two collectives of the activation forward and two backward
     (all-reduce, or all-gather + reduce-scatter with sequence parallelism); full
     recomputation repeats the forward ones. Exposed unless overlapped (_overlapped_tp_s)."""
+    return _tp_place_comm_s(ctx, stage, span, *_tp_layers_comm_s(ctx, stage, span, layer, n))
+
+
+def _tp_layers_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: BlockTimes, n) -> tuple:
+    """_tp_comm_s of the layers alone, wherever the stage sits, and one collective's seconds (None without TP)."""
     if stage.tp <= 1:
-        return 0.0 * n
+        return 0.0 * n, None
     cl, m = ctx.cluster, ctx.tables.model
     act = ctx.micro_batch * ctx.tables.seq_len / stage.cp * m.hidden_size * ctx.tables.act_bytes
     if stage.sequence_parallel:
@@ -235,13 +240,22 @@ def _tp_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layer: Bloc
         per_pass = 2 if m.has_attention else 1
         passes = 2 + (1 if stage.recompute == "full" else 0)
         total = n * per_pass * passes * one
-    total += n * amax_all_reduce_s(ctx.workload.dtype, ctx.runtime.fp8_recipe, stage, span, cl)  # TE's scales before SP gathers
-    if stage.has_embedding and m.has_embeddings:
-        total += one  # vocab-parallel embedding output
-    if stage.has_head and m.has_embeddings:
+    return total + n * amax_all_reduce_s(ctx.workload.dtype, ctx.runtime.fp8_recipe, stage, span, cl), one  # TE's scales before SP gathers
+
+
+def _tp_place_comm_s(ctx: StageContext, stage: StagePlan, span: GroupSpan, layers_s, one):
+    """_tp_layers_comm_s' ``layers_s`` plus the embedding's and head's collectives where the stage holds them
+    (a new value: ``layers_s`` may be shared)."""
+    m = ctx.tables.model
+    if one is None or not m.has_embeddings:
+        return layers_s
+    total = layers_s
+    if stage.has_embedding:
+        total = total + one  # vocab-parallel embedding output
+    if stage.has_head:
         tokens = ctx.micro_batch * ctx.tables.seq_len / stage.cp
-        loss_ar = collective_time_s("all_reduce", tokens * 4.0, span, cl)
-        total += one + 3 * loss_ar  # logits input gradient; max, sum-exp and target logit
+        loss_ar = collective_time_s("all_reduce", tokens * 4.0, span, ctx.cluster)
+        total = total + (one + 3 * loss_ar)  # logits input gradient; max, sum-exp and target logit
     return total
 
 

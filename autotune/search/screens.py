@@ -110,10 +110,13 @@ class Screens(ScreenFloors):
         self._tables = PlanCache(max_results=0, max_study_bytes=_LOCAL_TABLE_BYTES)
         self._floors: dict[tuple, dict] = {}  # class_floors by (slice, submesh, shape, memory): by class
         self._tasks: dict[tuple, list[tuple]] = {}  # _screen_tasks, _memory_tasks: asked per slice and class
-        # screens_ready's "no" by class, with the count of table changes (priced, made, taken) it
-        # saw: until the next change it stays no (asked for each class on every class_floors)
-        self._changes = 0
-        self._unready: dict[tuple, int] = {}
+        # screens_ready's "no" by class, with the price calls it saw of each (submesh, choice) its
+        # tasks price: a class's tables are stored (and workers' made ones taken) only by price
+        # calls of its tasks' choices, so until one of those its "no" stays (asked for each class on
+        # every class_floors; a count of all price calls sent 3 in 4 of DeepSeek-V3/2048's 11,135
+        # asks to the full check). Workers' tables (prefetch_tasks) only make a class less ready.
+        self._prices: dict[tuple[int, StageChoice], int] = {}
+        self._unready: dict[tuple, tuple] = {}
 
     def dps(self) -> list[int]:
         return sorted({k.dp for k in self.search.keys})
@@ -165,7 +168,7 @@ class Screens(ScreenFloors):
         tables are for (screens, leanest members, members), not part of what they are, except
         that a leanest member's ("lean") are its memory alone (choice_costs memory_only)."""
         memory_only = kind == "lean"
-        self._changes += 1
+        self._prices[(mp, choice)] = self._prices.get((mp, choice), 0) + 1
         made = self._made.pop(("lean" if memory_only else "time", dp, mp, choice, tuple(positions), sizes, inter_node), None)
         cache, base = self._cache()
         tables = "memory" if memory_only else "position"
@@ -201,7 +204,6 @@ class Screens(ScreenFloors):
         every position; the tail and memory NaN: not priced), through the plan cache."""
         if (mp, rep) not in self._bare:
             found = None
-            self._changes += 1
             for _, dp, _, choice in self._bare_tasks(mp, rep):
                 made = self._made.pop(("bare", dp, mp, choice), None)
                 cache, base = self._cache()
@@ -249,7 +251,6 @@ class Screens(ScreenFloors):
 
         made = price_tables(self.search, [t for t in tasks if t not in self._made and not self._is_priced(t)], least)
         self._made.update(made)
-        self._changes += 1
         return bool(made)
 
     def _is_priced(self, task: tuple) -> bool:
@@ -272,12 +273,14 @@ class Screens(ScreenFloors):
         made = (mp, rep, "none") in self._time and (not memory or (mp, rep, None) in self._memory)
         if made or not self._degrees(mp, rep)[0]:
             return made
-        if self._unready.get(key := (mp, rep, memory)) == self._changes:
+        prices = self._prices
+        seen = self._unready.get(key := (mp, rep, memory))
+        if seen is not None and all(prices.get(pair, 0) == count for pair, count in seen):
             return False
         tasks = self._screen_tasks(mp, rep) + (self._memory_tasks(mp, rep) if memory else [])
         ready = not any(task in self._made for task in tasks) and all(self._is_priced(task) for task in tasks)
         if not ready:
-            self._unready[key] = self._changes
+            self._unready[key] = tuple((pair, prices.get(pair, 0)) for pair in {(t[2], t[3]): None for t in tasks})
         return ready
 
     def _bare_tasks(self, mp: int, rep: StageChoice) -> list[tuple]:
