@@ -56,7 +56,8 @@ def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int) 
             "dense_mlp+shared": DENSE_LAYERS * mlp(DENSE_I) + MOE_LAYERS * mlp(MOE_I),
             "router": MOE_LAYERS * _gemm_s(bf, batch, 256, HIDDEN),
             "experts": MOE_LAYERS * _loglog(experts.index.to_numpy(float), experts.to_numpy(), batch) * 1e-3,
-            "allreduce": 2 * layers * _loglog(ar.index.to_numpy(float), ar.to_numpy(), batch * HIDDEN * 2) * 1e-3,
+            # message_size counts BF16 elements (scripts/extract_engine_allreduce.py)
+            "allreduce": 2 * layers * _loglog(ar.index.to_numpy(float), ar.to_numpy(), batch * HIDDEN) * 1e-3,
             "lm_head": _gemm_s(bf, batch, VOCAB // tp, HIDDEN)}
 
 
