@@ -146,3 +146,18 @@ def test_mla_of_another_geometry_keeps_the_generic_pricing():
                                 tp=8, ep=8, replicas=1, weight_dtype="fp8")
     step, base = (replica_step_model(d, max_tokens=1, max_sampled=1) for d in (dep, generic))
     assert step.decode_lat_s == base.decode_lat_s and step.prefill_s_per_token == 0.0
+
+
+def test_vllm_v1_hopper_prompts_take_its_measured_mla_context_op():
+    """vLLM 0.8-0.20 presets on H200 at TP 8 (16 heads a GPU, BF16 KV): the measured 0.14.0 context op
+    (FlashAttention on the expanded heads), about half the generic pricing's time at an 8k-token prompt;
+    a GPU with no rows (B200) keeps the generic pricing."""
+    serving = load_runtime("vllm-0.9.2").serving
+    step = _step("vllm-0.9.2", "dgx-h200", 8)
+    lat, per_token, per_pair = serving.mla_prefill_attention_fit(("h200",), 2.0, 16)
+    assert (step.prefill_lat_s, step.prefill_s_per_token, step.prefill_s_per_pair) == (lat, per_token, per_pair)
+    pairs = 8192 * 8193 / 2
+    measured = lat + 8192 * per_token + pairs * per_pair
+    generic = _step("vllm", "dgx-h200", 8)
+    assert measured < 0.7 * (generic.prefill_lat_s + pairs * generic.prefill_s_per_pair)
+    assert serving.mla_prefill_attention_fit(("b200",), 2.0, 16) is None
