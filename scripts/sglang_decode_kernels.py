@@ -65,7 +65,7 @@ def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int, 
     # (python/sglang/srt/models/deepseek_v2.py post_load_weights, block_quant_dequant) and runs torch.bmm on them
     bmm = bmm[(bmm.num_heads == HEADS // tp) & (bmm.bmm_dtype == "bfloat16")]
     ar = pd.read_parquet(data / "custom_allreduce_perf.parquet")
-    ar = ar[(ar.num_gpus == tp) & (ar.backend == "sglang_graph")].groupby("message_size").latency.median()
+    ar = ar[(ar.num_gpus == tp) & (ar.backend == "sglang_graph")].groupby("message_size").latency.median()  # message_size: BF16 elements (extract_engine_allreduce.py)
     layers = DENSE_LAYERS + MOE_LAYERS
 
     def bmm_s(op: str) -> float:
@@ -83,7 +83,7 @@ def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int, 
             "dense_mlp+shared": DENSE_LAYERS * mlp(DENSE_I) + MOE_LAYERS * mlp(MOE_I),
             "router": MOE_LAYERS * _gemm_s(bf, batch, 256, HIDDEN),
             "experts": MOE_LAYERS * _loglog(experts.index.to_numpy(float), experts.to_numpy(), batch) * 1e-3,
-            "allreduce": 2 * layers * _loglog(ar.index.to_numpy(float), ar.to_numpy(), batch * HIDDEN * 2) * 1e-3,
+            "allreduce": 2 * layers * _loglog(ar.index.to_numpy(float), ar.to_numpy(), batch * HIDDEN) * 1e-3,
             "lm_head": _gemm_s(bf, batch, VOCAB // tp, HIDDEN)}
 
 
