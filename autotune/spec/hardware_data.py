@@ -14,9 +14,11 @@ from autotune.data import data_path
 from autotune.errors import AutotuneError, closest
 from autotune.spec.json_file import check_tree, read_json_file, read_text_file
 from autotune.spec.hardware import ClusterSpec, DeviceProfile, LinkLevel, MemoryTier, Regression
-from autotune.spec.limits import check_limit
+from autotune.spec.hardware_fields import (count_field, flag_field, known_keys, number_field, optional_count,
+                                          table_field, text_field, texts_field)
 from autotune.spec.profile_fields import check_kept
 from autotune.spec.toml_tables import table, table_names
+from autotune.spec.typed_fields import shown
 
 __all__ = [
     "device_names", "load_device", "device_from_dict", "cluster_names", "load_cluster",
@@ -38,49 +40,8 @@ def _parse_file(path: Path, field: str) -> dict[str, Any]:
             raise AutotuneError(field, f"{str(path)!r} is malformed: {err}") from None
         check_tree(data, field, path)  # TOML spells inf and nan
     if not isinstance(data, dict):
-        raise AutotuneError(field, f"{str(path)!r} must hold a table of {field} keys, got {_shown(data)}")
+        raise AutotuneError(field, f"{str(path)!r} must hold a table of {field} keys, got {shown(data)}")
     return data
-
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return f"{text[:60]}..." if len(text) > 60 else text
-
-
-def _table(data: Any, key: str, where: str, *, required: bool = True) -> dict[str, Any]:
-    """``data[key]``, an object (a table); {} when absent and not ``required``."""
-    if not isinstance(data, dict):
-        raise AutotuneError(where, f"must be a table, got {_shown(data)}")
-    value = data.get(key)
-    if value is None and not required:
-        return {}
-    if value is None:
-        raise AutotuneError(f"{where}.{key}", "is missing")
-    if not isinstance(value, dict):
-        raise AutotuneError(f"{where}.{key}", f"must be a table, got {_shown(value)}")
-    return value
-
-
-def _text(data: dict, key: str, where: str, default: str | None = "") -> str:
-    value = data.get(key, default)
-    if not isinstance(value, str):
-        what = "is missing" if value is None else f"must be a string, got {_shown(value)}"
-        raise AutotuneError(f"{where}.{key}", what)
-    return value
-
-
-def _texts(data: dict, key: str, where: str) -> tuple[str, ...]:
-    value = data.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise AutotuneError(f"{where}.{key}", f"must be a list of strings, got {_shown(value)}")
-    return tuple(value)
-
-
-def _flag(data: dict, key: str, where: str, default: bool) -> bool:
-    value = data.get(key, default)
-    if not isinstance(value, bool):
-        raise AutotuneError(f"{where}.{key}", f"must be true or false, got {_shown(value)}")
-    return value
 
 
 def _device_file_names() -> list[str]:
@@ -137,129 +98,84 @@ def device_names() -> list[str]:
     return sorted({d["aliases"][0] if d.get("aliases") else d["name"] for d in _device_files().values()})
 
 
-# Physical bounds on what a hardware file states, each far beyond any real device: a value
-# outside is a typo (1e-300 GB/s would price a step at 1e300 s). unit -> (least, most, why).
-_BOUNDS = {"bytes_per_s": (1e3, 1e16, "bytes/s: the fastest memories move about 2e13 (B200 L2), networks 1e11 a GPU"),
-           "flops": (1e6, 1e18, "FLOP/s: the fastest chips reach about 2e16 (B200 dense FP4 9e15, datasheet)"),
-           "bytes": (0.0, 2.0 ** 60, "bytes: the largest memories a device reaches are about 2e13 (2 TB host DDR)")}
-
-
-def _number(data: dict, key: str, where: str, bound: str | None = None) -> float:
-    """A finite number >= 0 (within ``_BOUNDS[bound]`` where given)."""
-    if not isinstance(data, dict):
-        raise AutotuneError(where, f"must be a table, got {_shown(data)}")
-    value = data.get(key)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
-        raise AutotuneError(f"{where}.{key}", f"must be a finite number, got {_shown(value)}")
-    if value < 0:
-        raise AutotuneError(f"{where}.{key}", f"must be >= 0, got {value!r}")
-    if bound is not None:
-        least, most, why = _BOUNDS[bound]
-        if not least <= value <= most:
-            raise AutotuneError(f"{where}.{key}", f"{value:g} is outside {least:g} .. {most:g} {why}")
-    return float(value)
-
-
-def _count(data: dict, key: str, where: str, limit: str | None = None) -> int:
-    value = data.get(key)
-    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-        raise AutotuneError(f"{where}.{key}", f"must be a positive integer, got {_shown(value)}")
-    if limit is not None:
-        check_limit(f"{where}.{key}", value, limit)
-    return value
-
-
-def _known_keys(data: dict, keys: tuple[str, ...], where: str) -> None:
-    """A key the reader does not know is a typo (``bandwith``) that would silently keep the default."""
-    for key in data:
-        if key not in keys:
-            near = closest(str(key), keys)
-            hint = f" (did you mean {', '.join(near)}?)" if near else ""
-            raise AutotuneError(f"{where}.{key}", f"is not a key here{hint}; keys: {', '.join(keys)}")
-
-
 _CLUSTER_KEYS = ("device", "gpus_per_node", "intra_node", "inter_node", "host_link", "cxl_link", "max_nodes",
                  "cores_per_node", "node_slices", "tiers", "profile", "source", "host_linear_fwd_s")
 _LINK_KEYS = ("name", "latency_s", "step_latency_s", "bandwidth", "collectives", "source")
 
 
-def _optional_count(data: dict, key: str, where: str, limit: str | None = None) -> int | None:
-    return None if data.get(key) is None else _count(data, key, where, limit)
-
-
 def regression_from_dict(data: dict, where: str, unit_key: str) -> Regression:
     if not isinstance(data, dict):
-        raise AutotuneError(where, f"must be a table (latency_s, {unit_key}), got {_shown(data)}")
+        raise AutotuneError(where, f"must be a table (latency_s, {unit_key}), got {shown(data)}")
     r2 = data.get("r2")
     if r2 is not None and (not isinstance(r2, (int, float)) or isinstance(r2, bool) or not math.isfinite(r2)):
-        raise AutotuneError(f"{where}.r2", f"must be a finite number or null, got {_shown(r2)}")
+        raise AutotuneError(f"{where}.r2", f"must be a finite number or null, got {shown(r2)}")
     points = data.get("num_points", 0) or 0
     if not isinstance(points, int) or isinstance(points, bool) or points < 0:
-        raise AutotuneError(f"{where}.num_points", f"must be a whole number >= 0, got {_shown(points)}")
+        raise AutotuneError(f"{where}.num_points", f"must be a whole number >= 0, got {shown(points)}")
     return Regression(
-        latency_s=_number(data, "latency_s", where), seconds_per_unit=_number(data, unit_key, where),
-        source=_text(data, "source", where), r2=r2,
-        residual_rel_std=_number(data, "residual_rel_std", where) if data.get("residual_rel_std") else 0.0,
+        latency_s=number_field(data, "latency_s", where), seconds_per_unit=number_field(data, unit_key, where),
+        source=text_field(data, "source", where), r2=r2,
+        residual_rel_std=number_field(data, "residual_rel_std", where) if data.get("residual_rel_std") else 0.0,
         num_points=points,
-        serial_latency_s=_number(data, "serial_latency_s", where) if "serial_latency_s" in data else 0.0,
-        seconds_per_reduction=_number(data, "seconds_per_reduction", where) if "seconds_per_reduction" in data else 0.0,
+        serial_latency_s=number_field(data, "serial_latency_s", where) if "serial_latency_s" in data else 0.0,
+        seconds_per_reduction=number_field(data, "seconds_per_reduction", where) if "seconds_per_reduction" in data else 0.0,
     )
 
 
 def _tiers(entries: Any, where: str = "tiers") -> tuple[MemoryTier, ...]:
     if not isinstance(entries, list):
-        raise AutotuneError(where, f"must be a list of tier tables, got {_shown(entries)}")
+        raise AutotuneError(where, f"must be a list of tier tables, got {shown(entries)}")
     tiers = []
     for i, tier in enumerate(entries):
         if not isinstance(tier, dict):
             raise AutotuneError(f"{where}[{i}]", f"must be a table (name, capacity_bytes, bandwidth_bytes_per_s, "
-                                                 f"latency_s), got {_shown(tier)}")
-        name = _text(tier, "name", f"{where}[{i}]", None)
+                                                 f"latency_s), got {shown(tier)}")
+        name = text_field(tier, "name", f"{where}[{i}]", None)
         at = f"{where}.{name}"
-        tiers.append(MemoryTier(name=name, capacity_bytes=_number(tier, "capacity_bytes", at, "bytes"),
-                                bandwidth_bytes_per_s=_number(tier, "bandwidth_bytes_per_s", at, "bytes_per_s"),
-                                latency_s=_number(tier, "latency_s", at), source=_text(tier, "source", at)))
+        tiers.append(MemoryTier(name=name, capacity_bytes=number_field(tier, "capacity_bytes", at, "bytes"),
+                                bandwidth_bytes_per_s=number_field(tier, "bandwidth_bytes_per_s", at, "bytes_per_s"),
+                                latency_s=number_field(tier, "latency_s", at), source=text_field(tier, "source", at)))
     return tuple(tiers)
 
 
 def _regressions(data: dict, where: str) -> tuple[dict, Regression, dict]:
     """(compute fits by (op class, dtype), the memory fit, memory-kernel fits by role)."""
-    regs = _table(data, "regressions", where)
+    regs = table_field(data, "regressions", where)
     compute = {}
     for op_class, by_dtype in regs.items():
         if op_class in ("memory", "memory_kernels"):
             continue
-        for dtype in _table(regs, op_class, f"{where}.regressions"):
+        for dtype in table_field(regs, op_class, f"{where}.regressions"):
             fit = by_dtype[dtype]
             compute[(op_class, dtype)] = regression_from_dict(fit, f"{where}.regressions.{op_class}.{dtype}",
                                                               "seconds_per_flop")
     at = f"{where}.regressions"
-    memory = regression_from_dict(_table(regs, "memory", at), f"{at}.memory", "seconds_per_byte")
+    memory = regression_from_dict(table_field(regs, "memory", at), f"{at}.memory", "seconds_per_byte")
     kernels = {role: regression_from_dict(fit, f"{at}.memory_kernels.{role}", "seconds_per_byte")
-               for role, fit in _table(regs, "memory_kernels", at, required=False).items()}
+               for role, fit in table_field(regs, "memory_kernels", at, required=False).items()}
     return compute, memory, kernels
 
 
 def device_from_dict(data: dict[str, Any], where: str = "device") -> DeviceProfile:
     """Build a device from its data-file form (TOML table or profile JSON ``device`` object)."""
     if not isinstance(data, dict):
-        raise AutotuneError(where, f"must be a table of device keys, got {_shown(data)}")
-    peaks_table = _table(data, "peak_flops", where)
-    peaks = {k: _number(peaks_table, k, f"{where}.peak_flops", "flops") for k in peaks_table if k != "source"}
+        raise AutotuneError(where, f"must be a table of device keys, got {shown(data)}")
+    peaks_table = table_field(data, "peak_flops", where)
+    peaks = {k: number_field(peaks_table, k, f"{where}.peak_flops", "flops") for k in peaks_table if k != "source"}
     compute, memory, kernels = _regressions(data, where)
     speed = data.get("attention_head_dim_64_speed", 1.0)
     efficiency = data.get("kernel_efficiency", 1.0)
     for key, value in (("attention_head_dim_64_speed", speed), ("kernel_efficiency", efficiency)):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
-            raise AutotuneError(f"{where}.{key}", f"must be a number in (0, 1], got {_shown(value)}")
+            raise AutotuneError(f"{where}.{key}", f"must be a number in (0, 1], got {shown(value)}")
     return DeviceProfile(
-        name=_text(data, "name", where, None), kind=_text(data, "kind", where, "gpu"), peak_flops=peaks,
+        name=text_field(data, "name", where, None), kind=text_field(data, "kind", where, "gpu"), peak_flops=peaks,
         tiers=_tiers(data.get("tiers"), f"{where}.tiers"), compute=compute, memory=memory,
-        reserved_bytes=_number(data, "reserved_bytes", where, "bytes"), provenance=_text(data, "provenance", where),
-        aliases=_texts(data, "aliases", where), kernel_efficiency=float(efficiency),
-        kernel_efficiency_source=_text(data, "kernel_efficiency_source", where), memory_kernels=kernels,
-        fp8_gemm_any_layout=_flag(data, "fp8_gemm_any_layout", where, False),
-        attention_head_dim_64_speed=float(speed), attention_head_dim_source=_text(data, "attention_head_dim_source", where),
+        reserved_bytes=number_field(data, "reserved_bytes", where, "bytes"), provenance=text_field(data, "provenance", where),
+        aliases=texts_field(data, "aliases", where), kernel_efficiency=float(efficiency),
+        kernel_efficiency_source=text_field(data, "kernel_efficiency_source", where), memory_kernels=kernels,
+        fp8_gemm_any_layout=flag_field(data, "fp8_gemm_any_layout", where, False),
+        attention_head_dim_64_speed=float(speed), attention_head_dim_source=text_field(data, "attention_head_dim_source", where),
     )
 
 
@@ -280,19 +196,19 @@ def load_device(name: str | Path) -> DeviceProfile:
 
 def link_from_dict(data: dict[str, Any], where: str) -> LinkLevel:
     if not isinstance(data, dict):
-        raise AutotuneError(where, f"must be a table (latency_s, step_latency_s, bandwidth), got {_shown(data)}")
-    _known_keys(data, _LINK_KEYS, where)
-    bandwidth = _number(data, "bandwidth", where, "bytes_per_s")
+        raise AutotuneError(where, f"must be a table (latency_s, step_latency_s, bandwidth), got {shown(data)}")
+    known_keys(data, _LINK_KEYS, where)
+    bandwidth = number_field(data, "bandwidth", where, "bytes_per_s")
     collectives = {}
-    for op, by_size in _table(data, "collectives", where, required=False).items():
-        for size in _table(data["collectives"], op, f"{where}.collectives"):
+    for op, by_size in table_field(data, "collectives", where, required=False).items():
+        for size in table_field(data["collectives"], op, f"{where}.collectives"):
             if not size.isdigit() or int(size) <= 0:
                 raise AutotuneError(f"{where}.collectives.{op}.{size}", "must be keyed by a group size (a whole number)")
             collectives[(op, int(size))] = regression_from_dict(by_size[size], f"{where}.collectives.{op}.{size}",
                                                                 "seconds_per_byte")
-    return LinkLevel(name=_text(data, "name", where, where), latency_s=_number(data, "latency_s", where),
-                     alpha_s=_number(data, "step_latency_s", where), beta_s_per_byte=1.0 / bandwidth,
-                     source=_text(data, "source", where), collectives=collectives)
+    return LinkLevel(name=text_field(data, "name", where, where), latency_s=number_field(data, "latency_s", where),
+                     alpha_s=number_field(data, "step_latency_s", where), beta_s_per_byte=1.0 / bandwidth,
+                     source=text_field(data, "source", where), collectives=collectives)
 
 
 _CLUSTERS = data_path("clusters.toml")
@@ -308,28 +224,28 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
     ``profile = "NAME"`` takes the device, the measured link level and the host's core count
     from the shipped profile ``autotune/data/devices/NAME.json`` (``autotune profile``)."""
     if not isinstance(data, dict):
-        raise AutotuneError("cluster", f"cluster {name!r} must be a table of cluster keys, got {_shown(data)}")
-    _known_keys(data, _CLUSTER_KEYS, "cluster")
+        raise AutotuneError("cluster", f"cluster {name!r} must be a table of cluster keys, got {shown(data)}")
+    known_keys(data, _CLUSTER_KEYS, "cluster")
     if "profile" in data:
-        data = _with_profile(data, shipped_profile(_text(data, "profile", "cluster")))
+        data = _with_profile(data, shipped_profile(text_field(data, "profile", "cluster")))
     device_field = data.get("device")
     if not isinstance(device_field, (str, dict)):
-        raise AutotuneError("cluster.device", f"must be a device name or a device table, got {_shown(device_field)}")
+        raise AutotuneError("cluster.device", f"must be a device name or a device table, got {shown(device_field)}")
     device = device_from_dict(device_field) if isinstance(device_field, dict) else load_device(device_field)
     if "tiers" in data:  # memory the node adds to each device's tiers (CXL expanders)
         device = device.with_changes(tiers=device.tiers + _tiers(data["tiers"], "cluster.tiers"))
-    intra = _table(data, "intra_node", "cluster")
+    intra = table_field(data, "intra_node", "cluster")
     slices = data.get("node_slices", [])
     if not isinstance(slices, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in slices):
-        raise AutotuneError("cluster.node_slices", f"must be a list of GPU counts, got {_shown(slices)}")
+        raise AutotuneError("cluster.node_slices", f"must be a list of GPU counts, got {shown(slices)}")
     return ClusterSpec(
-        name=name, device=device, gpus_per_node=_count(data, "gpus_per_node", "cluster", "gpus"),
+        name=name, device=device, gpus_per_node=count_field(data, "gpus_per_node", "cluster", "gpus"),
         intra_node=link_from_dict(intra, "intra_node"),
-        inter_node=link_from_dict(_table(data, "inter_node", "cluster", required=False) or intra, "inter_node"),
-        host_link=link_from_dict(_table(data, "host_link", "cluster"), "host_link"),
+        inter_node=link_from_dict(table_field(data, "inter_node", "cluster", required=False) or intra, "inter_node"),
+        host_link=link_from_dict(table_field(data, "host_link", "cluster"), "host_link"),
         cxl_link=link_from_dict(data["cxl_link"], "cxl_link") if data.get("cxl_link") else None,
-        max_nodes=_optional_count(data, "max_nodes", "cluster", "gpus"), source=_text(data, "source", "cluster"),
-        cores_per_node=_optional_count(data, "cores_per_node", "cluster"), node_slices=tuple(slices),
+        max_nodes=optional_count(data, "max_nodes", "cluster", "gpus"), source=text_field(data, "source", "cluster"),
+        cores_per_node=optional_count(data, "cores_per_node", "cluster"), node_slices=tuple(slices),
         host_linear_fwd_s=_host_linear_s(data),
     )
 
@@ -337,7 +253,7 @@ def cluster_from_dict(name: str, data: dict[str, Any]) -> ClusterSpec:
 def _host_linear_s(data: dict) -> float | None:
     value = data.get("host_linear_fwd_s")
     if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-        raise AutotuneError("cluster.host_linear_fwd_s", f"must be seconds (a number), got {_shown(value)}")
+        raise AutotuneError("cluster.host_linear_fwd_s", f"must be seconds (a number), got {shown(value)}")
     return None if value is None else float(value)
 
 
@@ -369,7 +285,7 @@ def check_profile(data: Any, where: str = "profile") -> None:
         raise AutotuneError(where, f"not an autotune profile (expected schema {PROFILE_SCHEMA!r} with a 'device' object)")
     check_tree(data, where, where)  # a dict given to the library: finite numbers, bounded depth
     device_from_dict(data["device"], f"{where}.device")
-    for level, link in _table(data, "links", where, required=False).items():
+    for level, link in table_field(data, "links", where, required=False).items():
         link_from_dict(link, f"{where}.links.{level}")
     check_kept(data, where)  # host, mesh, fits, measurements: a search copies them into its run
 
