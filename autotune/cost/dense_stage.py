@@ -20,6 +20,7 @@ from operator import itemgetter
 import numpy as np
 
 from autotune.cost import stage as st
+from autotune.cost import stage_activations as sa
 from autotune.cost.cache import training_grouped_layer
 from autotune.cost.compute import BlockTimes
 from autotune.cost.host import layers_host_s
@@ -113,7 +114,7 @@ def _price_kept(ctx, stage: StagePlan, pos, n, blocks: dict, spans: dict) -> _Ke
         st._scalar(b.params_per_gpu) for k, b in blocks.items() if k != "layer")
     tp_comm, cp_comm = st._tp_comm_s(ctx, stage, spans["tp"], layer, n), st._cp_comm_s(ctx, stage, spans["cp"], layer, n)
     layer_bwd = st._scalar(layer.bwd_s) + recompute + (tp_comm + cp_comm) / np.maximum(n, 1)
-    saved, working = st._saved_and_working_bytes(ctx, stage, blocks, n)
+    saved, working = sa.saved_and_working_bytes(ctx, stage, blocks, n)
     kept = _Kept(layer=layer, fwd_s=fwd, bwd_s=bwd, params=params, tp_comm_s=tp_comm, cp_comm_s=cp_comm,
                  p2p_s=st._p2p_s(ctx, stage, pos, fwd + bwd),
                  host_s=n * layers_host_s(ctx, stage, moe=False, gpu_fwd_s=st._scalar(layer.fwd_s), gpu_bwd_s=layer_bwd),
@@ -135,8 +136,8 @@ def _memory(ctx, stage: StagePlan, pos, k: _Kept) -> StageMemory:
     """The stage's HBM before any offload (cost/offload.py moves parts of it)."""
     weights, grads, optim = sharded_state_memory(k.params, ctx.workload.dtype, stage, st._gather_bytes(ctx),
                                                  *state_flags(ctx.runtime, ctx.workload.dtype))
-    saved, temporary = k.saved_bytes, st._zero3_buffers(stage, k.layer, ctx, k.working_bytes)
-    grads = st._gradients_at_peak(ctx, stage, grads, saved * pos.inflight)
+    saved, temporary = k.saved_bytes, sa.zero3_buffers(stage, k.layer, ctx, k.working_bytes)
+    grads = sa.gradients_at_peak(ctx, stage, grads, saved * pos.inflight)
     if ctx.tables.op_stream:  # the 16-bit weights are autocast's casts, counted with what each forward saves
         weights = 0.0 * weights
     return StageMemory(

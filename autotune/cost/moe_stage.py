@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from autotune.cost import stage as st
+from autotune.cost import stage_activations as sa
 from autotune.cost.comm import collective_time_s
 from autotune.cost.host import exposed_host_s, layer_issue
 from autotune.cost.memory import StageMemory
@@ -302,7 +303,7 @@ def _memory(ctx, stage: StagePlan, blocks: dict, lay: _Layers, params, pos) -> S
     weights, grads, optim = sharded_state_memory(params, ctx.workload.dtype, stage, st._gather_bytes(ctx),
                                                  *state_flags(ctx.runtime, ctx.workload.dtype))
     e_weights, e_grads, e_optim = lay.expert_state_bytes
-    saved, temporary = st._activation_bytes(ctx, stage, blocks, lay.n_dense)
+    saved, temporary = sa.activation_bytes(ctx, stage, blocks, lay.n_dense)
     saved = saved + lay.moe_saved_bytes
     return StageMemory(
         weights_bytes=weights + e_weights, gradients_bytes=grads + e_grads,
