@@ -16,9 +16,10 @@ floor on their step (autotune.search.bounds) and a slice stops when no floor bea
 3. a member that may win is solved by the stage DP (autotune.search.inter_op).
 
 The 1F1B winner is the least DP objective (ties to the lower rank); interleaved layouts of the
-members that may beat it are then scored by the cost model (autotune.cost.evaluate). With
-``method = "exhaustive"`` every class is priced at every degree (no shared floors): the two
-agree wherever the floors hold, which the agreement tests and scripts/bench_space.py check.
+members that may beat it are then scored by the cost model (autotune.cost.evaluate), a pass
+of its own (autotune.search.interleaved). With ``method = "exhaustive"`` every class is priced
+at every degree (no shared floors): the two agree wherever the floors hold, which the agreement
+tests and scripts/bench_space.py check.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ import numpy as np
 
 from autotune.plan.plan import Plan
 from autotune.search.assemble import _plan
-from autotune.search.bounds import positions_of
 from autotune.search.choices import StageChoice
 from autotune.search.inter_op import PipelineSolution, solve_pipeline
-from autotune.search.heap_items import Counts, beats, materialise, push_counts
+from autotune.search.interleaved import best_interleaved
+from autotune.search.heap_items import Counts
 from autotune.search.member_floors import MemberFloors
 from autotune.search.members import Member
 from autotune.search.screens import Screens, price_positions
@@ -298,7 +299,7 @@ class UniformSearch:
             plan = self._plan_of(key, best)
             estimate = self.search.evaluate(plan)
             self.num_evaluated += 1
-        found = self._best_interleaved(key, prune_above, plan, estimate)
+        found = best_interleaved(self, key, prune_above, plan, estimate)
         self._items.pop(key, None)
         self.member_floors.forget(key)
         for kept, done in [(self._time_only, k) for k in self._time_only_of.pop(key, ())] + [
@@ -362,43 +363,3 @@ class UniformSearch:
         stages = [stage_plan_of(member.costs.choice, key.dp, c.first_layer == 0, c.first_layer + c.num_layers == L,
                                 (c.first_layer, c.first_layer + c.num_layers)) for c in solution.stages]
         return _plan(self.search, key, stages)
-
-    def _best_interleaved(self, key, prune_above: float, plan, estimate):
-        """Interleaved layouts (equal stages, v chunks per rank, one member) whose floor beats the best."""
-        if not any(v > 1 for v in self.problem.space.vpp):
-            return plan, estimate
-        heap, tie = self._candidates(key, interleaved=True)
-        while heap:
-            item = heapq.heappop(heap)
-            floor, kind, rank, _, payload = item
-            bar = min(prune_above, estimate.step_time_s if estimate is not None and estimate.fits else math.inf)
-            if floor >= bar:
-                break
-            if kind == 0:
-                self._expand(key, heap, tie, item, interleaved=True)
-                continue
-            if isinstance(payload[2], Counts):  # a member's counts, each now in line at its own floor
-                push_counts(heap, tie, payload, side=1)
-                continue
-            mp, stages, spec = payload
-            for layout in self._layouts(key, materialise(spec), stages):
-                scored = self.search.evaluate(layout)
-                self.num_evaluated += 1
-                if estimate is None or beats(scored, estimate):
-                    plan, estimate = layout, scored
-        return plan, estimate
-
-    def _layouts(self, key, costs: ChoiceCosts, stages: int):
-        """The member's interleaved plans, where every stage holds its warm-up micro-batches."""
-        L, num_mb = self.num_layers, self.problem.workload.global_batch // (key.dp * key.micro_batch)
-        n = L // stages
-        r = min(num_mb, stages, self.problem.space.max_stages)
-        b = self.search.micro_batches(key.dp).index(key.micro_batch)
-        for pos in set(positions_of(stages)):
-            need = costs.mem_base_bytes[b, n, pos] + r * costs.mem_per_microbatch_bytes[b, n, pos]
-            if not (np.isfinite(costs.time_s[b, n, pos]) and need <= self.search.capacity):
-                return
-        stage_plans = [stage_plan_of(costs.choice, key.dp, i == 0, i == stages - 1, (i * n, (i + 1) * n))
-                       for i in range(stages)]
-        for v in sorted(v for v in self.problem.space.vpp if v > 1 and n % v == 0):
-            yield _plan(self.search, key, stage_plans, schedule="interleaved", vpp=v)
