@@ -11,7 +11,8 @@ import pytest
 
 from autotune.cost.serving_eval import ServingDeployment, _window_release, run_serving
 from autotune.cost.serving_load import Load
-from autotune.cost.serving_sim import Requests, Schedule, _held, simulate
+from autotune.cost.serving_kv import held_tokens
+from autotune.cost.serving_sim import Requests, Schedule, simulate
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.presets import resolve_model
@@ -32,9 +33,9 @@ def _schedule(share: float, capacity: int) -> Schedule:
 def test_a_decoding_request_holds_its_full_layers_and_a_window_on_the_others():
     half = _schedule(0.5, 10**6)
     # 400 tokens: 25 blocks on the full layers; (400 - 128) // 16 = 17 blocks behind the window freed on the others
-    assert _held(half, np.array([400]))[0] == 400 - 0.5 * 17 * 16
-    assert _held(half, np.array([100]))[0] == 112  # inside the window: every block on every layer
-    assert _held(_schedule(0.0, 10**6), np.array([400]))[0] == 400
+    assert held_tokens(half, np.array([400]))[0] == 400 - 0.5 * 17 * 16
+    assert held_tokens(half, np.array([100]))[0] == 112  # inside the window: every block on every layer
+    assert held_tokens(_schedule(0.0, 10**6), np.array([400]))[0] == 400
 
 
 def test_freed_windows_let_more_requests_run_without_preemption():

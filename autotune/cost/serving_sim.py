@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from autotune.cost.serving_adp import AdpCounters, hold_context, idle_iterations
-from autotune.cost.serving_admission import (output_need, ratio_after_retraction,
-                                              reserve_room, retraction_victims, steps_until_admitted)
+from autotune.cost.serving_admission import output_need, reserve_room, steps_until_admitted
+from autotune.cost.serving_kv import held_tokens, kv_tokens, make_room, steps_in_kv, whole_blocks
 from autotune.cost.serving_host import delivered_at, frontend_streams, step_wall_s
 from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_step import StepModel
@@ -103,12 +103,6 @@ def _initial(req: Requests) -> _State:
                   running=np.zeros(0, np.int64))
 
 
-def _kv_tokens(st: _State, ids: np.ndarray) -> np.ndarray:
-    """KV tokens of decoding requests once this step's input token is in: the prompt (with what a
-    recomputed request had generated) plus every token generated since."""
-    return st.done[ids] + st.generated[ids] - st.g0[ids] + 1
-
-
 def _admit_arrivals(st: _State, sched: Schedule) -> None:
     """Arrived requests join the queue when the scheduler polls for them: every loop, or under SGLang's
     --scheduler-recv-interval N (SchedulerRecvSkipper, scheduler_recv_skipper.py, 0.5.12 wheel: a decode
@@ -123,23 +117,6 @@ def _admit_arrivals(st: _State, sched: Schedule) -> None:
     while st.next_arrival < len(st.arrival) and st.arrival[st.next_arrival] <= st.t:
         st.waiting.append(st.next_arrival)
         st.next_arrival += 1
-
-
-def _blocks(tokens, block: int):
-    return -(-tokens // block) * block
-
-
-def _held(sched: Schedule, tokens):
-    """KV a decoding request holds (in tokens of every layer) once its ``tokens`` are in: whole blocks on
-    every layer, less, on the windowed layers of a hybrid KV cache, the blocks wholly behind the window
-    (vLLM's SlidingWindowManager.remove_skipped_blocks frees blocks before (computed - window + 1) //
-    block; computed = tokens - 1 at a decode step)."""
-    block = sched.kv_block_tokens
-    whole = _blocks(tokens, block)
-    if not sched.kv_windowed_share:
-        return whole
-    behind = np.maximum(0, (tokens - sched.kv_window_tokens) // block) * block
-    return np.ceil(whole - sched.kv_windowed_share * behind).astype(np.int64)
 
 
 def _plan_step(st: _State, sched: Schedule) -> tuple[list, np.ndarray]:
@@ -189,7 +166,7 @@ def _fill_prompts(st: _State, sched: Schedule, budget: int, prefilling: np.ndarr
             break
         st.waiting.popleft()
         admitted.append(i)
-        st.reserved[i] = cost if not sched.reserve else _blocks(st.prompt[i], sched.kv_block_tokens)
+        st.reserved[i] = cost if not sched.reserve else whole_blocks(st.prompt[i], sched.kv_block_tokens)
         room -= cost
         chunks.append((i, take))
         budget -= take
@@ -209,14 +186,14 @@ def _admission(st: _State, sched: Schedule, i: int, take: int, room: float) -> t
         whole = left + output_need(st, sched.reserve, i)
         return whole < room, (whole if take == left else take)
     extra = st.req.output_len[i] if sched.kv_reservation == "full" else 0
-    need = int(_blocks(st.prompt[i] + extra, sched.kv_block_tokens))
+    need = int(whole_blocks(st.prompt[i] + extra, sched.kv_block_tokens))
     return need <= room, need
 
 
 def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, decodes: np.ndarray) -> None:
     """One step of prompt chunks (and, in a mixed engine, the running decodes)."""
     if len(decodes):
-        decodes = _make_room(st, sched, decodes)
+        decodes = make_room(st, sched, decodes)
     ids, takes = np.asarray(chunks, dtype=np.int64).T
     done = st.done[ids]
     completes = done + takes >= st.prompt[ids]
@@ -226,7 +203,7 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     # DP attention: a prompt runs whole on one rank; the largest go first to the least loaded ranks
     # (TensorRT-LLM _fetch_new_requests sorts new requests by length onto a heap of ranks' context tokens)
     busiest = np.argsort(-takes, kind="stable")[::step.dp_ranks]
-    gpu = step.gpu_s(decodes=len(decodes), context=float(_kv_tokens(st, decodes).sum()) if len(decodes) else 0.0,
+    gpu = step.gpu_s(decodes=len(decodes), context=float(kv_tokens(st, decodes).sum()) if len(decodes) else 0.0,
                      prefill_tokens=tokens, pairs=float(pairs.sum()), sampled=sampled,
                      rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())))
     # prompt steps run eagerly (graphs are captured for decodes)
@@ -252,70 +229,27 @@ def _host_seqs(seqs: int, step: StepModel) -> int:
     return -(-seqs // step.dp_ranks)
 
 
-def _make_room(st: _State, sched: Schedule, decodes: np.ndarray) -> np.ndarray:
-    """Under "grow", take KV blocks for this step's tokens, preempting the latest requests where
-    they run out (vLLM's recompute preemption, SGLang's retraction); the decodes that remain."""
-    if sched.kv_reservation == "full":
-        return decodes
-    st.reserved[decodes] = _held(sched, _kv_tokens(st, decodes))
-    if int(st.reserved[st.running].sum()) <= sched.kv_capacity_tokens:
-        return decodes
-    if sched.reserve:  # SGLang's retract_decode: its victims, then a new estimate of the ratio
-        for victim in retraction_victims(st, sched.reserve, sched.kv_capacity_tokens):
-            _preempt(st, victim)
-        st.ratio_base, st.ratio_decays = ratio_after_retraction(st, sched.reserve), 0
-    while int(st.reserved[st.running].sum()) > sched.kv_capacity_tokens and len(st.running) > 1:
-        _preempt(st, int(st.running[-1]))  # vLLM: the latest admitted first
-    return decodes[np.isin(decodes, st.running)]
-
-
-def _preempt(st: _State, victim: int) -> None:
-    """Free a running request's KV; it waits first in line to recompute its prompt and what it generated."""
-    st.running = st.running[st.running != victim]
-    st.prompt[victim] = st.req.input_len[victim] + max(int(st.generated[victim]) - 1, 0)
-    st.done[victim], st.reserved[victim] = 0, 0
-    st.waiting.appendleft(victim)
-
-
 def _stretch_length(st: _State, sched: Schedule, decodes: np.ndarray, durations_of) -> int:
     """Decode steps until the next event: a request finishes, a request arrives (it may join the
     next step), or (under "grow") the KV cache may run out."""
     k = int((st.req.output_len[decodes] - st.generated[decodes]).min())
     if sched.kv_reservation == "grow":
-        k = _steps_in_kv(st, sched, decodes, k)
+        k = steps_in_kv(st, sched, decodes, k)
     if st.next_arrival < len(st.arrival) and np.isfinite(st.arrival[st.next_arrival]):
         ends = st.t + np.cumsum(durations_of(k))
         k = min(k, sched.next_poll(st.since_poll, int(np.searchsorted(ends, st.arrival[st.next_arrival])) + 1))
     return max(1, k)
 
 
-def _steps_in_kv(st: _State, sched: Schedule, decodes: np.ndarray, most: int) -> int:
-    """The most decode steps (1 at least, ``most`` at most) whose KV blocks all fit: after j steps
-    each decoding request holds blocks for j more tokens (bisection on the monotone block sum)."""
-    others = int(st.reserved[st.running].sum() - st.reserved[decodes].sum())
-    held = _kv_tokens(st, decodes)
-
-    def fits(j: int) -> bool:
-        return others + int(_held(sched, held + j - 1).sum()) <= sched.kv_capacity_tokens
-
-    low, high = 1, most
-    if fits(high):
-        return high
-    while high - low > 1:
-        middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
-    return low
-
-
 def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.ndarray, fast_forward: bool) -> None:
     """Decode steps of one batch up to the next event, in one move: step j's context is the
     first step's plus j x batch, so its GPU time is the first step's plus j x batch x (per position)."""
     before = len(st.waiting)
-    decodes = _make_room(st, sched, decodes)
+    decodes = make_room(st, sched, decodes)
     retracted = len(st.waiting) > before
     fast_forward = fast_forward and not retracted  # a preempted request may come back next step
     b, calls = len(decodes), sched.scheduler_steps
-    context = float(_kv_tokens(st, decodes).sum())
+    context = float(kv_tokens(st, decodes).sum())
     first = step.gpu_s(decodes=b, context=context, prefill_tokens=0, pairs=0.0, sampled=b)
     slope = step.num_layers * step.decode_s_per_position * b
 
@@ -343,7 +277,7 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     _stamp_decodes(st, decodes, delivered_at(sched, ends, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
                    calls)
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
-        st.reserved[decodes] = _held(sched, _kv_tokens(st, decodes) - 1)
+        st.reserved[decodes] = held_tokens(sched, kv_tokens(st, decodes) - 1)
     st.t = float(ends[-1])
     if sched.reserve:  # each decode step without a retraction decays the ratio (forward_decode_batch)
         st.ratio_decays += k - int(retracted)
