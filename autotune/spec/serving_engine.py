@@ -180,6 +180,9 @@ class ServingEngine:
     # weights to, on GPUs without FP4 tensor cores (vLLM's Marlin path); (): held as the checkpoint's
     mxfp4_weight_only_pad: tuple[int, ...] = ()
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
+    # its expert parallelism without an all-to-all runs the experts' activation, output zeroing and sum on every
+    # routed row, its own experts' or not (vLLM's Triton fused MoE with an expert_map: cost/expert_map.py)
+    moe_ep_masked_rows: bool = False
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
     # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
