@@ -26,6 +26,7 @@ from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s
 from autotune.cost.expert_map import masked_rows_s, triton_experts
 from autotune.cost.expert_tiles import expert_row_share
+from autotune.cost.moe_configs import untuned_experts
 from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
@@ -60,12 +61,14 @@ _W4A16_MOE_CLASS, _W4A16_CEILING_CLASS = "serving_moe_w4a16", "expert_gemm_w4a16
 
 
 @lru_cache(maxsize=64)
-def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "") -> ClusterSpec:
+def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "",
+                    untuned_moe: bool = False) -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
     ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
     serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
     FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
-    the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); the same object
+    the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); with ``untuned_moe`` (no
+    tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; the same object
     where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS} \
@@ -79,6 +82,9 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
                 if op_class == "gemm" and (_EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
     serving |= {(_W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                 if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
+    if untuned_moe:
+        serving |= {(_EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+                    if op_class == f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}_untuned"}
     if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
         serving |= {(_EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
@@ -221,7 +227,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
-               moe_ep_masked_rows: bool = False, decode_attention: tuple[float, float] | None = None,
+               moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None,
                mla_bmm: tuple[float, float] | None = None) -> StepModel:
@@ -235,6 +241,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
     ``moe_ep_masked_rows``: EP without an all-to-all runs the experts' elementwise work on every routed row (expert_map.py);
+    ``moe_tuned_configs``: the release whose tuned fused-MoE configs the engine ships (moe_configs.py);
     ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
     ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
     ``prefill_attention``: its measured prompt-attention op for non-MLA layers
@@ -248,7 +255,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     masked = moe_ep_masked_rows and triton_experts(cluster.device, weight_dtype)
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
+    untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
                        prefill_attention, mla_bmm if model.is_mla else None, masked)
