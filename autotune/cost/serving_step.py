@@ -24,7 +24,9 @@ import numpy as np
 
 from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s
+from autotune.cost.expert_map import masked_rows_s, triton_experts
 from autotune.cost.expert_tiles import expert_row_share
+from autotune.cost.moe_configs import untuned_experts
 from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
@@ -59,12 +61,14 @@ _W4A16_MOE_CLASS, _W4A16_CEILING_CLASS = "serving_moe_w4a16", "expert_gemm_w4a16
 
 
 @lru_cache(maxsize=64)
-def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "") -> ClusterSpec:
+def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "",
+                    untuned_moe: bool = False) -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
     ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
     serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
     FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
-    the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); the same object
+    the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); with ``untuned_moe`` (no
+    tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; the same object
     where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS} \
@@ -78,6 +82,9 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
                 if op_class == "gemm" and (_EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
     serving |= {(_W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                 if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
+    if untuned_moe:
+        serving |= {(_EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+                    if op_class == f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}_untuned"}
     if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
         serving |= {(_EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
@@ -220,7 +227,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
-               decode_attention: tuple[float, float] | None = None,
+               moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None,
                mla_bmm: tuple[float, float] | None = None) -> StepModel:
@@ -233,6 +240,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
     ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
+    ``moe_ep_masked_rows``: EP without an all-to-all runs the experts' elementwise work on every routed row (expert_map.py);
+    ``moe_tuned_configs``: the release whose tuned fused-MoE configs the engine ships (moe_configs.py);
     ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
     ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
     ``prefill_attention``: its measured prompt-attention op for non-MLA layers
@@ -245,10 +254,12 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     rate = _gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
     backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend), shape, weight_dtype,
+    masked = moe_ep_masked_rows and triton_experts(cluster.device, weight_dtype)
+    untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
-                       prefill_attention, mla_bmm if model.is_mla else None)
+                       prefill_attention, mla_bmm if model.is_mla else None, masked)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -259,7 +270,8 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
-                decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None) -> StepModel:
+                decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None,
+                masked_rows=False) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -294,7 +306,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
         # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
         padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if _pads(weight_dtype, device, mxfp4_pad) else 1.0
         linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
-                                                    tokens, moe_backend)
+                                                    tokens, moe_backend, masked_rows)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
     prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
@@ -381,14 +393,16 @@ def _has_fit(device, dtype: str) -> bool:
 
 
 def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape,
-               weight_dtype: str, rate_dtype: str, tokens: np.ndarray, moe_backend: str = "") -> np.ndarray:
+               weight_dtype: str, rate_dtype: str, tokens: np.ndarray, moe_backend: str = "",
+               masked_rows: bool = False) -> np.ndarray:
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
     every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py; a weight-only 4-bit kernel's
     large-batch rate, where the device fits one, bounds their unpadded FLOPs), split over ep
     groups of tp / ep GPUs, and the permutes around them; their exchange is moe_exchange_s's. With
     ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
-    rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all."""
+    rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all.
+    ``masked_rows``: EP inside the TP group runs the elementwise work on every routed row (expert_map.py)."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
     # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
@@ -404,7 +418,11 @@ def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clus
         device = cluster.device.with_changes(compute={**cluster.device.compute, ("gemm", rate_dtype): ceiling})
         time = np.maximum(time, ops_s(experts, device, weight_dtype, rate_dtype, busiest / shape.ep,
                                       shape.tp // shape.ep, reached))
-    return time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
+    time = time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
+    if masked_rows and shape.ep > 1 and not shape.attention_dp:
+        time = time + masked_rows_s(experts, moves, _expert_device(cluster.device), cluster.device, weight_dtype,
+                                    rate_dtype, tokens, busiest / shape.ep, shape.tp // shape.ep, model.hidden_size, k)
+    return time
 
 
 @lru_cache(maxsize=64)

@@ -180,6 +180,12 @@ class ServingEngine:
     # weights to, on GPUs without FP4 tensor cores (vLLM's Marlin path); (): held as the checkpoint's
     mxfp4_weight_only_pad: tuple[int, ...] = ()
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
+    # its expert parallelism without an all-to-all runs the experts' activation, output zeroing and sum on every
+    # routed row, its own experts' or not (vLLM's Triton fused MoE with an expert_map: cost/expert_map.py)
+    moe_ep_masked_rows: bool = False
+    # the release whose tuned fused-MoE configs it ships (autotune/data/vllm_moe_configs.toml): a BF16 / per-tensor
+    # FP8 expert shape without one runs the default tiles, at serving_moe_gemm_<engine>_untuned (cost/moe_configs.py)
+    moe_tuned_configs: str = ""
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
     # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
@@ -219,6 +225,7 @@ class ServingEngine:
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
         require_choice("serving.engine", self.engine, SERVING_ENGINES)
         require(isinstance(self.version, str) and self.version != "", "serving.version", "must name a release")
+        require(isinstance(self.moe_tuned_configs, str), "serving.moe_tuned_configs", "must name a release or be empty")
         require_choice("serving.scheduler", self.scheduler, SCHEDULERS)
         require_choice("serving.batch_rule", self.batch_rule, BATCH_RULES)
         require_choice("serving.kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
