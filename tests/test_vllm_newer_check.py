@@ -87,3 +87,17 @@ def test_async_scheduling_in_the_notes_overlaps_the_v1_host_with_the_gpu():
     checks = {c.row_id: c for c in check_serving_rows(_rows("vn-go-12", "vn-go-14"))}
     # TP 2 with --async-scheduling decodes 4 requests faster than TP 1 without it, as measured (8.31 -> 5.75 ms)
     assert checks["vn-go-14"].predicted < checks["vn-go-12"].predicted
+
+
+def test_the_qwen_teams_fp8_checkpoint_is_priced_with_its_block_scales():
+    # Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 stores 128 x 128 block-scaled FP8 (its model card); the preset
+    # (BF16 release) does not say so, so the row's checkpoint does: block-scaled FP8 linears and experts
+    fp8 = case_from_row(_rows("vn-qw-03")[0])
+    assert fp8.deployment.weight_dtype == "fp8"
+    assert fp8.deployment.model.fp8_block_scaled
+    assert any("128 x 128 blocks" in note for note in fp8.assumed)
+    bf16 = case_from_row(_rows("vn-qw-01")[0])  # the BF16 release: nothing to scale
+    assert not bf16.deployment.model.fp8_block_scaled
+    # another publisher's FP8 release of the same model (ModelOpt, per-tensor) keeps the per-tensor format
+    nvidia = dict(_rows("vn-qw-03")[0], hf_model_id="nvidia/Qwen3-235B-A22B-FP8")
+    assert not case_from_row(nvidia).deployment.model.fp8_block_scaled

@@ -130,6 +130,19 @@ def name_precision(model: str, hf_model_id: str = "") -> str:
     return stated or released
 
 
+# Checkpoints whose FP8 weights carry 128 x 128 block scales where the preset's model does not say so, by
+# organisation and name: the Qwen team's own -FP8 releases (Qwen/Qwen3-235B-A22B-Instruct-2507-FP8 model card:
+# "fine-grained fp8 quantization with block size of 128"; config.json quantization_config quant_method fp8,
+# weight_block_size [128, 128]); others' FP8 releases of the same models (nvidia/*-FP8, ModelOpt) are per-tensor.
+_BLOCK_SCALED_FP8 = (("qwen/qwen3", "-fp8"),)
+
+
+def block_scaled_fp8(hf_model_id: str) -> bool:
+    """Whether the checkpoint ``hf_model_id`` names stores block-scaled FP8 weights (_BLOCK_SCALED_FP8)."""
+    name = hf_model_id.strip().lower()
+    return any(name.startswith(org) and name.endswith(suffix) for org, suffix in _BLOCK_SCALED_FP8)
+
+
 # The format a preset's released checkpoint is stored in, where it is not BF16: a row that states no
 # precision serves that (what an engine loads from the checkpoint as published).
 NATIVE_PRECISIONS = {

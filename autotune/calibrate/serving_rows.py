@@ -21,8 +21,8 @@ from autotune.calibrate.serving_degrees import row_degrees, row_int
 from autotune.calibrate.serving_flags import adp_balance_flags, attention_backend_flags, limit_flags, note_number as _number
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
-from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, engine_name, gpu_cluster, model_preset, \
-    name_precision, precision_name, served_precision
+from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
+    model_preset, name_precision, precision_name, served_precision
 from autotune.calibrate.serving_generated import generated_outputs
 from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, load_words, metric_name, per_user_rate, \
@@ -35,6 +35,7 @@ from autotune.cost.serving_load import METRICS, Load
 from autotune.errors import AutotuneError
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.hardware_data import load_cluster
+from autotune.spec.model import ModelSpec
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
 from autotune.spec.serving_engine import VLLM_V1_RELEASE, ServingEngine, release_number
@@ -302,11 +303,19 @@ def _precision(row: dict, runtime: Runtime, system: PublishedSystem | None, mode
     return served, assumed + ((how,) if how else ())
 
 
+def _checkpoint_scales(model: ModelSpec, hf_model_id: str) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The model with its checkpoint's FP8 block scales where the checkpoint named has them and the preset not."""
+    if model.fp8_block_scaled or not block_scaled_fp8(hf_model_id):
+        return model, ()
+    return model.with_changes(fp8_block_scaled=True), (f"FP8 weights in 128 x 128 blocks ({hf_model_id})",)
+
+
 def case_from_row(row: dict) -> ServingCase:
     """The row as a case to simulate, or RowProblem with the reason."""
     try:
         runtime, engine_notes = _engine(row)
         model = resolve_model(model_preset(row["model"], row.get("hf_model_id", "")))
+        model, checkpoint_notes = _checkpoint_scales(model, row.get("hf_model_id", ""))
         cluster = load_cluster(gpu_cluster(row["gpu"]))
         # the scenario from the load, or the benchmark's name (MLPerf v5.0's llama2-70b-interactive)
         scenario_text = f"{row['concurrency_or_batch']} {row['model']}"
@@ -314,7 +323,7 @@ def case_from_row(row: dict) -> ServingCase:
         runtime, system_notes = _with_system(runtime, system)
         d = row_degrees(row, system)
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
-        assumed = engine_notes + system_notes + d.assumed + precision_notes
+        assumed = engine_notes + system_notes + d.assumed + precision_notes + checkpoint_notes
         phase = phase_row(row, gpus=d.gpus, gpus_per_node=cluster.gpus_per_node)
         eplb = d.ep > 1 and model.is_moe and eplb_from_notes(row.get("notes", ""))
         if phase is not None:
