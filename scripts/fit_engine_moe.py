@@ -29,6 +29,7 @@ from autotune.cost import serving_step as ss
 from autotune.cost.expert_map import masked_rows_s
 from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.runtime_kernels import runtime_cluster
+from autotune.cost.serving_experts import expert_device, full_hidden
 from autotune.cost.serving_ops import ops_s, select_ops
 from autotune.graph.table import model_tables
 from autotune.spec.hardware import Regression
@@ -59,7 +60,7 @@ def pricer(cluster_name: str, dtype: str, moe_backend: str = "", masked_rows: bo
     rt = load_runtime("tensorrt-llm-1.0")
     base = resolve_model(BASE_MODEL)
     cluster = ss.serving_cluster(runtime_cluster(load_cluster(cluster_name).for_gpus(8), rt), rt.serving.nvfp4_gemm_fit)
-    device = ss._expert_device(cluster.device)
+    device = expert_device(cluster.device)
     rate = ss._gemm_rate_dtype(device, dtype, "bf16")
     cache = {}
 
@@ -69,8 +70,8 @@ def pricer(cluster_name: str, dtype: str, moe_backend: str = "", masked_rows: bo
             m = base.with_changes(hidden_size=h, expert_ffn_hidden_size=inter, num_experts_per_token=k, num_experts=e)
             t = model_tables(m, 1, 2, "flash")
             keep = np.array([n in ("permute", "unpermute") for n in t.moe_layer.names])
-            # as serving_step._experts_s runs a TP-split expert: its input rows and output partial sums whole
-            experts, moves = ss._full_hidden(replace(t.experts, weight_bytes=t.experts.weight_bytes / ep),
+            # as serving_experts.experts_s runs a TP-split expert: its input rows and output partial sums whole
+            experts, moves = full_hidden(replace(t.experts, weight_bytes=t.experts.weight_bytes / ep),
                                              select_ops(t.moe_layer, keep))
             cache[key] = (m, experts, moves, ep, moe_tp, {})
         return cache[key]

@@ -30,8 +30,8 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.serving_collectives import layer_collectives_s
 from autotune.cost.serving_eval import _tp_allreduce, engine_moe_backend, replica_step_model
 from autotune.cost.serving_ops import ops_s, select_ops
-from autotune.cost.serving_step import (ReplicaShape, _experts_s, _gemm_rate_dtype, _routed_moves, serving_cluster,
-                                        trtllm_gen_moe)
+from autotune.cost.serving_experts import experts_s, routed_moves
+from autotune.cost.serving_step import ReplicaShape, _gemm_rate_dtype, serving_cluster, trtllm_gen_moe
 from autotune.graph.table import model_tables
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -114,8 +114,8 @@ def model_decode_s(row: dict, batch: int, context: float) -> dict[str, float]:
     dense, moe = tables.layer_counts()
     one = np.array([0.0, float(batch)])
     parts["allreduces"] = float(layer_collectives_s(dep.model, cluster, shape, span, one, dense, moe, _tp_allreduce(dep, shape))[1])
-    moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
-    parts["experts"] = moe * float(_experts_s(tables.experts, moves, dep.model, cluster, shape, dep.dtype, rate, one, backend)[1])
+    moves = select_ops(tables.moe_layer, routed_moves(tables.moe_layer))
+    parts["experts"] = moe * float(experts_s(tables.experts, moves, dep.model, cluster, shape, dep.dtype, rate, one, backend)[1])
     parts["mla_bmm (absorbed, measured; kv_up above is not in linear_s then)"] = step.up_projection_s(batch, 0)
     return parts | {"attention": attention, "head": float(step.head_s[batch]),
                     "linear_s (all but attention, head)": float(step.linear_s[batch]), "gpu_step": gpu}

@@ -97,11 +97,11 @@ def test_fused_allreduce_drops_the_layer_norms_and_residuals_under_tp_only():
 
 def test_trtllm_gen_moe_routes_inside_its_kernel():
     """The TRTLLM-Gen MoE takes the router's logits: no separate top-k kernel in the layer, the rest kept."""
-    from autotune.cost.serving_step import _routing_in_kernel
+    from autotune.cost.serving_experts import routing_in_kernel
     from autotune.graph.table import model_tables
 
     layer = model_tables(resolve_model("deepseek-v3"), 1, 2, "flash").moe_layer
-    fused = _routing_in_kernel(layer)
+    fused = routing_in_kernel(layer)
     assert "router_topk" in layer.names and "router_topk" not in fused.names
     assert [n for n in layer.names if n != "router_topk"] == list(fused.names)
 

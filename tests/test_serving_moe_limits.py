@@ -42,17 +42,17 @@ def test_tile_padding_slows_small_moe_steps_where_compute_bound():
     import numpy as np
 
     from autotune.cost.serving_step import ReplicaShape, step_model
-    from autotune.cost import serving_step
+    from autotune.cost import serving_experts, serving_step
 
     model, cluster = resolve_model("mixtral-8x7b"), load_cluster("dgx-h100").for_gpus(8)
     padded = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
-    original = serving_step.expert_row_share
+    original = serving_experts.expert_row_share
     try:
-        serving_step.expert_row_share = lambda tokens, *a: np.ones_like(np.asarray(tokens, dtype=float))
+        serving_experts.expert_row_share = lambda tokens, *a: np.ones_like(np.asarray(tokens, dtype=float))
         serving_step._step_model.cache_clear()
         flat = step_model(model, cluster, ReplicaShape(tp=8), weight_dtype="bf16", kv_bytes=2.0, max_tokens=2048, max_sampled=1)
     finally:
-        serving_step.expert_row_share = original
+        serving_experts.expert_row_share = original
         serving_step._step_model.cache_clear()
     assert np.all(padded.linear_s >= flat.linear_s - 1e-12)
     assert padded.linear_s[2048] > 1.02 * flat.linear_s[2048]  # compute-bound: 512 rows per expert, ~6% padding

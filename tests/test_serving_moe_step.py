@@ -4,7 +4,7 @@ has multi-node NVLink), and a KV head is never split across TP ranks."""
 
 import pytest
 
-from autotune.cost import serving_step
+from autotune.cost import serving_experts, serving_step
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model
 from autotune.cost.serving_step import ReplicaShape, step_model
 from autotune.errors import AutotuneError
@@ -24,7 +24,7 @@ def test_tp_split_experts_move_every_routed_row_whole(monkeypatch):
     # each TP rank of an expert takes all its rows at full hidden size (only the intermediate width
     # splits), so at many tokens TP-split experts cost more than the same GPUs holding whole experts
     # under balanced routing (EP's busiest rank, cost/moe_skew.py, is test_moe_skew.py's)
-    monkeypatch.setattr(serving_step, "busiest_rank_skew", lambda model, ep, tokens, eplb: 1.0 + 0.0 * tokens)
+    monkeypatch.setattr(serving_experts, "busiest_rank_skew", lambda model, ep, tokens, eplb: 1.0 + 0.0 * tokens)
     serving_step._step_model.cache_clear()  # the balanced steps must not be served from, or left in, the cache
     try:
         tp_split, ep_split = _step(ReplicaShape(tp=8)), _step(ReplicaShape(tp=8, ep=8))

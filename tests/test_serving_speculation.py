@@ -10,7 +10,7 @@ import pytest
 from autotune.calibrate.serving_published import check_serving_csv
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.calibrate.serving_speculation import speculation_from_notes
-from autotune.cost import serving_ops, serving_step
+from autotune.cost import serving_experts, serving_ops, serving_step
 from autotune.cost.checkpoint_layout import bf16_attention
 from autotune.cost.serving_eval import ServingDeployment, replica_step_model, run_serving
 from autotune.cost.serving_load import Load, metric_value
@@ -102,7 +102,7 @@ def test_mla_nvfp4_checkpoints_keep_attention_in_bf16(monkeypatch):
     # the same checkpoint with its attention projections in NVFP4 too: fewer bytes held, and its attention GEMMs
     # priced at another rate (at batch 1 the NVFP4 fit, activation quantization included, is the slower one)
     serving_step._step_model.cache_clear()
-    monkeypatch.setattr(serving_step, "bf16_attention", lambda model, dtype: False)  # the GEMMs priced
+    monkeypatch.setattr(serving_experts, "bf16_attention", lambda model, dtype: False)  # the GEMMs priced
     monkeypatch.setattr(serving_ops, "bf16_attention", lambda model, dtype: False)  # the weights held
     try:
         all_fp4 = replica_step_model(dep, max_tokens=1, max_sampled=1)

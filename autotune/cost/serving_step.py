@@ -17,27 +17,26 @@ the experts the step's tokens reach (``E (1 - (1 - k/E)^n)`` of them) inside it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
 from autotune.cost.comm import collective_time_s
-from autotune.cost.expert_map import masked_rows_s, triton_experts
-from autotune.cost.expert_tiles import expert_row_share
+from autotune.cost.expert_map import triton_experts
 from autotune.cost.moe_configs import untuned_experts
-from autotune.cost.moe_skew import busiest_rank_skew
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
 from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives_s, moe_exchange_s,
                                                prefill_exchange_extra_s, stage_sends_s)
+from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, experts_s, has_gemm_fit, non_expert_s,
+                                           pads_experts, routed_moves, routing_in_kernel)
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
-                                       fused_residual_adds, not_attention, ops_s, select_ops, unfused, weight_bytes_per_param,
+                                       fused_residual_adds, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
 from autotune.errors import require
-from autotune.graph.table import OpTable, model_tables
+from autotune.graph.table import model_tables
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
@@ -50,14 +49,14 @@ __all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param", 
 # Engine's cuBLASLt GEMMs) and the other engines keep.
 _SERVING_GEMM_CLASS = "serving_gemm"
 # Likewise its MoE layer's grouped GEMMs (regressions.serving_moe_gemm): under "linear" they take the key
-# _EXPERT_GEMM_CLASS, which _experts_s prices the expert GEMMs with.
-_SERVING_MOE_GEMM_CLASS, _EXPERT_GEMM_CLASS = "serving_moe_gemm", "expert_gemm"
+# EXPERT_GEMM_CLASS, which experts_s prices the expert GEMMs with.
+_SERVING_MOE_GEMM_CLASS = "serving_moe_gemm"
 # TensorRT-LLM's other MoE backend (moe_config backend TRTLLM: TRTLLMGenFusedMoE, Blackwell), measured
 # as its own fit (regressions.serving_moe_gemm_trtllm_gen); it runs a per-step token tile (expert_tiles.py)
 _TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
 # An engine's weight-only 4-bit MoE kernel (vLLM's Marlin on Hopper) at large batches, where its rate falls below
 # the BF16 GEMM fit (regressions.serving_moe_w4a16_<engine>.bf16): a ceiling on the experts' unpadded FLOPs
-_W4A16_MOE_CLASS, _W4A16_CEILING_CLASS = "serving_moe_w4a16", "expert_gemm_w4a16"
+_W4A16_MOE_CLASS = "serving_moe_w4a16"
 
 
 @lru_cache(maxsize=64)
@@ -71,22 +70,22 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; the same object
     where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
-    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: _EXPERT_GEMM_CLASS} \
+    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: EXPERT_GEMM_CLASS} \
         if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
-                                             f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": _EXPERT_GEMM_CLASS}
+                                             f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": EXPERT_GEMM_CLASS}
     formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
     # a format whose linear is measured and its MoE layer not: the experts keep the sweep, not the linear's fit
-    serving |= {(_EXPERT_GEMM_CLASS, fmt): device.compute[("gemm", fmt)] for op_class, fmt in list(serving)
-                if op_class == "gemm" and (_EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
-    serving |= {(_W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+    serving |= {(EXPERT_GEMM_CLASS, fmt): device.compute[("gemm", fmt)] for op_class, fmt in list(serving)
+                if op_class == "gemm" and (EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
+    serving |= {(W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                 if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
     if untuned_moe:
-        serving |= {(_EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+        serving |= {(EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}_untuned"}
     if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
-        serving |= {(_EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
+        serving |= {(EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
     if not serving:
         return cluster
@@ -101,9 +100,9 @@ def _gemm_rate_dtype(device, weight_dtype: str, mxfp4_activation: str) -> str:
     activation format (``mxfp4_activation``: BF16, or MXFP8 at the FP8 tensor-core rate: FP4 x FP8
     operands take tcgen05.mma kind::f8f6f4, the FP8 rate; only FP4 x FP4, kind::mxf4, gets the FP4 rate)."""
     if weight_dtype == "nvfp4":
-        return "nvfp4" if _has_fit(device, "nvfp4") else "bf16"
+        return "nvfp4" if has_gemm_fit(device, "nvfp4") else "bf16"
     if weight_dtype == "mxfp4":
-        return mxfp4_activation if _has_fit(device, "nvfp4") and _has_fit(device, mxfp4_activation) else "bf16"
+        return mxfp4_activation if has_gemm_fit(device, "nvfp4") and has_gemm_fit(device, mxfp4_activation) else "bf16"
     return weight_dtype
 
 
@@ -286,26 +285,26 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
     layer, moe_layer = (unfused(tables.layer), unfused(tables.moe_layer) if moe else None) if fused \
         else (tables.layer, tables.moe_layer)
-    moe_layer = _routing_in_kernel(moe_layer) if moe and moe_backend == "trtllm" else moe_layer
+    moe_layer = routing_in_kernel(moe_layer) if moe and moe_backend == "trtllm" else moe_layer
     if residual_fused and not fused:  # an all-reduce that runs the adds already took them out
         layer, moe_layer = fused_residual_adds(layer), fused_residual_adds(moe_layer) if moe else None
     up = {}
     if mla_bmm is not None:  # kv_up apart: the GEMM on prompt tokens, the measured BMMs on decodes
-        up = dict(prompt_up_s=(dense + moe) * _non_expert_s(select_ops(layer, is_kv_up(layer)), model, device, other,
+        up = dict(prompt_up_s=(dense + moe) * non_expert_s(select_ops(layer, is_kv_up(layer)), model, device, other,
                                                              other_rate, tokens, shape.op_tp),
                   decode_bmm_s=decode_bmm_s(mla_bmm, dense + moe, tokens))
         up["prompt_up_s"][0] = 0.0
         layer, moe_layer = select_ops(layer, ~is_kv_up(layer)), select_ops(moe_layer, ~is_kv_up(moe_layer)) if moe else None
-    own = dense * _non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
+    own = dense * non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
-        own = own + moe * _non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
+        own = own + moe * non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
     linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe, tp_allreduce) + stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
-        moves = select_ops(tables.moe_layer, _routed_moves(tables.moe_layer))
+        moves = select_ops(tables.moe_layer, routed_moves(tables.moe_layer))
         # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
-        padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if _pads(weight_dtype, device, mxfp4_pad) else 1.0
-        linear = linear + moe * padded * _experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
+        padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if pads_experts(weight_dtype, device, mxfp4_pad) else 1.0
+        linear = linear + moe * padded * experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
                                                     tokens, moe_backend, masked_rows)
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
@@ -324,109 +323,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      **attention_coefficients(model, device, shape, kv_bytes, decode_attention, mla_attention,
                                                prefill_attention),
                      weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
-                                                           mxfp4_pad if _pads(weight_dtype, device, mxfp4_pad) else ()),
+                                                           mxfp4_pad if pads_experts(weight_dtype, device, mxfp4_pad) else ()),
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
                      prefill_exchange_s=prefill_extra, **up)
-
-
-def _routing_in_kernel(moe_layer: OpTable) -> OpTable:
-    """The MoE layer without its top-k kernel: the TRTLLM-Gen fused MoE takes the router's logits and
-    routes inside (FlashInfer trtllm_fp4_block_scale_moe(routing_logits, routing_bias, ...): sigmoid,
-    correction bias, group-limited top-k and renormalization in its routing kernel; TensorRT-LLM's
-    TRTLLMGenFusedMoE passes router_logits the same way), and its measured fit times the module from
-    the logits (aiconfigurator @095f58a5 collector/sglang/collect_moe.py: TopK then the MoE layer)."""
-    return select_ops(moe_layer, np.array([n != "router_topk" for n in moe_layer.names]))
-
-
-def _pads(weight_dtype: str, device, mxfp4_pad: tuple) -> bool:
-    """Whether the engine's weight-only MXFP4 kernel pads the experts: MXFP4 weights on a GPU without
-    FP4 tensor cores (_gemm_rate_dtype's test) where the engine states a padding."""
-    return bool(mxfp4_pad) and weight_dtype == "mxfp4" and not _has_fit(device, "nvfp4")
-
-
-# The MoE layer's row moves (graph/moe_ops.py): permute writes each token once per expert it routes to,
-# unpermute reads those rows back and sums them. They run on the rows the rank's experts take.
-_ROUTED_MOVES = ("permute", "unpermute")
-
-
-def _routed_moves(table: OpTable) -> np.ndarray:
-    return np.array([n in _ROUTED_MOVES for n in table.names])
-
-
-def _full_hidden(experts: OpTable, moves: OpTable) -> tuple[OpTable, OpTable]:
-    """The routed experts' tables as a TP-split expert runs them: every rank of an expert's TP group
-    takes its routed rows whole (the up GEMM's input, the permuted rows, at the full hidden size) and
-    writes the down GEMM's partial sums at the full hidden size, which unpermute reads back; only the
-    intermediate width splits (vLLM's FusedMoE: intermediate_size_per_partition = intermediate_size //
-    tp_size, hidden_size whole, model_executor/layers/fused_moe/layer.py; TensorRT-LLM's fused MoE the
-    same by moe_tp_size, as aiconfigurator's collector keys its shapes: inter_size // moe_tp_size,
-    collector/trtllm/collect_moe.py @095f58a5). Its measured TP-split layer (moe_tp 8, h100_sxm
-    moe_perf.parquet there) runs 2-3x the time of the split-everything pricing at 1k-4k tokens."""
-    up_in = np.array([n == "expert_up" for n in experts.names])
-    down_out = np.array([n == "expert_down" for n in experts.names])
-    experts = replace(experts, in_split=experts.in_split & ~up_in, out_split=experts.out_split & ~down_out)
-    none = np.zeros(len(moves.names), dtype=bool)
-    return experts, replace(moves, in_split=none, out_split=none)
-
-
-def _non_expert_s(layer: OpTable, model: ModelSpec, device, dtype: str, rate_dtype: str, tokens: np.ndarray,
-                  tp: int) -> np.ndarray:
-    """The operators of a layer but attention and the routed experts (their permute and unpermute
-    with them, _experts_s), attention projections in BF16 where the checkpoint keeps them so
-    (cost/checkpoint_layout.py)."""
-    table = select_ops(layer, not_attention(layer) & ~_routed_moves(layer))
-    if not bf16_attention(model, dtype):
-        return ops_s(table, device, dtype, rate_dtype, tokens, tp)
-    attention = attention_gemms(table)
-    return (ops_s(select_ops(table, attention), device, "bf16", "bf16", tokens, tp)
-            + ops_s(select_ops(table, ~attention), device, dtype, rate_dtype, tokens, tp))
-
-
-def _has_fit(device, dtype: str) -> bool:
-    try:
-        device.regression("gemm", dtype)
-    except Exception:  # noqa: BLE001 - a profile without that format's fit
-        return False
-    return True
-
-
-def _experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape,
-               weight_dtype: str, rate_dtype: str, tokens: np.ndarray, moe_backend: str = "",
-               masked_rows: bool = False) -> np.ndarray:
-    """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
-    weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
-    every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py; a weight-only 4-bit kernel's
-    large-batch rate, where the device fits one, bounds their unpadded FLOPs), split over ep
-    groups of tp / ep GPUs, and the permutes around them; their exchange is moe_exchange_s's. With
-    ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
-    rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all.
-    ``masked_rows``: EP inside the TP group runs the elementwise work on every routed row (expert_map.py)."""
-    e, k = model.num_experts, model.num_experts_per_token
-    reached = 1.0 - (1.0 - k / e) ** tokens
-    # each EP group holds E / ep experts, each split over tp / ep GPUs: W / tp a GPU, and takes the
-    # rows routed to its experts (n k / ep under balanced routing, times the skew on the busiest),
-    # permuted and unpermuted whole; its experts' rows are as many times their mean, so pad as those
-    busiest = tokens * busiest_rank_skew(model, shape.ep, tokens, eplb=shape.eplb)
-    padded = expert_row_share(busiest, e, k, rate_dtype, moe_backend)
-    experts, moves = _full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
-    time = ops_s(experts, _expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
-                  shape.tp // shape.ep, reached, padded)
-    ceiling = cluster.device.compute.get((_W4A16_CEILING_CLASS, rate_dtype))
-    if ceiling is not None and weight_dtype in STORED_BYTES:  # 4-bit weights run weight-only at this rate
-        device = cluster.device.with_changes(compute={**cluster.device.compute, ("gemm", rate_dtype): ceiling})
-        time = np.maximum(time, ops_s(experts, device, weight_dtype, rate_dtype, busiest / shape.ep,
-                                      shape.tp // shape.ep, reached))
-    time = time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)
-    if masked_rows and shape.ep > 1 and not shape.attention_dp:
-        time = time + masked_rows_s(experts, moves, _expert_device(cluster.device), cluster.device, weight_dtype,
-                                    rate_dtype, tokens, busiest / shape.ep, shape.tp // shape.ep, model.hidden_size, k)
-    return time
-
-
-@lru_cache(maxsize=64)
-def _expert_device(device):
-    """``device`` with its expert grouped-GEMM fits (serving_cluster's) as its GEMM fits."""
-    experts = {("gemm", dtype): fit for (op_class, dtype), fit in device.compute.items() if op_class == _EXPERT_GEMM_CLASS}
-    return device.with_changes(compute={**device.compute, **experts}) if experts else device
