@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from autotune.cost import serving_experts
 from autotune.cost import serving_step as ss
 from autotune.calibrate.serving_phrases import eplb_from_notes
 from autotune.cost.moe_skew import DEEPSEEK_ALPHA, EPLB_SKEW, OTHER_MOE_ALPHA, busiest_rank_skew, routing_alpha
@@ -69,7 +70,7 @@ def test_the_ep_step_waits_for_the_busiest_rank(monkeypatch):
         return ss._step_model.__wrapped__(m, cluster, shape, "fp8", 1.0, tokens, 8, "bf16").linear_s
 
     skewed = step(4096)
-    monkeypatch.setattr(ss, "busiest_rank_skew", lambda model, ep, tokens, eplb: np.ones_like(np.asarray(tokens, float)))
+    monkeypatch.setattr(serving_experts, "busiest_rank_skew", lambda model, ep, tokens, eplb: np.ones_like(np.asarray(tokens, float)))
     balanced = step(4096)
     ratio = skewed[[256, 4096]] / balanced[[256, 4096]]
     # a decode-sized step reads its experts' weights whatever the rows; a large one computes the rows
