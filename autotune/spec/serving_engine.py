@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from autotune.errors import AutotuneError, require, require_choice
+from autotune.spec.serving_kernel_rows import check_kernel_rows, decode_attention_row, mla_row, prefill_attention_row
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
@@ -252,8 +253,7 @@ class ServingEngine:
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
         self._check_prompt_encode()
-        self._check_decode_attention()
-        self._check_prefill_attention()
+        check_kernel_rows(self)
         require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
                 "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
         if self.admission == "reserve_output":
@@ -309,27 +309,25 @@ class ServingEngine:
     def decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float] | None:
         """(latency_s, seconds per sequence x KV head) of its decode attention on the GPU of ``gpu_keys``
         (most specific first) with a KV cache of ``kv_bytes`` per element; None where it has no row."""
-        dtype = {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
-        rows = {(gpu, kv): (lat, per_head) for gpu, kv, lat, per_head in self.decode_attention}
-        return next((rows[(key, dtype)] for key in gpu_keys if (key, dtype) in rows), None)
+        return decode_attention_row(self.decode_attention, gpu_keys, kv_bytes)
 
     def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, float] | None:
         """(latency_s, seconds per causal FLOP) of its prompt attention at ``head_dim`` on the GPU of
         ``gpu_keys`` (most specific first); None where it has no row."""
-        rows = {(gpu, dim): (lat, per_flop) for gpu, dim, lat, per_flop in self.prefill_attention}
-        return next((rows[(key, head_dim)] for key in gpu_keys if (key, head_dim) in rows), None)
+        return prefill_attention_row(self.prefill_attention, gpu_keys, head_dim)
+
     def mla_decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,
                                  heads: int) -> tuple[float, float, float] | None:
         """(latency_s, s per sequence, s per cached position) of its MLA decode attention running
         ``heads`` query heads on the GPU of ``gpu_keys`` (most specific first) with a KV cache of
         ``kv_bytes`` per element; None where it has no row."""
-        return _mla_row(self.mla_decode_attention, gpu_keys, kv_bytes, heads)
+        return mla_row(self.mla_decode_attention, gpu_keys, kv_bytes, heads)
 
     def mla_prefill_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,
                                   heads: int) -> tuple[float, float, float] | None:
         """(latency_s, s per prompt token, s per causal pair) of its MLA prompt attention, as
         mla_decode_attention_fit looks it up."""
-        return _mla_row(self.mla_prefill_attention, gpu_keys, kv_bytes, heads)
+        return mla_row(self.mla_prefill_attention, gpu_keys, kv_bytes, heads)
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
@@ -341,41 +339,8 @@ class ServingEngine:
                 and all(a[0] < b[0] for a, b in zip(points, points[1:])), "serving.prompt_encode_s",
                 f"must be [prompt tokens, seconds] pairs, tokens >= 1 and increasing, seconds >= 0; got {points!r}")
 
-    def _check_decode_attention(self) -> None:
-        rows = self.decode_attention
-        require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
-                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:])
-                    for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.decode_attention",
-                f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head] rows, got {rows!r}")
-        for name, per in (("mla_decode_attention", "s per sequence, s per position"),
-                          ("mla_prefill_attention", "s per token, s per pair")):
-            mla = getattr(self, name)
-            require(all(isinstance(r, tuple) and len(r) == 6 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
-                        and isinstance(r[2], int) and r[2] >= 1
-                        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[3:])
-                        for r in mla) and len({r[:3] for r in mla}) == len(mla), f"serving.{name}",
-                    f"must be distinct [GPU key, 'bf16' or 'fp8', heads, latency_s, {per}] rows, got {mla!r}")
-        require(all(len(r) == 5 and r[1] in ("bf16", "fp8") and isinstance(r[2], int) and all(0 <= v < 1 for v in r[3:])
-                    for r in self.mla_bmm), "serving.mla_bmm", f"must be [GPU key, 'bf16' or 'fp8', heads, latency_s, "
-                f"seconds per token] rows, got {self.mla_bmm!r}")
-
-    def _check_prefill_attention(self) -> None:
-        rows = self.prefill_attention
-        require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], int)
-                    and r[1] > 0 and all(isinstance(v, float) and 0 < v < 1 for v in r[2:])
-                    for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.prefill_attention",
-                f"must be distinct [GPU key, head_dim, latency_s, seconds per FLOP] rows, got {rows!r}")
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _mla_row(rows: tuple, gpu_keys: tuple[str, ...], kv_bytes: float, heads: int) -> tuple[float, float, float] | None:
-    """The (latency_s, s per unit, s per unit) of ``rows`` for the first of ``gpu_keys`` with a row at the KV
-    dtype of ``kv_bytes`` per element and ``heads`` query heads a GPU; None where none has."""
-    dtype = {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
-    table = {(gpu, kv, h): tuple(r) for gpu, kv, h, *r in rows}
-    return next((table[(key, dtype, heads)] for key in gpu_keys if (key, dtype, heads) in table), None)
 
 
 SERVING_SETTING_NAMES = tuple(f.name for f in fields(ServingEngine))
