@@ -313,13 +313,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     linear[0] = own[0] = 0.0
     if exchange is not None:
         exchange[0] = 0.0
-    sampled = np.arange(max_sampled + 1, dtype=float)
-    rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
-    head = ops_s(without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
-    head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * ACT_BYTES / shape.op_tp,
-                                    span, cluster) * (not shape.attention_dp)
-    head[0] = 0.0
-    return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
+    return StepModel(linear_s=linear, head_s=_head_s(tables, model, cluster, shape, span, max_sampled),
+                     num_layers=model.num_layers,
                      **attention_coefficients(model, device, shape, kv_bytes, decode_attention, mla_attention,
                                                prefill_attention),
                      weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
@@ -328,3 +323,15 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
                      prefill_exchange_s=prefill_extra, **up)
+
+
+def _head_s(tables, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, max_sampled: int) -> np.ndarray:
+    """The LM head's seconds for 0..``max_sampled`` sampled rows: its operators on a rank's rows (its own share
+    under DP attention), then, without DP attention, the all-gather of the TP-split logits."""
+    sampled = np.arange(max_sampled + 1, dtype=float)
+    rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
+    head = ops_s(without_loss(tables.head), cluster.device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
+    head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * ACT_BYTES / shape.op_tp,
+                                    span, cluster) * (not shape.attention_dp)
+    head[0] = 0.0
+    return head
