@@ -23,7 +23,7 @@ from autotune.calibrate.serving_flags import adp_balance_flags, attention_backen
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
-    model_preset, name_precision, precision_name, served_precision
+    model_preset, name_precision, nvfp4_out_proj_source, precision_name, served_precision
 from autotune.calibrate.serving_generated import generated_outputs
 from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, load_words, metric_name, per_user_rate, \
@@ -320,21 +320,10 @@ def _checkpoint_scales(model: ModelSpec, hf_model_id: str) -> tuple[ModelSpec, t
     return model.with_changes(fp8_block_scaled=True), (f"FP8 weights in 128 x 128 blocks ({hf_model_id})",)
 
 
-# NVIDIA's DeepSeek NVFP4 -v2 releases quantize the attention output projection too (their model cards: "additionally
-# quantizes the wo module"); a source may say so in words (LMSYS GB200 part II: "NVFP4 MoE and output projection")
-_V2_CHECKPOINT = r"\bnvidia/deepseek-[\w.-]*fp4-v2\b"
-_OUT_PROJ_WORDS = r"\bnvfp4\b[^;.]{0,40}\boutput projection\b|\boutput projection\b[^;.]{0,20}\bnvfp4\b"
-
-
 def _checkpoint_out_proj(model: ModelSpec, row: dict) -> tuple[ModelSpec, tuple[str, ...]]:
     """The MLA model with its NVFP4 output projection where the checkpoint or the notes say so (cost/checkpoint_layout.py)."""
-    if not model.is_mla or model.nvfp4_out_proj:
-        return model, ()
-    if re.search(_V2_CHECKPOINT, row.get("hf_model_id", ""), re.IGNORECASE):
-        why = row.get("hf_model_id", "").strip()
-    elif re.search(_OUT_PROJ_WORDS, row.get("notes", ""), re.IGNORECASE):
-        why = "the row's notes"
-    else:
+    why = nvfp4_out_proj_source(row.get("hf_model_id", ""), row.get("notes", ""))
+    if not model.is_mla or model.nvfp4_out_proj or why is None:
         return model, ()
     return model.with_changes(nvfp4_out_proj=True), (f"NVFP4 attention output projection ({why})",)
 
