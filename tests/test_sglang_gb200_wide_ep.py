@@ -2,7 +2,7 @@
 0.5.3): the kernels and checkpoint their notes name reach the pricing. An older release naming SGLang's
 TRTLLM-gen MLA kernels takes the newest preset's measured MLA rows; an NVFP4 checkpoint that quantizes the
 attention output projection (NVIDIA's -v2 releases, or the notes' words) prices it in NVFP4; the posts' EPLB
-caps the busiest rank's share."""
+caps the busiest rank's share; SGLang's NVFP4 low-latency dispatch, where named, sends NVFP4 bytes."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ import pytest
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.cost.checkpoint_layout import bf16_attention_gemms
 from autotune.cost.serving_eval import replica_step_model
+from autotune.cost.serving_overlap import deepep_exchange_s, exchange_from_notes
 from autotune.cost.serving_phase import phase_tokens_per_gpu_s
 from autotune.graph.table import model_tables
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.presets import resolve_model
 
 CHECK = Path(__file__).parent / "data" / "sglang_newer_check.csv"
 
@@ -80,3 +83,29 @@ def test_the_gb200_posts_run_eplb_and_it_caps_the_busiest_rank():
     case = case_from_row(_row("sglnew-038"))
     unbalanced = replace(case, deployment=replace(case.deployment, eplb=False))
     assert _tokens_per_gpu_s(case) > 1.3 * _tokens_per_gpu_s(unbalanced)  # 48 ranks: 3.9x the mean without it
+
+
+@pytest.mark.parametrize(("notes", "phase", "expected"), [
+    ("--moe-a2a-backend deepep; SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH=1", "decode", True),
+    ("--moe-a2a-backend deepep; SGLANG_MOE_NVFP4_DISPATCH: '1'", "decode", True),
+    ("DeepEP low_latency; 'Fusing NVFP4 in DeepEP'", "decode", True),
+    ("--moe-a2a-backend deepep; SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH=0", "decode", False),
+    ("--moe-a2a-backend deepep; SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH=1", "prefill", False),  # normal kernels: FP8
+])
+def test_sglangs_nvfp4_dispatch_is_read_from_its_environment_or_words(notes, phase, expected):
+    assert exchange_from_notes(notes, phase).nvfp4_dispatch is expected
+
+
+def test_an_nvfp4_dispatch_sends_about_half_the_fp8_bytes_and_combines_the_same():
+    model, cluster = resolve_model("deepseek-v3"), load_cluster("gb200-nvl72")
+    fp8 = deepep_exchange_s(model, cluster, ep=48, tokens_per_rank=1408, mode="low_latency")
+    fp4 = deepep_exchange_s(model, cluster, ep=48, tokens_per_rank=1408, mode="low_latency", nvfp4=True)
+    assert fp4[0] == pytest.approx(fp8[0] * (0.5 + 1 / 16 + 16 / 7168) / (1 + 4 / 128 + 16 / 7168), rel=1e-9)
+    assert fp4[1] == fp8[1]
+    case = case_from_row(_row("sglnew-040"))
+    assert case.phase.exchange.nvfp4_dispatch
+    fp8_dispatch = replace(case, phase=replace(case.phase, exchange=replace(case.phase.exchange, nvfp4_dispatch=False)))
+    assert _tokens_per_gpu_s(case) > _tokens_per_gpu_s(fp8_dispatch)
+    fp8_weights = replace(case, deployment=replace(case.deployment, weight_dtype="fp8"))  # FP8 experts: FP8 dispatch
+    fp8_both = replace(fp8_dispatch, deployment=fp8_weights.deployment)
+    assert _tokens_per_gpu_s(fp8_weights) == pytest.approx(_tokens_per_gpu_s(fp8_both), rel=1e-12)
