@@ -274,18 +274,12 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         return made[0][:k]
 
     k = _stretch_length(st, sched, decodes, durations_of) if fast_forward and not st.adp_held else 1
-    if len(st.late) and st.waiting:  # one call: the slots they hold free for the next scheduling
-        k = 1
     if sched.adp_balance and not st.adp_held:  # the steps after the first count as waiting ones too
         idle_iterations(sched.adp_balance, st.adp, iterations=k - 1, decodes=b)
     if sched.reserve and st.waiting and len(st.running) < sched.max_num_seqs and k > 1:
         # SGLang tries to admit before every decode step: stop where the first waiting request fits
         k = steps_until_admitted(st, sched.reserve, sched.kv_capacity_tokens, decodes, k)
-    if calls > 1:  # a multi-step call runs all its steps (requests finishing early are dropped at its end)
-        k = calls * max(1, -(-k // calls)) if k >= calls else calls
-        if not st.waiting:  # an engine left with nothing to run stops early (its loop waits for requests);
-            # with requests waiting it runs the call out (llm_engine.py step 0.6.0: no scheduling while steps remain)
-            k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
+    k = _whole_calls(st, sched, decodes, k)
     durations = durations_of(k)
     ends = st.t + np.cumsum(durations)
     before = st.generated[decodes].copy()
@@ -299,6 +293,22 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + b * k, st.decode_steps + k
     st.since_poll = sched.since_poll_after(st.since_poll + k)
     return decodes[(st.generated[decodes] - before == k) & (st.generated[decodes] >= st.req.output_len[decodes])]
+
+
+def _whole_calls(st: _State, sched: Schedule, decodes: np.ndarray, k: int) -> int:
+    """The stretch's ``k`` decode steps as the engine's scheduler calls run them: one call where finished
+    requests hold slots that waiting ones want (late_finish); whole multi-step calls (requests finishing
+    early are dropped at a call's end), cut where the batch is done only when nothing waits (an engine left
+    with nothing to run stops, its loop waiting for requests; with requests waiting it runs the call out:
+    llm_engine.py step 0.6.0 schedules nothing while steps remain)."""
+    calls = sched.scheduler_steps
+    if len(st.late) and st.waiting:
+        k = 1
+    if calls > 1:
+        k = calls * max(1, -(-k // calls)) if k >= calls else calls
+        if not st.waiting:
+            k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
+    return k
 
 
 def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int) -> None:
