@@ -123,6 +123,7 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       moe_ep_masked_rows=engine.moe_ep_masked_rows,
                       moe_tuned_configs=engine.moe_tuned_configs, fp8_input_pad=engine.fp8_block_input_pad,
                       mla_prefix=engine.engine == "vllm",  # its MLA backends' chunked prefill (vllm_mla_prefix.py)
+                      moe_layer_table=engine.moe_layer_table,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
                       mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster))

@@ -34,6 +34,7 @@ from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLAS
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
 from autotune.cost.vllm_fp8_pad import layers_pad_s, pads_fp8_block_input
 from autotune.cost.vllm_mla_prefix import prefix_s_per_token
+from autotune.cost.serving_moe_table import measured_moe_key, measured_moe_s
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
@@ -234,7 +235,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
                moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", fp8_input_pad: bool = False,
-               mla_prefix: bool = False,
+               mla_prefix: bool = False, moe_layer_table: str = "",
                decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None,
@@ -252,6 +253,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``moe_tuned_configs``: the release whose tuned fused-MoE configs the engine ships (moe_configs.py);
     ``fp8_input_pad``: the release pads its block-FP8 linears' BF16 inputs on Hopper (cost/vllm_fp8_pad.py);
     ``mla_prefix``: a prompt chunk re-expands its request's cached MLA prefix (cost/vllm_mla_prefix.py);
+    ``moe_layer_table``: the engine's measured MoE layers price the routed experts where they hold the shape (serving_moe_table.py);
     ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
     ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
     ``prefill_attention``: its measured prompt-attention op for non-MLA layers
@@ -266,11 +268,12 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     masked = moe_ep_masked_rows and triton_experts(cluster.device, weight_dtype)
     untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
+    table = moe_layer_table and measured_moe_key(model, cluster.device.name, weight_dtype, backend, shape.tp, shape.ep, shape.eplb)
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
                        prefill_attention, mla_bmm if model.is_mla else None, masked,
-                       pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix)
+                       pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix, table)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -282,7 +285,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
                 decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None,
-                masked_rows=False, input_pad=False, mla_prefix=False) -> StepModel:
+                masked_rows=False, input_pad=False, mla_prefix=False, moe_table="") -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -318,8 +321,9 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
         moves = select_ops(tables.moe_layer, routed_moves(tables.moe_layer))
         # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
         padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if pads_experts(weight_dtype, device, mxfp4_pad) else 1.0
-        linear = linear + moe * padded * experts_s(tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate,
-                                                    tokens, moe_backend, masked_rows)
+        routed = measured_moe_s(moe_table, tokens) if moe_table else experts_s(
+            tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens, moe_backend, masked_rows)
+        linear = linear + moe * padded * routed
     # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
     exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
     prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None

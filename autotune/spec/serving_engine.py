@@ -63,6 +63,7 @@ SERVING_EXPORTS = ("vllm", "sglang", "trtllm-serve", "")
 # the same TRTLLM-Gen kernels through FlashInfer (SGLang's --moe-runner-backend flashinfer_trtllm calls
 # flashinfer.fused_moe.trtllm_fp4_block_scale_moe, which FlashInfer's docs list under "TensorRT-LLM Fused MoE")
 MOE_BACKENDS = ("", "trtllm")
+MOE_LAYER_TABLES = ("", "trtllm")  # "trtllm": autotune/data/trtllm_moe.toml
 # the kernels of its TP all-reduces: NCCL's ring/tree, or TensorRT-LLM's AUTO strategy (its Lamport
 # MIN_LATENCY kernels for small inputs inside an NVLink node, NCCL else: cost/serving_collectives.py)
 # "nccl": NCCL (vLLM's and SGLang's own kernel below its buffer, priced by formula); "trtllm_auto": TensorRT-LLM's
@@ -190,6 +191,7 @@ class ServingEngine:
     # its block-FP8 linear copies the BF16 input into a 4-row-padded buffer on every call on Hopper (vLLM 0.10.2-0.11.0;
     # cost/vllm_fp8_pad.py): set by release, not by preset
     fp8_block_input_pad: bool = False
+    moe_layer_table: str = ""  # MOE_LAYER_TABLES: its MoE layer as measured at the model's shape (cost/serving_moe_table.py)
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
     # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
@@ -244,6 +246,7 @@ class ServingEngine:
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
         require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
+        require_choice("serving.moe_layer_table", self.moe_layer_table, MOE_LAYER_TABLES)
         require_choice("serving.deepseek_blackwell_moe_backend", self.deepseek_blackwell_moe_backend, MOE_BACKENDS)
         require(self.deepseek_blackwell_moe_backend != "trtllm" or self.engine == "sglang", "serving.deepseek_blackwell_moe_backend",
                 f"'trtllm' is picked by SGLang's server_args, not by {self.engine}")

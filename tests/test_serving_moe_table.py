@@ -1,0 +1,57 @@
+"""TensorRT-LLM's routed experts from its measured MoE layers (cost/serving_moe_table.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from autotune.cost import serving_step as ss
+from autotune.cost.serving_moe_table import _layers, measured_moe_key, measured_moe_s
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.presets import resolve_model
+
+DEEPSEEK = resolve_model("deepseek-v3")
+BLOCK_FP8 = dataclasses.replace(DEEPSEEK, fp8_block_scaled=True)  # deepseek-ai's own checkpoint
+PER_TENSOR = dataclasses.replace(DEEPSEEK, fp8_block_scaled=False)
+
+
+def test_the_table_covers_deepseek_at_ep_above_one_and_nothing_else():
+    assert measured_moe_key(BLOCK_FP8, "H200-SXM-141GB", "fp8", "", 8, 8) == "h200.cutlass.fp8_block.1x8"
+    assert measured_moe_key(DEEPSEEK, "B200-SXM-180GB", "nvfp4", "trtllm", 8, 2) == "b200.trtllm.nvfp4.4x2"
+    assert measured_moe_key(BLOCK_FP8, "H200-SXM-141GB", "fp8", "", 8, 1) == ""  # experts TP-split: no busiest rank
+    assert measured_moe_key(BLOCK_FP8, "H200-SXM-141GB", "fp8", "", 8, 8, eplb=True) == ""  # a balancer: not this routing
+    assert measured_moe_key(PER_TENSOR, "H200-SXM-141GB", "fp8", "", 8, 8) == ""  # per-tensor FP8 is not measured
+    assert measured_moe_key(DEEPSEEK, "A100-SXM4-80GB", "bf16", "", 8, 8) == ""
+    assert measured_moe_key(resolve_model("qwen3-235b-a22b"), "H200-SXM-141GB", "fp8", "", 8, 8) == ""  # another shape
+    assert measured_moe_key(resolve_model("kimi-k2"), "H200-SXM-141GB", "fp8", "", 8, 8) == ""  # 384 experts
+
+
+def test_the_layer_time_is_the_measured_one_between_and_beyond_its_points():
+    key = "h200.cutlass.fp8_block.1x8"
+    points, ms = (np.asarray(v, dtype=float) for v in _layers()[key])
+    assert measured_moe_s(key, points) == pytest.approx(ms * 1e-3)
+    mid = np.sqrt(points[-3] * points[-2])  # log-log: the geometric mean of two points' times
+    assert measured_moe_s(key, [mid])[0] == pytest.approx(np.sqrt(ms[-3] * ms[-2]) * 1e-3)
+    far = measured_moe_s(key, [points[-1], 2 * points[-1], 3 * points[-1]])
+    assert far[2] - far[1] == pytest.approx(far[1] - far[0]) and far[2] > far[1] > far[0]  # linear past the last
+    assert measured_moe_s(key, [0.0])[0] == pytest.approx(ms[0] * 1e-3)  # an empty step: the first point
+
+
+def _step(table: str):
+    cluster = load_cluster("dgx-h200").for_gpus(8)
+    shape = ss.ReplicaShape(tp=8, ep=8, attention_dp=True)
+    return ss.step_model(BLOCK_FP8, cluster, shape, weight_dtype="fp8", kv_bytes=1.0, max_tokens=4096, max_sampled=8,
+                         nvfp4_gemm_fit="linear", moe_layer_table=table)
+
+
+def test_a_step_prices_its_moe_layers_at_the_table_where_the_engine_says_so():
+    measured, fitted = _step("trtllm"), _step("")
+    moe_layers = DEEPSEEK.num_layers - DEEPSEEK.first_k_dense_layers
+    tokens = np.array([1024, 4096])
+    layer = measured_moe_s("h200.cutlass.fp8_block.1x8", tokens)
+    # the rest of the step is the same: the difference is the MoE layers' routed experts, table for fit
+    fit = (layer * moe_layers - (measured.linear_s[tokens] - fitted.linear_s[tokens])) / moe_layers
+    assert np.all(fit > 0) and np.all(fit < layer)  # at these counts the fit prices the busiest rank lower
+    assert np.array_equal(measured.rank_linear_s, fitted.rank_linear_s)
