@@ -9,9 +9,10 @@ load (collector/helper.py power_law_logits_v3, alpha 1.01 for DeepSeek-V3/R1). K
 (backend TRTLLM, the TRTLLM-Gen kernels). This keeps DeepSeek-V3/R1's expert shape (hidden 7168,
 intermediate 2048, 256 experts, top-8) at alpha 1.01 and EP > 1, latency in ms by token count.
 
-usage: python scripts/extract_trtllm_moe.py GPU=PARQUET=ORIGIN [...] > autotune/data/trtllm_moe.toml
+usage: python scripts/extract_trtllm_moe.py GPU=PARQUET=ORIGIN[=DTYPE,...] [...] > autotune/data/trtllm_moe.toml
     GPU: a runtime_kernels.gpu_keys model key (h100, h200, b200, gb200, b300, gb300); ORIGIN: the file's path in
-    aiconfigurator (printed in the table), e.g. h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, cut with:
+    aiconfigurator (printed in the table); DTYPE: only these of the file's formats (bfloat16, fp8_block, nvfp4), e.g.
+    h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, cut with:
     git --git-dir=<aiconfigurator> show 095f58a5:aic-core/src/aiconfigurator_core/systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet
 (needs pandas + pyarrow)
 """
@@ -25,12 +26,12 @@ import pandas as pd
 SHAPE = {"hidden_size": 7168, "inter_size": 2048, "num_experts": 256, "topk": 8}  # DeepSeek-V3 config.json
 DISTRIBUTION = "power_law_1.01"
 KERNELS = {"moe_torch_flow_cutlass": "cutlass", "moe_torch_flow_min_latency": "trtllm"}
-DTYPES = {"fp8_block": "fp8_block", "nvfp4": "nvfp4"}  # the DeepSeek checkpoints: deepseek-ai's block FP8, NVIDIA's NVFP4
+DTYPES = {"fp8_block": "fp8_block", "nvfp4": "nvfp4", "bfloat16": "bf16"}  # block FP8 and NVFP4 checkpoints, their BF16 MTP module
 
 
-def rows(gpu: str, path: str, origin: str) -> list[str]:
+def rows(gpu: str, path: str, origin: str, dtypes: list[str]) -> list[str]:
     d = pd.read_parquet(path)
-    mask = (d.distribution == DISTRIBUTION) & (d.moe_ep_size > 1) & d.kernel_source.isin(KERNELS) & d.moe_dtype.isin(DTYPES)
+    mask = (d.distribution == DISTRIBUTION) & (d.moe_ep_size > 1) & d.kernel_source.isin(KERNELS) & d.moe_dtype.isin(dtypes)
     for column, value in SHAPE.items():
         mask &= d[column] == value
     d = d[mask]
@@ -50,8 +51,8 @@ def main() -> None:
           "\n# busiest rank's experts): key GPU.backend.dtype.<moe_tp>x<moe_ep>, value [tokens entering the layer, ms]."
           "\n# Cut by scripts/extract_trtllm_moe.py; read by autotune/cost/serving_moe_table.py.\n\n[layers]")
     for arg in sys.argv[1:]:
-        gpu, path, origin = arg.split("=")
-        print("\n".join(rows(gpu, path, origin)))
+        gpu, path, origin, *only = arg.split("=")
+        print("\n".join(rows(gpu, path, origin, only[0].split(",") if only else list(DTYPES))))
 
 
 if __name__ == "__main__":

@@ -55,3 +55,20 @@ def test_a_step_prices_its_moe_layers_at_the_table_where_the_engine_says_so():
     fit = (layer * moe_layers - (measured.linear_s[tokens] - fitted.linear_s[tokens])) / moe_layers
     assert np.all(fit > 0) and np.all(fit < layer)  # at these counts the fit prices the busiest rank lower
     assert np.array_equal(measured.rank_linear_s, fitted.rank_linear_s)
+
+
+def test_an_mtp_module_in_another_format_drafts_at_its_own_costs():
+    from autotune.cost.checkpoint_layout import bf16_mtp
+    from autotune.cost.serving_speculative import Speculation, speculative_step
+
+    assert bf16_mtp(DEEPSEEK, "nvfp4") and not bf16_mtp(DEEPSEEK, "fp8")  # tech blog 1: "3x MTP Layers: bf16"
+    assert not bf16_mtp(resolve_model("qwen3-235b-a22b"), "nvfp4")
+    base, spec = _step("trtllm"), Speculation(method="mtp", draft_tokens=3, acceptance_length=2.82)
+    heavier = dataclasses.replace(base, linear_s=2.0 * base.linear_s)
+    step = dict(decodes=64, context=64 * 2048.0, prefill_tokens=0, pairs=0.0, sampled=64)
+    same, own = speculative_step(base, spec), speculative_step(base, spec, draft=heavier)
+    assert speculative_step(base, spec, draft=base).gpu_s(**step) == pytest.approx(same.gpu_s(**step))
+    # each of the k drafts runs one average layer of the draft's operators: here one more layer's worth of base's
+    extra = spec.draft_tokens * base.linear_s[64] / base.num_layers / spec.acceptance_length
+    assert own.gpu_s(**step) - same.gpu_s(**step) == pytest.approx(extra)
+    assert own.weight_bytes_per_gpu == same.weight_bytes_per_gpu  # the draft's weights here are base's

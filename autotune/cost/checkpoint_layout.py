@@ -8,6 +8,9 @@ blog1_Pushing_Latency_Boundaries_Optimizing_DeepSeek-R1_Performance_on_NVIDIA_B2
 NVIDIA's -v2 releases (nvidia/DeepSeek-R1-FP4-v2, nvidia/DeepSeek-R1-0528-FP4-v2 model cards: "Compared to
 nvidia/DeepSeek-R1-0528-FP4, this checkpoint additionally quantizes the wo module in attention layers") run the
 output projection in NVFP4 (ModelSpec.nvfp4_out_proj); the other attention projections stay BF16.
+Its multi-token-prediction module stays BF16 too: the same blog's precision table lists "3x MTP Layers:
+bf16" beside the NVFP4 MoE and dense FFN layers (DeepSeek's inference model that ptq.py quantizes has no
+MTP layer; its weights are carried over unquantized).
 """
 
 from __future__ import annotations
@@ -17,13 +20,18 @@ import numpy as np
 from autotune.graph.table import OpTable
 from autotune.spec.model import ModelSpec
 
-__all__ = ["bf16_attention", "attention_gemms", "bf16_attention_gemms"]
+__all__ = ["bf16_attention", "bf16_mtp", "attention_gemms", "bf16_attention_gemms"]
 
 _ATTENTION_GEMMS = ("qkv_proj", "q_up", "kv_up", "out_proj")
 
 
 def bf16_attention(model: ModelSpec, weight_dtype: str) -> bool:
     """Whether ``model``'s ``weight_dtype`` checkpoint keeps its attention projections in BF16."""
+    return weight_dtype == "nvfp4" and model.is_mla
+
+
+def bf16_mtp(model: ModelSpec, weight_dtype: str) -> bool:
+    """Whether ``model``'s ``weight_dtype`` checkpoint keeps its MTP module in BF16 (an NVFP4 MLA checkpoint)."""
     return weight_dtype == "nvfp4" and model.is_mla
 
 

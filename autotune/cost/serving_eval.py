@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from autotune.cost.checkpoint_layout import bf16_mtp
 from autotune.cost.runtime_kernels import gpu_keys, runtime_cluster
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
@@ -113,8 +114,21 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                          adp_all_reduce=_adp_all_reduce(dep))
     spec = dep.speculation
     kv_bytes = engine.kv_bytes_per_element(dep.dtype, 2)
-    step = step_model(dep.model, cluster, shape, weight_dtype=dep.dtype, kv_bytes=kv_bytes,
-                      max_tokens=speculative_tokens(max_tokens, spec), max_sampled=speculative_tokens(max_sampled, spec),
+    step = _dtype_step(dep, cluster, shape, dep.dtype, kv_bytes, speculative_tokens(max_tokens, spec),
+                       speculative_tokens(max_sampled, spec))
+    if spec is None:
+        return step
+    # the MTP module of a checkpoint that keeps it in BF16 drafts at BF16's costs (checkpoint_layout.bf16_mtp)
+    draft = _dtype_step(dep, cluster, shape, "bf16", kv_bytes, max_tokens, max_sampled) if bf16_mtp(dep.model, dep.dtype) else None
+    return speculative_step(step, spec, verification_s_per_position(dep, cluster, shape, kv_bytes), draft)
+
+
+def _dtype_step(dep: ServingDeployment, cluster: ClusterSpec, shape: ReplicaShape, dtype: str, kv_bytes: float,
+                max_tokens: int, max_sampled: int) -> StepModel:
+    """The replica's step model with its weights in ``dtype``, its sampler's passes in the head (serving_sampler.py)."""
+    engine = dep.runtime.serving
+    step = step_model(dep.model, cluster, shape, weight_dtype=dtype, kv_bytes=kv_bytes,
+                      max_tokens=max_tokens, max_sampled=max_sampled,
                       mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
                       mxfp4_pad=engine.mxfp4_weight_only_pad, moe_backend=engine_moe_backend(dep),
                       allreduce_norm_fusion=engine.allreduce_norm_fusion,
@@ -127,9 +141,8 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
                       mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster))
-    step = with_sampler(step, dep.model.vocab_size, cluster.device, shape, engine.sampler_pass_bytes,
+    return with_sampler(step, dep.model.vocab_size, cluster.device, shape, engine.sampler_pass_bytes,
                         engine.logits_gather_copy_bytes)
-    return step if spec is None else speculative_step(step, spec, verification_s_per_position(dep, cluster, shape, kv_bytes))
 
 
 # The MLA head geometry the measured rows time (aiconfigurator @095f58a5 collector/trtllm/collect_mla.py Scenario,

@@ -44,7 +44,7 @@ def measured_moe_key(model: ModelSpec, gpu: str, weight_dtype: str, moe_backend:
         return ""
     shape = (model.hidden_size, int(model.expert_ffn_hidden_size), model.num_experts, model.num_experts_per_token)
     dtype = "fp8_block" if weight_dtype == "fp8" and model.fp8_block_scaled else weight_dtype
-    if shape != MEASURED_MOE_SHAPE or dtype not in ("fp8_block", "nvfp4"):
+    if shape != MEASURED_MOE_SHAPE or dtype not in ("fp8_block", "nvfp4", "bf16"):
         return ""
     backend = "trtllm" if moe_backend == "trtllm" else "cutlass"
     key = f"{gpu_keys(gpu)[0]}.{backend}.{dtype}.{tp // ep}x{ep}"

@@ -82,6 +82,7 @@ class SpeculativeStepModel(StepModel):
     # the position read once): MLA's absorbed decode packs each sequence's query tokens with its heads
     # (verification_s_per_position), so where its heads' FLOPs bind a position costs them 1 + k times
     verify_s_per_position: float | None = None
+    draft: StepModel | None = None  # the MTP module's costs where its weights are not base's (a BF16 module): None, base's
 
     def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int,
               rank_prefill: tuple[int, float] | None = None, prefix_tokens: float = 0.0) -> float:
@@ -96,7 +97,7 @@ class SpeculativeStepModel(StepModel):
                             sampled=sampled + decodes * k, rank_prefill=rank_prefill, prefix_tokens=prefix_tokens)
         if self.verify_s_per_position is not None:
             verify += base.num_layers * context * (self.verify_s_per_position - base.decode_s_per_position)
-        drafting = k * _draft_pass_s(base, decodes, context)
+        drafting = k * _draft_pass_s(base if self.draft is None else self.draft, decodes, context)
         return prompt + (verify + drafting - prompt) / length
 
 
@@ -112,16 +113,20 @@ def _draft_pass_s(base: StepModel, decodes: int, context: float) -> float:
     return linear / base.num_layers + attention + float(base.head_s[min(decodes, len(base.head_s) - 1)])
 
 
-def speculative_step(base: StepModel, speculation: Speculation,
-                     verify_s_per_position: float | None = None) -> SpeculativeStepModel:
+def speculative_step(base: StepModel, speculation: Speculation, verify_s_per_position: float | None = None,
+                     draft: StepModel | None = None) -> SpeculativeStepModel:
     """``base`` (tabulated for 1 + k times the step's tokens and sampled rows) as a speculative step
     model; its weights gain the MTP module's, one average layer's. ``verify_s_per_position``: a cached
-    position's cost to the verification's 1 + k tokens of a sequence, where not base's (one read)."""
+    position's cost to the verification's 1 + k tokens of a sequence, where not base's (one read);
+    ``draft``: the model's step costs in the MTP module's own weight format, where it differs (its drafts
+    are priced from it, one average layer of it a pass)."""
     cells = {f.name: getattr(base, f.name) for f in fields(StepModel)}
     per_position = base.decode_s_per_position if verify_s_per_position is None else verify_s_per_position
     cells["decode_s_per_position"] = per_position / speculation.acceptance_length
-    cells["weight_bytes_per_gpu"] = base.weight_bytes_per_gpu * (1.0 + 1.0 / base.num_layers)
-    return SpeculativeStepModel(**cells, base=base, speculation=speculation, verify_s_per_position=verify_s_per_position)
+    module = (base if draft is None else draft).weight_bytes_per_gpu / base.num_layers
+    cells["weight_bytes_per_gpu"] = base.weight_bytes_per_gpu + module
+    return SpeculativeStepModel(**cells, base=base, speculation=speculation, verify_s_per_position=verify_s_per_position,
+                                draft=draft)
 
 
 def speculative_tokens(max_tokens: int, speculation: Speculation | None) -> int:
