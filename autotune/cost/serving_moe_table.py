@@ -4,14 +4,15 @@ cost/serving_experts.py prices the routed experts from grouped-GEMM fits made on
 expert the same rows) and multiplies the busiest EP rank's rows by the modelled power-law skew
 (cost/moe_skew.py). NVIDIA's aiconfigurator also measured TensorRT-LLM's whole fused-MoE module under the
 same power-law routing it prices with (alpha 1.01 for DeepSeek-V3/R1; collector/trtllm/collect_moe.py @095f58a5
-times the rank given the busiest load, in a CUDA graph): on DeepSeek's shape at EP 8 that time runs 15-30%
+times the rank given the busiest load, in a CUDA graph): on DeepSeek's shape at EP 8 that time runs 12-27%
 above the fit-times-skew pricing at 1k-16k tokens (H200 block-FP8 CUTLASS 0.557 ms a layer at 1,024 tokens
 against 0.439; B200 NVFP4 CUTLASS 0.336 against 0.270), and below it at a few tokens. Where the table
 (autotune/data/trtllm_moe.toml, scripts/extract_trtllm_moe.py) has the GPU, backend, dtype and
 (moe_tp, moe_ep) of a deployment with EP > 1 and no expert load balancer, its time, interpolated in
 log-log over the tokens entering the layer (linear past the last point), replaces the fit's; elsewhere
 the fit stays. The module's time covers the permutes and the experts' grouped GEMMs, not the router GEMM
-or the attention-DP exchange (priced apart, cost/serving_collectives.py).
+or the attention-DP exchange (priced apart, cost/serving_collectives.py). BF16 rows (1.3.0rc10) price an
+NVFP4 checkpoint's BF16 MTP module (cost/serving_speculative.py drafts).
 """
 
 from __future__ import annotations
