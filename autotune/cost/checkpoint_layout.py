@@ -9,8 +9,7 @@ NVIDIA's -v2 releases (nvidia/DeepSeek-R1-FP4-v2, nvidia/DeepSeek-R1-0528-FP4-v2
 nvidia/DeepSeek-R1-0528-FP4, this checkpoint additionally quantizes the wo module in attention layers") run the
 output projection in NVFP4 (ModelSpec.nvfp4_out_proj); the other attention projections stay BF16.
 Its multi-token-prediction module stays BF16 too: the same blog's precision table lists "3x MTP Layers:
-bf16" beside the NVFP4 MoE and dense FFN layers (DeepSeek's inference model that ptq.py quantizes has no
-MTP layer; its weights are carried over unquantized).
+bf16" beside the NVFP4 MoE and dense FFN layers (the checkpoint's own quantization config was not read here).
 """
 
 from __future__ import annotations
