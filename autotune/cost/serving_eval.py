@@ -32,7 +32,7 @@ from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
 
-__all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_step_model", "arrival_draws", "expected_metric",
+__all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_limits", "replica_step_model", "arrival_draws", "expected_metric",
            "ARRIVAL_DRAWS", "engine_moe_backend"]
 
 # Poisson arrivals make a rate run's latencies a random variable, and a benchmark reports one draw of
@@ -280,8 +280,10 @@ def _window_release(dep: ServingDeployment) -> dict:
     return dict(kv_windowed_share=model.windowed_share, kv_window_tokens=model.sliding_window)
 
 
-def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
-    """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
+def replica_limits(dep: ServingDeployment, load: Load):
+    """The engine's limits on one replica of ``dep`` under ``load``; under pipeline parallelism a replica is one of the
+    pp micro-batches in flight, which holds the engine's max_num_seqs where the engine bounds each micro-batch with it
+    (TensorRT-LLM: ServingEngine.pp_seqs_per_micro_batch), else its share (SGLang: max_running_requests // pp)."""
     engine = dep.runtime.serving
     probe = replica_step_model(dep, max_tokens=1, max_sampled=1)
     limits = engine_limits(engine, dep.model, dep.cluster, tp=dep.tp, weight_dtype=dep.dtype,
@@ -289,8 +291,15 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                            kv_bytes_per_token_per_gpu=probe.kv_bytes_per_token_per_gpu,
                            input_len=load.input_len, output_len=load.output_len, attention_dp=dep.attention_dp,
                            ep=dep.ep)
-    if dep.pp > 1:  # a micro-batch's share of the running requests (SGLang: max_running_requests // pp)
+    if dep.pp > 1 and not engine.pp_seqs_per_micro_batch:
         limits = replace(limits, max_num_seqs=max(1, limits.max_num_seqs // dep.pp))
+    return limits
+
+
+def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
+    """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
+    engine = dep.runtime.serving
+    limits = replica_limits(dep, load)
     # a decode step holds at most as many requests as the KV cache has room for
     decodes = min(limits.max_num_seqs, max(1, limits.kv_capacity_tokens // max(1, load.input_len)))
     tokens = max(limits.max_num_batched_tokens, decodes)

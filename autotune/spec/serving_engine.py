@@ -185,6 +185,9 @@ class ServingEngine:
     # its expert parallelism without an all-to-all runs the experts' activation, output zeroing and sum on every
     # routed row, its own experts' or not (vLLM's Triton fused MoE with an expert_map: cost/expert_map.py)
     moe_ep_masked_rows: bool = False
+    # under pipeline parallelism its max_num_seqs bounds each of the pp micro-batches in flight (TensorRT-LLM: the
+    # instance holds pp x max_batch_size requests) rather than the instance's running requests split among them
+    pp_seqs_per_micro_batch: bool = False
     # the release whose tuned fused-MoE configs it ships (autotune/data/vllm_moe_configs.toml): a BF16 / per-tensor
     # FP8 expert shape without one runs the default tiles, at serving_moe_gemm_<engine>_untuned (cost/moe_configs.py)
     moe_tuned_configs: str = ""
