@@ -32,6 +32,7 @@ from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives
 from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, experts_s, has_gemm_fit, non_expert_s,
                                            pads_experts, routed_moves, routing_in_kernel)
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
+from autotune.cost.serving_window import NO_WINDOW, AttentionWindow, model_window
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
@@ -182,6 +183,9 @@ class StepModel:
     # decodes (a GPU's, a rank's under DP attention; all layers)
     prompt_up_s: np.ndarray | None = None
     decode_bmm_s: np.ndarray | None = None
+    # the model's windowed layers: the positions and pairs the simulator passes to gpu_s are averaged over
+    # the layers with them (cost/serving_window.py)
+    window: AttentionWindow = NO_WINDOW
 
     @property
     def max_tokens(self) -> int:
@@ -327,4 +331,4 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
-                     prefill_exchange_s=prefill_extra, **up)
+                     prefill_exchange_s=prefill_extra, window=model_window(model), **up)
