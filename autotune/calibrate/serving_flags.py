@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import re
 
-from autotune.spec.serving_engine import ServingEngine
+from autotune.spec.serving_engine import ServingEngine, release_number
 
-__all__ = ["adp_balance_flags", "attention_backend_flags", "limit_flags", "note_number"]
+__all__ = ["adp_balance_flags", "attention_backend_flags", "limit_flags", "mxfp4_flags", "note_number"]
 
 
 def note_number(pattern: str, text: str) -> float | None:
@@ -74,3 +74,23 @@ def limit_flags(notes: str) -> dict:
     if recv:
         changes["scheduler_recv_interval"] = int(recv)
     return changes
+
+
+# The first vLLM release whose wheel ships OpenAI's triton_kernels (vllm/third_party/triton_kernels in the 0.13.0 wheel,
+# not in 0.11.0's; PR #28788), so that get_mxfp4_backend takes Triton on SM90 without a separate install (0.12 not read)
+_VLLM_TRITON_KERNELS = (0, 13)
+
+
+def mxfp4_flags(engine: ServingEngine, version: str, notes: str) -> dict:
+    """vLLM's MXFP4 MoE kernel on Hopper as the row's release and notes select it: VLLM_MXFP4_USE_MARLIN=1 takes
+    Marlin (envs.py; mxfp4.py get_mxfp4_backend: 'if envs.VLLM_MXFP4_USE_MARLIN or not triton_kernels_supported'),
+    a release from _VLLM_TRITON_KERNELS on a preset older than it Triton."""
+    if engine.engine != "vllm":
+        return {}
+    if re.search(r"VLLM_MXFP4_USE_MARLIN\s*=\s*(?:1|true)\b", notes, flags=re.IGNORECASE):
+        kernel = "marlin"
+    elif (release_number(version) or ()) >= _VLLM_TRITON_KERNELS:
+        kernel = "triton"
+    else:
+        return {}
+    return {"mxfp4_sm90_moe": kernel} if kernel != engine.mxfp4_sm90_moe else {}

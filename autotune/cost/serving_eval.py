@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from autotune.cost.runtime_kernels import gpu_keys, runtime_cluster
+from autotune.cost.runtime_kernels import gpu_generation, gpu_keys, runtime_cluster
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
@@ -123,8 +123,16 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       moe_tuned_configs=engine.moe_tuned_configs,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
-                      mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster))
+                      mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster),
+                      mxfp4_kernel=_mxfp4_kernel(dep, cluster))
     return step if spec is None else speculative_step(step, spec, verification_s_per_position(dep, cluster, shape, kv_bytes))
+
+
+def _mxfp4_kernel(dep: ServingDeployment, cluster: ClusterSpec) -> str:
+    """The engine's MXFP4 MoE kernel on Hopper (ServingEngine.mxfp4_sm90_moe); Marlin elsewhere below Blackwell:
+    vLLM's Triton path needs SM 9.0-10.x (mxfp4.py get_mxfp4_backend, triton_kernels_supported), Blackwell runs
+    FlashInfer's, which the step model prices without padding either way (serving_experts.pads_experts)."""
+    return dep.runtime.serving.mxfp4_sm90_moe if gpu_generation(cluster.device.name) == "hopper" else "marlin"
 
 
 # The MLA head geometry the measured rows time (aiconfigurator @095f58a5 collector/trtllm/collect_mla.py Scenario,

@@ -58,17 +58,23 @@ _TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
 # An engine's weight-only 4-bit MoE kernel (vLLM's Marlin on Hopper) at large batches, where its rate falls below
 # the BF16 GEMM fit (regressions.serving_moe_w4a16_<engine>.bf16): a ceiling on the experts' unpadded FLOPs
 _W4A16_MOE_CLASS = "serving_moe_w4a16"
+# vLLM's other Hopper MXFP4 MoE, OpenAI's triton_kernels matmul_ogs (Mxfp4Backend.TRITON): create_weights rounds
+# intermediate_size_per_partition up to 64 and keeps hidden_size (mxfp4.py, the 0.13.0 / 0.14.0 wheels), and its
+# layer, measured by aiconfigurator on H100 / H200 (vllm 0.24.0 moe_perf.parquet, gpt-oss shapes), runs within
+# -26..+33% of the BF16 fit's padded-tile pricing at 1-8192 tokens, moe_tp 1-8 (docs/serving.md): no ceiling
+TRITON_MXFP4_PAD = (1, 64)
 
 
 @lru_cache(maxsize=64)
 def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "",
-                    untuned_moe: bool = False) -> ClusterSpec:
+                    untuned_moe: bool = False, w4a16_ceiling: bool = True) -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
     ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
     serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
     FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
     the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); with ``untuned_moe`` (no
-    tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; the same object
+    tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; without
+    ``w4a16_ceiling`` not its weight-only 4-bit MoE fit (Marlin's: the MXFP4 experts run another kernel); the same object
     where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: EXPERT_GEMM_CLASS} \
@@ -81,7 +87,7 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     serving |= {(EXPERT_GEMM_CLASS, fmt): device.compute[("gemm", fmt)] for op_class, fmt in list(serving)
                 if op_class == "gemm" and (EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
     serving |= {(W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
-                if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
+                if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}" and w4a16_ceiling}
     if untuned_moe:
         serving |= {(EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}_untuned"}
@@ -233,12 +239,13 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None,
-               mla_bmm: tuple[float, float] | None = None) -> StepModel:
+               mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
     ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
-    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor);
+    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor), or,
+    under ``mxfp4_kernel`` "triton" (vLLM's matmul_ogs on Hopper), to TRITON_MXFP4_PAD without Marlin's ceiling;
     ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
     ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
     ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
@@ -259,8 +266,10 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     masked = moe_ep_masked_rows and triton_experts(cluster.device, weight_dtype)
     untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned), shape, weight_dtype,
-                       float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
+    triton = mxfp4_kernel == "triton"
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned, not triton), shape,
+                       weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation,
+                       TRITON_MXFP4_PAD if triton else tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
                        prefill_attention, mla_bmm if model.is_mla else None, masked)
 
