@@ -45,9 +45,10 @@ def test_mxfp4_experts_run_weight_only_on_hopper_and_at_the_engines_activations_
     assert _gemm_rate_dtype(b200, "mxfp4", "mxfp8") == "mxfp8"  # TensorRT-LLM's W4A8_MXFP4_MXFP8
     steps = {rt: replica_step_model(_deployment("dgx-b200", rt, "mxfp4"), max_tokens=8192, max_sampled=1)
              for rt in ("vllm-0.9", "tensorrt-llm-1.0")}
-    # a one-token step reads the same weights (its experts' 64-row padded tiles, cost/expert_tiles.py, compute
-    # at each engine's rate, a few percent apart); a large one is compute-bound, faster at the FP8 rate
-    assert steps["vllm-0.9"].linear_s[1] == pytest.approx(steps["tensorrt-llm-1.0"].linear_s[1], rel=0.05)
+    # a one-token step reads the same weights, vLLM's MXFP4 x BF16 kernel at its measured stream (4.15 TB/s,
+    # regressions.serving_moe_w4a16_stream_vllm: it converts the weights to BF16), TensorRT-LLM's MXFP8 one at the
+    # memory fit; a large one is compute-bound, faster at the FP8 rate
+    assert 1.02 * steps["tensorrt-llm-1.0"].linear_s[1] < steps["vllm-0.9"].linear_s[1] < 1.3 * steps["tensorrt-llm-1.0"].linear_s[1]
     assert steps["tensorrt-llm-1.0"].linear_s[8192] < 0.9 * steps["vllm-0.9"].linear_s[8192]
     hopper = {rt: replica_step_model(_deployment("dgx-h100", rt, "mxfp4"), max_tokens=8192, max_sampled=1)
               for rt in ("vllm-0.9", "tensorrt-llm-1.0")}

@@ -74,3 +74,17 @@ def test_other_gpus_keep_their_kernels():
     assert _mxfp4_kernel(a100, a100.cluster) == "marlin"  # triton_kernels need SM 9.0+
     b200, b200_old = _dep("vllm-0.14", "dgx-b200", tp=8), _dep("vllm-0.9.2", "dgx-b200", tp=8)
     assert _experts_per_layer(b200)[4096] == pytest.approx(_experts_per_layer(b200_old)[4096])
+
+
+# aiconfigurator @095f58a5 b200_sxm/moe/vllm/0.24.0/moe_perf.parquet, gpt-oss-120b's layer on FlashInfer's TRTLLM-Gen
+# MXFP4 x BF16 kernel (vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic), moe_ep 1,
+# balanced: median latency (us) by moe_tp and tokens
+_B200_MEASURED_US = {1: {1: 31.2, 64: 382.1, 1024: 682.9, 8192: 3016.6}, 8: {1: 19.6, 64: 88.8, 1024: 156.3, 8192: 641.8}}
+
+
+@pytest.mark.parametrize("tp", sorted(_B200_MEASURED_US))
+def test_blackwells_bf16_activation_kernel_is_priced_near_its_measurement(tp):
+    priced = _experts_per_layer(_dep("vllm-0.9.2", "dgx-b200", tp=tp))
+    for tokens, us in _B200_MEASURED_US[tp].items():
+        assert priced[tokens] * 1e6 == pytest.approx(us, rel=0.4), tokens
+

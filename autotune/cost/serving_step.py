@@ -29,8 +29,8 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
 from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives_s, moe_exchange_s,
                                                prefill_exchange_extra_s, stage_sends_s)
-from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, experts_s, has_gemm_fit, non_expert_s,
-                                           pads_experts, routed_moves, routing_in_kernel)
+from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, W4A16_STREAM_CLASS, experts_s,
+                                           has_gemm_fit, non_expert_s, pads_experts, routed_moves, routing_in_kernel)
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
 from autotune.cost.serving_window import NO_WINDOW, AttentionWindow, model_window
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
@@ -61,7 +61,7 @@ _W4A16_MOE_CLASS = "serving_moe_w4a16"
 # vLLM's other Hopper MXFP4 MoE, OpenAI's triton_kernels matmul_ogs (Mxfp4Backend.TRITON): create_weights rounds
 # intermediate_size_per_partition up to 64 and keeps hidden_size (mxfp4.py, the 0.13.0 / 0.14.0 wheels), and its
 # layer, measured by aiconfigurator on H100 / H200 (vllm 0.24.0 moe_perf.parquet, gpt-oss shapes), runs within
-# -26..+33% of the BF16 fit's padded-tile pricing at 1-8192 tokens, moe_tp 1-8 (docs/serving.md): no ceiling
+# -26..+33% of the BF16 fit's padded-tile pricing at 1-8192 tokens, moe_tp 1-8, 32 and 128 experts: no ceiling
 TRITON_MXFP4_PAD = (1, 64)
 
 
@@ -88,6 +88,8 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
                 if op_class == "gemm" and (EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
     serving |= {(W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                 if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}" and w4a16_ceiling}
+    serving |= {(W4A16_STREAM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+                if op_class == f"{_W4A16_MOE_CLASS}_stream_{nvfp4_gemm_fit}" and w4a16_ceiling}
     if untuned_moe:
         serving |= {(EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}_untuned"}
