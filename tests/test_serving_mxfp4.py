@@ -138,3 +138,16 @@ def test_gpt_oss_checkpoints_quantize_the_experts_and_nothing_else(name):
     converted = {n for n, p in model.named_parameters() if p.dim() >= 2
                  and not any(fnmatch.fnmatch(n, f"{s}*") for s in skipped)}
     assert converted and all(".mlp.experts." in n for n in converted)
+
+
+def test_sglang_serves_gpt_oss_from_0_5_with_mxfp8_activations_on_blackwell():
+    """SGLang 0.5 runs MXFP4 experts (layers/quantization/mxfp4.py): weight-only on Hopper, FlashInfer's MXFP4 x MXFP8
+    on SM100 at flashinfer_mxfp4_moe_precision 'default'; its linears stay BF16 (not priced as an NVFP4 model)."""
+    for version in ("0.5.0 (main)", "0.5.6"):
+        for gpu in ("H100-SXM-80GB", "B200"):
+            case = case_from_row(dict(_ROW, engine="sglang", engine_version=version, gpu=gpu))
+            assert case.deployment.dtype == "mxfp4"
+            assert case.deployment.runtime.serving.mxfp4_activation == "mxfp8"
+    assert _gemm_rate_dtype(load_cluster("dgx-b200").device, "mxfp4", "mxfp8") == "mxfp8"
+    with pytest.raises(RowProblem, match="precision"):  # before 0.5 SGLang has no MXFP4 method, nor FP4 on Hopper
+        case_from_row(dict(_ROW, engine="sglang", engine_version="0.4.9", gpu="H100-SXM-80GB"))
