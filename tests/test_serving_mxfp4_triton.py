@@ -88,3 +88,9 @@ def test_blackwells_bf16_activation_kernel_is_priced_near_its_measurement(tp):
     for tokens, us in _B200_MEASURED_US[tp].items():
         assert priced[tokens] * 1e6 == pytest.approx(us, rel=0.4), tokens
 
+
+def test_the_clamped_activation_runs_fused():
+    """GPT-OSS's clamp inside the engines' activation kernel: its routed rows move what a plain SwiGLU's move."""
+    gpt = _dep("vllm-0.14")
+    plain = replace(gpt, model=gpt.model.with_changes(expert_act_clamp=0.0))
+    assert _experts_per_layer(gpt)[8192] == pytest.approx(_experts_per_layer(plain)[8192])

@@ -61,7 +61,7 @@ _W4A16_MOE_CLASS = "serving_moe_w4a16"
 # vLLM's other Hopper MXFP4 MoE, OpenAI's triton_kernels matmul_ogs (Mxfp4Backend.TRITON): create_weights rounds
 # intermediate_size_per_partition up to 64 and keeps hidden_size (mxfp4.py, the 0.13.0 / 0.14.0 wheels), and its
 # layer, measured by aiconfigurator on H100 / H200 (vllm 0.24.0 moe_perf.parquet, gpt-oss shapes), runs within
-# -26..+33% of the BF16 fit's padded-tile pricing at 1-8192 tokens, moe_tp 1-8, 32 and 128 experts: no ceiling
+# -27..+16% of the BF16 fit's padded-tile pricing at 1-8192 tokens, moe_tp 1-8, 32 and 128 experts: no ceiling
 TRITON_MXFP4_PAD = (1, 64)
 
 
@@ -276,6 +276,14 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                        prefill_attention, mla_bmm if model.is_mla else None, masked)
 
 
+def _fused_clamp(model: ModelSpec) -> ModelSpec:
+    """``model`` with its experts' clamped activation as one fused kernel: the serving engines clamp inside it
+    (vLLM's swigluoai_and_mul(out, x, alpha, limit) after Marlin's / the fused MoE's first GEMM and FusedActivation
+    inside matmul_ogs, fused_marlin_moe.py / fused_moe.py / gpt_oss_triton_kernels_moe.py in the 0.10.2 wheel), not
+    as the eager chunk, clamps and cat Megatron-Core runs before its fused kernel (graph/moe_ops.py _expert_act)."""
+    return model.with_changes(expert_act_clamp=0.0) if model.expert_act_clamp else model
+
+
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
     """Whether ``device`` has TensorRT-LLM's TRTLLM-Gen MoE measured for experts at ``rate_dtype``."""
     return (_TRTLLM_GEN_MOE_CLASS, rate_dtype) in device.compute
@@ -292,7 +300,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     # the format the non-expert GEMMs run in: BF16 where the checkpoint quantizes experts only
     other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
     other_rate = _gemm_rate_dtype(device, other, mxfp4_activation)
-    tables = model_tables(model, 1, ACT_BYTES, "flash")
+    tables = model_tables(_fused_clamp(model), 1, ACT_BYTES, "flash")
     tokens = np.arange(max_tokens + 1, dtype=float)
     span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
     dense, moe = tables.layer_counts()
