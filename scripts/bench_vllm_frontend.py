@@ -23,7 +23,8 @@ config: tests/data/hf/llama-3-8b.json; Llama 3 Instruct's chat format). Prompts 
 this repository's docs/serving.md (the ShareGPT rows' mean prompt: 215,312 tokens over 1000 prompts).
 Prints the minimum over repeats (the code path's own cost on this CPU; medians measure the machine's
 other users) with the CPU, platform and versions, and for each burst the share of its intake gone before
-its first EngineCoreRequest was sent. BENCH_BURST_ONLY=1 runs the bursts alone.
+its first EngineCoreRequest was sent. BENCH_BURST_ONLY=1 runs the bursts alone, BENCH_TEMPLATES_ONLY=1
+the templates' parse alone.
 """
 
 from __future__ import annotations
@@ -264,6 +265,8 @@ async def run(path: str, templates: list[str]) -> None:
     for name, text in [("Llama 3", CHAT_TEMPLATE)] + [(t, Path(t).read_text()) for t in templates]:
         print(f"resolve_chat_template_kwargs ({name}: {len(text)}-character template): "
               f"{template_parse_s(llm.tokenizer, 300, text) * 1e3:.3f} ms least of 300")
+    if os.environ.get("BENCH_TEMPLATES_ONLY"):  # the templates' per-request parse alone
+        return
     print(f"intake one at a time (JSON body -> EngineCoreRequest encoded; includes the tokenizer's 2 ms "
           f"micro-batch wait), {PROMPT_TOKENS}-token chat prompts: {await serial_intake(llm, chat, reqs, 300) * 1e3:.3f} ms least of 280")
     await bursts(llm, chat, reqs)

@@ -37,35 +37,36 @@ from autotune.graph.table import model_tables
 sys.path.insert(0, str(Path(__file__).parent))
 from fit_engine_nvfp4_linear import scale_transform_s  # noqa: E402
 from sglang_prefill_kernels import (DENSE_I, DENSE_LAYERS, HEADS, HIDDEN, KV_LORA, MOE_I, MOE_LAYERS, NOPE,  # noqa: E402
-                                    Q_LORA, ROPE, V, _gemm_s, _loglog)
+                                    Q_LORA, ROPE, V, _gemm_s, _loglog, kv_dtype, moe_rows)
 
 VOCAB = 129280  # DeepSeek-V3/R1 config.json vocab_size
 
 
-def _mla_s(a: pd.DataFrame, batch: int, context: float, tp: int) -> float:
-    a = a[(a.num_heads == HEADS // tp) & (a.kv_cache_dtype == "fp8")]
+def _mla_s(a: pd.DataFrame, batch: int, context: float, tp: int, kv: str) -> float:
+    a = a[(a.num_heads == HEADS // tp) & (a.kv_cache_dtype == kv)]
     by_b = a[a.batch_size == batch] if batch in set(a.batch_size) else a[a.batch_size == a.batch_size[a.batch_size >= batch].min()]
     s = by_b.groupby("step").latency.median()
     return _loglog(s.index.to_numpy(float), s.to_numpy(), context) * 1e-3
 
 
-def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int, dtype: str) -> dict[str, float]:
-    """Seconds of the measured kernels of one decode step of ``batch`` requests (one token each)."""
+def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int, dtype: str,
+                      kv: str = "fp8") -> dict[str, float]:
+    """Seconds of the measured kernels of one decode step of ``batch`` requests (one token each), KV in ``kv``."""
     gemms = pd.read_parquet(data / "gemm_perf.parquet")
     g = gemms[gemms.gemm_dtype == ("fp8_block" if dtype == "fp8" else dtype)]
     bf = gemms[gemms.gemm_dtype == "bfloat16"]
     attn_g = bf if dtype == "nvfp4" else g
-    m = pd.read_parquet(data / "moe_perf.parquet")
-    m = m[(m.hidden_size == HIDDEN) & (m.num_experts == 256) & (m.inter_size == MOE_I) & (m.topk == 8)
-          & (m.moe_dtype == ("fp8_block" if dtype == "fp8" else dtype)) & (m.moe_tp_size == tp // ep)
-          & (m.moe_ep_size == ep) & (m.distribution == "balanced") & (m.kernel_source == "sglang_flashinfer_trtllm_moe")]
-    experts = m.groupby("num_tokens").latency.median()
+    experts = moe_rows(pd.read_parquet(data / "moe_perf.parquet"), tp, ep, dtype).groupby("num_tokens").latency.median()
     bmm = pd.read_parquet(data / "mla_bmm_perf.parquet")
     # BF16 for every checkpoint: SGLang dequantizes a 128 x 128 block-FP8 kv_b_proj to BF16 w_kc / w_vc at load on CUDA
     # (python/sglang/srt/models/deepseek_v2.py post_load_weights, block_quant_dequant) and runs torch.bmm on them
     bmm = bmm[(bmm.num_heads == HEADS // tp) & (bmm.bmm_dtype == "bfloat16")]
     ar = pd.read_parquet(data / "custom_allreduce_perf.parquet")
-    ar = ar[(ar.num_gpus == tp) & (ar.backend == "sglang_graph")].groupby("message_size").latency.median()  # message_size: BF16 elements (extract_engine_allreduce.py)
+    # message_size: BF16 elements (extract_engine_allreduce.py); SGLang's own CUDA-graph sweep, else the table's one kernel
+    # (H200 SGLang 0.5.6.post2 holds only TensorRT-LLM's custom all-reduce)
+    ar = ar[ar.num_gpus == tp]
+    ar = ar[ar.backend == "sglang_graph"] if "backend" in ar and "sglang_graph" in set(ar.backend) else ar
+    ar = ar.groupby("message_size").latency.median()
     layers = DENSE_LAYERS + MOE_LAYERS
 
     def bmm_s(op: str) -> float:
@@ -79,7 +80,7 @@ def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int, 
     mlp = lambda inter: _gemm_s(g, batch, 2 * inter // tp, HIDDEN) + _gemm_s(g, batch, HIDDEN, inter // tp) - 2 * off  # noqa: E731
     return {"attn_linears": layers * attn_lin,
             "mla_bmm": layers * (bmm_s("mla_gen_pre") + bmm_s("mla_gen_post")),
-            "attention": layers * _mla_s(pd.read_parquet(data / "generation_mla_perf.parquet"), batch, context, tp),
+            "attention": layers * _mla_s(pd.read_parquet(data / "generation_mla_perf.parquet"), batch, context, tp, kv),
             "dense_mlp+shared": DENSE_LAYERS * mlp(DENSE_I) + MOE_LAYERS * mlp(MOE_I),
             "router": MOE_LAYERS * _gemm_s(bf, batch, 256, HIDDEN),
             "experts": MOE_LAYERS * _loglog(experts.index.to_numpy(float), experts.to_numpy(), batch) * 1e-3,
@@ -130,7 +131,7 @@ def main() -> None:
         batch = int(b) if b else int(row["concurrency_or_batch"].split()[-1])
         context = 0.9 * int(row["isl"]) + 0.45 * int(row["osl"])
         ours = model_decode_s(row, batch, context)
-        kernels = measured_decode_s(data, batch, context, tp, ep, dtype)
+        kernels = measured_decode_s(data, batch, context, tp, ep, dtype, kv_dtype(row))
         print(f"{row_id} {row['gpu']} TP{tp} EP{ep} {dtype} batch {batch} context {context:.0f}, {row['metric']} {row['value']}")
         print("  model (ms):   " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in ours.items()))
         print("  kernels (ms): " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in kernels.items())

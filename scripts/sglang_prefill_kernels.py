@@ -10,7 +10,8 @@ release, e.g. from ai-dynamo/aiconfigurator @095f58a5 (fetch github:ai-dynamo/ai
   (and moe/sglang/$V/moe_perf.parquet, mla/sglang/$V/context_mla_perf.parquet alike)
 The kernels: fp8_block linears (DeepGEMM with its activation quantization, the collector's gemm_op),
 nvfp4 linears (FlashInfer), the TRTLLM-Gen MoE layer at balanced routing (flashinfer_trtllm, what the
-InferenceX recipes run) and trtllm_mla context attention, interpolated log-log in the token count
+InferenceX recipes run; on Hopper tables the Triton fused MoE, moe_rows) and the context MLA attention (trtllm_mla
+on B200; H200: h200_sxm/.../sglang/0.5.6.post2 or 0.5.14, FlashAttention-3 rows, KV format per kv_dtype), interpolated log-log in the token count
 (nearest measured N and K, scaled by N K beyond the grid). Not in the sum: norms, rotary, the TP
 all-reduces (the model's own are in its linear column), the LM head. (needs pandas + pyarrow)"""
 
@@ -54,19 +55,34 @@ def _layer_linears_s(attn_g: pd.DataFrame, g: pd.DataFrame, tokens: float, tp: i
     return attn + _gemm_s(g, tokens, 2 * inter, HIDDEN) + _gemm_s(g, tokens, HIDDEN, inter)
 
 
-def measured_prefill_s(data: Path, tokens: float, tp: int, ep: int, dtype: str) -> dict[str, float]:
-    """Seconds of the measured kernels of one prompt of ``tokens`` at TP ``tp`` (experts over ``ep``)."""
+def moe_rows(m: pd.DataFrame, tp: int, ep: int, dtype: str) -> pd.DataFrame:
+    """The DeepSeek-V3/R1 MoE rows of the kernel SGLang runs on the table's GPU: the TRTLLM-Gen MoE
+    (flashinfer_trtllm, the InferenceX Blackwell recipes' runner) where measured, else its Triton fused MoE
+    (sglang_fused_moe_triton, the one fp8_block MoE kernel of aiconfigurator's H200 SGLang tables); balanced
+    routing where measured, else the mildest power law (H200 SGLang 0.5.6.post2 has only power_law_1.01 / 1.2)."""
+    m = m[(m.hidden_size == HIDDEN) & (m.num_experts == 256) & (m.inter_size == MOE_I) & (m.topk == 8)
+          & (m.moe_dtype == ("fp8_block" if dtype == "fp8" else dtype)) & (m.moe_tp_size == tp // ep) & (m.moe_ep_size == ep)]
+    source = next((k for k in ("sglang_flashinfer_trtllm_moe", "sglang_fused_moe_triton") if k in set(m.kernel_source)), None)
+    if source is None:
+        raise ValueError(f"no SGLang MoE rows for DeepSeek-V3/R1 experts at moe_tp {tp // ep}, moe_ep {ep}, {dtype}")
+    m = m[m.kernel_source == source]
+    return m[m.distribution == ("balanced" if "balanced" in set(m.distribution) else "power_law_1.01")]
+
+
+def kv_dtype(row: dict) -> str:
+    """The KV-cache format of a row's MLA tables: FP8 under ``--kv-cache-dtype fp8_e4m3``, else the model's BF16."""
+    return "fp8" if "--kv-cache-dtype fp8" in row["notes"] else "bfloat16"
+
+
+def measured_prefill_s(data: Path, tokens: float, tp: int, ep: int, dtype: str, kv: str = "fp8") -> dict[str, float]:
+    """Seconds of the measured kernels of one prompt of ``tokens`` at TP ``tp`` (experts over ``ep``), KV in ``kv``."""
     gemms = pd.read_parquet(data / "gemm_perf.parquet")
     g = gemms[gemms.gemm_dtype == ("fp8_block" if dtype == "fp8" else dtype)]
     # the NVFP4 checkpoint keeps attention in BF16 (cost/checkpoint_layout.py)
     attn_g = gemms[gemms.gemm_dtype == "bfloat16"] if dtype == "nvfp4" else g
-    m = pd.read_parquet(data / "moe_perf.parquet")
-    m = m[(m.hidden_size == HIDDEN) & (m.num_experts == 256) & (m.inter_size == MOE_I) & (m.topk == 8)
-          & (m.moe_dtype == ("fp8_block" if dtype == "fp8" else dtype)) & (m.moe_tp_size == tp // ep)
-          & (m.moe_ep_size == ep) & (m.distribution == "balanced") & (m.kernel_source == "sglang_flashinfer_trtllm_moe")]
-    experts = m.groupby("num_tokens").latency.median()
+    experts = moe_rows(pd.read_parquet(data / "moe_perf.parquet"), tp, ep, dtype).groupby("num_tokens").latency.median()
     a = pd.read_parquet(data / "context_mla_perf.parquet")
-    a = a[(a.batch_size == 1) & (a.num_heads == HEADS // tp) & (a.kv_cache_dtype == "fp8")].groupby("isl").latency.median()
+    a = a[(a.batch_size == 1) & (a.num_heads == HEADS // tp) & (a.kv_cache_dtype == kv)].groupby("isl").latency.median()
     linears = (DENSE_LAYERS * _layer_linears_s(attn_g, g, tokens, tp, False)
                + MOE_LAYERS * _layer_linears_s(attn_g, g, tokens, tp, True))
     return {"linears": linears,
@@ -92,7 +108,7 @@ def main() -> None:
         tp, ep, dtype = int(row["tp"]), int(row["ep"] or 1), row["precision"]
         tokens = int(0.9 * int(row["isl"]))  # the mean of InferenceX's uniform [0.8 L, L] draw
         ours = model_prefill_s(row, tokens)
-        kernels = measured_prefill_s(data, tokens, tp, ep, dtype)
+        kernels = measured_prefill_s(data, tokens, tp, ep, dtype, kv_dtype(row))
         fmt = lambda d: ", ".join(f"{k} {v * 1e3:.1f}" for k, v in d.items())  # noqa: E731
         print(f"{row_id} {row['gpu']} TP{tp} EP{ep} {dtype} {tokens} tokens, {row['metric']} {row['value']}")
         print(f"  model (ms):    {fmt(ours)}")

@@ -124,7 +124,8 @@ def test_branch_and_bound_matches_every_pair_of_caps_on_deep_pipelines(seed):
     finds the objective of trying every pair of a candidate stage time and a candidate stage
     tail with the capped least-sum DP. Times and tails are rounded to halves, so that every pair
     can be tried (and ties abound)."""
-    from autotune.search.inter_op import _combine, _min_sum, _min_sum_uniform, _Tables
+    from autotune.search.inter_op import _combine, _min_sum, _min_sum_uniform
+    from autotune.search.stage_tables import StageTables as _Tables
 
     rng = np.random.default_rng(100 + seed)
     L, b = int(rng.integers(16, 29)), int(rng.integers(2, 12))
@@ -163,7 +164,8 @@ def test_branch_and_bound_matches_every_pair_of_caps_on_deep_pipelines(seed):
 def test_uniform_dp_equals_the_general_dp_on_one_submesh_size(seed):
     """The uniform DP (a middle stage's time broadcast over starts, no [k, n] table) finds the
     general DP's least sum and least slowest stage under every cap, with S stages of one unit."""
-    from autotune.search.inter_op import _min_sum, _min_sum_uniform, _Tables
+    from autotune.search.inter_op import _min_sum, _min_sum_uniform
+    from autotune.search.stage_tables import StageTables as _Tables
 
     rng = np.random.default_rng(300 + seed)
     L, b = int(rng.integers(2, 31)), int(rng.integers(1, 9))

@@ -60,7 +60,7 @@ def test_best_by_inflight_falls_back_where_memory_shrinks_with_depth():
 
 @pytest.mark.parametrize("num_layers", [1, 2, 3, 7, 20])
 def test_pipeline_stage_matrices_match_the_gather(num_layers):
-    from autotune.search.inter_op import _Tables
+    from autotune.search.stage_tables import StageTables as _Tables
 
     rng = np.random.default_rng(num_layers)
     time = rng.random((3, num_layers + 1, 4, 5))

@@ -111,6 +111,9 @@ CASES = [
     ("vllm-0.6", Load(kind="rate", num_requests=200, input_len=215, output_len=120, rate_per_s=8), dict(scheduler_steps=10)),
     ("vllm-0.6", Load(kind="max_throughput", num_requests=250, input_len=215, output_len=150), dict(kv_capacity_tokens=16000)),
     ("tensorrt-llm-0.17", Load(kind="concurrency", num_requests=200, input_len=500, output_len=200, concurrency=48), {}),
+    # vLLM 0.6 full at 64 sequences, 10 steps a call: finished requests hold their slots one scheduling (late_finish)
+    ("vllm-0.6", Load(kind="max_throughput", num_requests=300, input_len=215, output_len=151,
+                      lengths=uniform_lengths(215, 151, 0.8, source="test")), dict(scheduler_steps=10, max_num_seqs=64)),
     ("vllm", Load(kind="rate", num_requests=200, input_len=1000, output_len=150, rate_per_s=12), dict(kv_capacity_tokens=50000)),
     ("sglang-0.3", Load(kind="max_throughput", num_requests=150, input_len=3000, output_len=60), dict(kv_capacity_tokens=40000)),
     # SGLang's reserve admission: requests enter mid-stretch as the ratio decays, and some are retracted

@@ -214,9 +214,10 @@ def test_the_shipped_rows_reach_the_recorded_figures():
     assert groups["tensorrt-llm | throughput"].mean_abs_error_pct < 12.0
     # regression guard: SGLang 0.3 and vLLM 0.6 at rate inf over ShareGPT (+16.8% and +33.3% with the
     # host time per sequence, cost/serving_host.py; +25.2% and +33.5% before it; +35.5% and +45.5% at the
-    # means; SGLang +6.2% when it was admitted on prompts alone and recomputed 0.86 M prompt tokens)
+    # means; SGLang +6.2% when it was admitted on prompts alone and recomputed 0.86 M prompt tokens); vLLM
+    # +28.7% once a request finishing on a call's last step holds its slot one scheduling (Schedule.late_finish)
     assert groups["sglang | throughput"].mean_abs_error_pct < 20.0
-    assert groups["vllm | throughput"].mean_abs_error_pct < 36.0
+    assert groups["vllm | throughput"].mean_abs_error_pct < 31.0
     # SGLang 0.3's TTFTs wait for its eager prompt issue (19.6% before its own operator cost, 10.2% with it)
     assert groups["sglang | latency"].mean_abs_error_pct < 12.0
     # 19.75% before NCCL's measured sweep above vLLM's 8 MiB custom all-reduce (cost/serving_nccl.py), 20.15%

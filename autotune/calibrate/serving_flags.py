@@ -8,7 +8,8 @@ import re
 
 from autotune.spec.serving_engine import ServingEngine, release_number
 
-__all__ = ["adp_balance_flags", "attention_backend_flags", "limit_flags", "mxfp4_flags", "note_number"]
+__all__ = ["adp_balance_flags", "attention_backend_flags", "limit_flags", "mxfp4_flags", "named_mla_kernel_flags",
+           "note_number"]
 
 
 def note_number(pattern: str, text: str) -> float | None:
@@ -30,6 +31,25 @@ def attention_backend_flags(engine: ServingEngine, notes: str) -> dict:
     if backend is None or measured is None or backend.group(1) in measured:
         return {}
     return {name: () for name in ("mla_decode_attention", "mla_prefill_attention") if getattr(engine, name)}
+
+
+# SGLang's TRTLLM-gen MLA kernels (--attention-backend trtllm_mla: FlashInfer's TRTLLM-gen MLA decode and
+# trtllm_ragged_attention_deepseek prefill, python/sglang/srt/layers/attention/trtllm_mla_backend.py in the 0.5.3
+# wheel as in 0.5.14's the measured rows time), by flag or in a source's words (LMSYS GB200 part II, 2025-09-25:
+# "FlashInfer Blackwell TensorRT-LLM Attention for decode and FP8 KV-cache prefill")
+_TRTLLM_MLA = r"--(?:decode[-_])?attention[-_]backend[ =]+trtllm_mla\b|\btrtllm[_-]mla\b|\bTensorRT-LLM Attention\b"
+
+
+def named_mla_kernel_flags(engine: ServingEngine, notes: str, measured: ServingEngine) -> dict:
+    """An SGLang release whose preset has no measured MLA rows (0.4-0.5.5: sglang-0.4's default backends
+    differ, flashinfer MLA on Blackwell in 0.5.3's model_runner.py) where the notes name the kernels the
+    ``measured`` preset's rows time (aiconfigurator's SGLang trtllm_mla backend): those rows."""
+    if engine.engine != measured.engine or engine.engine not in _MEASURED_MLA_BACKENDS:
+        return {}
+    if not re.search(_TRTLLM_MLA, notes, flags=re.IGNORECASE):
+        return {}
+    return {name: getattr(measured, name) for name in ("mla_decode_attention", "mla_prefill_attention")
+            if not getattr(engine, name) and getattr(measured, name)}
 
 
 def adp_balance_flags(engine: ServingEngine, notes: str) -> dict:

@@ -16,7 +16,7 @@ from autotune.calibrate.modern import GPU_CLUSTERS
 from autotune.calibrate.row_cells import canonical_gpu
 
 __all__ = ["RowProblem", "model_preset", "name_precision", "engine_name", "precision_name", "gpu_cluster",
-           "MODEL_ALIASES", "NATIVE_PRECISIONS", "served_precision"]
+           "MODEL_ALIASES", "NATIVE_PRECISIONS", "served_precision", "nvfp4_out_proj_source"]
 
 
 class RowProblem(Exception):
@@ -141,6 +141,20 @@ def block_scaled_fp8(hf_model_id: str) -> bool:
     """Whether the checkpoint ``hf_model_id`` names stores block-scaled FP8 weights (_BLOCK_SCALED_FP8)."""
     name = hf_model_id.strip().lower()
     return any(name.startswith(org) and name.endswith(suffix) for org, suffix in _BLOCK_SCALED_FP8)
+
+
+# NVIDIA's DeepSeek NVFP4 -v2 releases quantize the attention output projection too (nvidia/DeepSeek-R1-0528-FP4-v2
+# model card: "additionally quantizes the wo module in attention layers"); a source may say so in words (LMSYS GB200
+# part II: "NVFP4 MoE and output projection")
+_V2_CHECKPOINT = r"\bnvidia/deepseek-[\w.-]*fp4-v2\b"
+_OUT_PROJ_WORDS = r"\bnvfp4\b[^;.]{0,40}\boutput projection\b|\boutput projection\b[^;.]{0,20}\bnvfp4\b"
+
+
+def nvfp4_out_proj_source(hf_model_id: str, notes: str) -> str | None:
+    """What says the NVFP4 checkpoint quantizes the attention output projection: its name, the notes, or None."""
+    if re.search(_V2_CHECKPOINT, hf_model_id, re.IGNORECASE):
+        return hf_model_id.strip()
+    return "the row's notes" if re.search(_OUT_PROJ_WORDS, notes, re.IGNORECASE) else None
 
 
 # The format a preset's released checkpoint is stored in, where it is not BF16: a row that states no

@@ -19,17 +19,18 @@ from importlib import resources
 
 from autotune.calibrate.serving_degrees import row_degrees, row_int
 from autotune.calibrate.serving_flags import adp_balance_flags, attention_backend_flags, limit_flags, mxfp4_flags, \
-    note_number as _number
+    named_mla_kernel_flags, note_number as _number
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
-    model_preset, name_precision, precision_name, served_precision
+    model_preset, name_precision, nvfp4_out_proj_source, precision_name, served_precision
 from autotune.calibrate.serving_generated import generated_outputs
 from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, load_words, metric_name, per_user_rate, \
     throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
 from autotune.cost.serving_custom_ar import release_allreduce_runtime
+from autotune.cost.vllm_fp8_pad import release_fp8_pad_runtime
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.cost.serving_lengths import request_lengths, uniform_lengths
 from autotune.cost.serving_load import METRICS, Load
@@ -104,7 +105,7 @@ def engine_runtime(engine: str, version: str) -> Runtime:
     wanted = release_number(version) or (10**6,)
     ranked = sorted(ours, key=lambda r: release_number(r.serving.version) or ())
     older = [r for r in ranked if (release_number(r.serving.version) or ()) <= wanted]
-    return release_allreduce_runtime(older[-1] if older else ranked[0], version)
+    return release_fp8_pad_runtime(release_allreduce_runtime(older[-1] if older else ranked[0], version), version)
 
 
 def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:
@@ -235,6 +236,8 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     changes.update(adp_balance_flags(engine, notes))
     changes.update(attention_backend_flags(engine, notes))
     changes.update(mxfp4_flags(engine, version, notes))
+    if engine.engine == "sglang":  # an older release naming the kernels the newest preset's MLA rows time
+        changes.update(named_mla_kernel_flags(engine, notes, engine_runtime(engine.engine, "").serving))
     # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE
     if engine.engine == "tensorrt-llm" and re.search(r"moe_(?:config\W{0,8}backend|backend)\W{0,4}TRTLLM\b", notes, re.IGNORECASE):
         changes["moe_backend"] = "trtllm"
@@ -259,7 +262,14 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     if not changes:
         return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),
-            named + tuple(f"{k} {v} (the row's notes)" for k, v in changes.items() if k != "memory_fraction_by_tp"))
+            named + tuple(_change_note(k, v) for k, v in changes.items() if k != "memory_fraction_by_tp"))
+
+
+def _change_note(name: str, value) -> str:
+    """An engine change as the row's assumptions list it; a measured table (named_mla_kernel_flags) by its rows' count."""
+    if isinstance(value, tuple) and len(value) > 4:
+        return f"{name}: the newest preset's {len(value)} measured rows (the kernel the row's notes name)"
+    return f"{name} {value} (the row's notes)"
 
 
 def _async_scheduling(engine: ServingEngine, notes: str) -> dict:
@@ -312,12 +322,22 @@ def _checkpoint_scales(model: ModelSpec, hf_model_id: str) -> tuple[ModelSpec, t
     return model.with_changes(fp8_block_scaled=True), (f"FP8 weights in 128 x 128 blocks ({hf_model_id})",)
 
 
+def _checkpoint_out_proj(model: ModelSpec, row: dict) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The MLA model with its NVFP4 output projection where the checkpoint or the notes say so (cost/checkpoint_layout.py)."""
+    why = nvfp4_out_proj_source(row.get("hf_model_id", ""), row.get("notes", ""))
+    if not model.is_mla or model.nvfp4_out_proj or why is None:
+        return model, ()
+    return model.with_changes(nvfp4_out_proj=True), (f"NVFP4 attention output projection ({why})",)
+
+
 def case_from_row(row: dict) -> ServingCase:
     """The row as a case to simulate, or RowProblem with the reason."""
     try:
         runtime, engine_notes = _engine(row)
         model = resolve_model(model_preset(row["model"], row.get("hf_model_id", "")))
         model, checkpoint_notes = _checkpoint_scales(model, row.get("hf_model_id", ""))
+        model, out_proj_notes = _checkpoint_out_proj(model, row)
+        checkpoint_notes += out_proj_notes
         cluster = load_cluster(gpu_cluster(row["gpu"]))
         # the scenario from the load, or the benchmark's name (MLPerf v5.0's llama2-70b-interactive)
         scenario_text = f"{row['concurrency_or_batch']} {row['model']}"

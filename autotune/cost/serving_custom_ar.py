@@ -35,13 +35,13 @@ from importlib import resources
 import numpy as np
 
 from autotune.cost.comm import collective_time_s
-from autotune.errors import require
+from autotune.cost.measured_sweep import SizeSweep, sweep_fields
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
 from autotune.spec.serving_engine import release_number
 
-__all__ = ["SGLANG_ALLREDUCES", "VLLM_SYMM", "vllm_all_reduce_s", "FUSION_SUFFIX", "AllReduceSweep", "engine_tables", "sglang_all_reduce_s",
+__all__ = ["SGLANG_ALLREDUCES", "VLLM_SYMM", "vllm_all_reduce_s", "FUSION_SUFFIX", "engine_tables", "sglang_all_reduce_s",
            "sglang_release_allreduce", "release_allreduce_runtime", "sglang_fusion_on", "FUSION_MAX_TOKENS"]
 
 SGLANG_ALLREDUCES = ("sglang_v1", "sglang_v2")
@@ -75,37 +75,15 @@ _TRTLLM_ONESHOT = "trtllm_all_reduce"  # the measured one-shot's key in LinkLeve
 _SM_GPUS = {"sm90": ("H100", "H200", "H800"), "sm100": ("B200", "B300", "GB200", "GB300")}
 
 
-@dataclass(frozen=True, kw_only=True, eq=False)
-class AllReduceSweep:
-    """One measured sweep: ``seconds[i]`` for an all-reduce of ``nbytes[i]`` bytes over ``gpus`` GPUs."""
-
-    gpus: int
-    nbytes: tuple[float, ...]
-    seconds: tuple[float, ...]
-    source: str
-
-    def __post_init__(self) -> None:
-        where = f"engine_all_reduce.gpus.{self.gpus}"
-        require(len(self.nbytes) >= 2 and len(self.nbytes) == len(self.seconds), where,
-                "needs at least two sizes and one time per size")
-        require(all(b > a for a, b in zip(self.nbytes, self.nbytes[1:])), f"{where}.bytes", "must increase")
-        require(all(np.isfinite(t) and t > 0 for t in self.seconds), f"{where}.seconds", "must be positive seconds")
-
-    def time_s(self, nbytes: np.ndarray) -> np.ndarray:
-        """Interpolated in bytes; below the smallest size measured, that size's time (the latency floor)."""
-        return np.interp(nbytes, self.nbytes, self.seconds)
-
-
 @lru_cache(maxsize=1)
-def engine_tables() -> dict[tuple[str, str, int], AllReduceSweep]:
+def engine_tables() -> dict[tuple[str, str, int], SizeSweep]:
     """Every shipped sweep, keyed by (kernel table, cluster preset name, GPU count)."""
     data = tomllib.loads(resources.files("autotune.data").joinpath("engine_all_reduce.toml").read_text())
     tables = {}
     for kernel, entries in data.items():
         for entry in entries.values():
             for gpus, sweep in entry["gpus"].items():
-                table = AllReduceSweep(gpus=int(gpus), nbytes=tuple(float(b) for b in sweep["bytes"]),
-                                       seconds=tuple(float(t) for t in sweep["seconds"]), source=entry["source"])
+                table = SizeSweep(label="engine_all_reduce", **sweep_fields(gpus, sweep), source=entry["source"])
                 tables.update({(kernel, name, table.gpus): table for name in entry["clusters"]})
     return tables
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
+from autotune.cost.checkpoint_layout import bf16_attention, bf16_attention_gemms
 from autotune.cost.expert_map import masked_rows_s
 from autotune.cost.expert_tiles import expert_row_share
 from autotune.cost.moe_skew import busiest_rank_skew
@@ -79,7 +79,7 @@ def non_expert_s(layer: OpTable, model: ModelSpec, device, dtype: str, rate_dtyp
     table = select_ops(layer, not_attention(layer) & ~routed_moves(layer))
     if not bf16_attention(model, dtype):
         return ops_s(table, device, dtype, rate_dtype, tokens, tp)
-    attention = attention_gemms(table)
+    attention = bf16_attention_gemms(model, table)
     return (ops_s(select_ops(table, attention), device, "bf16", "bf16", tokens, tp)
             + ops_s(select_ops(table, ~attention), device, dtype, rate_dtype, tokens, tp))
 

@@ -20,6 +20,7 @@ from importlib import resources
 import numpy as np
 
 from autotune.cost.comm import collective_time_s
+from autotune.cost.measured_sweep import SizeSweep, sweep_fields
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
 
@@ -30,29 +31,11 @@ MEASURED_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
-class NcclTable:
-    """One measured sweep: ``seconds[i]`` for the collective ``op`` of ``nbytes[i]`` bytes over ``gpus`` GPUs."""
+class NcclTable(SizeSweep):
+    """One measured sweep (SizeSweep) of the collective ``op`` by NCCL ``nccl_version``."""
 
-    gpus: int
-    nbytes: tuple[float, ...]
-    seconds: tuple[float, ...]
     nccl_version: str
-    source: str
     op: str = "all_reduce"
-
-    def __post_init__(self) -> None:
-        where = f"nccl.{self.op}.gpus.{self.gpus}"
-        require(len(self.nbytes) >= 2 and len(self.nbytes) == len(self.seconds), where,
-                "needs at least two sizes and one time per size")
-        require(all(b > a for a, b in zip(self.nbytes, self.nbytes[1:])), f"{where}.bytes", "must increase")
-        require(all(np.isfinite(t) and t > 0 for t in self.seconds), f"{where}.seconds", "must be positive seconds")
-
-    def covers(self, nbytes: np.ndarray) -> np.ndarray:
-        return (nbytes >= self.nbytes[0]) & (nbytes <= self.nbytes[-1])
-
-    def time_s(self, nbytes: np.ndarray) -> np.ndarray:
-        """Interpolated time; only meaningful where :meth:`covers`."""
-        return np.interp(nbytes, self.nbytes, self.seconds)
 
 
 @lru_cache(maxsize=4)
@@ -65,9 +48,8 @@ def nccl_tables(op: str = "all_reduce") -> dict[tuple[str, int], NcclTable]:
     for entry in data.values():
         sweeps = entry["gpus"] if op == "all_reduce" else entry["ops"].get(op, {}).get("gpus", {})
         for gpus, sweep in sweeps.items():
-            table = NcclTable(gpus=int(gpus), nbytes=tuple(float(b) for b in sweep["bytes"]),
-                              seconds=tuple(float(t) for t in sweep["seconds"]),
-                              nccl_version=entry["nccl_version"], source=entry["source"], op=op)
+            table = NcclTable(label=f"nccl.{op}", **sweep_fields(gpus, sweep), nccl_version=entry["nccl_version"],
+                              source=entry["source"], op=op)
             tables.update({(name, table.gpus): table for name in entry["clusters"]})
     return tables
 

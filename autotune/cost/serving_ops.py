@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import numpy as np
 
-from autotune.cost.checkpoint_layout import attention_gemms, bf16_attention
+from autotune.cost.checkpoint_layout import bf16_attention, bf16_attention_gemms
 from autotune.cost.compute import op_amounts, op_coefficients
 from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
@@ -133,7 +133,7 @@ def weights_per_gpu(tables, model, shape, weight_dtype: str, pad: tuple = ()) ->
     def per_gpu(table: OpTable, tp: int, dtype: str) -> float:
         gemm = quantized_gemms(table) | np.array([k == "embedding" for k in table.kinds])
         if bf16_attention(model, dtype):
-            gemm = gemm & ~attention_gemms(table)
+            gemm = gemm & ~bf16_attention_gemms(model, table)
         params = table.params / np.where(table.weights_split, tp, 1.0)
         return float((params * np.where(gemm, weight_bytes_per_param(dtype), ACT_BYTES)).sum())
 

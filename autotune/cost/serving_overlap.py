@@ -16,7 +16,10 @@ SGLang's ``--enable-deepep-moe`` exchanges a MoE layer's tokens with DeepEP's ke
   39 / 40 GB/s combine at EP 8 / 16 / 32 / 64 / 128 / 256 (128 tokens a rank).
 
 The bandwidths are the README's, scaled by the cluster's inter-node (intra-node) bandwidth over the
-~50 (~160) GB/s they were measured at.
+~50 (~160) GB/s they were measured at. SGLang's NVFP4 experts on the CuTe DSL runner can take their
+low-latency dispatch in NVFP4 (0.5.3 token_dispatcher/deepep.py _dispatch_core: use_nvfp4 under
+SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH; flashinfer_cutedsl_moe.py takes k // 2 packed bytes and k // 16 E4M3 scales
+a token; LMSYS GB200 part II: "Fusing NVFP4 in DeepEP ... halving the required network traffic").
 
 ``--enable-two-batch-overlap`` (SGLang two_batch_overlap.py and operations_strategy.py, the
 DeepSeek blog's prefill and decode strategies) splits a step's batch into two micro-batches of half
@@ -68,10 +71,12 @@ class MoeExchange:
 
     mode: str
     two_batch_overlap: bool = False
+    nvfp4_dispatch: bool = False  # NVFP4 experts dispatched in NVFP4 (low-latency kernels), else FP8
 
     def __post_init__(self) -> None:
         require(self.mode in DEEPEP_MODES, "deepep_mode", f"{self.mode!r}; choose one of: {', '.join(DEEPEP_MODES)}")
         require(isinstance(self.two_batch_overlap, bool), "two_batch_overlap", "must be true or false")
+        require(isinstance(self.nvfp4_dispatch, bool), "nvfp4_dispatch", "must be true or false")
 
 
 def exchange_from_notes(notes: str, phase: str) -> MoeExchange | None:
@@ -86,7 +91,13 @@ def exchange_from_notes(notes: str, phase: str) -> MoeExchange | None:
     mode = re.sub(r"[ -]", "_", found.group(1).lower()) if found else "auto"
     if mode == "auto":
         mode = "normal" if phase == "prefill" else "low_latency"
-    return MoeExchange(mode=mode, two_batch_overlap=bool(re.search(r"--enable-two-batch-overlap\b", notes)))
+    return MoeExchange(mode=mode, two_batch_overlap=bool(re.search(r"--enable-two-batch-overlap\b", notes)),
+                       nvfp4_dispatch=mode == "low_latency" and bool(re.search(_NVFP4_DISPATCH, notes, re.I)))
+
+
+# NVFP4 dispatch as SGLang's environment (0.5.3: SGLANG_CUTEDSL_MOE_NVFP4_DISPATCH; later SGLANG_MOE_NVFP4_DISPATCH)
+# or a source's words name it (LMSYS GB200 part II: "Fusing NVFP4 in DeepEP")
+_NVFP4_DISPATCH = r"SGLANG_(?:CUTEDSL_)?MOE_NVFP4_DISPATCH[ =:'\"]+(?:1|true)\b|\bNVFP4 in DeepEP\b|\bNVFP4 dispatch\b"
 
 
 def _nearest(table: dict[int, tuple[float, float]], ep: int) -> tuple[float, float]:
@@ -110,11 +121,14 @@ def _copies(model: ModelSpec, parts: int) -> float:
 
 
 def deepep_exchange_s(model: ModelSpec, cluster: ClusterSpec, *, ep: int, tokens_per_rank: float,
-                      mode: str) -> tuple[float, float]:
-    """Seconds of one MoE layer's DeepEP (dispatch, combine) for a rank sending ``tokens_per_rank``."""
+                      mode: str, nvfp4: bool = False) -> tuple[float, float]:
+    """Seconds of one MoE layer's DeepEP (dispatch, combine) for a rank sending ``tokens_per_rank``;
+    ``nvfp4``: the low-latency dispatch in NVFP4 (MoeExchange.nvfp4_dispatch with NVFP4 experts)."""
     require(mode in DEEPEP_MODES, "deepep_mode", f"{mode!r}; choose one of: {', '.join(DEEPEP_MODES)}")
     h, k = model.hidden_size, model.num_experts_per_token
     fp8 = h * (1.0 + 4.0 / 128.0)  # FP8 values and one FP32 scale per 128
+    if nvfp4 and mode == "low_latency":
+        fp8 = h * (0.5 + 1.0 / 16.0)  # FP4 values packed two a byte and one E4M3 scale per 16 (flashinfer_cutedsl_moe.py)
     nic = cluster.inter_node.bandwidth_bytes_per_s / _README_NIC
     nodes = -(-ep // cluster.gpus_per_node)
     if mode == "low_latency" and nodes == 1:  # one NVLink domain (GB200 NVL72): the copies go over NVLink,

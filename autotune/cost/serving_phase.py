@@ -76,7 +76,7 @@ def _parts(dep: ServingDeployment, step: StepModel, seconds, tokens: int, exchan
     without_attention = seconds(tokens, attention=False)
     ranks = dep.tp if dep.attention_dp else 1
     dispatch, combine = deepep_exchange_s(dep.model, dep.cluster, ep=dep.ep, tokens_per_rank=tokens / ranks,
-                                          mode=exchange.mode)
+                                          mode=exchange.mode, nvfp4=exchange.nvfp4_dispatch and dep.dtype == "nvfp4")
     # DeepEP replaces the gather and its SUM_LEN all-reduces in prompt steps (StepModel.prefill_exchange_s) as well
     sum_len = float(step.prefill_exchange_s[tokens]) if step.prefill_exchange_s is not None and prefill else 0.0
     return LayerParts(other=(without_attention - float(step.linear_s[tokens]) - sum_len) / moe,

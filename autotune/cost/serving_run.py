@@ -76,6 +76,16 @@ class Schedule:
         require(0.0 <= self.kv_windowed_share < 1.0 and (self.kv_windowed_share == 0.0 or self.kv_window_tokens >= 1),
                 "kv_windowed_share", "must be in [0, 1), with a window of >= 1 token where it is above 0")
 
+    @property
+    def late_finish(self) -> bool:
+        """Whether the engine learns that a request finished only while running the step after its last token:
+        vLLM 0.6's asynchronous output processor (host_overlap "output") processes step n's outputs inside step
+        n + 1, which the scheduler made before (scheduler.py _schedule_running 0.6.0: 'With async postprocessor,
+        an extra decode run is done to process the final tokens'); under multi-step only a call's last step's
+        outputs wait so (multi_step_model_runner.py _final_process_outputs returns that step's outputs to
+        llm_engine.py step, whose output queue the next step's callback drains)."""
+        return self.host_overlap == "output"
+
     def since_poll_after(self, steps: int) -> int:
         """Decode steps since the last poll for new requests after ``steps`` since an earlier one: the
         engine polled (and reset its counter) every ``recv_interval`` of them; ``recv_interval`` when a

@@ -62,6 +62,9 @@ class _State:
     adp: AdpCounters = field(default_factory=AdpCounters)  # TensorRT-LLM's attention-DP balancer (serving_adp.py)
     adp_held: bool = False  # this step's context requests are held by it
     since_poll: int = 0  # decode steps since the scheduler last took new requests in (Schedule.recv_interval)
+    # requests whose last token the step just run computed, not yet seen as finished by an engine that processes
+    # a step's outputs during the next step (late_finish): they keep their slot and KV through one more scheduling
+    late: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: bool = True) -> Trace:
@@ -72,18 +75,22 @@ def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: b
     while st.next_arrival < len(st.arrival) or st.waiting or len(st.running):
         _admit_arrivals(st, sched)
         if not len(st.running) and not st.waiting:
+            _release_late(st)  # an idle engine drains its pending outputs (llm_engine.py step 0.6.0)
             st.t = float(st.arrival[st.next_arrival])
             if sched.reserve:  # an idle SGLang resets its estimate (tp_worker.py forward_step)
                 st.ratio_base, st.ratio_decays = sched.reserve.init_ratio, 0
             continue
         chunks, decodes = _plan_step(st, sched)
+        if not chunks and not len(decodes) and len(st.late):
+            _late_call(st, sched, step)
+            continue
         require(bool(chunks) or len(decodes) > 0, "serving",
                 "the engine can run no request: its KV cache or token budget holds none of them")
         if chunks:
-            _single_step(st, sched, step, chunks, decodes)
+            at_end = _single_step(st, sched, step, chunks, decodes)
         else:
-            _decode_stretch(st, sched, step, decodes, fast_forward)
-        _retire(st)
+            at_end = _decode_stretch(st, sched, step, decodes, fast_forward)
+        _retire(st, sched, at_end)
     gaps = np.concatenate(st.gaps) if st.gaps else np.zeros(0)
     weights = np.concatenate(st.weights) if st.weights else np.zeros(0)
     return Trace(arrival_s=st.arrival, first_token_s=st.first, finish_s=st.finish, output_len=req.output_len,
@@ -147,7 +154,7 @@ def _fill_prompts(st: _State, sched: Schedule, budget: int, prefilling: np.ndarr
     cap = sched.prefill_chunk_tokens or sched.max_num_batched_tokens
     # KV tokens left to admit against: blocks not yet taken, or (reserve rule) the estimated room
     room = (reserve_room(st, sched.reserve, sched.kv_capacity_tokens) if sched.reserve
-            else sched.kv_capacity_tokens - int(st.reserved[st.running].sum()))
+            else sched.kv_capacity_tokens - int(st.reserved[st.running].sum()) - int(st.reserved[st.late].sum()))
     for i in prefilling:
         take = min(int(st.prompt[i] - st.done[i]), budget, cap)
         if take <= 0:
@@ -157,7 +164,7 @@ def _fill_prompts(st: _State, sched: Schedule, budget: int, prefilling: np.ndarr
         if sched.reserve:  # a continuing chunk reserves its output once it completes the prompt
             room -= take + (output_need(st, sched.reserve, int(i)) if st.done[i] + take >= st.prompt[i] else 0)
     admitted = []
-    while st.waiting and budget > 0 and len(st.running) + len(admitted) < sched.max_num_seqs:
+    while st.waiting and budget > 0 and len(st.running) + len(st.late) + len(admitted) < sched.max_num_seqs:
         i = st.waiting[0]
         left = int(st.prompt[i] - st.done[i])
         take = min(left, budget, cap) if sched.chunked_prefill else left
@@ -190,8 +197,8 @@ def _admission(st: _State, sched: Schedule, i: int, take: int, room: float) -> t
     return need <= room, need
 
 
-def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, decodes: np.ndarray) -> None:
-    """One step of prompt chunks (and, in a mixed engine, the running decodes)."""
+def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, decodes: np.ndarray) -> np.ndarray:
+    """One step of prompt chunks (and, in a mixed engine, the running decodes); the requests it finished."""
     if len(decodes):
         decodes = make_room(st, sched, decodes)
     ids, takes = np.asarray(chunks, dtype=np.int64).T
@@ -205,7 +212,7 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     busiest = np.argsort(-takes, kind="stable")[::step.dp_ranks]
     gpu = step.gpu_s(decodes=len(decodes), context=step.window.positions(kv_tokens(st, decodes)) if len(decodes) else 0.0,
                      prefill_tokens=tokens, pairs=float(pairs.sum()), sampled=sampled,
-                     rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())))
+                     rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())), prefix_tokens=float(done.sum()))
     # prompt steps run eagerly (graphs are captured for decodes)
     seqs = _host_seqs(len(chunks) + len(decodes), step)
     streams = frontend_streams(sched, sampled, step.dp_ranks)  # the requests that get a token this step
@@ -221,6 +228,8 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
         _stamp_decodes(st, decodes, np.asarray([delivered]), 1)
     st.steps += 1
     st.since_poll = sched.recv_interval  # a prompt step weighs 1000: the next loop polls
+    ran = np.concatenate([ids, decodes])
+    return ran[st.generated[ran] >= st.req.output_len[ran]]  # this step's finishers
 
 
 def _host_seqs(seqs: int, step: StepModel) -> int:
@@ -241,10 +250,11 @@ def _stretch_length(st: _State, sched: Schedule, decodes: np.ndarray, durations_
     return max(1, k)
 
 
-def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.ndarray, fast_forward: bool) -> None:
+def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.ndarray, fast_forward: bool) -> np.ndarray:
     """Decode steps of one batch up to the next event, in one move: step j's context is the
     first step's plus j x batch (on windowed layers only the requests inside their window grow it:
-    serving_window.py), so its GPU time is the first step's plus j x that growth x (per position)."""
+    serving_window.py), so its GPU time is the first step's plus j x that growth x (per position).
+    Returns the requests whose last token came at its last step."""
     before = len(st.waiting)
     decodes = make_room(st, sched, decodes)
     retracted = len(st.waiting) > before
@@ -270,11 +280,10 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     if sched.reserve and st.waiting and len(st.running) < sched.max_num_seqs and k > 1:
         # SGLang tries to admit before every decode step: stop where the first waiting request fits
         k = steps_until_admitted(st, sched.reserve, sched.kv_capacity_tokens, decodes, k)
-    if calls > 1:  # a multi-step call runs all its steps (requests finishing early are dropped at its end)
-        k = calls * max(1, -(-k // calls)) if k >= calls else calls
-        k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
+    k = _whole_calls(st, sched, decodes, k)
     durations = durations_of(k)
     ends = st.t + np.cumsum(durations)
+    before = st.generated[decodes].copy()
     _stamp_decodes(st, decodes, delivered_at(sched, ends, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
                    calls)
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
@@ -284,6 +293,23 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
         st.ratio_decays += k - int(retracted)
     st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + b * k, st.decode_steps + k
     st.since_poll = sched.since_poll_after(st.since_poll + k)
+    return decodes[(st.generated[decodes] - before == k) & (st.generated[decodes] >= st.req.output_len[decodes])]
+
+
+def _whole_calls(st: _State, sched: Schedule, decodes: np.ndarray, k: int) -> int:
+    """The stretch's ``k`` decode steps as the engine's scheduler calls run them: one call where finished
+    requests hold slots that waiting ones want (late_finish); whole multi-step calls (requests finishing
+    early are dropped at a call's end), cut where the batch is done only when nothing waits (an engine left
+    with nothing to run stops, its loop waiting for requests; with requests waiting it runs the call out:
+    llm_engine.py step 0.6.0 schedules nothing while steps remain)."""
+    calls = sched.scheduler_steps
+    if len(st.late) and st.waiting:
+        k = 1
+    if calls > 1:
+        k = calls * max(1, -(-k // calls)) if k >= calls else calls
+        if not st.waiting:
+            k = min(k, int((st.req.output_len[decodes] - st.generated[decodes]).max()))
+    return k
 
 
 def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int) -> None:
@@ -322,8 +348,29 @@ def _stamp_decodes(st: _State, decodes: np.ndarray, ends: np.ndarray, calls: int
     st.last[whole] = deliveries[-1]
 
 
-def _retire(st: _State) -> None:
-    """Requests with all their tokens leave and free their KV; a closed loop sends the next one."""
+def _late_call(st: _State, sched: Schedule, step: StepModel) -> None:
+    """The call an engine under ``late_finish`` makes of requests it has not yet seen finish when it can
+    schedule nothing else (scheduler.py 0.6.0: 'an extra decode run is done to process the final tokens'):
+    a decode call of them whose tokens nobody receives; its step processes their outputs and frees them."""
+    b, calls = len(st.late), sched.scheduler_steps
+    gpu = step.gpu_s(decodes=b, context=float(kv_tokens(st, st.late).sum()), prefill_tokens=0, pairs=0.0, sampled=b)
+    j = np.arange(calls)
+    st.t += float(np.sum(step_wall_s(sched, np.full(calls, gpu), (j == 0).astype(float), b > sched.decode_graph_max_batch,
+                                     seqs=_host_seqs(b, step))))
+    st.steps += calls
+    _release_late(st)
+
+
+def _release_late(st: _State) -> None:
+    st.reserved[st.late] = 0
+    st.late = st.late[:0]
+
+
+def _retire(st: _State, sched: Schedule, at_end: np.ndarray) -> None:
+    """Requests with all their tokens leave and free their KV; a closed loop sends the next one. Under
+    ``late_finish`` those whose last token came at the step just run (``at_end``) hold their slot and KV
+    through the next scheduling, and are freed after the step it makes."""
+    _release_late(st)  # the step just run processed the outputs that finished them
     gone = st.generated[st.running] >= st.req.output_len[st.running]
     if not gone.any():
         return
@@ -331,7 +378,8 @@ def _retire(st: _State) -> None:
     st.running = st.running[~gone]
     unstamped = ids[np.isnan(st.finish[ids])]
     st.finish[unstamped] = st.last[unstamped]  # their last token's delivery
-    st.reserved[ids] = 0
+    st.late = ids[np.isin(ids, at_end)] if sched.late_finish else ids[:0]
+    st.reserved[ids[~np.isin(ids, st.late)]] = 0
     if st.req.concurrency:
         for finished_at in np.sort(st.finish[ids]):
             pending = np.flatnonzero(np.isinf(st.arrival))

@@ -33,6 +33,8 @@ from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLAS
                                            has_gemm_fit, non_expert_s, pads_experts, routed_moves, routing_in_kernel)
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
 from autotune.cost.serving_window import NO_WINDOW, AttentionWindow, model_window
+from autotune.cost.vllm_fp8_pad import layers_pad_s, pads_fp8_block_input
+from autotune.cost.vllm_mla_prefix import prefix_s_per_token
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
@@ -191,6 +193,9 @@ class StepModel:
     # decodes (a GPU's, a rank's under DP attention; all layers)
     prompt_up_s: np.ndarray | None = None
     decode_bmm_s: np.ndarray | None = None
+    # seconds (all layers) a prompt chunk spends per cached token of its own request's prefix beside the pairs:
+    # vLLM's MLA re-expands it through kv_b_proj every chunk (cost/vllm_mla_prefix.py); 0: nothing
+    prefix_s_per_token: float = 0.0
     # the model's windowed layers: the positions and pairs the simulator passes to gpu_s are averaged over
     # the layers with them (cost/serving_window.py)
     window: AttentionWindow = NO_WINDOW
@@ -200,11 +205,12 @@ class StepModel:
         return len(self.linear_s) - 1
 
     def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int,
-              rank_prefill: tuple[int, float] | None = None) -> float:
+              rank_prefill: tuple[int, float] | None = None, prefix_tokens: float = 0.0) -> float:
         """GPU seconds of a step with ``decodes`` requests decoding over ``context`` cached positions
         in all, and ``prefill_tokens`` prompt tokens doing ``pairs`` causal query-key pairs. Under DP
         attention the step waits for its busiest rank: the decodes spread evenly, the prompts whole on
-        their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly)."""
+        their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly);
+        ``prefix_tokens``: the cached tokens of the prompts' own requests before their chunks (all ranks')."""
         n = decodes + prefill_tokens
         require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
         linear = float(self.linear_s[n]) + (float(self.prefill_exchange_s[n]) if prefill_tokens and self.prefill_exchange_s
@@ -223,6 +229,7 @@ class StepModel:
             attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
         if prefill_tokens:
             attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
+            linear += prefix_tokens * self.prefix_s_per_token / self.dp_ranks
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
     def up_projection_s(self, decodes: int, prompt_tokens: int) -> float:
@@ -238,7 +245,9 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
-               moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", decode_attention: tuple[float, float] | None = None,
+               moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", fp8_input_pad: bool = False,
+               mla_prefix: bool = False,
+               decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None,
                mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:
@@ -254,6 +263,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
     ``moe_ep_masked_rows``: EP without an all-to-all runs the experts' elementwise work on every routed row (expert_map.py);
     ``moe_tuned_configs``: the release whose tuned fused-MoE configs the engine ships (moe_configs.py);
+    ``fp8_input_pad``: the release pads its block-FP8 linears' BF16 inputs on Hopper (cost/vllm_fp8_pad.py);
+    ``mla_prefix``: a prompt chunk re-expands its request's cached MLA prefix (cost/vllm_mla_prefix.py);
     ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
     ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
     ``prefill_attention``: its measured prompt-attention op for non-MLA layers
@@ -273,7 +284,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                        weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation,
                        TRITON_MXFP4_PAD if triton else tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
-                       prefill_attention, mla_bmm if model.is_mla else None, masked)
+                       prefill_attention, mla_bmm if model.is_mla else None, masked,
+                       pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix)
 
 
 def _fused_clamp(model: ModelSpec) -> ModelSpec:
@@ -293,7 +305,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
                 decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None,
-                masked_rows=False) -> StepModel:
+                masked_rows=False, input_pad=False, mla_prefix=False) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -321,6 +333,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     own = dense * non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
         own = own + moe * non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
+    if input_pad:  # vLLM 0.10.2-0.11 copies each block-FP8 linear's input into a padded buffer on Hopper
+        own = own + layers_pad_s(((dense, layer), (moe, moe_layer)), device, tokens, shape.op_tp)
     linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe, tp_allreduce) + stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
@@ -336,13 +350,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     linear[0] = own[0] = 0.0
     if exchange is not None:
         exchange[0] = 0.0
-    sampled = np.arange(max_sampled + 1, dtype=float)
-    rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
-    head = ops_s(without_loss(tables.head), device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
-    head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * ACT_BYTES / shape.op_tp,
-                                    span, cluster) * (not shape.attention_dp)
-    head[0] = 0.0
-    return StepModel(linear_s=linear, head_s=head, num_layers=model.num_layers,
+    return StepModel(linear_s=linear, head_s=_head_s(tables, model, cluster, shape, span, max_sampled),
+                     num_layers=model.num_layers,
                      **attention_coefficients(model, device, shape, kv_bytes, decode_attention, mla_attention,
                                                prefill_attention),
                      weight_bytes_per_gpu=weights_per_gpu(tables, model, shape, weight_dtype,
@@ -350,4 +359,19 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
-                     prefill_exchange_s=prefill_extra, window=model_window(model), **up)
+                     prefill_exchange_s=prefill_extra, window=model_window(model), **up,
+                     prefix_s_per_token=prefix_s_per_token(tables.moe_layer if moe else tables.layer, model, device, other, other_rate,
+                                                           shape.op_tp, kv_bytes, max_tokens, input_pad)
+                     if mla_prefix else 0.0)
+
+
+def _head_s(tables, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, max_sampled: int) -> np.ndarray:
+    """The LM head's seconds for 0..``max_sampled`` sampled rows: its operators on a rank's rows (its own share
+    under DP attention), then, without DP attention, the all-gather of the TP-split logits."""
+    sampled = np.arange(max_sampled + 1, dtype=float)
+    rank_sampled = sampled / shape.tp if shape.attention_dp else sampled
+    head = ops_s(without_loss(tables.head), cluster.device, "bf16", "bf16", rank_sampled, shape.op_tp) if tables.head is not None else 0 * sampled
+    head = head + collective_time_s("all_gather", rank_sampled * model.vocab_size * ACT_BYTES / shape.op_tp,
+                                    span, cluster) * (not shape.attention_dp)
+    head[0] = 0.0
+    return head

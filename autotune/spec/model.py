@@ -127,6 +127,9 @@ class ModelSpec:
     # Its FP8 release scales weights per 128x128 block (config.json quantization_config weight_block_size),
     # so engines run block-scale GEMMs on it (cost/serving_step.py serving_cluster); False: per-tensor scales.
     fp8_block_scaled: bool = False
+    # Its NVFP4 release quantizes the attention output projection too (NVIDIA's DeepSeek -FP4-v2 checkpoints:
+    # "additionally quantizes the wo module in attention layers", cost/checkpoint_layout.py); False: BF16 there.
+    nvfp4_out_proj: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.mlp_only_layers, list):  # from TOML or JSON
@@ -137,6 +140,7 @@ class ModelSpec:
         require_choice("model.layer_kind", self.layer_kind, LAYER_KINDS)
         require_choice("model.ffn_activation", self.ffn_activation, FFN_ACTIVATIONS)
         require(isinstance(self.fp8_block_scaled, bool), "model.fp8_block_scaled", f"must be true or false, got {self.fp8_block_scaled!r}")
+        require(isinstance(self.nvfp4_out_proj, bool), "model.nvfp4_out_proj", f"must be true or false, got {self.nvfp4_out_proj!r}")
         require_choice("model.norm", self.norm, NORMS)
         require_choice("model.position_embedding", self.position_embedding, POSITION_EMBEDDINGS)
         require_choice("model.qk_norm", self.qk_norm, QK_NORMS)

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from autotune.errors import AutotuneError, require, require_choice
+from autotune.spec.serving_kernel_rows import check_kernel_rows, decode_attention_row, mla_row, prefill_attention_row
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
@@ -189,6 +190,9 @@ class ServingEngine:
     # the release whose tuned fused-MoE configs it ships (autotune/data/vllm_moe_configs.toml): a BF16 / per-tensor
     # FP8 expert shape without one runs the default tiles, at serving_moe_gemm_<engine>_untuned (cost/moe_configs.py)
     moe_tuned_configs: str = ""
+    # its block-FP8 linear copies the BF16 input into a 4-row-padded buffer on every call on Hopper (vLLM 0.10.2-0.11.0;
+    # cost/vllm_fp8_pad.py): set by release, not by preset
+    fp8_block_input_pad: bool = False
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
     # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
@@ -218,11 +222,15 @@ class ServingEngine:
     # its MLA decode's two absorbed BMMs (q_nope x W_UK, latent x W_UV) as measured on a GPU: rows [GPU key, BMM
     # dtype, heads a GPU runs, latency_s, seconds per token], a layer's both (cost/serving_mla_bmm.py); none: kv_up's GEMM
     mla_bmm: tuple[tuple[str, str, int, float, float], ...] = ()
+    # its greedy sampler's kernels after the LM head: the bytes each moves per logit over [sampled rows x
+    # vocabulary] (cost/serving_sampler.py); (): not priced
+    sampler_pass_bytes: tuple[float, ...] = ()
+    logits_gather_copy_bytes: float = 0.0  # bytes per logit its TP logits all-gather copies back into rows
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
         for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
-                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm"):
+                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm", "sampler_pass_bytes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -256,8 +264,7 @@ class ServingEngine:
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
         self._check_counts_and_numbers()
         self._check_prompt_encode()
-        self._check_decode_attention()
-        self._check_prefill_attention()
+        check_kernel_rows(self)
         require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
                 "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
         if self.admission == "reserve_output":
@@ -288,8 +295,10 @@ class ServingEngine:
             _require_count(name, getattr(self, name), minimum=1)
         for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
                      "frontend_s_per_seq", "frontend_intake_s", "frontend_intake_before_send", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
-                     "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay"):
+                     "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay", "logits_gather_copy_bytes"):
             _require_number(name, getattr(self, name))
+        for value in self.sampler_pass_bytes:
+            _require_number("sampler_pass_bytes", value)
 
     def _check_output_reserve(self) -> None:
         require(self.kv_reservation == "grow" and self.scheduler == "prefill_first", "serving.admission",
@@ -313,27 +322,25 @@ class ServingEngine:
     def decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float] | None:
         """(latency_s, seconds per sequence x KV head) of its decode attention on the GPU of ``gpu_keys``
         (most specific first) with a KV cache of ``kv_bytes`` per element; None where it has no row."""
-        dtype = {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
-        rows = {(gpu, kv): (lat, per_head) for gpu, kv, lat, per_head in self.decode_attention}
-        return next((rows[(key, dtype)] for key in gpu_keys if (key, dtype) in rows), None)
+        return decode_attention_row(self.decode_attention, gpu_keys, kv_bytes)
 
     def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, float] | None:
         """(latency_s, seconds per causal FLOP) of its prompt attention at ``head_dim`` on the GPU of
         ``gpu_keys`` (most specific first); None where it has no row."""
-        rows = {(gpu, dim): (lat, per_flop) for gpu, dim, lat, per_flop in self.prefill_attention}
-        return next((rows[(key, head_dim)] for key in gpu_keys if (key, head_dim) in rows), None)
+        return prefill_attention_row(self.prefill_attention, gpu_keys, head_dim)
+
     def mla_decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,
                                  heads: int) -> tuple[float, float, float] | None:
         """(latency_s, s per sequence, s per cached position) of its MLA decode attention running
         ``heads`` query heads on the GPU of ``gpu_keys`` (most specific first) with a KV cache of
         ``kv_bytes`` per element; None where it has no row."""
-        return _mla_row(self.mla_decode_attention, gpu_keys, kv_bytes, heads)
+        return mla_row(self.mla_decode_attention, gpu_keys, kv_bytes, heads)
 
     def mla_prefill_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,
                                   heads: int) -> tuple[float, float, float] | None:
         """(latency_s, s per prompt token, s per causal pair) of its MLA prompt attention, as
         mla_decode_attention_fit looks it up."""
-        return _mla_row(self.mla_prefill_attention, gpu_keys, kv_bytes, heads)
+        return mla_row(self.mla_prefill_attention, gpu_keys, kv_bytes, heads)
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
@@ -345,41 +352,8 @@ class ServingEngine:
                 and all(a[0] < b[0] for a, b in zip(points, points[1:])), "serving.prompt_encode_s",
                 f"must be [prompt tokens, seconds] pairs, tokens >= 1 and increasing, seconds >= 0; got {points!r}")
 
-    def _check_decode_attention(self) -> None:
-        rows = self.decode_attention
-        require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
-                    and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:])
-                    for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.decode_attention",
-                f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head] rows, got {rows!r}")
-        for name, per in (("mla_decode_attention", "s per sequence, s per position"),
-                          ("mla_prefill_attention", "s per token, s per pair")):
-            mla = getattr(self, name)
-            require(all(isinstance(r, tuple) and len(r) == 6 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
-                        and isinstance(r[2], int) and r[2] >= 1
-                        and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[3:])
-                        for r in mla) and len({r[:3] for r in mla}) == len(mla), f"serving.{name}",
-                    f"must be distinct [GPU key, 'bf16' or 'fp8', heads, latency_s, {per}] rows, got {mla!r}")
-        require(all(len(r) == 5 and r[1] in ("bf16", "fp8") and isinstance(r[2], int) and all(0 <= v < 1 for v in r[3:])
-                    for r in self.mla_bmm), "serving.mla_bmm", f"must be [GPU key, 'bf16' or 'fp8', heads, latency_s, "
-                f"seconds per token] rows, got {self.mla_bmm!r}")
-
-    def _check_prefill_attention(self) -> None:
-        rows = self.prefill_attention
-        require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], int)
-                    and r[1] > 0 and all(isinstance(v, float) and 0 < v < 1 for v in r[2:])
-                    for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.prefill_attention",
-                f"must be distinct [GPU key, head_dim, latency_s, seconds per FLOP] rows, got {rows!r}")
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _mla_row(rows: tuple, gpu_keys: tuple[str, ...], kv_bytes: float, heads: int) -> tuple[float, float, float] | None:
-    """The (latency_s, s per unit, s per unit) of ``rows`` for the first of ``gpu_keys`` with a row at the KV
-    dtype of ``kv_bytes`` per element and ``heads`` query heads a GPU; None where none has."""
-    dtype = {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
-    table = {(gpu, kv, h): tuple(r) for gpu, kv, h, *r in rows}
-    return next((table[(key, dtype, heads)] for key in gpu_keys if (key, dtype, heads) in table), None)
 
 
 SERVING_SETTING_NAMES = tuple(f.name for f in fields(ServingEngine))
