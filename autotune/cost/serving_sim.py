@@ -353,7 +353,7 @@ def _late_call(st: _State, sched: Schedule, step: StepModel) -> None:
     schedule nothing else (scheduler.py 0.6.0: 'an extra decode run is done to process the final tokens'):
     a decode call of them whose tokens nobody receives; its step processes their outputs and frees them."""
     b, calls = len(st.late), sched.scheduler_steps
-    gpu = step.gpu_s(decodes=b, context=float(kv_tokens(st, st.late).sum()), prefill_tokens=0, pairs=0.0, sampled=b)
+    gpu = step.gpu_s(decodes=b, context=step.window.positions(kv_tokens(st, st.late)), prefill_tokens=0, pairs=0.0, sampled=b)
     j = np.arange(calls)
     st.t += float(np.sum(step_wall_s(sched, np.full(calls, gpu), (j == 0).astype(float), b > sched.decode_graph_max_batch,
                                      seqs=_host_seqs(b, step))))
