@@ -6,7 +6,7 @@ tokens reach, the activation, permute and unpermute at the profile's memory fit)
 
 usage: python scripts/fit_engine_moe.py PARQUET CLUSTER MOE_DTYPE DTYPE [MOE_TP[,MOE_TP...]]
            [--kernel=KERNEL_SOURCE] [--tokens=LO..HI] [--moe-backend=trtllm] [--ep1=] [--start=US,TFLOPS]
-           [--hold-latency=] [--masked-rows=]
+           [--hold-latency=] [--masked-rows=] [--unpadded=]
 e.g.   python scripts/fit_engine_moe.py .../h100_sxm/moe/trtllm/1.2.0rc5/moe_perf.parquet dgx-h100 fp8 fp8
 --kernel keeps one kernel_source (TensorRT-LLM's rows hold moe_torch_flow_cutlass and, for NVFP4 on
 Blackwell, moe_torch_flow_min_latency: TRTLLMGenFusedMoE, fitted with --moe-backend=trtllm, its token tile);
@@ -14,7 +14,9 @@ Blackwell, moe_torch_flow_min_latency: TRTLLMGenFusedMoE, fitted with --moe-back
 (at a few tokens the collector's balanced logits send a token's k experts to one EP rank, the one timed);
 --hold-latency= keeps --start's latency and fits the rate alone (a fit over large token counts only, whose
 rows do not see the latency: the fitted rate then leaves the weight-bound small batches as the profile had them);
---masked-rows= prices moe_ep > 1 rows with vLLM's expert_map work on every routed row (cost/expert_map.py).
+--masked-rows= prices moe_ep > 1 rows with vLLM's expert_map work on every routed row (cost/expert_map.py);
+--unpadded= prices the GEMMs' FLOPs without the M tile's padding, as serving_experts.experts_s prices a
+weight-only 4-bit kernel's fit (serving_moe_w4a16_<engine>).
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/.../systems/data)"""
 
 from __future__ import annotations
@@ -54,9 +56,10 @@ def groups(path: str, moe_dtype: str, moe_tps: tuple[int, ...], kernel: str = ""
     return [(key, g.num_tokens.to_numpy(float), g.latency.to_numpy() * 1e-3) for key, g in d.groupby(keys)]
 
 
-def pricer(cluster_name: str, dtype: str, moe_backend: str = "", masked_rows: bool = False):
+def pricer(cluster_name: str, dtype: str, moe_backend: str = "", masked_rows: bool = False, unpadded: bool = False):
     """time(latency_s, seconds_per_flop, key, tokens) of the module as serving_step prices it (``masked_rows``:
-    a moe_ep > 1 rank's elementwise work on every routed row, cost/expert_map.py)."""
+    a moe_ep > 1 rank's elementwise work on every routed row, cost/expert_map.py; ``unpadded``: FLOPs without
+    the M tile's padding, the weight-only 4-bit fit's form)."""
     rt = load_runtime("tensorrt-llm-1.0")
     base = resolve_model(BASE_MODEL)
     cluster = ss.serving_cluster(runtime_cluster(load_cluster(cluster_name).for_gpus(8), rt), rt.serving.nvfp4_gemm_fit)
@@ -87,7 +90,8 @@ def pricer(cluster_name: str, dtype: str, moe_backend: str = "", masked_rows: bo
         dev = devices[lat, spf]
         if "reached" not in shares:  # routing shares depend on the shape and token counts only
             shares["reached"] = 1.0 - (1.0 - m.num_experts_per_token / m.num_experts) ** tokens
-            shares["padded"] = expert_row_share(tokens, m.num_experts, m.num_experts_per_token, rate, moe_backend)
+            shares["padded"] = 1.0 if unpadded else expert_row_share(tokens, m.num_experts, m.num_experts_per_token,
+                                                                      rate, moe_backend)
             shares["moves"] = ops_s(moves, dev, dtype, rate, tokens / ep, 1)
             if masked_rows and ep > 1:
                 shares["moves"] = shares["moves"] + masked_rows_s(experts, moves, dev, device, dtype, rate, tokens,
@@ -123,7 +127,7 @@ def main() -> None:
     moe_tps = tuple(int(v) for v in args[4].split(",")) if len(args) > 4 else (1,)
     lo, hi = (int(v) for v in flags.get("tokens", "16..16384").split(".."))
     rows = groups(path, moe_dtype, moe_tps, flags.get("kernel", ""), (lo, hi), "ep1" in flags)
-    time_s = pricer(cluster, dtype, flags.get("moe-backend", ""), "masked-rows" in flags)
+    time_s = pricer(cluster, dtype, flags.get("moe-backend", ""), "masked-rows" in flags, "unpadded" in flags)
     lat, spf, rel = fit(rows, time_s, tuple(float(v) for v in flags.get("start", "30,1000").split(",")), "hold-latency" in flags)
     tokens = np.concatenate([tok for _, tok, _ in rows])
     print(f"rows {len(rel)} shapes {len(rows)}: latency_s {lat:.3e} seconds_per_flop {spf:.3e} "

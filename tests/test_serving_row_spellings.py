@@ -190,8 +190,10 @@ def test_the_spelled_rows_are_read_as_what_they_name():
     assert r1_native.deployment.dtype == "fp8" and any("released checkpoint" in a for a in r1_native.assumed)
     gpt = case_from_row(rows["spell-009"])  # MXFP4 on B200 under vLLM, which serves it
     assert gpt.deployment.dtype == "mxfp4" and not any("priced as" in a for a in gpt.assumed)
-    sglang = case_from_row(dict(rows["spell-009"], engine="SGLang"))  # no MXFP4 in its preset: NVFP4, said so
-    assert sglang.deployment.dtype == "nvfp4" and any("mxfp4 priced as nvfp4" in a for a in sglang.assumed)
+    sglang = case_from_row(dict(rows["spell-009"], engine="SGLang"))  # SGLang 0.5 serves MXFP4 experts too
+    assert sglang.deployment.dtype == "mxfp4" and not any("priced as" in a for a in sglang.assumed)
+    old = case_from_row(dict(rows["spell-009"], engine="SGLang", engine_version="0.4.9"))  # before: NVFP4, said so
+    assert old.deployment.dtype == "nvfp4" and any("mxfp4 priced as nvfp4" in a for a in old.assumed)
     assert case_from_row(rows["spell-003"]).deployment.runtime.serving.engine == "tensorrt-llm"  # 'TRT-LLM'
     per_user = case_from_row(rows["spell-021"])  # tokens/s/user: 1 / mean TPOT
     assert (per_user.metric, per_user.inverse, per_user.scope) == ("tpot_mean", True, "replica")
@@ -212,8 +214,9 @@ def test_a_gpu_count_may_come_from_the_gpu_cell_or_the_degrees():
 def test_gpt_oss_mxfp4_on_hopper_says_why_it_is_not_priced_by_an_engine_without_it():
     row = dict({r["id"]: r for r in _spelled()}["spell-009"], gpu="H100-SXM-80GB")
     assert case_from_row(row).deployment.dtype == "mxfp4"  # vLLM: 4-bit weights into BF16 GEMMs on Hopper
-    with pytest.raises(RowProblem, match="mxfp4.*without FP4 tensor cores: sglang serves"):
-        case_from_row(dict(row, engine="SGLang"))
+    assert case_from_row(dict(row, engine="SGLang")).deployment.dtype == "mxfp4"  # SGLang 0.5 likewise
+    with pytest.raises(RowProblem, match="mxfp4.*without FP4 tensor cores: sglang-0.4 serves"):
+        case_from_row(dict(row, engine="SGLang", engine_version="0.4.9"))
 
 
 @pytest.mark.slow

@@ -18,8 +18,8 @@ from functools import lru_cache
 from importlib import resources
 
 from autotune.calibrate.serving_degrees import row_degrees, row_int
-from autotune.calibrate.serving_flags import adp_balance_flags, attention_backend_flags, limit_flags, named_mla_kernel_flags, \
-    note_number as _number
+from autotune.calibrate.serving_flags import adp_balance_flags, attention_backend_flags, limit_flags, mxfp4_flags, \
+    named_mla_kernel_flags, note_number as _number
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
@@ -235,6 +235,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     changes.update(limit_flags(notes))
     changes.update(adp_balance_flags(engine, notes))
     changes.update(attention_backend_flags(engine, notes))
+    changes.update(mxfp4_flags(engine, version, notes))
     if engine.engine == "sglang":  # an older release naming the kernels the newest preset's MLA rows time
         changes.update(named_mla_kernel_flags(engine, notes, engine_runtime(engine.engine, "").serving))
     # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE

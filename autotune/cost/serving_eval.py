@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.cost.checkpoint_layout import bf16_mtp
-from autotune.cost.runtime_kernels import gpu_keys, runtime_cluster
+from autotune.cost.runtime_kernels import gpu_generation, gpu_keys, runtime_cluster
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
@@ -140,9 +140,17 @@ def _dtype_step(dep: ServingDeployment, cluster: ClusterSpec, shape: ReplicaShap
                       moe_layer_table=engine.moe_layer_table,
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
-                      mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster))
+                      mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster),
+                      mxfp4_kernel=_mxfp4_kernel(dep, cluster))
     return with_sampler(step, dep.model.vocab_size, cluster.device, shape, engine.sampler_pass_bytes,
                         engine.logits_gather_copy_bytes)
+
+
+def _mxfp4_kernel(dep: ServingDeployment, cluster: ClusterSpec) -> str:
+    """The engine's MXFP4 MoE kernel on Hopper (ServingEngine.mxfp4_sm90_moe); Marlin elsewhere below Blackwell:
+    vLLM's Triton path needs SM 9.0-10.x (mxfp4.py get_mxfp4_backend, triton_kernels_supported), Blackwell runs
+    FlashInfer's, which the step model prices without padding either way (serving_experts.pads_experts)."""
+    return dep.runtime.serving.mxfp4_sm90_moe if gpu_generation(cluster.device.name) == "hopper" else "marlin"
 
 
 # The MLA head geometry the measured rows time (aiconfigurator @095f58a5 collector/trtllm/collect_mla.py Scenario,

@@ -22,12 +22,13 @@ from autotune.spec.model import ModelSpec
 if TYPE_CHECKING:  # serving_step imports this module
     from autotune.cost.serving_step import ReplicaShape
 
-__all__ = ["EXPERT_GEMM_CLASS", "W4A16_CEILING_CLASS", "expert_device", "experts_s", "full_hidden", "has_gemm_fit",
+__all__ = ["EXPERT_GEMM_CLASS", "W4A16_CEILING_CLASS", "W4A16_STREAM_CLASS", "expert_device", "experts_s", "full_hidden", "has_gemm_fit",
            "non_expert_s", "pads_experts", "routed_moves", "routing_in_kernel"]
 
 # The device fit classes the routed experts take (serving_step.serving_cluster fills them): an engine's
-# measured MoE grouped GEMMs, and a weight-only 4-bit MoE kernel's large-batch ceiling on their FLOPs
-EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS = "expert_gemm", "expert_gemm_w4a16"
+# measured MoE grouped GEMMs, and a weight-only 4-bit MoE kernel's ceiling on their FLOPs and, where it streams
+# the weights slower than the memory fit (converting them on the way in), on their bytes
+EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, W4A16_STREAM_CLASS = "expert_gemm", "expert_gemm_w4a16", "expert_w4a16_stream"
 
 
 def routing_in_kernel(moe_layer: OpTable) -> OpTable:
@@ -97,7 +98,7 @@ def experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clust
     """The routed experts of one MoE layer for each token count: their grouped GEMMs reading the
     weights of the experts the tokens reach (uniform routing: E (1 - (1 - k/E)^n) of E) and computing
     every expert's rows rounded up to the kernel's tile (cost/expert_tiles.py; a weight-only 4-bit kernel's
-    large-batch rate, where the device fits one, bounds their unpadded FLOPs), split over ep
+    fit, where the device has one, bounds their unpadded FLOPs and its weight stream their bytes), split over ep
     groups of tp / ep GPUs, and the permutes around them; their exchange is moe_exchange_s's. With
     ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
     rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all.
@@ -114,7 +115,8 @@ def experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clust
                   shape.tp // shape.ep, reached, padded)
     ceiling = cluster.device.compute.get((W4A16_CEILING_CLASS, rate_dtype))
     if ceiling is not None and weight_dtype in STORED_BYTES:  # 4-bit weights run weight-only at this rate
-        device = cluster.device.with_changes(compute={**cluster.device.compute, ("gemm", rate_dtype): ceiling})
+        stream = cluster.device.compute.get((W4A16_STREAM_CLASS, rate_dtype), cluster.device.memory)
+        device = cluster.device.with_changes(compute={**cluster.device.compute, ("gemm", rate_dtype): ceiling}, memory=stream)
         time = np.maximum(time, ops_s(experts, device, weight_dtype, rate_dtype, busiest / shape.ep,
                                       shape.tp // shape.ep, reached))
     time = time + ops_s(moves, cluster.device, weight_dtype, rate_dtype, busiest / shape.ep, 1)

@@ -45,14 +45,16 @@ def phase_tokens_per_gpu_s(dep: ServingDeployment, *, phase: str, per_rank: int,
         step = replica_step_model(dep, max_tokens=tokens, max_sampled=tokens)
 
         def seconds(n: int, attention: bool = True) -> float:  # ``n`` requests decoding
-            return step.gpu_s(decodes=n, context=float(n * context) * attention, prefill_tokens=0, pairs=0.0, sampled=n)
+            return step.gpu_s(decodes=n, context=n * step.window.positions([float(context)]) * attention,
+                              prefill_tokens=0, pairs=0.0, sampled=n)
     else:
         prompts = max(1, per_rank // context) * ranks  # whole prompts a rank, all ranks
         tokens = prompts * context
         step = replica_step_model(dep, max_tokens=tokens, max_sampled=prompts)
 
         def seconds(n: int, attention: bool = True) -> float:  # ``n`` prompt tokens of whole prompts
-            pairs = n * (context + 1) / 2.0 * attention  # causal query-key pairs
+            # causal query-key pairs of the n // context prompts, fewer on windowed layers (serving_window.py)
+            pairs = float(step.window.pairs(0.0, float(context))) * n / context * attention
             return step.gpu_s(decodes=0, context=0.0, prefill_tokens=n, pairs=pairs, sampled=max(1, n // context))
     if exchange is None or step.exchange_s is None or dep.ep == 1:
         return tokens / seconds(tokens) / dep.tp

@@ -206,11 +206,11 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     completes = done + takes >= st.prompt[ids]
     sampled = len(decodes) + int(np.count_nonzero(completes))
     tokens = int(takes.sum())
-    pairs = takes * (done + (takes + 1) / 2.0)
+    pairs = step.window.pairs(done, takes)  # causal pairs, fewer on windowed layers (serving_window.py)
     # DP attention: a prompt runs whole on one rank; the largest go first to the least loaded ranks
     # (TensorRT-LLM _fetch_new_requests sorts new requests by length onto a heap of ranks' context tokens)
     busiest = np.argsort(-takes, kind="stable")[::step.dp_ranks]
-    gpu = step.gpu_s(decodes=len(decodes), context=float(kv_tokens(st, decodes).sum()) if len(decodes) else 0.0,
+    gpu = step.gpu_s(decodes=len(decodes), context=step.window.positions(kv_tokens(st, decodes)) if len(decodes) else 0.0,
                      prefill_tokens=tokens, pairs=float(pairs.sum()), sampled=sampled,
                      rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())), prefix_tokens=float(done.sum()))
     # prompt steps run eagerly (graphs are captured for decodes)
@@ -252,16 +252,17 @@ def _stretch_length(st: _State, sched: Schedule, decodes: np.ndarray, durations_
 
 def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.ndarray, fast_forward: bool) -> np.ndarray:
     """Decode steps of one batch up to the next event, in one move: step j's context is the
-    first step's plus j x batch, so its GPU time is the first step's plus j x batch x (per position).
+    first step's plus j x batch (on windowed layers only the requests inside their window grow it:
+    serving_window.py), so its GPU time is the first step's plus j x that growth x (per position).
     Returns the requests whose last token came at its last step."""
     before = len(st.waiting)
     decodes = make_room(st, sched, decodes)
     retracted = len(st.waiting) > before
     fast_forward = fast_forward and not retracted  # a preempted request may come back next step
     b, calls = len(decodes), sched.scheduler_steps
-    context = float(kv_tokens(st, decodes).sum())
-    first = step.gpu_s(decodes=b, context=context, prefill_tokens=0, pairs=0.0, sampled=b)
-    slope = step.num_layers * step.decode_s_per_position * b
+    held = kv_tokens(st, decodes)
+    first = step.gpu_s(decodes=b, context=step.window.positions(held), prefill_tokens=0, pairs=0.0, sampled=b)
+    slope = step.num_layers * step.decode_s_per_position * step.window.growing(held)
 
     eager = b > sched.decode_graph_max_batch
     made = [np.zeros(0)]  # the longest durations made so far: a shorter stretch's are its prefix
@@ -352,7 +353,7 @@ def _late_call(st: _State, sched: Schedule, step: StepModel) -> None:
     schedule nothing else (scheduler.py 0.6.0: 'an extra decode run is done to process the final tokens'):
     a decode call of them whose tokens nobody receives; its step processes their outputs and frees them."""
     b, calls = len(st.late), sched.scheduler_steps
-    gpu = step.gpu_s(decodes=b, context=float(kv_tokens(st, st.late).sum()), prefill_tokens=0, pairs=0.0, sampled=b)
+    gpu = step.gpu_s(decodes=b, context=step.window.positions(kv_tokens(st, st.late)), prefill_tokens=0, pairs=0.0, sampled=b)
     j = np.arange(calls)
     st.t += float(np.sum(step_wall_s(sched, np.full(calls, gpu), (j == 0).astype(float), b > sched.decode_graph_max_batch,
                                      seqs=_host_seqs(b, step))))

@@ -29,9 +29,10 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
 from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives_s, moe_exchange_s,
                                                prefill_exchange_extra_s, stage_sends_s)
-from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, experts_s, has_gemm_fit, non_expert_s,
-                                           pads_experts, routed_moves, routing_in_kernel)
+from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, W4A16_STREAM_CLASS, experts_s,
+                                           has_gemm_fit, non_expert_s, pads_experts, routed_moves, routing_in_kernel)
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
+from autotune.cost.serving_window import NO_WINDOW, AttentionWindow, model_window
 from autotune.cost.vllm_fp8_pad import layers_pad_s, pads_fp8_block_input
 from autotune.cost.vllm_mla_prefix import prefix_s_per_token
 from autotune.cost.serving_moe_table import measured_moe_key, measured_moe_s
@@ -60,17 +61,23 @@ _TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
 # An engine's weight-only 4-bit MoE kernel (vLLM's Marlin on Hopper) at large batches, where its rate falls below
 # the BF16 GEMM fit (regressions.serving_moe_w4a16_<engine>.bf16): a ceiling on the experts' unpadded FLOPs
 _W4A16_MOE_CLASS = "serving_moe_w4a16"
+# vLLM's other Hopper MXFP4 MoE, OpenAI's triton_kernels matmul_ogs (Mxfp4Backend.TRITON): create_weights rounds
+# intermediate_size_per_partition up to 64 and keeps hidden_size (mxfp4.py, the 0.13.0 / 0.14.0 wheels), and its
+# layer, measured by aiconfigurator on H100 / H200 (vllm 0.24.0 moe_perf.parquet, gpt-oss shapes), runs within
+# -27..+16% of the BF16 fit's padded-tile pricing at 1-8192 tokens, moe_tp 1-8, 32 and 128 experts: no ceiling
+TRITON_MXFP4_PAD = (1, 64)
 
 
 @lru_cache(maxsize=64)
 def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "",
-                    untuned_moe: bool = False) -> ClusterSpec:
+                    untuned_moe: bool = False, w4a16_ceiling: bool = True) -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
     ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
     serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
     FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
     the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); with ``untuned_moe`` (no
-    tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; the same object
+    tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; without
+    ``w4a16_ceiling`` not its weight-only 4-bit MoE fit (Marlin's: the MXFP4 experts run another kernel); the same object
     where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: EXPERT_GEMM_CLASS} \
@@ -83,7 +90,9 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     serving |= {(EXPERT_GEMM_CLASS, fmt): device.compute[("gemm", fmt)] for op_class, fmt in list(serving)
                 if op_class == "gemm" and (EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
     serving |= {(W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
-                if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}"}
+                if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}" and w4a16_ceiling}
+    serving |= {(W4A16_STREAM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
+                if op_class == f"{_W4A16_MOE_CLASS}_stream_{nvfp4_gemm_fit}" and w4a16_ceiling}
     if untuned_moe:
         serving |= {(EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
                     if op_class == f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}_untuned"}
@@ -188,6 +197,9 @@ class StepModel:
     # seconds (all layers) a prompt chunk spends per cached token of its own request's prefix beside the pairs:
     # vLLM's MLA re-expands it through kv_b_proj every chunk (cost/vllm_mla_prefix.py); 0: nothing
     prefix_s_per_token: float = 0.0
+    # the model's windowed layers: the positions and pairs the simulator passes to gpu_s are averaged over
+    # the layers with them (cost/serving_window.py)
+    window: AttentionWindow = NO_WINDOW
 
     @property
     def max_tokens(self) -> int:
@@ -239,12 +251,13 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None,
-               mla_bmm: tuple[float, float] | None = None) -> StepModel:
+               mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
     experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
     ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
-    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor);
+    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor), or,
+    under ``mxfp4_kernel`` "triton" (vLLM's matmul_ogs on Hopper), to TRITON_MXFP4_PAD without Marlin's ceiling;
     ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
     ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
     ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
@@ -269,11 +282,21 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     masked = moe_ep_masked_rows and triton_experts(cluster.device, weight_dtype)
     untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
     table = moe_layer_table and measured_moe_key(model, cluster.device.name, weight_dtype, backend, shape.tp, shape.ep, shape.eplb)
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned), shape, weight_dtype,
-                       float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
+    triton = mxfp4_kernel == "triton"
+    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned, not triton), shape,
+                       weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation,
+                       TRITON_MXFP4_PAD if triton else tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
                        prefill_attention, mla_bmm if model.is_mla else None, masked,
                        pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix, table)
+
+
+def _fused_clamp(model: ModelSpec) -> ModelSpec:
+    """``model`` with its experts' clamped activation as one fused kernel: the serving engines clamp inside it
+    (vLLM's swigluoai_and_mul(out, x, alpha, limit) after Marlin's / the fused MoE's first GEMM and FusedActivation
+    inside matmul_ogs, fused_marlin_moe.py / fused_moe.py / gpt_oss_triton_kernels_moe.py in the 0.10.2 wheel), not
+    as the eager chunk, clamps and cat Megatron-Core runs before its fused kernel (graph/moe_ops.py _expert_act)."""
+    return model.with_changes(expert_act_clamp=0.0) if model.expert_act_clamp else model
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -292,7 +315,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     # the format the non-expert GEMMs run in: BF16 where the checkpoint quantizes experts only
     other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
     other_rate = _gemm_rate_dtype(device, other, mxfp4_activation)
-    tables = model_tables(model, 1, ACT_BYTES, "flash")
+    tables = model_tables(_fused_clamp(model), 1, ACT_BYTES, "flash")
     tokens = np.arange(max_tokens + 1, dtype=float)
     span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
     dense, moe = tables.layer_counts()
@@ -340,7 +363,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
-                     prefill_exchange_s=prefill_extra, **up,
+                     prefill_exchange_s=prefill_extra, window=model_window(model), **up,
                      prefix_s_per_token=prefix_s_per_token(tables.moe_layer if moe else tables.layer, model, device, other, other_rate,
                                                            shape.op_tp, kv_bytes, max_tokens, input_pad)
                      if mla_prefix else 0.0)

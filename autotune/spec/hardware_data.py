@@ -147,8 +147,9 @@ def _regressions(data: dict, where: str) -> tuple[dict, Regression, dict]:
             continue
         for dtype in table_field(regs, op_class, f"{where}.regressions"):
             fit = by_dtype[dtype]
-            compute[(op_class, dtype)] = regression_from_dict(fit, f"{where}.regressions.{op_class}.{dtype}",
-                                                              "seconds_per_flop")
+            # a kernel's weight stream (serving_moe_w4a16_stream_<engine>: cost/serving_experts.py) is per byte
+            unit = "seconds_per_byte" if "_stream_" in op_class else "seconds_per_flop"
+            compute[(op_class, dtype)] = regression_from_dict(fit, f"{where}.regressions.{op_class}.{dtype}", unit)
     at = f"{where}.regressions"
     memory = regression_from_dict(table_field(regs, "memory", at), f"{at}.memory", "seconds_per_byte")
     kernels = {role: regression_from_dict(fit, f"{at}.memory_kernels.{role}", "seconds_per_byte")

@@ -78,6 +78,8 @@ _WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 # The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
 # weight-only, dequantised to BF16): "bf16" (W4A16) or "mxfp8" (W4A8, FP8 tensor-core rate).
 MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
+# The kernel of an engine's MXFP4 MoE on SM90 (vLLM mxfp4.py get_mxfp4_backend): Marlin, or OpenAI's triton_kernels matmul_ogs
+MXFP4_SM90_KERNELS = ("marlin", "triton")
 # Which fit prices an engine's NVFP4 linear layers on a device that has both: "sweep", the device's
 # square-GEMM sweep (regressions.gemm.nvfp4); "linear", its measurement of the engine's linear layer at
 # serving shapes, activation quantization included (regressions.serving_gemm.nvfp4, TensorRT-LLM's);
@@ -181,6 +183,7 @@ class ServingEngine:
     # (hidden multiple, intermediate multiple) its weight-only MXFP4 MoE kernel pads each expert's
     # weights to, on GPUs without FP4 tensor cores (vLLM's Marlin path); (): held as the checkpoint's
     mxfp4_weight_only_pad: tuple[int, ...] = ()
+    mxfp4_sm90_moe: str = "marlin"  # MXFP4_SM90_KERNELS: its MXFP4 experts' kernel on Hopper (cost/serving_eval.py)
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
     # its expert parallelism without an all-to-all runs the experts' activation, output zeroing and sum on every
     # routed row, its own experts' or not (vLLM's Triton fused MoE with an expert_map: cost/expert_map.py)
@@ -247,6 +250,7 @@ class ServingEngine:
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
+        require_choice("serving.mxfp4_sm90_moe", self.mxfp4_sm90_moe, MXFP4_SM90_KERNELS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
         require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
         require_choice("serving.moe_layer_table", self.moe_layer_table, MOE_LAYER_TABLES)
