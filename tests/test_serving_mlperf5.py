@@ -112,5 +112,7 @@ def test_every_v51_system_value_is_the_one_its_config_line_states():
                 assert value * 1000 == int(stated), (system.config, key)
             elif key == "precision":
                 assert (value, stated) == ("nvfp4", "'fp4'")
+            elif key == "nvfp4_gemm_fit":  # gemm_plugin 'fp4': TensorRT-LLM's measured NVFP4 Linear
+                assert (value, stated) == ("linear", "'fp4'"), system.config
             else:
                 assert str(value).lower() == stated.lower(), (system.config, key, value, stated)

@@ -90,7 +90,7 @@ def test_a_v50_system_without_a_published_config_falls_back_to_the_preset():
 _CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "precision": r"precision",
                 "max_num_seqs": r"(?:gpu_batch_size|max_batch_size)", "max_num_batched_tokens": r"max_num_tokens",
                 "memory_fraction": r"kvcache_free_gpu_mem_frac", "rate_run_s": r"min_duration",
-                "chunked_prefill": r"enable_chunked_context"}
+                "chunked_prefill": r"enable_chunked_context", "nvfp4_gemm_fit": r"gemm_plugin"}
 
 
 def _stated(key: str, source: str) -> str:
@@ -115,6 +115,8 @@ def test_every_v50_system_value_is_the_one_its_config_line_states():
                 assert value is False, system.config
             elif key == "memory_fraction":
                 assert value == float(stated), (system.config, key)
+            elif key == "nvfp4_gemm_fit":  # TensorRT-LLM's FP4 GEMM plugin: its measured NVFP4 Linear
+                assert (value, stated) == ("linear", "'fp4'"), (system.config, key)
             else:
                 assert str(value).lower() == stated.lower(), (system.config, key, value, stated)
 

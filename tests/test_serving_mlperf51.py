@@ -15,7 +15,9 @@ import pytest
 
 from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import case_from_row, engine_runtime
-from autotune.calibrate.serving_systems import _systems
+from autotune.calibrate.serving_systems import PublishedSystem, _systems
+from autotune.cost import serving_eval
+from autotune.errors import AutotuneError
 from autotune.cost.serving_load import metric_value
 from autotune.cost.serving_run import Trace
 
@@ -111,7 +113,7 @@ _CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "ep"
                 "memory_fraction": r"kvcache_free_gpu_mem_frac", "rate_run_s": r"min_duration",
                 "chunked_prefill": r"enable_chunked_context", "max_output_len": r"max_output_len",
                 "adp_batching_wait_iters": r"adp_balancing_batching_wait_iters",
-                "adp_timeout_iters": r"adp_balancing_timeout_iters"}
+                "adp_timeout_iters": r"adp_balancing_timeout_iters", "nvfp4_gemm_fit": r"gemm_plugin"}
 
 
 def test_every_v51_system_value_is_the_one_its_config_line_states():
@@ -128,6 +130,8 @@ def test_every_v51_system_value_is_the_one_its_config_line_states():
                 assert (value, stated) == ("nvfp4", "'fp4'"), (system.config, key)
             elif key == "memory_fraction":
                 assert value == float(stated), (system.config, key)
+            elif key == "nvfp4_gemm_fit":  # TensorRT-LLM's FP4 GEMM plugin: its measured NVFP4 Linear
+                assert (value, stated) == ("linear", "'fp4'"), (system.config, key)
             else:
                 assert str(value).lower() == stated.lower(), (system.config, key, value, stated)
 
@@ -156,3 +160,22 @@ def test_the_deepseek_r1_check_rows_are_priced():
     checks = check_serving_rows(rows)
     assert len(checks) == len(rows) == 8
     assert all(c.error_pct is not None and c.predicted > 0 for c in checks), [c.reason for c in checks if c.reason]
+
+
+def test_an_engine_built_with_the_fp4_gemm_plugin_prices_tensorrt_llms_measured_linear():
+    # B200 Llama 2 70B: the Interactive engine sets gemm_plugin 'fp4', the Offline engine none
+    interactive = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, _INTERACTIVE + "220")).deployment
+    offline = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, "Offline scenario")).deployment
+    assert interactive.runtime.serving.nvfp4_gemm_fit == "linear"
+    assert offline.runtime.serving.nvfp4_gemm_fit == "sweep"
+    plugin = serving_eval.replica_step_model(interactive, max_tokens=64, max_sampled=64)
+    native = serving_eval.replica_step_model(offline, max_tokens=64, max_sampled=64)
+    # the CUTLASS FP4 GEMM streams its weights slower than the square sweep: a one-request decode costs more
+    assert plugin.linear_s[1] > 1.5 * native.linear_s[1]
+
+
+def test_a_system_setting_names_an_nvfp4_fit_the_engine_knows():
+    with pytest.raises(AutotuneError):
+        PublishedSystem(runtime="mlperf-nvidia-5.1", model="llama2-70b", gpu="B200-SXM-180GB", gpus=8,
+                        scenario="offline", config="x", values=(("nvfp4_gemm_fit", "cutlass"),),
+                        sources=(("nvfp4_gemm_fit", "y"),))

@@ -30,6 +30,7 @@ from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, 
     throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
 from autotune.cost.serving_custom_ar import release_allreduce_runtime
+from autotune.cost.vllm_fp8_pad import release_fp8_pad_runtime
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.cost.serving_lengths import request_lengths, uniform_lengths
 from autotune.cost.serving_load import METRICS, Load
@@ -104,7 +105,7 @@ def engine_runtime(engine: str, version: str) -> Runtime:
     wanted = release_number(version) or (10**6,)
     ranked = sorted(ours, key=lambda r: release_number(r.serving.version) or ())
     older = [r for r in ranked if (release_number(r.serving.version) or ()) <= wanted]
-    return release_allreduce_runtime(older[-1] if older else ranked[0], version)
+    return release_fp8_pad_runtime(release_allreduce_runtime(older[-1] if older else ranked[0], version), version)
 
 
 def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:

@@ -16,6 +16,7 @@ from importlib import resources
 
 from autotune.calibrate.serving_names import RowProblem, gpu_cluster
 from autotune.errors import AutotuneError, require
+from autotune.spec.serving_engine import NVFP4_GEMM_FITS
 
 __all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
 
@@ -25,10 +26,10 @@ _COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_outp
            "adp_timeout_iters")  # whole numbers >= 1
 # Engine settings a system's config overrides in the row's runtime preset (serving_rows._with_system)
 ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s",
-                   "adp_balance", "adp_batching_wait_iters", "adp_timeout_iters")
+                   "adp_balance", "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit")
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
              "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len", "adp_balance",
-             "adp_batching_wait_iters", "adp_timeout_iters")
+             "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,6 +69,8 @@ def _check(key: str, value: object) -> None:
         require(isinstance(value, bool), f"serving_systems.{key}", f"must be true or false, got {value!r}")
     elif key == "memory_fraction":
         require(isinstance(value, float) and 0 < value <= 1, f"serving_systems.{key}", f"must be in (0, 1], got {value!r}")
+    elif key == "nvfp4_gemm_fit":
+        require(value in NVFP4_GEMM_FITS, f"serving_systems.{key}", f"must be one of {NVFP4_GEMM_FITS}, got {value!r}")
     elif key == "rate_run_s":
         require(isinstance(value, (int, float)) and value > 0, f"serving_systems.{key}", f"must be > 0, got {value!r}")
 

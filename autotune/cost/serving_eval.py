@@ -20,6 +20,7 @@ from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
 from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on
 from autotune.cost.serving_run import Schedule, Trace
+from autotune.cost.serving_sampler import with_sampler
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_attention import attention_coefficients
 from autotune.cost.serving_mla_bmm import mla_bmm_fit
@@ -120,10 +121,13 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                       tp_allreduce=_tp_allreduce(dep, shape),
                       residual_norm_fusion=engine.residual_norm_fusion,
                       moe_ep_masked_rows=engine.moe_ep_masked_rows,
-                      moe_tuned_configs=engine.moe_tuned_configs,
+                      moe_tuned_configs=engine.moe_tuned_configs, fp8_input_pad=engine.fp8_block_input_pad,
+                      mla_prefix=engine.engine == "vllm",  # its MLA backends' chunked prefill (vllm_mla_prefix.py)
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
                       mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster))
+    step = with_sampler(step, dep.model.vocab_size, cluster.device, shape, engine.sampler_pass_bytes,
+                        engine.logits_gather_copy_bytes)
     return step if spec is None else speculative_step(step, spec, verification_s_per_position(dep, cluster, shape, kv_bytes))
 
 

@@ -212,7 +212,7 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     busiest = np.argsort(-takes, kind="stable")[::step.dp_ranks]
     gpu = step.gpu_s(decodes=len(decodes), context=float(kv_tokens(st, decodes).sum()) if len(decodes) else 0.0,
                      prefill_tokens=tokens, pairs=float(pairs.sum()), sampled=sampled,
-                     rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())))
+                     rank_prefill=(int(takes[busiest].sum()), float(pairs[busiest].sum())), prefix_tokens=float(done.sum()))
     # prompt steps run eagerly (graphs are captured for decodes)
     seqs = _host_seqs(len(chunks) + len(decodes), step)
     streams = frontend_streams(sched, sampled, step.dp_ranks)  # the requests that get a token this step

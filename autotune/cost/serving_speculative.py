@@ -84,15 +84,16 @@ class SpeculativeStepModel(StepModel):
     verify_s_per_position: float | None = None
 
     def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int,
-              rank_prefill: tuple[int, float] | None = None) -> float:
+              rank_prefill: tuple[int, float] | None = None, prefix_tokens: float = 0.0) -> float:
         base, k, length = self.base, self.speculation.draft_tokens, self.speculation.acceptance_length
         prompt = base.gpu_s(decodes=0, context=0.0, prefill_tokens=prefill_tokens, pairs=pairs,
-                            sampled=sampled - decodes, rank_prefill=rank_prefill) if prefill_tokens else 0.0
+                            sampled=sampled - decodes, rank_prefill=rank_prefill,
+                            prefix_tokens=prefix_tokens) if prefill_tokens else 0.0
         if not decodes:
             return prompt
         # verification: 1 + k tokens a sequence through the target, logits at each of them
         verify = base.gpu_s(decodes=decodes * (1 + k), context=context, prefill_tokens=prefill_tokens, pairs=pairs,
-                            sampled=sampled + decodes * k, rank_prefill=rank_prefill)
+                            sampled=sampled + decodes * k, rank_prefill=rank_prefill, prefix_tokens=prefix_tokens)
         if self.verify_s_per_position is not None:
             verify += base.num_layers * context * (self.verify_s_per_position - base.decode_s_per_position)
         drafting = k * _draft_pass_s(base, decodes, context)

@@ -32,6 +32,8 @@ from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives
 from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, experts_s, has_gemm_fit, non_expert_s,
                                            pads_experts, routed_moves, routing_in_kernel)
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
+from autotune.cost.vllm_fp8_pad import layers_pad_s, pads_fp8_block_input
+from autotune.cost.vllm_mla_prefix import prefix_s_per_token
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
@@ -182,17 +184,21 @@ class StepModel:
     # decodes (a GPU's, a rank's under DP attention; all layers)
     prompt_up_s: np.ndarray | None = None
     decode_bmm_s: np.ndarray | None = None
+    # seconds (all layers) a prompt chunk spends per cached token of its own request's prefix beside the pairs:
+    # vLLM's MLA re-expands it through kv_b_proj every chunk (cost/vllm_mla_prefix.py); 0: nothing
+    prefix_s_per_token: float = 0.0
 
     @property
     def max_tokens(self) -> int:
         return len(self.linear_s) - 1
 
     def gpu_s(self, *, decodes: int, context: float, prefill_tokens: int, pairs: float, sampled: int,
-              rank_prefill: tuple[int, float] | None = None) -> float:
+              rank_prefill: tuple[int, float] | None = None, prefix_tokens: float = 0.0) -> float:
         """GPU seconds of a step with ``decodes`` requests decoding over ``context`` cached positions
         in all, and ``prefill_tokens`` prompt tokens doing ``pairs`` causal query-key pairs. Under DP
         attention the step waits for its busiest rank: the decodes spread evenly, the prompts whole on
-        their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly)."""
+        their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly);
+        ``prefix_tokens``: the cached tokens of the prompts' own requests before their chunks (all ranks')."""
         n = decodes + prefill_tokens
         require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
         linear = float(self.linear_s[n]) + (float(self.prefill_exchange_s[n]) if prefill_tokens and self.prefill_exchange_s
@@ -211,6 +217,7 @@ class StepModel:
             attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
         if prefill_tokens:
             attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
+            linear += prefix_tokens * self.prefix_s_per_token / self.dp_ranks
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
     def up_projection_s(self, decodes: int, prompt_tokens: int) -> float:
@@ -226,7 +233,9 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                kv_bytes: float, max_tokens: int, max_sampled: int, mxfp4_activation: str = "bf16",
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
-               moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", decode_attention: tuple[float, float] | None = None,
+               moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", fp8_input_pad: bool = False,
+               mla_prefix: bool = False,
+               decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, float] | None = None,
                mla_bmm: tuple[float, float] | None = None) -> StepModel:
@@ -241,6 +250,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
     ``moe_ep_masked_rows``: EP without an all-to-all runs the experts' elementwise work on every routed row (expert_map.py);
     ``moe_tuned_configs``: the release whose tuned fused-MoE configs the engine ships (moe_configs.py);
+    ``fp8_input_pad``: the release pads its block-FP8 linears' BF16 inputs on Hopper (cost/vllm_fp8_pad.py);
+    ``mla_prefix``: a prompt chunk re-expands its request's cached MLA prefix (cost/vllm_mla_prefix.py);
     ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
     ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
     ``prefill_attention``: its measured prompt-attention op for non-MLA layers
@@ -258,7 +269,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned), shape, weight_dtype,
                        float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation, tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
-                       prefill_attention, mla_bmm if model.is_mla else None, masked)
+                       prefill_attention, mla_bmm if model.is_mla else None, masked,
+                       pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix)
 
 
 def trtllm_gen_moe(device, rate_dtype: str) -> bool:
@@ -270,7 +282,7 @@ def trtllm_gen_moe(device, rate_dtype: str) -> bool:
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
                 decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None,
-                masked_rows=False) -> StepModel:
+                masked_rows=False, input_pad=False, mla_prefix=False) -> StepModel:
     device = cluster.device
     expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -298,6 +310,8 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     own = dense * non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
     if moe:
         own = own + moe * non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
+    if input_pad:  # vLLM 0.10.2-0.11 copies each block-FP8 linear's input into a padded buffer on Hopper
+        own = own + layers_pad_s(((dense, layer), (moe, moe_layer)), device, tokens, shape.op_tp)
     linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe, tp_allreduce) + stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
@@ -322,7 +336,10 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      kv_bytes_per_token_per_gpu=model.num_layers * model.cached_positions(1.0)
                      * model.kv_cache_elements_per_token_per_layer() * kv_bytes / kv_split(model, shape),
                      dp_ranks=ranks, rank_linear_s=own if ranks > 1 else None, exchange_s=exchange,
-                     prefill_exchange_s=prefill_extra, **up)
+                     prefill_exchange_s=prefill_extra, **up,
+                     prefix_s_per_token=prefix_s_per_token(tables.moe_layer if moe else tables.layer, model, device, other, other_rate,
+                                                           shape.op_tp, kv_bytes, max_tokens, input_pad)
+                     if mla_prefix else 0.0)
 
 
 def _head_s(tables, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, max_sampled: int) -> np.ndarray:

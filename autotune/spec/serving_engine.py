@@ -187,6 +187,9 @@ class ServingEngine:
     # the release whose tuned fused-MoE configs it ships (autotune/data/vllm_moe_configs.toml): a BF16 / per-tensor
     # FP8 expert shape without one runs the default tiles, at serving_moe_gemm_<engine>_untuned (cost/moe_configs.py)
     moe_tuned_configs: str = ""
+    # its block-FP8 linear copies the BF16 input into a 4-row-padded buffer on every call on Hopper (vLLM 0.10.2-0.11.0;
+    # cost/vllm_fp8_pad.py): set by release, not by preset
+    fp8_block_input_pad: bool = False
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
     # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
@@ -216,11 +219,15 @@ class ServingEngine:
     # its MLA decode's two absorbed BMMs (q_nope x W_UK, latent x W_UV) as measured on a GPU: rows [GPU key, BMM
     # dtype, heads a GPU runs, latency_s, seconds per token], a layer's both (cost/serving_mla_bmm.py); none: kv_up's GEMM
     mla_bmm: tuple[tuple[str, str, int, float, float], ...] = ()
+    # its greedy sampler's kernels after the LM head: the bytes each moves per logit over [sampled rows x
+    # vocabulary] (cost/serving_sampler.py); (): not priced
+    sampler_pass_bytes: tuple[float, ...] = ()
+    logits_gather_copy_bytes: float = 0.0  # bytes per logit its TP logits all-gather copies back into rows
     export: str = ""  # SERVING_EXPORTS
 
     def __post_init__(self) -> None:
         for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
-                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm"):
+                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm", "sampler_pass_bytes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -284,8 +291,10 @@ class ServingEngine:
             _require_count(name, getattr(self, name), minimum=1)
         for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
                      "frontend_s_per_seq", "frontend_intake_s", "frontend_intake_before_send", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
-                     "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay"):
+                     "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay", "logits_gather_copy_bytes"):
             _require_number(name, getattr(self, name))
+        for value in self.sampler_pass_bytes:
+            _require_number("sampler_pass_bytes", value)
 
     def _check_output_reserve(self) -> None:
         require(self.kv_reservation == "grow" and self.scheduler == "prefill_first", "serving.admission",
