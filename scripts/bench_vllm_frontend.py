@@ -24,7 +24,8 @@ this repository's docs/serving.md (the ShareGPT rows' mean prompt: 215,312 token
 Prints the minimum over repeats (the code path's own cost on this CPU; medians measure the machine's
 other users) with the CPU, platform and versions, and for each burst the share of its intake gone before
 its first EngineCoreRequest was sent. BENCH_BURST_ONLY=1 runs the bursts alone, BENCH_TEMPLATES_ONLY=1
-the templates' parse alone.
+the templates' parse alone; BENCH_CHAT_TEMPLATE=FILE serves the requests with that template instead of Llama 3's
+(the whole intake with another checkpoint's template: tests/data/chat_templates/).
 """
 
 from __future__ import annotations
@@ -56,7 +57,8 @@ def model_dir(bpe_path: str) -> str:
     path = tempfile.mkdtemp(prefix="llama3-")
     tok = llama3_tokenizer(bpe_path)
     tok.add_special_tokens({"additional_special_tokens": SPECIAL[2:]})
-    tok.chat_template = CHAT_TEMPLATE
+    custom = os.environ.get("BENCH_CHAT_TEMPLATE")
+    tok.chat_template = Path(custom).read_text() if custom else CHAT_TEMPLATE
     tok.save_pretrained(path)
     (Path(path) / "config.json").write_text((ROOT / "tests/data/hf/llama-3-8b.json").read_text())
     return path
