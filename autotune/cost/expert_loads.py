@@ -35,15 +35,30 @@ def power_law_rows(tokens: int, num_experts: int, top_k: int, alpha: float, u: n
     lo, hi = (1.0, 0.8 * n) if total > num_experts else (0.01, 2.0)  # the collector's two ranges
     x = ((hi ** (1 - alpha) - lo ** (1 - alpha)) * u + lo ** (1 - alpha)) ** (1 / (1 - alpha))
     rows = np.minimum(np.round(x / x.sum(axis=1, keepdims=True) * total), n)  # an expert takes a token once
-    for draw in rows:  # the collector's one-row-at-a-time fill of the least loaded / trim of the most loaded
-        short = total - int(draw.sum())
-        for _ in range(abs(short)):
-            if short > 0:
-                open_ = np.flatnonzero(draw < n)
-                draw[open_[np.argmin(draw[open_])]] += 1
-            else:
-                draw[np.argmax(draw)] -= 1
-    return rows
+    return np.array([_level(draw, total - int(draw.sum()), n) for draw in rows])
+
+
+def _level(rows: np.ndarray, short: int, cap: int) -> np.ndarray:
+    """The collector's one-row-at-a-time fill of the least loaded expert (``short`` > 0, up to ``cap``)
+    or trim of the most loaded (< 0), done at once: the rows levelled to the water line it reaches."""
+    if short == 0:
+        return rows
+    sign = 1.0 if short > 0 else -1.0
+    r = sign * rows  # a trim of the largest is a fill of the smallest of -rows
+    top = float(cap) if short > 0 else 0.0  # a fill stops at the cap, a trim at no rows
+
+    def moved(line: float) -> float:
+        return float(np.clip(line - r, 0.0, None).sum())
+
+    lo, hi = float(r.min()), top
+    while hi - lo > 1:  # the highest whole line the shortfall fills to
+        mid = np.floor((lo + hi) / 2)
+        lo, hi = (mid, hi) if moved(mid) <= abs(short) else (lo, mid)
+    line = hi if moved(hi) <= abs(short) else lo
+    left = abs(short) - int(moved(line))  # fewer than the experts on the line: one more row to some
+    r = np.maximum(r, line)
+    r[np.flatnonzero(r == line)[:left]] += 1.0
+    return sign * r
 
 
 @lru_cache(maxsize=64)
