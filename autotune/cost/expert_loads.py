@@ -11,7 +11,8 @@ rounded, capped at n an expert, the shortfall added one row at a time to the lea
 an excess taken from the most loaded (``_round_robin_adjust_per_rank``). Under expert TP (one rank
 group holding every expert) the layer computes every expert's padded rows, so its rows over n k are
 the mean over draws of sum_e ceil(r_e / T) T / (n k). Skew leaves more experts with a few rows (a
-whole tile for them) and fewer experts reached at small n.
+whole tile for them). The draw also reaches fewer experts at small n; serving_experts keeps uniform
+routing's reach for the weights read (docs/serving.md, "Expert TP pads the skewed experts' rows").
 """
 
 from __future__ import annotations
