@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from autotune.cost.expert_loads import skewed_row_share
 from autotune.errors import require
 
 __all__ = ["EXPERT_TILE_ROWS", "expert_tile_rows", "padded_row_share", "TRTLLM_GEN_TILES", "trtllm_gen_tile_rows",
@@ -75,14 +76,22 @@ def trtllm_gen_tile_rows(tokens: np.ndarray, num_experts: int, top_k: int) -> np
     return np.clip(power, *TRTLLM_GEN_TILES)
 
 
-def expert_row_share(tokens: np.ndarray, num_experts: int, top_k: int, rate_dtype: str, moe_backend: str = "") -> np.ndarray:
+def expert_row_share(tokens: np.ndarray, num_experts: int, top_k: int, rate_dtype: str, moe_backend: str = "",
+                     alpha: float = 0.0) -> np.ndarray:
     """``padded_row_share`` at the tile the engine's MoE kernels take: the fixed M tile of the grouped
-    GEMMs (expert_tile_rows), or TRTLLMGenFusedMoE's per-step token tile (moe_backend "trtllm")."""
+    GEMMs (expert_tile_rows), or TRTLLMGenFusedMoE's per-step token tile (moe_backend "trtllm");
+    ``alpha`` > 1: under power-law expert loads of that exponent (cost/expert_loads.py) instead of uniform."""
     tokens = np.asarray(tokens, dtype=float)
+
+    def share_at(rows: np.ndarray, tile: int) -> np.ndarray:
+        if alpha > 1.0:
+            return skewed_row_share(rows, num_experts, top_k, tile, alpha)
+        return padded_row_share(rows, num_experts, top_k, tile)
+
     if moe_backend != "trtllm":
-        return padded_row_share(tokens, num_experts, top_k, expert_tile_rows(rate_dtype))
+        return share_at(tokens, expert_tile_rows(rate_dtype))
     tiles, share = trtllm_gen_tile_rows(tokens, num_experts, top_k), np.ones_like(tokens)
     for tile in np.unique(tiles):
         chosen = tiles == tile
-        share[chosen] = padded_row_share(tokens[chosen], num_experts, top_k, int(tile))
+        share[chosen] = share_at(tokens[chosen], int(tile))
     return share

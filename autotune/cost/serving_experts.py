@@ -13,7 +13,7 @@ import numpy as np
 from autotune.cost.checkpoint_layout import bf16_attention, bf16_attention_gemms
 from autotune.cost.expert_map import masked_rows_s
 from autotune.cost.expert_tiles import expert_row_share
-from autotune.cost.moe_skew import busiest_rank_skew
+from autotune.cost.moe_skew import busiest_rank_skew, routing_alpha
 from autotune.cost.serving_ops import STORED_BYTES, not_attention, ops_s, select_ops
 from autotune.graph.table import OpTable
 from autotune.spec.hardware import ClusterSpec
@@ -101,7 +101,8 @@ def experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clust
     fit, where the device has one, bounds their unpadded FLOPs and its weight stream their bytes), split over ep
     groups of tp / ep GPUs, and the permutes around them; their exchange is moe_exchange_s's. With
     ep > 1 the step waits for the busiest EP group, which takes the skewed routing's share of the
-    rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all.
+    rows (cost/moe_skew.py); expert TP (ep = 1) splits every expert, so every rank takes them all, each
+    expert's rows padded to the tile under the skewed loads (cost/expert_loads.py).
     ``masked_rows``: EP inside the TP group runs the elementwise work on every routed row (expert_map.py)."""
     e, k = model.num_experts, model.num_experts_per_token
     reached = 1.0 - (1.0 - k / e) ** tokens
@@ -109,7 +110,9 @@ def experts_s(experts: OpTable, moves: OpTable, model: ModelSpec, cluster: Clust
     # rows routed to its experts (n k / ep under balanced routing, times the skew on the busiest),
     # permuted and unpermuted whole; its experts' rows are as many times their mean, so pad as those
     busiest = tokens * busiest_rank_skew(model, shape.ep, tokens, eplb=shape.eplb)
-    padded = expert_row_share(busiest, e, k, rate_dtype, moe_backend)
+    # expert TP computes every expert's rows, padded to the tile under the skewed loads (expert_loads.py)
+    alpha = routing_alpha(model) if shape.ep == 1 else 0.0
+    padded = expert_row_share(busiest, e, k, rate_dtype, moe_backend, alpha)
     experts, moves = full_hidden(replace(experts, weight_bytes=experts.weight_bytes / shape.ep), moves)
     time = ops_s(experts, expert_device(cluster.device), weight_dtype, rate_dtype, busiest / shape.ep,
                   shape.tp // shape.ep, reached, padded)
