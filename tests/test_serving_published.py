@@ -215,15 +215,17 @@ def test_the_shipped_rows_reach_the_recorded_figures():
     # regression guard: SGLang 0.3 and vLLM 0.6 at rate inf over ShareGPT (+16.8% and +33.3% with the
     # host time per sequence, cost/serving_host.py; +25.2% and +33.5% before it; +35.5% and +45.5% at the
     # means; SGLang +6.2% when it was admitted on prompts alone and recomputed 0.86 M prompt tokens); vLLM
-    # +28.7% once a request finishing on a call's last step holds its slot one scheduling (Schedule.late_finish)
+    # +28.7% once a request finishing on a call's last step holds its slot one scheduling (Schedule.late_finish),
+    # +27.2% with the sampler's passes over the logits (cost/serving_sampler.py)
     assert groups["sglang | throughput"].mean_abs_error_pct < 20.0
-    assert groups["vllm | throughput"].mean_abs_error_pct < 31.0
+    assert groups["vllm | throughput"].mean_abs_error_pct < 29.0
     # SGLang 0.3's TTFTs wait for its eager prompt issue (19.6% before its own operator cost, 10.2% with it)
     assert groups["sglang | latency"].mean_abs_error_pct < 12.0
     # 19.75% before NCCL's measured sweep above vLLM's 8 MiB custom all-reduce (cost/serving_nccl.py), 20.15%
     # with it: the sweep prices 4 H100's large all-reduces 10-30% slower than the formula, and vLLM 0.6's
-    # ITL median at 4 RPS (sgl060-009) drops from -8.4% to -12.2% as the batches regroup around them
-    assert groups["vllm | latency"].mean_abs_error_pct < 20.5
+    # ITL median at 4 RPS (sgl060-009) drops from -8.4% to -12.2% as the batches regroup around them; 19.3%
+    # with vLLM 0.6's sampler (a float32 copy, both softmaxes and the gather every step: sgl060-009 -8.2%)
+    assert groups["vllm | latency"].mean_abs_error_pct < 20.0
     assert groups["tensorrt-llm | latency"].mean_abs_error_pct < 25.0
     assert groups["mlperf-nvidia | throughput"].mean_abs_error_pct < 12.0
     # regression guard: LoadGen's run length (60.9% at 2,000 requests an instance)
