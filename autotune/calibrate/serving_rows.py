@@ -329,12 +329,13 @@ def _checkpoint_scales(model: ModelSpec, hf_model_id: str) -> tuple[ModelSpec, t
     return model.with_changes(fp8_block_scaled=True), (f"FP8 weights in 128 x 128 blocks ({hf_model_id})",)
 
 
-def _checkpoint_out_proj(model: ModelSpec, row: dict) -> tuple[ModelSpec, tuple[str, ...]]:
-    """The MLA model with its NVFP4 output projection where the checkpoint or the notes say so (cost/checkpoint_layout.py)."""
+def _checkpoint_out_proj(model: ModelSpec, notes: tuple[str, ...], row: dict) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The MLA model with its NVFP4 output projection where the checkpoint or the notes say so (cost/checkpoint_layout.py),
+    and ``notes`` with why."""
     why = nvfp4_out_proj_source(row.get("hf_model_id", ""), row.get("notes", ""))
     if not model.is_mla or model.nvfp4_out_proj or why is None:
-        return model, ()
-    return model.with_changes(nvfp4_out_proj=True), (f"NVFP4 attention output projection ({why})",)
+        return model, notes
+    return model.with_changes(nvfp4_out_proj=True), notes + (f"NVFP4 attention output projection ({why})",)
 
 
 def case_from_row(row: dict) -> ServingCase:
@@ -342,9 +343,7 @@ def case_from_row(row: dict) -> ServingCase:
     try:
         runtime, engine_notes = _engine(row)
         model = resolve_model(model_preset(row["model"], row.get("hf_model_id", "")))
-        model, checkpoint_notes = _checkpoint_scales(model, row.get("hf_model_id", ""))
-        model, out_proj_notes = _checkpoint_out_proj(model, row)
-        checkpoint_notes += out_proj_notes
+        model, checkpoint_notes = _checkpoint_out_proj(*_checkpoint_scales(model, row.get("hf_model_id", "")), row)
         cluster = load_cluster(gpu_cluster(row["gpu"]))
         # the scenario from the load, or the benchmark's name (MLPerf v5.0's llama2-70b-interactive)
         scenario_text = f"{row['concurrency_or_batch']} {row['model']}"
