@@ -238,18 +238,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     changes.update(mxfp4_flags(engine, version, notes))
     if engine.engine == "sglang":  # an older release naming the kernels the newest preset's MLA rows time
         changes.update(named_mla_kernel_flags(engine, notes, engine_runtime(engine.engine, "").serving))
-    # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE
-    if engine.engine == "tensorrt-llm" and re.search(r"moe_(?:config\W{0,8}backend|backend)\W{0,4}TRTLLM\b", notes, re.IGNORECASE):
-        changes["moe_backend"] = "trtllm"
-    # SGLang's --moe-runner-backend flashinfer_trtllm (server_args.py): FlashInfer's TRTLLM-Gen fused MoE, the same
-    # kernels (aiconfigurator @095f58a5 collects them as sglang_flashinfer_trtllm_moe)
-    if engine.engine == "sglang" and re.search(r"--moe[-_]runner[-_]backend[ =]+flashinfer_trtllm\b", notes):
-        changes["moe_backend"] = "trtllm"
-    # another runner, or DeepEP's all-to-all, and SGLang keeps its own pick off (server_args.py: only at
-    # moe_runner_backend auto and moe_a2a_backend none)
-    elif engine.deepseek_blackwell_moe_backend and re.search(
-            r"--moe[-_]runner[-_]backend[ =]+(?!auto\b)\w|--moe[-_]a2a[-_]backend[ =]+deepep|--enable[-_]deepep[-_]moe", notes):
-        changes["deepseek_blackwell_moe_backend"] = ""
+    changes.update(_moe_backend_flags(engine, notes))
     # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling; the default from 0.14.0): the
     # engine core schedules step n+1 and the runner prepares its inputs while step n runs (PR #19970, PR #23569
     # 'Fully overlap model execution'); --no-async-scheduling turns it off
@@ -263,6 +252,24 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         return runtime, named
     return (runtime.with_changes(serving=engine.with_changes(**changes)),
             named + tuple(_change_note(k, v) for k, v in changes.items() if k != "memory_fraction_by_tp"))
+
+
+def _moe_backend_flags(engine: ServingEngine, notes: str) -> dict:
+    """The MoE backend the row's notes pick, or the one SGLang would pick that they turn off."""
+    changes = {}
+    # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE
+    if engine.engine == "tensorrt-llm" and re.search(r"moe_(?:config\W{0,8}backend|backend)\W{0,4}TRTLLM\b", notes, re.IGNORECASE):
+        changes["moe_backend"] = "trtllm"
+    # SGLang's --moe-runner-backend flashinfer_trtllm (server_args.py): FlashInfer's TRTLLM-Gen fused MoE, the same
+    # kernels (aiconfigurator @095f58a5 collects them as sglang_flashinfer_trtllm_moe)
+    if engine.engine == "sglang" and re.search(r"--moe[-_]runner[-_]backend[ =]+flashinfer_trtllm\b", notes):
+        changes["moe_backend"] = "trtllm"
+    # another runner, or DeepEP's all-to-all, and SGLang keeps its own pick off (server_args.py: only at
+    # moe_runner_backend auto and moe_a2a_backend none)
+    elif engine.deepseek_blackwell_moe_backend and re.search(
+            r"--moe[-_]runner[-_]backend[ =]+(?!auto\b)\w|--moe[-_]a2a[-_]backend[ =]+deepep|--enable[-_]deepep[-_]moe", notes):
+        changes["deepseek_blackwell_moe_backend"] = ""
+    return changes
 
 
 def _change_note(name: str, value) -> str:
@@ -322,12 +329,13 @@ def _checkpoint_scales(model: ModelSpec, hf_model_id: str) -> tuple[ModelSpec, t
     return model.with_changes(fp8_block_scaled=True), (f"FP8 weights in 128 x 128 blocks ({hf_model_id})",)
 
 
-def _checkpoint_out_proj(model: ModelSpec, row: dict) -> tuple[ModelSpec, tuple[str, ...]]:
-    """The MLA model with its NVFP4 output projection where the checkpoint or the notes say so (cost/checkpoint_layout.py)."""
+def _checkpoint_out_proj(model: ModelSpec, notes: tuple[str, ...], row: dict) -> tuple[ModelSpec, tuple[str, ...]]:
+    """The MLA model with its NVFP4 output projection where the checkpoint or the notes say so (cost/checkpoint_layout.py),
+    and ``notes`` with why."""
     why = nvfp4_out_proj_source(row.get("hf_model_id", ""), row.get("notes", ""))
     if not model.is_mla or model.nvfp4_out_proj or why is None:
-        return model, ()
-    return model.with_changes(nvfp4_out_proj=True), (f"NVFP4 attention output projection ({why})",)
+        return model, notes
+    return model.with_changes(nvfp4_out_proj=True), notes + (f"NVFP4 attention output projection ({why})",)
 
 
 def case_from_row(row: dict) -> ServingCase:
@@ -335,9 +343,7 @@ def case_from_row(row: dict) -> ServingCase:
     try:
         runtime, engine_notes = _engine(row)
         model = resolve_model(model_preset(row["model"], row.get("hf_model_id", "")))
-        model, checkpoint_notes = _checkpoint_scales(model, row.get("hf_model_id", ""))
-        model, out_proj_notes = _checkpoint_out_proj(model, row)
-        checkpoint_notes += out_proj_notes
+        model, checkpoint_notes = _checkpoint_out_proj(*_checkpoint_scales(model, row.get("hf_model_id", "")), row)
         cluster = load_cluster(gpu_cluster(row["gpu"]))
         # the scenario from the load, or the benchmark's name (MLPerf v5.0's llama2-70b-interactive)
         scenario_text = f"{row['concurrency_or_batch']} {row['model']}"

@@ -283,17 +283,22 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     k = _whole_calls(st, sched, decodes, k)
     durations = durations_of(k)
     ends = st.t + np.cumsum(durations)
-    before = st.generated[decodes].copy()
+    generated = st.generated[decodes].copy()
     _stamp_decodes(st, decodes, delivered_at(sched, ends, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
                    calls)
+    _count_stretch(st, sched, decodes, float(ends[-1]), k, retracted)
+    return decodes[(st.generated[decodes] - generated == k) & (st.generated[decodes] >= st.req.output_len[decodes])]
+
+
+def _count_stretch(st: _State, sched: Schedule, decodes: np.ndarray, end_s: float, k: int, retracted: bool) -> None:
+    """The state after a stretch of ``k`` decode steps of ``decodes`` that ends at ``end_s``."""
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
         st.reserved[decodes] = held_tokens(sched, kv_tokens(st, decodes) - 1)
-    st.t = float(ends[-1])
+    st.t = end_s
     if sched.reserve:  # each decode step without a retraction decays the ratio (forward_decode_batch)
         st.ratio_decays += k - int(retracted)
-    st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + b * k, st.decode_steps + k
+    st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + len(decodes) * k, st.decode_steps + k
     st.since_poll = sched.since_poll_after(st.since_poll + k)
-    return decodes[(st.generated[decodes] - before == k) & (st.generated[decodes] >= st.req.output_len[decodes])]
 
 
 def _whole_calls(st: _State, sched: Schedule, decodes: np.ndarray, k: int) -> int:

@@ -321,11 +321,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     dense, moe = tables.layer_counts()
     ranks = shape.tp if shape.attention_dp else 1
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
-    layer, moe_layer = (unfused(tables.layer), unfused(tables.moe_layer) if moe else None) if fused \
-        else (tables.layer, tables.moe_layer)
-    moe_layer = routing_in_kernel(moe_layer) if moe and moe_backend == "trtllm" else moe_layer
-    if residual_fused and not fused:  # an all-reduce that runs the adds already took them out
-        layer, moe_layer = fused_residual_adds(layer), fused_residual_adds(moe_layer) if moe else None
+    layer, moe_layer = _layer_ops(tables, moe, moe_backend, fused, residual_fused)
     up = {}
     if mla_bmm is not None:  # kv_up apart: the GEMM on prompt tokens, the measured BMMs on decodes
         up = dict(prompt_up_s=(dense + moe) * non_expert_s(select_ops(layer, is_kv_up(layer)), model, device, other,
@@ -367,6 +363,16 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      prefix_s_per_token=prefix_s_per_token(tables.moe_layer if moe else tables.layer, model, device, other, other_rate,
                                                            shape.op_tp, kv_bytes, max_tokens, input_pad)
                      if mla_prefix else 0.0)
+
+
+def _layer_ops(tables, moe: int, moe_backend: str, fused: bool, residual_fused: bool):
+    """The dense and MoE layers' non-expert operators as the engine's fused kernels leave them."""
+    layer, moe_layer = (unfused(tables.layer), unfused(tables.moe_layer) if moe else None) if fused \
+        else (tables.layer, tables.moe_layer)
+    moe_layer = routing_in_kernel(moe_layer) if moe and moe_backend == "trtllm" else moe_layer
+    if residual_fused and not fused:  # an all-reduce that runs the adds already took them out
+        layer, moe_layer = fused_residual_adds(layer), fused_residual_adds(moe_layer) if moe else None
+    return layer, moe_layer
 
 
 def _head_s(tables, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, max_sampled: int) -> np.ndarray:

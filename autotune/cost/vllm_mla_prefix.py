@@ -23,7 +23,7 @@ from autotune.graph.table import OpTable
 __all__ = ["prefix_s_per_token"]
 
 
-def _kv_up_s_per_token(table: OpTable, model, device, dtype: str, rate: str, tp: int, budget: int) -> float:
+def _kv_up_s_per_token(table: OpTable, device, dtype: str, rate: str, tp: int, budget: int) -> float:
     """Marginal seconds a token of the layer's kv_up GEMM between half the step budget and the budget."""
     kv_up = select_ops(table, is_kv_up(table))
     if not len(kv_up.names):
@@ -47,4 +47,4 @@ def prefix_s_per_token(table: OpTable, model, device, dtype: str, rate: str, tp:
     keys = heads * (2 * model.qk_nope_head_dim + model.qk_rope_head_dim) * ACT_BYTES + model.qk_rope_head_dim * ACT_BYTES
     fit = device.memory_regression("stream")
     moves = (gathered + keys) * fit.seconds_per_unit / device.kernel_efficiency
-    return model.num_layers * (moves + _kv_up_s_per_token(table, model, device, dtype, rate, tp, budget))
+    return model.num_layers * (moves + _kv_up_s_per_token(table, device, dtype, rate, tp, budget))

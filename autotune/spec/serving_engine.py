@@ -239,6 +239,32 @@ class ServingEngine:
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
+        self._check_choices()
+        self._check_counts_and_numbers()
+        self._check_prompt_encode()
+        check_kernel_rows(self)
+        require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
+                "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
+        if self.admission == "reserve_output":
+            self._check_output_reserve()
+        require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
+                and (self.memory_fraction > 0) == (self.memory_rule != "reserved"), "serving.memory_fraction",
+                f"must be in (0, 1] (0 only with memory_rule 'reserved'), got {self.memory_fraction!r}")
+        require(all(isinstance(t, int) and t >= 1 and 0 < f <= 1 for t, f in self.memory_fraction_by_tp),
+                "serving.memory_fraction_by_tp", f"must be [smallest tp, fraction] pairs, got {self.memory_fraction_by_tp!r}")
+        require(len(self.weight_dtypes) > 0 and all(d in _WEIGHT_DTYPES for d in self.weight_dtypes),
+                "serving.weight_dtypes", f"must be a non-empty list of {', '.join(_WEIGHT_DTYPES)}")
+        require(self.mxfp4_weight_only_pad == () or (len(self.mxfp4_weight_only_pad) == 2 and all(
+            isinstance(m, int) and m >= 1 for m in self.mxfp4_weight_only_pad)), "serving.mxfp4_weight_only_pad",
+            f"must be [hidden multiple, intermediate multiple] (whole numbers >= 1) or empty, got {self.mxfp4_weight_only_pad!r}")
+        require(self.default_weight_dtype in self.weight_dtypes, "serving.default_weight_dtype",
+                f"must be one of its weight_dtypes {list(self.weight_dtypes)}, got {self.default_weight_dtype!r}")
+        for f in fields(self):
+            if f.type == "bool":
+                require(isinstance(getattr(self, f.name), bool), f"serving.{f.name}", "must be true or false")
+
+    def _check_choices(self) -> None:
+        """The named settings are ones it knows, and the engine-specific ones are this engine's."""
         require_choice("serving.engine", self.engine, SERVING_ENGINES)
         require(isinstance(self.version, str) and self.version != "", "serving.version", "must name a release")
         require(isinstance(self.moe_tuned_configs, str), "serving.moe_tuned_configs", "must name a release or be empty")
@@ -268,28 +294,6 @@ class ServingEngine:
                 f"'vllm_symm' is vLLM's all-reduce, not {self.engine}'s")
         require_choice("serving.flashinfer_allreduce_fusion", self.flashinfer_allreduce_fusion, FLASHINFER_AR_FUSIONS)
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
-        self._check_counts_and_numbers()
-        self._check_prompt_encode()
-        check_kernel_rows(self)
-        require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
-                "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
-        if self.admission == "reserve_output":
-            self._check_output_reserve()
-        require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
-                and (self.memory_fraction > 0) == (self.memory_rule != "reserved"), "serving.memory_fraction",
-                f"must be in (0, 1] (0 only with memory_rule 'reserved'), got {self.memory_fraction!r}")
-        require(all(isinstance(t, int) and t >= 1 and 0 < f <= 1 for t, f in self.memory_fraction_by_tp),
-                "serving.memory_fraction_by_tp", f"must be [smallest tp, fraction] pairs, got {self.memory_fraction_by_tp!r}")
-        require(len(self.weight_dtypes) > 0 and all(d in _WEIGHT_DTYPES for d in self.weight_dtypes),
-                "serving.weight_dtypes", f"must be a non-empty list of {', '.join(_WEIGHT_DTYPES)}")
-        require(self.mxfp4_weight_only_pad == () or (len(self.mxfp4_weight_only_pad) == 2 and all(
-            isinstance(m, int) and m >= 1 for m in self.mxfp4_weight_only_pad)), "serving.mxfp4_weight_only_pad",
-            f"must be [hidden multiple, intermediate multiple] (whole numbers >= 1) or empty, got {self.mxfp4_weight_only_pad!r}")
-        require(self.default_weight_dtype in self.weight_dtypes, "serving.default_weight_dtype",
-                f"must be one of its weight_dtypes {list(self.weight_dtypes)}, got {self.default_weight_dtype!r}")
-        for f in fields(self):
-            if f.type == "bool":
-                require(isinstance(getattr(self, f.name), bool), f"serving.{f.name}", "must be true or false")
 
     def _check_counts_and_numbers(self) -> None:
         for name in ("max_num_seqs", "max_num_batched_tokens", "launch_max_num_seqs", "launch_max_num_batched_tokens",
