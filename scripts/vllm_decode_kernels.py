@@ -29,6 +29,11 @@ from sglang_prefill_kernels import (DENSE_I, DENSE_LAYERS, HEADS, HIDDEN, KV_LOR
                                     Q_LORA, ROPE, V, _gemm_s, _loglog)
 
 
+# 0.11.0 runs FlashMLA on Hopper at the KV cache's BF16 (platforms/cuda.py get_attn_backend_cls: FLASHMLA unless told
+# otherwise); 0.14.0's table times FlashMLA only at FP8 KV (its BF16 rows are vllm_flash_attn_mla), so those rows
+FLASHMLA_KV = "fp8"
+
+
 def measured_decode_s(data: Path, batch: int, context: float, tp: int, ep: int) -> dict[str, float]:
     """Seconds of the measured kernels of one decode step of ``batch`` requests (one token each), FP8 block."""
     gemms = pd.read_parquet(data / "gemm_perf.parquet")
@@ -94,7 +99,8 @@ def main() -> None:
         context = 0.9 * int(row["isl"] or 215) + 0.45 * int(row["osl"] or 194)
         ours = model_decode_s(row, batch, context)
         kernels = measured_decode_s(data, batch, context, tp, ep)
-        flashmla = (DENSE_LAYERS + MOE_LAYERS) * _mla_s(pd.read_parquet(data / "generation_mla_perf.parquet"), batch, context, tp)
+        flashmla = (DENSE_LAYERS + MOE_LAYERS) * _mla_s(pd.read_parquet(data / "generation_mla_perf.parquet"), batch, context, tp,
+                                                          FLASHMLA_KV)
         print(f"{row_id} {row['gpu']} TP{tp} EP{ep} batch {batch} context {context:.0f}, {row['metric']} {row['value']}")
         print("  model (ms):   " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in ours.items()))
         print("  kernels (ms): " + ", ".join(f"{k} {v * 1e3:.3f}" for k, v in kernels.items())
