@@ -33,7 +33,8 @@ def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
     prices grouped-query decodes (_measured_decode; its fit misses MHA shapes by -41..+64%, so they stay
     generic); ``measured_mla``: its MLA (decode, prompt) ops for the heads a GPU runs, either None
     (_measured_mla); ``prompt``: its prompt-attention op as measured on this GPU (latency, seconds per
-    causal FLOP; ServingEngine.prefill_attention), which prices non-MLA prompts in its place."""
+    causal FLOP and, where the row has it, seconds per prompt token x query width; ServingEngine.prefill_attention),
+    which prices non-MLA prompts in its place."""
     tp = shape.tp
     eff = device.kernel_efficiency
     memory = device.memory_regression("stream")
@@ -51,6 +52,8 @@ def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
     prefill = dict(prefill_lat_s=attention.latency_s / eff, prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
     if prompt is not None and not model.is_mla:  # measured, so no kernel_efficiency
         prefill = dict(prefill_lat_s=prompt[0], prefill_s_per_pair=pair_flops * prompt[1])
+        if len(prompt) > 2:  # a prompt token's own work (Q/K/V loads, RoPE, KV write) over the query heads it runs
+            prefill["prefill_s_per_token"] = prompt[2] * model.q_width / tp
     # the measured op's fit holds for grouped-query layers (its rows); MHA runs other kernels (masked MHA)
     grouped = model.num_kv_heads < model.num_heads and not model.is_mla
     if measured is not None and grouped and not shape.attention_dp:

@@ -250,7 +250,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                mla_prefix: bool = False, moe_layer_table: str = "",
                decode_attention: tuple[float, float] | None = None,
                mla_attention: tuple | None = None,
-               prefill_attention: tuple[float, float] | None = None,
+               prefill_attention: tuple[float, ...] | None = None,
                mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
     kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4

@@ -215,8 +215,9 @@ class ServingEngine:
     # a GPU or KV dtype without a row: the generic memory-bound pricing
     decode_attention: tuple[tuple[str, str, float, float], ...] = ()
     # its prompt (context) attention as measured on a GPU: rows [GPU key, head_dim, latency_s, seconds per
-    # causal FLOP] (cost/serving_step.py); MLA layers, a GPU or head_dim without a row: the generic fit
-    prefill_attention: tuple[tuple[str, int, float, float], ...] = ()
+    # causal FLOP, optionally seconds per prompt token x query width (heads x head_dim)] (cost/serving_attention.py);
+    # MLA layers, a GPU or head_dim without a row: the generic fit
+    prefill_attention: tuple[tuple, ...] = ()
     # its MLA decode-attention op (absorbed form) as measured on a GPU: rows [GPU key, KV dtype, query heads
     # a GPU runs, latency_s, seconds per sequence, seconds per cached position of a sequence]
     # (cost/serving_step.py _measured_mla_decode); a GPU, KV dtype or head count without a row: generic
@@ -334,9 +335,9 @@ class ServingEngine:
         (most specific first) with a KV cache of ``kv_bytes`` per element; None where it has no row."""
         return decode_attention_row(self.decode_attention, gpu_keys, kv_bytes)
 
-    def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, float] | None:
-        """(latency_s, seconds per causal FLOP) of its prompt attention at ``head_dim`` on the GPU of
-        ``gpu_keys`` (most specific first); None where it has no row."""
+    def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, ...] | None:
+        """(latency_s, seconds per causal FLOP[, seconds per prompt token x query width]) of its prompt attention
+        at ``head_dim`` on the GPU of ``gpu_keys`` (most specific first); None where it has no row."""
         return prefill_attention_row(self.prefill_attention, gpu_keys, head_dim)
 
     def mla_decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float,

@@ -31,10 +31,10 @@ def decode_attention_row(rows: tuple, gpu_keys: tuple[str, ...], kv_bytes: float
     return next((table[(key, dtype)] for key in gpu_keys if (key, dtype) in table), None)
 
 
-def prefill_attention_row(rows: tuple, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, float] | None:
-    """(latency_s, seconds per causal FLOP) of the prefill_attention ``rows`` for the first of ``gpu_keys``
-    with a row at ``head_dim``; None where none has."""
-    table = {(gpu, dim): (lat, per_flop) for gpu, dim, lat, per_flop in rows}
+def prefill_attention_row(rows: tuple, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, ...] | None:
+    """(latency_s, seconds per causal FLOP[, seconds per prompt token x query width]) of the prefill_attention
+    ``rows`` for the first of ``gpu_keys`` with a row at ``head_dim``; None where none has."""
+    table = {(gpu, dim): tuple(values) for gpu, dim, *values in rows}
     return next((table[(key, head_dim)] for key in gpu_keys if (key, head_dim) in table), None)
 
 
@@ -73,7 +73,8 @@ def _check_decode_rows(engine: ServingEngine) -> None:
 
 def _check_prefill_rows(engine: ServingEngine) -> None:
     rows = engine.prefill_attention
-    require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and isinstance(r[1], int)
+    require(all(isinstance(r, tuple) and len(r) in (4, 5) and isinstance(r[0], str) and isinstance(r[1], int)
                 and r[1] > 0 and all(isinstance(v, float) and 0 < v < 1 for v in r[2:])
                 for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.prefill_attention",
-            f"must be distinct [GPU key, head_dim, latency_s, seconds per FLOP] rows, got {rows!r}")
+            f"must be distinct [GPU key, head_dim, latency_s, seconds per FLOP(, seconds per token x query width)] "
+            f"rows, got {rows!r}")
