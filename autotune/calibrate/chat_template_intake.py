@@ -86,6 +86,7 @@ def with_template_parse(runtime: Runtime, row: dict) -> tuple[Runtime, tuple[str
     if found is None:
         return runtime, (f"vLLM {row['engine_version']}'s per-request chat-template parse not priced ({hf_id}'s "
                          "template not timed)",)
+    # the wheel's resolve_chat_template_kwargs on this template, less Llama 3's inside frontend_intake_s (data/chat_template_parse.toml)
     extra_s = max(found.parse_s - intake_parse_s, 0.0)
     intake_s = engine.frontend_intake_s + extra_s
     before = (engine.frontend_intake_s * engine.frontend_intake_before_send + extra_s) / intake_s
