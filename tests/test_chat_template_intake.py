@@ -58,7 +58,7 @@ def test_a_longer_parse_costs_more_intake():
     assert _intake(rows["vn-ds-01"])[0] > _intake(rows["vn-qw-01"])[0] > engine_runtime("vllm", "0.11.0").serving.frontend_intake_s
 
 
-@pytest.mark.parametrize("change", [{"engine_version": "0.10.2"}, {"engine_version": "0.13.0"},
+@pytest.mark.parametrize("change", [{"engine_version": "0.10.2"}, {"engine_version": "0.11.1"}, {"engine_version": "0.13.0"},
                                     {"source": "vLLM PR #23696 (backend vllm, /v1/completions)", "notes": ""},
                                     {"hf_model_id": "openai/gpt-oss-120b"}])
 def test_rows_that_do_not_parse_per_request_are_left_alone(change):

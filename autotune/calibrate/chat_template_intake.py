@@ -6,8 +6,8 @@ parses the checkpoint's whole template and ``jinja2.meta.find_undeclared_variabl
 (the content-format detection beside it is: ``_detect_content_format`` is an lru_cache, and transformers caches the
 compiled template the render then uses, ``_compile_jinja_template``). It runs synchronously in ``_preprocess_chat``
 before the request's first suspension (the tokenizer's executor), so a burst's parses all run on the API server's
-loop before any request reaches the engine core. 0.10.2's wheel has no such pass; 0.13.0's caches it
-(``_cached_resolve_chat_template_kwargs``, an lru_cache over the template text). The ``/v1/completions`` endpoint
+loop before any request reaches the engine core. 0.10.2's wheel has no such pass; 0.11.1's, 0.11.2's, 0.12.0's and
+0.13.0's cache it (``_cached_resolve_chat_template_kwargs``, an lru_cache over the template text). The ``/v1/completions`` endpoint
 (``vllm bench serve``'s default ``--backend vllm``) renders no template, nor does gpt-oss's chat (harmony:
 serving_chat.py ``_make_request_with_harmony``).
 
