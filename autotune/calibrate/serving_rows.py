@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
 
+from autotune.calibrate.chat_template_intake import with_template_parse
 from autotune.calibrate.serving_degrees import row_degrees, row_int
 from autotune.calibrate.serving_flags import adp_balance_flags, attention_backend_flags, limit_flags, mxfp4_flags, \
     named_mla_kernel_flags, note_number as _number
@@ -248,10 +249,11 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     # (server_args.py): the host's work runs between the GPU's steps (cost/serving_host.py)
     if re.search(r"--disable-async-output-proc|--disable-overlap-schedule", notes) and engine.host_overlap != "none":
         changes["host_overlap"] = "none"
-    if not changes:
-        return runtime, named
-    return (runtime.with_changes(serving=engine.with_changes(**changes)),
-            named + tuple(_change_note(k, v) for k, v in changes.items() if k != "memory_fraction_by_tp"))
+    if changes:
+        runtime = runtime.with_changes(serving=engine.with_changes(**changes))
+        named += tuple(_change_note(k, v) for k, v in changes.items() if k != "memory_fraction_by_tp")
+    runtime, parse_notes = with_template_parse(runtime, row)  # vLLM 0.11.0's per-request chat-template parse
+    return runtime, named + parse_notes
 
 
 def _moe_backend_flags(engine: ServingEngine, notes: str) -> dict:
