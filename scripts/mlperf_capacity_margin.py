@@ -1,9 +1,9 @@
 """How close an MLPerf Server (or Interactive) row ran to its engine's capacity, measured and priced.
 
 A Server run that LoadGen marks VALID ran below its system's capacity (its p99 TTFT stayed within the
-limit), but NVIDIA sets target_qps a few percent under it (v5.0 configs: H200 x8 = 8 x 0.95 x the
-one-GPU QPS, configs/llama2-70b/Server/__init__.py), so a priced capacity a few percent low turns into a
-queue that grows for the whole run. For each row id given (a Server TTFT, TPOT or throughput row), per
+limit), but NVIDIA's target_qps sits a few percent under it (v5.0 Llama 2 70B: H200 x8 114.24 = 8 x the
+one-GPU server_target_qps 14.28 of configs/llama2-70b/Server/__init__.py, 96% of its Offline run's rate;
+H100 x8 at 100.5%), so a priced capacity a few percent low turns into a queue that grows for the whole run. For each row id given (a Server TTFT, TPOT or throughput row), per
 stream the simulator runs (an instance, or one micro-batch of a pipeline instance):
 
 * measured: the target rate, Little's law's operating point (decoding requests = output tokens/s x
