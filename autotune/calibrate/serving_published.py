@@ -15,6 +15,7 @@ from statistics import mean, median
 
 from autotune.calibrate.serving_phrases import metric_name, per_user_rate
 from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
+from autotune.cost.serving_capacity import saturation_note
 from autotune.cost.serving_eval import arrival_draws, expected_metric
 from autotune.cost.serving_load import METRICS
 from autotune.cost.serving_phase import phase_tokens_per_gpu_s
@@ -38,6 +39,7 @@ class ServingCheck:
     reason: str = ""
     runtime: str = ""
     assumed: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())  # what the simulated run says about its own reading (a saturated queue)
 
     @property
     def error_pct(self) -> float | None:
@@ -48,7 +50,8 @@ class ServingCheck:
     def to_dict(self) -> dict:
         return {"id": self.row_id, "engine": self.engine, "runtime": self.runtime, "gpu": self.gpu,
                 "metric": self.metric, "unit": self.unit, "measured": self.measured, "predicted": self.predicted,
-                "error_pct": self.error_pct, "reason": self.reason or None, "assumed": list(self.assumed)}
+                "error_pct": self.error_pct, "reason": self.reason or None, "assumed": list(self.assumed),
+                "notes": list(self.notes)}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,19 +75,21 @@ def is_serving_csv(path: str | Path) -> bool:
     return {"engine", "metric", "value"} <= set(header)
 
 
-def _predict(case: ServingCase, runs: dict) -> float:
+def _predict(case: ServingCase, runs: dict) -> tuple[float, tuple[str, ...]]:
+    """The row's predicted value in its unit, and the notes of the runs it averages (serving_capacity)."""
     dep = case.deployment
     if case.phase is not None:  # one pool of a disaggregated deployment: its step, back to back
         p = case.phase
         return (phase_tokens_per_gpu_s(dep, phase=p.phase, per_rank=p.per_rank, context=p.context, exchange=p.exchange)
-                * p.per_gpu_to_unit)
+                * p.per_gpu_to_unit), ()
     # the replicas too: the runs carry their deployment, whose replica count scales a system-wide metric
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, dep.replicas,
            dep.speculation, dep.eplb, case.load)
     if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS)
         runs[key] = arrival_draws(dep, case.load)
     value = expected_metric(runs[key], case.metric, scope=case.scope)
-    return (1.0 / value if case.inverse else value) / case.unit_to_si  # inverse: a per-user rate, 1 / TPOT
+    note = saturation_note(runs[key][0])  # the draws share the rate, the step model and the limits
+    return (1.0 / value if case.inverse else value) / case.unit_to_si, (note,) if note else ()  # inverse: a per-user rate, 1 / TPOT
 
 
 def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
@@ -101,7 +106,7 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
             continue
         try:
             case = case_from_row(row)
-            predicted = _predict(case, runs)
+            predicted, notes = _predict(case, runs)
         except RowProblem as err:
             checks.append(ServingCheck(**base, reason=str(err)))
             continue
@@ -110,7 +115,7 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
             continue
         base["engine"] = case.engine  # the engine's own name, however the row spells it (summaries group by it)
         checks.append(ServingCheck(**base, predicted=predicted, runtime=case.deployment.runtime.name,
-                                   assumed=case.assumed))
+                                   assumed=case.assumed, notes=notes))
     return checks
 
 

@@ -42,4 +42,8 @@ def print_serving(report: dict, *, detail: bool) -> None:
         print(f"not priced: {report['not_priced']} rows")
         for reason, ids in reasons.items():
             print(f"  {len(ids):3d}  {reason} ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})")
+    saturated = [c.row_id for c in checks if c.notes]  # serving_capacity.saturation_note
+    if saturated:
+        print(f"priced above their replica's capacity (a queue that grows through the run): {len(saturated)} rows "
+              f"({', '.join(saturated[:6])}{', ...' if len(saturated) > 6 else ''})")
     print(f"priced {report['priced']} of {len(checks)} rows")
