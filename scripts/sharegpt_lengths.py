@@ -12,7 +12,8 @@ Per conversation with at least two turns, as vLLM's ShareGPTDataset.sample does 
 vllm/benchmarks/datasets.py, vllm/benchmarks/dataset_utils.py is_valid_sequence): the prompt is turn 0,
 the output length turn 1's token count, both counted by `tokenizer(text).input_ids`, which for Llama 3's
 Hugging Face tokenizer adds <|begin_of_text|> (+1 each); kept when both are >= 4 tokens, the prompt
-<= 1,024 and both together <= 2,048. sglang.bench_serving's rule differs only in its minimum (2).
+<= 1,024 and both together <= 2,048 (sglang.bench_serving's rule until sgl-project/sglang PR #2922,
+2025-01; since then it keeps both >= 2 and cuts only at --sharegpt-context-len when given: not this table).
 Prints the kept requests' count, means, correlation and the percentiles of serving_lengths.toml.
 """
 
