@@ -1,14 +1,18 @@
 """A random-dataset row whose notes quote the run's generated total below prompts x the stated output
-length decodes the run's mean (end-of-sequence stops without --ignore-eos); other rows keep their lengths."""
+length decodes the run's mean (end-of-sequence stops without --ignore-eos); a dataset row whose lengths are
+drawn (ShareGPT) and whose notes quote the client's totals draws requests that sum to them; other rows keep
+their lengths."""
 
 from __future__ import annotations
 
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autotune.calibrate.serving_published import case_from_row
+from autotune.cost.serving_load import requests_for
 
 ROWS = {r["id"]: r for r in csv.DictReader(open(Path(__file__).parent / "data" / "vllm_newer_check.csv"))}
 
@@ -29,8 +33,34 @@ def test_a_total_at_or_above_the_stated_lengths_changes_nothing(notes):
     assert _case("vn-go-09", notes=notes).load.output_len == 200
 
 
-def test_rows_without_stated_lengths_keep_the_datasets():
-    assert _case("vn-go-01").load.output_len == 194  # ShareGPT's mean; its notes quote 'generated 195544'
+def _drawn_totals(case) -> tuple[int, int]:
+    requests = requests_for(case.load)
+    return int(requests.input_len.sum()) * case.deployment.replicas, int(requests.output_len.sum()) * case.deployment.replicas
+
+
+@pytest.mark.parametrize("row_id, total_in, total_out", [("vn-ds-01", 219171, 200752), ("vn-go-01", 215312, 195544),
+                                                         ("vn-b2-01", 215312, 197144)])
+def test_a_sharegpt_burst_draws_its_quoted_totals(row_id, total_in, total_out):
+    case = _case(row_id)
+    assert case.load.lengths is not None and "scaled to the run's totals" in case.load.lengths.name
+    drawn_in, drawn_out = _drawn_totals(case)
+    assert drawn_in == pytest.approx(total_in, rel=0.002) and drawn_out == pytest.approx(total_out, rel=0.002)
+    assert any("quoted totals" in note for note in case.assumed)
+
+
+def test_a_sharegpt_burst_without_totals_keeps_the_datasets_draw():
+    plain = _case("vn-go-01", notes="ShareGPT_V3_unfiltered_cleaned_split, --num-prompts 1000")
+    quoted = _case("vn-go-01")
+    assert plain.load.lengths.name == "sharegpt" and plain.load.output_len == 194
+    assert _drawn_totals(plain) != _drawn_totals(quoted)
+
+
+def test_only_the_quoted_total_moves_its_length():
+    only_out = _case("vn-go-01", notes="ShareGPT_V3_unfiltered_cleaned_split, --num-prompts 1000; generated 210000")
+    plain = requests_for(_case("vn-go-01", notes="ShareGPT_V3_unfiltered_cleaned_split, --num-prompts 1000").load)
+    scaled = requests_for(only_out.load)
+    assert np.array_equal(scaled.input_len, plain.input_len)
+    assert int(scaled.output_len.sum()) == pytest.approx(210000, rel=0.002)
 
 
 def test_fixed_concurrency_rows_keep_the_stated_length():

@@ -45,6 +45,16 @@ def test_each_distribution_keeps_its_datasets_sourced_means():
         assert drawn_in.min() >= 1 and drawn_out.min() >= 1 and lengths.source.strip()
 
 
+def test_sharegpts_table_keeps_the_benchmarks_filter():
+    """ShareGPT's table is the requests `vllm bench serve` keeps (prompt <= 1,024 tokens, prompt + output <=
+    2,048), scaled by under 3% to the sourced means: no prompt past the limit, and the outputs' tail is the
+    dataset's own, past 1,024 tokens for the longest 0.1% (not a percentile cut)."""
+    lengths = request_lengths("sharegpt")
+    assert max(lengths.input_tokens) <= 1024 and max(lengths.output_tokens) <= 2048 - min(lengths.input_tokens)
+    assert lengths.output_tokens[-2] > 1024  # the 99.9th percentile
+    assert "is_valid_sequence" in lengths.source
+
+
 def test_draws_are_deterministic_in_the_seed_and_leave_arrivals_alone():
     lengths = request_lengths("sharegpt")
     first, again, other = lengths.draw(500, seed=7), lengths.draw(500, seed=7), lengths.draw(500, seed=8)
