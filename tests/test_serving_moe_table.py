@@ -48,6 +48,14 @@ def test_the_layer_time_is_the_measured_one_between_and_beyond_its_points():
     assert measured_moe_s(key, [0.0])[0] == pytest.approx(ms[0] * 1e-3)  # an empty step: the first point
 
 
+def test_past_the_last_point_one_low_point_does_not_flatten_the_layer():
+    key = "h200.cutlass.fp8.4096x1536x128x8@1.2.1x8"  # 16,384 tokens measured barely above 12,288
+    points, ms = (np.asarray(v, dtype=float) for v in _layers()[key])
+    assert ms[-1] - ms[-2] < 0.1 * (ms[-2] - ms[-4])  # the series as measured
+    at = measured_moe_s(key, [points[-1] / 2, points[-1], 1.5 * points[-1]])
+    assert at[2] - at[1] == pytest.approx(at[1] - at[0])  # the slope over the last doubling of tokens
+
+
 def _step(table: str):
     cluster = load_cluster("dgx-h200").for_gpus(8)
     shape = ss.ReplicaShape(tp=8, ep=8, attention_dp=True)
