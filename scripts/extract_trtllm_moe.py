@@ -16,6 +16,8 @@ usage: python scripts/extract_trtllm_moe.py GPU=PARQUET=ORIGIN[=DTYPE,...] [...]
     aiconfigurator (printed in the table); DTYPE: only these of the file's formats (bfloat16, fp8, fp8_block,
     nvfp4), e.g. h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, cut with:
     git --git-dir=<aiconfigurator> show 095f58a5:aic-core/src/aiconfigurator_core/systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet
+The shipped table: h100 1.3.0rc20 =fp8_block,fp8,bfloat16; h200 1.3.0rc20 =fp8_block,fp8 and 1.3.0rc10 =bfloat16;
+b200 and gb200 1.3.0rc20 =nvfp4,fp8 and 1.3.0rc10 =bfloat16; b300 1.3.0rc10 (every format); gb300 1.3.0rc20 =nvfp4,fp8.
 (needs pandas + pyarrow)
 """
 
