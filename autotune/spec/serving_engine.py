@@ -211,9 +211,9 @@ class ServingEngine:
     tp_allreduce: str = "nccl"  # TP_ALLREDUCES
     flashinfer_allreduce_fusion: str = ""  # FLASHINFER_AR_FUSIONS
     # its decode-attention op as measured on a GPU for a KV dtype: rows [GPU key (runtime_kernels.gpu_keys),
-    # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head] (cost/serving_step.py);
-    # a GPU or KV dtype without a row: the generic memory-bound pricing
-    decode_attention: tuple[tuple[str, str, float, float], ...] = ()
+    # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head(, the knee: sequences x KV heads
+    # that cost only the latency)] (cost/serving_step.py); a GPU or KV dtype without a row: the generic pricing
+    decode_attention: tuple[tuple, ...] = ()
     # its prompt (context) attention as measured on a GPU: rows [GPU key, head_dim, latency_s, seconds per
     # causal FLOP] (cost/serving_step.py); MLA layers, a GPU or head_dim without a row: the generic fit
     prefill_attention: tuple[tuple[str, int, float, float], ...] = ()
@@ -329,9 +329,10 @@ class ServingEngine:
         fp8 = self.kv_cache_dtype == "fp8" or (self.kv_cache_dtype == "weights" and weight_dtype in ("fp8", "nvfp4"))
         return 1.0 if fp8 else float(activation_bytes)
 
-    def decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float] | None:
-        """(latency_s, seconds per sequence x KV head) of its decode attention on the GPU of ``gpu_keys``
-        (most specific first) with a KV cache of ``kv_bytes`` per element; None where it has no row."""
+    def decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float, float] | None:
+        """(latency_s, seconds per sequence x KV head, knee in sequences x KV heads) of its decode attention on
+        the GPU of ``gpu_keys`` (most specific first) with a KV cache of ``kv_bytes`` per element; None where it
+        has no row."""
         return decode_attention_row(self.decode_attention, gpu_keys, kv_bytes)
 
     def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, float] | None:
