@@ -1,7 +1,7 @@
 """An engine's measured decode attention (ServingEngine.decode_attention): TensorRT-LLM's attention op
 as aiconfigurator measured it on H100 and H200 prices grouped-query decode layers there (its latency, a
-cost per sequence x KV head a GPU holds, the K/V bytes at the stream fit); other GPUs, other engines,
-MLA and DP attention keep the generic memory-bound pricing."""
+cost per sequence x KV head a GPU holds beyond the knee where the SMs fill, the K/V bytes at the stream fit);
+other GPUs, other engines, MLA and DP attention keep the generic memory-bound pricing."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from autotune.spec.serving_engine import ServingEngine
 
 def _layer_s(step, batch: int, context: int) -> float:
     """One decode-attention layer of ``batch`` sequences of ``context`` cached positions each."""
-    return step.decode_lat_s + batch * context * step.decode_s_per_position + batch * step.decode_s_per_request
+    return step.decode_attention_s(batch, batch * context)
 
 
 def _step(runtime: str, model: str, cluster: str, tp: int, kv_bytes: float = 2.0, **shape):
@@ -34,8 +34,8 @@ def test_trtllm_presets_state_the_measured_op_on_hopper_and_1_0_on_blackwell(run
     serving = load_runtime(runtime).serving
     for gpu in ("H100-SXM5-80GB", "H200-SXM-141GB"):
         for kv_bytes in (1.0, 2.0):
-            latency_s, per_kv_head_s = serving.decode_attention_fit(gpu_keys(gpu), kv_bytes)
-            assert 5e-6 < latency_s < 15e-6 and 0 <= per_kv_head_s < 50e-9
+            latency_s, per_kv_head_s, knee = serving.decode_attention_fit(gpu_keys(gpu), kv_bytes)
+            assert 5e-6 < latency_s < 15e-6 and 0 <= per_kv_head_s < 50e-9 and 64 <= knee <= 512
     # Blackwell rows (aiconfigurator's B200 / GB200 / B300 / GB300 tables) in the 1.0 preset, whose rows run there
     blackwell = serving.decode_attention_fit(gpu_keys("B200"), 2.0)
     assert (blackwell is None) == (runtime != "tensorrt-llm-1.0")
@@ -86,6 +86,8 @@ def test_mla_and_dp_attention_keep_the_generic_pricing():
     [["h200", "bf16", 1e-5]],  # a value missing
     [["h200", "bf16", 1e-5, 1e-8], ["h200", "bf16", 2e-5, 1e-8]],  # the same GPU and dtype twice
     [["h200", "bf16", -1e-5, 1e-8]],
+    [["h200", "bf16", 1e-5, 1e-8, -4]],  # a negative knee
+    [["h200", "bf16", 1e-5, 1e-8, 2.5]],  # a knee counts sequences x KV heads
 ])
 def test_bad_rows_are_refused(rows):
     with pytest.raises(AutotuneError, match="decode_attention"):
@@ -100,3 +102,20 @@ def test_blackwell_rows_price_llama_decodes_near_the_measured_op():
     generic = _step("vllm", "llama3-70b", "dgx-b200", 4)
     assert 9e-6 < _layer_s(trt, 1, 1024) < 14e-6 and _layer_s(generic, 1, 1024) < 5e-6
     assert _layer_s(trt, 256, 1024) == pytest.approx(51.8e-6, rel=0.1)  # the bytes dominate: generic near too
+
+
+def test_knee_prices_large_batches_at_the_tables_per_sequence_cost():
+    """GPT-OSS's 64 query / 8 KV heads of 64 on one B200, FP8 KV, 127 cached positions: aiconfigurator measures
+    19.0 us at batch 128 and 83.7 us at batch 1,024 (b200_sxm generation_attention_perf.parquet, 1.3.0rc20);
+    the straight line fitted on batch <= 512 priced the second at 58 us. With the knee both are within 10%."""
+    step = _step("tensorrt-llm-1.0", "gpt-oss-120b", "dgx-b200", 1, kv_bytes=1.0)
+    assert step.decode_knee_requests > 0
+    assert _layer_s(step, 128, 127) == pytest.approx(19.0e-6, rel=0.1)
+    assert _layer_s(step, 1024, 127) == pytest.approx(83.7e-6, rel=0.1)
+    # below the knee a request adds only its K/V bytes
+    assert _layer_s(step, 16, 127) - _layer_s(step, 8, 127) == pytest.approx(8 * 127 * step.decode_s_per_position)
+
+
+def test_rows_without_a_knee_keep_the_straight_line():
+    engine = ServingEngine(engine="tensorrt-llm", version="1.0", decode_attention=[["b200", "bf16", 1e-5, 4e-9]])
+    assert engine.decode_attention_fit(gpu_keys("B200"), 2.0) == (1e-5, 4e-9, 0.0)

@@ -31,8 +31,8 @@ def test_the_most_specific_gpu_key_with_a_row_answers():
                      prefill_attention=[["h100", 128, 3e-5, 1e-15]],
                      mla_decode_attention=[["b200", "fp8", 16, 1e-5, 1e-7, 1e-9], ["b200", "fp8", 128, 2e-5, 2e-7, 2e-9]])
     keys = ("h100-sxm", "h100")
-    assert engine.decode_attention_fit(keys, 1.0) == (2e-5, 2e-7)  # FP8 KV: the specific key's row, not the family's
-    assert engine.decode_attention_fit(keys, 2.0) == (1e-5, 1e-7)  # BF16 KV: only the family has one
+    assert engine.decode_attention_fit(keys, 1.0) == (2e-5, 2e-7, 0.0)  # FP8 KV: the specific key's row, not the family's
+    assert engine.decode_attention_fit(keys, 2.0) == (1e-5, 1e-7, 0.0)  # BF16 KV: only the family has one
     assert engine.decode_attention_fit(keys, 4.0) is None  # no row names an FP32 cache
     assert engine.prefill_attention_fit(keys, 128) == (3e-5, 1e-15)
     assert engine.prefill_attention_fit(keys, 64) is None

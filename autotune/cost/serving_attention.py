@@ -23,7 +23,7 @@ def kv_split(model: ModelSpec, shape) -> int:
 
 
 def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
-                            measured: tuple[float, float] | None = None,
+                            measured: tuple | None = None,
                             measured_mla: tuple | None = None,
                             prompt: tuple[float, float] | None = None) -> dict[str, float]:
     """Per-layer attention coefficients: decodes read K/V at the memory fit (flash-decoding,
@@ -66,16 +66,19 @@ def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
     return decode | prefill
 
 
-def _measured_decode(model: ModelSpec, shape, measured: tuple[float, float], read_s: float) -> dict[str, float]:
+def _measured_decode(model: ModelSpec, shape, measured: tuple, read_s: float) -> dict[str, float]:
     """A grouped-query decode layer as the engine's measured op runs it: its kernels' latency, a cost
     per sequence and KV head a GPU holds, and the cached K/V bytes at the stream fit (measured, so no
-    kernel_efficiency). TensorRT-LLM's attention op (QKV preprocessing with RoPE and the KV append,
-    then XQA / masked MHA), measured by NVIDIA's aiconfigurator on H100 and H200, fits this within
+    kernel_efficiency); a row's knee: the sequences x KV heads whose blocks run side by side on the SMs at the
+    latency alone (0: the straight line). TensorRT-LLM's attention op (QKV preprocessing with RoPE and the
+    KV append, then XQA / masked MHA), measured by NVIDIA's aiconfigurator on H100 and H200, fits this within
     15-21% rms on Llama's head shapes where the generic pricing runs 42-53% low on average
-    (scripts/fit_trtllm_decode_attention.py; the presets' decode_attention sources)."""
-    latency_s, per_kv_head_s = measured
+    (scripts/fit_trtllm_decode_attention.py, fit_trtllm_decode_attention_knee.py; the presets' sources)."""
+    latency_s, per_kv_head_s, knee_items = (tuple(measured) + (0.0,))[:3]
     kv_heads_per_gpu = -(-model.num_kv_heads // kv_split(model, shape))
-    return dict(decode_lat_s=latency_s, decode_s_per_position=read_s, decode_s_per_request=per_kv_head_s * kv_heads_per_gpu)
+    # scripts/fit_trtllm_decode_attention_knee.py: blocks a sequence and KV head run side by side until the SMs fill
+    return dict(decode_lat_s=latency_s, decode_s_per_position=read_s, decode_s_per_request=per_kv_head_s * kv_heads_per_gpu,
+                decode_knee_requests=knee_items / kv_heads_per_gpu)
 
 
 def _measured_mla(shape, measured: tuple, decode: dict, prefill: dict) -> dict[str, float]:

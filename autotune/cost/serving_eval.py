@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.cost.checkpoint_layout import bf16_mtp
+from autotune.cost.graph_padding import graph_sizes
 from autotune.cost.runtime_kernels import gpu_generation, gpu_keys, runtime_cluster
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
@@ -329,6 +330,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         frontend_per_dp_rank=engine.frontend_per_dp_rank,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine),
+                        decode_graph_sizes=graph_sizes(engine.decode_graph_batch_sizes,
+                                                       min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
                         adp_balance=_adp_balance(dep, step.dp_ranks), **_window_release(dep))
     trace = _client_trace(engine, requests_for(load), schedule, step)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)

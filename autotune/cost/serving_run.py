@@ -59,6 +59,7 @@ class Schedule:
     loop: object = None  # vLLM's API-server loop (serving_loop.LoopClock): stamps tokens as it emits them; None: none
     eager_issue_s: float = 0.0  # host seconds to issue an eager step's operators (Python engines), 0 if none
     decode_graph_max_batch: int = 0  # decode steps up to this batch replay a CUDA graph (no per-operator issue)
+    decode_graph_sizes: tuple[int, ...] = ()  # the graphs' batch sizes, a decode step padded up to one (graph_padding.py)
     # SGLang's admission (serving_admission.py): a prompt waits until its output fits beside the
     # running requests' expected output; None: a prompt is admitted when its own KV blocks fit
     reserve: OutputReserve | None = None

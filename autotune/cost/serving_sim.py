@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autotune.cost.graph_padding import padded_batch
 from autotune.cost.serving_adp import AdpCounters, hold_context, idle_iterations
 from autotune.cost.serving_admission import output_need, reserve_room, steps_until_admitted
 from autotune.cost.serving_kv import held_tokens, kv_tokens, make_room, steps_in_kv, whole_blocks
@@ -261,10 +262,12 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     fast_forward = fast_forward and not retracted  # a preempted request may come back next step
     b, calls = len(decodes), sched.scheduler_steps
     held = kv_tokens(st, decodes)
-    first = step.gpu_s(decodes=b, context=step.window.positions(held), prefill_tokens=0, pairs=0.0, sampled=b)
+    eager = b > sched.decode_graph_max_batch
+    # a graph replays its captured batch: the padding's dummy requests run every operator (graph_padding.py)
+    rows = b if eager else min(padded_batch(b, sched.decode_graph_sizes, step.dp_ranks), step.max_tokens)
+    first = step.gpu_s(decodes=rows, context=step.window.positions(held), prefill_tokens=0, pairs=0.0, sampled=rows)
     slope = step.num_layers * step.decode_s_per_position * step.window.growing(held)
 
-    eager = b > sched.decode_graph_max_batch
     made = [np.zeros(0)]  # the longest durations made so far: a shorter stretch's are its prefix
 
     def durations_of(k: int) -> np.ndarray:

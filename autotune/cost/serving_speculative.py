@@ -109,7 +109,7 @@ def _draft_pass_s(base: StepModel, decodes: int, context: float) -> float:
     if base.dp_ranks > 1:
         linear += float(base.rank_linear_s[own])
     linear += base.up_projection_s(own, 0)  # MLA's absorbed BMMs where the engine's are measured (serving_mla_bmm.py)
-    attention = base.decode_lat_s + context * base.decode_s_per_position + decodes * base.decode_s_per_request
+    attention = base.decode_attention_s(decodes, context)
     return linear / base.num_layers + attention + float(base.head_s[min(decodes, len(base.head_s) - 1)])
 
 

@@ -175,6 +175,7 @@ class StepModel:
     decode_lat_s: float  # one decode-attention kernel: latency
     decode_s_per_position: float  # seconds per cached position read (all layers' K/V of one position, one layer)
     decode_s_per_request: float  # the request's own Q/K/V and output
+    decode_knee_requests: float = 0.0  # requests whose own cost hides under decode_lat_s (a measured op's knee)
     prefill_lat_s: float
     prefill_s_per_pair: float  # seconds per causal query-key pair of one layer
     weight_bytes_per_gpu: float
@@ -227,11 +228,16 @@ class StepModel:
             linear += self.up_projection_s(decodes, prefill_tokens)
         attention = 0.0
         if decodes:
-            attention += self.decode_lat_s + context * self.decode_s_per_position + decodes * self.decode_s_per_request
+            attention += self.decode_attention_s(decodes, context)
         if prefill_tokens:
             attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
             linear += prefix_tokens * self.prefix_s_per_token / self.dp_ranks
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
+
+    def decode_attention_s(self, decodes: int, context: float) -> float:
+        """One layer's decode attention for ``decodes`` requests over ``context`` cached positions in all."""
+        own = max(decodes - self.decode_knee_requests, 0.0)
+        return self.decode_lat_s + context * self.decode_s_per_position + own * self.decode_s_per_request
 
     def up_projection_s(self, decodes: int, prompt_tokens: int) -> float:
         """MLA's key/value up-projection where it is priced apart: the measured BMMs of a GPU's decodes and
@@ -248,7 +254,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
                moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", fp8_input_pad: bool = False,
                mla_prefix: bool = False, moe_layer_table: str = "",
-               decode_attention: tuple[float, float] | None = None,
+               decode_attention: tuple | None = None,
                mla_attention: tuple | None = None,
                prefill_attention: tuple[float, ...] | None = None,
                mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:

@@ -143,6 +143,8 @@ class ServingEngine:
     memory_fraction_by_tp: tuple[tuple[int, float], ...] = ()
     memory_reserved_bytes: float = 0.0  # "reserved" rule: memory kept outside weights and KV cache
     decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
+    # the batch sizes its decode graphs are captured at, a step padded up to the next (cost/graph_padding.py); (): unpadded
+    decode_graph_batch_sizes: tuple[int, ...] = ()
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
     # host seconds per operator of its eager forward, as a multiple of Megatron-Core's (cost/host.py op_host_s)
     eager_op_host_scale: float = 1.0
@@ -211,9 +213,9 @@ class ServingEngine:
     tp_allreduce: str = "nccl"  # TP_ALLREDUCES
     flashinfer_allreduce_fusion: str = ""  # FLASHINFER_AR_FUSIONS
     # its decode-attention op as measured on a GPU for a KV dtype: rows [GPU key (runtime_kernels.gpu_keys),
-    # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head] (cost/serving_step.py);
-    # a GPU or KV dtype without a row: the generic memory-bound pricing
-    decode_attention: tuple[tuple[str, str, float, float], ...] = ()
+    # KV dtype ("bf16" / "fp8"), latency_s, seconds per sequence x KV head(, the knee: sequences x KV heads
+    # that cost only the latency)] (cost/serving_step.py); a GPU or KV dtype without a row: the generic pricing
+    decode_attention: tuple[tuple, ...] = ()
     # its prompt (context) attention as measured on a GPU: rows [GPU key, head_dim, latency_s, seconds per
     # causal FLOP, optionally seconds per prompt token x query width (heads x head_dim)] (cost/serving_attention.py);
     # MLA layers, a GPU or head_dim without a row: the generic fit
@@ -236,13 +238,17 @@ class ServingEngine:
 
     def __post_init__(self) -> None:
         for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
-                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm", "sampler_pass_bytes"):
+                     "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm", "sampler_pass_bytes",
+                     "decode_graph_batch_sizes"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
         self._check_choices()
         self._check_counts_and_numbers()
         self._check_prompt_encode()
+        sizes = self.decode_graph_batch_sizes
+        require(all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes) and list(sizes) == sorted(set(sizes)),
+                "serving.decode_graph_batch_sizes", f"must be increasing whole numbers >= 1, got {sizes!r}")
         check_kernel_rows(self)
         require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
                 "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
@@ -330,9 +336,10 @@ class ServingEngine:
         fp8 = self.kv_cache_dtype == "fp8" or (self.kv_cache_dtype == "weights" and weight_dtype in ("fp8", "nvfp4"))
         return 1.0 if fp8 else float(activation_bytes)
 
-    def decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float] | None:
-        """(latency_s, seconds per sequence x KV head) of its decode attention on the GPU of ``gpu_keys``
-        (most specific first) with a KV cache of ``kv_bytes`` per element; None where it has no row."""
+    def decode_attention_fit(self, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float, float] | None:
+        """(latency_s, seconds per sequence x KV head, knee in sequences x KV heads) of its decode attention on
+        the GPU of ``gpu_keys`` (most specific first) with a KV cache of ``kv_bytes`` per element; None where it
+        has no row."""
         return decode_attention_row(self.decode_attention, gpu_keys, kv_bytes)
 
     def prefill_attention_fit(self, gpu_keys: tuple[str, ...], head_dim: int) -> tuple[float, ...] | None:

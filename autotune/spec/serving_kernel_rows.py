@@ -23,11 +23,12 @@ def _kv_dtype(kv_bytes: float) -> str:
     return {1.0: "fp8", 2.0: "bf16"}.get(float(kv_bytes), "")
 
 
-def decode_attention_row(rows: tuple, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float] | None:
-    """(latency_s, seconds per sequence x KV head) of the decode_attention ``rows`` for the first of
-    ``gpu_keys`` with a row at the KV dtype of ``kv_bytes`` per element; None where none has."""
+def decode_attention_row(rows: tuple, gpu_keys: tuple[str, ...], kv_bytes: float) -> tuple[float, float, float] | None:
+    """(latency_s, seconds per sequence x KV head, knee: the sequences x KV heads that cost nothing beyond the
+    latency, 0 where the row states none) of the decode_attention ``rows`` for the first of ``gpu_keys`` with a
+    row at the KV dtype of ``kv_bytes`` per element; None where none has."""
     dtype = _kv_dtype(kv_bytes)
-    table = {(gpu, kv): (lat, per_head) for gpu, kv, lat, per_head in rows}
+    table = {(gpu, kv): (lat, per_head, float(knee[0]) if knee else 0.0) for gpu, kv, lat, per_head, *knee in rows}
     return next((table[(key, dtype)] for key in gpu_keys if (key, dtype) in table), None)
 
 
@@ -54,10 +55,12 @@ def check_kernel_rows(engine: ServingEngine) -> None:
 
 def _check_decode_rows(engine: ServingEngine) -> None:
     rows = engine.decode_attention
-    require(all(isinstance(r, tuple) and len(r) == 4 and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
-                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:])
+    require(all(isinstance(r, tuple) and len(r) in (4, 5) and isinstance(r[0], str) and r[1] in ("bf16", "fp8")
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v < 1 for v in r[2:4])
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in r[4:])
                 for r in rows) and len({r[:2] for r in rows}) == len(rows), "serving.decode_attention",
-            f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head] rows, got {rows!r}")
+            f"must be distinct [GPU key, 'bf16' or 'fp8', latency_s, seconds per sequence x KV head(, knee in "
+            f"sequences x KV heads)] rows, got {rows!r}")
     for name, per in (("mla_decode_attention", "s per sequence, s per position"),
                       ("mla_prefill_attention", "s per token, s per pair")):
         mla = getattr(engine, name)
