@@ -27,8 +27,7 @@ _BATCHES = (1, 64, 512, 2048)  # decoding requests a step
 def _parts(step, decodes: int, prompt: int, isl: float, context: float) -> dict[str, float]:
     """Milliseconds of each part of one step (``prompt`` tokens of prompts ``isl`` long, whole)."""
     pairs = prompt * (isl + 1) / 2.0
-    decode_attn = (step.decode_lat_s + context * step.decode_s_per_position + decodes * step.decode_s_per_request) \
-        if decodes else 0.0
+    decode_attn = step.decode_attention_s(decodes, context) if decodes else 0.0
     prompt_attn = (step.prefill_lat_s + pairs * step.prefill_s_per_pair + prompt * step.prefill_s_per_token) \
         if prompt else 0.0
     sampled = decodes + (round(prompt / isl) if prompt else 0)

@@ -106,8 +106,7 @@ def model_decode_s(row: dict, batch: int, context: float) -> dict[str, float]:
                               fp8_block, backend)
     tables = model_tables(dep.model, 1, 2, "flash")
     moe_ops = _per_op_s(tables.moe_layer, cluster.device, dep.dtype, rate, np.array([float(batch)]), dep.tp)
-    attention = step.num_layers * (step.decode_lat_s + batch * context * step.decode_s_per_position
-                                   + batch * step.decode_s_per_request)
+    attention = step.num_layers * step.decode_attention_s(batch, batch * context)
     gpu = step.gpu_s(decodes=batch, context=batch * context, prefill_tokens=0, pairs=0.0, sampled=batch)
     parts = {f"moe_layer.{k}": MOE_LAYERS * v for k, v in moe_ops.items() if k != "attention"}
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep)

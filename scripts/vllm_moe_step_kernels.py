@@ -70,8 +70,7 @@ def model_step_s(row: dict, batch: int, context: float = CONTEXT) -> dict[str, f
     moves = select_ops(layer, routed_moves(layer))
     parts["experts"] = moe * float(experts_s(tables.experts, moves, dep.model, cluster, shape, dep.dtype, rate, one, "",
                                                   masked)[1])
-    attention = step.num_layers * (step.decode_lat_s + batch * context * step.decode_s_per_position
-                                   + batch * step.decode_s_per_request)
+    attention = step.num_layers * step.decode_attention_s(batch, batch * context)
     gpu = step.gpu_s(decodes=batch, context=batch * context, prefill_tokens=0, pairs=0.0, sampled=batch)
     return parts | {"attention": attention, "head": float(step.head_s[batch]), "gpu_step": gpu}
 
