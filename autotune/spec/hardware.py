@@ -114,7 +114,7 @@ class DeviceProfile:
     tensors cannot use (CUDA context, library workspaces, allocator fragmentation).
     ``kernel_efficiency`` is the share of micro-benchmark speed that kernels keep inside a
     whole training step (sustained clocks, launch gaps, framework overhead); kernel times are
-    divided by it.
+    divided by it, but for fits made on an engine's own op (``Regression.in_engine``).
     """
 
     name: str
