@@ -101,7 +101,15 @@ def ops_s(table: OpTable, device, weight_dtype: str, rate_dtype: str, tokens: np
     if per_k.any():  # GEMMs whose fit measures the serial main loop of a one-wave tile (Regression.serial_latency_s)
         depth = table.in_bytes / ACT_BYTES / np.where(table.in_split, float(tp), 1.0)  # K a GPU: its input's width
         ops = np.maximum(ops, np.where(per_k > 0, table.kernels * serial_lat + depth * per_k + weights * coef_a.spb, 0.0))
-    return ops.sum(-1)
+    return (ops * _engine_scale(device, rate_dtype, gemm)).sum(-1)
+
+
+def _engine_scale(device, rate_dtype: str, gemm: np.ndarray) -> np.ndarray:
+    """Per operator, what undoes the kernel_efficiency every arm above was divided by: the device's
+    efficiency for GEMMs whose fit was made on the engine's own op (Regression.in_engine: its compute,
+    serial and memory arms reproduce the measured op as fitted), 1 for everything else."""
+    fit = device.compute.get(("gemm", gemm_dtype(rate_dtype)))
+    return np.where(gemm, device.kernel_efficiency, 1.0) if fit is not None and fit.in_engine else np.ones(len(gemm))
 
 
 def _serial_loop(table: OpTable, device, rate_dtype: str, gemm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -51,6 +51,12 @@ class Regression:
     # stream at the memory fit (cost/serving_ops.py ops_s); an engine's serving GEMM fits measure it
     serial_latency_s: float = 0.0
     seconds_per_reduction: float = 0.0
+    # Fitted, without any derating, to an engine's own op as the engine ran it (aiconfigurator's collector
+    # timing the engine's Linear in a CUDA graph): the serving step prices it as fitted, not over the
+    # device's kernel_efficiency, which stands for the gap between micro-benchmark lines and whole training
+    # steps (cost/serving_ops.py ops_s). Fits made through ops_s itself (scripts/fit_engine_moe.py) carry
+    # the efficiency in their values and leave this off.
+    in_engine: bool = False
 
     def __post_init__(self) -> None:
         _finite_nonneg("regression.latency_s", self.latency_s)
@@ -108,7 +114,7 @@ class DeviceProfile:
     tensors cannot use (CUDA context, library workspaces, allocator fragmentation).
     ``kernel_efficiency`` is the share of micro-benchmark speed that kernels keep inside a
     whole training step (sustained clocks, launch gaps, framework overhead); kernel times are
-    divided by it.
+    divided by it, but for fits made on an engine's own op (``Regression.in_engine``).
     """
 
     name: str

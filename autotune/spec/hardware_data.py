@@ -119,6 +119,7 @@ def regression_from_dict(data: dict, where: str, unit_key: str) -> Regression:
         num_points=points,
         serial_latency_s=number_field(data, "serial_latency_s", where) if "serial_latency_s" in data else 0.0,
         seconds_per_reduction=number_field(data, "seconds_per_reduction", where) if "seconds_per_reduction" in data else 0.0,
+        in_engine=flag_field(data, "in_engine", where, False),
     )
 
 
