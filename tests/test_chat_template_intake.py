@@ -39,7 +39,33 @@ def test_checkpoints_find_their_family_template():
     assert template_parse("Qwen/Qwen3-14B").name == "qwen3"
     assert template_parse("zai-org/GLM-4.5-Air").name == "glm_4_5"
     assert template_parse("Qwen/Qwen3-Next-80B-A3B-Instruct") is None  # not timed
-    assert template_parse("deepseek-ai/DeepSeek-R1") is None  # R1's first template is not R1-0528's
+    assert template_parse("deepseek-ai/DeepSeek-R1").name == "deepseek_r1"  # R1's own, not R1-0528's
+
+
+@pytest.mark.parametrize("hf_id, name", [
+    ("deepseek-ai/DeepSeek-R1", "deepseek_r1"),
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama3_1_instruct"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama3_1_instruct"),  # the same template (SOURCES.md)
+    ("meta-llama/Llama-3.2-3B-Instruct", "llama3_2_instruct"),
+    ("meta-llama/Llama-3.2-11B-Vision-Instruct", "llama3_2_vision"),
+    ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4_scout"),
+    ("google/gemma-3-27b-it", "gemma3"),
+    ("microsoft/phi-4", "phi4"),
+    ("moonshotai/Kimi-K2-Thinking", "kimi_k2_thinking"),
+    ("Qwen/Qwen3-Next-80B-A3B-Thinking", "qwen3_next_80b_thinking"),
+    ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3_coder_30b"),
+])
+def test_each_checkpoint_maps_to_the_template_its_source_names(hf_id, name):
+    assert template_parse(hf_id).name == name
+
+
+@pytest.mark.parametrize("hf_id", ["meta-llama/Llama-4-Maverick-17B-128E-Instruct", "meta-llama/Llama-3.1-70B-Instruct",
+                                   "google/gemma-3-1b-it", "deepseek-ai/DeepSeek-V3.1", "deepseek-ai/DeepSeek-R1-Distill-Llama-8B",
+                                   "Qwen/Qwen3-Coder-480B-A35B-Instruct", "moonshotai/Kimi-K2-Instruct"])
+def test_checkpoints_whose_own_template_was_not_found_stay_unmapped(hf_id):
+    # a sibling's template is not taken for theirs (SOURCES.md says which were not found, or why not mapped)
+    assert template_parse(hf_id) is None
+
 
 
 def test_a_0_11_chat_row_pays_its_template_parse_before_the_request_is_sent():
@@ -51,6 +77,15 @@ def test_a_0_11_chat_row_pays_its_template_parse_before_the_request_is_sent():
     # the parse runs before the first suspension: the share before it grows to what the bench measured (0.94-0.97)
     assert before == pytest.approx((base.frontend_intake_s * base.frontend_intake_before_send + extra) / intake_s)
     assert before > 0.9 and "deepseek_r1_0528" in notes[0]
+
+
+def test_a_llama_3_3_chat_row_pays_the_llama_3_1_template_parse():
+    row = dict(_rows()["vn-ds-01"], hf_model_id="meta-llama/Llama-3.3-70B-Instruct")
+    intake_s, _, notes = _intake(row)
+    extra = TABLE["templates"]["llama3_1_instruct"]["parse_s"]["value"] - TABLE["intake_template_parse_s"]["value"]
+    assert extra > 0
+    assert intake_s == pytest.approx(engine_runtime("vllm", "0.11.0").serving.frontend_intake_s + extra)
+    assert "llama3_1_instruct" in notes[0]
 
 
 def test_a_longer_parse_costs_more_intake():

@@ -20,7 +20,8 @@ def _sources() -> dict[str, int]:
 
 
 def _render(name: str, messages: list[dict] = USER, **kwargs) -> str:
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)  # as vLLM 0.11.0 / transformers
+    # as vLLM 0.11.0's resolve_chat_template_kwargs / transformers build it (loopcontrols: Kimi's {% break %})
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     return env.from_string((DIR / name).read_text()).render(messages=messages, **kwargs)
 
 
@@ -45,3 +46,27 @@ def test_deepseek_r1_0528_renders_the_0528_prompt():
 def test_qwen3_templates_render_chatml(name, tail):
     out = _render(name, add_generation_prompt=True)
     assert out == "<|im_start|>user\nhi<|im_end|>\n" + tail
+
+
+LLAMA3_TURNS = ("<|start_header_id|>user<|end_header_id|>\n\nhi<|eot_id|>"
+                "<|start_header_id|>assistant<|end_header_id|>\n\n")
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("deepseek_r1.jinja", "<B><｜User｜>hi<｜Assistant｜><think>\n"),  # R1's forced '<think>\n' (February 2025)
+    ("llama4.jinja", "<B><|header_start|>user<|header_end|>\n\nhi<|eot|><|header_start|>assistant<|header_end|>\n\n"),
+    ("gemma3.jinja", "<B><start_of_turn>user\nhi<end_of_turn>\n<start_of_turn>model\n"),
+    ("phi4.jinja", "<|im_start|>user<|im_sep|>hi<|im_end|><|im_start|>assistant<|im_sep|>"),
+    ("kimi_k2_thinking.jinja", "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI."
+                               "<|im_end|><|im_user|>user<|im_middle|>hi<|im_end|><|im_assistant|>assistant<|im_middle|>"),
+    ("qwen3_coder_30b.jinja", "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"),
+])
+def test_added_templates_render_their_family_prompt(name, expected):
+    assert _render(name, bos_token="<B>", add_generation_prompt=True, strftime_now=lambda fmt: "01 Jan 2025") == expected
+
+
+@pytest.mark.parametrize("name", ["llama3_1_instruct.jinja", "llama3_2_instruct.jinja", "llama3_2_vision.jinja"])
+def test_llama3_templates_render_the_dated_system_turn(name):
+    out = _render(name, bos_token="<B>", add_generation_prompt=True, strftime_now=lambda fmt: "26 Jul 2024")
+    assert out == ("<B><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\n"
+                   "Today Date: 26 Jul 2024\n\n<|eot_id|>" + LLAMA3_TURNS)
