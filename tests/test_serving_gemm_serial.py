@@ -104,24 +104,3 @@ def test_vllm_block_fp8_linear_on_hopper_at_decode_rows(name, tp4_us, tp8_us):
     assert tp8 < 0.85 * tp4
     assert tp4 == pytest.approx(tp4_us * 1e-6, rel=0.2) and tp8 == pytest.approx(tp8_us * 1e-6, rel=0.2)
 
-
-# the same files' bfloat16 rows at M = 1 (us): Qwen3-235B-A22B's output projection at TP 4 and TP 8 (cuBLAS through
-# vLLM's UnquantizedLinearMethod)
-_VLLM_BF16_M1_US = [("dgx-h100", 8.83, 6.02), ("dgx-h200", 7.35, 5.62)]
-
-
-@pytest.mark.parametrize(("name", "tp4_us", "tp8_us"), _VLLM_BF16_M1_US)
-def test_vllm_bf16_linear_on_hopper_at_one_row(name, tp4_us, tp8_us):
-    """vLLM's BF16 linear at one row: its measured fit within 20% of the rows, where the sweep's gemm.bf16
-    (10.1 us intercept, square GEMMs, over kernel_efficiency) prices both at 12 us and up; other engines keep the sweep."""
-    layer = model_tables(resolve_model("qwen3-235b-a22b"), 1, 2, "flash").moe_layer
-    one = select_ops(layer, np.array([n == "out_proj" for n in layer.names]))
-    cluster = serving_cluster(load_cluster(name), "vllm")
-    tp4, tp8 = (float(ops_s(one, cluster.device, "bf16", "bf16", np.array([1.0]), tp)[0]) for tp in (4, 8))
-    assert tp4 == pytest.approx(tp4_us * 1e-6, rel=0.2) and tp8 == pytest.approx(tp8_us * 1e-6, rel=0.2)
-    plain = load_cluster(name)
-    swept = float(ops_s(one, plain.device, "bf16", "bf16", np.array([1.0]), 8)[0])
-    assert swept > 1.5 * tp8_us * 1e-6  # what the sweep's fit priced the TP 8 row at
-    sweep = plain.device.regression("gemm", "bf16")
-    for other in ("linear", "sglang"):
-        assert serving_cluster(load_cluster(name), other).device.regression("gemm", "bf16") is sweep

@@ -83,8 +83,7 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: EXPERT_GEMM_CLASS} \
         if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
                                              f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": EXPERT_GEMM_CLASS}
-    # an engine's measured BF16 linear (serving_gemm_vllm.bf16 on Hopper) for its BF16 GEMMs, whatever the checkpoint
-    formats = {"nvfp4": "nvfp4", "bf16": "bf16"} | ({"fp8_block": "fp8"} if fp8_block else {})
+    formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
     # a format whose linear is measured and its MoE layer not: the experts keep the sweep, not the linear's fit
