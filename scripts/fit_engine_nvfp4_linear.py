@@ -1,5 +1,5 @@
 """Fit an engine's measured NVFP4 linear (aiconfigurator gemm_perf.parquet, nvfp4 rows; or with
---dtype=fp8_block its FP8 block-scaled linear, 128x128 weight blocks) to the roofline
+--dtype=fp8_block its FP8 block-scaled linear, 128x128 weight blocks; --dtype=bfloat16 its BF16 linear) to the roofline
 cost/serving_step.py prices a GEMM with: max(latency + FLOPs * s/FLOP, memory latency + bytes * s/byte),
 bytes = BF16 input and output + the format's weights (4.5 / 8 bits), least squares on relative error.
 Prints the fit, the residual by M, and another fit's error on the same rows (how far the engines differ).
@@ -10,10 +10,14 @@ and N, K 512..65536 (with a few rows a GEMM's tiles fit in one wave and each loo
 at M = 1 SGLang 0.5.9's NVFP4 linear on B300 takes ~4 us + 0.9 ns per unit of K whatever N is, to N ~ 8k).
 
 usage: python scripts/fit_engine_nvfp4_linear.py PARQUET MEM_S_PER_BYTE [TRT_LATENCY_S TRT_S_PER_FLOP] [--dtype=fp8_block]
-           [--serial=S_PER_FLOP] [--less-scale-transform=] [--start-tflops=T]
+           [--serial=S_PER_FLOP] [--less-scale-transform=] [--start-tflops=T] [--m-multiple=4]
+           [--serial-start=LAT_US,SERIAL_US,NS_PER_K]
 --less-scale-transform= (Blackwell fp8_block rows): fit each row less the collector's per-call weight-scale
 transform that the engine does not run (scale_transform_s), the same for every row. --start-tflops: where the
 grid search starts (it reaches at most 2.83x the start: an asymptote at that bound says start higher).
+--serial-start: where the serial grids start (default 8,4,0.5; a result at 3.04x a start says start higher).
+--m-multiple=4 (with --serial; vLLM 0.13+ fp8_block rows): only rows whose M is a multiple of 4, the CUTLASS blockwise
+kernel without the input pad those releases add when M % 4 != 0 (0.10.2-0.11.0's pad is priced apart: cost/vllm_fp8_pad.py).
 (needs pandas + pyarrow; the data: ai-dynamo/aiconfigurator @095f58a5 aic-core/.../systems/data)"""
 
 from __future__ import annotations
@@ -25,9 +29,9 @@ import pandas as pd
 
 MEM_LATENCY_S = 2.5e-6  # the profiles' regressions.memory latency
 # bytes a weight takes with its scales: NVFP4 4 bits + an FP8 scale per 16; FP8 block 8 bits + an FP32 per 128x128
-WEIGHT_BYTES = {"nvfp4": 0.5625, "fp8_block": 1.0 + 4.0 / (128 * 128)}
+WEIGHT_BYTES = {"nvfp4": 0.5625, "fp8_block": 1.0 + 4.0 / (128 * 128), "bfloat16": 2.0}
 # where the grid search starts (TFLOP/s): near the format's dense tensor-core rate
-START_TFLOPS = {"nvfp4": 4000.0, "fp8_block": 800.0}
+START_TFLOPS = {"nvfp4": 4000.0, "fp8_block": 800.0, "bfloat16": 600.0}
 
 
 def scale_transform_s(path: str) -> float:
@@ -87,11 +91,13 @@ def main() -> None:
               {m: round(float(r), 2) for m, r in trt.groupby(d.m).mean().items() if m in (16, 128, 1024, 16384)})
 
 
-def serial_fit(path: str, dtype: str, spb: float, spf: float, offset_s: float = 0.0) -> None:
+def serial_fit(path: str, dtype: str, spb: float, spf: float, offset_s: float = 0.0, m_multiple: int = 1,
+               start: tuple[float, ...] = (8.0, 4.0, 0.5)) -> None:
     """(latency, serial latency, seconds per K) of least squared relative error at ``spf``, by refined grids;
-    each row less ``offset_s`` (scale_transform_s)."""
+    each row less ``offset_s`` (scale_transform_s); only rows whose M is a multiple of ``m_multiple``."""
     d = pd.read_parquet(path)
-    d = d[(d.gemm_dtype == dtype) & d.m.between(1, 16384) & d.n.between(512, 65536) & d.k.between(512, 65536)]
+    d = d[(d.gemm_dtype == dtype) & d.m.between(1, 16384) & d.n.between(512, 65536) & d.k.between(512, 65536)
+          & (d.m % m_multiple == 0)]
     t, flops, k = d.latency.to_numpy() * 1e-3 - offset_s, 2.0 * d.m * d.n * d.k, d.k.to_numpy(float)
     weights, act = WEIGHT_BYTES[dtype] * d.n * d.k, 2.0 * d.m * (d.n + d.k)
 
@@ -99,7 +105,7 @@ def serial_fit(path: str, dtype: str, spb: float, spf: float, offset_s: float = 
         return np.maximum.reduce([lat_us * 1e-6 + flops * spf, serial_us * 1e-6 + k * per_k_ns * 1e-9 + weights * spb,
                                   MEM_LATENCY_S + (weights + act) * spb])
 
-    p = (8.0, 4.0, 0.5)
+    p = start  # (latency us, serial us, ns per K): the grids reach at most 3.04x (and 0.03x) of it
     for span in (0.8, 0.4, 0.15, 0.05):
         grid = [(p[0] * (1 + a), p[1] * (1 + b), p[2] * (1 + c)) for a in np.linspace(-span, span, 9)
                 for b in np.linspace(-span, span, 9) for c in np.linspace(-span, span, 9)]
@@ -119,6 +125,8 @@ if __name__ == "__main__":
     if "serial" in flags:
         plain = [a for a in sys.argv[1:] if not a.startswith("--")]
         offset = scale_transform_s(plain[0]) if "less-scale-transform" in flags else 0.0
-        serial_fit(plain[0], flags.get("dtype", "nvfp4"), float(plain[1]), float(flags["serial"]), offset)
+        serial_fit(plain[0], flags.get("dtype", "nvfp4"), float(plain[1]), float(flags["serial"]), offset,
+                   int(flags.get("m-multiple", "1")),
+                   tuple(float(v) for v in flags.get("serial-start", "8,4,0.5").split(",")))
         sys.exit(0)
     main()

@@ -82,3 +82,25 @@ def test_trtllm_and_vllm_fits_carry_the_serial_arm(name, fit, down_us, up_us):
     else (n, f, d) for n, f, d, _ in _MEASURED_M1_US])
 def test_the_short_k_projection_at_one_token(name, fit, down_us):
     assert _m1_s(name, fit)[0] == pytest.approx(down_us * 1e-6, rel=0.3)
+
+
+# aiconfigurator @095f58a5 h100_sxm / h200_sxm gemm/vllm/0.19.0 gemm_perf.parquet, fp8_block rows (vLLM's CUTLASS
+# blockwise linear with its per-token-group quantization) at M = 4 (us): Qwen3-235B-A22B's output projection at
+# TP 4 (N 4096, K 2048) and TP 8 (N 4096, K 1024)
+_VLLM_FP8_BLOCK_M4_US = [("dgx-h100", 14.84, 11.14), ("dgx-h200", 14.97, 11.26)]
+
+
+@pytest.mark.parametrize(("name", "tp4_us", "tp8_us"), _VLLM_FP8_BLOCK_M4_US)
+def test_vllm_block_fp8_linear_on_hopper_at_decode_rows(name, tp4_us, tp8_us):
+    """vLLM's block-FP8 linear on Hopper at a decode batch's few rows: a serial loop over K (the TP 4 projection,
+    twice the K, dearer than the TP 8 one), each within the fit's scatter of the measured kernel, where the
+    intercept-only fit (26.4 / 25.5 us) priced both at 1.8-2.4x."""
+    layer = model_tables(resolve_model("qwen3-235b-a22b"), 1, 2, "flash").moe_layer
+    one = select_ops(layer, np.array([n == "out_proj" for n in layer.names]))
+    cluster = serving_cluster(load_cluster(name), "vllm", True)
+    assert cluster.device.regression("gemm", "fp8").seconds_per_reduction > 0
+    # priced as fitted (Regression.in_engine), against the measured op itself
+    tp4, tp8 = (float(ops_s(one, cluster.device, "fp8", "fp8", np.array([4.0]), tp)[0]) for tp in (4, 8))
+    assert tp8 < 0.85 * tp4
+    assert tp4 == pytest.approx(tp4_us * 1e-6, rel=0.2) and tp8 == pytest.approx(tp8_us * 1e-6, rel=0.2)
+
