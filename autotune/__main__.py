@@ -8,6 +8,7 @@ try:  # install inside the try: a signal may land as soon as its handler is set,
     from autotune.cli.main import keep_compiled, main
 except KeyboardInterrupt:
     sys.stderr.write("autotune: interrupted\n")
-    raise SystemExit(signals.EXIT_INTERRUPTED) from None
+    # finish: after our handler's signal, exit 130 without the interpreter's teardown (it can end by SIGINT, -2)
+    raise SystemExit(signals.finish(signals.EXIT_INTERRUPTED)) from None
 
 signals.leave(signals.finish(keep_compiled(main())))  # after a signal: exit 130 at once; else without the interpreter's teardown
