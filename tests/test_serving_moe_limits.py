@@ -17,7 +17,8 @@ def test_trtllm_attention_dp_schedules_max_batch_size_on_every_rank():
     tp, dp = _limits("tensorrt-llm-1.0", False), _limits("tensorrt-llm-1.0", True)
     assert dp.max_num_seqs == 8 * tp.max_num_seqs
     assert dp.max_num_batched_tokens == 8 * tp.max_num_batched_tokens
-    assert dp.kv_capacity_tokens == tp.kv_capacity_tokens  # memory per GPU is what it was
+    # the KV estimate's profiling forward gathers every rank's max_num_tokens into the MoE: less KV per GPU
+    assert dp.kv_capacity_tokens < tp.kv_capacity_tokens
 
 
 def test_other_engines_keep_one_scheduler_per_replica():
@@ -85,3 +86,35 @@ def test_trtllm_gen_tile_follows_tokens_per_expert():
     assert np.allclose(cutlass, padded_row_share(tokens, 256, 8, 128))
     assert trtllm[0] == 8.0 and cutlass[0] == 128.0  # one token: one tile of rows per expert it reaches
     assert np.all(trtllm <= cutlass)
+
+
+def test_trtllm_profiled_moe_holds_every_attention_dp_rank_rows():
+    # _util.py KvCacheCreator: dummy requests x tp_size under attention DP; the MoE all-gathers them unchunked
+    from autotune.cost.serving_limits import trtllm_profile_peak_bytes
+
+    model = resolve_model("qwen3-235b-a22b")
+    one = trtllm_profile_peak_bytes(model, tp=8, ep=8, tokens=4096, attention_dp=False, weight_dtype="fp8")
+    dp = trtllm_profile_peak_bytes(model, tp=8, ep=8, tokens=4096, attention_dp=True, weight_dtype="fp8")
+    assert dp == 8 * one
+
+
+def test_trtllm_profiled_moe_is_the_cutlass_workspace_at_the_rank_expert_width():
+    from autotune.cost.serving_limits import trtllm_profile_peak_bytes
+
+    model = resolve_model("llama4-maverick-17b-128e")  # H 5120, experts 8192 wide, top-1
+    rows = 8 * 7680
+    # moe_ep 8 (whole experts): inputs max(5120 x 1, 8192 x 1, 5120 x 2), outputs max(2 x 8192 x 2, 5120 x 2);
+    # the gathered FP8 input and the BF16 output beside them
+    expected = rows * ((10240 + 32768) + 5120 * 3)
+    ep8 = trtllm_profile_peak_bytes(model, tp=8, ep=8, tokens=7680, attention_dp=True, weight_dtype="fp8")
+    assert ep8 == expected
+    tp8 = trtllm_profile_peak_bytes(model, tp=8, ep=1, tokens=7680, attention_dp=True, weight_dtype="fp8")
+    assert tp8 < ep8  # expert TP splits the FC1 output eight ways
+
+
+def test_trtllm_dense_models_keep_the_widest_tile():
+    from autotune.cost.serving_limits import activation_bytes_per_token, trtllm_profile_peak_bytes
+
+    model = resolve_model("llama3-70b")
+    peak = trtllm_profile_peak_bytes(model, tp=8, ep=1, tokens=8192, attention_dp=False, weight_dtype="fp8")
+    assert peak == activation_bytes_per_token(model, 8) * 8192

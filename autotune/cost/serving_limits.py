@@ -23,10 +23,13 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.serving_engine import VLLM_V1_RELEASE, ServingEngine, release_number
 
 __all__ = ["EngineLimits", "engine_limits", "bench_param_count", "bench_head_size", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
-           "vllm_profile_peak_bytes",
+           "vllm_profile_peak_bytes", "trtllm_profile_peak_bytes",
            "sglang_max_running"]
 
 _GIB = 2.0**30
+# the PyTorch backend's KvCacheCreator sizes the KV cache from 0.19 on (runtimes/tensorrt-llm-0.19.toml: trtllm-bench's
+# PyTorch path from 0.19); 0.17's TensorRT engines reserve their activations at build time
+TRTLLM_PYTORCH_RELEASE = (0, 19)
 # bytes a weight in trtllm-bench's heuristic (tensorrt_llm/bench/build/tuning.py BYTES_PER_ELEM: FP8 1, NVFP4 0.5, else 2;
 # MXFP4's W4A16_MXFP4 / W4A8_MXFP4_MXFP8 are not listed @04cba882, so GPT-OSS counts 2)
 _BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
@@ -111,6 +114,37 @@ def vllm_profile_peak_bytes(model: ModelSpec, *, tp: int, ep: int, tokens: int, 
         moe = rows * (max(2 * width, model.hidden_size) + width) * 2.0
     sampler = min(max(tokens, 1), seqs) * model.vocab_size * _VLLM_SAMPLER_BYTES_PER_LOGIT if v1 else 0.0
     return max(dense, moe, sampler)
+
+
+# TensorRT-LLM's PyTorch backend sizes its KV cache from one profiling forward (_torch/pyexecutor/_util.py KvCacheCreator,
+# stored 1.x revision index id 843526953 and the executor_config-era 0.19-0.21 revision id 90899134): dummy context requests
+# filling max_num_tokens, the list repeated tp_size times under attention DP, so every rank runs max_num_tokens; free memory
+# is fraction x (total - torch peak - memory outside torch). Under attention DP the fused MoE all-gathers every rank's rows
+# (allgather / reducescatter unless MNNVL alltoall, fused_moe_cutlass.py enable_alltoall, index id 1011450647) and
+# moe_max_num_tokens defaults to max_num_tokens x dp_size (fused_moe_cutlass.py / modules/fused_moe, index ids 865441512,
+# 21418415024), so the profiled MoE holds tp x max_num_tokens rows unchunked. Its CUTLASS workspace a row x top-k
+# (cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_kernels.cu getWorkspaceDeviceBufferSizes, index id 3775219850):
+# the GEMM inputs overlapped, max(permuted input H x a, FC1 result I x a, FC2 output H x 2), and the outputs overlapped,
+# max(gated FC1 output 2I x 2, FC2 output H x 2), a the GEMM input's bytes, outputs in BF16
+_TRTLLM_MOE_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}  # FP8 per-tensor / NVFP4 quantized inputs; BF16 (2) else
+_BF16_BYTES = 2.0
+
+
+def trtllm_profile_peak_bytes(model: ModelSpec, *, tp: int, ep: int, tokens: int, attention_dp: bool,
+                              weight_dtype: str) -> float:
+    """Activation bytes per GPU of TensorRT-LLM's KV-estimation forward of ``tokens`` tokens a rank: the widest
+    dense tile as for any engine, and for an MoE model the fused MoE's rows (every rank's under attention DP) with
+    the CUTLASS workspace at this rank's expert width (moe_tp = tp / ep), the gathered input and the BF16 output."""
+    dense = tile_bytes_per_token(model_tables(model, 1, 2, "flash").layer, 1, tp, False) * max(tokens, 1)
+    if not model.num_experts:
+        return dense
+    rows = max(tokens, 1) * (tp if attention_dp else 1)
+    width = model.expert_ffn_hidden_size / max(tp // max(ep, 1), 1)
+    a = 2.0 if model.fp8_block_scaled else _TRTLLM_MOE_INPUT_BYTES.get(weight_dtype, 2.0)
+    h = model.hidden_size
+    expanded = max(h * a, width * a, h * _BF16_BYTES) + max(2 * width * _BF16_BYTES, h * _BF16_BYTES)
+    moe = rows * (model.num_experts_per_token * expanded + h * (a + _BF16_BYTES))
+    return max(dense, moe)
 
 
 def trtllm_bench_setting(*, params_b: float, num_layers: int, num_kv_heads: int, head_dim: int, tp: int,
@@ -212,6 +246,9 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
     if engine.engine == "vllm" and engine.memory_rule == "total":  # the profiled peak of its own kernels
         activations = vllm_profile_peak_bytes(model, tp=tp, ep=ep, tokens=tokens, seqs=seqs,
                                               v1=(release_number(engine.version) or ()) >= VLLM_V1_RELEASE)
+    elif engine.engine == "tensorrt-llm" and (release_number(engine.version) or ()) >= TRTLLM_PYTORCH_RELEASE:
+        activations = trtllm_profile_peak_bytes(model, tp=tp, ep=ep, tokens=tokens, attention_dp=attention_dp,
+                                                weight_dtype=weight_dtype)
     else:
         activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
     kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
