@@ -66,3 +66,14 @@ def test_only_the_quoted_total_moves_its_length():
 def test_fixed_concurrency_rows_keep_the_stated_length():
     case = _case("vn-ix-02", notes="InferenceX sweep (generated 1000)")
     assert case.load.kind == "concurrency" and case.load.output_len == 1024
+
+
+def test_a_burst_quoting_its_totals_after_its_prompt_count_draws_them():
+    # vLLM PR #8050's row: "ShareGPT 500 prompts (100895 input / 100377 output tokens)", the client's two totals
+    rows = {r["id"]: r for r in csv.DictReader(open(Path(__file__).parent / "data" / "vllm_060_async_output.csv"))}
+    case = case_from_row(rows["pr8050-001"])
+    assert "scaled to the run's totals" in case.load.lengths.name
+    assert _drawn_totals(case) == pytest.approx((100895, 100377), rel=0.002)
+    # a per-request length in that phrasing, not after a prompt count, is not read as the run's totals
+    plain = case_from_row({**rows["pr8050-001"], "notes": "ShareGPT, 500 prompts; 1024 input / 128 output tokens"})
+    assert plain.load.lengths.name == "sharegpt"

@@ -25,6 +25,9 @@ __all__ = ["generated_outputs"]
 
 _GENERATED = re.compile(r"\bgenerated[: ]+(\d[\d,]*)", flags=re.IGNORECASE)
 _INPUT = re.compile(r"\binput tokens[: ]+(\d[\d,]*)", flags=re.IGNORECASE)
+# the same two totals as a row's notes give them after its prompt count: "500 prompts (100895 input / 100377
+# output tokens)" (benchmark_serving.py prints them as "Total input tokens" and "Total generated tokens")
+_PAIR = re.compile(r"\bprompts \((\d[\d,]*) input / (\d[\d,]*) output tokens\)", flags=re.IGNORECASE)
 
 
 def generated_outputs(load: Load, row: dict, replicas: int) -> tuple[Load, tuple[str, ...]]:
@@ -50,11 +53,13 @@ def _drawn_to_totals(load: Load, row: dict, replicas: int) -> tuple[Load, tuple[
     serving_load.requests_for makes it, on each of ``replicas``) sum to its notes' quoted totals (each
     total on its own; neither quoted: ``load`` as it is)."""
     notes, lengths = row.get("notes", ""), load.lengths
-    totals = [_INPUT.search(notes), _GENERATED.search(notes)]
+    pair = _PAIR.search(notes)
+    found = [_INPUT.search(notes), _GENERATED.search(notes)]
+    totals = [pair.group(k + 1) if pair else (m.group(1) if m else None) for k, m in enumerate(found)]
     if load.kind != "max_throughput" or not any(totals):
         return load, ()
     drawn = [replicas * int(x.sum()) for x in lengths.draw(load.num_requests, load.seed)]
-    factors = [int(t.group(1).replace(",", "")) / d if t else 1.0 for t, d in zip(totals, drawn)]
+    factors = [int(t.replace(",", "")) / d if t else 1.0 for t, d in zip(totals, drawn)]
     scaled = RequestLengths(name=f"{lengths.name} (scaled to the run's totals)", percents=lengths.percents,
                             input_tokens=tuple(max(1.0, q * factors[0]) for q in lengths.input_tokens),
                             output_tokens=tuple(max(1.0, q * factors[1]) for q in lengths.output_tokens),
