@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import signal
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -72,7 +73,8 @@ class NewRunDir:
     def clean_up(self, err: BaseException) -> str:
         """After a failed or interrupted search: remove what was made unless it holds finished
         slices (never after a negative answer). Returns a note when slices are kept."""
-        if self.path is None:
+        if self.path is None:  # refused or interrupted before its folder: only the parents made for it
+            _remove_empty(self.made)
             return ""
         from autotune.errors import NoPlanError
 
@@ -98,29 +100,41 @@ def _remove_empty(folders: list[Path]) -> None:
             continue
 
 
-def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_name: str, gpus: int) -> NewRunDir:
+def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_name: str, gpus: int,
+                 into: NewRunDir | None = None) -> NewRunDir:
     """The run directory of a search: ``run_dir`` as given, or a new one under ``runs_dir``;
-    call only once the inputs are known to be good."""
+    call only once the inputs are known to be good. ``into`` (the caller's, already inside its
+    clean-up) records each folder as it is made, so an interrupt at any moment leaves nothing behind."""
+    made = NewRunDir() if into is None else into
     if runs_dir is not None:
         check_writable(Path(runs_dir))  # before looking for its parents: a name too long is refused here
-        made = _missing_parents(Path(runs_dir))
-        try:
-            path = create_run_dir(Path(runs_dir), model_name, gpus)
-        except BaseException:
-            _remove_empty(made)
-            raise
-        return NewRunDir(path=path, made=[*made, path])
+        made.made = _missing_parents(Path(runs_dir))
+        with _signals_held():  # the folder and its record together: a signal lands after both
+            made.path = create_run_dir(Path(runs_dir), model_name, gpus)
+            made.made = [*made.made, made.path]
+        return made
     if run_dir is not None:
         path = Path(run_dir)
         check_output_path(path, "run_dir", directory=True)
-        made = _missing_parents(path)
+        made.made = _missing_parents(path)
         try:
-            path.mkdir(parents=True, exist_ok=True)
+            with _signals_held():
+                path.mkdir(parents=True, exist_ok=True)
+                made.path = path
         except OSError as err:
-            _remove_empty(made)
             raise AutotuneError("run_dir", f"cannot create {str(path)!r}: {err.strerror}") from None
-        return NewRunDir(path=path, made=made)
-    return NewRunDir()
+    return made
+
+
+@contextmanager
+def _signals_held():
+    """SIGINT and SIGTERM wait (in the main thread) until the block ends; elsewhere nothing changes."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def study_db_summary(db: Path) -> list[tuple[str, int]] | None:

@@ -179,9 +179,14 @@ def search(model: Any, gpus: int, *, cluster: Any = DEFAULT_CLUSTER, workload: A
                         seed=seed, method=method) if (run_dir or runs_dir or storage) else None
     made = _NO_RUN_DIR if storage is None else _NewStorage(storage)
     if run_dir is not None or runs_dir is not None:
-        from autotune.outputs.run_dir import make_run_dir  # (the outputs load only for a run directory)
+        from autotune.outputs.run_dir import NewRunDir, make_run_dir  # (the outputs load only for a run directory)
 
-        made = make_run_dir(run_dir, runs_dir, spec.name, gpus)  # every input is good: now write
+        made = NewRunDir()
+        try:  # every input is good: now write, each folder recorded as it is made
+            make_run_dir(run_dir, runs_dir, spec.name, gpus, into=made)
+        except BaseException as err:
+            made.clean_up(err)
+            raise
     try:
         study, path = _open_study(refs, made.path, storage, study_name)
         if storage is not None:
