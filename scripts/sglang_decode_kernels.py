@@ -31,7 +31,8 @@ from autotune.cost.serving_collectives import layer_collectives_s
 from autotune.cost.serving_eval import _tp_allreduce, engine_moe_backend, replica_step_model
 from autotune.cost.serving_ops import ops_s, select_ops
 from autotune.cost.serving_experts import experts_s, routed_moves
-from autotune.cost.serving_step import ReplicaShape, _gemm_rate_dtype, serving_cluster, trtllm_gen_moe
+from autotune.cost.serving_gemm_fits import gemm_rate_dtype, serving_cluster, trtllm_gen_moe
+from autotune.cost.serving_step import ReplicaShape
 from autotune.graph.table import model_tables
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -99,7 +100,7 @@ def model_decode_s(row: dict, batch: int, context: float) -> dict[str, float]:
     dep = case_from_row(row).deployment
     step = replica_step_model(dep, max_tokens=batch, max_sampled=batch)
     engine = dep.runtime.serving
-    rate = _gemm_rate_dtype(dep.cluster.device, dep.dtype, engine.mxfp4_activation)
+    rate = gemm_rate_dtype(dep.cluster.device, dep.dtype, engine.mxfp4_activation)
     fp8_block = dep.dtype == "fp8" and dep.model.fp8_block_scaled
     backend = engine_moe_backend(dep) if trtllm_gen_moe(dep.cluster.device, rate) else ""
     cluster = serving_cluster(runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime), engine.nvfp4_gemm_fit,

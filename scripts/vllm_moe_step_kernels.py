@@ -33,7 +33,8 @@ from autotune.cost.serving_collectives import layer_collectives_s
 from autotune.cost.serving_eval import _tp_allreduce, replica_step_model
 from autotune.cost.serving_experts import experts_s, routed_moves
 from autotune.cost.serving_ops import ops_s, select_ops
-from autotune.cost.serving_step import ReplicaShape, _gemm_rate_dtype, serving_cluster
+from autotune.cost.serving_gemm_fits import gemm_rate_dtype, serving_cluster
+from autotune.cost.serving_step import ReplicaShape
 from autotune.graph.table import model_tables
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -49,7 +50,7 @@ def model_step_s(row: dict, batch: int, context: float = CONTEXT) -> dict[str, f
     dep = case_from_row(row).deployment
     step = replica_step_model(dep, max_tokens=batch, max_sampled=batch)
     engine = dep.runtime.serving
-    rate = _gemm_rate_dtype(dep.cluster.device, dep.dtype, engine.mxfp4_activation)
+    rate = gemm_rate_dtype(dep.cluster.device, dep.dtype, engine.mxfp4_activation)
     fp8_block = dep.dtype == "fp8" and dep.model.fp8_block_scaled
     untuned = not fp8_block and untuned_experts(engine.moe_tuned_configs, dep.cluster.device.name, dep.model, dep.tp,
                                                 dep.ep, dep.dtype)

@@ -223,7 +223,7 @@ def engine_moe_backend(dep: ServingDeployment) -> str:
     model (MLA with group-limited routing) at FP8 or NVFP4 (SGLang 0.5.6+ server_args.py
     _handle_model_specific_adjustments: on SM100 with moe_a2a_backend none and moe_runner_backend auto,
     quantization fp8 / modelopt_fp8 / modelopt_fp4 takes flashinfer_trtllm); the step model applies it only
-    on a GPU with that kernel's fit (Blackwell, serving_step.trtllm_gen_moe)."""
+    on a GPU with that kernel's fit (Blackwell, serving_gemm_fits.trtllm_gen_moe)."""
     engine, model = dep.runtime.serving, dep.model
     if engine.moe_backend or not (model.is_moe and model.is_mla and model.router_groups):
         return engine.moe_backend

@@ -200,7 +200,7 @@ class ServingEngine:
     # cost/vllm_fp8_pad.py): set by release, not by preset
     fp8_block_input_pad: bool = False
     moe_layer_table: str = ""  # MOE_LAYER_TABLES: its MoE layer as measured at the model's shape (cost/serving_moe_table.py)
-    moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
+    moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_gemm_fits.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
     # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
     deepseek_blackwell_moe_backend: str = ""
