@@ -166,7 +166,7 @@ class StepModel:
         if decodes:
             attention += self.decode_attention_s(decodes, context)
         if prefill_tokens:
-            attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
+            attention += self.prefill_attention_s(prefill_tokens, pairs)
             linear += prefix_tokens * self.prefix_s_per_token / self.dp_ranks
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
@@ -174,6 +174,10 @@ class StepModel:
         """One layer's decode attention for ``decodes`` requests over ``context`` cached positions in all."""
         own = max(decodes - self.decode_knee_requests, 0.0)
         return self.decode_lat_s + context * self.decode_s_per_position + own * self.decode_s_per_request
+
+    def prefill_attention_s(self, prompt_tokens: float, pairs: float) -> float:
+        """One layer's prompt attention for ``prompt_tokens`` prompt tokens doing ``pairs`` causal query-key pairs."""
+        return self.prefill_lat_s + pairs * self.prefill_s_per_pair + prompt_tokens * self.prefill_s_per_token
 
     def up_projection_s(self, decodes: int, prompt_tokens: int) -> float:
         """MLA's key/value up-projection where it is priced apart: the measured BMMs of a GPU's decodes and
