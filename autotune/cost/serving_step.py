@@ -44,8 +44,8 @@ from autotune.graph.table import model_tables
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
-__all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param", "serving_cluster", "trtllm_gen_moe",
-           "gemm_rate_dtype"]
+__all__ = ["ReplicaShape", "StepModel", "step_model", "priced_cluster", "weight_bytes_per_param", "serving_cluster",
+           "trtllm_gen_moe", "gemm_rate_dtype"]
 
 # vLLM's other Hopper MXFP4 MoE, OpenAI's triton_kernels matmul_ogs (Mxfp4Backend.TRITON): create_weights rounds
 # intermediate_size_per_partition up to 64 and keeps hidden_size (mxfp4.py, the 0.13.0 / 0.14.0 wheels), and its
@@ -221,20 +221,33 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
-    fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
-    rate = gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
-    backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
+    served, backend = priced_cluster(model, cluster, shape, weight_dtype, mxfp4_activation=mxfp4_activation,
+                                     nvfp4_gemm_fit=nvfp4_gemm_fit, moe_backend=moe_backend,
+                                     moe_tuned_configs=moe_tuned_configs, mxfp4_kernel=mxfp4_kernel)
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     masked = moe_ep_masked_rows and triton_experts(cluster.device, weight_dtype)
-    untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
     table = moe_layer_table and measured_moe_key(model, cluster.device.name, weight_dtype, backend, shape.tp, shape.ep, shape.eplb)
     triton = mxfp4_kernel == "triton"
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned, not triton), shape,
+    return _step_model(model, served, shape,
                        weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation,
                        TRITON_MXFP4_PAD if triton else tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
                        prefill_attention, mla_bmm if model.is_mla else None, masked,
                        pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix, table)
+
+
+def priced_cluster(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str, *,
+                   mxfp4_activation: str = "bf16", nvfp4_gemm_fit: str = "sweep", moe_backend: str = "",
+                   moe_tuned_configs: str = "", mxfp4_kernel: str = "marlin") -> tuple[ClusterSpec, str]:
+    """``cluster`` with the device fits step_model prices ``model``'s GEMMs with (serving_cluster: the engine's
+    ``nvfp4_gemm_fit``, a block-FP8 checkpoint's block-scale fits, the TRTLLM-Gen MoE where ``moe_backend`` runs it,
+    the default-tile fit where ``moe_tuned_configs`` ships no tuned config for the shape, Marlin's ceiling unless
+    ``mxfp4_kernel`` is "triton"), and the MoE backend its experts run ("" where the device lacks that fit)."""
+    fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
+    rate = gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
+    backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
+    untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
+    return serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned, mxfp4_kernel != "triton"), backend
 
 
 def _fused_clamp(model: ModelSpec) -> ModelSpec:
