@@ -193,31 +193,25 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
                moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", fp8_input_pad: bool = False,
-               mla_prefix: bool = False, moe_layer_table: str = "",
-               decode_attention: tuple | None = None,
-               mla_attention: tuple | None = None,
-               prefill_attention: tuple[float, ...] | None = None,
+               mla_prefix: bool = False, moe_layer_table: str = "", decode_attention: tuple | None = None,
+               mla_attention: tuple | None = None, prefill_attention: tuple[float, ...] | None = None,
                mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:
-    """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
-    kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
-    experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
-    ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
-    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor), or,
-    under ``mxfp4_kernel`` "triton" (vLLM's matmul_ogs on Hopper), to TRITON_MXFP4_PAD without Marlin's ceiling;
-    ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
-    ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
-    ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
+    """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's kernels applied),
+    weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4 experts take ``mxfp4_activation``
+    activations on Blackwell; the GEMM fits and MoE backend as priced_cluster picks them (``nvfp4_gemm_fit``,
+    ``moe_backend``, ``moe_tuned_configs``, ``mxfp4_kernel``); weight-only MXFP4 experts are held padded to the
+    engine's ``mxfp4_pad`` multiples (expert_pad_factor), or, under ``mxfp4_kernel`` "triton" (vLLM's matmul_ogs on
+    Hopper), to TRITON_MXFP4_PAD; ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces
+    (FUSED_INTO_ALLREDUCE); ``tp_allreduce``: those all-reduces' kernels (serving_collectives.tp_all_reduce_s);
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
     ``moe_ep_masked_rows``: EP without an all-to-all runs the experts' elementwise work on every routed row (expert_map.py);
-    ``moe_tuned_configs``: the release whose tuned fused-MoE configs the engine ships (moe_configs.py);
     ``fp8_input_pad``: the release pads its block-FP8 linears' BF16 inputs on Hopper (cost/vllm_fp8_pad.py);
     ``mla_prefix``: a prompt chunk re-expands its request's cached MLA prefix (cost/vllm_mla_prefix.py);
     ``moe_layer_table``: the engine's measured MoE layers price the routed experts where they hold the shape (serving_moe_table.py);
-    ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
-    ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
-    ``prefill_attention``: its measured prompt-attention op for non-MLA layers
-    (serving_attention.attention_coefficients); ``mla_bmm``: its measured absorbed MLA BMMs for the heads a
-    GPU runs (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token."""
+    ``decode_attention`` / ``mla_attention`` (MLA's (decode, prompt) ops for the heads a GPU runs, either None) /
+    ``prefill_attention`` (non-MLA prompts): the engine's measured attention ops, None: generic
+    (serving_attention.attention_coefficients); ``mla_bmm``: its measured absorbed MLA BMMs for the heads a GPU runs
+    (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
