@@ -14,13 +14,12 @@ import sys
 import numpy as np
 
 from autotune.calibrate.serving_rows import case_from_row
-from autotune.cost.runtime_kernels import runtime_cluster
 from autotune.cost.serving_collectives import moe_comm_dtype
-from autotune.cost.serving_eval import engine_moe_backend
+from autotune.cost.serving_eval import replica_gemm_fits
 from autotune.cost.serving_experts import experts_s, routed_moves
 from autotune.cost.serving_moe_table import measured_moe_key, measured_moe_s
 from autotune.cost.serving_ops import select_ops
-from autotune.cost.serving_step import ReplicaShape, _gemm_rate_dtype, serving_cluster, trtllm_gen_moe
+from autotune.cost.serving_step import ReplicaShape
 from autotune.graph.table import model_tables
 
 
@@ -28,13 +27,9 @@ def main() -> None:
     path, row_id, counts = sys.argv[1], sys.argv[2], sys.argv[3]
     dep = case_from_row({r["id"]: r for r in csv.DictReader(open(path, encoding="utf-8"))}[row_id]).deployment
     engine, model = dep.runtime.serving, dep.model
-    rate = _gemm_rate_dtype(dep.cluster.device, dep.dtype, engine.mxfp4_activation)
-    backend = engine_moe_backend(dep) if trtllm_gen_moe(dep.cluster.device, rate) else ""
-    fp8_block = dep.dtype == "fp8" and model.fp8_block_scaled
-    cluster = serving_cluster(runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime), engine.nvfp4_gemm_fit,
-                              fp8_block, backend)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, eplb=dep.eplb,
                          moe_comm_dtype=moe_comm_dtype(model, engine.engine, dep.dtype) if dep.attention_dp else "")
+    cluster, rate, backend = replica_gemm_fits(dep)
     tables = model_tables(model, 1, 2, "flash")
     moves = select_ops(tables.moe_layer, routed_moves(tables.moe_layer))
     tokens = np.array([float(t) for t in counts.split(",")])

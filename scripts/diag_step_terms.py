@@ -42,7 +42,7 @@ def main(argv: list[str]) -> None:
     own = step.rank_linear_s[-(-n // step.dp_ranks)] if step.rank_linear_s is not None else 0.0
     pairs = prompt * (prompt + 1) / 2.0  # one prompt's causal pairs (a diagnosis: every layer full)
     attention = step.num_layers * step.decode_attention_s(decodes, decodes * context) if decodes else 0.0
-    prefill = step.num_layers * (step.prefill_lat_s + pairs * step.prefill_s_per_pair) if prompt else 0.0
+    prefill = step.num_layers * step.prefill_attention_s(prompt, pairs) if prompt else 0.0
     total = step.gpu_s(decodes=decodes, context=decodes * context, prefill_tokens=prompt, pairs=pairs, sampled=decodes + (prompt > 0))
     print(f"{row_id} {dep.model.name} tp {dep.tp} ep {dep.ep} attention DP {dep.attention_dp} {dep.dtype} {dep.runtime.name}: "
           f"{decodes} decodes at {context:.0f} positions, {prompt} prompt tokens")

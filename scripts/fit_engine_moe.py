@@ -64,7 +64,7 @@ def pricer(cluster_name: str, dtype: str, moe_backend: str = "", masked_rows: bo
     base = resolve_model(BASE_MODEL)
     cluster = ss.serving_cluster(runtime_cluster(load_cluster(cluster_name).for_gpus(8), rt), rt.serving.nvfp4_gemm_fit)
     device = expert_device(cluster.device)
-    rate = ss._gemm_rate_dtype(device, dtype, "bf16")
+    rate = ss.gemm_rate_dtype(device, dtype, "bf16")
     cache = {}
 
     def parts(key):

@@ -3,7 +3,7 @@
 
     time = latency + causal FLOPs x s_per_flop
 
-the same fit as scripts/fit_vllm_prefill_attention.py (causal FLOPs = batch x heads x 4 x head_dim x isl (isl + 1)
+scripts/fit_vllm_prefill_attention.py's loader and fit (causal FLOPs = batch x heads x 4 x head_dim x isl (isl + 1)
 / 2, no cached prefix; latency the median one-token op time; s_per_flop the median of (time - latency) / FLOPs
 over rows of at least 2^26 causal pairs a head), on the rows of TensorRT-LLM's own attention op (kernel_source
 torch_flow, the TRTLLM backend: the fmha_v2 context kernels the TensorRT plugin's context FMHA runs) with FP8
@@ -18,33 +18,21 @@ data/<gpu>/attention/trtllm/1.3.0rc20/context_attention_perf.parquet, collected 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-MIN_PAIRS = 2 ** 26  # batch x isl^2 / 2 a head: below it a row is launch- and tail-bound (as the vLLM fit)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-
-def load(path: str, head_dim: int) -> pd.DataFrame:
-    d = pd.read_parquet(path)
-    d = d[(d.kernel_source == "torch_flow") & (d.attn_dtype == "fp8") & (d.kv_cache_dtype == "fp8") & (d.step == 0)
-          & (d.window_size == 0) & (d.head_dim == head_dim)]
-    d = d.groupby(["batch_size", "isl", "num_heads", "num_key_value_heads"]).latency.mean().reset_index()
-    pairs = d.batch_size * d.isl * (d.isl + 1) / 2
-    return d.assign(t=d.latency * 1e-3, pairs=pairs, flops=pairs * d.num_heads * 4 * head_dim)
-
-
-def fit(d: pd.DataFrame) -> tuple[float, float]:
-    latency = float(d[(d.isl == 1) & (d.batch_size == 1)].t.median())
-    big = d[d.pairs >= MIN_PAIRS]
-    return latency, float(((big.t - latency) / big.flops).median())
+from fit_vllm_prefill_attention import MIN_PAIRS, fit, load  # noqa: E402  (the one loader and fit of both engines)
 
 
 def main(argv: list[str]) -> None:
     head_dim = next((int(a.split("=", 1)[1]) for a in argv if a.startswith("--head-dim=")), 128)
     for arg in (a for a in argv if not a.startswith("--")):
         gpu, path = arg.split("=", 1)
-        d = load(path, head_dim)
+        d = load(path, "fp8", head_dim, kernel_source="torch_flow", attn_dtype="fp8")
         latency, spf = fit(d)
         rel = (latency + d.flops * spf) / d.t - 1.0
         by_isl = pd.Series(rel.values, index=d.isl.values).groupby(level=0).median()

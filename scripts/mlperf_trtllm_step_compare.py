@@ -28,8 +28,7 @@ def _parts(step, decodes: int, prompt: int, isl: float, context: float) -> dict[
     """Milliseconds of each part of one step (``prompt`` tokens of prompts ``isl`` long, whole)."""
     pairs = prompt * (isl + 1) / 2.0
     decode_attn = step.decode_attention_s(decodes, context) if decodes else 0.0
-    prompt_attn = (step.prefill_lat_s + pairs * step.prefill_s_per_pair + prompt * step.prefill_s_per_token) \
-        if prompt else 0.0
+    prompt_attn = step.prefill_attention_s(prompt, pairs) if prompt else 0.0
     sampled = decodes + (round(prompt / isl) if prompt else 0)
     total = step.gpu_s(decodes=decodes, context=context, prefill_tokens=prompt, pairs=pairs, sampled=sampled)
     return {"linear": 1e3 * float(step.linear_s[decodes + prompt]), "decode attn": 1e3 * step.num_layers * decode_attn,

@@ -65,7 +65,7 @@ def main() -> None:
     rt = load_runtime(runtime)
     cluster = ss.serving_cluster(runtime_cluster(load_cluster(cluster_name).for_gpus(8), rt), rt.serving.nvfp4_gemm_fit)
     device = expert_device(cluster.device)
-    rate = ss._gemm_rate_dtype(device, dtype, "bf16")
+    rate = ss.gemm_rate_dtype(device, dtype, "bf16")
     h, inter, e, k = shape
     model = resolve_model("qwen3-235b-a22b").with_changes(hidden_size=h, expert_ffn_hidden_size=inter,
                                                            num_experts_per_token=k, num_experts=e)

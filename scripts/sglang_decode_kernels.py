@@ -25,13 +25,12 @@ import numpy as np
 import pandas as pd
 
 from autotune.calibrate.serving_rows import case_from_row
-from autotune.cost.runtime_kernels import runtime_cluster
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_collectives import layer_collectives_s
-from autotune.cost.serving_eval import _tp_allreduce, engine_moe_backend, replica_step_model
+from autotune.cost.serving_eval import _tp_allreduce, replica_gemm_fits, replica_step_model
 from autotune.cost.serving_ops import ops_s, select_ops
 from autotune.cost.serving_experts import experts_s, routed_moves
-from autotune.cost.serving_step import ReplicaShape, _gemm_rate_dtype, serving_cluster, trtllm_gen_moe
+from autotune.cost.serving_step import ReplicaShape
 from autotune.graph.table import model_tables
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -98,12 +97,7 @@ def model_decode_s(row: dict, batch: int, context: float) -> dict[str, float]:
     seconds of a MoE layer times the MoE layers (the dense layers' likewise), attention, the rest."""
     dep = case_from_row(row).deployment
     step = replica_step_model(dep, max_tokens=batch, max_sampled=batch)
-    engine = dep.runtime.serving
-    rate = _gemm_rate_dtype(dep.cluster.device, dep.dtype, engine.mxfp4_activation)
-    fp8_block = dep.dtype == "fp8" and dep.model.fp8_block_scaled
-    backend = engine_moe_backend(dep) if trtllm_gen_moe(dep.cluster.device, rate) else ""
-    cluster = serving_cluster(runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime), engine.nvfp4_gemm_fit,
-                              fp8_block, backend)
+    cluster, rate, backend = replica_gemm_fits(dep)
     tables = model_tables(dep.model, 1, 2, "flash")
     moe_ops = _per_op_s(tables.moe_layer, cluster.device, dep.dtype, rate, np.array([float(batch)]), dep.tp)
     attention = step.num_layers * step.decode_attention_s(batch, batch * context)

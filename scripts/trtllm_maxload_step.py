@@ -40,8 +40,7 @@ def step_parts(step, decodes: int, context: float, prompt_tokens: int = 0, pairs
              "rank_own": float(step.rank_linear_s[own_decodes + own_prompt]) if r > 1 else 0.0,
              "up": step.up_projection_s(own_decodes, own_prompt) if r > 1 else step.up_projection_s(decodes, prompt_tokens),
              "decode_attn": step.num_layers * step.decode_attention_s(decodes, context) if decodes else 0.0,
-             "prompt_attn": step.num_layers * (step.prefill_lat_s + pairs * step.prefill_s_per_pair
-                                               + prompt_run * step.prefill_s_per_token) if prompt_tokens else 0.0,
+             "prompt_attn": step.num_layers * step.prefill_attention_s(prompt_run, pairs) if prompt_tokens else 0.0,
              "head": float(step.head_s[min(decodes if sampled is None else sampled, len(step.head_s) - 1)])}
     parts["total"] = sum(v for k, v in parts.items() if k != "exchange")
     return {k: 1e3 * v for k, v in parts.items()}

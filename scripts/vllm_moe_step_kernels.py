@@ -27,13 +27,11 @@ import pandas as pd
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.cost.expert_map import triton_experts
 from autotune.cost.mesh import group_spans
-from autotune.cost.moe_configs import untuned_experts
-from autotune.cost.runtime_kernels import runtime_cluster
 from autotune.cost.serving_collectives import layer_collectives_s
-from autotune.cost.serving_eval import _tp_allreduce, replica_step_model
+from autotune.cost.serving_eval import _tp_allreduce, replica_gemm_fits, replica_step_model
 from autotune.cost.serving_experts import experts_s, routed_moves
 from autotune.cost.serving_ops import ops_s, select_ops
-from autotune.cost.serving_step import ReplicaShape, _gemm_rate_dtype, serving_cluster
+from autotune.cost.serving_step import ReplicaShape
 from autotune.graph.table import model_tables
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -49,12 +47,7 @@ def model_step_s(row: dict, batch: int, context: float = CONTEXT) -> dict[str, f
     dep = case_from_row(row).deployment
     step = replica_step_model(dep, max_tokens=batch, max_sampled=batch)
     engine = dep.runtime.serving
-    rate = _gemm_rate_dtype(dep.cluster.device, dep.dtype, engine.mxfp4_activation)
-    fp8_block = dep.dtype == "fp8" and dep.model.fp8_block_scaled
-    untuned = not fp8_block and untuned_experts(engine.moe_tuned_configs, dep.cluster.device.name, dep.model, dep.tp,
-                                                dep.ep, dep.dtype)
-    cluster = serving_cluster(runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime), engine.nvfp4_gemm_fit,
-                              fp8_block, "", untuned)
+    cluster, rate, backend = replica_gemm_fits(dep)
     # EP inside the TP group runs the experts' elementwise work on every routed row (expert_map.py), as step_model
     masked = engine.moe_ep_masked_rows and triton_experts(cluster.device, dep.dtype)
     tables = model_tables(dep.model, 1, 2, "flash")
@@ -68,7 +61,7 @@ def model_step_s(row: dict, batch: int, context: float = CONTEXT) -> dict[str, f
     parts["allreduces"] = float(layer_collectives_s(dep.model, cluster, shape, span, one, dense, moe,
                                                     _tp_allreduce(dep, shape))[1])
     moves = select_ops(layer, routed_moves(layer))
-    parts["experts"] = moe * float(experts_s(tables.experts, moves, dep.model, cluster, shape, dep.dtype, rate, one, "",
+    parts["experts"] = moe * float(experts_s(tables.experts, moves, dep.model, cluster, shape, dep.dtype, rate, one, backend,
                                                   masked)[1])
     attention = step.num_layers * step.decode_attention_s(batch, batch * context)
     gpu = step.gpu_s(decodes=batch, context=batch * context, prefill_tokens=0, pairs=0.0, sampled=batch)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.calibrate.serving_rows import case_from_row
+from autotune.cost.serving_eval import replica_gemm_fits
 from autotune.cost.serving_step import ReplicaShape, serving_cluster, step_model, trtllm_gen_moe
 from autotune.errors import AutotuneError
 from autotune.spec.hardware_data import load_cluster
@@ -127,3 +128,16 @@ def test_sglang_picks_the_trtllm_gen_moe_for_deepseek_on_blackwell_unless_told_o
         assert engine_moe_backend(case_from_row(other).deployment) == ""
     bare = dict(row, notes=row["notes"].replace("--moe-runner-backend flashinfer_trtllm", ""))
     assert engine_moe_backend(case_from_row(bare).deployment) == "trtllm"
+
+
+def test_a_replicas_gemm_fits_are_its_step_models():
+    """serving_eval.replica_gemm_fits (the kernel-comparison scripts' cluster): SGLang's own pick of the TRTLLM-Gen
+    MoE for DeepSeek NVFP4 on B200 takes that kernel's fit for the experts; on H200 (no fit) the backend is off."""
+    with (Path(__file__).parent / "data" / "sglang_newer_check.csv").open(newline="") as handle:
+        rows = {r["id"]: r for r in csv.DictReader(handle)}
+    b200 = case_from_row(rows["sglnew-025"]).deployment  # DeepSeek-V3 NVFP4, B200
+    cluster, rate, backend = replica_gemm_fits(b200)
+    assert (rate, backend) == ("nvfp4", "trtllm")
+    assert cluster.device.compute[("expert_gemm", "nvfp4")] is b200.cluster.device.compute[("serving_moe_gemm_trtllm_gen", "nvfp4")]
+    _, rate, backend = replica_gemm_fits(case_from_row(rows["sglnew-017"]).deployment)  # DeepSeek-V3 FP8, H200
+    assert (rate, backend) == ("fp8", "")

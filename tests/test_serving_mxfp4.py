@@ -10,7 +10,7 @@ import pytest
 
 from autotune.calibrate.serving_rows import RowProblem, case_from_row
 from autotune.cost.serving_eval import ServingDeployment, expected_metric, replica_step_model, run_serving
-from autotune.cost.serving_step import _gemm_rate_dtype
+from autotune.cost.serving_gemm_fits import gemm_rate_dtype
 from autotune.errors import AutotuneError
 from autotune.graph.table import model_tables
 from autotune.spec.hardware_data import load_cluster
@@ -40,9 +40,9 @@ def test_an_mxfp4_row_prices_on_b200_and_h100():
 
 def test_mxfp4_experts_run_weight_only_on_hopper_and_at_the_engines_activations_on_blackwell():
     b200, h100 = load_cluster("dgx-b200").device, load_cluster("dgx-h100").device
-    assert _gemm_rate_dtype(h100, "mxfp4", "mxfp8") == "bf16"  # W4A16 below SM100, whatever the engine
-    assert _gemm_rate_dtype(b200, "mxfp4", "bf16") == "bf16"  # vLLM's default SM100 backend
-    assert _gemm_rate_dtype(b200, "mxfp4", "mxfp8") == "mxfp8"  # TensorRT-LLM's W4A8_MXFP4_MXFP8
+    assert gemm_rate_dtype(h100, "mxfp4", "mxfp8") == "bf16"  # W4A16 below SM100, whatever the engine
+    assert gemm_rate_dtype(b200, "mxfp4", "bf16") == "bf16"  # vLLM's default SM100 backend
+    assert gemm_rate_dtype(b200, "mxfp4", "mxfp8") == "mxfp8"  # TensorRT-LLM's W4A8_MXFP4_MXFP8
     steps = {rt: replica_step_model(_deployment("dgx-b200", rt, "mxfp4"), max_tokens=8192, max_sampled=1)
              for rt in ("vllm-0.9", "tensorrt-llm-1.0")}
     # a one-token step reads the same weights, vLLM's MXFP4 x BF16 kernel at its measured stream (4.15 TB/s,
@@ -148,6 +148,6 @@ def test_sglang_serves_gpt_oss_from_0_5_with_mxfp8_activations_on_blackwell():
             case = case_from_row(dict(_ROW, engine="sglang", engine_version=version, gpu=gpu))
             assert case.deployment.dtype == "mxfp4"
             assert case.deployment.runtime.serving.mxfp4_activation == "mxfp8"
-    assert _gemm_rate_dtype(load_cluster("dgx-b200").device, "mxfp4", "mxfp8") == "mxfp8"
+    assert gemm_rate_dtype(load_cluster("dgx-b200").device, "mxfp4", "mxfp8") == "mxfp8"
     with pytest.raises(RowProblem, match="precision"):  # before 0.5 SGLang has no MXFP4 method, nor FP4 on Hopper
         case_from_row(dict(_ROW, engine="sglang", engine_version="0.4.9", gpu="H100-SXM-80GB"))

@@ -1,15 +1,17 @@
 """Engine launch flags a published serving row's notes quote (calibrate/serving_rows.py applies them to
 the engine's preset): batch and token limits, the KV cache dtype, SGLang's chunk and graph limits,
-TensorRT-LLM's attention-DP balancing, and an attention backend other than the measured one."""
+TensorRT-LLM's attention-DP balancing, an attention backend other than the measured one, the MoE backend
+and vLLM V1's async scheduling."""
 
 from __future__ import annotations
 
 import re
 
+from autotune.spec.runtime import load_runtime
 from autotune.spec.serving_engine import ServingEngine, release_number
 
-__all__ = ["adp_balance_flags", "attention_backend_flags", "limit_flags", "mxfp4_flags", "named_mla_kernel_flags",
-           "note_number"]
+__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "limit_flags", "moe_backend_flags",
+           "mxfp4_flags", "named_mla_kernel_flags", "note_number"]
 
 
 def note_number(pattern: str, text: str) -> float | None:
@@ -124,3 +126,32 @@ def mxfp4_flags(engine: ServingEngine, version: str, notes: str) -> dict:
     else:
         return {}
     return {"mxfp4_sm90_moe": kernel} if kernel != engine.mxfp4_sm90_moe else {}
+
+
+def moe_backend_flags(engine: ServingEngine, notes: str) -> dict:
+    """The MoE backend the row's notes pick, or the one SGLang would pick that they turn off."""
+    changes = {}
+    # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE
+    if engine.engine == "tensorrt-llm" and re.search(r"moe_(?:config\W{0,8}backend|backend)\W{0,4}TRTLLM\b", notes, re.IGNORECASE):
+        changes["moe_backend"] = "trtllm"
+    # SGLang's --moe-runner-backend flashinfer_trtllm (server_args.py): FlashInfer's TRTLLM-Gen fused MoE, the same
+    # kernels (aiconfigurator @095f58a5 collects them as sglang_flashinfer_trtllm_moe)
+    if engine.engine == "sglang" and re.search(r"--moe[-_]runner[-_]backend[ =]+flashinfer_trtllm\b", notes):
+        changes["moe_backend"] = "trtllm"
+    # another runner, or DeepEP's all-to-all, and SGLang keeps its own pick off (server_args.py: only at
+    # moe_runner_backend auto and moe_a2a_backend none)
+    elif engine.deepseek_blackwell_moe_backend and re.search(
+            r"--moe[-_]runner[-_]backend[ =]+(?!auto\b)\w|--moe[-_]a2a[-_]backend[ =]+deepep|--enable[-_]deepep[-_]moe", notes):
+        changes["deepseek_blackwell_moe_backend"] = ""
+    return changes
+
+
+def async_scheduling_flags(engine: ServingEngine, notes: str) -> dict:
+    """A V1 row's --async-scheduling: the host's step work overlaps the GPU's (host_overlap 'all'); its
+    --no-async-scheduling on a release where it is the default: vllm-0.8's synchronous host time."""
+    if re.search(r"--no-async[-_]scheduling\b", notes) and engine.step_host_s + engine.step_host_s_per_seq == 0:
+        sync = load_runtime("vllm-0.8").serving
+        return {"step_host_s": sync.step_host_s, "step_host_s_per_seq": sync.step_host_s_per_seq, "host_overlap": "none"}
+    if re.search(r"--async[-_]scheduling\b|async[-_]scheduling: *true", notes) and engine.host_overlap != "all":
+        return {"host_overlap": "all"}
+    return {}

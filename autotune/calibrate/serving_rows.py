@@ -19,8 +19,8 @@ from importlib import resources
 
 from autotune.calibrate.chat_template_intake import with_template_parse
 from autotune.calibrate.serving_degrees import row_degrees, row_int
-from autotune.calibrate.serving_flags import adp_balance_flags, attention_backend_flags, limit_flags, mxfp4_flags, \
-    named_mla_kernel_flags, note_number as _number
+from autotune.calibrate.serving_flags import adp_balance_flags, async_scheduling_flags, attention_backend_flags, \
+    limit_flags, moe_backend_flags, mxfp4_flags, named_mla_kernel_flags, note_number as _number
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
@@ -41,7 +41,7 @@ from autotune.spec.hardware_data import load_cluster
 from autotune.spec.model import ModelSpec
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
-from autotune.spec.serving_engine import VLLM_V1_RELEASE, ServingEngine, release_number
+from autotune.spec.serving_engine import VLLM_V1_RELEASE, release_number
 
 __all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS",
            "MAX_RATE_REQUESTS", "BENCH_REQUESTS"]
@@ -239,12 +239,12 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     changes.update(mxfp4_flags(engine, version, notes))
     if engine.engine == "sglang":  # an older release naming the kernels the newest preset's MLA rows time
         changes.update(named_mla_kernel_flags(engine, notes, engine_runtime(engine.engine, "").serving))
-    changes.update(_moe_backend_flags(engine, notes))
+    changes.update(moe_backend_flags(engine, notes))
     # vLLM V1's --async-scheduling (0.10+, config/scheduler.py async_scheduling; the default from 0.14.0): the
     # engine core schedules step n+1 and the runner prepares its inputs while step n runs (PR #19970, PR #23569
     # 'Fully overlap model execution'); --no-async-scheduling turns it off
     if engine.engine == "vllm" and (release_number(engine.version) or ()) >= VLLM_V1_RELEASE:
-        changes.update(_async_scheduling(engine, notes))
+        changes.update(async_scheduling_flags(engine, notes))
     # vLLM 0.6's --disable-async-output-proc (arg_utils.py), SGLang 0.4's --disable-overlap-schedule
     # (server_args.py): the host's work runs between the GPU's steps (cost/serving_host.py)
     if re.search(r"--disable-async-output-proc|--disable-overlap-schedule", notes) and engine.host_overlap != "none":
@@ -256,40 +256,11 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     return runtime, named + parse_notes
 
 
-def _moe_backend_flags(engine: ServingEngine, notes: str) -> dict:
-    """The MoE backend the row's notes pick, or the one SGLang would pick that they turn off."""
-    changes = {}
-    # TensorRT-LLM's extra-llm-api-config.yml 'moe_config: backend: TRTLLM' (or --moe_backend TRTLLM): TRTLLMGenFusedMoE
-    if engine.engine == "tensorrt-llm" and re.search(r"moe_(?:config\W{0,8}backend|backend)\W{0,4}TRTLLM\b", notes, re.IGNORECASE):
-        changes["moe_backend"] = "trtllm"
-    # SGLang's --moe-runner-backend flashinfer_trtllm (server_args.py): FlashInfer's TRTLLM-Gen fused MoE, the same
-    # kernels (aiconfigurator @095f58a5 collects them as sglang_flashinfer_trtllm_moe)
-    if engine.engine == "sglang" and re.search(r"--moe[-_]runner[-_]backend[ =]+flashinfer_trtllm\b", notes):
-        changes["moe_backend"] = "trtllm"
-    # another runner, or DeepEP's all-to-all, and SGLang keeps its own pick off (server_args.py: only at
-    # moe_runner_backend auto and moe_a2a_backend none)
-    elif engine.deepseek_blackwell_moe_backend and re.search(
-            r"--moe[-_]runner[-_]backend[ =]+(?!auto\b)\w|--moe[-_]a2a[-_]backend[ =]+deepep|--enable[-_]deepep[-_]moe", notes):
-        changes["deepseek_blackwell_moe_backend"] = ""
-    return changes
-
-
 def _change_note(name: str, value) -> str:
     """An engine change as the row's assumptions list it; a measured table (named_mla_kernel_flags) by its rows' count."""
     if isinstance(value, tuple) and len(value) > 4:
         return f"{name}: the newest preset's {len(value)} measured rows (the kernel the row's notes name)"
     return f"{name} {value} (the row's notes)"
-
-
-def _async_scheduling(engine: ServingEngine, notes: str) -> dict:
-    """A V1 row's --async-scheduling: the host's step work overlaps the GPU's (host_overlap 'all'); its
-    --no-async-scheduling on a release where it is the default: vllm-0.8's synchronous host time."""
-    if re.search(r"--no-async[-_]scheduling\b", notes) and engine.step_host_s + engine.step_host_s_per_seq == 0:
-        sync = load_runtime("vllm-0.8").serving
-        return {"step_host_s": sync.step_host_s, "step_host_s_per_seq": sync.step_host_s_per_seq, "host_overlap": "none"}
-    if re.search(r"--async[-_]scheduling\b|async[-_]scheduling: *true", notes) and engine.host_overlap != "all":
-        return {"host_overlap": "all"}
-    return {}
 
 
 def _with_system(runtime: Runtime, system: PublishedSystem | None) -> tuple[Runtime, tuple[str, ...]]:

@@ -25,7 +25,7 @@ def kv_split(model: ModelSpec, shape) -> int:
 def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
                             measured: tuple | None = None,
                             measured_mla: tuple | None = None,
-                            prompt: tuple[float, float] | None = None) -> dict[str, float]:
+                            prompt: tuple[float, ...] | None = None) -> dict[str, float]:
     """Per-layer attention coefficients: decodes read K/V at the memory fit (flash-decoding,
     graph.decode_attention), prompt chunks run the fused kernel's FLOP fit on causal pairs. The
     replica's work splits over its GPUs by heads (TP) or by requests (DP attention). ``measured``: the
@@ -49,11 +49,7 @@ def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
     # the GPUs by heads (TP) or by requests (DP attention), at the fused attention kernel's FLOP fit
     read_s = (two["in_bytes"] - one["in_bytes"]) / shards * memory.seconds_per_unit
     compute_s = (two["flops"] - one["flops"]) / tp * attention.seconds_per_unit
-    prefill = dict(prefill_lat_s=attention.latency_s / eff, prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
-    if prompt is not None and not model.is_mla:  # measured, so no kernel_efficiency
-        prefill = dict(prefill_lat_s=prompt[0], prefill_s_per_pair=pair_flops * prompt[1])
-        if len(prompt) > 2:  # a prompt token's own work (Q/K/V loads, RoPE, KV write) over the query heads it runs
-            prefill["prefill_s_per_token"] = prompt[2] * model.q_width / tp
+    prefill = _prefill(model, tp, attention, eff, pair_flops, prompt)
     # the measured op's fit holds for grouped-query layers (its rows); MHA runs other kernels (masked MHA)
     grouped = model.num_kv_heads < model.num_heads and not model.is_mla
     if measured is not None and grouped and not shape.attention_dp:
@@ -64,6 +60,18 @@ def attention_coefficients(model: ModelSpec, device, shape, kv_bytes: float,
     if measured_mla is not None and model.is_mla:
         return _measured_mla(shape, measured_mla, decode, prefill)
     return decode | prefill
+
+
+def _prefill(model: ModelSpec, tp: int, attention, eff: float, pair_flops: float,
+             prompt: tuple[float, ...] | None) -> dict[str, float]:
+    """Prompt attention's coefficients: the fused kernel's FLOP fit over ``eff``, or the engine's measured
+    ``prompt`` op (latency, seconds per causal FLOP[, per prompt token x query width]) for non-MLA layers."""
+    if prompt is None or model.is_mla:
+        return dict(prefill_lat_s=attention.latency_s / eff, prefill_s_per_pair=pair_flops * attention.seconds_per_unit / eff)
+    prefill = dict(prefill_lat_s=prompt[0], prefill_s_per_pair=pair_flops * prompt[1])  # measured, so no kernel_efficiency
+    if len(prompt) > 2:  # a prompt token's own work (Q/K/V loads, RoPE, KV write) over the query heads it runs
+        prefill["prefill_s_per_token"] = prompt[2] * model.q_width / tp
+    return prefill
 
 
 def _measured_decode(model: ModelSpec, shape, measured: tuple, read_s: float) -> dict[str, float]:

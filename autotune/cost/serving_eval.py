@@ -27,13 +27,14 @@ from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_attention import attention_coefficients
 from autotune.cost.serving_mla_bmm import mla_bmm_fit
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
-from autotune.cost.serving_step import ReplicaShape, StepModel, step_model
+from autotune.cost.serving_gemm_fits import gemm_rate_dtype
+from autotune.cost.serving_step import ReplicaShape, StepModel, priced_cluster, step_model
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
 
-__all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_limits", "replica_step_model", "arrival_draws", "expected_metric",
+__all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_limits", "replica_step_model", "replica_gemm_fits", "arrival_draws", "expected_metric",
            "ARRIVAL_DRAWS", "engine_moe_backend"]
 
 # Poisson arrivals make a rate run's latencies a random variable, and a benchmark reports one draw of
@@ -122,6 +123,19 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
     # the MTP module of a checkpoint that keeps it in BF16 drafts at BF16's costs (checkpoint_layout.bf16_mtp)
     draft = _dtype_step(dep, cluster, shape, "bf16", kv_bytes, max_tokens, max_sampled) if bf16_mtp(dep.model, dep.dtype) else None
     return speculative_step(step, spec, verification_s_per_position(dep, cluster, shape, kv_bytes), draft)
+
+
+def replica_gemm_fits(dep: ServingDeployment) -> tuple[ClusterSpec, str, str]:
+    """The replica's cluster with the device fits its step model prices GEMMs with, the experts' GEMM rate and their
+    MoE backend (serving_step.priced_cluster on the engine's settings, as _dtype_step passes them to step_model):
+    for diagnostics that price single operators beside the step."""
+    engine = dep.runtime.serving
+    cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
+    served, backend = priced_cluster(dep.model, cluster, ReplicaShape(tp=dep.tp, ep=dep.ep), dep.dtype,
+                                     mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
+                                     moe_backend=engine_moe_backend(dep), moe_tuned_configs=engine.moe_tuned_configs,
+                                     mxfp4_kernel=_mxfp4_kernel(dep, cluster))
+    return served, gemm_rate_dtype(cluster.device, dep.dtype, engine.mxfp4_activation), backend
 
 
 def _dtype_step(dep: ServingDeployment, cluster: ClusterSpec, shape: ReplicaShape, dtype: str, kv_bytes: float,
@@ -223,7 +237,7 @@ def engine_moe_backend(dep: ServingDeployment) -> str:
     model (MLA with group-limited routing) at FP8 or NVFP4 (SGLang 0.5.6+ server_args.py
     _handle_model_specific_adjustments: on SM100 with moe_a2a_backend none and moe_runner_backend auto,
     quantization fp8 / modelopt_fp8 / modelopt_fp4 takes flashinfer_trtllm); the step model applies it only
-    on a GPU with that kernel's fit (Blackwell, serving_step.trtllm_gen_moe)."""
+    on a GPU with that kernel's fit (Blackwell, serving_gemm_fits.trtllm_gen_moe)."""
     engine, model = dep.runtime.serving, dep.model
     if engine.moe_backend or not (model.is_moe and model.is_mla and model.router_groups):
         return engine.moe_backend

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # serving_step imports this module
 __all__ = ["EXPERT_GEMM_CLASS", "W4A16_CEILING_CLASS", "W4A16_STREAM_CLASS", "expert_device", "experts_s", "full_hidden", "has_gemm_fit",
            "non_expert_s", "pads_experts", "routed_moves", "routing_in_kernel"]
 
-# The device fit classes the routed experts take (serving_step.serving_cluster fills them): an engine's
+# The device fit classes the routed experts take (serving_gemm_fits.serving_cluster fills them): an engine's
 # measured MoE grouped GEMMs, and a weight-only 4-bit MoE kernel's ceiling on their FLOPs and, where it streams
 # the weights slower than the memory fit (converting them on the way in), on their bytes
 EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, W4A16_STREAM_CLASS = "expert_gemm", "expert_gemm_w4a16", "expert_w4a16_stream"
@@ -42,7 +42,7 @@ def routing_in_kernel(moe_layer: OpTable) -> OpTable:
 
 def pads_experts(weight_dtype: str, device, mxfp4_pad: tuple) -> bool:
     """Whether the engine's weight-only MXFP4 kernel pads the experts: MXFP4 weights on a GPU without
-    FP4 tensor cores (_gemm_rate_dtype's test) where the engine states a padding."""
+    FP4 tensor cores (serving_gemm_fits.gemm_rate_dtype's test) where the engine states a padding."""
     return bool(mxfp4_pad) and weight_dtype == "mxfp4" and not has_gemm_fit(device, "nvfp4")
 
 

@@ -29,8 +29,8 @@ from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
 from autotune.cost.serving_collectives import (ADP_ALL_REDUCE, layer_collectives_s, moe_exchange_s,
                                                prefill_exchange_extra_s, stage_sends_s)
-from autotune.cost.serving_experts import (EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, W4A16_STREAM_CLASS, experts_s,
-                                           has_gemm_fit, non_expert_s, pads_experts, routed_moves, routing_in_kernel)
+from autotune.cost.serving_experts import experts_s, non_expert_s, pads_experts, routed_moves, routing_in_kernel
+from autotune.cost.serving_gemm_fits import gemm_rate_dtype, serving_cluster, trtllm_gen_moe
 from autotune.cost.serving_mla_bmm import decode_bmm_s, is_kv_up
 from autotune.cost.serving_window import NO_WINDOW, AttentionWindow, model_window
 from autotune.cost.vllm_fp8_pad import layers_pad_s, pads_fp8_block_input
@@ -44,78 +44,14 @@ from autotune.graph.table import model_tables
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
-__all__ = ["ReplicaShape", "StepModel", "step_model", "weight_bytes_per_param", "serving_cluster"]
+__all__ = ["ReplicaShape", "StepModel", "step_model", "priced_cluster", "weight_bytes_per_param", "serving_cluster",
+           "trtllm_gen_moe", "gemm_rate_dtype"]
 
-# A device profile may fit a GEMM format as a serving engine runs its linear layers: the activation's
-# quantization and the engine's block-scaled GEMM, measured at serving shapes (regressions.serving_gemm,
-# Blackwell NVFP4). Engines whose preset says so (ServingEngine.nvfp4_gemm_fit "linear") price those GEMMs
-# with it instead of the square-GEMM sweep under regressions.gemm, which training recipes (Transformer
-# Engine's cuBLASLt GEMMs) and the other engines keep.
-_SERVING_GEMM_CLASS = "serving_gemm"
-# Likewise its MoE layer's grouped GEMMs (regressions.serving_moe_gemm): under "linear" they take the key
-# EXPERT_GEMM_CLASS, which experts_s prices the expert GEMMs with.
-_SERVING_MOE_GEMM_CLASS = "serving_moe_gemm"
-# TensorRT-LLM's other MoE backend (moe_config backend TRTLLM: TRTLLMGenFusedMoE, Blackwell), measured
-# as its own fit (regressions.serving_moe_gemm_trtllm_gen); it runs a per-step token tile (expert_tiles.py)
-_TRTLLM_GEN_MOE_CLASS = "serving_moe_gemm_trtllm_gen"
-# An engine's weight-only 4-bit MoE kernel (vLLM's Marlin on Hopper) at large batches, where its rate falls below
-# the BF16 GEMM fit (regressions.serving_moe_w4a16_<engine>.bf16): a ceiling on the experts' unpadded FLOPs
-_W4A16_MOE_CLASS = "serving_moe_w4a16"
 # vLLM's other Hopper MXFP4 MoE, OpenAI's triton_kernels matmul_ogs (Mxfp4Backend.TRITON): create_weights rounds
 # intermediate_size_per_partition up to 64 and keeps hidden_size (mxfp4.py, the 0.13.0 / 0.14.0 wheels), and its
 # layer, measured by aiconfigurator on H100 / H200 (vllm 0.24.0 moe_perf.parquet, gpt-oss shapes), runs within
 # -27..+16% of the BF16 fit's padded-tile pricing at 1-8192 tokens, moe_tp 1-8, 32 and 128 experts: no ceiling
 TRITON_MXFP4_PAD = (1, 64)
-
-
-@lru_cache(maxsize=64)
-def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "",
-                    untuned_moe: bool = False, w4a16_ceiling: bool = True) -> ClusterSpec:
-    """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
-    ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
-    serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
-    FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
-    the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); with ``untuned_moe`` (no
-    tuned fused-MoE config for the shape, cost/moe_configs.py) at the engine's default-tile fit; without
-    ``w4a16_ceiling`` not its weight-only 4-bit MoE fit (Marlin's: the MXFP4 experts run another kernel); the same object
-    where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
-    device = cluster.device
-    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: EXPERT_GEMM_CLASS} \
-        if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
-                                             f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": EXPERT_GEMM_CLASS}
-    formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
-    serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
-               if op_class in renames and dtype in formats}
-    # a format whose linear is measured and its MoE layer not: the experts keep the sweep, not the linear's fit
-    serving |= {(EXPERT_GEMM_CLASS, fmt): device.compute[("gemm", fmt)] for op_class, fmt in list(serving)
-                if op_class == "gemm" and (EXPERT_GEMM_CLASS, fmt) not in serving and ("gemm", fmt) in device.compute}
-    serving |= {(W4A16_CEILING_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
-                if op_class == f"{_W4A16_MOE_CLASS}_{nvfp4_gemm_fit}" and w4a16_ceiling}
-    serving |= {(W4A16_STREAM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
-                if op_class == f"{_W4A16_MOE_CLASS}_stream_{nvfp4_gemm_fit}" and w4a16_ceiling}
-    if untuned_moe:
-        serving |= {(EXPERT_GEMM_CLASS, dtype): fit for (op_class, dtype), fit in device.compute.items()
-                    if op_class == f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}_untuned"}
-    if moe_backend == "trtllm":  # after the engine's MoE fit: this one replaces it
-        serving |= {(EXPERT_GEMM_CLASS, formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
-                    if op_class == _TRTLLM_GEN_MOE_CLASS and dtype in formats}
-    if not serving:
-        return cluster
-    return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
-
-
-def _gemm_rate_dtype(device, weight_dtype: str, mxfp4_activation: str) -> str:
-    """The GEMM fit that prices GEMMs on weights of ``weight_dtype``. NVFP4: the FP4 fit where the
-    device has one. MXFP4 on a device without FP4 tensor cores (Hopper, Ampere) runs weight-only,
-    dequantised to BF16 inside the GEMM (TensorRT-LLM model_config.py get_mxfp4_quant_algo: W4A16_MXFP4
-    below SM100; vLLM mxfp4.py: Triton matmul_ogs or Marlin on SM90); on Blackwell at the engine's
-    activation format (``mxfp4_activation``: BF16, or MXFP8 at the FP8 tensor-core rate: FP4 x FP8
-    operands take tcgen05.mma kind::f8f6f4, the FP8 rate; only FP4 x FP4, kind::mxf4, gets the FP4 rate)."""
-    if weight_dtype == "nvfp4":
-        return "nvfp4" if has_gemm_fit(device, "nvfp4") else "bf16"
-    if weight_dtype == "mxfp4":
-        return mxfp4_activation if has_gemm_fit(device, "nvfp4") and has_gemm_fit(device, mxfp4_activation) else "bf16"
-    return weight_dtype
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -230,7 +166,7 @@ class StepModel:
         if decodes:
             attention += self.decode_attention_s(decodes, context)
         if prefill_tokens:
-            attention += self.prefill_lat_s + pairs * self.prefill_s_per_pair + prefill_tokens * self.prefill_s_per_token
+            attention += self.prefill_attention_s(prefill_tokens, pairs)
             linear += prefix_tokens * self.prefix_s_per_token / self.dp_ranks
         return float(linear + self.num_layers * attention + self.head_s[min(sampled, len(self.head_s) - 1)])
 
@@ -238,6 +174,10 @@ class StepModel:
         """One layer's decode attention for ``decodes`` requests over ``context`` cached positions in all."""
         own = max(decodes - self.decode_knee_requests, 0.0)
         return self.decode_lat_s + context * self.decode_s_per_position + own * self.decode_s_per_request
+
+    def prefill_attention_s(self, prompt_tokens: float, pairs: float) -> float:
+        """One layer's prompt attention for ``prompt_tokens`` prompt tokens doing ``pairs`` causal query-key pairs."""
+        return self.prefill_lat_s + pairs * self.prefill_s_per_pair + prompt_tokens * self.prefill_s_per_token
 
     def up_projection_s(self, decodes: int, prompt_tokens: int) -> float:
         """MLA's key/value up-projection where it is priced apart: the measured BMMs of a GPU's decodes and
@@ -253,48 +193,55 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                nvfp4_gemm_fit: str = "sweep", mxfp4_pad: tuple[int, ...] = (), moe_backend: str = "",
                allreduce_norm_fusion: bool = False, tp_allreduce: str = "nccl", residual_norm_fusion: bool = False,
                moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", fp8_input_pad: bool = False,
-               mla_prefix: bool = False, moe_layer_table: str = "",
-               decode_attention: tuple | None = None,
-               mla_attention: tuple | None = None,
-               prefill_attention: tuple[float, ...] | None = None,
+               mla_prefix: bool = False, moe_layer_table: str = "", decode_attention: tuple | None = None,
+               mla_attention: tuple | None = None, prefill_attention: tuple[float, ...] | None = None,
                mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:
-    """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's
-    kernels applied), weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4
-    experts take ``mxfp4_activation`` activations on Blackwell, NVFP4 linears the engine's
-    ``nvfp4_gemm_fit`` (serving_cluster), a block-scaled FP8 checkpoint that engine's block-scale fits;
-    weight-only MXFP4 experts are held padded to the engine's ``mxfp4_pad`` multiples (expert_pad_factor), or,
-    under ``mxfp4_kernel`` "triton" (vLLM's matmul_ogs on Hopper), to TRITON_MXFP4_PAD without Marlin's ceiling;
-    ``moe_backend`` "trtllm": the experts as TRTLLMGenFusedMoE runs them where the device has its fit;
-    ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces (FUSED_INTO_ALLREDUCE);
-    ``tp_allreduce``: the kernels of those all-reduces (serving_collectives.tp_all_reduce_s);
+    """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's kernels applied),
+    weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4 experts take ``mxfp4_activation``
+    activations on Blackwell; the GEMM fits and MoE backend as priced_cluster picks them (``nvfp4_gemm_fit``,
+    ``moe_backend``, ``moe_tuned_configs``, ``mxfp4_kernel``); weight-only MXFP4 experts are held padded to the
+    engine's ``mxfp4_pad`` multiples (expert_pad_factor), or, under ``mxfp4_kernel`` "triton" (vLLM's matmul_ogs on
+    Hopper), to TRITON_MXFP4_PAD; ``allreduce_norm_fusion``: the norms and residual adds in the TP all-reduces
+    (FUSED_INTO_ALLREDUCE); ``tp_allreduce``: those all-reduces' kernels (serving_collectives.tp_all_reduce_s);
     ``residual_norm_fusion``: the residual adds inside the RMSNorm kernels (serving_ops.fused_residual_adds);
     ``moe_ep_masked_rows``: EP without an all-to-all runs the experts' elementwise work on every routed row (expert_map.py);
-    ``moe_tuned_configs``: the release whose tuned fused-MoE configs the engine ships (moe_configs.py);
     ``fp8_input_pad``: the release pads its block-FP8 linears' BF16 inputs on Hopper (cost/vllm_fp8_pad.py);
     ``mla_prefix``: a prompt chunk re-expands its request's cached MLA prefix (cost/vllm_mla_prefix.py);
     ``moe_layer_table``: the engine's measured MoE layers price the routed experts where they hold the shape (serving_moe_table.py);
-    ``decode_attention``: the engine's measured decode-attention op (serving_attention.attention_coefficients), None: generic;
-    ``mla_attention``: likewise its MLA (decode, prompt) ops for the heads a GPU runs, either None;
-    ``prefill_attention``: its measured prompt-attention op for non-MLA layers
-    (serving_attention.attention_coefficients); ``mla_bmm``: its measured absorbed MLA BMMs for the heads a
-    GPU runs (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token."""
+    ``decode_attention`` / ``mla_attention`` (MLA's (decode, prompt) ops for the heads a GPU runs, either None) /
+    ``prefill_attention`` (non-MLA prompts): the engine's measured attention ops, None: generic
+    (serving_attention.attention_coefficients); ``mla_bmm``: its measured absorbed MLA BMMs for the heads a GPU runs
+    (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
-    fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
-    rate = _gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
-    backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
+    served, backend = priced_cluster(model, cluster, shape, weight_dtype, mxfp4_activation=mxfp4_activation,
+                                     nvfp4_gemm_fit=nvfp4_gemm_fit, moe_backend=moe_backend,
+                                     moe_tuned_configs=moe_tuned_configs, mxfp4_kernel=mxfp4_kernel)
     fused = allreduce_norm_fusion and shape.op_tp > 1 and model.hidden_size > FUSION_MIN_HIDDEN
     masked = moe_ep_masked_rows and triton_experts(cluster.device, weight_dtype)
-    untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
     table = moe_layer_table and measured_moe_key(model, cluster.device.name, weight_dtype, backend, shape.tp, shape.ep, shape.eplb)
     triton = mxfp4_kernel == "triton"
-    return _step_model(model, serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned, not triton), shape,
+    return _step_model(model, served, shape,
                        weight_dtype, float(kv_bytes), int(max_tokens), int(max_sampled), mxfp4_activation,
                        TRITON_MXFP4_PAD if triton else tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
                        prefill_attention, mla_bmm if model.is_mla else None, masked,
                        pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix, table)
+
+
+def priced_cluster(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str, *,
+                   mxfp4_activation: str = "bf16", nvfp4_gemm_fit: str = "sweep", moe_backend: str = "",
+                   moe_tuned_configs: str = "", mxfp4_kernel: str = "marlin") -> tuple[ClusterSpec, str]:
+    """``cluster`` with the device fits step_model prices ``model``'s GEMMs with (serving_cluster: the engine's
+    ``nvfp4_gemm_fit``, a block-FP8 checkpoint's block-scale fits, the TRTLLM-Gen MoE where ``moe_backend`` runs it,
+    the default-tile fit where ``moe_tuned_configs`` ships no tuned config for the shape, Marlin's ceiling unless
+    ``mxfp4_kernel`` is "triton"), and the MoE backend its experts run ("" where the device lacks that fit)."""
+    fp8_block = weight_dtype == "fp8" and model.fp8_block_scaled
+    rate = gemm_rate_dtype(cluster.device, weight_dtype, mxfp4_activation)
+    backend = moe_backend if trtllm_gen_moe(cluster.device, rate) else ""
+    untuned = not fp8_block and untuned_experts(moe_tuned_configs, cluster.device.name, model, shape.tp, shape.ep, weight_dtype)
+    return serving_cluster(cluster, nvfp4_gemm_fit, fp8_block, backend, untuned, mxfp4_kernel != "triton"), backend
 
 
 def _fused_clamp(model: ModelSpec) -> ModelSpec:
@@ -305,10 +252,6 @@ def _fused_clamp(model: ModelSpec) -> ModelSpec:
     return model.with_changes(expert_act_clamp=0.0) if model.expert_act_clamp else model
 
 
-def trtllm_gen_moe(device, rate_dtype: str) -> bool:
-    """Whether ``device`` has TensorRT-LLM's TRTLLM-Gen MoE measured for experts at ``rate_dtype``."""
-    return (_TRTLLM_GEN_MOE_CLASS, rate_dtype) in device.compute
-
 
 @lru_cache(maxsize=64)
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
@@ -316,11 +259,11 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                 decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None,
                 masked_rows=False, input_pad=False, mla_prefix=False, moe_table="") -> StepModel:
     device = cluster.device
-    expert_rate = _gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
+    expert_rate = gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
     # the format the non-expert GEMMs run in: BF16 where the checkpoint quantizes experts only
     other = "bf16" if weight_dtype in EXPERTS_ONLY_DTYPES else weight_dtype
-    other_rate = _gemm_rate_dtype(device, other, mxfp4_activation)
+    other_rate = gemm_rate_dtype(device, other, mxfp4_activation)
     tables = model_tables(_fused_clamp(model), 1, ACT_BYTES, "flash")
     tokens = np.arange(max_tokens + 1, dtype=float)
     span = group_spans("tp-cp-dp", shape.tp, 1, 1, cluster.gpus_per_node)["tp"]
@@ -328,34 +271,15 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     ranks = shape.tp if shape.attention_dp else 1
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
     layer, moe_layer = _layer_ops(tables, moe, moe_backend, fused, residual_fused)
-    up = {}
-    if mla_bmm is not None:  # kv_up apart: the GEMM on prompt tokens, the measured BMMs on decodes
-        up = dict(prompt_up_s=(dense + moe) * non_expert_s(select_ops(layer, is_kv_up(layer)), model, device, other,
-                                                             other_rate, tokens, shape.op_tp),
-                  decode_bmm_s=decode_bmm_s(mla_bmm, dense + moe, tokens))
-        up["prompt_up_s"][0] = 0.0
-        layer, moe_layer = select_ops(layer, ~is_kv_up(layer)), select_ops(moe_layer, ~is_kv_up(moe_layer)) if moe else None
-    own = dense * non_expert_s(layer, model, device, other, other_rate, tokens, shape.op_tp)
-    if moe:
-        own = own + moe * non_expert_s(moe_layer, model, device, other, other_rate, tokens, shape.op_tp)
-    if input_pad:  # vLLM 0.10.2-0.11 copies each block-FP8 linear's input into a padded buffer on Hopper
-        own = own + layers_pad_s(((dense, layer), (moe, moe_layer)), device, tokens, shape.op_tp)
+    own, up = _non_expert_s(model, device, (other, other_rate), ((dense, layer), (moe, moe_layer)), tokens, shape.op_tp,
+                            mla_bmm, input_pad)
     linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe, tp_allreduce) + stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
-        moves = select_ops(tables.moe_layer, routed_moves(tables.moe_layer))
-        # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
-        padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if pads_experts(weight_dtype, device, mxfp4_pad) else 1.0
-        routed = measured_moe_s(moe_table, tokens) if moe_table else experts_s(
-            tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens, moe_backend, masked_rows)
-        linear = linear + moe * padded * routed
-    # the MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's)
-    exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
-    prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens, tp_allreduce) if moe else None
-    prefill_extra = None if prefill_extra is None else moe * prefill_extra
+        linear = linear + _routed_s(tables, model, cluster, shape, (weight_dtype, expert_rate), tokens, moe, moe_backend,
+                                    masked_rows, mxfp4_pad, moe_table)
+    exchange, prefill_extra = _exchange_s(model, cluster, shape, span, tokens, tp_allreduce, moe)
     linear[0] = own[0] = 0.0
-    if exchange is not None:
-        exchange[0] = 0.0
     return StepModel(linear_s=linear, head_s=_head_s(tables, model, cluster, shape, span, max_sampled),
                      num_layers=model.num_layers,
                      **attention_coefficients(model, device, shape, kv_bytes, decode_attention, mla_attention,
@@ -369,6 +293,54 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
                      prefix_s_per_token=prefix_s_per_token(tables.moe_layer if moe else tables.layer, model, device, other, other_rate,
                                                            shape.op_tp, kv_bytes, max_tokens, input_pad)
                      if mla_prefix else 0.0)
+
+
+def _non_expert_s(model: ModelSpec, device, dtypes: tuple[str, str], layers: tuple, tokens: np.ndarray, op_tp: int,
+                  mla_bmm, input_pad: bool) -> tuple[np.ndarray, dict]:
+    """Seconds of the ``layers`` ((dense count, operators), (MoE count, operators)) non-expert operators on
+    ``tokens`` at ``dtypes`` (format, GEMM rate), and, under ``mla_bmm``, MLA's kv_up apart: the GEMM on prompt
+    tokens, the measured BMMs on decodes (StepModel's prompt_up_s and decode_bmm_s)."""
+    (dense, layer), (moe, moe_layer) = layers
+    other, other_rate = dtypes
+    up = {}
+    if mla_bmm is not None:  # kv_up apart: the GEMM on prompt tokens, the measured BMMs on decodes
+        up = dict(prompt_up_s=(dense + moe) * non_expert_s(select_ops(layer, is_kv_up(layer)), model, device, other,
+                                                             other_rate, tokens, op_tp),
+                  decode_bmm_s=decode_bmm_s(mla_bmm, dense + moe, tokens))
+        up["prompt_up_s"][0] = 0.0
+        layer, moe_layer = select_ops(layer, ~is_kv_up(layer)), select_ops(moe_layer, ~is_kv_up(moe_layer)) if moe else None
+    own = dense * non_expert_s(layer, model, device, other, other_rate, tokens, op_tp)
+    if moe:
+        own = own + moe * non_expert_s(moe_layer, model, device, other, other_rate, tokens, op_tp)
+    if input_pad:  # vLLM 0.10.2-0.11 copies each block-FP8 linear's input into a padded buffer on Hopper
+        own = own + layers_pad_s(((dense, layer), (moe, moe_layer)), device, tokens, op_tp)
+    return own, up
+
+
+def _routed_s(tables, model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, dtypes: tuple[str, str],
+              tokens: np.ndarray, moe: int, moe_backend: str, masked_rows: bool, mxfp4_pad: tuple[int, ...],
+              moe_table: str) -> np.ndarray:
+    """Seconds of the ``moe`` MoE layers' routed experts on ``tokens`` at ``dtypes`` (weight format, GEMM rate):
+    the engine's measured MoE layer where it holds the shape (``moe_table``), else experts_s."""
+    weight_dtype, expert_rate = dtypes
+    moves = select_ops(tables.moe_layer, routed_moves(tables.moe_layer))
+    # a padding kernel reads and multiplies the padded weights: its experts' time grows with their bytes
+    padded = expert_pad_factor(model, shape.tp // shape.ep, mxfp4_pad) if pads_experts(weight_dtype, cluster.device, mxfp4_pad) else 1.0
+    routed = measured_moe_s(moe_table, tokens) if moe_table else experts_s(
+        tables.experts, moves, model, cluster, shape, weight_dtype, expert_rate, tokens, moe_backend, masked_rows)
+    return moe * padded * routed
+
+
+def _exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, span, tokens: np.ndarray, tp_allreduce: str,
+                moe: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The ``moe`` MoE layers' token exchange inside linear (cost/serving_phase.py swaps in DeepEP's), and what a
+    step with prompt tokens pays beside it (prefill_exchange_extra_s, None: nothing); (None, None) without MoE."""
+    if not moe:
+        return None, None
+    exchange = moe * moe_exchange_s(model, cluster, shape, span, tokens, tp_allreduce)
+    prefill_extra = prefill_exchange_extra_s(model, cluster, shape, span, tokens, tp_allreduce)
+    exchange[0] = 0.0
+    return exchange, None if prefill_extra is None else moe * prefill_extra
 
 
 def _layer_ops(tables, moe: int, moe_backend: str, fused: bool, residual_fused: bool):

@@ -125,7 +125,7 @@ class ModelSpec:
     norms_per_layer: int = 2  # 1: Falcon-7B's parallel block shares one; 4: Gemma 2's sandwich norms
     embedding_norm: bool = False  # a norm right after the token embedding (BLOOM)
     # Its FP8 release scales weights per 128x128 block (config.json quantization_config weight_block_size),
-    # so engines run block-scale GEMMs on it (cost/serving_step.py serving_cluster); False: per-tensor scales.
+    # so engines run block-scale GEMMs on it (cost/serving_gemm_fits.py serving_cluster); False: per-tensor scales.
     fp8_block_scaled: bool = False
     # Its NVFP4 release quantizes the attention output projection too (NVIDIA's DeepSeek -FP4-v2 checkpoints:
     # "additionally quantizes the wo module in attention layers", cost/checkpoint_layout.py); False: BF16 there.

@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from autotune.errors import AutotuneError, require, require_choice
-from autotune.spec.serving_kernel_rows import check_kernel_rows, decode_attention_row, mla_row, prefill_attention_row
+from autotune.spec.serving_engine_checks import check_values
+from autotune.spec.serving_kernel_rows import decode_attention_row, mla_row, prefill_attention_row
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
@@ -74,7 +75,6 @@ TP_ALLREDUCES = ("nccl", "trtllm_auto", "sglang_v1", "sglang_v2", "vllm_symm")
 # where SGLang switches FlashInfer's all-reduce fusion on by itself (cost/serving_custom_ar.py sglang_fusion_on)
 FLASHINFER_AR_FUSIONS = ("", "sm100", "sm90_sm100")
 SERVING_ENGINES = ("vllm", "sglang", "tensorrt-llm", "mlperf-nvidia")
-_WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "nvfp4", "mxfp4")
 # The activation format of an engine's MXFP4 MoE GEMMs on Blackwell (on Hopper every engine runs them
 # weight-only, dequantised to BF16): "bf16" (W4A16) or "mxfp8" (W4A8, FP8 tensor-core rate).
 MXFP4_ACTIVATIONS = ("bf16", "mxfp8")
@@ -200,7 +200,7 @@ class ServingEngine:
     # cost/vllm_fp8_pad.py): set by release, not by preset
     fp8_block_input_pad: bool = False
     moe_layer_table: str = ""  # MOE_LAYER_TABLES: its MoE layer as measured at the model's shape (cost/serving_moe_table.py)
-    moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_step.py serving_cluster)
+    moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_gemm_fits.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
     # Blackwell when no MoE backend is given (cost/serving_eval.py engine_moe_backend)
     deepseek_blackwell_moe_backend: str = ""
@@ -244,31 +244,7 @@ class ServingEngine:
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
         self._check_choices()
-        self._check_counts_and_numbers()
-        self._check_prompt_encode()
-        sizes = self.decode_graph_batch_sizes
-        require(all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in sizes) and list(sizes) == sorted(set(sizes)),
-                "serving.decode_graph_batch_sizes", f"must be increasing whole numbers >= 1, got {sizes!r}")
-        check_kernel_rows(self)
-        require(isinstance(self.eager_op_host_scale, (int, float)) and self.eager_op_host_scale > 0,
-                "serving.eager_op_host_scale", f"must be a number > 0, got {self.eager_op_host_scale!r}")
-        if self.admission == "reserve_output":
-            self._check_output_reserve()
-        require(isinstance(self.memory_fraction, (int, float)) and 0 <= self.memory_fraction <= 1
-                and (self.memory_fraction > 0) == (self.memory_rule != "reserved"), "serving.memory_fraction",
-                f"must be in (0, 1] (0 only with memory_rule 'reserved'), got {self.memory_fraction!r}")
-        require(all(isinstance(t, int) and t >= 1 and 0 < f <= 1 for t, f in self.memory_fraction_by_tp),
-                "serving.memory_fraction_by_tp", f"must be [smallest tp, fraction] pairs, got {self.memory_fraction_by_tp!r}")
-        require(len(self.weight_dtypes) > 0 and all(d in _WEIGHT_DTYPES for d in self.weight_dtypes),
-                "serving.weight_dtypes", f"must be a non-empty list of {', '.join(_WEIGHT_DTYPES)}")
-        require(self.mxfp4_weight_only_pad == () or (len(self.mxfp4_weight_only_pad) == 2 and all(
-            isinstance(m, int) and m >= 1 for m in self.mxfp4_weight_only_pad)), "serving.mxfp4_weight_only_pad",
-            f"must be [hidden multiple, intermediate multiple] (whole numbers >= 1) or empty, got {self.mxfp4_weight_only_pad!r}")
-        require(self.default_weight_dtype in self.weight_dtypes, "serving.default_weight_dtype",
-                f"must be one of its weight_dtypes {list(self.weight_dtypes)}, got {self.default_weight_dtype!r}")
-        for f in fields(self):
-            if f.type == "bool":
-                require(isinstance(getattr(self, f.name), bool), f"serving.{f.name}", "must be true or false")
+        check_values(self)
 
     def _check_choices(self) -> None:
         """The named settings are ones it knows, and the engine-specific ones are this engine's."""
@@ -301,30 +277,6 @@ class ServingEngine:
                 f"'vllm_symm' is vLLM's all-reduce, not {self.engine}'s")
         require_choice("serving.flashinfer_allreduce_fusion", self.flashinfer_allreduce_fusion, FLASHINFER_AR_FUSIONS)
         require_choice("serving.host_overlap", self.host_overlap, HOST_OVERLAPS)
-
-    def _check_counts_and_numbers(self) -> None:
-        for name in ("max_num_seqs", "max_num_batched_tokens", "launch_max_num_seqs", "launch_max_num_batched_tokens",
-                     "max_model_len", "prefill_chunk_tokens",
-                     "decode_cuda_graph_max_batch", "retract_decode_steps", "clip_max_new_tokens",
-                     "adp_batching_wait_iters", "adp_timeout_iters"):
-            _require_count(name, getattr(self, name), minimum=0)
-        for name in ("kv_block_tokens", "scheduler_steps", "scheduler_recv_interval"):
-            _require_count(name, getattr(self, name), minimum=1)
-        for name in ("step_host_s", "step_host_share", "step_host_s_per_seq", "output_host_s", "output_host_s_per_seq",
-                     "frontend_s_per_seq", "frontend_intake_s", "frontend_intake_before_send", "client_request_s", "stream_token_s", "memory_reserved_bytes", "rate_run_s",
-                     "new_token_ratio_init", "new_token_ratio_min", "new_token_ratio_decay", "logits_gather_copy_bytes"):
-            _require_number(name, getattr(self, name))
-        for value in self.sampler_pass_bytes:
-            _require_number("sampler_pass_bytes", value)
-
-    def _check_output_reserve(self) -> None:
-        require(self.kv_reservation == "grow" and self.scheduler == "prefill_first", "serving.admission",
-                "'reserve_output' is SGLang's rule: it needs kv_reservation 'grow' and scheduler 'prefill_first'")
-        require(0 < self.new_token_ratio_min <= self.new_token_ratio_init <= 1, "serving.new_token_ratio_init",
-                f"must satisfy 0 < new_token_ratio_min <= new_token_ratio_init <= 1 under admission 'reserve_output', "
-                f"got {self.new_token_ratio_min!r} and {self.new_token_ratio_init!r}")
-        for name in ("retract_decode_steps", "clip_max_new_tokens"):
-            _require_count(name, getattr(self, name), minimum=1)
 
     def fraction_for_tp(self, tp: int) -> float:
         """The memory share at TP degree ``tp``: the by-TP default where the engine has one."""
@@ -363,28 +315,11 @@ class ServingEngine:
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
 
-    def _check_prompt_encode(self) -> None:
-        points = self.prompt_encode_s
-        require(all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], int) and p[0] >= 1
-                    and isinstance(p[1], (int, float)) and 0 <= p[1] < float("inf") for p in points)
-                and all(a[0] < b[0] for a, b in zip(points, points[1:])), "serving.prompt_encode_s",
-                f"must be [prompt tokens, seconds] pairs, tokens >= 1 and increasing, seconds >= 0; got {points!r}")
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 SERVING_SETTING_NAMES = tuple(f.name for f in fields(ServingEngine))
-
-
-def _require_count(name: str, value: object, *, minimum: int) -> None:
-    require(isinstance(value, int) and not isinstance(value, bool) and value >= minimum, f"serving.{name}",
-            f"must be an integer >= {minimum}, got {value!r}")
-
-
-def _require_number(name: str, value: object) -> None:
-    require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"),
-            f"serving.{name}", f"must be a finite number >= 0, got {value!r}")
 
 
 def serving_engine_from_dict(data: object) -> ServingEngine:
