@@ -81,8 +81,15 @@ RACE_WAIT_S = 60.0
 _RACE_SIGNS = ("alembic_version", "already exists", "database is locked", "duplicate key", "UNIQUE constraint failed")
 
 
-def _schema_race(reason: str) -> bool:
-    return any(sign in reason for sign in _RACE_SIGNS)
+def _schema_race(err: BaseException) -> bool:
+    """Whether ``err`` or what it wraps shows the race: Optuna re-raises a failed commit as
+    StorageInternalError ("An exception is raised during the commit") from SQLAlchemy's error."""
+    seen = 0
+    while err is not None and seen < 8:
+        if any(sign in str(err) for sign in _RACE_SIGNS):
+            return True
+        err, seen = err.__cause__ or err.__context__, seen + 1
+    return False
 
 
 def _retrying_races(action):
@@ -93,7 +100,7 @@ def _retrying_races(action):
         try:
             return action()
         except Exception as err:
-            if not _schema_race(str(err)) or time.monotonic() + wait_s > deadline:
+            if not _schema_race(err) or time.monotonic() + wait_s > deadline:
                 raise
             time.sleep(wait_s)
             wait_s = min(2 * wait_s, 2.0)
