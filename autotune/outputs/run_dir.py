@@ -128,13 +128,36 @@ def make_run_dir(run_dir: str | Path | None, runs_dir: str | Path | None, model_
 
 @contextmanager
 def _signals_held():
-    """SIGINT and SIGTERM wait (in the main thread) until the block ends; elsewhere nothing changes."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    """SIGINT and SIGTERM that come during the block reach their handlers once it ends (in the main
+    thread; elsewhere no handler runs in this thread anyway). Their handlers are swapped, not the
+    thread's signal mask: a native thread that blocks nothing (OpenBLAS's pool, started when numpy
+    loads) takes a signal the main thread blocks, and CPython still runs its handler in the main
+    thread at once (scripts/diag_signals_held.py)."""
+    import threading
+
+    held = [s for s in (signal.SIGINT, signal.SIGTERM) if signal.getsignal(s) is not None]  # None: not Python's to set
+    if threading.current_thread() is not threading.main_thread() or not held:
+        yield
+        return
+    previous = [(s, signal.getsignal(s)) for s in held]  # read before any is swapped: all are put back
+    caught: list[int] = []
     try:
+        for signum in held:
+            signal.signal(signum, lambda number, _frame: caught.append(number))
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        _put_back(previous)
+        if caught:  # the first one, now to its own handler (an interrupt raised here, after the block)
+            signal.raise_signal(caught[0])
+
+
+def _put_back(handlers: list[tuple[int, Any]]) -> None:
+    """Each signal's handler back, every one even when a signal landing in between raises."""
+    if handlers:
+        try:
+            signal.signal(*handlers[0])
+        finally:
+            _put_back(handlers[1:])
 
 
 def study_db_summary(db: Path) -> list[tuple[str, int]] | None:
