@@ -116,16 +116,18 @@ def vllm_profile_peak_bytes(model: ModelSpec, *, tp: int, ep: int, tokens: int, 
     return max(dense, moe, sampler)
 
 
-# TensorRT-LLM's PyTorch backend sizes its KV cache from one profiling forward (_torch/pyexecutor/_util.py KvCacheCreator,
-# stored 1.x revision index id 843526953 and the executor_config-era 0.19-0.21 revision id 90899134): dummy context requests
-# filling max_num_tokens, the list repeated tp_size times under attention DP, so every rank runs max_num_tokens; free memory
-# is fraction x (total - torch peak - memory outside torch). Under attention DP the fused MoE all-gathers every rank's rows
-# (allgather / reducescatter unless MNNVL alltoall, fused_moe_cutlass.py enable_alltoall, index id 1011450647) and
-# moe_max_num_tokens defaults to max_num_tokens x dp_size (fused_moe_cutlass.py / modules/fused_moe, index ids 865441512,
-# 21418415024), so the profiled MoE holds tp x max_num_tokens rows unchunked. Its CUTLASS workspace a row x top-k
-# (cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_kernels.cu getWorkspaceDeviceBufferSizes, index id 3775219850):
-# the GEMM inputs overlapped, max(permuted input H x a, FC1 result I x a, FC2 output H x 2), and the outputs overlapped,
-# max(gated FC1 output 2I x 2, FC2 output H x 2), a the GEMM input's bytes, outputs in BF16
+# NVIDIA/TensorRT-LLM, read in stored revisions whose commits the code index does not record (the repository's
+# snapshot is over the fetch limit, so no tag could be pinned): its PyTorch backend sizes the KV cache from one
+# profiling forward (tensorrt_llm/_torch/pyexecutor/_util.py KvCacheCreator, a 1.x revision and the executor_config-era
+# 0.19-0.21 one alike): dummy context requests filling max_num_tokens, the list repeated tp_size times under attention
+# DP, so every rank runs max_num_tokens; free memory is fraction x (total - torch peak - memory outside torch). Under
+# attention DP the fused MoE all-gathers every rank's rows (allgather / reducescatter unless MNNVL alltoall:
+# _torch/modules/fused_moe/fused_moe_cutlass.py enable_alltoall) and moe_max_num_tokens defaults to max_num_tokens x
+# dp_size (the same module and its siblings in modules/fused_moe), so the profiled MoE holds tp x max_num_tokens rows
+# unchunked. Its CUTLASS workspace a row x top-k (cpp/tensorrt_llm/kernels/cutlass_kernels/moe_gemm/moe_kernels.cu
+# getWorkspaceDeviceBufferSizes): the GEMM inputs overlapped, max(permuted input H x a, FC1 result I x a, FC2 output
+# H x 2), and the outputs overlapped, max(gated FC1 output 2I x 2, FC2 output H x 2), a the GEMM input's bytes,
+# outputs in BF16
 _TRTLLM_MOE_INPUT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}  # FP8 per-tensor / NVFP4 quantized inputs; BF16 (2) else
 _BF16_BYTES = 2.0
 
