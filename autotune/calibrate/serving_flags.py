@@ -10,7 +10,8 @@ import re
 from autotune.spec.runtime import load_runtime
 from autotune.spec.serving_engine import ServingEngine, release_number
 
-__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "limit_flags", "moe_backend_flags",
+__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "deepgemm_flags", "limit_flags",
+           "moe_backend_flags",
            "mxfp4_flags", "named_mla_kernel_flags", "note_number"]
 
 
@@ -155,3 +156,20 @@ def async_scheduling_flags(engine: ServingEngine, notes: str) -> dict:
     if re.search(r"--async[-_]scheduling\b|async[-_]scheduling: *true", notes) and engine.host_overlap != "all":
         return {"host_overlap": "all"}
     return {}
+
+
+# The first SGLang release read whose fp8_utils.py _dispatch_auto_backend runs FlashInfer's gemm_fp8_nt_groupwise
+# (backend "trtllm" on SM100/103: _get_flashinfer_groupwise_backend) for block-FP8 linears when DeepGEMM is off
+# (the 0.5.12 wheel; 0.5.6's dispatch_w8a8_block_fp8_linear picks by other switches; releases between not read)
+_SGLANG_FLASHINFER_FP8_BLOCK = (0, 5, 12)
+# DeepGEMM off in the launch environment: SGL_* is renamed SGLANG_* at import (0.5.12 environ.py _convert_SGL_to_SGLANG)
+_DEEPGEMM_OFF = r"\bSGL(?:ANG)?_ENABLE_JIT_DEEPGEMM\s*=\s*[\"']?(?:0|false)\b"
+
+
+def deepgemm_flags(engine: ServingEngine, version: str, notes: str) -> dict:
+    """SGLang from _SGLANG_FLASHINFER_FP8_BLOCK with DeepGEMM turned off in the notes' launch environment: its
+    block-FP8 linears run FlashInfer's groupwise FP8 GEMM (fp8_block_gemm "flashinfer"; the device fit, where
+    measured, in cost/serving_gemm_fits.py)."""
+    if engine.engine != "sglang" or (release_number(version) or ()) < _SGLANG_FLASHINFER_FP8_BLOCK:
+        return {}
+    return {"fp8_block_gemm": "flashinfer"} if re.search(_DEEPGEMM_OFF, notes, flags=re.IGNORECASE) else {}

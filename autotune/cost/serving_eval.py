@@ -156,7 +156,7 @@ def _dtype_step(dep: ServingDeployment, cluster: ClusterSpec, shape: ReplicaShap
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
                       mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster),
-                      mxfp4_kernel=_mxfp4_kernel(dep, cluster))
+                      mxfp4_kernel=_mxfp4_kernel(dep, cluster), fp8_block_gemm=engine.fp8_block_gemm)
     return with_sampler(step, dep.model.vocab_size, cluster.device, shape, engine.sampler_pass_bytes,
                         engine.logits_gather_copy_bytes)
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from autotune.cost.comm import collective_time_s
 from autotune.cost.expert_map import triton_experts
+from autotune.cost.flashinfer_fp8_block import flashinfer_fp8_block_gpu, flashinfer_gemms, flashinfer_linears_s
 from autotune.cost.moe_configs import untuned_experts
 from autotune.cost.mesh import group_spans
 from autotune.cost.serving_attention import attention_coefficients, kv_split
@@ -40,7 +41,7 @@ from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MI
                                        fused_residual_adds, ops_s, select_ops, unfused, weight_bytes_per_param,
                                        weights_per_gpu, without_loss)
 from autotune.errors import require
-from autotune.graph.table import model_tables
+from autotune.graph.table import OpTable, model_tables
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 
@@ -195,7 +196,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                moe_ep_masked_rows: bool = False, moe_tuned_configs: str = "", fp8_input_pad: bool = False,
                mla_prefix: bool = False, moe_layer_table: str = "", decode_attention: tuple | None = None,
                mla_attention: tuple | None = None, prefill_attention: tuple[float, ...] | None = None,
-               mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin") -> StepModel:
+               mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin",
+               fp8_block_gemm: str = "") -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's kernels applied),
     weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4 experts take ``mxfp4_activation``
     activations on Blackwell; the GEMM fits and MoE backend as priced_cluster picks them (``nvfp4_gemm_fit``,
@@ -211,7 +213,8 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``decode_attention`` / ``mla_attention`` (MLA's (decode, prompt) ops for the heads a GPU runs, either None) /
     ``prefill_attention`` (non-MLA prompts): the engine's measured attention ops, None: generic
     (serving_attention.attention_coefficients); ``mla_bmm``: its measured absorbed MLA BMMs for the heads a GPU runs
-    (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token."""
+    (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token; ``fp8_block_gemm`` "flashinfer":
+    a block-FP8 checkpoint's linears run FlashInfer's groupwise FP8 GEMM where it is measured (cost/flashinfer_fp8_block.py)."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -227,7 +230,9 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                        TRITON_MXFP4_PAD if triton else tuple(mxfp4_pad),
                        backend, fused, tp_allreduce, residual_norm_fusion, decode_attention, mla_attention,
                        prefill_attention, mla_bmm if model.is_mla else None, masked,
-                       pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix, table)
+                       pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix, table,
+                       fp8_block_gemm == "flashinfer" and weight_dtype == "fp8" and model.fp8_block_scaled
+                       and flashinfer_fp8_block_gpu(cluster.device.name))
 
 
 def priced_cluster(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str, *,
@@ -257,7 +262,7 @@ def _fused_clamp(model: ModelSpec) -> ModelSpec:
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
                 decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None,
-                masked_rows=False, input_pad=False, mla_prefix=False, moe_table="") -> StepModel:
+                masked_rows=False, input_pad=False, mla_prefix=False, moe_table="", flashinfer=False) -> StepModel:
     device = cluster.device
     expert_rate = gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -272,7 +277,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
     layer, moe_layer = _layer_ops(tables, moe, moe_backend, fused, residual_fused)
     own, up = _non_expert_s(model, device, (other, other_rate), ((dense, layer), (moe, moe_layer)), tokens, shape.op_tp,
-                            mla_bmm, input_pad)
+                            mla_bmm, input_pad, flashinfer)
     linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe, tp_allreduce) + stage_sends_s(model, cluster, shape, tokens)
               + (0.0 if ranks > 1 else own))
     if moe:
@@ -296,22 +301,33 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
 
 
 def _non_expert_s(model: ModelSpec, device, dtypes: tuple[str, str], layers: tuple, tokens: np.ndarray, op_tp: int,
-                  mla_bmm, input_pad: bool) -> tuple[np.ndarray, dict]:
+                  mla_bmm, input_pad: bool, flashinfer: bool = False) -> tuple[np.ndarray, dict]:
     """Seconds of the ``layers`` ((dense count, operators), (MoE count, operators)) non-expert operators on
     ``tokens`` at ``dtypes`` (format, GEMM rate), and, under ``mla_bmm``, MLA's kv_up apart: the GEMM on prompt
-    tokens, the measured BMMs on decodes (StepModel's prompt_up_s and decode_bmm_s)."""
+    tokens, the measured BMMs on decodes (StepModel's prompt_up_s and decode_bmm_s); under ``flashinfer`` the
+    block-FP8 linears at FlashInfer's groupwise GEMM (cost/flashinfer_fp8_block.py)."""
     (dense, layer), (moe, moe_layer) = layers
     other, other_rate = dtypes
+
+    def ops(table: OpTable) -> np.ndarray:
+        if not flashinfer:
+            return non_expert_s(table, model, device, other, other_rate, tokens, op_tp)
+        def priced(part: OpTable) -> np.ndarray:
+            return non_expert_s(part, model, device, other, other_rate, tokens, op_tp)
+
+        linear = flashinfer_gemms(table, model, other)
+        rest = priced(select_ops(table, ~linear)) if not linear.all() else 0.0
+        return rest + (flashinfer_linears_s(select_ops(table, linear), device, tokens, op_tp, priced) if linear.any() else 0.0)
+
     up = {}
     if mla_bmm is not None:  # kv_up apart: the GEMM on prompt tokens, the measured BMMs on decodes
-        up = dict(prompt_up_s=(dense + moe) * non_expert_s(select_ops(layer, is_kv_up(layer)), model, device, other,
-                                                             other_rate, tokens, op_tp),
+        up = dict(prompt_up_s=(dense + moe) * ops(select_ops(layer, is_kv_up(layer))),
                   decode_bmm_s=decode_bmm_s(mla_bmm, dense + moe, tokens))
         up["prompt_up_s"][0] = 0.0
         layer, moe_layer = select_ops(layer, ~is_kv_up(layer)), select_ops(moe_layer, ~is_kv_up(moe_layer)) if moe else None
-    own = dense * non_expert_s(layer, model, device, other, other_rate, tokens, op_tp)
+    own = dense * ops(layer)
     if moe:
-        own = own + moe * non_expert_s(moe_layer, model, device, other, other_rate, tokens, op_tp)
+        own = own + moe * ops(moe_layer)
     if input_pad:  # vLLM 0.10.2-0.11 copies each block-FP8 linear's input into a padded buffer on Hopper
         own = own + layers_pad_s(((dense, layer), (moe, moe_layer)), device, tokens, op_tp)
     return own, up

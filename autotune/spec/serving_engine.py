@@ -19,7 +19,7 @@ from autotune.spec.serving_kernel_rows import decode_attention_row, mla_row, pre
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
-           "NVFP4_GEMM_FITS", "MOE_BACKENDS", "TP_ALLREDUCES", "FLASHINFER_AR_FUSIONS", "release_number",
+           "NVFP4_GEMM_FITS", "FP8_BLOCK_GEMMS", "MOE_BACKENDS", "TP_ALLREDUCES", "FLASHINFER_AR_FUSIONS", "release_number",
            "VLLM_V1_RELEASE"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
@@ -88,6 +88,10 @@ MXFP4_SM90_KERNELS = ("marlin", "triton")
 # The same choice picks the engine's block-scale FP8 fits (.fp8_block) for a block-scaled FP8 checkpoint
 # (ModelSpec.fp8_block_scaled) where the device has them (H100, H200); "sweep" keeps the per-tensor fit.
 NVFP4_GEMM_FITS = ("sweep", "linear", "vllm", "sglang")
+# The kernel a block-FP8 checkpoint's linears run where it is not the one the engine's fits measure ("": that
+# one): "flashinfer", FlashInfer's groupwise FP8 GEMM (SGLang on SM100 with DeepGEMM off; cost/flashinfer_fp8_block.py,
+# set from the row's launch environment by calibrate/serving_flags.py deepgemm_flags)
+FP8_BLOCK_GEMMS = ("", "flashinfer")
 # the host work a step overlaps with the GPU's (autotune/cost/serving_host.py): none, the previous
 # step's output processing (vLLM 0.6's async output processor), or all of it (an overlap scheduler)
 HOST_OVERLAPS = ("none", "output", "all")
@@ -199,6 +203,7 @@ class ServingEngine:
     # its block-FP8 linear copies the BF16 input into a 4-row-padded buffer on every call on Hopper (vLLM 0.10.2-0.11.0;
     # cost/vllm_fp8_pad.py): set by release, not by preset
     fp8_block_input_pad: bool = False
+    fp8_block_gemm: str = ""  # FP8_BLOCK_GEMMS: set by the row's launch environment, not by preset
     moe_layer_table: str = ""  # MOE_LAYER_TABLES: its MoE layer as measured at the model's shape (cost/serving_moe_table.py)
     moe_backend: str = ""  # MOE_BACKENDS: the kernels its MoE layers run (cost/serving_gemm_fits.py serving_cluster)
     # MOE_BACKENDS: the kernels it picks by itself for a DeepSeek-V3-architecture model's FP8 / NVFP4 experts on
@@ -261,6 +266,7 @@ class ServingEngine:
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         require_choice("serving.mxfp4_sm90_moe", self.mxfp4_sm90_moe, MXFP4_SM90_KERNELS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
+        require_choice("serving.fp8_block_gemm", self.fp8_block_gemm, FP8_BLOCK_GEMMS)
         require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
         require_choice("serving.moe_layer_table", self.moe_layer_table, MOE_LAYER_TABLES)
         require_choice("serving.deepseek_blackwell_moe_backend", self.deepseek_blackwell_moe_backend, MOE_BACKENDS)
