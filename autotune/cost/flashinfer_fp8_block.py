@@ -34,7 +34,8 @@ from autotune.graph.table import OpTable
 
 __all__ = ["flashinfer_fp8_block_gpu", "flashinfer_gemms", "flashinfer_linears_s"]
 
-# the GPUs measured: B200 (148 SMs: NVIDIA DGX B200 datasheet; the N 576 rows' wave counts need fewer than 160)
+# the GPUs measured: B200, 148 SMs (multiProcessorCount as kernel code bases record it); the N 576 rows' 2 / 3 / 5
+# waves at 160 / 320 / 640 tiles (PR #13528, M 1024 / 2048 / 4096) need 128..159
 _SMS = {"b200": 148}
 # the kernel's output tile: 128 weight rows (the UMMA M side) by 32 tokens (scripts/fit_flashinfer_fp8_block.py)
 _TILE_N, _TILE_M = 128, 32
