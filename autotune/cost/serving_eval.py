@@ -347,7 +347,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine),
                         decode_graph_sizes=graph_sizes(engine.decode_graph_batch_sizes,
                                                        min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
-                        adp_balance=_adp_balance(dep, step.dp_ranks), **_window_release(dep))
+                        adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=step.dp_ranks, **_window_release(dep))
     trace = _client_trace(engine, requests_for(load), schedule, step)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)
 
