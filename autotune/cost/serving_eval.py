@@ -29,6 +29,7 @@ from autotune.cost.serving_mla_bmm import mla_bmm_fit
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
 from autotune.cost.serving_gemm_fits import gemm_rate_dtype
 from autotune.cost.serving_step import ReplicaShape, StepModel, priced_cluster, step_model
+from autotune.cost.trtllm_dp_padding import with_dp_padding
 from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
@@ -157,8 +158,8 @@ def _dtype_step(dep: ServingDeployment, cluster: ClusterSpec, shape: ReplicaShap
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
                       mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster),
                       mxfp4_kernel=_mxfp4_kernel(dep, cluster), fp8_block_gemm=engine.fp8_block_gemm)
-    return with_sampler(step, dep.model.vocab_size, cluster.device, shape, engine.sampler_pass_bytes,
-                        engine.logits_gather_copy_bytes)
+    return with_sampler(with_dp_padding(step, dep, engine_moe_backend(dep)), dep.model.vocab_size, cluster.device, shape,
+                        engine.sampler_pass_bytes, engine.logits_gather_copy_bytes)
 
 
 def _mxfp4_kernel(dep: ServingDeployment, cluster: ClusterSpec) -> str:
@@ -346,7 +347,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine),
                         decode_graph_sizes=graph_sizes(engine.decode_graph_batch_sizes,
                                                        min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
-                        adp_balance=_adp_balance(dep, step.dp_ranks), **_window_release(dep))
+                        adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=step.dp_ranks, **_window_release(dep))
     trace = _client_trace(engine, requests_for(load), schedule, step)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)
 

@@ -69,6 +69,8 @@ class Schedule:
     # their share of the KV bytes per token and the window; 0: every layer holds every token
     kv_windowed_share: float = 0.0
     kv_window_tokens: int = 0
+    # attention-DP ranks, each scheduling whole prompts within its own share of the token budget (serving_rank_budget.py)
+    dp_ranks: int = 1
 
     def __post_init__(self) -> None:
         require(self.host_overlap in HOST_OVERLAPS, "host_overlap", f"must be one of {', '.join(HOST_OVERLAPS)}")

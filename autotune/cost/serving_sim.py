@@ -25,6 +25,7 @@ from autotune.cost.graph_padding import padded_batch
 from autotune.cost.serving_adp import AdpCounters, hold_context, idle_iterations
 from autotune.cost.serving_admission import output_need, reserve_room, steps_until_admitted
 from autotune.cost.serving_kv import held_tokens, kv_tokens, make_room, steps_in_kv, whole_blocks
+from autotune.cost.serving_rank_budget import mixed_budget
 from autotune.cost.serving_host import delivered_at, frontend_streams, step_wall_s
 from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_step import StepModel
@@ -140,7 +141,8 @@ def _plan_step(st: _State, sched: Schedule) -> tuple[list, np.ndarray]:
         if st.adp_held:
             return [], decoding
     if sched.scheduler == "mixed":
-        return _fill_prompts(st, sched, sched.max_num_batched_tokens - len(decoding), prefilling), decoding
+        waiting = (int(st.prompt[i] - st.done[i]) for i in st.waiting)  # whole prompts fill each DP rank's own budget
+        return _fill_prompts(st, sched, mixed_budget(sched, len(decoding), waiting), prefilling), decoding
     chunks = _fill_prompts(st, sched, sched.max_num_batched_tokens, prefilling)
     return (chunks, decoding[:0]) if chunks else ([], decoding)
 

@@ -138,6 +138,8 @@ class StepModel:
     # the model's windowed layers: the positions and pairs the simulator passes to gpu_s are averaged over
     # the layers with them (cost/serving_window.py)
     window: AttentionWindow = NO_WINDOW
+    # TensorRT-LLM's MoE under DP attention pads every rank's rows to the busiest rank's (trtllm_dp_padding.py)
+    dp_padded_moe: bool = False
 
     @property
     def max_tokens(self) -> int:
@@ -150,13 +152,14 @@ class StepModel:
         attention the step waits for its busiest rank: the decodes spread evenly, the prompts whole on
         their ranks (``rank_prefill``: the busiest rank's prompt tokens and pairs; None: spread evenly);
         ``prefix_tokens``: the cached tokens of the prompts' own requests before their chunks (all ranks')."""
-        n = decodes + prefill_tokens
+        n, r = decodes + prefill_tokens, self.dp_ranks
         require(n <= self.max_tokens, "max_num_batched_tokens", f"a step of {n} tokens exceeds the tabulated {self.max_tokens}")
-        linear = float(self.linear_s[n]) + (float(self.prefill_exchange_s[n]) if prefill_tokens and self.prefill_exchange_s
-                                             is not None else 0.0)
-        if self.dp_ranks > 1:
-            r = self.dp_ranks
-            own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
+        own_tokens, own_pairs = rank_prefill if rank_prefill is not None else (-(-prefill_tokens // r), pairs / r)
+        # the experts and exchange at tp x the busiest rank's rows where the engine pads them (trtllm_dp_padding.py)
+        moe_n = min(r * (-(-decodes // r) + own_tokens), self.max_tokens) if self.dp_padded_moe and prefill_tokens else n
+        linear = float(self.linear_s[moe_n]) + (float(self.prefill_exchange_s[n]) if prefill_tokens and self.prefill_exchange_s
+                                                 is not None else 0.0)
+        if r > 1:
             linear += float(self.rank_linear_s[min(-(-decodes // r) + own_tokens, self.max_tokens)])
             pairs = own_pairs * r  # prefill_s_per_pair is a pair's share of the replica's ranks
             prefill_tokens = own_tokens * r  # prefill_s_per_token likewise

@@ -1,0 +1,45 @@
+"""TensorRT-LLM's attention-DP MoE padded to its busiest rank's tokens (issue 31, trtdep45).
+
+Under attention DP every rank runs its own requests, then the MoE layer gathers all ranks' rows. Where the
+model's MoE block asks for ``use_dp_padding``, each rank first pads its rows to the largest rank's count
+(``max(all_rank_num_tokens)``), so the gather, the experts and the reduce-scatter run tp x that many rows
+(fused_moe_cutlass.py / fused_moe_trtllm_gen.py forward_impl: ``all_rank_num_tokens_padded``). Which MoE
+blocks pad (NVIDIA/TensorRT-LLM tensorrt_llm/_torch/models, stored 1.x revisions, index ids as read here):
+
+* Llama 4 (modeling_llama.py ``Llama4MoE.compute_routed_output``, ids 3642749976, 38009908308, 50019512026):
+  always under attention DP ("Use padding here to keep the behavior unchanged");
+* Qwen3-MoE (modeling_qwen3_moe.py ``Qwen3MoE.forward``, id 3793318909) and DeepSeek-V3 (modeling_deepseekv3.py
+  ``Deepseekv3MoE.compute_routed_output``, the same test in the diff id 56338329362): when the experts are not
+  the CUTLASS module (TRTLLM-Gen: ``moe_config: backend: TRTLLM``) or carry NVFP4 weights (``not has_fp8_qdq and
+  has_nvfp4``: the input's scale factors travel with it); per-tensor FP8 and block-FP8 CUTLASS gather the ranks'
+  own counts unpadded.
+
+A decode-only step runs every rank at the same padded CUDA-graph batch (graph_padding.py), so only steps with
+prompt tokens, whose prompts sit whole on their ranks, move: StepModel.gpu_s prices their experts and exchange
+at tp x the busiest rank's tokens. Other engines (SGLang's MAX_LEN, vLLM) and the MLPerf harness are not
+changed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+__all__ = ["pads_dp_moe", "with_dp_padding"]
+
+# Llama4MoE's routing (top-k, then a sigmoid on the chosen logit, applied to the expert's input)
+_ALWAYS_PADDING_ROUTERS = ("topk_sigmoid",)
+
+
+def pads_dp_moe(engine: str, model, dtype: str, moe_backend: str, attention_dp: bool, tp: int) -> bool:
+    """Whether TensorRT-LLM pads every rank's MoE rows to the busiest rank's under attention DP."""
+    if engine != "tensorrt-llm" or not (attention_dp and tp > 1 and model.is_moe):
+        return False
+    return model.router in _ALWAYS_PADDING_ROUTERS or dtype == "nvfp4" or moe_backend == "trtllm"
+
+
+def with_dp_padding(step, dep, moe_backend: str):
+    """``step`` (a StepModel) marked to price its MoE at the busiest rank's padded rows where ``dep``'s engine pads."""
+    engine = dep.runtime.serving.engine
+    if not pads_dp_moe(engine, dep.model, dep.dtype, moe_backend, dep.attention_dp, dep.tp):
+        return step
+    return replace(step, dp_padded_moe=True)
