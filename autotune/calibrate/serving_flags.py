@@ -10,7 +10,7 @@ import re
 from autotune.spec.runtime import load_runtime
 from autotune.spec.serving_engine import ServingEngine, release_number
 
-__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "limit_flags", "moe_backend_flags",
+__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "bf16_kv_flags", "limit_flags", "moe_backend_flags",
            "mxfp4_flags", "named_mla_kernel_flags", "note_number"]
 
 
@@ -74,6 +74,24 @@ def adp_balance_flags(engine: ServingEngine, notes: str) -> dict:
 _SEQ_FLAGS = r"(?:--max[-_]num[-_]seqs|--max[-_]running[-_]requests|max_batch_size)[ =:]+(\d+)"
 _TOKEN_FLAGS = r"(?:--max[-_]num[-_]batched[-_]tokens|--max[-_]prefill[-_]tokens|max_num_tokens)[ =:]+(\d+)"
 _FP8_KV = r"kv[-_ ]cache[-_ ]dtype[ =:]+[\"']?fp8|kv_cache_config\W{0,6}dtype\W{0,4}fp8|\bfp8[ -]kv\b"
+
+
+# Checkpoints that store no KV cache quantization, so a kv_cache_dtype 'auto' engine (TensorRT-LLM's, taking the
+# checkpoint's kv_cache_quant_algo) keeps the cache in BF16: NVIDIA's first DeepSeek-R1 NVFP4 release. The TensorRT-LLM
+# best-practice page (docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md @01c4ece911eb) says only
+# 'the latest DeepSeek-R1-0528-FP4 checkpoint had enabled FP8 KV cache by-default' and runs nvidia/DeepSeek-R1-FP4,
+# no KV dtype set, under the title 'B200 max-throughput for R1 with FP16 KV cache'.
+_BF16_KV_CHECKPOINTS = ("nvidia/deepseek-r1-fp4",)
+_BF16_KV = r"\b(?:bf16|fp16)[ -]kv\b|kv[-_ ]cache[-_ ]dtype[ =:]+[\"']?(?:bf16|fp16|bfloat16|float16)\b"
+
+
+def bf16_kv_flags(engine: ServingEngine, hf_model_id: str, notes: str) -> dict:
+    """A BF16 KV cache where the engine would take the checkpoint's FP8 one ('weights') but the checkpoint stores
+    none (_BF16_KV_CHECKPOINTS) or the notes name a BF16 / FP16 cache; a cache the notes name FP8 stays FP8."""
+    if engine.kv_cache_dtype != "weights" or re.search(_FP8_KV, notes, flags=re.IGNORECASE):
+        return {}
+    bare = hf_model_id.strip().lower() in _BF16_KV_CHECKPOINTS
+    return {"kv_cache_dtype": "auto"} if bare or re.search(_BF16_KV, notes, flags=re.IGNORECASE) else {}
 
 
 def limit_flags(notes: str) -> dict:
