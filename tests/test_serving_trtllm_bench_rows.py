@@ -53,6 +53,10 @@ def test_nvidia_r1_fp4_keeps_a_bf16_kv_cache():
     assert bf16_kv_flags(engine, "nvidia/DeepSeek-R1-0528-FP4", "") == {}  # stores an FP8 cache
     assert bf16_kv_flags(engine, "nvidia/DeepSeek-R1-FP4", "kv_cache_dtype: fp8") == {}  # a stated FP8 cache wins
     assert bf16_kv_flags(engine, "x/y", "section title 'FP16 KV cache'") == {"kv_cache_dtype": "auto"}
+    assert bf16_kv_flags(engine, "deepseek-ai/DeepSeek-R1", "", "fp8") == {"kv_cache_dtype": "auto"}  # block FP8, no KV
+    assert bf16_kv_flags(engine, "deepseek-ai/DeepSeek-R1", "", "nvfp4") == {}  # quantized again: not the release
+    assert bf16_kv_flags(engine, "nvidia/Llama-3.3-70B-Instruct-FP8", "", "fp8") == {}  # ModelOpt: an FP8 cache
+    assert bf16_kv_flags(load_runtime("vllm").serving, "nvidia/DeepSeek-R1-FP4", "") == {}  # 'auto' engines: theirs
     bf16 = case_from_row(rows["trtblog-007"]).deployment
     fp8 = case_from_row(rows["trtblog-003"]).deployment  # R1-0528-FP4, kv_cache_dtype: fp8
     assert bf16.runtime.serving.kv_bytes_per_element("nvfp4", 2) == 2.0

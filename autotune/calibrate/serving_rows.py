@@ -237,7 +237,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         if engine.memory_rule == "reserved":  # SGLang derives the reserve only when --mem-fraction-static is not given
             changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
     changes.update(limit_flags(notes))
-    changes.update(bf16_kv_flags(engine, row.get("hf_model_id", ""), notes))
+    changes.update(bf16_kv_flags(engine, row.get("hf_model_id", ""), notes, row.get("precision", "")))
     changes.update(adp_balance_flags(engine, notes))
     changes.update(attention_backend_flags(engine, notes))
     changes.update(mxfp4_flags(engine, version, notes))
