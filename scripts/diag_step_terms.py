@@ -20,13 +20,14 @@ def _steps(dep, tokens: int):
     """The replica's step model, and the same without its routed experts."""
     ss._step_model.cache_clear()
     with_experts = replica_step_model(dep, max_tokens=tokens, max_sampled=tokens)
-    original = ss.experts_s
+    original, table = ss.experts_s, ss.measured_moe_s  # the fitted experts, and the engine's measured MoE layer
     try:
         ss.experts_s = lambda *a, **k: 0 * a[7]
+        ss.measured_moe_s = lambda key, counts: 0 * counts
         ss._step_model.cache_clear()
         without = replica_step_model(dep, max_tokens=tokens, max_sampled=tokens)
     finally:
-        ss.experts_s = original
+        ss.experts_s, ss.measured_moe_s = original, table
         ss._step_model.cache_clear()
     return with_experts, without
 

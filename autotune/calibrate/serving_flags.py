@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import re
 
+from autotune.calibrate.serving_names import block_scaled_fp8
 from autotune.spec.runtime import load_runtime
 from autotune.spec.serving_engine import ServingEngine, release_number
 
-__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "deepgemm_flags", "limit_flags",
-           "moe_backend_flags",
-           "mxfp4_flags", "named_mla_kernel_flags", "note_number"]
+__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "bf16_kv_flags", "deepgemm_flags",
+           "limit_flags", "moe_backend_flags", "mxfp4_flags", "named_mla_kernel_flags", "note_number",
+           "stores_no_kv_quantization"]
 
 
 def note_number(pattern: str, text: str) -> float | None:
@@ -75,6 +76,36 @@ def adp_balance_flags(engine: ServingEngine, notes: str) -> dict:
 _SEQ_FLAGS = r"(?:--max[-_]num[-_]seqs|--max[-_]running[-_]requests|max_batch_size)[ =:]+(\d+)"
 _TOKEN_FLAGS = r"(?:--max[-_]num[-_]batched[-_]tokens|--max[-_]prefill[-_]tokens|max_num_tokens)[ =:]+(\d+)"
 _FP8_KV = r"kv[-_ ]cache[-_ ]dtype[ =:]+[\"']?fp8|kv_cache_config\W{0,6}dtype\W{0,4}fp8|\bfp8[ -]kv\b"
+
+
+# Checkpoints that store no KV cache quantization, so a kv_cache_dtype 'auto' engine (TensorRT-LLM's, taking the
+# checkpoint's kv_cache_quant_algo) keeps the cache in BF16. NVIDIA's first DeepSeek-R1 NVFP4 release: the TensorRT-LLM
+# best-practice page (docs/source/blogs/Best_perf_practice_on_DeepSeek-R1_in_TensorRT-LLM.md @01c4ece911eb) says only
+# 'the latest DeepSeek-R1-0528-FP4 checkpoint had enabled FP8 KV cache by-default' and runs nvidia/DeepSeek-R1-FP4,
+# no KV dtype set, under the title 'B200 max-throughput for R1 with FP16 KV cache'. And the makers' own block-FP8
+# releases (config.json quantization_config quant_method fp8, weight_block_size [128, 128], no KV fields:
+# serving_names.NATIVE_PRECISIONS, block_scaled_fp8), which TensorRT-LLM reads as FP8_BLOCK_SCALES weights and
+# nothing for the cache (_torch/model_config.py ModelConfig.load_hf_quant_config, 'DeepSeek V3 FP8 ckpt' branch).
+_BF16_KV_CHECKPOINTS = ("nvidia/deepseek-r1-fp4",)
+_BLOCK_FP8_RELEASES = ("deepseek-ai/deepseek-v3", "deepseek-ai/deepseek-r1", "moonshotai/kimi-k2", "minimaxai/minimax-m2")
+_BF16_KV = r"\b(?:bf16|fp16)[ -]kv\b|kv[-_ ]cache[-_ ]dtype[ =:]+[\"']?(?:bf16|fp16|bfloat16|float16)\b"
+
+
+def stores_no_kv_quantization(hf_model_id: str, precision: str = "") -> bool:
+    """Whether the checkpoint ``hf_model_id`` names, served as released (``precision`` not FP4), has no KV cache
+    quantization (_BF16_KV_CHECKPOINTS, the makers' block-FP8 releases)."""
+    name = hf_model_id.strip().lower()
+    released = (name.startswith(_BLOCK_FP8_RELEASES) or block_scaled_fp8(name)) and "fp4" not in precision.lower()
+    return name in _BF16_KV_CHECKPOINTS or released
+
+
+def bf16_kv_flags(engine: ServingEngine, hf_model_id: str, notes: str, precision: str = "") -> dict:
+    """A BF16 KV cache where the engine would take the checkpoint's FP8 one ('weights') but the checkpoint stores
+    none (stores_no_kv_quantization) or the notes name a BF16 / FP16 cache; a cache the notes name FP8 stays FP8."""
+    if engine.kv_cache_dtype != "weights" or re.search(_FP8_KV, notes, flags=re.IGNORECASE):
+        return {}
+    bare = stores_no_kv_quantization(hf_model_id, precision)
+    return {"kv_cache_dtype": "auto"} if bare or re.search(_BF16_KV, notes, flags=re.IGNORECASE) else {}
 
 
 def limit_flags(notes: str) -> dict:

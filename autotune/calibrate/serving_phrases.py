@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from autotune.calibrate.serving_names import RowProblem
 from autotune.cost.serving_load import METRICS
 
-__all__ = ["LoadWords", "load_words", "metric_name", "per_user_rate", "latency_unit_s", "throughput_scope",
+__all__ = ["LoadWords", "load_words", "metric_name", "per_user_rate", "PER_USER_WITH_CONTEXT", "latency_unit_s", "throughput_scope",
            "eplb_from_notes"]
 
 
@@ -116,13 +116,22 @@ def metric_name(cell: str, unit: str = "") -> str:
     raise RowProblem(f"metric {cell.strip()!r} is not one autotune predicts{why} ({', '.join(METRICS)})")
 
 
+# trtllm-bench's per-request rate over the whole request, the prompt's wait included: 'Per User Output Throughput'
+# ('[w/ ctx]' from 1.0 on), beside its 'Per User Output Speed [1/TPOT]' (serving_load.METRICS output_per_e2e_mean)
+_WITH_CONTEXT = r"per user output throughput|w/ ?ctx"
+PER_USER_WITH_CONTEXT = "output_per_e2e_mean"
+
+
 def per_user_rate(metric: str, unit: str) -> str:
     """The TPOT statistic whose inverse a per-user token rate is ('tokens/s/user', 'TPS/user',
-    'interactivity'), or '' for any other metric: the decode rate one request sees, 1 / TPOT."""
+    'interactivity'), or '' for any other metric: the decode rate one request sees, 1 / TPOT; trtllm-bench's
+    'Per User Output Throughput' is PER_USER_WITH_CONTEXT, each request's output over its whole latency."""
     text = f"{metric} {unit}".lower()
     if not re.search(r"per[ _-]?user|/ ?user|tps[ _/-]*user|interactivity|tokens?[ _/-]*s(?:ec)?[ _/-]*(?:per[ _-]?)?user",
                      text):
         return ""
+    if re.search(_WITH_CONTEXT, text):
+        return PER_USER_WITH_CONTEXT
     return "tpot_median" if re.search(r"median|p50", text) else "tpot_mean"
 
 

@@ -20,15 +20,16 @@ from importlib import resources
 from autotune.calibrate.chat_template_intake import with_template_parse
 from autotune.calibrate.serving_degrees import row_degrees, row_int
 from autotune.calibrate.serving_flags import adp_balance_flags, async_scheduling_flags, attention_backend_flags, \
-    deepgemm_flags, limit_flags, moe_backend_flags, mxfp4_flags, named_mla_kernel_flags, note_number as _number
+    bf16_kv_flags, deepgemm_flags, limit_flags, moe_backend_flags, mxfp4_flags, named_mla_kernel_flags, \
+    note_number as _number
 from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
     model_preset, name_precision, nvfp4_out_proj_source, precision_name, served_precision
 from autotune.calibrate.serving_generated import generated_outputs
 from autotune.calibrate.serving_speculation import speculation_from_notes
-from autotune.calibrate.serving_phrases import eplb_from_notes, latency_unit_s, load_words, metric_name, per_user_rate, \
-    throughput_scope
+from autotune.calibrate.serving_phrases import PER_USER_WITH_CONTEXT, eplb_from_notes, latency_unit_s, load_words, \
+    metric_name, per_user_rate, throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
 from autotune.cost.serving_custom_ar import release_allreduce_runtime
 from autotune.cost.vllm_fp8_pad import release_fp8_pad_runtime
@@ -195,6 +196,9 @@ def _metric(row: dict) -> tuple[str, str, float, bool, tuple[str, ...]]:
     """(metric, scope, unit -> SI factor, whether the row measures its inverse, assumptions): a
     per-user token rate is 1 / the TPOT statistic it names."""
     per_user = per_user_rate(row["metric"], row["unit"])
+    if per_user == PER_USER_WITH_CONTEXT:
+        return per_user, "replica", 1.0, False, (f"{row['metric'].strip()} read as trtllm-bench's: each request's output "
+                                                 "tokens over its end-to-end latency, averaged",)
     if per_user:
         return per_user, "replica", 1.0, True, (f"{row['metric'].strip()} read as 1 / {per_user} "
                                                 "(one request's decode rate)",)
@@ -234,6 +238,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
         if engine.memory_rule == "reserved":  # SGLang derives the reserve only when --mem-fraction-static is not given
             changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
     changes.update(limit_flags(notes))
+    changes.update(bf16_kv_flags(engine, row.get("hf_model_id", ""), notes, row.get("precision", "")))
     changes.update(adp_balance_flags(engine, notes))
     changes.update(attention_backend_flags(engine, notes))
     changes.update(mxfp4_flags(engine, version, notes))

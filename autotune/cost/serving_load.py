@@ -43,6 +43,10 @@ METRICS = {
     "tpot_mean": ("mean", "tpot"), "tpot_median": ("median", "tpot"), "tpot_p99": ("p99", "tpot"),
     "itl_mean": ("mean", "itl"), "itl_median": ("median", "itl"), "itl_p99": ("p99", "itl"),
     "e2e_mean": ("mean", "e2e"), "e2e_median": ("median", "e2e"),
+    # trtllm-bench's 'Per User Output Throughput' ('[w/ ctx]' in later releases): each request's output tokens over
+    # its end-to-end latency, the first token's wait included, averaged over requests (NVIDIA/TensorRT-LLM
+    # tensorrt_llm/bench/dataclasses/reporting.py: output_throughput_per_user of entry.output_token_throughput)
+    "output_per_e2e_mean": ("mean", "output_per_e2e"),
 }
 # whose throughput: one replica (a TP group), one GPU, all replicas of the system
 SCOPES = ("replica", "gpu", "system")
@@ -105,7 +109,8 @@ def _samples(trace: Trace, quantity: str) -> tuple[np.ndarray, np.ndarray]:
     """(values, weights) of a latency quantity: one per request, or per streamed gap for ITL."""
     if quantity == "itl":
         return trace.itl_s, trace.itl_weight
-    values = {"ttft": trace.ttft_s, "tpot": trace.tpot_s, "e2e": trace.finish_s - trace.arrival_s}[quantity]
+    e2e = trace.finish_s - trace.arrival_s
+    values = {"ttft": trace.ttft_s, "tpot": trace.tpot_s, "e2e": e2e, "output_per_e2e": trace.output_len / e2e}[quantity]
     return values, np.ones(len(values))
 
 
