@@ -90,7 +90,8 @@ def test_a_v50_system_without_a_published_config_falls_back_to_the_preset():
 _CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "precision": r"precision",
                 "max_num_seqs": r"(?:gpu_batch_size|max_batch_size)", "max_num_batched_tokens": r"max_num_tokens",
                 "memory_fraction": r"kvcache_free_gpu_mem_frac", "rate_run_s": r"min_duration",
-                "chunked_prefill": r"enable_chunked_context", "nvfp4_gemm_fit": r"gemm_plugin"}
+                "chunked_prefill": r"enable_chunked_context", "nvfp4_gemm_fit": r"gemm_plugin",
+                "effective_bits": r"effective_bits"}
 
 
 def _stated(key: str, source: str) -> str:

@@ -31,6 +31,7 @@ from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import PER_USER_WITH_CONTEXT, eplb_from_notes, latency_unit_s, load_words, \
     metric_name, per_user_rate, throughput_scope
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
+from autotune.cost.serving_mix import autoquantize_mix
 from autotune.cost.serving_custom_ar import release_allreduce_runtime
 from autotune.cost.vllm_fp8_pad import release_fp8_pad_runtime
 from autotune.cost.serving_eval import ServingDeployment
@@ -301,6 +302,17 @@ def _precision(row: dict, runtime: Runtime, system: PublishedSystem | None, mode
     return served, assumed + ((how,) if how else ())
 
 
+def _weight_mix(system: PublishedSystem | None, precision: str) -> tuple[tuple, tuple[str, ...]]:
+    """The formats of the system's AutoQuantize checkpoint (cost/serving_mix.py) where it publishes its effective bits
+    and the row is priced at the system's precision; () otherwise."""
+    bits = system.get("effective_bits") if system is not None else None
+    if bits is None or precision_name(str(system.get("precision") or "")) != precision:
+        return (), ()
+    mix = autoquantize_mix(precision, float(bits))
+    shares = " / ".join(f"{share:.2%} {dtype}" for dtype, share in mix)
+    return mix, (system.note("effective_bits"), f"linear weights priced as {shares} (cost/serving_mix.py)")
+
+
 def _checkpoint_scales(model: ModelSpec, hf_model_id: str) -> tuple[ModelSpec, tuple[str, ...]]:
     """The model with its checkpoint's FP8 block scales where the checkpoint named has them and the preset not."""
     if model.fp8_block_scaled or not block_scaled_fp8(hf_model_id):
@@ -330,13 +342,14 @@ def case_from_row(row: dict) -> ServingCase:
         runtime, system_notes = _with_system(runtime, system)
         d = row_degrees(row, system)
         precision, precision_notes = _precision(row, runtime, system, model.name, cluster)
-        assumed = engine_notes + system_notes + d.assumed + precision_notes + checkpoint_notes
+        mix, mix_notes = _weight_mix(system, precision)
+        assumed = engine_notes + system_notes + d.assumed + precision_notes + mix_notes + checkpoint_notes
         phase = phase_row(row, gpus=d.gpus, gpus_per_node=cluster.gpus_per_node)
         eplb = d.ep > 1 and model.is_moe and eplb_from_notes(row.get("notes", ""))
         if phase is not None:
             return _phase_case(row, runtime, phase, ServingDeployment(
                 model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas, ep=d.ep,
-                attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp, eplb=eplb), assumed)
+                attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp, eplb=eplb, weight_mix=mix), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
         load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset, system)
@@ -347,7 +360,7 @@ def case_from_row(row: dict) -> ServingCase:
         speculation, speculation_notes = speculation_from_notes(row.get("notes", ""))
         deployment = ServingDeployment(model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas,
                                        ep=d.ep, attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp,
-                                       speculation=speculation, eplb=eplb)
+                                       speculation=speculation, eplb=eplb, weight_mix=mix)
         measured = float(row["value"])
     except AutotuneError as err:
         raise RowProblem(f"{err.field}: {err.message}") from None

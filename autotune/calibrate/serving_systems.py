@@ -29,7 +29,7 @@ ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", 
                    "adp_balance", "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit")
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
              "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len", "adp_balance",
-             "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit")
+             "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit", "effective_bits")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +71,8 @@ def _check(key: str, value: object) -> None:
         require(isinstance(value, float) and 0 < value <= 1, f"serving_systems.{key}", f"must be in (0, 1], got {value!r}")
     elif key == "nvfp4_gemm_fit":
         require(value in NVFP4_GEMM_FITS, f"serving_systems.{key}", f"must be one of {NVFP4_GEMM_FITS}, got {value!r}")
+    elif key == "effective_bits":  # an AutoQuantize checkpoint's bits a weight (cost/serving_mix.py)
+        require(isinstance(value, float) and 4 <= value <= 16, f"serving_systems.{key}", f"must be in [4, 16], got {value!r}")
     elif key == "rate_run_s":
         require(isinstance(value, (int, float)) and value > 0, f"serving_systems.{key}", f"must be > 0, got {value!r}")
 

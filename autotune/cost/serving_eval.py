@@ -26,6 +26,7 @@ from autotune.cost.serving_sampler import with_sampler
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_attention import attention_coefficients
 from autotune.cost.serving_mla_bmm import mla_bmm_fit
+from autotune.cost.serving_mix import blend_steps
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
 from autotune.cost.serving_gemm_fits import gemm_rate_dtype
 from autotune.cost.serving_step import ReplicaShape, StepModel, priced_cluster, step_model
@@ -63,6 +64,9 @@ class ServingDeployment:
     pp: int = 1  # pipeline stages of tp GPUs each
     speculation: Speculation | None = None  # MTP speculative decoding (serving_speculative.py)
     eplb: bool = False  # an expert-parallel load balancer runs (cost/moe_skew.py)
+    # (format, share) of the linear weights where the checkpoint mixes formats (serving_mix.autoquantize_mix);
+    # (): all in weight_dtype
+    weight_mix: tuple[tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         require(self.runtime.serving is not None, "runtime",
@@ -117,8 +121,10 @@ def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: 
                          adp_all_reduce=_adp_all_reduce(dep))
     spec = dep.speculation
     kv_bytes = engine.kv_bytes_per_element(dep.dtype, 2)
-    step = _dtype_step(dep, cluster, shape, dep.dtype, kv_bytes, speculative_tokens(max_tokens, spec),
-                       speculative_tokens(max_sampled, spec))
+    tokens, sampled = speculative_tokens(max_tokens, spec), speculative_tokens(max_sampled, spec)
+    step = _dtype_step(dep, cluster, shape, dep.dtype, kv_bytes, tokens, sampled) if not dep.weight_mix else \
+        blend_steps(tuple(_dtype_step(dep, cluster, shape, dtype, kv_bytes, tokens, sampled) for dtype, _ in dep.weight_mix),
+                    tuple(share for _, share in dep.weight_mix))
     if spec is None:
         return step
     # the MTP module of a checkpoint that keeps it in BF16 drafts at BF16's costs (checkpoint_layout.bf16_mtp)
