@@ -175,7 +175,7 @@ def output_factor(pair: Pair) -> float:
     case = case_from_row(pair.server["output_tokens_per_s"])
     load = case.load
     mean_out = load.lengths.mean_output_tokens if load.lengths is not None else float(load.output_len)
-    qps = load.rate_per_s * case.deployment.replicas
+    qps = load.rate_per_s * case.deployment.replicas * case.deployment.pp  # a rate load is a pipeline stream's
     return float(pair.server["output_tokens_per_s"]["value"]) / (qps * mean_out)
 
 
