@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from autotune.calibrate.serving_published import check_serving_rows
-from autotune.cost.serving_capacity import budget_capacity, saturation_note
+from autotune.cost.serving_capacity import budget_capacity, latency_pct_per_capacity_pct, priced_load, saturation_note
 from autotune.cost.serving_load import Load
 from autotune.spec.json_file import read_csv_file
 
@@ -65,6 +65,30 @@ def test_note_only_for_a_rate_above_capacity():
     assert saturation_note(_run("max_throughput", 0.0)) == ""
 
 
+def test_priced_load_and_its_latency_conditioning():
+    """rho = rate / budget-full capacity; below capacity 1% of capacity moves the step by rho / (1 - rho) %."""
+    capacity = 250 / 100 / 0.11
+    assert priced_load(_run("rate", 0.95 * capacity)) == pytest.approx(0.95)
+    assert latency_pct_per_capacity_pct(0.95) == pytest.approx(19.0)
+    assert latency_pct_per_capacity_pct(0.5) == pytest.approx(1.0)
+    assert latency_pct_per_capacity_pct(1.01) is None and latency_pct_per_capacity_pct(None) is None
+    assert priced_load(_run("max_throughput", 0.0)) is None
+
+
+def test_conditioning_matches_a_linear_steps_fixed_point():
+    """The step a + b x tokens at tokens = rate x length x step: a / (1 - rho); 1% less b (1% more capacity) takes
+    about rho / (1 - rho) % off it (to first order), which the conditioning says."""
+    a, length, rho = 0.01, 400.0, 0.9
+    b = 1e-4
+    rate = rho / (length * b)
+
+    def step(per_token: float) -> float:
+        return a / (1.0 - rate * length * per_token)
+
+    moved_pct = 100.0 * (1.0 - step(b / 1.0001) / step(b)) / 0.01  # % a 1% capacity step, from a 0.01% one
+    assert moved_pct == pytest.approx(latency_pct_per_capacity_pct(rho), rel=1e-3)
+
+
 def _rows(name: str, ids: tuple[str, ...]) -> list[dict]:
     return [r for r in read_csv_file(_DATA / name, "csv")[1] if r["id"] in ids]
 
@@ -76,3 +100,24 @@ def test_saturated_mlperf_server_run_says_so():
     assert checks["mlp50-016"].notes == ()
     (note,) = checks["mlp50-017"].notes
     assert note.startswith("saturated: 14.28 requests/s a replica") and "notes" in checks["mlp50-017"].to_dict()
+    row = checks["mlp50-017"].to_dict()
+    assert row["priced_load"] > 1.0 and row["latency_pct_per_capacity_pct"] is None  # saturated: no finite slope
+    offline = checks["mlp50-016"].to_dict()
+    assert offline["priced_load"] is None and offline["latency_pct_per_capacity_pct"] is None  # not a rate row
+
+
+def test_rate_row_carries_its_priced_load():
+    """A rate row below capacity (SGLang, Llama 3.1 8B on an A100 at 4 requests/s): check-published's priced_load is
+    the row's rate over the budget-full capacity of the replica it simulated, and its conditioning rho / (1 - rho)."""
+    from autotune.calibrate.serving_rows import case_from_row
+    from autotune.cost.serving_eval import run_serving
+
+    (row,) = _rows("serving_runs.csv", ("sgl060-015",))
+    (check,) = check_serving_rows([row])
+    case = case_from_row(row)
+    run = run_serving(case.deployment, case.load)
+    capacity = budget_capacity(run.step, run.limits, case.load.input_len, case.load.output_len)
+    assert check.priced_load == pytest.approx(case.load.rate_per_s / capacity.requests_per_s)
+    assert 0.0 < check.priced_load < 1.0
+    out = check.to_dict()
+    assert out["latency_pct_per_capacity_pct"] == pytest.approx(check.priced_load / (1.0 - check.priced_load))

@@ -15,14 +15,15 @@ from statistics import mean, median
 
 from autotune.calibrate.serving_phrases import metric_name, per_user_rate
 from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
-from autotune.cost.serving_capacity import saturation_note
+from autotune.cost.serving_capacity import latency_pct_per_capacity_pct, priced_load, saturation_note
 from autotune.cost.serving_eval import arrival_draws, expected_metric
 from autotune.cost.serving_load import METRICS
 from autotune.cost.serving_phase import phase_tokens_per_gpu_s
 from autotune.errors import AutotuneError
 from autotune.spec.json_file import read_csv_file
 
-__all__ = ["ServingCheck", "GroupError", "is_serving_csv", "check_serving_csv", "check_serving_rows", "summarise"]
+__all__ = ["ServingCheck", "GroupError", "is_serving_csv", "check_serving_csv", "check_serving_rows", "summarise",
+           "latency_row"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +41,12 @@ class ServingCheck:
     runtime: str = ""
     assumed: tuple[str, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())  # what the simulated run says about its own reading (a saturated queue)
+    priced_load: float | None = None  # a rate row's requests/s over its replica's priced capacity (serving_capacity)
+
+    @property
+    def latency_pct_per_capacity_pct(self) -> float | None:
+        """% its latency falls for 1% more priced capacity, rho / (1 - rho); None saturated or not a rate row."""
+        return latency_pct_per_capacity_pct(self.priced_load)
 
     @property
     def error_pct(self) -> float | None:
@@ -51,7 +58,8 @@ class ServingCheck:
         return {"id": self.row_id, "engine": self.engine, "runtime": self.runtime, "gpu": self.gpu,
                 "metric": self.metric, "unit": self.unit, "measured": self.measured, "predicted": self.predicted,
                 "error_pct": self.error_pct, "reason": self.reason or None, "assumed": list(self.assumed),
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "priced_load": self.priced_load,
+                "latency_pct_per_capacity_pct": self.latency_pct_per_capacity_pct}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,13 +83,14 @@ def is_serving_csv(path: str | Path) -> bool:
     return {"engine", "metric", "value"} <= set(header)
 
 
-def _predict(case: ServingCase, runs: dict) -> tuple[float, tuple[str, ...]]:
-    """The row's predicted value in its unit, and the notes of the runs it averages (serving_capacity)."""
+def _predict(case: ServingCase, runs: dict) -> tuple[float, tuple[str, ...], float | None]:
+    """The row's predicted value in its unit, the notes of the runs it averages and a rate row's priced load
+    (serving_capacity)."""
     dep = case.deployment
     if case.phase is not None:  # one pool of a disaggregated deployment: its step, back to back
         p = case.phase
         return (phase_tokens_per_gpu_s(dep, phase=p.phase, per_rank=p.per_rank, context=p.context, exchange=p.exchange)
-                * p.per_gpu_to_unit), ()
+                * p.per_gpu_to_unit), (), None
     # the replicas too: the runs carry their deployment, whose replica count scales a system-wide metric
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, dep.replicas,
            dep.speculation, dep.eplb, case.load)
@@ -89,7 +98,8 @@ def _predict(case: ServingCase, runs: dict) -> tuple[float, tuple[str, ...]]:
         runs[key] = arrival_draws(dep, case.load)
     value = expected_metric(runs[key], case.metric, scope=case.scope)
     note = saturation_note(runs[key][0])  # the draws share the rate, the step model and the limits
-    return (1.0 / value if case.inverse else value) / case.unit_to_si, (note,) if note else ()  # inverse: a per-user rate, 1 / TPOT
+    # inverse: a per-user rate, 1 / TPOT
+    return (1.0 / value if case.inverse else value) / case.unit_to_si, (note,) if note else (), priced_load(runs[key][0])
 
 
 def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
@@ -106,7 +116,7 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
             continue
         try:
             case = case_from_row(row)
-            predicted, notes = _predict(case, runs)
+            predicted, notes, load = _predict(case, runs)
         except RowProblem as err:
             checks.append(ServingCheck(**base, reason=str(err)))
             continue
@@ -115,7 +125,7 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
             continue
         base["engine"] = case.engine  # the engine's own name, however the row spells it (summaries group by it)
         checks.append(ServingCheck(**base, predicted=predicted, runtime=case.deployment.runtime.name,
-                                   assumed=case.assumed, notes=notes))
+                                   assumed=case.assumed, notes=notes, priced_load=load))
     return checks
 
 
@@ -145,6 +155,11 @@ def _kind(metric: str, unit: str = "") -> str:
         return "latency"
     key = _metric_key(metric, unit)
     return "throughput" if METRICS.get(key, ("",))[0] == "total" or key.endswith("tokens_per_s") else "latency"
+
+
+def latency_row(check: ServingCheck) -> bool:
+    """Whether a priced row's metric is a latency (TTFT, TPOT, ITL, E2E or a per-user rate), as summarise groups it."""
+    return check.error_pct is not None and _kind(check.metric, check.unit) == "latency"
 
 
 def summarise(checks: list[ServingCheck], by: str = "engine,gpu,metric") -> list[GroupError]:

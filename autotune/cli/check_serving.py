@@ -46,4 +46,16 @@ def print_serving(report: dict, *, detail: bool) -> None:
     if saturated:
         print(f"priced above their replica's capacity (a queue that grows through the run): {len(saturated)} rows "
               f"({', '.join(saturated[:6])}{', ...' if len(saturated) > 6 else ''})")
+    _print_conditioning(checks)
     print(f"priced {report['priced']} of {len(checks)} rows")
+
+
+def _print_conditioning(checks: list) -> None:
+    """The latency rows whose prediction moves more than 10% for 1% of priced capacity (serving_capacity:
+    rho / (1 - rho) > 10, a rate run priced at over 10/11 of its replica's capacity), saturated ones aside."""
+    from autotune.calibrate.serving_published import latency_row
+
+    steep = [c.row_id for c in checks if latency_row(c) and (c.latency_pct_per_capacity_pct or 0.0) > 10.0]
+    if steep:
+        print(f"latency rows priced within 10/11 of their replica's capacity (> 10% latency per 1% capacity): "
+              f"{len(steep)} rows ({', '.join(steep[:6])}{', ...' if len(steep) > 6 else ''})")
