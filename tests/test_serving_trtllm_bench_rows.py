@@ -61,3 +61,12 @@ def test_nvidia_r1_fp4_keeps_a_bf16_kv_cache():
     fp8 = case_from_row(rows["trtblog-003"]).deployment  # R1-0528-FP4, kv_cache_dtype: fp8
     assert bf16.runtime.serving.kv_bytes_per_element("nvfp4", 2) == 2.0
     assert fp8.runtime.serving.kv_bytes_per_element("nvfp4", 2) == 1.0
+
+
+def test_mlperf_harness_requantized_deepseek_keeps_its_fp8_cache():
+    """MLPerf v5.1's DeepSeek-R1 rows name the maker's block-FP8 release but the harness serves its own NVFP4
+    quantization with an FP8 cache: a blank precision cell is the engine's default weights, not the release."""
+    path = Path(__file__).parent / "data" / "mlperf_v5_1_nvidia.csv"
+    rows = {r["id"]: r for r in csv.DictReader(path.open())}
+    case = case_from_row(rows["mlp51-022"])
+    assert case.deployment.runtime.serving.kv_cache_dtype != "auto"
