@@ -15,6 +15,7 @@ import pytest
 from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import RowProblem, case_from_row, engine_runtime
 from autotune.calibrate.serving_systems import _systems
+from autotune.spec.presets import resolve_model
 
 _VERSION = "MLPerf v5.0 NVIDIA TensorRT-LLM harness; TensorRT 10.8, CUDA 12.8"
 _ROW = dict(id="v50", source="placeholder", hf_model_id="", arch="", params_b="", tp="", pp="", ep="", dp="",
@@ -116,8 +117,9 @@ def test_every_v50_system_value_is_the_one_its_config_line_states():
                 assert value is False, system.config
             elif key == "memory_fraction":
                 assert value == float(stated), (system.config, key)
-            elif key == "nvfp4_gemm_fit":  # TensorRT-LLM's FP4 GEMM plugin: its measured NVFP4 Linear
-                assert (value, stated) == ("linear", "'fp4'"), (system.config, key)
+            elif key == "nvfp4_gemm_fit":  # TensorRT-LLM's FP4 GEMM plugin: its measured NVFP4 Linear (MoE: dense only)
+                assert stated == "'fp4'", (system.config, key)
+                assert value == ("linear_dense" if resolve_model(system.model).is_moe else "linear"), system.config
             else:
                 assert str(value).lower() == stated.lower(), (system.config, key, value, stated)
 

@@ -29,7 +29,8 @@ _W4A16_MOE_CLASS = "serving_moe_w4a16"
 def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool = False, moe_backend: str = "",
                     untuned_moe: bool = False, w4a16_ceiling: bool = True) -> ClusterSpec:
     """``cluster`` with its device's serving NVFP4 GEMM fit in place of its GEMM fit under
-    ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits) or an engine's name (that engine's,
+    ``nvfp4_gemm_fit`` "linear" (TensorRT-LLM's linear and MoE fits), "linear_dense" (its linear fit only: the
+    experts at the sweep) or an engine's name (that engine's,
     serving_gemm_<engine> and serving_moe_gemm_<engine>); with ``fp8_block`` (a checkpoint of 128x128-block
     FP8 scales) the same engine's fp8_block fits in place of its FP8 ones; under ``moe_backend`` "trtllm"
     the experts at the TRTLLM-Gen MoE fit where the profile has one (trtllm_gen_moe); with ``untuned_moe`` (no
@@ -37,9 +38,7 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     ``w4a16_ceiling`` not its weight-only 4-bit MoE fit (Marlin's: the MXFP4 experts run another kernel); the same object
     where the profile has none or the engine runs the sweep's rate, so step caches keep hitting."""
     device = cluster.device
-    renames = {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: EXPERT_GEMM_CLASS} \
-        if nvfp4_gemm_fit == "linear" else {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm",
-                                             f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": EXPERT_GEMM_CLASS}
+    renames = _renames(nvfp4_gemm_fit)
     formats = {"nvfp4": "nvfp4", "fp8_block": "fp8"} if fp8_block else {"nvfp4": "nvfp4"}
     serving = {(renames[op_class], formats[dtype]): fit for (op_class, dtype), fit in device.compute.items()
                if op_class in renames and dtype in formats}
@@ -59,6 +58,15 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
+
+
+def _renames(nvfp4_gemm_fit: str) -> dict[str, str]:
+    """The device fits that take the GEMM sweep's and the experts' keys under ``nvfp4_gemm_fit``."""
+    if nvfp4_gemm_fit == "linear":
+        return {_SERVING_GEMM_CLASS: "gemm", _SERVING_MOE_GEMM_CLASS: EXPERT_GEMM_CLASS}
+    if nvfp4_gemm_fit == "linear_dense":  # the experts keep the sweep (the fallback in serving_cluster)
+        return {_SERVING_GEMM_CLASS: "gemm"}
+    return {f"{_SERVING_GEMM_CLASS}_{nvfp4_gemm_fit}": "gemm", f"{_SERVING_MOE_GEMM_CLASS}_{nvfp4_gemm_fit}": EXPERT_GEMM_CLASS}
 
 
 def gemm_rate_dtype(device, weight_dtype: str, mxfp4_activation: str) -> str:

@@ -84,10 +84,12 @@ MXFP4_SM90_KERNELS = ("marlin", "triton")
 # square-GEMM sweep (regressions.gemm.nvfp4); "linear", its measurement of the engine's linear layer at
 # serving shapes, activation quantization included (regressions.serving_gemm.nvfp4, TensorRT-LLM's);
 # "vllm" / "sglang", that engine's own linear measured the same way (regressions.serving_gemm_vllm.nvfp4,
-# serving_gemm_sglang.nvfp4) and MoE layer (serving_moe_gemm_<engine>.nvfp4).
+# serving_gemm_sglang.nvfp4) and MoE layer (serving_moe_gemm_<engine>.nvfp4); "linear_dense", TensorRT-LLM's
+# linear fit for the dense linear layers only, the MoE experts keeping the sweep (a TensorRT engine built with
+# gemm_plugin nvfp4: the plugin runs FP4Linear / FP4RowLinear, the MoE layer its own MixtureOfExperts plugin).
 # The same choice picks the engine's block-scale FP8 fits (.fp8_block) for a block-scaled FP8 checkpoint
 # (ModelSpec.fp8_block_scaled) where the device has them (H100, H200); "sweep" keeps the per-tensor fit.
-NVFP4_GEMM_FITS = ("sweep", "linear", "vllm", "sglang")
+NVFP4_GEMM_FITS = ("sweep", "linear", "linear_dense", "vllm", "sglang")
 # The kernel a block-FP8 checkpoint's linears run where it is not the one the engine's fits measure ("": that
 # one): "flashinfer", FlashInfer's groupwise FP8 GEMM (SGLang on SM100 with DeepGEMM off; cost/flashinfer_fp8_block.py,
 # set from the row's launch environment by calibrate/serving_flags.py deepgemm_flags)
