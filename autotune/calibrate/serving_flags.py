@@ -101,10 +101,14 @@ def stores_no_kv_quantization(hf_model_id: str, precision: str = "") -> bool:
 
 def bf16_kv_flags(engine: ServingEngine, hf_model_id: str, notes: str, precision: str = "") -> dict:
     """A BF16 KV cache where the engine would take the checkpoint's FP8 one ('weights') but the checkpoint stores
-    none (stores_no_kv_quantization) or the notes name a BF16 / FP16 cache; a cache the notes name FP8 stays FP8."""
+    none (stores_no_kv_quantization; TensorRT-LLM serving the named checkpoint) or the notes name a BF16 / FP16
+    cache; a cache the notes name FP8 stays FP8. NVIDIA's MLPerf harness serves its own ModelOpt export, not the
+    named release, and states the cache: deepseek-r1's trtllm_checkpoint_flags kv_cache_dtype 'fp8' over an export
+    whose hf_quant_config.json has kv_cache_quant_algo null (mlcommons/inference_results_v5.1 @965182b03376
+    closed/NVIDIA/configs/B200-SXM-180GBx8/Offline/deepseek-r1.py, code/deepseek-r1/tensorrt/hf_quant_config.json)."""
     if engine.kv_cache_dtype != "weights" or re.search(_FP8_KV, notes, flags=re.IGNORECASE):
         return {}
-    bare = stores_no_kv_quantization(hf_model_id, precision)
+    bare = engine.engine == "tensorrt-llm" and stores_no_kv_quantization(hf_model_id, precision)
     return {"kv_cache_dtype": "auto"} if bare or re.search(_BF16_KV, notes, flags=re.IGNORECASE) else {}
 
 
