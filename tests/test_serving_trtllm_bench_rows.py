@@ -79,3 +79,11 @@ def test_the_mlperf_harness_states_its_cache_whatever_the_release_named():
         assert bf16_kv_flags(load_runtime(preset).serving, "deepseek-ai/DeepSeek-R1", "", "fp8") == {}
     assert bf16_kv_flags(load_runtime("tensorrt-llm-1.0").serving, "deepseek-ai/DeepSeek-R1", "", "fp8") == \
         {"kv_cache_dtype": "auto"}
+
+
+def test_deepseek_r1_distillations_are_not_the_block_fp8_release():
+    # deepseek-ai/DeepSeek-R1-Distill-* are BF16 Llama / Qwen checkpoints; TensorRT-LLM 0.17's FP8 build quantizes
+    # them with an FP8 cache ('the KV cache will automatically be set to FP8 as well'), not the R1 release's none
+    engine = load_runtime("tensorrt-llm-0.17").serving
+    assert bf16_kv_flags(engine, "deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "--quantization FP8", "fp8") == {}
+    assert bf16_kv_flags(engine, "deepseek-ai/DeepSeek-R1-0528", "", "fp8") == {"kv_cache_dtype": "auto"}

@@ -95,7 +95,10 @@ def stores_no_kv_quantization(hf_model_id: str, precision: str = "") -> bool:
     """Whether the checkpoint ``hf_model_id`` names, served as released (``precision`` not FP4), has no KV cache
     quantization (_BF16_KV_CHECKPOINTS, the makers' block-FP8 releases)."""
     name = hf_model_id.strip().lower()
-    released = (name.startswith(_BLOCK_FP8_RELEASES) or block_scaled_fp8(name)) and "fp4" not in precision.lower()
+    # DeepSeek's R1 distillations (deepseek-ai/DeepSeek-R1-Distill-*) are BF16 Llama / Qwen releases, not block FP8:
+    # served at FP8 they are someone's quantization, whose KV cache that quantization sets
+    maker = name.startswith(_BLOCK_FP8_RELEASES) and "-distill-" not in name
+    released = (maker or block_scaled_fp8(name)) and "fp4" not in precision.lower()
     return name in _BF16_KV_CHECKPOINTS or released
 
 
