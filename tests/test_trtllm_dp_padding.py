@@ -20,7 +20,7 @@ ROWS = "tests/data/trtllm_pytorch_versions_check.csv"
 
 @pytest.mark.parametrize("name, dtype, backend, engine, dp, tp, version, pads", [
     ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", True, 8, "0.20.0", True),  # Llama4MoE: always
-    ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", True, 8, "1.0.0", True),
+    ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", True, 8, "1.0.0", False),  # use_dp_padding=False
     ("deepseek-v3", "fp8", "", "tensorrt-llm", True, 8, "0.21.0", False),  # block-FP8 CUTLASS: own counts
     ("deepseek-v3", "nvfp4", "", "tensorrt-llm", True, 8, "0.21.0", True),  # NVFP4: padded
     ("deepseek-v3", "fp8", "trtllm", "tensorrt-llm", True, 8, "0.19.0", True),  # TRTLLM-Gen experts: padded
@@ -64,9 +64,12 @@ def test_decode_only_steps_do_not_move():
     assert _step(True).gpu_s(**kwargs) == _step(False).gpu_s(**kwargs)
 
 
-def test_the_maverick_dep_row_prices_padded():
+def test_the_maverick_dep_row_prices_padded_before_1_0_only():
     row = {r["id"]: r for r in csv.DictReader(open(ROWS, encoding="utf-8"))}["trt1x-011"]
-    dep = case_from_row(row).deployment
+    dep = case_from_row(row).deployment  # the 1.x revision: unpadded
+    assert not replica_step_model(dep, max_tokens=16384, max_sampled=1024).dp_padded_moe
+    engine = dep.runtime.serving.with_changes(version="0.21.0")
+    dep = replace(dep, runtime=dep.runtime.with_changes(serving=engine))
     step = replica_step_model(dep, max_tokens=16384, max_sampled=1024)
     assert step.dp_padded_moe
     even = dict(decodes=800, context=0.0, prefill_tokens=1000, pairs=0.0, sampled=801)
