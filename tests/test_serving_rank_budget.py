@@ -41,3 +41,22 @@ def test_chunked_prefill_and_single_rank_keep_the_pooled_budget():
 def test_an_idle_replica_never_stalls_on_a_prompt_longer_than_a_rank():
     assert mixed_budget(_sched(8), 0, iter([5000])) == 16384  # the pooled budget, not 0
     assert mixed_budget(_sched(8), 100, iter([5000])) == 0  # decodes run; the prompt waits for room
+
+
+def test_only_engines_whose_limits_sum_the_ranks_split_the_budget():
+    # TensorRT-LLM's limits are each rank's summed (serving_limits.scheduling_ranks), so its ranks split the
+    # replica's budget; vLLM's data-parallel ranks each hold the whole --max-num-batched-tokens (one scheduler's
+    # limits), so even without chunked prefill its budget must not be divided by the ranks
+    import csv
+    from dataclasses import replace
+
+    from autotune.calibrate.serving_rows import case_from_row
+    from autotune.cost.serving_eval import _budget_ranks
+    from autotune.spec.runtime import load_runtime
+
+    rows = {r["id"]: r for r in csv.DictReader(open("tests/data/trtllm_pytorch_versions_check.csv", encoding="utf-8"))}
+    dep = case_from_row(rows["trt1x-009"]).deployment
+    assert dep.attention_dp and _budget_ranks(dep, dep.tp) == dep.tp
+    vllm = load_runtime("vllm")
+    vllm = vllm.with_changes(serving=vllm.serving.with_changes(chunked_prefill=False))
+    assert _budget_ranks(replace(dep, runtime=vllm), dep.tp) == 1

@@ -70,3 +70,20 @@ def test_mlperf_harness_requantized_deepseek_keeps_its_fp8_cache():
     rows = {r["id"]: r for r in csv.DictReader(path.open())}
     case = case_from_row(rows["mlp51-022"])
     assert case.deployment.runtime.serving.kv_cache_dtype != "auto"
+
+
+def test_the_mlperf_harness_states_its_cache_whatever_the_release_named():
+    # the harness serves its own ModelOpt export with trtllm_checkpoint_flags kv_cache_dtype 'fp8' (v5.1
+    # deepseek-r1 configs), so even an FP8 row naming a maker's block-FP8 release keeps the FP8 cache there
+    for preset in ("mlperf-nvidia-5.0", "mlperf-nvidia-5.1"):
+        assert bf16_kv_flags(load_runtime(preset).serving, "deepseek-ai/DeepSeek-R1", "", "fp8") == {}
+    assert bf16_kv_flags(load_runtime("tensorrt-llm-1.0").serving, "deepseek-ai/DeepSeek-R1", "", "fp8") == \
+        {"kv_cache_dtype": "auto"}
+
+
+def test_deepseek_r1_distillations_are_not_the_block_fp8_release():
+    # deepseek-ai/DeepSeek-R1-Distill-* are BF16 Llama / Qwen checkpoints; TensorRT-LLM 0.17's FP8 build quantizes
+    # them with an FP8 cache ('the KV cache will automatically be set to FP8 as well'), not the R1 release's none
+    engine = load_runtime("tensorrt-llm-0.17").serving
+    assert bf16_kv_flags(engine, "deepseek-ai/DeepSeek-R1-Distill-Llama-70B", "--quantization FP8", "fp8") == {}
+    assert bf16_kv_flags(engine, "deepseek-ai/DeepSeek-R1-0528", "", "fp8") == {"kv_cache_dtype": "auto"}

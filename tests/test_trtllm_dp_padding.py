@@ -18,17 +18,30 @@ from autotune.spec.presets import load_preset
 ROWS = "tests/data/trtllm_pytorch_versions_check.csv"
 
 
-@pytest.mark.parametrize("name, dtype, backend, engine, dp, tp, pads", [
-    ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", True, 8, True),  # Llama4MoE: always
-    ("deepseek-v3", "fp8", "", "tensorrt-llm", True, 8, False),  # block-FP8 CUTLASS: own counts
-    ("deepseek-v3", "nvfp4", "", "tensorrt-llm", True, 8, True),  # NVFP4: padded
-    ("deepseek-v3", "fp8", "trtllm", "tensorrt-llm", True, 8, True),  # TRTLLM-Gen experts: padded
-    ("qwen3-235b-a22b", "fp8", "", "tensorrt-llm", True, 8, False),
-    ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", False, 8, False),  # no attention DP
-    ("llama4-maverick-17b-128e", "fp8", "", "sglang", True, 8, False),  # another engine
+@pytest.mark.parametrize("name, dtype, backend, engine, dp, tp, version, pads", [
+    ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", True, 8, "0.20.0", True),  # Llama4MoE: always
+    ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", True, 8, "1.0.0", False),  # use_dp_padding=False
+    ("deepseek-v3", "fp8", "", "tensorrt-llm", True, 8, "0.21.0", False),  # block-FP8 CUTLASS: own counts
+    ("deepseek-v3", "nvfp4", "", "tensorrt-llm", True, 8, "0.21.0", True),  # NVFP4: padded
+    ("deepseek-v3", "fp8", "trtllm", "tensorrt-llm", True, 8, "0.19.0", True),  # TRTLLM-Gen experts: padded
+    ("qwen3-235b-a22b", "fp8", "", "tensorrt-llm", True, 8, "0.21.0", False),
+    ("qwen3-235b-a22b", "nvfp4", "", "tensorrt-llm", True, 8, "0.21.0", True),
+    # PR #6064 (2025-07-18, before 1.0.0rc5) removed DeepSeek-V3 / Qwen3-MoE's padding off SM120
+    ("deepseek-v3", "nvfp4", "", "tensorrt-llm", True, 8, "1.0.0", False),
+    ("deepseek-v3", "fp8", "trtllm", "tensorrt-llm", True, 8, "1.2.0rc2", False),
+    ("qwen3-235b-a22b", "nvfp4", "", "tensorrt-llm", True, 8, "", False),  # no number: the newest
+    ("llama4-maverick-17b-128e", "fp8", "", "tensorrt-llm", False, 8, "0.20.0", False),  # no attention DP
+    ("llama4-maverick-17b-128e", "fp8", "", "sglang", True, 8, "0.5.6", False),  # another engine
 ])
-def test_which_moe_blocks_pad(name, dtype, backend, engine, dp, tp, pads):
-    assert pads_dp_moe(engine, load_preset(name), dtype, backend, dp, tp) is pads
+def test_which_moe_blocks_pad(name, dtype, backend, engine, dp, tp, version, pads):
+    assert pads_dp_moe(engine, load_preset(name), dtype, backend, dp, tp, version) is pads
+
+
+def test_the_1_0_deepseek_nvfp4_dep_rows_price_unpadded():
+    rows = csv.DictReader(open("tests/data/trtllm_1_0_perf_overview.csv", encoding="utf-8"))
+    deps = [d for d in (case_from_row(r).deployment for r in rows if "DeepSeek" in r["model"]) if d.attention_dp]
+    assert deps, "the 1.0 page has DeepSeek-R1 NVFP4 attention-DP rows"
+    assert not any(replica_step_model(d, max_tokens=8192, max_sampled=512).dp_padded_moe for d in deps)
 
 
 def _step(padded: bool) -> StepModel:
@@ -51,9 +64,12 @@ def test_decode_only_steps_do_not_move():
     assert _step(True).gpu_s(**kwargs) == _step(False).gpu_s(**kwargs)
 
 
-def test_the_maverick_dep_row_prices_padded():
+def test_the_maverick_dep_row_prices_padded_before_1_0_only():
     row = {r["id"]: r for r in csv.DictReader(open(ROWS, encoding="utf-8"))}["trt1x-011"]
-    dep = case_from_row(row).deployment
+    dep = case_from_row(row).deployment  # the 1.x revision: unpadded
+    assert not replica_step_model(dep, max_tokens=16384, max_sampled=1024).dp_padded_moe
+    engine = dep.runtime.serving.with_changes(version="0.21.0")
+    dep = replace(dep, runtime=dep.runtime.with_changes(serving=engine))
     step = replica_step_model(dep, max_tokens=16384, max_sampled=1024)
     assert step.dp_padded_moe
     even = dict(decodes=800, context=0.0, prefill_tokens=1000, pairs=0.0, sampled=801)

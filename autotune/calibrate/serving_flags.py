@@ -95,16 +95,23 @@ def stores_no_kv_quantization(hf_model_id: str, precision: str = "") -> bool:
     """Whether the checkpoint ``hf_model_id`` names, served as released (``precision`` not FP4), has no KV cache
     quantization (_BF16_KV_CHECKPOINTS, the makers' block-FP8 releases)."""
     name = hf_model_id.strip().lower()
-    released = (name.startswith(_BLOCK_FP8_RELEASES) or block_scaled_fp8(name)) and "fp4" not in precision.lower()
+    # DeepSeek's R1 distillations (deepseek-ai/DeepSeek-R1-Distill-*) are BF16 Llama / Qwen releases, not block FP8:
+    # served at FP8 they are someone's quantization, whose KV cache that quantization sets
+    maker = name.startswith(_BLOCK_FP8_RELEASES) and "-distill-" not in name
+    released = (maker or block_scaled_fp8(name)) and "fp4" not in precision.lower()
     return name in _BF16_KV_CHECKPOINTS or released
 
 
 def bf16_kv_flags(engine: ServingEngine, hf_model_id: str, notes: str, precision: str = "") -> dict:
     """A BF16 KV cache where the engine would take the checkpoint's FP8 one ('weights') but the checkpoint stores
-    none (stores_no_kv_quantization) or the notes name a BF16 / FP16 cache; a cache the notes name FP8 stays FP8."""
+    none (stores_no_kv_quantization; TensorRT-LLM serving the named checkpoint) or the notes name a BF16 / FP16
+    cache; a cache the notes name FP8 stays FP8. NVIDIA's MLPerf harness serves its own ModelOpt export, not the
+    named release, and states the cache: deepseek-r1's trtllm_checkpoint_flags kv_cache_dtype 'fp8' over an export
+    whose hf_quant_config.json has kv_cache_quant_algo null (mlcommons/inference_results_v5.1 @965182b03376
+    closed/NVIDIA/configs/B200-SXM-180GBx8/Offline/deepseek-r1.py, code/deepseek-r1/tensorrt/hf_quant_config.json)."""
     if engine.kv_cache_dtype != "weights" or re.search(_FP8_KV, notes, flags=re.IGNORECASE):
         return {}
-    bare = stores_no_kv_quantization(hf_model_id, precision)
+    bare = engine.engine == "tensorrt-llm" and stores_no_kv_quantization(hf_model_id, precision)
     return {"kv_cache_dtype": "auto"} if bare or re.search(_BF16_KV, notes, flags=re.IGNORECASE) else {}
 
 

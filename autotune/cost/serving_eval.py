@@ -16,7 +16,7 @@ from autotune.cost.runtime_kernels import gpu_generation, gpu_keys, runtime_clus
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
 from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
-from autotune.cost.serving_limits import EngineLimits, engine_limits
+from autotune.cost.serving_limits import EngineLimits, engine_limits, scheduling_ranks
 from autotune.cost.serving_loop import shared_loop_of, simulate_shared_loop
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
@@ -326,6 +326,13 @@ def replica_limits(dep: ServingDeployment, load: Load):
     return limits
 
 
+def _budget_ranks(dep: ServingDeployment, dp_ranks: int) -> int:
+    """The ranks whose own token budgets split the replica's (serving_rank_budget.py): the step's DP ranks where
+    the limits are each rank's summed (serving_limits.scheduling_ranks: TensorRT-LLM and NVIDIA's MLPerf harness),
+    else 1 (one scheduler holds the budget)."""
+    return dp_ranks if scheduling_ranks(dep.runtime.serving, dep.tp, dep.attention_dp) > 1 else 1
+
+
 def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
     """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
     engine = dep.runtime.serving
@@ -353,7 +360,8 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                         decode_graph_max_batch=engine.decode_cuda_graph_max_batch, reserve=output_reserve(engine),
                         decode_graph_sizes=graph_sizes(engine.decode_graph_batch_sizes,
                                                        min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
-                        adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=step.dp_ranks, **_window_release(dep))
+                        adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=_budget_ranks(dep, step.dp_ranks),
+                        **_window_release(dep))
     trace = _client_trace(engine, requests_for(load), schedule, step)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)
 

@@ -23,7 +23,7 @@ from autotune.spec.model import ModelSpec
 from autotune.spec.serving_engine import VLLM_V1_RELEASE, ServingEngine, release_number
 
 __all__ = ["EngineLimits", "engine_limits", "bench_param_count", "bench_head_size", "trtllm_bench_setting", "vllm_device_defaults", "activation_bytes_per_token",
-           "vllm_profile_peak_bytes", "trtllm_profile_peak_bytes",
+           "scheduling_ranks", "vllm_profile_peak_bytes", "trtllm_profile_peak_bytes",
            "sglang_max_running"]
 
 _GIB = 2.0**30
@@ -200,7 +200,7 @@ def sglang_max_running(kv_tokens: int, context_len: int) -> int:
     return max(1, min(kv_tokens // 2, pool - 1))
 
 
-def _scheduling_ranks(engine: ServingEngine, tp: int, attention_dp: bool) -> int:
+def scheduling_ranks(engine: ServingEngine, tp: int, attention_dp: bool) -> int:
     """Schedulers a replica runs, each under the engine's batch and token limits. TensorRT-LLM's
     PyTorch backend under enable_attention_dp: every rank's PyExecutor schedules its own active
     requests up to max_batch_size and max_num_tokens, and rank 0 admits up to ``tp_size x
@@ -254,7 +254,7 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
     else:
         activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
     kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
-    ranks = _scheduling_ranks(engine, tp, attention_dp)
+    ranks = scheduling_ranks(engine, tp, attention_dp)
     seqs, tokens = seqs * ranks, tokens * ranks
     require(kv_bytes > 0, "gpus", f"{model.name}'s weights ({weight_bytes_per_gpu / _GIB:.1f} GiB per GPU at tp={tp}) "
             f"leave no KV cache on {cluster.device.name} under {engine.engine} {engine.version}'s memory rule ({note})")
