@@ -114,6 +114,16 @@ def _zero(text: str) -> str:
     return match.group(1)
 
 
+def _check_seconds(text: str) -> None:
+    """An iter_s cell is a positive number of seconds."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"iter_s: {text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise ValueError(f"iter_s: {text!r} is not a positive number of seconds")
+
+
 def _checked(row: dict[str, str], required: tuple[str, ...], known_gpus: tuple[str, ...]) -> dict[str, str]:
     cells = {key: (value or "").strip() for key, value in row.items() if key is not None}
     for column in required:
@@ -123,12 +133,7 @@ def _checked(row: dict[str, str], required: tuple[str, ...], known_gpus: tuple[s
         if cells.get(column):
             cells[column] = _whole(column, cells[column])
     if cells.get("iter_s"):
-        try:
-            seconds = float(cells["iter_s"])
-        except ValueError:
-            raise ValueError(f"iter_s: {cells['iter_s']!r} is not a number of seconds") from None
-        if not seconds > 0:
-            raise ValueError(f"iter_s: {cells['iter_s']!r} is not a positive number of seconds")
+        _check_seconds(cells["iter_s"])
     gpu = canonical_gpu(cells["gpu"], known_gpus)
     if gpu is None:
         raise ValueError(f"gpu: no preset for {cells['gpu']!r} (known: {', '.join(known_gpus)}; an A100 "

@@ -8,6 +8,8 @@ from typing import Any
 
 from autotune.cli.common import count, fmt_bytes, fmt_s, positive_int, print_json
 
+__all__ = ["register", "run"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -128,14 +130,10 @@ def run(args: argparse.Namespace) -> int:
     from autotune.cli.common import require_torch
 
     require_torch("benchmark")
-    from autotune.errors import AutotuneError, require, require_choice
+    from autotune.errors import AutotuneError
     from autotune.spec.presets import default_training_shape, resolve_model
-    from autotune.spec.workload import DTYPES
 
-    require_choice("dtype", args.dtype, DTYPES)
-    require(args.warmup >= 0, "--warmup", "must be >= 0")
-    require(args.clock == "wall" or (args.device == "cpu" and args.threads == 1), "--clock",
-            "cpu times one CPU thread; use wall with --threads > 1 or on CUDA")
+    _check_options(args)
     spec = resolve_model(args.model)  # before torch loads: a bad model is refused at once
     seq_len = args.seq_len or default_training_shape(spec)[1]
     if args.device.startswith("cuda"):
@@ -160,11 +158,27 @@ def run(args: argparse.Namespace) -> int:
         "forward_backward": timing(result.forward_backward, fwd_s + bwd_s) if result.forward_backward else None,
         "peak_memory_bytes": result.peak_memory_bytes, "persistent_bytes": result.persistent_bytes,
     }
+    _print(args, data, seq_len)
+    return 0
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """The dtype, warm-up and clock flags, before the model is read."""
+    from autotune.errors import require, require_choice
+    from autotune.spec.workload import DTYPES
+
+    require_choice("dtype", args.dtype, DTYPES)
+    require(args.warmup >= 0, "--warmup", "must be >= 0")
+    require(args.clock == "wall" or (args.device == "cpu" and args.threads == 1), "--clock",
+            "cpu times one CPU thread; use wall with --threads > 1 or on CUDA")
+
+
+def _print(args: argparse.Namespace, data: dict[str, Any], seq_len: int) -> None:
+    """The measured and predicted times as JSON (--json) or as a header line and a table."""
     if args.json:
         print_json(data)
-        return 0
-    print(f"benchmark {spec.name} on {args.device} ({args.dtype}, {args.batch} x {seq_len} tokens, {args.threads} "
+        return
+    print(f"benchmark {data['model']} on {args.device} ({args.dtype}, {args.batch} x {seq_len} tokens, {args.threads} "
           f"thread(s); {args.warmup} warm-up, {args.steps} measured steps, {args.clock} clock); predicted on "
-          f"{device.name}")
+          f"{data['predicted_on']}")
     print("\n".join(_rows(data)))
-    return 0

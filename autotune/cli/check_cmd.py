@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+__all__ = ["register", "run"]
+
 SHIPPED = ("published_runs.csv", "modern_runs.csv", "added_runs.csv")
 
 
@@ -46,11 +48,7 @@ def _assumptions() -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from autotune.calibrate.published import check_published
     from autotune.calibrate.serving_published import is_serving_csv
-    from autotune.calibrate.regimes import errors_by_regime, overall_error
-    from autotune.cli.common import print_json
-    from autotune.errors import AutotuneError
 
     if args.assumptions:
         _assumptions()
@@ -59,6 +57,18 @@ def run(args: argparse.Namespace) -> int:
     paths = args.runs or ([data / "serving_runs.csv"] if args.serving else [data / name for name in SHIPPED])
     if any(is_serving_csv(p) for p in paths):
         return _run_serving(args, paths)
+    return _run_training(args, paths)
+
+
+def _run_training(args: argparse.Namespace, paths: list) -> int:
+    """Training CSVs: each row's predicted step time against its published one, by regime and file."""
+    from pathlib import Path
+
+    from autotune.calibrate.published import check_published
+    from autotune.calibrate.regimes import errors_by_regime, overall_error
+    from autotune.cli.common import print_json
+    from autotune.errors import AutotuneError
+
     checks, skipped, by_file = [], [], {}
     for path in paths:
         got, left = check_published(path)
@@ -79,12 +89,19 @@ def run(args: argparse.Namespace) -> int:
                     "not_expressible": [vars(s) for s in skipped],
                     "mean_abs_error": total.mean_abs_error, "max_abs_error": total.worst_abs_error})
         return 0
-    if args.runs_detail:
+    _print_training(checks, skipped, regimes + groups + [total], detail=args.runs_detail)
+    return 0
+
+
+def _print_training(checks: list, skipped: list, summaries: list, *, detail: bool) -> None:
+    """The training check as text: each row with ``detail``, then each regime's, group's and (last)
+    the overall error, and the rows that could not be expressed."""
+    if detail:
         print(f"{'run':15s} {'published':>10s} {'predicted':>10s} {'error':>8s}")
         for c in checks:
             print(f"{c.run.run_id:15s} {c.run.iter_s:10.3f} {c.estimate.step_time_s:10.3f} {100 * c.error:+7.1f}%")
     print(f"{'regime (device | arch | precision | framework)':58s} {'n':>3s} {'mean':>7s} {'bias':>7s} {'worst':>7s}")
-    for r in regimes + groups + [total]:
+    for r in summaries:
         print(f"{r.regime:58s} {r.num_runs:3d} {100 * r.mean_abs_error:6.1f}% {100 * r.mean_signed_error:+6.1f}% "
               f"{100 * r.worst_abs_error:6.1f}% ({r.worst_run})")
     if skipped:
@@ -94,9 +111,9 @@ def run(args: argparse.Namespace) -> int:
             reasons.setdefault(s.reason, []).append(s.run_id)
         for reason, ids in reasons.items():
             print(f"  {len(ids):3d}  {reason} ({', '.join(ids[:4])}{', ...' if len(ids) > 4 else ''})")
+    total = summaries[-1]
     print(f"mean absolute error {100 * total.mean_abs_error:.1f}%, worst {100 * total.worst_abs_error:.1f}% "
           f"({total.num_runs} rows)")
-    return 0
 
 
 def _run_serving(args: argparse.Namespace, paths: list) -> int:

@@ -8,6 +8,8 @@ from autotune.cli.common import add_workload_args, print_json, resolve_dtype
 from autotune.cli.evaluate_cmd import add_runtime_args, runtime_from_args
 from autotune.spec.resolve import DEFAULT_CLUSTER
 
+__all__ = ["register", "run"]
+
 EXAMPLES = """examples:
   autotune curve --model large --gpus 1,2,4,8,16,32,64,128,256,512
   autotune curve --model gpt3-13b --gpus 8,16,32,64,128 --cluster dgx-a100-80gb --global-batch 1024 --json

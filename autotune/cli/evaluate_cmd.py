@@ -8,6 +8,9 @@ from autotune.cli.common import (add_degree_args, add_model_args, add_workload_a
                                  parser_defaults, positive_int, print_json, refuse_given)
 from autotune.spec.workload import MAX_IMBALANCE, MAX_TARGET_S
 
+__all__ = ["register", "run", "add_inference_args", "add_moe_args", "add_runtime_args", "check_workload_flags",
+           "refuse_idle_flags", "runtime_from_args", "workload_from_args"]
+
 MAX_TARGET_MS = MAX_TARGET_S * 1e3
 _TARGET_WHY = "a service target of more than an hour is none"
 _IMBALANCE_WHY = "0: model it; else the busiest expert-parallel rank's load over the mean, at most the ranks"
@@ -226,7 +229,7 @@ def add_memory_args(parser: argparse.ArgumentParser) -> None:
                         help="tokens per tile through a cache group")
 
 
-def _workload(args: argparse.Namespace, model: object, runtime, base=None) -> object:
+def workload_from_args(args: argparse.Namespace, model: object, runtime, base=None) -> object:
     """The step the flags describe; attention as the runtime runs it unless --attention says. A
     field a flag does not give is ``base``'s (a plan file's workload of the same kind) if any."""
     from autotune.spec.resolve import inference_workload, training_workload
@@ -321,7 +324,7 @@ def _inputs(args: argparse.Namespace, plan_file) -> tuple[object, object, object
     require_choice("--workload", args.workload, ("train", "prefill", "decode", "serve"))
     check_workload_flags(args, DEFAULTS)
     runtime = runtime_from_args(args, base=file.runtime if file is not None else None)
-    workload = base if "workload" in taken else _workload(args, model, runtime, base=base)
+    workload = base if "workload" in taken else workload_from_args(args, model, runtime, base=base)
     require(file is None or file.workload is not None or given("model"), "plan",
             "this plan file records no model or workload; give --model and the workload flags")
     return model, workload, runtime, taken

@@ -7,6 +7,8 @@ import sys
 
 from autotune.cli.common import print_json
 
+__all__ = ["register", "run", "FORMATS"]
+
 FORMATS = ("megatron", "torchtitan", "torchtitan-0.2", "deepspeed")  # autotune.outputs.export.FORMATS, without importing it
 
 EXAMPLES = """examples:

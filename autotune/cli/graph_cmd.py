@@ -9,6 +9,8 @@ from typing import Any
 
 from autotune.cli.common import count, fmt_s, print_json
 
+__all__ = ["register", "run"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(

@@ -7,6 +7,8 @@ import sys
 
 from autotune.cli.common import positive_int
 
+__all__ = ["register", "run"]
+
 
 def _sizes(text: str) -> tuple[int, ...]:
     try:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+__all__ = ["run_cxl_lora", "STANDALONE_RUNNERS", "STANDALONE_READS"]
+
 
 def run_cxl_lora(args: argparse.Namespace) -> int:
     """Optuna under constraints (``--method optuna``, checked against exhaustive enumeration when

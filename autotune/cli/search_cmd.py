@@ -10,6 +10,8 @@ from autotune.cli.common import add_model_args, add_workload_args, parser_defaul
 from autotune.cli.evaluate_cmd import add_inference_args, add_moe_args, add_runtime_args
 from autotune.cli.export_cmd import FORMATS
 
+__all__ = ["register", "run"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -77,44 +79,16 @@ def _check_resume(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from autotune.cli.scenario_search import STANDALONE_RUNNERS
-    from autotune.errors import AutotuneError, require, require_choice
     from autotune.search.space import load_space
 
     from autotune.cli.search_serving import is_engine_search, run_engine_search
 
     if is_engine_search(args):  # a serving engine's plan is its launch settings
         return run_engine_search(args)
-    if args.resume:
-        _check_resume(args)
-    else:
-        from autotune.spec.arguments import seed_arg
-
-        seed_arg("seed", args.seed)  # the standalone scenarios seed Optuna with it too
-        from autotune.cli.evaluate_cmd import check_workload_flags
-
-        require_choice("workload", args.workload, ("train", "prefill", "decode", "serve"))
-        check_workload_flags(args, _DEFAULTS)
+    _check_request(args)
     scenario = None if args.resume or args.space is None else STANDALONE_RUNNERS.get(load_space(args.space).kind)
-    require(scenario is not None or not args.set, "set",
-            f"--set overrides a parameter of a standalone space (e.g. --space cxl-lora); space {args.space!r} "
-            "takes none: copy its TOML file, edit it and pass --space FILE.toml")
-    if args.export and not args.resume and (scenario or args.no_run_dir or args.storage):
-        raise AutotuneError("export", "--export writes into the run directory, so not with --no-run-dir, --storage "
-                                      "or a standalone scenario space; run autotune export on a plan file instead")
-    if not args.resume and (args.no_run_dir or args.storage):
-        from autotune.cli.common import refuse_given
-
-        made = f"with {'--no-run-dir' if args.no_run_dir else '--storage'} none is made"
-        refuse_given(args, _DEFAULTS, ("runs_dir",), f"names where run directories go, and {made}")
-        require(args.plots in (_DEFAULTS["plots"], "none"), "plots",
-                f"--plots {args.plots} draws a run directory's plots, and {made}; drop it")
+    _check_outputs(args, scenario)
     if scenario is not None:
-        from autotune.cli.common import refuse_given
-        from autotune.cli.scenario_search import STANDALONE_READS
-
-        refuse_given(args, _DEFAULTS, tuple(d for d in _DEFAULTS if d not in STANDALONE_READS),
-                     f"changes nothing for the standalone space {args.space!r} (it reads only "
-                     f"{', '.join('--' + d for d in STANDALONE_READS)})")
         return scenario(args)
     from autotune.search import api as search_api
 
@@ -125,6 +99,46 @@ def run(args: argparse.Namespace) -> int:
     exported = _export(args.export, result.run_dir) if args.export and result.run_dir else None
     code = _print(args, result, exported, searched)
     return 1 if exported and exported["path"] is None else code
+
+
+def _check_request(args: argparse.Namespace) -> None:
+    """--resume takes no problem flags; a new search's seed, workload and its flags are checked."""
+    if args.resume:
+        _check_resume(args)
+        return
+    from autotune.errors import require_choice
+    from autotune.spec.arguments import seed_arg
+
+    seed_arg("seed", args.seed)  # the standalone scenarios seed Optuna with it too
+    from autotune.cli.evaluate_cmd import check_workload_flags
+
+    require_choice("workload", args.workload, ("train", "prefill", "decode", "serve"))
+    check_workload_flags(args, _DEFAULTS)
+
+
+def _check_outputs(args: argparse.Namespace, scenario) -> None:
+    """Flags the search would ignore are refused: --set outside a standalone space, --export and
+    --runs-dir / --plots without a run directory, and what a standalone ``scenario`` does not read."""
+    from autotune.cli.common import refuse_given
+    from autotune.errors import AutotuneError, require
+
+    require(scenario is not None or not args.set, "set",
+            f"--set overrides a parameter of a standalone space (e.g. --space cxl-lora); space {args.space!r} "
+            "takes none: copy its TOML file, edit it and pass --space FILE.toml")
+    if args.export and not args.resume and (scenario or args.no_run_dir or args.storage):
+        raise AutotuneError("export", "--export writes into the run directory, so not with --no-run-dir, --storage "
+                                      "or a standalone scenario space; run autotune export on a plan file instead")
+    if not args.resume and (args.no_run_dir or args.storage):
+        made = f"with {'--no-run-dir' if args.no_run_dir else '--storage'} none is made"
+        refuse_given(args, _DEFAULTS, ("runs_dir",), f"names where run directories go, and {made}")
+        require(args.plots in (_DEFAULTS["plots"], "none"), "plots",
+                f"--plots {args.plots} draws a run directory's plots, and {made}; drop it")
+    if scenario is not None:
+        from autotune.cli.scenario_search import STANDALONE_READS
+
+        refuse_given(args, _DEFAULTS, tuple(d for d in _DEFAULTS if d not in STANDALONE_READS),
+                     f"changes nothing for the standalone space {args.space!r} (it reads only "
+                     f"{', '.join('--' + d for d in STANDALONE_READS)})")
 
 
 def _export(fmt: str, run_dir: str) -> dict:
@@ -148,7 +162,7 @@ def _new_search(args: argparse.Namespace, progress, searched: dict):
     """Everything is validated by the library before it makes the run directory (nothing
     half-written; a search stopped before any finished slice leaves nothing behind)."""
     from autotune.search import api as search_api
-    from autotune.cli.evaluate_cmd import _workload, refuse_idle_flags, runtime_from_args
+    from autotune.cli.evaluate_cmd import workload_from_args, refuse_idle_flags, runtime_from_args
     from autotune.errors import require
     from autotune.spec.presets import resolve_model
 
@@ -156,7 +170,7 @@ def _new_search(args: argparse.Namespace, progress, searched: dict):
     require(args.gpus is not None, "gpus", "give --gpus N (or --resume RUN)")
     model = resolve_model(args.model)
     runtime = runtime_from_args(args, export_format=args.export)
-    workload = _workload(args, model, runtime)
+    workload = workload_from_args(args, model, runtime)
     refuse_idle_flags(args, model, workload, runtime)
     require(args.study is None or args.storage is not None, "study", "names a study in --storage; give --storage too "
                                                                      "(a run directory keeps one study of its own)")
@@ -181,7 +195,7 @@ def _plots_status(args: argparse.Namespace, result) -> dict | None:
     --plots none)."""
     from autotune.outputs.search_run import PLOT_FILES
 
-    if not result.run_dir or args.plots == "none" or getattr(result, "extra", {}).get("scenario"):
+    if not result.run_dir or args.plots == "none" or result.extra.get("scenario"):
         return None
     run = Path(result.run_dir)
     if args.plots == "sync":
@@ -236,9 +250,9 @@ def _searched(args: argparse.Namespace, result) -> tuple[object, object]:
         plan_file = read_plan_file(result.run_dir)
         return plan_file.model, plan_file.workload
     if args.model and not args.resume:
-        from autotune.cli.evaluate_cmd import _workload
+        from autotune.cli.evaluate_cmd import workload_from_args
         from autotune.spec.presets import resolve_model
 
         model = resolve_model(args.model)
-        return model, _workload(args, model, result.runtime)
+        return model, workload_from_args(args, model, result.runtime)
     return None, None

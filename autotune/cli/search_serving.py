@@ -21,7 +21,7 @@ def is_engine_search(args: argparse.Namespace) -> bool:
 
 
 def run_engine_search(args: argparse.Namespace) -> int:
-    from autotune.cli.evaluate_cmd import _workload, runtime_from_args
+    from autotune.cli.evaluate_cmd import workload_from_args, runtime_from_args
     from autotune.errors import AutotuneError, require
     from autotune.spec.presets import resolve_model
     from autotune.spec.resolve import resolve_cluster
@@ -32,7 +32,7 @@ def run_engine_search(args: argparse.Namespace) -> int:
     require(args.workload == "serve", "workload", f"--runtime {args.runtime} is a serving engine: give --workload serve")
     require(args.model is not None and args.gpus is not None, "model", "give --model and --gpus")
     model, runtime = resolve_model(args.model), runtime_from_args(args)
-    workload = _workload(args, model, runtime)
+    workload = workload_from_args(args, model, runtime)
     cluster = resolve_cluster(args.cluster, args.profile)
     from autotune.search.serving_engines import best_engine_plan, engine_plans
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 
+__all__ = ["register", "run_show", "run_explain"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     show = subparsers.add_parser("show", help="print a finished search run again")

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from autotune.cli.common import positive_int, print_json
 
+__all__ = ["register", "run"]
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -54,30 +56,15 @@ def run(args: argparse.Namespace) -> int:
     from autotune.cli.common import require_torch
 
     require_torch("validate")
-    from autotune.spec.resolve import resolve_cluster
     from autotune.plan.io import atomic_write_text
     from autotune.validate.report import format_table, report_dict
-    from autotune.validate.runner import ValidateOptions, default_world, read_case, validate_cases
-    from autotune.validate.scale import parse_scale
-
-    from autotune.errors import require
+    from autotune.validate.runner import read_case, validate_cases
 
     inputs = [(path, *read_case(path)) for path in args.plans]
-    require(args.device == "cpu" or args.cluster is not None, "cluster",
-            "with --device cuda, name the cluster to predict with (a preset such as dgx-h100, or a cluster file)")
-    world = args.max_world or default_world(args.device)
-    require(world >= 1, "device", "no CUDA device is visible; use --device cpu")
-    cluster = resolve_cluster(args.cluster or "cpu", args.profile)
-    scale = parse_scale(args.scale, world=world) if args.scale is not None else None
-    from autotune.plan.io import check_output_path
-
-    check_output_path(_report_path(args))  # before any plan runs: its report could not be kept
-    from autotune.spec.runtime import resolve_runtime
-
-    options = ValidateOptions(cluster=cluster, runtime=resolve_runtime(args.runtime), scale=scale, max_world=world, timeout_s=float(args.timeout),
-                              measured_steps=args.steps, backend="nccl" if args.device == "cuda" else "gloo")
-    context = {"runtime": args.runtime, "cluster": cluster.name, "profile": args.profile, "max_world": world, "cpu_count": os.cpu_count(),
-               "scale": args.scale, "load_average_before": os.getloadavg()[0]}
+    options = _options(args)
+    context = {"runtime": args.runtime, "cluster": options.cluster.name, "profile": args.profile,
+               "max_world": options.max_world, "cpu_count": os.cpu_count(), "scale": args.scale,
+               "load_average_before": os.getloadavg()[0]}
     out = _report_path(args)
 
     def write(results: list) -> None:  # after every plan: an interrupted run keeps what finished
@@ -93,3 +80,26 @@ def run(args: argparse.Namespace) -> int:
         print(format_table(results))
         print(f"wrote {out}")
     return 0 if results and all(r.status == "ok" for r in results) else 1
+
+
+def _options(args: argparse.Namespace):
+    """The runs' settings from the flags: the cluster predicted with, the worker count, the scale
+    and the runtime; the report path is checked first (before any plan runs: its report could not
+    be kept)."""
+    from autotune.errors import require
+    from autotune.plan.io import check_output_path
+    from autotune.spec.resolve import resolve_cluster
+    from autotune.spec.runtime import resolve_runtime
+    from autotune.validate.runner import ValidateOptions, default_world
+    from autotune.validate.scale import parse_scale
+
+    require(args.device == "cpu" or args.cluster is not None, "cluster",
+            "with --device cuda, name the cluster to predict with (a preset such as dgx-h100, or a cluster file)")
+    world = args.max_world or default_world(args.device)
+    require(world >= 1, "device", "no CUDA device is visible; use --device cpu")
+    cluster = resolve_cluster(args.cluster or "cpu", args.profile)
+    scale = parse_scale(args.scale, world=world) if args.scale is not None else None
+    check_output_path(_report_path(args))
+    return ValidateOptions(cluster=cluster, runtime=resolve_runtime(args.runtime), scale=scale, max_world=world,
+                           timeout_s=float(args.timeout), measured_steps=args.steps,
+                           backend="nccl" if args.device == "cuda" else "gloo")
