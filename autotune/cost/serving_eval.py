@@ -35,6 +35,7 @@ from autotune.errors import require
 from autotune.spec.hardware import ClusterSpec
 from autotune.spec.model import ModelSpec
 from autotune.spec.runtime import Runtime
+from autotune.spec.serving_engine import release_number
 
 __all__ = ["ServingDeployment", "ServingRun", "run_serving", "replica_limits", "replica_step_model", "replica_gemm_fits", "arrival_draws", "expected_metric",
            "ARRIVAL_DRAWS", "engine_moe_backend"]
@@ -266,7 +267,7 @@ def _adp_all_reduce(dep: ServingDeployment) -> str:
     engine = dep.runtime.serving
     if not dep.attention_dp or engine.engine != "sglang":
         return ""
-    return "always" if tuple(int(p) for p in engine.version.split(".")[:2]) < (0, 5) else "prefill"
+    return "always" if (release_number(engine.version) or ()) < (0, 5) else "prefill"
 
 
 def eager_issue_s(dep: ServingDeployment) -> float:
