@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from autotune.calibrate.serving_published import check_serving_csv, check_serving_rows, summarise
-from autotune.calibrate.serving_rows import _PRECISIONS, RowProblem, case_from_row, engine_runtime
+from autotune.calibrate.serving_names import _PRECISIONS
+from autotune.calibrate.serving_rows import RowProblem, case_from_row, engine_runtime
 from autotune.calibrate.serving_systems import PublishedSystem, _systems
 from autotune.errors import AutotuneError
 from autotune.spec.presets import resolve_model

@@ -22,7 +22,6 @@ from autotune.calibrate.serving_degrees import row_degrees, row_int
 from autotune.calibrate.serving_flags import adp_balance_flags, async_scheduling_flags, attention_backend_flags, \
     bf16_kv_flags, deepgemm_flags, limit_flags, moe_backend_flags, mxfp4_flags, named_mla_kernel_flags, \
     note_number as _number
-from autotune.calibrate.serving_names import _PRECISIONS as _PRECISIONS  # noqa: F401  (the tests read the table)
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
     model_preset, name_precision, nvfp4_out_proj_source, precision_name, served_precision
