@@ -23,6 +23,8 @@ LONGER = {
     ("cost/runtime_kernels.py", "runtime_cluster"): 42,
     ("spec/model.py", "_check_moe"): 41,
     ("search/inter_op.py", "_min_sum"): 41,
+    ("cost/serving_step.py", "step_model"): 44,  # 20 keyword settings and their docstring; the body is 15 lines
+    ("calibrate/serving_rows.py", "case_from_row"): 41,
 }
 
 

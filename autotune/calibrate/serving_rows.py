@@ -42,7 +42,7 @@ from autotune.spec.hardware_data import load_cluster
 from autotune.spec.model import ModelSpec
 from autotune.spec.presets import resolve_model
 from autotune.spec.runtime import Runtime, load_runtime, runtime_names
-from autotune.spec.serving_engine import VLLM_V1_RELEASE, release_number
+from autotune.spec.serving_engine import VLLM_V1_RELEASE, ServingEngine, release_number
 
 __all__ = ["ServingCase", "RowProblem", "case_from_row", "engine_runtime", "COLUMNS", "RATE_REQUESTS",
            "MAX_RATE_REQUESTS", "BENCH_REQUESTS"]
@@ -222,9 +222,20 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     """The engine's preset, with the engine flags the row's notes quote."""
     version = row.get("engine_version", "")
     runtime = engine_runtime(engine_name(row["engine"]), version)
-    engine, notes, changes = runtime.serving, row.get("notes", ""), {}
+    engine, notes = runtime.serving, row.get("notes", "")
     named = () if release_number(version) or not version.strip() else (
         f"{runtime.name} (engine_version {version!r} names no version number: the newest preset)",)
+    changes = _flag_changes(row, engine, version, notes)
+    if changes:
+        runtime = runtime.with_changes(serving=engine.with_changes(**changes))
+        named += tuple(_change_note(k, v) for k, v in changes.items() if k != "memory_fraction_by_tp")
+    runtime, parse_notes = with_template_parse(runtime, row)  # vLLM 0.11.0's per-request chat-template parse
+    return runtime, named + parse_notes
+
+
+def _flag_changes(row: dict, engine: ServingEngine, version: str, notes: str) -> dict:
+    """The serving settings the engine flags quoted in the row's ``notes`` change on ``engine`` (release ``version``)."""
+    changes = {}
     steps = _number(r"--num-scheduler-steps (\d+)", notes)
     if steps:
         changes["scheduler_steps"] = int(steps)
@@ -258,11 +269,7 @@ def _engine(row: dict) -> tuple[Runtime, tuple[str, ...]]:
     # (server_args.py): the host's work runs between the GPU's steps (cost/serving_host.py)
     if re.search(r"--disable-async-output-proc|--disable-overlap-schedule", notes) and engine.host_overlap != "none":
         changes["host_overlap"] = "none"
-    if changes:
-        runtime = runtime.with_changes(serving=engine.with_changes(**changes))
-        named += tuple(_change_note(k, v) for k, v in changes.items() if k != "memory_fraction_by_tp")
-    runtime, parse_notes = with_template_parse(runtime, row)  # vLLM 0.11.0's per-request chat-template parse
-    return runtime, named + parse_notes
+    return changes
 
 
 def _change_note(name: str, value) -> str:
