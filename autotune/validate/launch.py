@@ -161,5 +161,8 @@ def launch(config: RunConfig, *, timeout_s: float) -> LaunchOutcome:
             f"; {problems}" if problems else "")
     elif status == "ok" and (problems or len(results) < config.world_size):
         status, problems = "failed", problems or "a rank ended without a result"
+    elif status == "failed" and not problems:
+        problems = "; ".join(f"rank {rank} exited with code {proc.returncode} after writing its result"
+                             for rank, proc in enumerate(procs) if proc.returncode not in (None, 0))
     return LaunchOutcome(status=status, message=problems, ranks=tuple(results), wall_s=wall_s,
                          external_load_cores=external)
