@@ -16,8 +16,16 @@ usage: python scripts/extract_trtllm_moe.py GPU=PARQUET=ORIGIN[=DTYPE,...] [...]
     aiconfigurator (printed in the table); DTYPE: only these of the file's formats (bfloat16, fp8, fp8_block,
     nvfp4), e.g. h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet, cut with:
     git --git-dir=<aiconfigurator> show 095f58a5:aic-core/src/aiconfigurator_core/systems/data/h200_sxm/moe/trtllm/1.3.0rc20/moe_perf.parquet
+--pool-draws=P1,P2,...: for a GPU argument whose PARQUET is one of these files, each power-law row becomes the
+    median over the listed files of their row at the same kernel, format, shape, moe_tp, moe_ep, exponent and tokens,
+    each file's row first scaled to this file's speed by the median ratio of the two files' balanced rows over all
+    their shared cells of that kernel and format (pool_draws): the collector draws every power-law routing afresh
+    (collector/helper.py sample_power_law: torch.rand, unseeded, one timed run), so one file's power-law rows carry
+    one draw of the busiest rank, and files of one die (B200 and GB200, two releases each) pool their draws. A row
+    no other file holds keeps its time.
 The shipped table: h100 1.3.0rc20 =fp8_block,fp8,bfloat16; h200 1.3.0rc20 =fp8_block,fp8 and 1.3.0rc10 =bfloat16;
-b200 and gb200 1.3.0rc20 =nvfp4,fp8 and 1.3.0rc10 =bfloat16; b300 1.3.0rc10 (every format); gb300 1.3.0rc20 =nvfp4,fp8.
+b200 and gb200 1.3.0rc20 =nvfp4,fp8 and 1.3.0rc10 =bfloat16, with --pool-draws= over b200_sxm's and gb200's
+1.3.0rc10 and 1.3.0rc20 moe_perf.parquet; b300 1.3.0rc10 (every format); gb300 1.3.0rc20 =nvfp4,fp8.
 (needs pandas + pyarrow)
 """
 
@@ -46,10 +54,40 @@ def shape_key(hidden: int, inter: int, experts: int, topk: int, alpha: float) ->
     return f"{hidden}x{inter}x{experts}x{topk}@{alpha}"
 
 
-def rows(gpu: str, path: str, origin: str, dtypes: list[str]) -> list[str]:
+_CELL = ["kernel_source", "moe_dtype", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size",
+         "num_tokens"]
+
+
+def _cells(path: str) -> tuple[pd.DataFrame, pd.Series]:
+    """One file's power-law rows (median ms by cell and distribution) and its balanced rows (by cell)."""
+    d = pd.read_parquet(path)
+    d = d[d.kernel_source.isin(KERNELS)].groupby(_CELL + ["distribution"]).latency.median().reset_index()
+    balanced = d[d.distribution == "balanced"].set_index(_CELL).latency
+    return d[d.distribution.str.startswith("power_law_")].set_index(_CELL + ["distribution"]).latency, balanced
+
+
+def pool_draws(d: pd.DataFrame, path: str, pool: list[str]) -> pd.DataFrame:
+    """``d``'s power-law rows as the median of the ``pool`` files' draws, each file first brought to this file's
+    speed by the median ratio of the two files' balanced rows over every cell of a kernel and format (module doc)."""
+    cells = {p: _cells(p) for p in pool}
+    own_balanced = cells[path][1]
+    scaled = []
+    for law, balanced in cells.values():
+        ratio = (own_balanced / balanced).dropna()
+        speed = ratio.groupby(level=["kernel_source", "moe_dtype"]).median().rename("speed")
+        scaled.append(law.to_frame().join(speed, on=["kernel_source", "moe_dtype"]).eval("latency * speed"))
+    pooled = pd.concat(scaled, axis=1).median(axis=1).rename("pooled")
+    law = d[d.distribution.str.startswith("power_law_")].join(pooled, on=_CELL + ["distribution"])
+    return pd.concat([d[d.distribution == "balanced"], law.assign(latency=law.pooled.fillna(law.latency))[d.columns]])
+
+
+def rows(gpu: str, path: str, origin: str, dtypes: list[str], pool: list[str] | None = None) -> list[str]:
     d = pd.read_parquet(path)
     d = d[d.kernel_source.isin(KERNELS) & d.moe_dtype.isin(dtypes)]
-    out = [f"# {gpu}: {origin}"]
+    if pool and path in pool:
+        d = pool_draws(d, path, pool)
+    out = [f"# {gpu}: {origin}" + (f" (power-law rows: the median of {len(pool)} files' draws)"
+                                   if pool and path in pool else "")]
     for shape, alpha in SHAPES.items():
         s = d[(d.hidden_size == shape[0]) & (d.inter_size == shape[1]) & (d.num_experts == shape[2])
               & (d.topk == shape[3]) & (d.distribution == f"power_law_{alpha}")]
@@ -70,9 +108,10 @@ def main() -> None:
           "\n# collector/trtllm/collect_moe.py; power-law routing at the shape's alpha, the busiest rank's experts):"
           "\n# key GPU.backend.dtype.<hidden>x<inter>x<experts>x<topk>@<alpha>.<moe_tp>x<moe_ep>, value [tokens entering the"
           "\n# layer, ms]. Cut by scripts/extract_trtllm_moe.py; read by autotune/cost/serving_moe_table.py.\n\n[layers]")
-    for arg in sys.argv[1:]:
+    pool = next((a.split("=", 1)[1].split(",") for a in sys.argv[1:] if a.startswith("--pool-draws=")), None)
+    for arg in (a for a in sys.argv[1:] if not a.startswith("--")):
         gpu, path, origin, *only = arg.split("=")
-        print("\n".join(rows(gpu, path, origin, only[0].split(",") if only else list(DTYPES))))
+        print("\n".join(rows(gpu, path, origin, only[0].split(",") if only else list(DTYPES), pool)))
 
 
 if __name__ == "__main__":

@@ -100,3 +100,15 @@ def test_an_mtp_module_in_another_format_drafts_at_its_own_costs():
     extra = spec.draft_tokens * base.linear_s[64] / base.num_layers / spec.acceptance_length
     assert own.gpu_s(**step) - same.gpu_s(**step) == pytest.approx(extra)
     assert own.weight_bytes_per_gpu == same.weight_bytes_per_gpu  # the draft's weights here are base's
+
+
+def test_b200_and_gb200_layers_differ_by_their_hardware_not_their_routing_draws():
+    # one die at 1,000 W and 1,200 W: aiconfigurator's balanced MoE rows put GB200 a few percent ahead, while one
+    # unseeded power-law draw had put its DeepSeek moe_ep 8 layer 1.6-1.9x ahead of B200's (scripts/extract_trtllm_moe.py
+    # --pool-draws takes the median of four draws)
+    layers = _layers()
+    ratios = {key: np.median([dict(zip(*layers["g" + key]))[n] / t for n, t in zip(*layers[key])
+                              if n in dict(zip(*layers["g" + key]))])
+              for key in layers if key.startswith("b200.") and "g" + key in layers}
+    assert len(ratios) > 300
+    assert all(0.85 < r < 1.05 for r in ratios.values()), {k: r for k, r in ratios.items() if not 0.85 < r < 1.05}
