@@ -136,6 +136,10 @@ def test_every_v51_system_value_is_the_one_its_config_line_states():
             if key in ("decode_graph_batch_sizes", "decode_cuda_graph_max_batch", "eager_prefill"):
                 assert _graph_source_agrees(system, key, source), (system.config, key, source)
                 continue
+            if key == "min_query_count":  # a product as the config writes it: 26328 * 8
+                stated = re.search(r"min_query_count = ([\d *]+?) \(", source).group(1)
+                assert system.get(key) == np.prod([int(x) for x in stated.split("*")]), (system.config, stated)
+                continue
             found = re.search(_CONFIG_KEYS[key] + r" = ([\w.']+)", source)
             assert found and re.match(r"(closed/\w+/)?configs/", source), (system.config, key, source)
             value, stated = system.get(key), found.group(1)
@@ -215,3 +219,13 @@ def test_a_system_graph_list_must_rise():
         PublishedSystem(runtime="mlperf-nvidia-5.1", model="deepseek-v3", gpu="B200-SXM-180GB", gpus=8,
                         scenario="server", config="x", values=(("decode_graph_batch_sizes", (256, 128)),),
                         sources=(("decode_graph_batch_sizes", "y"),))
+
+
+def test_a_deepseek_r1_server_run_issues_its_configs_min_query_count():
+    # LoadGen issues max(min_query_count, target_qps x min_duration): 26,328 queries at 5 QPS run 5,248 s on B200,
+    # not the 600 s min_duration's 3,000; the simulation keeps MAX_RATE_REQUESTS of them (the steady state)
+    b200 = case_from_row(_row(_R1, "B200-SXM-180GB", 8, "Server scenario, Poisson arrivals target_qps=5"))
+    assert b200.load.num_requests == 10000 and any("of the run's 26328 requests" in a for a in b200.assumed)
+    # without a published count the run is target_qps x min_duration (Llama 2 70B's GB200 x4 Server: 600 s)
+    llama = case_from_row(_row(_LLAMA2, "GB200-186GB", 4, "Server scenario, target_qps=4")).load
+    assert llama.num_requests == round(4 * 600 / 4)

@@ -23,7 +23,7 @@ __all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
 # "": the entry holds for every scenario; "interactive": MLPerf v5's Server run under tighter TTFT/TPOT limits
 SCENARIOS = ("offline", "server", "interactive", "")
 _COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_output_len", "adp_batching_wait_iters",
-           "adp_timeout_iters", "decode_cuda_graph_max_batch")  # whole numbers >= 1
+           "adp_timeout_iters", "decode_cuda_graph_max_batch", "min_query_count")  # whole numbers >= 1
 # Engine settings a system's config overrides in the row's runtime preset (serving_rows._with_system)
 # (a TensorRT-LLM PyTorch-backend harness: its decode CUDA graphs, their padding sizes, its eager prompt steps)
 ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s",
@@ -32,7 +32,7 @@ ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", 
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
              "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len", "adp_balance",
              "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit", "effective_bits",
-             "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill")
+             "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill", "min_query_count")
 
 
 @dataclass(frozen=True, kw_only=True)
