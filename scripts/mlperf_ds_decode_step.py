@@ -86,8 +86,7 @@ def mean_context(load) -> float:
 def report(row: dict, tput_row: dict, aic: dict[str, Path]) -> list[str]:
     case = case_from_row(row)
     dep, load = case.deployment, case.load
-    instances = dep.gpus // dep.tp if hasattr(dep, "gpus") else 1
-    instances = int(row["gpus"]) // dep.tp
+    instances = int(row["gpus"]) // dep.tp  # attention-DP instances of tp GPUs
     tpot_s = float(row["value"]) * 1e-9
     rate = float(tput_row["value"]) / instances  # an instance's output tokens/s
     decodes = rate * tpot_s
