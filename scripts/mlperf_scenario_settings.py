@@ -3,8 +3,8 @@
 Reads autotune/data/serving_systems.toml (each value with its config source) and prints, for every
 runtime / model / GPU / GPU count with more than one scenario, the settings whose values differ between
 the scenarios, so a reader sees which Server rows are priced with settings of their own. Settings the
-configs differ in that the model has no mechanism for (gemm_allreduce_plugin, CUDA graph lists of the
-PyTorch-backend DeepSeek-R1 engines, vboost, Python GC, Triton frontends) are listed in docs/serving.md
+configs differ in that the model has no mechanism for (gemm_allreduce_plugin, vboost, Python GC, Triton
+frontends) are listed in docs/serving.md
 ("MLPerf Server engines against their Offline ones").
 
 Usage: python scripts/mlperf_scenario_settings.py [--model mixtral-8x7b]

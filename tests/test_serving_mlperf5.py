@@ -106,6 +106,8 @@ def test_every_v51_system_value_is_the_one_its_config_line_states():
     assert len(v51) == 31  # B200 x8, GB200 x4 and x72; GB300 x72 (NVIDIA) and x8 (CoreWeave)
     for system in v51:
         for key, source in system.sources:
+            if key in ("decode_graph_batch_sizes", "decode_cuda_graph_max_batch", "eager_prefill", "min_query_count"):
+                continue  # lists and derived values: test_serving_mlperf51.py checks them against their config lines
             value = system.get(key)
             stated = re.search(r"= ([\w.']+)", source).group(1)
             if key == "rate_run_s":

@@ -17,6 +17,7 @@ from autotune.calibrate.serving_published import check_serving_rows
 from autotune.calibrate.serving_rows import case_from_row, engine_runtime
 from autotune.calibrate.serving_systems import PublishedSystem, _systems
 from autotune.cost import serving_eval
+from autotune.cost.graph_padding import graph_sizes, padded_batch
 from autotune.errors import AutotuneError
 from autotune.cost.serving_load import metric_value
 from autotune.cost.serving_run import Trace
@@ -116,11 +117,29 @@ _CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "ep"
                 "adp_timeout_iters": r"adp_balancing_timeout_iters", "nvfp4_gemm_fit": r"gemm_plugin"}
 
 
+def _graph_source_agrees(system: PublishedSystem, key: str, source: str) -> bool:
+    """A PyTorch-backend (deepseek-r1) setting: the graph list as its config lists it, the eager threshold at the
+    8 attention-DP ranks x its largest size, eager prompt steps from the harness's default backend."""
+    sizes = system.get("decode_graph_batch_sizes")
+    if key == "decode_graph_batch_sizes":
+        return f"cuda_graph_batch_sizes [{', '.join(map(str, sizes))}] with cuda_graph_padding_enabled True" in source
+    if key == "decode_cuda_graph_max_batch":
+        return system.get(key) == 8 * sizes[-1] and f"({sizes[-1]})" in source
+    return system.get(key) is True and "trtllm_backend" in source and "'pytorch'" in source
+
+
 def test_every_v51_system_value_is_the_one_its_config_line_states():
     v51 = [s for s in _systems() if s.runtime == "mlperf-nvidia-5.1"]
     assert len(v51) == 31  # B200 x8, GB200 x4 and x72; GB300 x72 (NVIDIA) and x8 (CoreWeave)
     for system in v51:
         for key, source in system.sources:
+            if key in ("decode_graph_batch_sizes", "decode_cuda_graph_max_batch", "eager_prefill"):
+                assert _graph_source_agrees(system, key, source), (system.config, key, source)
+                continue
+            if key == "min_query_count":  # a product as the config writes it: 26328 * 8
+                stated = re.search(r"min_query_count = ([\d *]+?) \(", source).group(1)
+                assert system.get(key) == np.prod([int(x) for x in stated.split("*")]), (system.config, stated)
+                continue
             found = re.search(_CONFIG_KEYS[key] + r" = ([\w.']+)", source)
             assert found and re.match(r"(closed/\w+/)?configs/", source), (system.config, key, source)
             value, stated = system.get(key), found.group(1)
@@ -179,3 +198,34 @@ def test_a_system_setting_names_an_nvfp4_fit_the_engine_knows():
         PublishedSystem(runtime="mlperf-nvidia-5.1", model="llama2-70b", gpu="B200-SXM-180GB", gpus=8,
                         scenario="offline", config="x", values=(("nvfp4_gemm_fit", "cutlass"),),
                         sources=(("nvfp4_gemm_fit", "y"),))
+
+
+def test_deepseek_r1_engines_replay_their_configs_cuda_graphs_padded_and_run_prompts_eagerly():
+    # the harness serves deepseek-r1 on TensorRT-LLM's PyTorch backend (llmlib's default trtllm_backend)
+    server = case_from_row(_row(_R1, "B200-SXM-180GB", 8, "Server scenario, target_qps=5")).deployment.runtime.serving
+    assert server.decode_graph_batch_sizes == (128, 256, 384, 512) and server.decode_cuda_graph_max_batch == 4096
+    assert server.eager_prefill
+    # the measured Server run's 1,236 decodes (about 155 a rank) replay the 256 graph on every rank
+    assert padded_batch(1236, graph_sizes(server.decode_graph_batch_sizes, 512), 8) == 2048
+    gb300 = case_from_row(_row(_R1, "GB300-288GB", 72, "Offline scenario")).deployment.runtime.serving
+    assert gb300.decode_graph_batch_sizes[-1] == 1280 and gb300.decode_cuda_graph_max_batch == 8 * 1280
+    # the TensorRT-engine benchmarks keep the preset's: no graph padding, compiled prompt steps
+    llama = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, "Offline scenario")).deployment.runtime.serving
+    assert llama.decode_graph_batch_sizes == () and not llama.eager_prefill
+
+
+def test_a_system_graph_list_must_rise():
+    with pytest.raises(AutotuneError):
+        PublishedSystem(runtime="mlperf-nvidia-5.1", model="deepseek-v3", gpu="B200-SXM-180GB", gpus=8,
+                        scenario="server", config="x", values=(("decode_graph_batch_sizes", (256, 128)),),
+                        sources=(("decode_graph_batch_sizes", "y"),))
+
+
+def test_a_deepseek_r1_server_run_issues_its_configs_min_query_count():
+    # LoadGen issues max(min_query_count, target_qps x min_duration): 26,328 queries at 5 QPS run 5,248 s on B200,
+    # not the 600 s min_duration's 3,000; the simulation keeps MAX_RATE_REQUESTS of them (the steady state)
+    b200 = case_from_row(_row(_R1, "B200-SXM-180GB", 8, "Server scenario, Poisson arrivals target_qps=5"))
+    assert b200.load.num_requests == 10000 and any("of the run's 26328 requests" in a for a in b200.assumed)
+    # without a published count the run is target_qps x min_duration (Llama 2 70B's GB200 x4 Server: 600 s)
+    llama = case_from_row(_row(_LLAMA2, "GB200-186GB", 4, "Server scenario, target_qps=4")).load
+    assert llama.num_requests == round(4 * 600 / 4)

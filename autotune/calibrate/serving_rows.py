@@ -126,17 +126,21 @@ def _lengths(row: dict) -> tuple[int, int, tuple[str, ...], dict]:
     raise RowProblem("input/output lengths are not stated and the notes name no dataset of serving_datasets.toml")
 
 
-def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float) -> tuple[Load, tuple[str, ...]]:
+def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: float,
+          system: PublishedSystem | None = None) -> tuple[Load, tuple[str, ...]]:
     """The load one replica sees, from concurrency_or_batch and the notes (a maximum-throughput row
     without a count: the benchmark's own minimum, the dataset's ``offline_samples``, else the serving
     benchmarks' default, and under a harness with a run length ``run_s``, MAX_RATE_REQUESTS; a rate
-    row: the notes' LoadGen min_duration, else the harness's ``run_s``, else RATE_REQUESTS)."""
+    row: the notes' LoadGen min_duration, else the harness's ``run_s``, else RATE_REQUESTS, and at least
+    the ``system``'s LoadGen min_query_count)."""
     words = load_words(row["concurrency_or_batch"], row.get("notes", ""))
     count, assumed = words.count, ((words.read_as,) if words.read_as else ())
     duration_ms = words.duration_ms or run_s * 1000.0
     if words.kind == "rate":
         if duration_ms:  # LoadGen issues rate x duration queries, drawn from the N-sample set
             count = round(words.rate_per_s * duration_ms / 1000.0)
+        # and at least min_query_count: loadgen.cc GenerateQueries (the log's generated_query_count)
+        count = max(count or 0, int(system.get("min_query_count") or 0) if system else 0) or None
         n = int(count / replicas) if count else RATE_REQUESTS
         assumed = () if count else (f"{RATE_REQUESTS} requests per replica (run length not stated)",)
         if n > MAX_RATE_REQUESTS:
@@ -360,7 +364,7 @@ def case_from_row(row: dict) -> ServingCase:
                 model=model, cluster=cluster, runtime=runtime, tp=d.tp, replicas=d.replicas, ep=d.ep,
                 attention_dp=d.attention_dp, weight_dtype=precision, pp=d.pp, eplb=eplb, weight_mix=mix), assumed)
         isl, osl, length_notes, dataset = _lengths(row)
-        load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s)  # per micro-batch
+        load, load_notes = _load(row, isl, osl, d.replicas * d.pp, dataset, runtime.serving.rate_run_s, system)  # per micro-batch
         load, spread_notes = _spread(load, row, dataset, system)
         load, spread_notes = _random_range(load, row) if not spread_notes else (load, spread_notes)
         load, stop_notes = generated_outputs(load, row, d.replicas * d.pp)

@@ -23,13 +23,16 @@ __all__ = ["PublishedSystem", "published_system", "SCENARIOS"]
 # "": the entry holds for every scenario; "interactive": MLPerf v5's Server run under tighter TTFT/TPOT limits
 SCENARIOS = ("offline", "server", "interactive", "")
 _COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_output_len", "adp_batching_wait_iters",
-           "adp_timeout_iters")  # whole numbers >= 1
+           "adp_timeout_iters", "decode_cuda_graph_max_batch", "min_query_count")  # whole numbers >= 1
 # Engine settings a system's config overrides in the row's runtime preset (serving_rows._with_system)
+# (a TensorRT-LLM PyTorch-backend harness: its decode CUDA graphs, their padding sizes, its eager prompt steps)
 ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s",
-                   "adp_balance", "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit")
+                   "adp_balance", "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit",
+                   "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill")
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
              "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len", "adp_balance",
-             "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit", "effective_bits")
+             "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit", "effective_bits",
+             "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill", "min_query_count")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,7 +68,7 @@ def _check(key: str, value: object) -> None:
     if key in _COUNTS:
         require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"serving_systems.{key}",
                 f"must be a whole number >= 1, got {value!r}")
-    elif key in ("attention_dp", "chunked_prefill", "adp_balance"):
+    elif key in ("attention_dp", "chunked_prefill", "adp_balance", "eager_prefill"):
         require(isinstance(value, bool), f"serving_systems.{key}", f"must be true or false, got {value!r}")
     elif key == "memory_fraction":
         require(isinstance(value, float) and 0 < value <= 1, f"serving_systems.{key}", f"must be in (0, 1], got {value!r}")
@@ -73,6 +76,9 @@ def _check(key: str, value: object) -> None:
         require(value in NVFP4_GEMM_FITS, f"serving_systems.{key}", f"must be one of {NVFP4_GEMM_FITS}, got {value!r}")
     elif key == "effective_bits":  # an AutoQuantize checkpoint's bits a weight (cost/serving_mix.py)
         require(isinstance(value, float) and 4 <= value <= 16, f"serving_systems.{key}", f"must be in [4, 16], got {value!r}")
+    elif key == "decode_graph_batch_sizes":  # a CUDA-graph batch list, as the engine preset's (cost/graph_padding.py)
+        require(isinstance(value, tuple) and value and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in value)
+                and list(value) == sorted(set(value)), f"serving_systems.{key}", f"must be increasing whole numbers >= 1, got {value!r}")
     elif key == "rate_run_s":
         require(isinstance(value, (int, float)) and value > 0, f"serving_systems.{key}", f"must be > 0, got {value!r}")
 
@@ -82,7 +88,8 @@ def _entry(raw: dict) -> PublishedSystem:
         settings = {k: raw[k] for k in _SETTINGS if k in raw}
         return PublishedSystem(runtime=raw["runtime"], model=raw["model"], gpu=raw["gpu"], gpus=raw["gpus"],
                                scenario=raw["scenario"], config=raw["config"],
-                               values=tuple((k, v["value"]) for k, v in settings.items()),
+                               values=tuple((k, tuple(v["value"]) if isinstance(v["value"], list) else v["value"])
+                                            for k, v in settings.items()),
                                sources=tuple((k, v["source"]) for k, v in settings.items()))
     except (KeyError, TypeError) as err:
         raise AutotuneError("serving_systems", f"entry {raw!r} lacks {err}") from None
