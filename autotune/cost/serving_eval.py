@@ -382,10 +382,8 @@ def _client_trace(engine, sent, schedule: Schedule, step: StepModel) -> Trace:
 
 
 def arrival_draws(dep: ServingDeployment, load: Load) -> tuple[ServingRun, ...]:
-    """The runs a prediction averages: ARRIVAL_DRAWS Poisson draws (seeds load.seed, ...) of a rate load (a least-busy
-    dispatch's share where the harness does so: serving_dispatch.py); one run of a load without random arrivals."""
-    draws = ARRIVAL_DRAWS if load.kind == "rate" else 1
-    runs = tuple(run_serving(dep, replace(load, seed=load.seed + k)) for k in range(draws))
+    """The runs a prediction averages: ARRIVAL_DRAWS Poisson draws of a rate load (seeds load.seed, ...; serving_dispatch.py), else one."""
+    runs = tuple(run_serving(dep, replace(load, seed=load.seed + k)) for k in range(ARRIVAL_DRAWS if load.kind == "rate" else 1))
     return dispatched_runs(runs, run_serving, requests_for)
 
 
