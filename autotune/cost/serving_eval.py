@@ -21,7 +21,8 @@ from autotune.cost.serving_loop import shared_loop_of, simulate_shared_loop
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
 from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on
-from autotune.cost.serving_run import Schedule, Trace
+from autotune.cost.serving_dispatch import dispatched_runs
+from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_sampler import with_sampler
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_attention import attention_coefficients
@@ -334,8 +335,8 @@ def _budget_ranks(dep: ServingDeployment, dp_ranks: int) -> int:
     return dp_ranks if scheduling_ranks(dep.runtime.serving, dep.tp, dep.attention_dp) > 1 else 1
 
 
-def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
-    """Simulate ``load`` (the requests reaching one replica) on one replica of ``dep``."""
+def run_serving(dep: ServingDeployment, load: Load, sent: Requests | None = None) -> ServingRun:
+    """Simulate ``load`` (the requests reaching one replica; ``sent``: these, else drawn) on one replica of ``dep``."""
     engine = dep.runtime.serving
     limits = replica_limits(dep, load)
     # a decode step holds at most as many requests as the KV cache has room for
@@ -363,7 +364,7 @@ def run_serving(dep: ServingDeployment, load: Load) -> ServingRun:
                                                        min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
                         adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=_budget_ranks(dep, step.dp_ranks),
                         **_window_release(dep))
-    trace = _client_trace(engine, requests_for(load), schedule, step)
+    trace = _client_trace(engine, requests_for(load) if sent is None else sent, schedule, step)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)
 
 
@@ -382,10 +383,9 @@ def _client_trace(engine, sent, schedule: Schedule, step: StepModel) -> Trace:
 
 
 def arrival_draws(dep: ServingDeployment, load: Load) -> tuple[ServingRun, ...]:
-    """The runs a prediction averages: ARRIVAL_DRAWS Poisson draws (seeds load.seed, load.seed + 1,
-    ...) of a rate load; the one run of a load without random arrivals (all at once, closed loop)."""
-    draws = ARRIVAL_DRAWS if load.kind == "rate" else 1
-    return tuple(run_serving(dep, replace(load, seed=load.seed + k)) for k in range(draws))
+    """The runs a prediction averages: ARRIVAL_DRAWS Poisson draws of a rate load (seeds load.seed, ...; serving_dispatch.py), else one."""
+    runs = tuple(run_serving(dep, replace(load, seed=load.seed + k)) for k in range(ARRIVAL_DRAWS if load.kind == "rate" else 1))
+    return dispatched_runs(runs, run_serving, requests_for)
 
 
 def expected_metric(runs: tuple[ServingRun, ...], metric: str, *, scope: str = "replica") -> float:

@@ -161,6 +161,9 @@ class ServingEngine:
     # a fixed-rate run's length where the harness sets one (MLPerf LoadGen's min_duration): it issues
     # rate x this many requests; 0: not stated
     rate_run_s: float = 0.0
+    # how a harness spreads a rate load over the instances (cost/serving_dispatch.py DISPATCHES): "independent"
+    # (each a Poisson share), "least_in_flight" (each query to the instance with the fewest in flight)
+    server_dispatch: str = "independent"
     step_host_s: float = 0.0  # host seconds per scheduler call the GPU waits for
     step_host_share: float = 0.0  # host time the GPU waits for, as a share of each step's GPU time
     # host path outside the engine (cost/serving_frontend.py); zeros: the engine's own clock
@@ -263,6 +266,7 @@ class ServingEngine:
         require_choice("serving.kv_cache_dtype", self.kv_cache_dtype, KV_CACHE_DTYPES)
         require_choice("serving.kv_reservation", self.kv_reservation, KV_RESERVATIONS)
         require_choice("serving.admission", self.admission, ADMISSIONS)
+        require_choice("serving.server_dispatch", self.server_dispatch, ("independent", "least_in_flight"))
         require_choice("serving.memory_rule", self.memory_rule, MEMORY_RULES)
         require_choice("serving.export", self.export, SERVING_EXPORTS)
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
