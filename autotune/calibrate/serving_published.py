@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean, median
 
+from autotune.calibrate.mlperf_bounds import ServerBounds, server_bounds
 from autotune.calibrate.serving_phrases import metric_name, per_user_rate
 from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
 from autotune.cost.serving_capacity import latency_pct_per_capacity_pct, priced_load, saturation_note
 from autotune.cost.serving_eval import arrival_draws, expected_metric
 from autotune.cost.serving_load import METRICS
 from autotune.cost.serving_phase import phase_tokens_per_gpu_s
+from autotune.cost.serving_valid import valid_rate_runs
 from autotune.errors import AutotuneError
 from autotune.spec.json_file import read_csv_file
 
@@ -83,9 +85,9 @@ def is_serving_csv(path: str | Path) -> bool:
     return {"engine", "metric", "value"} <= set(header)
 
 
-def _predict(case: ServingCase, runs: dict) -> tuple[float, tuple[str, ...], float | None]:
+def _predict(case: ServingCase, runs: dict, bounds: ServerBounds | None = None) -> tuple[float, tuple[str, ...], float | None]:
     """The row's predicted value in its unit, the notes of the runs it averages and a rate row's priced load
-    (serving_capacity)."""
+    (serving_capacity). A latency of a VALID MLPerf Server run (``bounds``) is read within its bounds (serving_valid.py)."""
     dep = case.deployment
     if case.phase is not None:  # one pool of a disaggregated deployment: its step, back to back
         p = case.phase
@@ -96,10 +98,25 @@ def _predict(case: ServingCase, runs: dict) -> tuple[float, tuple[str, ...], flo
            dep.speculation, dep.eplb, case.load)
     if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS)
         runs[key] = arrival_draws(dep, case.load)
-    value = expected_metric(runs[key], case.metric, scope=case.scope)
-    note = saturation_note(runs[key][0])  # the draws share the rate, the step model and the limits
+    stated = runs[key]
+    note = saturation_note(stated[0])  # the draws share the rate, the step model and the limits
+    notes = (note,) if note else ()
+    if bounds is not None and METRICS[case.metric][0] != "total":
+        if (key, bounds) not in runs:
+            runs[(key, bounds)] = valid_rate_runs(dep, case.load, stated, ttft_p99_s=bounds.ttft_p99_s,
+                                                  tpot_p99_s=bounds.tpot_p99_s)
+        stated, valid_rate = runs[(key, bounds)]
+        notes += (_valid_note(bounds, case.load.rate_per_s, valid_rate),) if valid_rate is not None else ()
+    value = expected_metric(stated, case.metric, scope=case.scope)
     # inverse: a per-user rate, 1 / TPOT
-    return (1.0 / value if case.inverse else value) / case.unit_to_si, (note,) if note else (), priced_load(runs[key][0])
+    return (1.0 / value if case.inverse else value) / case.unit_to_si, notes, priced_load(runs[key][0])
+
+
+def _valid_note(bounds: ServerBounds, rate_per_s: float, valid_rate_per_s: float) -> str:
+    return (f"VALID run read within {bounds.benchmark}'s p99 bounds ({bounds.ttft_p99_s:g} s TTFT, "
+            f"{1e3 * bounds.tpot_p99_s:g} ms TPOT; {bounds.source}): the priced system is beyond them at the row's "
+            f"{rate_per_s:.4g} requests/s a replica, so its latencies are those at {valid_rate_per_s:.4g}, the highest "
+            f"rate within them")
 
 
 def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
@@ -116,7 +133,7 @@ def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:
             continue
         try:
             case = case_from_row(row)
-            predicted, notes, load = _predict(case, runs)
+            predicted, notes, load = _predict(case, runs, server_bounds(row))
         except RowProblem as err:
             checks.append(ServingCheck(**base, reason=str(err)))
             continue

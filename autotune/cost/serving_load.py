@@ -25,7 +25,7 @@ from autotune.cost.serving_lengths import RequestLengths
 from autotune.cost.serving_run import Requests, Trace
 from autotune.errors import AutotuneError, require
 
-__all__ = ["Load", "LOAD_KINDS", "requests_for", "metric_value", "METRICS", "SCOPES", "mlperf_server_max_rate",
+__all__ = ["Load", "LOAD_KINDS", "requests_for", "metric_value", "METRICS", "SCOPES", "mlperf_server_max_rate", "highest_rate_within",
            "weighted_percentile"]
 
 LOAD_KINDS = ("max_throughput", "concurrency", "rate")
@@ -159,6 +159,12 @@ def mlperf_server_max_rate(run, *, ttft_p99_s: float, tpot_p99_s: float, low_per
         trace = run(rate)
         return (metric_value(trace, "ttft_p99") <= ttft_p99_s and metric_value(trace, "tpot_p99") <= tpot_p99_s)
 
+    return highest_rate_within(meets, low_per_s=low_per_s, high_per_s=high_per_s, tolerance=tolerance)
+
+
+def highest_rate_within(meets, *, low_per_s: float, high_per_s: float, tolerance: float = 0.02) -> float:
+    """The highest rate in [low, high] for which ``meets(rate)`` holds, to ``tolerance`` of ``low`` (bisection: ``meets``
+    assumed to hold below some rate and not above it). 0.0 if it fails at ``low``."""
     if not meets(low_per_s):
         return 0.0
     if meets(high_per_s):
