@@ -24,7 +24,12 @@ ROOT = "aic-core/src/aiconfigurator_core/systems/data"
 TABLES = {
     ("dgx-h100", "dgx-h100-cxl"): "h100_sxm/comm/nccl/2.27.3",
     ("dgx-h200",): "h200_sxm/comm/nccl/2.26.2",
-    ("dgx-b200",): "b200_sxm/comm/nccl/2.27.3",
+    # B200: the 2.27.5 set. Its folder "2.27.3" holds rows whose version column reads 2.29.2 and whose times are the
+    # 2.29.2 set's (all-gather / reduce-scatter of 8-16M BF16 elements on 8 GPUs 0.10-0.11 ms against 0.05-0.09 in
+    # the 2.27.5 and 2.28.9 sets), so 2.27.5 is the measured set nearest 2.27.3, and the one TensorRT-LLM 1.0 ran:
+    # triton-inference-server/tensorrtllm_backend PR #820 replaces its TensorRT-LLM 1.0 stack (pytorch:25.06, TensorRT
+    # 10.11.0.33, NCCL_VER=2.27.5-1+cuda12.9), the stack NVIDIA's Triton compatibility matrix lists for TensorRT-LLM 1.0.0
+    ("dgx-b200",): "b200_sxm/comm/nccl/2.27.5",
     ("gb200-nvl72", "gb200-nvl72-64"): "gb200/comm/nccl/2.29.2",
     ("dgx-b300",): "b300_sxm/comm/nccl/2.29.2",
     ("gb300-nvl72",): "gb300/comm/nccl/2.29.2",
