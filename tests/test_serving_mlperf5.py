@@ -103,7 +103,7 @@ def test_the_v5_dataset_means_are_their_sources_figures():
 def test_every_v51_system_value_is_the_one_its_config_line_states():
     """A value and the config line quoted beside it agree (the attention-DP limits per rank, as published)."""
     v51 = [s for s in _systems() if s.runtime == "mlperf-nvidia-5.1"]
-    assert len(v51) == 31  # B200 x8, GB200 x4 and x72; GB300 x72 (NVIDIA) and x8 (CoreWeave)
+    assert len(v51) == 32  # B200 x8, GB200 x4 and x72; GB300 x72 (NVIDIA) and x8 (CoreWeave)
     for system in v51:
         for key, source in system.sources:
             if key in ("decode_graph_batch_sizes", "decode_cuda_graph_max_batch", "eager_prefill", "min_query_count"):

@@ -80,12 +80,16 @@ def test_deepseek_r1_outputs_stop_at_the_harness_limit():
     assert llama.load.lengths.name == "openorca-mlperf"
 
 
-def test_gb200_x4_llama2_interactive_has_no_published_config_and_takes_the_preset():
+def test_gb200_x4_llama2_interactive_takes_b200_x8_interactives_settings_named_as_unpublished():
     """NVIDIA published GB200 x4 llama2-70b Interactive results but no configs/.../Interactive/llama2-70b.py
-    (@965182b03376): the row's 4 GPUs form one instance, as for any system without a config."""
+    (@965182b03376); its other llama2-70b and llama3_1-8b configs are B200 x8's per GPU, so the row runs
+    B200 x8 Interactive's engine on each GPU (4 TP 1 instances, not one TP 4 instance) and says so."""
     case = case_from_row(_row(_LLAMA2, "GB200-186GB", 4, _INTERACTIVE + "110"))
-    assert case.deployment.runtime.name == "mlperf-nvidia-5.1" and case.deployment.tp == 4
-    assert not any("configs/" in a for a in case.assumed)
+    dep, b200 = case.deployment, case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, _INTERACTIVE + "220")).deployment
+    assert (dep.tp, dep.replicas, b200.tp, b200.replicas) == (1, 4, 1, 8)
+    assert dep.runtime.serving == b200.runtime.serving
+    tp_note = next(a for a in case.assumed if a.startswith("tp "))
+    assert "config not published" in tp_note and "configs/B200-SXM-180GBx8/Interactive/llama2-70b.py" in tp_note
 
 
 def test_an_mlperf_server_row_reads_tokens_per_s_up_to_the_final_issued_query():
@@ -130,7 +134,7 @@ def _graph_source_agrees(system: PublishedSystem, key: str, source: str) -> bool
 
 def test_every_v51_system_value_is_the_one_its_config_line_states():
     v51 = [s for s in _systems() if s.runtime == "mlperf-nvidia-5.1"]
-    assert len(v51) == 31  # B200 x8, GB200 x4 and x72; GB300 x72 (NVIDIA) and x8 (CoreWeave)
+    assert len(v51) == 32  # B200 x8, GB200 x4 and x72; GB300 x72 (NVIDIA) and x8 (CoreWeave)
     for system in v51:
         for key, source in system.sources:
             if key in ("decode_graph_batch_sizes", "decode_cuda_graph_max_batch", "eager_prefill"):
