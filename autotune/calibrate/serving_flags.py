@@ -128,7 +128,7 @@ def limit_flags(notes: str) -> dict:
     # SGLang's prompt chunk and decode CUDA-graph limits (server_args.py --chunked-prefill-size, --cuda-graph-max-bs)
     chunk, graphs = note_number(r"--chunked[-_]prefill[-_]size[ =]+(\d+)", notes), note_number(r"--cuda[-_]graph[-_]max[-_]bs[ =]+(\d+)", notes)
     if chunk:
-        changes["prefill_chunk_tokens"] = int(chunk)
+        changes["prefill_chunk_tokens"], changes["prefill_chunk_by_memory"] = int(chunk), ()  # the flag wins over the rule
     if graphs:
         changes["decode_cuda_graph_max_batch"] = int(graphs)
     recv = note_number(r"(?:--)?scheduler[-_]recv[-_]interval[ =:]+(\d+)", notes)  # SGLang server_args.py, recipe YAML

@@ -347,7 +347,7 @@ def run_serving(dep: ServingDeployment, load: Load, sent: Requests | None = None
     step = replica_step_model(dep, max_tokens=tokens,
                               max_sampled=decodes + limits.max_num_batched_tokens // load.shortest_input_len + 1)
     schedule = Schedule(scheduler=engine.scheduler, chunked_prefill=engine.chunked_prefill,
-                        prefill_chunk_tokens=engine.prefill_chunk_tokens, max_num_seqs=decodes,
+                        prefill_chunk_tokens=engine.chunk_tokens_on(dep.cluster.device.memory_bytes), max_num_seqs=decodes,
                         max_num_batched_tokens=limits.max_num_batched_tokens,
                         kv_capacity_tokens=limits.kv_capacity_tokens, kv_block_tokens=engine.kv_block_tokens,
                         kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,

@@ -72,6 +72,16 @@ class Schedule:
     # attention-DP ranks, each scheduling whole prompts within its own share of the token budget (serving_rank_budget.py)
     dp_ranks: int = 1
 
+    @property
+    def prompt_step_tokens(self) -> int:
+        """Prompt tokens one step of a prompts-first engine takes at most: the token budget and, where prompts are
+        chunked, the chunk, which SGLang's PrefillAdder spends over the whole batch, not per request (rem_chunk_tokens,
+        set to --chunked-prefill-size, less each added request's extend tokens; no request is added once it is spent:
+        policy_scheduler.py 0.3.0, schedule_policy.py 0.4.0, 0.5.6 and 0.5.12)."""
+        if self.chunked_prefill and self.prefill_chunk_tokens:
+            return min(self.max_num_batched_tokens, self.prefill_chunk_tokens)
+        return self.max_num_batched_tokens
+
     def __post_init__(self) -> None:
         require(self.host_overlap in HOST_OVERLAPS, "host_overlap", f"must be one of {', '.join(HOST_OVERLAPS)}")
         require(isinstance(self.recv_interval, int) and self.recv_interval >= 1, "recv_interval",

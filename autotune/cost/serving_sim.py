@@ -143,7 +143,7 @@ def _plan_step(st: _State, sched: Schedule) -> tuple[list, np.ndarray]:
     if sched.scheduler == "mixed":
         waiting = (int(st.prompt[i] - st.done[i]) for i in st.waiting)  # whole prompts fill each DP rank's own budget
         return _fill_prompts(st, sched, mixed_budget(sched, len(decoding), waiting), prefilling), decoding
-    chunks = _fill_prompts(st, sched, sched.max_num_batched_tokens, prefilling)
+    chunks = _fill_prompts(st, sched, sched.prompt_step_tokens, prefilling)
     return (chunks, decoding[:0]) if chunks else ([], decoding)
 
 

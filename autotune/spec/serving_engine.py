@@ -130,6 +130,9 @@ class ServingEngine:
     launch_max_num_batched_tokens: int = 0
     max_model_len: int = 0  # context tokens a request may hold as launched (vLLM --max-model-len); 0: the model's
     prefill_chunk_tokens: int = 0  # with chunked_prefill: a prompt's chunk per step at most (0: the token budget)
+    # the chunk by GPU memory where the engine picks it (SGLang): ((GiB from, chunk tokens), ...) ascending, the last
+    # tier at or below the GPU's memory wins over prefill_chunk_tokens; (): prefill_chunk_tokens (a launch's flag clears it)
+    prefill_chunk_by_memory: tuple[tuple[float, int], ...] = ()
     kv_block_tokens: int = 16  # tokens per KV cache block (paged attention); 1: token-granular
     kv_cache_dtype: str = "auto"  # KV_CACHE_DTYPES
     kv_reservation: str = "grow"  # KV_RESERVATIONS
@@ -249,7 +252,7 @@ class ServingEngine:
     def __post_init__(self) -> None:
         for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
                      "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm", "sampler_pass_bytes",
-                     "decode_graph_batch_sizes"):
+                     "decode_graph_batch_sizes", "prefill_chunk_by_memory"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -323,6 +326,12 @@ class ServingEngine:
         """(latency_s, s per prompt token, s per causal pair) of its MLA prompt attention, as
         mla_decode_attention_fit looks it up."""
         return mla_row(self.mla_prefill_attention, gpu_keys, kv_bytes, heads)
+
+    def chunk_tokens_on(self, memory_bytes: float) -> int:
+        """The prompt chunk on a GPU of ``memory_bytes``: the tier of prefill_chunk_by_memory it reaches, else
+        prefill_chunk_tokens."""
+        tiers = [chunk for gib, chunk in self.prefill_chunk_by_memory if memory_bytes / 2**30 >= gib]
+        return int(tiers[-1]) if tiers else self.prefill_chunk_tokens
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)

@@ -1,0 +1,63 @@
+"""SGLang's chunked-prefill size is a budget for the whole prompt batch, not a cap per request: PrefillAdder starts
+rem_chunk_tokens at --chunked-prefill-size, takes each added request's extend tokens off it, truncates the request that
+does not fit to what is left and adds none once it is spent (policy_scheduler.py 0.3.0, schedule_policy.py 0.4.0,
+0.5.6, 0.5.12); --max-prefill-tokens is the other budget (Schedule.prompt_step_tokens)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autotune.cost.serving_eval import ServingDeployment, run_serving
+from autotune.cost.serving_load import Load
+from autotune.cost.serving_run import Requests
+from autotune.cost.serving_sim import Schedule, simulate
+from autotune.spec.hardware_data import load_cluster
+from autotune.spec.presets import resolve_model
+from autotune.spec.runtime import load_runtime
+
+
+def _run():
+    dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-h100"),
+                            runtime=load_runtime("sglang"), tp=1, weight_dtype="bf16")
+    return run_serving(dep, Load(kind="max_throughput", num_requests=2, input_len=512, output_len=16))
+
+
+def _schedule(run, *, chunk: int, budget: int, scheduler: str = "prefill_first", chunked: bool = True) -> Schedule:
+    return Schedule(scheduler=scheduler, chunked_prefill=chunked, prefill_chunk_tokens=chunk, max_num_seqs=64,
+                    max_num_batched_tokens=budget, kv_capacity_tokens=run.limits.kv_capacity_tokens, kv_block_tokens=1,
+                    kv_reservation="grow")
+
+
+def test_the_step_budget_is_the_smaller_of_chunk_and_prefill_tokens_where_prompts_are_chunked():
+    run = _run()
+    assert _schedule(run, chunk=8192, budget=16384).prompt_step_tokens == 8192
+    assert _schedule(run, chunk=32768, budget=16384).prompt_step_tokens == 16384
+    assert _schedule(run, chunk=0, budget=16384).prompt_step_tokens == 16384  # 0: the token budget
+    assert _schedule(run, chunk=8192, budget=16384, chunked=False).prompt_step_tokens == 16384
+
+
+def test_sixteen_prompts_arriving_at_once_fill_one_chunk_a_step_not_one_budget():
+    """16 prompts of 1,000 tokens at once under an 8,192-token chunk and a 16,384-token prefill budget: SGLang
+    prefills 8 whole prompts and 192 tokens of the 9th in its first step, so the 9th to 16th get their first token
+    a step later than the first 8; a per-request cap would have taken all 16 in one step (16,000 tokens)."""
+    run = _run()
+    n = 16
+    req = Requests(arrival_s=np.zeros(n), input_len=np.full(n, 1000), output_len=np.full(n, 4))
+    chunked = simulate(req, _schedule(run, chunk=8192, budget=16384), run.step)
+    whole = simulate(req, _schedule(run, chunk=16384, budget=16384), run.step)
+    assert np.unique(whole.first_token_s).size == 1  # one step of 16,000 tokens
+    first = chunked.first_token_s
+    assert np.all(first[:8] == first[0]) and np.all(first[8:] > first[0])
+    assert chunked.prefilled_tokens == whole.prefilled_tokens == n * 1000
+
+
+def test_sglang_picks_its_chunk_by_gpu_memory_unless_the_launch_sets_one():
+    """server_args.py _handle_gpu_memory_settings (0.5.6, 0.5.12): 8192 on H100 / H200, 16384 on B200 (the driver's
+    MiB above 160 x 1024); a row's --chunked-prefill-size replaces the rule."""
+    from autotune.calibrate.serving_flags import limit_flags
+
+    engine = load_runtime("sglang").serving
+    h100, h200, b200 = (load_cluster(name).device.memory_bytes for name in ("dgx-h100", "dgx-h200", "dgx-b200"))
+    assert [engine.chunk_tokens_on(m) for m in (h100, h200, b200)] == [8192, 8192, 16384]
+    flagged = engine.with_changes(**limit_flags("launch: --chunked-prefill-size 4096"))
+    assert flagged.chunk_tokens_on(b200) == 4096
