@@ -1,7 +1,7 @@
 """Hopper per-tensor FP8 serving steps as NVIDIA's MLPerf v5.0 engines run them (issue 31, mlph46): linear layers
 at TensorRT-LLM's measured FP8 linear (regressions.serving_gemm.fp8, priced as measured) under a preset whose
-fp8_gemm_fit says "linear" (the MLPerf harnesses'), and the gated MLP's activation inside the up GEMM where a system's
-config builds with gemm_swiglu_plugin (v5.0); training, the other engines and block-scaled checkpoints keep the sweep."""
+fp8_gemm_fit says "linear", and the gated MLP's activation inside the up GEMM where a system's config builds with
+gemm_swiglu_plugin; the v4.1 preset, training and block-scaled checkpoints keep the sweep."""
 
 from __future__ import annotations
 
@@ -44,10 +44,9 @@ def test_sweep_block_scaled_and_unmeasured_devices_are_left_alone():
     assert fp8_linear_cluster(b200, "linear", False) is b200  # no per-tensor engine fit measured there
 
 
-def test_the_mlperf_presets_run_the_linear_fit_and_the_others_the_sweep():
-    for name in ("mlperf-nvidia-4.1", "mlperf-nvidia-5.0", "mlperf-nvidia-5.1"):
-        assert load_runtime(name).serving.fp8_gemm_fit == "linear", name
-    for name in ("tensorrt-llm-0.17", "tensorrt-llm-1.0", "vllm", "sglang"):
+def test_only_the_v50_preset_runs_the_linear_fit():
+    assert load_runtime("mlperf-nvidia-5.0").serving.fp8_gemm_fit == "linear"
+    for name in ("mlperf-nvidia-4.1", "mlperf-nvidia-5.1", "tensorrt-llm-1.0", "vllm", "sglang"):
         assert load_runtime(name).serving.fp8_gemm_fit == "sweep", name
     with pytest.raises(AutotuneError, match="fp8_gemm_fit"):
         ServingEngine(engine="vllm", version="0.9", fp8_gemm_fit="fast")
