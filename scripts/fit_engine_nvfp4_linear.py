@@ -1,5 +1,6 @@
 """Fit an engine's measured NVFP4 linear (aiconfigurator gemm_perf.parquet, nvfp4 rows; or with
---dtype=fp8_block its FP8 block-scaled linear, 128x128 weight blocks; --dtype=bfloat16 its BF16 linear) to the roofline
+--dtype=fp8_block its FP8 block-scaled linear, 128x128 weight blocks; --dtype=fp8 its per-tensor FP8 linear;
+--dtype=bfloat16 its BF16 linear) to the roofline
 cost/serving_step.py prices a GEMM with: max(latency + FLOPs * s/FLOP, memory latency + bytes * s/byte),
 bytes = BF16 input and output + the format's weights (4.5 / 8 bits), least squares on relative error.
 Prints the fit, the residual by M, and another fit's error on the same rows (how far the engines differ).
@@ -28,10 +29,11 @@ import numpy as np
 import pandas as pd
 
 MEM_LATENCY_S = 2.5e-6  # the profiles' regressions.memory latency
-# bytes a weight takes with its scales: NVFP4 4 bits + an FP8 scale per 16; FP8 block 8 bits + an FP32 per 128x128
-WEIGHT_BYTES = {"nvfp4": 0.5625, "fp8_block": 1.0 + 4.0 / (128 * 128), "bfloat16": 2.0}
+# bytes a weight takes with its scales: NVFP4 4 bits + an FP8 scale per 16; FP8 block 8 bits + an FP32 per 128x128;
+# per-tensor FP8 8 bits (one scale a tensor)
+WEIGHT_BYTES = {"nvfp4": 0.5625, "fp8_block": 1.0 + 4.0 / (128 * 128), "fp8": 1.0, "bfloat16": 2.0}
 # where the grid search starts (TFLOP/s): near the format's dense tensor-core rate
-START_TFLOPS = {"nvfp4": 4000.0, "fp8_block": 800.0, "bfloat16": 600.0}
+START_TFLOPS = {"nvfp4": 4000.0, "fp8_block": 800.0, "fp8": 1000.0, "bfloat16": 600.0}
 
 
 def scale_transform_s(path: str) -> float:

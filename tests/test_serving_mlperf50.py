@@ -92,7 +92,7 @@ _CONFIG_KEYS = {"tp": r"tensor_parallelism", "pp": r"pipeline_parallelism", "pre
                 "max_num_seqs": r"(?:gpu_batch_size|max_batch_size)", "max_num_batched_tokens": r"max_num_tokens",
                 "memory_fraction": r"kvcache_free_gpu_mem_frac", "rate_run_s": r"min_duration",
                 "chunked_prefill": r"enable_chunked_context", "nvfp4_gemm_fit": r"gemm_plugin",
-                "effective_bits": r"effective_bits"}
+                "effective_bits": r"effective_bits", "gemm_swiglu_fusion": r"gemm_swiglu_plugin"}
 
 
 def _stated(key: str, source: str) -> str:
@@ -120,6 +120,8 @@ def test_every_v50_system_value_is_the_one_its_config_line_states():
             elif key == "nvfp4_gemm_fit":  # TensorRT-LLM's FP4 GEMM plugin: its measured NVFP4 Linear (MoE: dense only)
                 assert stated == "'fp4'", (system.config, key)
                 assert value == ("linear_dense" if resolve_model(system.model).is_moe else "linear"), system.config
+            elif key == "gemm_swiglu_fusion":  # TensorRT-LLM's FP8 GEMM + SwiGLU plugin
+                assert (value, stated) == (True, "'fp8'"), system.config
             else:
                 assert str(value).lower() == stated.lower(), (system.config, key, value, stated)
 

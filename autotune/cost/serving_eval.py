@@ -29,7 +29,7 @@ from autotune.cost.serving_attention import attention_coefficients
 from autotune.cost.serving_mla_bmm import mla_bmm_fit
 from autotune.cost.serving_mix import blend_steps
 from autotune.cost.serving_speculative import Speculation, speculative_step, speculative_tokens
-from autotune.cost.serving_gemm_fits import gemm_rate_dtype
+from autotune.cost.serving_gemm_fits import fp8_linear_cluster, gemm_rate_dtype
 from autotune.cost.serving_step import ReplicaShape, StepModel, priced_cluster, step_model
 from autotune.cost.trtllm_dp_padding import with_dp_padding
 from autotune.errors import require
@@ -116,7 +116,7 @@ class ServingRun:
 
 def replica_step_model(dep: ServingDeployment, *, max_tokens: int, max_sampled: int) -> StepModel:
     engine = dep.runtime.serving
-    cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
+    cluster = fp8_linear_cluster(runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime), dep.runtime.serving.fp8_gemm_fit, dep.model.fp8_block_scaled)
     shape = ReplicaShape(tp=dep.tp, ep=dep.ep, attention_dp=dep.attention_dp, pp=dep.pp,
                          moe_alltoall=_moe_alltoall(dep), eplb=dep.eplb,
                          moe_comm_dtype=moe_comm_dtype(dep.model, engine.engine, dep.dtype) if dep.attention_dp else "",
@@ -139,7 +139,7 @@ def replica_gemm_fits(dep: ServingDeployment) -> tuple[ClusterSpec, str, str]:
     MoE backend (serving_step.priced_cluster on the engine's settings, as _dtype_step passes them to step_model):
     for diagnostics that price single operators beside the step."""
     engine = dep.runtime.serving
-    cluster = runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime)
+    cluster = fp8_linear_cluster(runtime_cluster(dep.cluster.for_gpus(dep.tp), dep.runtime), dep.runtime.serving.fp8_gemm_fit, dep.model.fp8_block_scaled)
     served, backend = priced_cluster(dep.model, cluster, ReplicaShape(tp=dep.tp, ep=dep.ep), dep.dtype,
                                      mxfp4_activation=engine.mxfp4_activation, nvfp4_gemm_fit=engine.nvfp4_gemm_fit,
                                      moe_backend=engine_moe_backend(dep), moe_tuned_configs=engine.moe_tuned_configs,
@@ -165,7 +165,7 @@ def _dtype_step(dep: ServingDeployment, cluster: ClusterSpec, shape: ReplicaShap
                       decode_attention=engine.decode_attention_fit(gpu_keys(cluster.device.name), kv_bytes),
                       prefill_attention=engine.prefill_attention_fit(gpu_keys(cluster.device.name), dep.model.head_dim),
                       mla_attention=_mla_fits(dep, cluster, kv_bytes), mla_bmm=_mla_bmm_fit(dep, cluster),
-                      mxfp4_kernel=_mxfp4_kernel(dep, cluster), fp8_block_gemm=engine.fp8_block_gemm)
+                      mxfp4_kernel=_mxfp4_kernel(dep, cluster), fp8_block_gemm=engine.fp8_block_gemm, gemm_swiglu=engine.gemm_swiglu_fusion)
     return with_sampler(with_dp_padding(step, dep, engine_moe_backend(dep)), dep.model.vocab_size, cluster.device, shape,
                         engine.sampler_pass_bytes, engine.logits_gather_copy_bytes)
 

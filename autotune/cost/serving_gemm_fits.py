@@ -8,7 +8,7 @@ from functools import lru_cache
 from autotune.cost.serving_experts import EXPERT_GEMM_CLASS, W4A16_CEILING_CLASS, W4A16_STREAM_CLASS, has_gemm_fit
 from autotune.spec.hardware import ClusterSpec
 
-__all__ = ["gemm_rate_dtype", "serving_cluster", "trtllm_gen_moe"]
+__all__ = ["fp8_linear_cluster", "gemm_rate_dtype", "serving_cluster", "trtllm_gen_moe"]
 
 # A device profile may fit a GEMM format as a serving engine runs its linear layers: the activation's
 # quantization and the engine's block-scaled GEMM, measured at serving shapes (regressions.serving_gemm,
@@ -58,6 +58,21 @@ def serving_cluster(cluster: ClusterSpec, nvfp4_gemm_fit: str, fp8_block: bool =
     if not serving:
         return cluster
     return cluster.with_changes(device=device.with_changes(compute={**device.compute, **serving}))
+
+
+@lru_cache(maxsize=64)
+def fp8_linear_cluster(cluster: ClusterSpec, fp8_gemm_fit: str, fp8_block: bool) -> ClusterSpec:
+    """``cluster`` with its device's measured per-tensor FP8 linear (regressions.serving_gemm.fp8: TensorRT-LLM's
+    FP8 linear, in_engine) in place of the FP8 GEMM sweep under ``fp8_gemm_fit`` "linear", the MoE experts keeping
+    the sweep (EXPERT_GEMM_CLASS where the device has no experts' fit of their own); the same object where the
+    engine runs the sweep, the checkpoint is block-scaled (``fp8_block``: serving_cluster's block-scale fits) or
+    the device has no such fit, so step caches keep hitting."""
+    device = cluster.device
+    linear = device.compute.get((_SERVING_GEMM_CLASS, "fp8"))
+    if fp8_gemm_fit != "linear" or fp8_block or linear is None or ("gemm", "fp8") not in device.compute:
+        return cluster
+    experts = {(EXPERT_GEMM_CLASS, "fp8"): device.compute.get((EXPERT_GEMM_CLASS, "fp8"), device.compute[("gemm", "fp8")])}
+    return cluster.with_changes(device=device.with_changes(compute={**device.compute, ("gemm", "fp8"): linear, **experts}))
 
 
 def _renames(nvfp4_gemm_fit: str) -> dict[str, str]:

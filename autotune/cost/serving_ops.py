@@ -14,7 +14,7 @@ from autotune.graph.table import OpTable
 from autotune.spec.workload import GEMM_OPERAND_BYTES, compute_dtype, gemm_dtype
 
 __all__ = ["ACT_BYTES", "EXPERTS_ONLY_DTYPES", "FUSED_INTO_ALLREDUCE", "FUSION_MIN_HIDDEN", "STORED_BYTES", "expert_pad_factor",
-           "fused_residual_adds",
+           "fused_residual_adds", "swiglu_in_gemm",
            "not_attention", "ops_s", "quantized_gemms", "select_ops", "unfused", "weight_bytes_per_param", "weights_per_gpu",
            "without_attention", "without_loss"]
 
@@ -194,3 +194,11 @@ def fused_residual_adds(layer: OpTable) -> OpTable:
     values = {f.name: getattr(layer, f.name) for f in fields(OpTable)}
     values.update(kernels=np.where(adds, 0.0, layer.kernels), in_bytes=np.where(adds, 0.5 * layer.in_bytes, layer.in_bytes))
     return OpTable(**values)
+
+
+def swiglu_in_gemm(layer: OpTable) -> OpTable:
+    """The layer with its gated MLP's activation in the up GEMM's epilogue, no kernel of its own (TensorRT-LLM's
+    gemm_swiglu_plugin fp8, FP8 Hopper only: one GEMM + SwiGLU kernel for fc and gate, layers/mlp.py
+    fc_gate_plugin, in place of the fused fc GEMM then a swiglu kernel; ServingEngine.gemm_swiglu_fusion). The up
+    GEMM keeps its priced output: at serving token counts its compute arm, not its bytes, sets its time."""
+    return select_ops(layer, np.array([n != "ffn_act" for n in layer.names]))

@@ -39,7 +39,7 @@ from autotune.cost.vllm_mla_prefix import prefix_s_per_token
 from autotune.cost.serving_moe_table import measured_moe_key, measured_moe_s
 from autotune.cost.serving_ops import (ACT_BYTES, EXPERTS_ONLY_DTYPES, FUSION_MIN_HIDDEN, STORED_BYTES, expert_pad_factor,
                                        fused_residual_adds, ops_s, select_ops, unfused, weight_bytes_per_param,
-                                       weights_per_gpu, without_loss)
+                                       swiglu_in_gemm, weights_per_gpu, without_loss)
 from autotune.errors import require
 from autotune.graph.table import OpTable, model_tables
 from autotune.spec.hardware import ClusterSpec
@@ -200,7 +200,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                mla_prefix: bool = False, moe_layer_table: str = "", decode_attention: tuple | None = None,
                mla_attention: tuple | None = None, prefill_attention: tuple[float, ...] | None = None,
                mla_bmm: tuple[float, float] | None = None, mxfp4_kernel: str = "marlin",
-               fp8_block_gemm: str = "") -> StepModel:
+               fp8_block_gemm: str = "", gemm_swiglu: bool = False) -> StepModel:
     """The step costs of ``model`` on one replica of ``shape`` (``cluster`` with the runtime's kernels applied),
     weights in ``weight_dtype``, KV cache at ``kv_bytes`` per element; MXFP4 experts take ``mxfp4_activation``
     activations on Blackwell; the GEMM fits and MoE backend as priced_cluster picks them (``nvfp4_gemm_fit``,
@@ -217,7 +217,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
     ``prefill_attention`` (non-MLA prompts): the engine's measured attention ops, None: generic
     (serving_attention.attention_coefficients); ``mla_bmm``: its measured absorbed MLA BMMs for the heads a GPU runs
     (cost/serving_mla_bmm.py), None: MLA's kv_up as the one GEMM for every token; ``fp8_block_gemm`` "flashinfer":
-    a block-FP8 checkpoint's linears run FlashInfer's groupwise FP8 GEMM where it is measured (cost/flashinfer_fp8_block.py)."""
+    a block-FP8 checkpoint's linears run FlashInfer's groupwise FP8 GEMM where measured (cost/flashinfer_fp8_block.py); ``gemm_swiglu``: SwiGLU in the up GEMM."""
     require(model.has_attention, "model", f"{model.name} has no attention layers: serving prices attention models")
     require(weight_dtype not in EXPERTS_ONLY_DTYPES or model.is_moe, "precision",
             f"{weight_dtype} checkpoints quantize the MoE experts only; {model.name} has none (use bf16, fp8 or nvfp4)")
@@ -235,7 +235,7 @@ def step_model(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, *, w
                        prefill_attention, mla_bmm if model.is_mla else None, masked,
                        pads_fp8_block_input(fp8_input_pad, model, weight_dtype, cluster.device.name), mla_prefix, table,
                        fp8_block_gemm == "flashinfer" and weight_dtype == "fp8" and model.fp8_block_scaled
-                       and flashinfer_fp8_block_gpu(cluster.device.name))
+                       and flashinfer_fp8_block_gpu(cluster.device.name), gemm_swiglu)
 
 
 def priced_cluster(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, weight_dtype: str, *,
@@ -265,7 +265,7 @@ def _fused_clamp(model: ModelSpec) -> ModelSpec:
 def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_sampled, mxfp4_activation,
                 mxfp4_pad=(), moe_backend="", fused=False, tp_allreduce="nccl", residual_fused=False,
                 decode_attention=None, mla_attention=None, prefill_attention=None, mla_bmm=None,
-                masked_rows=False, input_pad=False, mla_prefix=False, moe_table="", flashinfer=False) -> StepModel:
+                masked_rows=False, input_pad=False, mla_prefix=False, moe_table="", flashinfer=False, swiglu=False) -> StepModel:
     device = cluster.device
     expert_rate = gemm_rate_dtype(device, weight_dtype, mxfp4_activation)
     device.require_dtype(weight_dtype if weight_dtype not in STORED_BYTES else expert_rate)
@@ -278,7 +278,7 @@ def _step_model(model, cluster, shape, weight_dtype, kv_bytes, max_tokens, max_s
     dense, moe = tables.layer_counts()
     ranks = shape.tp if shape.attention_dp else 1
     # the non-expert operators: under DP attention on one rank's own tokens, priced per step at its busiest rank
-    layer, moe_layer = _layer_ops(tables, moe, moe_backend, fused, residual_fused)
+    layer, moe_layer = _layer_ops(tables, moe, moe_backend, fused, residual_fused, swiglu)
     own, up = _non_expert_s(model, device, (other, other_rate), ((dense, layer), (moe, moe_layer)), tokens, shape.op_tp,
                             mla_bmm, input_pad, flashinfer)
     linear = (layer_collectives_s(model, cluster, shape, span, tokens, dense, moe, tp_allreduce) + stage_sends_s(model, cluster, shape, tokens)
@@ -362,10 +362,12 @@ def _exchange_s(model: ModelSpec, cluster: ClusterSpec, shape: ReplicaShape, spa
     return exchange, None if prefill_extra is None else moe * prefill_extra
 
 
-def _layer_ops(tables, moe: int, moe_backend: str, fused: bool, residual_fused: bool):
-    """The dense and MoE layers' non-expert operators as the engine's fused kernels leave them."""
+def _layer_ops(tables, moe: int, moe_backend: str, fused: bool, residual_fused: bool, swiglu: bool = False):
+    """The dense and MoE layers' non-expert operators as the engine's fused kernels leave them (``swiglu``: the
+    dense MLP's activation in its up GEMM, serving_ops.swiglu_in_gemm)."""
     layer, moe_layer = (unfused(tables.layer), unfused(tables.moe_layer) if moe else None) if fused \
         else (tables.layer, tables.moe_layer)
+    layer = swiglu_in_gemm(layer) if swiglu else layer
     moe_layer = routing_in_kernel(moe_layer) if moe and moe_backend == "trtllm" else moe_layer
     if residual_fused and not fused:  # an all-reduce that runs the adds already took them out
         layer, moe_layer = fused_residual_adds(layer), fused_residual_adds(moe_layer) if moe else None

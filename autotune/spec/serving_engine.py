@@ -19,7 +19,7 @@ from autotune.spec.serving_kernel_rows import decode_attention_row, mla_row, pre
 
 __all__ = ["ServingEngine", "SCHEDULERS", "KV_RESERVATIONS", "ADMISSIONS", "MEMORY_RULES", "BATCH_RULES", "KV_CACHE_DTYPES",
            "SERVING_EXPORTS", "SERVING_ENGINES", "serving_engine_from_dict", "SERVING_SETTING_NAMES",
-           "NVFP4_GEMM_FITS", "FP8_BLOCK_GEMMS", "MOE_BACKENDS", "TP_ALLREDUCES", "FLASHINFER_AR_FUSIONS", "release_number",
+           "NVFP4_GEMM_FITS", "FP8_GEMM_FITS", "FP8_BLOCK_GEMMS", "MOE_BACKENDS", "TP_ALLREDUCES", "FLASHINFER_AR_FUSIONS", "release_number",
            "VLLM_V1_RELEASE"]
 
 # "prefill_first": a step runs either new prompts or one decode token for every running request,
@@ -90,6 +90,11 @@ MXFP4_SM90_KERNELS = ("marlin", "triton")
 # The same choice picks the engine's block-scale FP8 fits (.fp8_block) for a block-scaled FP8 checkpoint
 # (ModelSpec.fp8_block_scaled) where the device has them (H100, H200); "sweep" keeps the per-tensor fit.
 NVFP4_GEMM_FITS = ("sweep", "linear", "linear_dense", "vllm", "sglang")
+# Which fit prices an engine's per-tensor FP8 linear layers (a checkpoint not block-scaled): "sweep", the device's
+# square-GEMM sweep (regressions.gemm.fp8, over kernel_efficiency); "linear", TensorRT-LLM's FP8 linear measured at
+# serving shapes, its activation quantization included (regressions.serving_gemm.fp8, in_engine) where the device
+# has it (H100, H200); the MoE experts keep the sweep (cost/serving_gemm_fits.py fp8_linear_cluster)
+FP8_GEMM_FITS = ("sweep", "linear")
 # The kernel a block-FP8 checkpoint's linears run where it is not the one the engine's fits measure ("": that
 # one): "flashinfer", FlashInfer's groupwise FP8 GEMM (SGLang on SM100 with DeepGEMM off; cost/flashinfer_fp8_block.py,
 # set from the row's launch environment by calibrate/serving_flags.py deepgemm_flags)
@@ -199,6 +204,7 @@ class ServingEngine:
     mxfp4_weight_only_pad: tuple[int, ...] = ()
     mxfp4_sm90_moe: str = "marlin"  # MXFP4_SM90_KERNELS: its MXFP4 experts' kernel on Hopper (cost/serving_eval.py)
     nvfp4_gemm_fit: str = "sweep"  # NVFP4_GEMM_FITS: the fit its NVFP4 linear layers run at
+    fp8_gemm_fit: str = "sweep"  # FP8_GEMM_FITS: the fit its per-tensor FP8 linear layers run at
     # its expert parallelism without an all-to-all runs the experts' activation, output zeroing and sum on every
     # routed row, its own experts' or not (vLLM's Triton fused MoE with an expert_map: cost/expert_map.py)
     moe_ep_masked_rows: bool = False
@@ -223,6 +229,9 @@ class ServingEngine:
     # its RMSNorm adds the residual in the same kernel (fused_add_rmsnorm): a layer's two residual adds
     # launch no kernel of their own (cost/serving_ops.py fused_residual_adds)
     residual_norm_fusion: bool = False
+    # its gated MLP's activation runs in the up GEMM's epilogue (TensorRT-LLM's gemm_swiglu_plugin, a build flag a
+    # system's config sets: serving_systems.toml; cost/serving_ops.py swiglu_in_gemm)
+    gemm_swiglu_fusion: bool = False
     tp_allreduce: str = "nccl"  # TP_ALLREDUCES
     flashinfer_allreduce_fusion: str = ""  # FLASHINFER_AR_FUSIONS
     # its decode-attention op as measured on a GPU for a KV dtype: rows [GPU key (runtime_kernels.gpu_keys),
@@ -275,6 +284,7 @@ class ServingEngine:
         require_choice("serving.mxfp4_activation", self.mxfp4_activation, MXFP4_ACTIVATIONS)
         require_choice("serving.mxfp4_sm90_moe", self.mxfp4_sm90_moe, MXFP4_SM90_KERNELS)
         require_choice("serving.nvfp4_gemm_fit", self.nvfp4_gemm_fit, NVFP4_GEMM_FITS)
+        require_choice("serving.fp8_gemm_fit", self.fp8_gemm_fit, FP8_GEMM_FITS)
         require_choice("serving.fp8_block_gemm", self.fp8_block_gemm, FP8_BLOCK_GEMMS)
         require_choice("serving.moe_backend", self.moe_backend, MOE_BACKENDS)
         require_choice("serving.moe_layer_table", self.moe_layer_table, MOE_LAYER_TABLES)
