@@ -28,7 +28,8 @@ __all__ = ["offline_draws", "extended_trace", "steady_drains", "STEADY_DRAINS"]
 # A head whose second half starts this many drains in is extended: from such heads the extension came within
 # 0.6% of whole runs (Llama 2 70B on B200 and GB200, 9.9 and 12.4 drains: -0.29% and +0.54%; Llama 3.1 8B, 14.3:
 # +0.01%), from heads at 2.4-2.6 drains 1-3% off (the admission rate still swings after the first batch's
-# synchronised start); scripts/offline_extension_check.py
+# synchronised start); with it, 14 Offline rows of the four MLPerf files price within 0.4% of their whole runs
+# (scripts/offline_extension_check.py; docs/serving.md, mlpfull46)
 STEADY_DRAINS = 10.0
 
 
@@ -41,7 +42,8 @@ def offline_draws(dep: ServingDeployment, load: Load, head: int) -> tuple[Servin
         drains = steady_drains(run.trace)
         if drains >= STEADY_DRAINS:
             return (replace(run, load=load, trace=extended_trace(run.trace, load.num_requests)),)
-        # admissions run about linearly in time past the first batch: the head whose second half starts late enough
+        # admissions run about linearly in time past the first batch: the head whose second half starts late enough,
+        # 10% over that guess (a head still short is lengthened again)
         head = load.num_requests if drains <= 0 else int(head * 1.1 * STEADY_DRAINS / drains) + 1
     return arrival_draws(dep, load)
 
