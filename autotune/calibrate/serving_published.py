@@ -15,10 +15,11 @@ from statistics import mean, median
 
 from autotune.calibrate.mlperf_bounds import ServerBounds, server_bounds
 from autotune.calibrate.serving_phrases import metric_name, per_user_rate
-from autotune.calibrate.serving_rows import COLUMNS, RowProblem, ServingCase, case_from_row
+from autotune.calibrate.serving_rows import COLUMNS, MAX_RATE_REQUESTS, RowProblem, ServingCase, case_from_row
 from autotune.cost.serving_capacity import latency_pct_per_capacity_pct, priced_load, saturation_note
-from autotune.cost.serving_eval import arrival_draws, expected_metric
+from autotune.cost.serving_eval import expected_metric
 from autotune.cost.serving_load import METRICS
+from autotune.cost.serving_offline import offline_draws
 from autotune.cost.serving_phase import phase_tokens_per_gpu_s
 from autotune.cost.serving_valid import valid_rate_runs
 from autotune.errors import AutotuneError
@@ -96,8 +97,8 @@ def _predict(case: ServingCase, runs: dict, bounds: ServerBounds | None = None) 
     # the replicas too: the runs carry their deployment, whose replica count scales a system-wide metric
     key = (dep.runtime, dep.model, dep.cluster.name, dep.tp, dep.pp, dep.ep, dep.attention_dp, dep.dtype, dep.replicas,
            dep.speculation, dep.eplb, case.load)
-    if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS)
-        runs[key] = arrival_draws(dep, case.load)
+    if key not in runs:  # a rate load: the mean over Poisson draws (serving_eval.ARRIVAL_DRAWS); a long Offline run: its head
+        runs[key] = offline_draws(dep, case.load, MAX_RATE_REQUESTS)
     stated = runs[key]
     note = saturation_note(stated[0])  # the draws share the rate, the step model and the limits
     notes = (note,) if note else ()

@@ -29,6 +29,7 @@ from autotune.calibrate.serving_generated import generated_outputs
 from autotune.calibrate.serving_speculation import speculation_from_notes
 from autotune.calibrate.serving_phrases import PER_USER_WITH_CONTEXT, eplb_from_notes, latency_unit_s, load_words, \
     metric_name, per_user_rate, throughput_scope
+from autotune.calibrate.loadgen_offline import offline_requests
 from autotune.calibrate.serving_systems import ENGINE_SETTINGS, PublishedSystem, published_system
 from autotune.cost.serving_mix import autoquantize_mix
 from autotune.cost.serving_custom_ar import release_allreduce_runtime
@@ -67,9 +68,9 @@ _BENCH_SOURCE = ("the default --num-prompts of vLLM's benchmark client (vllm 0.3
 # closed/NVIDIA/results/DGX-H100_H100-SXM-80GBx8_TRT/{llama2-70b-99,mixtral-8x7b}/Offline/performance/
 # run_1/mlperf_log_summary.txt @a2f5d66d17e8), not the sample set's 24,576 or 15,000: with lengths
 # spread, a run as short as the set ends in a long tail of the longest requests, which the real
-# run's steady state dilutes. Under a harness with a run length (rate_run_s) an Offline row runs
-# the steady state's MAX_RATE_REQUESTS per replica, as a rate row does (an instance above 4.2
-# samples/s issues more in 2,400 s).
+# run's steady state dilutes. Under a harness with a run length (rate_run_s) an Offline row issues
+# that count where its system gives the expected QPS (loadgen_offline.py), else MAX_RATE_REQUESTS
+# per replica, as a rate row does (an instance above 4.2 samples/s issues more in 2,400 s).
 OFFLINE_RUN_NOTE = f"{MAX_RATE_REQUESTS} requests per replica (the harness's Offline query lasts its min_duration)"
 
 
@@ -158,8 +159,8 @@ def _load(row: dict, isl: int, osl: int, replicas: int, dataset: dict, run_s: fl
     if not count:
         count, assumed = BENCH_REQUESTS, (f"{BENCH_REQUESTS} requests (the run's count not stated; {_BENCH_SOURCE})",)
     n = max(1, int(count / replicas))
-    if run_s:  # the harness's query lasts run_s: far more requests than the sample set
-        n, assumed = MAX_RATE_REQUESTS, (OFFLINE_RUN_NOTE,)
+    if run_s:  # the harness's query lasts run_s: LoadGen's own count where the system gives its expected QPS
+        n, assumed = offline_requests(system, run_s, dataset, replicas) or (MAX_RATE_REQUESTS, (OFFLINE_RUN_NOTE,))
     return Load(kind="max_throughput", num_requests=n, input_len=isl, output_len=osl), assumed
 
 

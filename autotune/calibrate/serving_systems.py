@@ -32,7 +32,8 @@ ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", 
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
              "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len", "adp_balance",
              "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit", "effective_bits",
-             "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill", "min_query_count", "gemm_swiglu_fusion")
+             "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill", "min_query_count", "gemm_swiglu_fusion",
+             "offline_expected_qps")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +80,7 @@ def _check(key: str, value: object) -> None:
     elif key == "decode_graph_batch_sizes":  # a CUDA-graph batch list, as the engine preset's (cost/graph_padding.py)
         require(isinstance(value, tuple) and value and all(isinstance(b, int) and not isinstance(b, bool) and b >= 1 for b in value)
                 and list(value) == sorted(set(value)), f"serving_systems.{key}", f"must be increasing whole numbers >= 1, got {value!r}")
-    elif key == "rate_run_s":
+    elif key in ("rate_run_s", "offline_expected_qps"):  # seconds; LoadGen's expected Offline samples/s
         require(isinstance(value, (int, float)) and value > 0, f"serving_systems.{key}", f"must be > 0, got {value!r}")
 
 
