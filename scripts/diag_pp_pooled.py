@@ -25,6 +25,8 @@ import math
 import sys
 from dataclasses import replace
 
+import numpy as np
+
 import autotune.cost.serving_eval as se
 from autotune.calibrate.serving_rows import case_from_row
 from autotune.cost.serving_load import metric_value, requests_for
@@ -84,7 +86,9 @@ def main(argv: list[str]) -> None:
         merged = replace(load, rate_per_s=load.rate_per_s * pp, num_requests=load.num_requests * pp)
         trace = simulate(requests_for(merged), pooled, _Round(step, pp))
         got = {m: (metric_value(run.trace, m), metric_value(trace, m)) for m in ("ttft_mean", "tpot_mean")}
-        print(f"  rate x{scale:.2f}: TTFT streams {got['ttft_mean'][0]:.3f} s / pooled {got['ttft_mean'][1]:.3f} s; "
+        p99 = [float(np.nanpercentile(t.first_token_s - t.arrival_s, 99)) for t in (run.trace, trace)]
+        print(f"  rate x{scale:.2f}: TTFT streams {got['ttft_mean'][0]:.3f} s (p99 {p99[0]:.2f}) / pooled "
+              f"{got['ttft_mean'][1]:.3f} s (p99 {p99[1]:.2f}); "
               f"TPOT streams {got['tpot_mean'][0] * 1e3:.1f} ms / pooled {got['tpot_mean'][1] * 1e3:.1f} ms")
 
 
