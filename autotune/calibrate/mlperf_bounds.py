@@ -47,8 +47,8 @@ def _benchmark(model_cell: str) -> tuple[str, bool] | None:
 
 
 def server_bounds(row: dict) -> ServerBounds | None:
-    """The bounds of a row's MLPerf Server / Interactive run; None for another load, benchmark or engine, or a row
-    its notes call INVALID."""
+    """The bounds of a row's MLPerf Server / Interactive run; None for another load, a model cell naming no
+    "(MLPerf <benchmark>)" or one without bounds in the table, or a row its notes call INVALID (the engine is not read)."""
     load_text = row.get("concurrency_or_batch", "")
     named = _benchmark(row.get("model", ""))
     if named is None or not re.search(r"\b(server|interactive)\s+scenario", load_text, re.IGNORECASE):
