@@ -7,7 +7,7 @@ from pathlib import Path
 from autotune.calibrate.mlperf_bounds import server_bounds
 from autotune.calibrate.serving_published import check_serving_rows
 from autotune.cost.serving_eval import ServingDeployment, arrival_draws, expected_metric, run_serving
-from autotune.cost.serving_load import Load, metric_value
+from autotune.cost.serving_load import Load, highest_rate_within, metric_value
 from autotune.cost.serving_valid import LOWEST_SHARE, valid_rate_runs, within_bounds
 from autotune.spec.hardware_data import load_cluster
 from autotune.spec.json_file import read_csv_file
@@ -72,3 +72,11 @@ def test_a_published_server_latency_is_read_within_its_bounds():
     (valid,) = [n for n in check.notes if n.startswith("VALID")]
     assert "llama2-70b server" in valid and check.priced_load > 1.0
     assert check.predicted * 1e-9 < 2.0  # mean TTFT below the p99 bound, not the saturated queue's tens of seconds
+
+
+def test_the_bisection_step_is_fixed_at_its_start():
+    """Between a quarter of a rate and the rate, to 3% of the rate: the rate found is within 0.03 below the highest
+    that holds (a step measured against the bracket's rising low end stopped at 0.766 for a threshold of 0.8)."""
+    found = highest_rate_within(lambda rate: rate <= 0.8, low_per_s=0.25, high_per_s=1.0, tolerance=0.03 / 0.25)
+    assert 0.77 <= found <= 0.8
+    assert highest_rate_within(lambda rate: False, low_per_s=0.25, high_per_s=1.0) == 0.0

@@ -117,7 +117,7 @@ def _valid_note(bounds: ServerBounds, rate_per_s: float, valid_rate_per_s: float
     return (f"VALID run read within {bounds.benchmark}'s p99 bounds ({bounds.ttft_p99_s:g} s TTFT, "
             f"{1e3 * bounds.tpot_p99_s:g} ms TPOT; {bounds.source}): the priced system is beyond them at the row's "
             f"{rate_per_s:.4g} requests/s a replica, so its latencies are those at {valid_rate_per_s:.4g}, the highest "
-            f"rate within them")
+            f"rate within them (searched down to a quarter of the row's rate)")
 
 
 def check_serving_rows(rows: list[dict]) -> list[ServingCheck]:

@@ -163,13 +163,14 @@ def mlperf_server_max_rate(run, *, ttft_p99_s: float, tpot_p99_s: float, low_per
 
 
 def highest_rate_within(meets, *, low_per_s: float, high_per_s: float, tolerance: float = 0.02) -> float:
-    """The highest rate in [low, high] for which ``meets(rate)`` holds, to ``tolerance`` of ``low`` (bisection: ``meets``
-    assumed to hold below some rate and not above it). 0.0 if it fails at ``low``."""
+    """The highest rate in [low, high] for which ``meets(rate)`` holds, to ``tolerance`` of the given ``low`` (bisection:
+    ``meets`` assumed to hold below some rate and not above it). 0.0 if it fails at ``low``."""
     if not meets(low_per_s):
         return 0.0
     if meets(high_per_s):
         return high_per_s
-    while high_per_s - low_per_s > tolerance * low_per_s:
+    step_per_s = tolerance * low_per_s  # fixed at the start: the bracket's low end moves up as it narrows
+    while high_per_s - low_per_s > step_per_s:
         middle = (low_per_s + high_per_s) / 2.0
         low_per_s, high_per_s = (middle, high_per_s) if meets(middle) else (low_per_s, middle)
     return low_per_s

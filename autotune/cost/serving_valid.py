@@ -29,9 +29,8 @@ def within_bounds(runs: tuple[ServingRun, ...], *, ttft_p99_s: float, tpot_p99_s
 def valid_rate_runs(dep: ServingDeployment, load: Load, runs: tuple[ServingRun, ...], *, ttft_p99_s: float,
                     tpot_p99_s: float, tolerance: float = 0.03) -> tuple[tuple[ServingRun, ...], float | None]:
     """``runs`` (the draws of ``load``) where they meet the bounds or ``load`` is not a rate load, with None; else the
-    draws at the highest rate found within them and that rate (bisection stopping once the bracket is within
-    ``tolerance`` / LOWEST_SHARE of its low end: up to 9.3% of the row's rate below the highest, not ``tolerance``);
-    where even LOWEST_SHARE of the rate misses them, the draws there."""
+    draws at the highest rate within them, to ``tolerance`` of the row's rate below it (bisection), and that rate;
+    where even LOWEST_SHARE of the rate misses them, the draws there and that rate."""
     if load.kind != "rate" or within_bounds(runs, ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s):
         return runs, None
     simulated = {load.rate_per_s: runs}
@@ -42,7 +41,6 @@ def valid_rate_runs(dep: ServingDeployment, load: Load, runs: tuple[ServingRun, 
         return within_bounds(simulated[rate], ttft_p99_s=ttft_p99_s, tpot_p99_s=tpot_p99_s)
 
     low = LOWEST_SHARE * load.rate_per_s
-    # serving_load.highest_rate_within measures tolerance against the bracket's moving low end, so this is 3% of the
-    # row's rate at the first step only, 12% of the low end at the last (review46: a grid of thresholds, 9.3% worst)
+    # the bisection's step is tolerance x its low end, here a quarter of the row's rate: tolerance x the rate
     rate = highest_rate_within(meets, low_per_s=low, high_per_s=load.rate_per_s, tolerance=tolerance / LOWEST_SHARE) or low
     return simulated[rate], rate
