@@ -92,3 +92,27 @@ def test_a_b200_under_0_5_0_prefills_sixteen_prompts_in_one_step_where_0_4_0_tak
         firsts[name] = simulate(req, _schedule(run, chunk=chunk, budget=16384), run.step).first_token_s
     assert np.unique(firsts["sglang-0.4.8"]).size == 1
     assert np.unique(firsts["sglang-0.4"]).size == 2
+
+
+def test_sglang_0_4_8_replays_decode_graphs_up_to_256_on_h200_and_512_on_b200():
+    """cuda_graph_runner.py get_batch_sizes_to_capture (0.4.8-0.5.2): 160, to 256 above 90 GiB, to 512 above 160,000
+    MiB; 0.4.0 captures up to 160 everywhere; a row's --cuda-graph-max-bs replaces the rule."""
+    from autotune.calibrate.serving_flags import limit_flags
+
+    engine = load_runtime("sglang-0.4.8").serving
+    h100, h200, b200 = (load_cluster(name).device.memory_bytes for name in ("dgx-h100", "dgx-h200", "dgx-b200"))
+    assert [engine.graph_max_on(m) for m in (h100, h200, b200)] == [160, 256, 512]
+    assert load_runtime("sglang-0.4").serving.graph_max_on(b200) == 160
+    assert engine.with_changes(**limit_flags("--cuda-graph-max-bs 640")).graph_max_on(h200) == 640
+
+
+def test_an_h200_decoding_200_requests_runs_faster_where_its_graphs_cover_the_batch():
+    """200 requests decoding at once on an H200 (the chunk the same 8,192 in both): 0.4.0 decodes them eagerly, its
+    host issuing every operator, 0.4.8 replays a graph."""
+    load = Load(kind="concurrency", num_requests=400, input_len=128, output_len=256, concurrency=200)
+    ends = {}
+    for name in ("sglang-0.4", "sglang-0.4.8"):
+        dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-h200"),
+                                runtime=load_runtime(name), tp=1, weight_dtype="bf16")
+        ends[name] = float(np.max(run_serving(dep, load).trace.finish_s))
+    assert ends["sglang-0.4.8"] < 0.95 * ends["sglang-0.4"]

@@ -130,7 +130,7 @@ def limit_flags(notes: str) -> dict:
     if chunk:
         changes["prefill_chunk_tokens"], changes["prefill_chunk_by_memory"] = int(chunk), ()  # the flag wins over the rule
     if graphs:
-        changes["decode_cuda_graph_max_batch"] = int(graphs)
+        changes["decode_cuda_graph_max_batch"], changes["decode_graph_max_by_memory"] = int(graphs), ()  # as the chunk's
     recv = note_number(r"(?:--)?scheduler[-_]recv[-_]interval[ =:]+(\d+)", notes)  # SGLang server_args.py, recipe YAML
     if recv:
         changes["scheduler_recv_interval"] = int(recv)
