@@ -61,3 +61,58 @@ def test_sglang_picks_its_chunk_by_gpu_memory_unless_the_launch_sets_one():
     assert [engine.chunk_tokens_on(m) for m in (h100, h200, b200)] == [8192, 8192, 16384]
     flagged = engine.with_changes(**limit_flags("launch: --chunked-prefill-size 4096"))
     assert flagged.chunk_tokens_on(b200) == 4096
+
+
+def test_each_sglang_release_picks_the_chunk_its_server_args_sets_on_each_gpu():
+    """0.4.0-0.4.6: 8192 on every GPU of 25 GB and more; 0.4.7: 16384 above 180,000 MiB; 0.4.8-0.5.5: tiers at 35 and
+    160 GiB (server_args.py __post_init__ in each wheel); 0.5.6 on: sglang.toml's tiers. B200 and GB200 report 183,359
+    and 189,471 MiB, H200 143,774."""
+    from autotune.calibrate.serving_rows import engine_runtime
+
+    gpus = [load_cluster(name).device.memory_bytes for name in ("dgx-h100", "dgx-h200", "dgx-b200", "gb200-nvl72")]
+    chunks = {version: [engine_runtime("sglang", version).serving.chunk_tokens_on(m) for m in gpus]
+              for version in ("0.4.6", "0.4.7", "0.4.10", "0.5.0rc2", "0.5.6")}
+    assert chunks["0.4.6"] == [8192] * 4
+    assert chunks["0.4.7"] == chunks["0.4.10"] == chunks["0.5.0rc2"] == chunks["0.5.6"] == [8192, 8192, 16384, 16384]
+    small = 30 * 2**30  # an A10-class GPU: 2048 from 0.4.8, 8192 under 0.4.7's 25,000 MiB line
+    assert [engine_runtime("sglang", v).serving.chunk_tokens_on(small) for v in ("0.4.7", "0.4.8")] == [8192, 2048]
+
+
+def test_a_b200_under_0_5_0_prefills_sixteen_prompts_in_one_step_where_0_4_0_takes_two():
+    """16 prompts of 1,000 tokens arriving at once on a B200: 0.5.0's 16,384-token chunk takes them all in its first
+    prompt step, 0.4.0's 8,192 takes 8 and part of the 9th; the step's budget follows the release's chunk."""
+    n = 16
+    req = Requests(arrival_s=np.zeros(n), input_len=np.full(n, 1000), output_len=np.full(n, 4))
+    firsts = {}
+    for name in ("sglang-0.4", "sglang-0.4.8"):
+        dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-b200"),
+                                runtime=load_runtime(name), tp=1, weight_dtype="bf16")
+        run = run_serving(dep, Load(kind="max_throughput", num_requests=2, input_len=1000, output_len=4))
+        chunk = dep.runtime.serving.chunk_tokens_on(dep.cluster.device.memory_bytes)
+        firsts[name] = simulate(req, _schedule(run, chunk=chunk, budget=16384), run.step).first_token_s
+    assert np.unique(firsts["sglang-0.4.8"]).size == 1
+    assert np.unique(firsts["sglang-0.4"]).size == 2
+
+
+def test_sglang_0_4_8_replays_decode_graphs_up_to_256_on_h200_and_512_on_b200():
+    """cuda_graph_runner.py get_batch_sizes_to_capture (0.4.8-0.5.2): 160, to 256 above 90 GiB, to 512 above 160,000
+    MiB; 0.4.0 captures up to 160 everywhere; a row's --cuda-graph-max-bs replaces the rule."""
+    from autotune.calibrate.serving_flags import limit_flags
+
+    engine = load_runtime("sglang-0.4.8").serving
+    h100, h200, b200 = (load_cluster(name).device.memory_bytes for name in ("dgx-h100", "dgx-h200", "dgx-b200"))
+    assert [engine.graph_max_on(m) for m in (h100, h200, b200)] == [160, 256, 512]
+    assert load_runtime("sglang-0.4").serving.graph_max_on(b200) == 160
+    assert engine.with_changes(**limit_flags("--cuda-graph-max-bs 640")).graph_max_on(h200) == 640
+
+
+def test_an_h200_decoding_200_requests_runs_faster_where_its_graphs_cover_the_batch():
+    """200 requests decoding at once on an H200 (the chunk the same 8,192 in both): 0.4.0 decodes them eagerly, its
+    host issuing every operator, 0.4.8 replays a graph."""
+    load = Load(kind="concurrency", num_requests=400, input_len=128, output_len=256, concurrency=200)
+    ends = {}
+    for name in ("sglang-0.4", "sglang-0.4.8"):
+        dep = ServingDeployment(model=resolve_model("llama3-8b"), cluster=load_cluster("dgx-h200"),
+                                runtime=load_runtime(name), tp=1, weight_dtype="bf16")
+        ends[name] = float(np.max(run_serving(dep, load).trace.finish_s))
+    assert ends["sglang-0.4.8"] < 0.95 * ends["sglang-0.4"]

@@ -45,7 +45,7 @@ _TRTLLM_MLA = r"--(?:decode[-_])?attention[-_]backend[ =]+trtllm_mla\b|\btrtllm[
 
 
 def named_mla_kernel_flags(engine: ServingEngine, notes: str, measured: ServingEngine) -> dict:
-    """An SGLang release whose preset has no measured MLA rows (0.4-0.5.5: sglang-0.4's default backends
+    """An SGLang release whose preset has no measured MLA rows (0.4-0.5.5: sglang-0.4*'s default backends
     differ, flashinfer MLA on Blackwell in 0.5.3's model_runner.py) where the notes name the kernels the
     ``measured`` preset's rows time (aiconfigurator's SGLang trtllm_mla backend): those rows."""
     if engine.engine != measured.engine or engine.engine not in _MEASURED_MLA_BACKENDS:
@@ -130,7 +130,7 @@ def limit_flags(notes: str) -> dict:
     if chunk:
         changes["prefill_chunk_tokens"], changes["prefill_chunk_by_memory"] = int(chunk), ()  # the flag wins over the rule
     if graphs:
-        changes["decode_cuda_graph_max_batch"] = int(graphs)
+        changes["decode_cuda_graph_max_batch"], changes["decode_graph_max_by_memory"] = int(graphs), ()  # as the chunk's
     recv = note_number(r"(?:--)?scheduler[-_]recv[-_]interval[ =:]+(\d+)", notes)  # SGLang server_args.py, recipe YAML
     if recv:
         changes["scheduler_recv_interval"] = int(recv)
@@ -150,7 +150,7 @@ def mxfp4_flags(engine: ServingEngine, version: str, notes: str) -> dict:
     """vLLM's MXFP4 MoE kernel on Hopper as the row's release and notes select it: VLLM_MXFP4_USE_MARLIN=1 takes
     Marlin (envs.py; mxfp4.py get_mxfp4_backend: 'if envs.VLLM_MXFP4_USE_MARLIN or not triton_kernels_supported'),
     a release from _VLLM_TRITON_KERNELS on a preset older than it Triton. SGLang from _SGLANG_MXFP4 on a preset
-    older than it (sglang-0.4): MXFP4 experts at the newest preset's activations (sglang.toml)."""
+    older than it (sglang-0.4.8): MXFP4 experts at the newest preset's activations (sglang.toml)."""
     if engine.engine == "sglang" and "mxfp4" not in engine.weight_dtypes and (release_number(version) or ()) >= _SGLANG_MXFP4:
         from autotune.spec.runtime import load_runtime  # the newest preset: its MXFP4 settings and their sources
 

@@ -157,6 +157,9 @@ class ServingEngine:
     memory_fraction_by_tp: tuple[tuple[int, float], ...] = ()
     memory_reserved_bytes: float = 0.0  # "reserved" rule: memory kept outside weights and KV cache
     decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
+    # the largest captured decode batch by GPU memory where the engine picks it (SGLang 0.4.7-0.5.2's capture list):
+    # ((GiB from, batch), ...) ascending as prefill_chunk_by_memory; (): decode_cuda_graph_max_batch (a flag clears it)
+    decode_graph_max_by_memory: tuple[tuple[float, int], ...] = ()
     # the batch sizes its decode graphs are captured at, a step padded up to the next (cost/graph_padding.py); (): unpadded
     decode_graph_batch_sizes: tuple[int, ...] = ()
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
@@ -261,7 +264,7 @@ class ServingEngine:
     def __post_init__(self) -> None:
         for name in ("memory_fraction_by_tp", "weight_dtypes", "prompt_encode_s", "mxfp4_weight_only_pad", "decode_attention",
                      "prefill_attention", "mla_decode_attention", "mla_prefill_attention", "mla_bmm", "sampler_pass_bytes",
-                     "decode_graph_batch_sizes", "prefill_chunk_by_memory"):
+                     "decode_graph_batch_sizes", "prefill_chunk_by_memory", "decode_graph_max_by_memory"):
             value = getattr(self, name)
             if isinstance(value, list):  # read back from TOML or JSON
                 object.__setattr__(self, name, tuple(tuple(v) if isinstance(v, list) else v for v in value))
@@ -342,6 +345,12 @@ class ServingEngine:
         prefill_chunk_tokens."""
         tiers = [chunk for gib, chunk in self.prefill_chunk_by_memory if memory_bytes / 2**30 >= gib]
         return int(tiers[-1]) if tiers else self.prefill_chunk_tokens
+
+    def graph_max_on(self, memory_bytes: float) -> int:
+        """The largest decode batch replaying a CUDA graph on a GPU of ``memory_bytes``: the tier of
+        decode_graph_max_by_memory it reaches, else decode_cuda_graph_max_batch."""
+        tiers = [batch for gib, batch in self.decode_graph_max_by_memory if memory_bytes / 2**30 >= gib]
+        return int(tiers[-1]) if tiers else self.decode_cuda_graph_max_batch
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
         return replace(self, **changes)
