@@ -77,3 +77,13 @@ def test_a_burst_quoting_its_totals_after_its_prompt_count_draws_them():
     # a per-request length in that phrasing, not after a prompt count, is not read as the run's totals
     plain = case_from_row({**rows["pr8050-001"], "notes": "ShareGPT, 500 prompts; 1024 input / 128 output tokens"})
     assert plain.load.lengths.name == "sharegpt"
+
+
+@pytest.mark.parametrize("notes", ["ShareGPT, 1000 prompts; Total input tokens: 215312, Total generated tokens: 195544",
+                                   "ShareGPT, 1000 prompts; Total input tokens:   215,312  Total generated tokens:   195,544"])
+def test_the_clients_own_total_lines_are_read(notes):
+    # the lines as vllm bench serve prints them ("Total generated tokens:"), not only the notes' "generated N"
+    case = _case("vn-go-01", notes=notes)
+    assert _drawn_totals(case) == pytest.approx((215312, 195544), rel=0.002)
+    random_row = _case("vn-go-09", notes="--dataset-name random; Total generated tokens: 67205")
+    assert random_row.load.output_len == 134

@@ -23,7 +23,9 @@ from autotune.cost.serving_load import Load
 
 __all__ = ["generated_outputs"]
 
-_GENERATED = re.compile(r"\bgenerated[: ]+(\d[\d,]*)", flags=re.IGNORECASE)
+# "generated 195544" as the check rows' notes abbreviate it, or the client's own "Total generated tokens: 196004"
+# (vllm/benchmarks/serve.py and sglang.bench_serving print that line; its "(retokenized)" twin is not read)
+_GENERATED = re.compile(r"\bgenerated(?: tokens)?[: ]+(\d[\d,]*)", flags=re.IGNORECASE)
 _INPUT = re.compile(r"\binput tokens[: ]+(\d[\d,]*)", flags=re.IGNORECASE)
 # the same two totals as a row's notes give them after its prompt count: "500 prompts (100895 input / 100377
 # output tokens)" (benchmark_serving.py prints them as "Total input tokens" and "Total generated tokens")
