@@ -42,66 +42,73 @@ def _rank_plan(rank: Rank, t: float, chunk: int, cap: int, isl: int) -> int:
     return min(ready, max(1, chunk // isl), cap - len(rank.running))
 
 
+def _step_s(step, rs: list, takes: list, isl: int, eager_s: float, host: tuple[float, float]) -> float:
+    """Wall seconds of one lockstep step: eager on every rank where any rank takes prompts (its decoding ranks
+    included), else every rank replaying the busiest rank's decode graph; the host's scheduling beside it."""
+    decoding = [0 if k else len(r.running) for r, k in zip(rs, takes)]
+    ctx = [c for r, k in zip(rs, takes) if not k for c, _ in r.running]
+    positions = step.window.positions(np.asarray(ctx, dtype=float)) if ctx else 0.0
+    prompts = sum(takes)
+    if prompts:
+        pairs = float(step.window.pairs(0.0, float(isl))) * prompts
+        busiest = max(takes)
+        gpu = step.gpu_s(decodes=sum(decoding), context=positions, prefill_tokens=prompts * isl, pairs=pairs,
+                         sampled=sum(decoding) + prompts, rank_prefill=(busiest * isl, pairs / prompts * busiest))
+        busy = max(gpu, eager_s)
+    else:
+        rows = len(rs) * max(decoding)
+        busy = step.gpu_s(decodes=rows, context=positions * rows / max(1, sum(decoding)), prefill_tokens=0,
+                          pairs=0.0, sampled=rows)
+    return max(busy, host[0] + host[1] * max(len(r.running) + k for r, k in zip(rs, takes)))
+
+
+def _advance(rs: list, takes: list, isl: int, osl: int) -> int:
+    """Each rank's step done: its prompts start decoding, or its decodes gain a token; the requests finished."""
+    finished = 0
+    for r, k in zip(rs, takes):
+        for _ in range(k):
+            r.waiting.popleft()
+            r.running.append([isl + 1, 1])
+        if k:
+            continue
+        for req in r.running:
+            req[0], req[1] = req[0] + 1, req[1] + 1
+        finished += sum(1 for req in r.running if req[1] >= osl)
+        r.running = [req for req in r.running if req[1] < osl]
+    return finished
+
+
 def run(row: dict, intake_s: float) -> tuple[float, int, int]:
     """(seconds, steps, steps with a prompt on some rank) of the row's run under per-rank scheduling."""
     case = case_from_row(row)
     dep, load = case.deployment, case.load
-    probe = run_serving(dep, load.__class__(**{**load.__dict__, "num_requests": 1}))
-    step, limits = probe.step, replica_limits(dep, load)
-    ranks = step.dp_ranks
-    isl, osl, n, conc = int(load.input_len), int(load.output_len), load.num_requests, load.concurrency
-    chunk = dep.runtime.serving.chunk_tokens_on(dep.cluster.device.memory_bytes) // ranks
-    cap = limits.max_num_seqs // ranks
-    engine = dep.runtime.serving
+    step = run_serving(dep, load.__class__(**{**load.__dict__, "num_requests": 1})).step
+    ranks, engine = step.dp_ranks, dep.runtime.serving
+    isl, osl, n = int(load.input_len), int(load.output_len), load.num_requests
+    chunk = engine.chunk_tokens_on(dep.cluster.device.memory_bytes) // ranks
+    cap = replica_limits(dep, load).max_num_seqs // ranks
     eager_s, host = eager_issue_s(dep), (engine.step_host_s, engine.step_host_s_per_seq)
     rs = [Rank() for _ in range(ranks)]
-    intake_free, sent, t, steps, mixed, done = 0.0, 0, 0.0, 0, 0, 0
+    intake = {"free": 0.0, "sent": 0}
 
-    def send(at: float) -> None:
-        nonlocal intake_free, sent
-        intake_free = max(intake_free, at) + intake_s
-        rs[sent % ranks].waiting.append((intake_free, sent))
-        sent += 1
+    def send(at: float) -> None:  # one intake, then round-robin to the ranks
+        intake["free"] = max(intake["free"], at) + intake_s
+        rs[intake["sent"] % ranks].waiting.append((intake["free"], intake["sent"]))
+        intake["sent"] += 1
 
-    for _ in range(min(conc, n)):
+    for _ in range(min(load.concurrency, n)):
         send(0.0)
+    t, steps, mixed, done = 0.0, 0, 0, 0
     while done < n:
         takes = [_rank_plan(r, t, chunk, cap, isl) for r in rs]
-        decoding = [0 if k else len(r.running) for r, k in zip(rs, takes)]
-        if not any(takes) and not any(decoding):  # all idle: jump to the next ready request
+        if not any(takes) and not any(r.running for r in rs):  # all idle: on to the next ready request
             t = min(r.waiting[0][0] for r in rs if r.waiting)
             continue
-        ctx = [c for r, k in zip(rs, takes) if not k for c, _ in r.running]
-        positions = step.window.positions(np.asarray(ctx, dtype=float)) if ctx else 0.0
-        prompts = sum(takes)
-        if prompts:
-            pairs = float(step.window.pairs(0.0, float(isl))) * prompts
-            busiest = max(takes)
-            gpu = step.gpu_s(decodes=sum(decoding), context=positions, prefill_tokens=prompts * isl, pairs=pairs,
-                             sampled=sum(decoding) + prompts, rank_prefill=(busiest * isl, pairs / prompts * busiest))
-            busy, mixed = max(gpu, eager_s), mixed + 1
-        else:
-            rows = ranks * max(decoding)  # every rank replays the busiest rank's graph
-            gpu = step.gpu_s(decodes=rows, context=positions * rows / max(1, sum(decoding)), prefill_tokens=0,
-                             pairs=0.0, sampled=rows)
-            busy = gpu
-        t += max(busy, host[0] + host[1] * max(len(r.running) + k for r, k in zip(rs, takes)))
-        steps += 1
-        for r, k in zip(rs, takes):
-            if k:
-                for _ in range(k):
-                    r.waiting.popleft()
-                    r.running.append([isl + 1, 1])
-                continue
-            for req in r.running:
-                req[0] += 1
-                req[1] += 1
-            finished = sum(1 for req in r.running if req[1] >= osl)
-            r.running = [req for req in r.running if req[1] < osl]
-            done += finished
-            for _ in range(finished):
-                if sent < n:
-                    send(t)
+        t, steps, mixed = t + _step_s(step, rs, takes, isl, eager_s, host), steps + 1, mixed + bool(any(takes))
+        finished = _advance(rs, takes, isl, osl)
+        done += finished
+        for _ in range(min(finished, n - intake["sent"])):
+            send(t)
     return t, steps, mixed
 
 
