@@ -47,7 +47,11 @@ def test_a_per_rank_limit_holds_ranks_times_it_over_the_replica():
     assert replica_graph_max(engine, 180e9, 1) == 640
     summed = engine.with_changes(decode_graph_per_dp_rank=False)
     assert replica_graph_max(summed, 180e9, 4) == 640
-    assert replica_graph_max(load_runtime("tensorrt-llm-1.0").serving, 180e9, 8) == 4096  # stated for the replica
+    # TensorRT-LLM's PyTorch executor holds its limit per rank too; NVIDIA's MLPerf systems state theirs for the
+    # replica (8 ranks x the largest configured size: serving_systems.toml)
+    assert replica_graph_max(load_runtime("tensorrt-llm-1.0").serving, 180e9, 8) == 8 * 4096
+    assert replica_graph_max(load_runtime("mlperf-nvidia-5.1").serving, 180e9, 8) == load_runtime(
+        "mlperf-nvidia-5.1").serving.decode_cuda_graph_max_batch
 
 
 def test_gpt_oss_dp4_decodes_640_a_rank_in_graphs():
