@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.cost.checkpoint_layout import bf16_mtp
-from autotune.cost.graph_padding import graph_sizes
+from autotune.cost.graph_padding import graph_sizes, replica_graph_max
 from autotune.cost.runtime_kernels import gpu_generation, gpu_keys, runtime_cluster
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
@@ -354,12 +354,12 @@ def run_serving(dep: ServingDeployment, load: Load, sent: Requests | None = None
                         recv_interval=engine.scheduler_recv_interval,
                         step_host_s=engine.step_host_s * per_step, step_host_share=engine.step_host_share,
                         step_host_s_per_seq=engine.step_host_s_per_seq * per_step,
-                        output_host_s=engine.output_host_s * per_step,
+                        output_host_s=engine.output_host_s * per_step, reserve=output_reserve(engine, dep.attention_dp),
                         output_host_s_per_seq=engine.output_host_s_per_seq * per_step, host_overlap=_host_overlap(dep),
                         frontend_s_per_seq=engine.frontend_s_per_seq * per_step,
                         frontend_per_dp_rank=engine.frontend_per_dp_rank,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
-                        decode_graph_max_batch=engine.graph_max_on(dep.cluster.device.memory_bytes), reserve=output_reserve(engine),
+                        decode_graph_max_batch=replica_graph_max(engine, dep.cluster.device.memory_bytes, step.dp_ranks),
                         decode_graph_sizes=graph_sizes(engine.decode_graph_batch_sizes,
                                                        min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
                         adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=_budget_ranks(dep, step.dp_ranks),
