@@ -42,9 +42,11 @@ _GIB = 2.0**30
     ("sglang", "0.4.0", "sglang-0.4"),
     ("sglang", "0.4.6.post1", "sglang-0.4"),
     ("sglang", "0.4.7.post1", "sglang-0.4.7"),  # the first chunk by GPU memory (server_args.py)
-    ("sglang", "0.4.8", "sglang-0.4.8"),  # its tiers (server_args.py __post_init__), 0.4.8-0.5.5
-    ("sglang", "0.5.0 (main, 2025-08-19)", "sglang-0.4.8"),
-    ("sglang", "0.5.5.post3", "sglang-0.4.8"),
+    ("sglang", "0.4.8", "sglang-0.4.8"),  # its tiers (server_args.py __post_init__), 0.4.8-0.4.10
+    ("sglang", "0.4.10.post2", "sglang-0.4.8"),
+    ("sglang", "0.5.0rc0", "sglang-0.5.0"),  # the first wheel with MXFP4 (layers/quantization/mxfp4.py), to 0.5.5
+    ("sglang", "0.5.0 (main, 2025-08-19)", "sglang-0.5.0"),
+    ("sglang", "0.5.5.post3", "sglang-0.5.0"),
     ("sglang", "0.5.6", "sglang"),
 ])
 def test_a_rows_version_picks_the_preset_of_its_release(engine, version, preset):
