@@ -128,20 +128,25 @@ def mlperf_rows(gpu: str) -> list[dict]:
     return rows
 
 
-def all_rows(engines: tuple[str, ...], gpus: tuple[str, ...], one_per_preset: bool) -> list[dict]:
-    """The audit's rows, numbered; ``one_per_preset``: only the first release listed of each preset."""
+def releases(engine: str, one_per_preset: bool, newest: int = 0) -> list[str]:
+    """The releases audited: all listed, or the first listed of each preset; ``newest``: only the last so many."""
+    versions, presets = [], set()
+    for version in ENGINES[engine]:
+        preset = engine_runtime(engine, version).name
+        if not one_per_preset or preset not in presets:
+            versions.append(version)
+            presets.add(preset)
+    return versions[-newest:] if newest else versions
+
+
+def all_rows(engines: tuple[str, ...], gpus: tuple[str, ...], one_per_preset: bool, newest: int = 0) -> list[dict]:
+    """The audit's rows, numbered (releases: see ``releases``; MLPerf: every harness)."""
     rows = []
     for engine in engines:
         if engine == "mlperf-nvidia":
             rows += [r for g in gpus for r in mlperf_rows(g)]
             continue
-        versions, presets = [], set()
-        for version in ENGINES[engine]:
-            preset = engine_runtime(engine, version).name
-            if not one_per_preset or preset not in presets:
-                versions.append(version)
-                presets.add(preset)
-        rows += [r for v in versions for g in gpus for r in engine_rows(engine, v, g)]
+        rows += [r for v in releases(engine, one_per_preset, newest) for g in gpus for r in engine_rows(engine, v, g)]
     return [dict(r, id=f"cov-{n:05d}") for n, r in enumerate(rows, start=1)]
 
 
@@ -191,11 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="append", choices=list(GPUS), help="only this GPU (repeatable)")
     parser.add_argument("--model", default="", help="only rows whose hf_model_id contains this text")
     parser.add_argument("--one-per-preset", action="store_true", help="one release a preset (its first listed)")
+    parser.add_argument("--newest", type=int, default=0, help="only an engine's last N releases audited")
+    parser.add_argument("--load", choices=list(LOADS), help="only this load's rows (MLPerf rows are kept)")
     parser.add_argument("--csv", default="", help="write the refused rows and reasons here")
     args = parser.parse_args(argv)
     engines = tuple(args.engine or (*ENGINES, "mlperf-nvidia"))
-    rows = all_rows(engines, tuple(args.gpu or GPUS), args.one_per_preset)
+    rows = all_rows(engines, tuple(args.gpu or GPUS), args.one_per_preset, args.newest)
     rows = [r for r in rows if args.model.lower() in r["hf_model_id"].lower()]
+    if args.load:
+        texts = {LOADS[args.load], TRTLLM_MAX if args.load == "max" else LOADS[args.load]}
+        rows = [r for r in rows if r["engine"] == "mlperf-nvidia" or r["concurrency_or_batch"] in texts]
     refused = refusals(rows, args.price)
     report(rows, refused)
     if args.csv:
