@@ -142,20 +142,10 @@ def limit_flags(notes: str) -> dict:
 _VLLM_TRITON_KERNELS = (0, 13)
 
 
-# The first SGLang release with GPT-OSS's MXFP4 experts (layers/quantization/mxfp4.py; sglang.toml's mxfp4 sources)
-_SGLANG_MXFP4 = (0, 5)
-
-
 def mxfp4_flags(engine: ServingEngine, version: str, notes: str) -> dict:
     """vLLM's MXFP4 MoE kernel on Hopper as the row's release and notes select it: VLLM_MXFP4_USE_MARLIN=1 takes
     Marlin (envs.py; mxfp4.py get_mxfp4_backend: 'if envs.VLLM_MXFP4_USE_MARLIN or not triton_kernels_supported'),
-    a release from _VLLM_TRITON_KERNELS on a preset older than it Triton. SGLang from _SGLANG_MXFP4 on a preset
-    older than it (sglang-0.4.8): MXFP4 experts at the newest preset's activations (sglang.toml)."""
-    if engine.engine == "sglang" and "mxfp4" not in engine.weight_dtypes and (release_number(version) or ()) >= _SGLANG_MXFP4:
-        from autotune.spec.runtime import load_runtime  # the newest preset: its MXFP4 settings and their sources
-
-        newest = load_runtime("sglang").serving
-        return {"weight_dtypes": engine.weight_dtypes + ("mxfp4",), "mxfp4_activation": newest.mxfp4_activation}
+    a release from _VLLM_TRITON_KERNELS on a preset older than it Triton (SGLang's MXFP4 is its presets': sglang-0.5.0)."""
     if engine.engine != "vllm":
         return {}
     if re.search(r"VLLM_MXFP4_USE_MARLIN\s*=\s*(?:1|true)\b", notes, flags=re.IGNORECASE):
