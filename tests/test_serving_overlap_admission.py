@@ -64,3 +64,9 @@ def test_the_deepseek_r1_harness_systems_run_the_overlap_scheduler():
     engines = {r["id"]: case_from_row(r).deployment.runtime.serving for r in rows}
     assert engines["mlp51-024"].overlap_admission  # deepseek-r1: trtllm-serve's PyTorch executor
     assert not engines["mlp51-021"].overlap_admission  # a TensorRT engine under the C++ executor
+
+
+def test_the_pytorch_backend_presets_run_it_and_the_tensorrt_engine_ones_do_not():
+    for name, on in (("tensorrt-llm-0.19", True), ("tensorrt-llm-1.0", True), ("tensorrt-llm-0.17", False),
+                     ("tensorrt-llm-0.14", False), ("mlperf-nvidia-5.1", False)):
+        assert load_runtime(name).serving.overlap_admission is on, name
