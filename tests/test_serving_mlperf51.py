@@ -140,6 +140,10 @@ def test_every_v51_system_value_is_the_one_its_config_line_states():
             if key in ("decode_graph_batch_sizes", "decode_cuda_graph_max_batch", "eager_prefill"):
                 assert _graph_source_agrees(system, key, source), (system.config, key, source)
                 continue
+            if key == "overlap_admission":  # the harness's default extra config, as the executor loop runs it
+                assert system.get(key) is True and "disable_overlap_scheduler False" in source, system.config
+                assert "_executor_loop_overlap" in source and "deepseek-r1.py" in source, system.config
+                continue
             if key == "offline_expected_qps":  # the run's own LoadGen setting (tests/test_loadgen_offline.py)
                 continue
             if key == "rate_run_s" and source.startswith("results/"):  # the run's own min_duration, not its config's

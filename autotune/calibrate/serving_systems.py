@@ -28,12 +28,13 @@ _COUNTS = ("tp", "pp", "ep", "max_num_seqs", "max_num_batched_tokens", "max_outp
 # (a TensorRT-LLM PyTorch-backend harness: its decode CUDA graphs, their padding sizes, its eager prompt steps)
 ENGINE_SETTINGS = ("max_num_seqs", "max_num_batched_tokens", "memory_fraction", "chunked_prefill", "rate_run_s",
                    "adp_balance", "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit",
-                   "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill", "gemm_swiglu_fusion")
+                   "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill", "gemm_swiglu_fusion",
+                   "overlap_admission")
 _SETTINGS = ("tp", "pp", "ep", "attention_dp", "precision", "max_num_seqs", "max_num_batched_tokens",
              "memory_fraction", "chunked_prefill", "rate_run_s", "max_output_len", "adp_balance",
              "adp_batching_wait_iters", "adp_timeout_iters", "nvfp4_gemm_fit", "effective_bits",
              "decode_cuda_graph_max_batch", "decode_graph_batch_sizes", "eager_prefill", "min_query_count", "gemm_swiglu_fusion",
-             "offline_expected_qps")
+             "offline_expected_qps", "overlap_admission")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +70,7 @@ def _check(key: str, value: object) -> None:
     if key in _COUNTS:
         require(isinstance(value, int) and not isinstance(value, bool) and value >= 1, f"serving_systems.{key}",
                 f"must be a whole number >= 1, got {value!r}")
-    elif key in ("attention_dp", "chunked_prefill", "adp_balance", "eager_prefill", "gemm_swiglu_fusion"):
+    elif key in ("attention_dp", "chunked_prefill", "adp_balance", "eager_prefill", "gemm_swiglu_fusion", "overlap_admission"):
         require(isinstance(value, bool), f"serving_systems.{key}", f"must be true or false, got {value!r}")
     elif key == "memory_fraction":
         require(isinstance(value, float) and 0 < value <= 1, f"serving_systems.{key}", f"must be in (0, 1], got {value!r}")

@@ -349,7 +349,7 @@ def run_serving(dep: ServingDeployment, load: Load, sent: Requests | None = None
                         max_num_batched_tokens=limits.max_num_batched_tokens,
                         kv_capacity_tokens=limits.kv_capacity_tokens, kv_block_tokens=engine.kv_block_tokens,
                         kv_reservation=engine.kv_reservation, scheduler_steps=engine.scheduler_steps,
-                        recv_interval=engine.scheduler_recv_interval,
+                        recv_interval=engine.scheduler_recv_interval, admit_lag=engine.overlap_admission,
                         step_host_s=engine.step_host_s * per_step, step_host_share=engine.step_host_share,
                         step_host_s_per_seq=engine.step_host_s_per_seq * per_step,
                         output_host_s=engine.output_host_s * per_step, reserve=output_reserve(engine, dep.attention_dp),

@@ -48,6 +48,7 @@ class Schedule:
     kv_reservation: str  # "grow" or "full"
     scheduler_steps: int = 1
     recv_interval: int = 1  # new requests are taken in every this many decode steps (SGLang's recv skipper)
+    admit_lag: bool = False  # requests are fetched a step ahead (TensorRT-LLM's overlap scheduler; serving_sim._admit_arrivals)
     step_host_s: float = 0.0  # host seconds a scheduler call (serving_host.py)
     step_host_share: float = 0.0
     step_host_s_per_seq: float = 0.0  # a scheduler call's host seconds per sequence of its step

@@ -64,6 +64,7 @@ class _State:
     adp: AdpCounters = field(default_factory=AdpCounters)  # TensorRT-LLM's attention-DP balancer (serving_adp.py)
     adp_held: bool = False  # this step's context requests are held by it
     since_poll: int = 0  # decode steps since the scheduler last took new requests in (Schedule.recv_interval)
+    lag_s: float = 0.0  # under admit_lag, the last step's wall time: requests that came during it are not fetched yet
     # requests whose last token the step just run computed, not yet seen as finished by an engine that processes
     # a step's outputs during the next step (late_finish): they keep their slot and KV through one more scheduling
     late: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
@@ -78,7 +79,7 @@ def simulate(req: Requests, sched: Schedule, step: StepModel, *, fast_forward: b
         _admit_arrivals(st, sched)
         if not len(st.running) and not st.waiting:
             _release_late(st)  # an idle engine drains its pending outputs (llm_engine.py step 0.6.0)
-            st.t = float(st.arrival[st.next_arrival])
+            st.t, st.lag_s = max(st.t, float(st.arrival[st.next_arrival])), 0.0  # an idle executor fetches on arrival
             if sched.reserve:  # an idle SGLang resets its estimate (tp_worker.py forward_step)
                 st.ratio_base, st.ratio_decays = sched.reserve.init_ratio, 0
             continue
@@ -123,7 +124,7 @@ def _admit_arrivals(st: _State, sched: Schedule) -> None:
         if not idle and st.since_poll < sched.recv_interval:
             return
         st.since_poll = 0
-    while st.next_arrival < len(st.arrival) and st.arrival[st.next_arrival] <= st.t:
+    while st.next_arrival < len(st.arrival) and st.arrival[st.next_arrival] <= st.t - st.lag_s:
         st.waiting.append(st.next_arrival)
         st.next_arrival += 1
 
@@ -219,7 +220,8 @@ def _single_step(st: _State, sched: Schedule, step: StepModel, chunks: list, dec
     # prompt steps run eagerly (graphs are captured for decodes)
     seqs = _host_seqs(len(chunks) + len(decodes), step)
     streams = frontend_streams(sched, sampled, step.dp_ranks)  # the requests that get a token this step
-    st.t += step_wall_s(sched, gpu, 1, eager=True, seqs=seqs, streams=streams)
+    wall = step_wall_s(sched, gpu, 1, eager=True, seqs=seqs, streams=streams)
+    st.t, st.lag_s = st.t + wall, wall * sched.admit_lag
     delivered = delivered_at(sched, st.t, seqs, streams)
     st.done[ids] = done + takes
     st.prefilled += tokens
@@ -291,15 +293,15 @@ def _decode_stretch(st: _State, sched: Schedule, step: StepModel, decodes: np.nd
     generated = st.generated[decodes].copy()
     _stamp_decodes(st, decodes, delivered_at(sched, ends, _host_seqs(b, step), frontend_streams(sched, b, step.dp_ranks)),
                    calls)
-    _count_stretch(st, sched, decodes, float(ends[-1]), k, retracted)
+    _count_stretch(st, sched, decodes, float(ends[-1]), k, retracted, float(durations[-1]))
     return decodes[(st.generated[decodes] - generated == k) & (st.generated[decodes] >= st.req.output_len[decodes])]
 
 
-def _count_stretch(st: _State, sched: Schedule, decodes: np.ndarray, end_s: float, k: int, retracted: bool) -> None:
-    """The state after a stretch of ``k`` decode steps of ``decodes`` that ends at ``end_s``."""
+def _count_stretch(st: _State, sched: Schedule, decodes: np.ndarray, end_s: float, k: int, retracted: bool, last_s: float) -> None:
+    """The state after a stretch of ``k`` decode steps of ``decodes`` that ends at ``end_s``, its last ``last_s`` long."""
     if sched.kv_reservation == "grow":  # the blocks the last step's tokens took, as step by step
         st.reserved[decodes] = held_tokens(sched, kv_tokens(st, decodes) - 1)
-    st.t = end_s
+    st.t, st.lag_s = end_s, last_s * sched.admit_lag
     if sched.reserve:  # each decode step without a retraction decays the ratio (forward_decode_batch)
         st.ratio_decays += k - int(retracted)
     st.steps, st.decoded, st.decode_steps = st.steps + k, st.decoded + len(decodes) * k, st.decode_steps + k

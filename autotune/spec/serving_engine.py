@@ -165,6 +165,9 @@ class ServingEngine:
     # under DP attention the graph limit holds each rank's batch (the busiest rank's decodes); False: the replica's
     decode_graph_per_dp_rank: bool = False
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
+    # TensorRT-LLM PyTorch backend's overlap scheduler (py_executor.py _executor_loop_overlap): a step's requests are
+    # fetched while the step before it runs, so a request waits for the end of the step after its arrival's
+    overlap_admission: bool = False
     # host seconds per operator of its eager forward, as a multiple of Megatron-Core's (cost/host.py op_host_s)
     eager_op_host_scale: float = 1.0
     scheduler_steps: int = 1  # decode steps per scheduler call (vLLM multi-step); tokens stream per call
