@@ -42,9 +42,11 @@ _GIB = 2.0**30
     ("sglang", "0.4.0", "sglang-0.4"),
     ("sglang", "0.4.6.post1", "sglang-0.4"),
     ("sglang", "0.4.7.post1", "sglang-0.4.7"),  # the first chunk by GPU memory (server_args.py)
-    ("sglang", "0.4.8", "sglang-0.4.8"),  # its tiers (server_args.py __post_init__), 0.4.8-0.5.2
-    ("sglang", "0.5.0 (main, 2025-08-19)", "sglang-0.4.8"),
-    ("sglang", "0.5.3", "sglang-0.5.3"),  # _handle_gpu_memory_settings: graphs and reserve by memory and TP
+    ("sglang", "0.4.8", "sglang-0.4.8"),  # its tiers (server_args.py __post_init__), 0.4.8-0.4.10
+    ("sglang", "0.4.10.post2", "sglang-0.4.8"),
+    ("sglang", "0.5.0rc0", "sglang-0.5.0"),  # the first wheel with MXFP4 (layers/quantization/mxfp4.py), to 0.5.2
+    ("sglang", "0.5.0 (main, 2025-08-19)", "sglang-0.5.0"),
+    ("sglang", "0.5.3", "sglang-0.5.3"),  # _handle_gpu_memory_settings: graphs and reserve by memory and TP, to 0.5.5
     ("sglang", "0.5.5.post3", "sglang-0.5.3"),
     ("sglang", "0.5.6", "sglang"),
 ])
@@ -52,9 +54,12 @@ def test_a_rows_version_picks_the_preset_of_its_release(engine, version, preset)
     assert engine_runtime(engine, version).name == preset
 
 
-def test_trtllm_1_0_serves_nvfp4_on_blackwell_where_0_18_refuses_it():
+def test_trtllm_serves_nvfp4_on_blackwell_from_0_17_where_0_14_refuses_it():
+    # release-notes.md, Release 0.17.0: 'Added NVFP4 Gemm support for Llama and Mixtral models'; 0.18.x builds on 0.17.0
     with pytest.raises(AutotuneError, match="not nvfp4"):
-        _deployment("tensorrt-llm", model="llama3-70b", cluster="dgx-b200", dtype="nvfp4")
+        _deployment("tensorrt-llm-0.14", model="llama3-70b", cluster="dgx-b200", dtype="nvfp4")
+    for name in ("tensorrt-llm-0.17", "tensorrt-llm"):
+        assert _deployment(name, model="llama3-70b", cluster="dgx-b200", dtype="nvfp4").dtype == "nvfp4"
     dep = _deployment("tensorrt-llm-1.0", model="llama3-70b", cluster="dgx-b200", dtype="nvfp4")
     limits = _limits(dep, 1000, 1000)
     # trtllm-bench's heuristic counts an NVFP4 weight as half a byte (tuning.py BYTES_PER_ELEM) of the

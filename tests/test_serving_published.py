@@ -91,9 +91,14 @@ def test_an_mlperf_row_takes_its_systems_published_config_and_its_datasets_means
     assert offline.max_num_seqs == 896  # the Offline config's gpu_batch_size, not the Server one's
     own = case_from_row(dict(_rows("mlp41-002")[0], tp="8", dp="1", precision="fp16"))
     assert (own.deployment.tp, own.deployment.dtype) == (8, "fp16")  # the row's cells win
-    four = case_from_row(dict(_rows("mlp41-009")[0], gpus="4"))  # no published config for 4 GPUs
-    assert four.deployment.tp == 4 and any(a.startswith("tp 4 (no degree stated") for a in four.assumed)
+    four = case_from_row(dict(_rows("mlp41-009")[0], gpus="4"))  # no config for 4 GPUs: four of the x8's instances
+    assert (four.deployment.tp, four.deployment.replicas) == (1, 4)
+    assert any("as 4 of its instances" in a for a in four.assumed)
+    alone = case_from_row(dict(_rows("mlp41-009")[0], gpu="A100-SXM-80GB", gpus="4"))  # no entry for the GPU
+    assert alone.deployment.tp == 4 and any(a.startswith("tp 4 (no degree stated") for a in alone.assumed)
     with pytest.raises(RowProblem, match="tensor-parallel"):  # nor a degree that divides them
+        case_from_row(dict(_rows("mlp41-009")[0], gpu="A100-SXM-80GB", gpus="4", dp="3"))
+    with pytest.raises(RowProblem, match="tp 1 x dp 3 does not make the 4 GPUs"):  # the row's dp against the instances
         case_from_row(dict(_rows("mlp41-009")[0], gpus="4", dp="3"))
 
 
@@ -177,7 +182,7 @@ def test_unpriceable_rows_say_why_and_others_still_price():
 
 def test_json_gives_every_row_and_the_summaries(tmp_path):
     path = tmp_path / "few.csv"
-    rows = _rows("trt017-009", "sgl060-001", "sgl060-002") + [dict(_rows("mlp41-009")[0], gpus="4", dp="3")]
+    rows = _rows("trt017-009", "sgl060-001", "sgl060-002") + [dict(_rows("mlp41-009")[0], gpu="A100-SXM-80GB", gpus="4", dp="3")]
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()

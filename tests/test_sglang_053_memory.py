@@ -23,7 +23,7 @@ def _row(row_id: str) -> dict:
         return next(r for r in csv.DictReader(handle) if r["id"] == row_id)
 
 
-@pytest.mark.parametrize(("version", "preset"), [("0.5.2", "sglang-0.4.8"), ("0.5.3", "sglang-0.5.3"),
+@pytest.mark.parametrize(("version", "preset"), [("0.5.2", "sglang-0.5.0"), ("0.5.3", "sglang-0.5.3"),
                                                  ("0.5.5.post1", "sglang-0.5.3"), ("0.5.6", "sglang")])
 def test_releases_0_5_3_to_0_5_5_take_their_own_preset(version, preset):
     assert engine_runtime("sglang", version).name == preset

@@ -33,11 +33,11 @@ def _rows() -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.parametrize(("version", "preset"), [("0.5.0rc0", "sglang-0.4.8"), ("0.5.5", "sglang-0.5.3"),
+@pytest.mark.parametrize(("version", "preset"), [("0.4.10", "sglang-0.4.8"), ("0.5.0rc0", "sglang-0.5.0"), ("0.5.2", "sglang-0.5.0"), ("0.5.5", "sglang-0.5.3"),
                                                  ("0.5.6", "sglang"), ("0.5.12", "sglang"), ("0.5.23", "sglang")])
 def test_releases_from_0_5_6_take_the_reserve_rule_preset(version, preset):
     assert engine_runtime("sglang", version).name == preset
-    assert (load_runtime(preset).serving.memory_rule in ("reserved", "sglang_reserve")) == (preset != "sglang-0.4.8")
+    assert (load_runtime(preset).serving.memory_rule in ("reserved", "sglang_reserve")) == (preset in ("sglang", "sglang-0.5.3"))
 
 
 def test_a_stated_mem_fraction_replaces_sglangs_reserve():

@@ -11,7 +11,7 @@ from autotune.calibrate.serving_names import block_scaled_fp8
 from autotune.spec.runtime import load_runtime
 from autotune.spec.serving_engine import ServingEngine, release_number
 
-__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "bf16_kv_flags", "deepgemm_flags",
+__all__ = ["adp_balance_flags", "async_scheduling_flags", "attention_backend_flags", "bf16_kv_flags", "deepgemm_flags", "dp_graph_flags",
            "limit_flags", "moe_backend_flags", "mxfp4_flags", "named_mla_kernel_flags", "note_number",
            "stores_no_kv_quantization"]
 
@@ -142,20 +142,10 @@ def limit_flags(notes: str) -> dict:
 _VLLM_TRITON_KERNELS = (0, 13)
 
 
-# The first SGLang release with GPT-OSS's MXFP4 experts (layers/quantization/mxfp4.py; sglang.toml's mxfp4 sources)
-_SGLANG_MXFP4 = (0, 5)
-
-
 def mxfp4_flags(engine: ServingEngine, version: str, notes: str) -> dict:
     """vLLM's MXFP4 MoE kernel on Hopper as the row's release and notes select it: VLLM_MXFP4_USE_MARLIN=1 takes
     Marlin (envs.py; mxfp4.py get_mxfp4_backend: 'if envs.VLLM_MXFP4_USE_MARLIN or not triton_kernels_supported'),
-    a release from _VLLM_TRITON_KERNELS on a preset older than it Triton. SGLang from _SGLANG_MXFP4 on a preset
-    older than it (sglang-0.4.8): MXFP4 experts at the newest preset's activations (sglang.toml)."""
-    if engine.engine == "sglang" and "mxfp4" not in engine.weight_dtypes and (release_number(version) or ()) >= _SGLANG_MXFP4:
-        from autotune.spec.runtime import load_runtime  # the newest preset: its MXFP4 settings and their sources
-
-        newest = load_runtime("sglang").serving
-        return {"weight_dtypes": engine.weight_dtypes + ("mxfp4",), "mxfp4_activation": newest.mxfp4_activation}
+    a release from _VLLM_TRITON_KERNELS on a preset older than it Triton (SGLang's MXFP4 is its presets': sglang-0.5.0)."""
     if engine.engine != "vllm":
         return {}
     if re.search(r"VLLM_MXFP4_USE_MARLIN\s*=\s*(?:1|true)\b", notes, flags=re.IGNORECASE):
@@ -211,3 +201,21 @@ def deepgemm_flags(engine: ServingEngine, version: str, notes: str) -> dict:
     if engine.engine != "sglang" or (release_number(version) or ()) < _SGLANG_FLASHINFER_FP8_BLOCK:
         return {}
     return {"fp8_block_gemm": "flashinfer"} if re.search(_DEEPGEMM_OFF, notes, flags=re.IGNORECASE) else {}
+
+
+# The SGLang releases whose CUDA graphs under DP attention hold the ranks' summed decodes: model_executor/
+# cuda_graph_runner.py CudaGraphRunner.can_run compares sum(forward_batch.global_num_tokens_cpu) with max_bs in the
+# 0.4.5-0.4.9 wheels, max(...) (the busiest rank's) in 0.4.0-0.4.4 and from 0.4.10 (0.4.10, 0.5.0rc0-0.5.3, 0.5.6,
+# 0.5.7, 0.5.12 wheels read)
+_SGLANG_SUMMED_GRAPHS = ((0, 4, 5), (0, 4, 10))
+
+
+def dp_graph_flags(engine: ServingEngine, version: str) -> dict:
+    """SGLang's decode-graph limit under DP attention as the row's release compares it (ServingEngine.
+    decode_graph_per_dp_rank), where it differs from the preset's release (sglang-0.4 spans 0.4.0-0.4.6,
+    sglang-0.4.8 0.4.8-0.5.5)."""
+    release = release_number(version)
+    if engine.engine != "sglang" or release is None:
+        return {}
+    per_rank = not _SGLANG_SUMMED_GRAPHS[0] <= release < _SGLANG_SUMMED_GRAPHS[1]
+    return {"decode_graph_per_dp_rank": per_rank} if per_rank != engine.decode_graph_per_dp_rank else {}

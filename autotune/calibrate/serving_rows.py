@@ -20,7 +20,7 @@ from importlib import resources
 from autotune.calibrate.chat_template_intake import with_template_parse
 from autotune.calibrate.serving_degrees import row_degrees, row_int
 from autotune.calibrate.serving_flags import adp_balance_flags, async_scheduling_flags, attention_backend_flags, \
-    bf16_kv_flags, deepgemm_flags, limit_flags, moe_backend_flags, mxfp4_flags, named_mla_kernel_flags, \
+    bf16_kv_flags, deepgemm_flags, dp_graph_flags, limit_flags, moe_backend_flags, mxfp4_flags, named_mla_kernel_flags, \
     note_number as _number
 from autotune.calibrate.serving_phase_rows import PhaseRow, phase_row
 from autotune.calibrate.serving_names import NATIVE_PRECISIONS, RowProblem, block_scaled_fp8, engine_name, gpu_cluster, \
@@ -262,6 +262,7 @@ def _flag_changes(row: dict, engine: ServingEngine, version: str, notes: str) ->
     changes.update(attention_backend_flags(engine, notes))
     changes.update(mxfp4_flags(engine, version, notes))
     changes.update(deepgemm_flags(engine, version, notes))
+    changes.update(dp_graph_flags(engine, version))
     if engine.engine == "sglang":  # an older release naming the kernels the newest preset's MLA rows time
         changes.update(named_mla_kernel_flags(engine, notes, engine_runtime(engine.engine, "").serving))
     changes.update(moe_backend_flags(engine, notes))

@@ -119,10 +119,32 @@ def _part(gpu: str) -> str:
 
 
 def published_system(runtime: str, model: str, gpu: str, gpus: int | None, load_text: str) -> PublishedSystem | None:
-    """The entry for a row's runtime, model preset, GPU, GPU count and load description, if any."""
+    """The entry for a row's runtime, model preset, GPU, GPU count and load description, if any; else the same
+    GPU's entry at another count whose instance divides the row's GPUs, as that many of its instances."""
     scenario, part = _scenario(load_text), _part(gpu)
-    for system in _systems():
-        if (system.runtime, system.model, system.gpus) == (runtime, model, gpus) and \
-                _part(system.gpu) == part and system.scenario in ("", scenario):
+    matches = [s for s in _systems() if (s.runtime, s.model) == (runtime, model) and _part(s.gpu) == part
+               and s.scenario in ("", scenario)]
+    for system in matches:
+        if system.gpus == gpus:
             return system
-    return None
+    fits = [s for s in matches if gpus is not None and gpus % _instance_gpus(s) == 0]
+    if not fits:
+        return None
+    return _as_instances(min(fits, key=lambda s: (abs(s.gpus - gpus), -s.gpus)), gpus)
+
+
+def _instance_gpus(system: PublishedSystem) -> int:
+    tp, pp = system.get("tp"), system.get("pp")
+    return (tp if isinstance(tp, int) else 1) * (pp if isinstance(pp, int) else 1)
+
+
+def _as_instances(system: PublishedSystem, gpus: int) -> PublishedSystem:
+    """``system``'s engine on ``gpus`` GPUs. NVIDIA's MLPerf configs set a system's engine once per instance (v4.1:
+    configs/<benchmark>/<scenario>/__init__.py, an x8 class inheriting its x1 class's TP, precision and batch limits;
+    v5.x partners' configs copy NVIDIA's per GPU), so another count of the same GPU runs the same instances. The
+    whole system's LoadGen expectation (offline_expected_qps) is not an instance setting and is dropped."""
+    why = f"; read for {gpus} GPUs as {gpus // _instance_gpus(system)} of its instances (no entry for {gpus})"
+    kept = [(k, v) for k, v in system.values if k != "offline_expected_qps"]
+    return PublishedSystem(runtime=system.runtime, model=system.model, gpu=system.gpu, gpus=gpus,
+                           scenario=system.scenario, config=f"{system.config} (its {system.gpus}-GPU entry)",
+                           values=tuple(kept), sources=tuple((k, dict(system.sources)[k] + why) for k, _ in kept))

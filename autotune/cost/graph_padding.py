@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import bisect
 
-__all__ = ["graph_sizes", "padded_batch"]
+__all__ = ["graph_sizes", "padded_batch", "replica_graph_max"]
 
 
 def graph_sizes(configured: tuple[int, ...], largest_batch: int) -> tuple[int, ...]:
@@ -36,3 +36,13 @@ def padded_batch(decodes: int, sizes: tuple[int, ...], ranks: int = 1) -> int:
     share = -(-decodes // ranks)
     i = bisect.bisect_left(sizes, share)
     return decodes if i == len(sizes) else max(decodes, sizes[i] * ranks)
+
+
+def replica_graph_max(engine, memory_bytes: float, dp_ranks: int) -> int:
+    """The largest replica decode batch that replays a CUDA graph (serving_run.Schedule.decode_graph_max_batch): the
+    engine's limit, or, where it holds each attention-DP rank's batch (ServingEngine.decode_graph_per_dp_rank:
+    SGLang compares the busiest rank's decodes with its per-rank capture list, TensorRT-LLM's PyTorch executor each
+    rank's padded batch with its own sizes), ``dp_ranks`` x it, the simulator spreading the decodes evenly
+    (ceil(b / ranks) <= limit exactly when b <= ranks x limit)."""
+    limit = engine.graph_max_on(memory_bytes)
+    return limit * dp_ranks if engine.decode_graph_per_dp_rank else limit

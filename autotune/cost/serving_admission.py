@@ -22,7 +22,7 @@ import numpy as np
 
 from autotune.spec.serving_engine import ServingEngine
 
-__all__ = ["OutputReserve", "output_reserve", "reserve_room", "output_need", "steps_until_admitted",
+__all__ = ["DP_ATTENTION_CONSERVATIVENESS", "OutputReserve", "output_reserve", "reserve_room", "output_need", "steps_until_admitted",
            "retraction_victims", "ratio_after_retraction", "decayed_ratio"]
 
 
@@ -38,12 +38,21 @@ class OutputReserve:
     ignore_eos_full: bool  # running requests reserve all their remaining tokens (the simulated ones run to length)
 
 
-def output_reserve(engine: ServingEngine) -> OutputReserve | None:
-    """The engine's reserve rule, None where it admits on the prompt alone."""
+# --enable-dp-attention multiplies schedule_conservativeness by 0.3 (server_args.py ServerArgs.__post_init__, sglang
+# 0.4.0-0.4.10, 0.5.0rc0-0.5.3, 0.5.6, 0.5.7 and 0.5.12 wheels), and the scheduler's initial new_token_ratio is
+# default_init_new_token_ratio x schedule_conservativeness, its floor and its decay per step proportional to it
+# (managers/scheduler.py Scheduler.__init__, 0.5.1 wheel): every ratio scales by 0.3
+DP_ATTENTION_CONSERVATIVENESS = 0.3
+
+
+def output_reserve(engine: ServingEngine, attention_dp: bool = False) -> OutputReserve | None:
+    """The engine's reserve rule, None where it admits on the prompt alone; ``attention_dp``: under SGLang's DP
+    attention, its ratios x DP_ATTENTION_CONSERVATIVENESS (each rank admits against a smaller expected output)."""
     if engine.admission != "reserve_output":
         return None
-    return OutputReserve(init_ratio=engine.new_token_ratio_init, min_ratio=engine.new_token_ratio_min,
-                         decay_per_step=engine.new_token_ratio_decay, retract_decode_steps=engine.retract_decode_steps,
+    scale = DP_ATTENTION_CONSERVATIVENESS if attention_dp else 1.0
+    return OutputReserve(init_ratio=engine.new_token_ratio_init * scale, min_ratio=engine.new_token_ratio_min * scale,
+                         decay_per_step=engine.new_token_ratio_decay * scale, retract_decode_steps=engine.retract_decode_steps,
                          clip_tokens=engine.clip_max_new_tokens, ignore_eos_full=engine.ignore_eos_reserves_all)
 
 

@@ -11,20 +11,18 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from autotune.cost.checkpoint_layout import bf16_mtp
-from autotune.cost.graph_padding import graph_sizes
+from autotune.cost.graph_padding import graph_sizes, replica_graph_max
 from autotune.cost.runtime_kernels import gpu_generation, gpu_keys, runtime_cluster
 from autotune.cost.serving_adp import AdpBalance
 from autotune.cost.serving_admission import output_reserve
-from autotune.cost.serving_frontend import client_trace, engine_requests, frontend_of
 from autotune.cost.serving_limits import EngineLimits, engine_limits, scheduling_ranks
-from autotune.cost.serving_loop import shared_loop_of, simulate_shared_loop
 from autotune.cost.serving_load import Load, metric_value, requests_for
 from autotune.cost.serving_collectives import engine_tp_allreduce, moe_comm_dtype
 from autotune.cost.serving_custom_ar import FUSION_SUFFIX, sglang_fusion_on
 from autotune.cost.serving_dispatch import dispatched_runs
 from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_sampler import with_sampler
-from autotune.cost.serving_sim import simulate
+from autotune.cost.serving_pp_rounds import instance_trace
 from autotune.cost.serving_attention import attention_coefficients
 from autotune.cost.serving_mla_bmm import mla_bmm_fit
 from autotune.cost.serving_mix import blend_steps
@@ -354,32 +352,18 @@ def run_serving(dep: ServingDeployment, load: Load, sent: Requests | None = None
                         recv_interval=engine.scheduler_recv_interval,
                         step_host_s=engine.step_host_s * per_step, step_host_share=engine.step_host_share,
                         step_host_s_per_seq=engine.step_host_s_per_seq * per_step,
-                        output_host_s=engine.output_host_s * per_step,
+                        output_host_s=engine.output_host_s * per_step, reserve=output_reserve(engine, dep.attention_dp),
                         output_host_s_per_seq=engine.output_host_s_per_seq * per_step, host_overlap=_host_overlap(dep),
                         frontend_s_per_seq=engine.frontend_s_per_seq * per_step,
                         frontend_per_dp_rank=engine.frontend_per_dp_rank,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
-                        decode_graph_max_batch=engine.graph_max_on(dep.cluster.device.memory_bytes), reserve=output_reserve(engine),
+                        decode_graph_max_batch=replica_graph_max(engine, dep.cluster.device.memory_bytes, step.dp_ranks),
                         decode_graph_sizes=graph_sizes(engine.decode_graph_batch_sizes,
                                                        min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
                         adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=_budget_ranks(dep, step.dp_ranks),
                         **_window_release(dep))
-    trace = _client_trace(engine, requests_for(load) if sent is None else sent, schedule, step)
+    trace = instance_trace(engine, dep.pp, load, sent, schedule, step)  # pp > 1: pipeline rounds (TensorRT-LLM)
     return ServingRun(deployment=dep, load=load, limits=limits, step=step, trace=trace)
-
-
-def _client_trace(engine, sent, schedule: Schedule, step: StepModel) -> Trace:
-    """The engine's run on the client's clock: through vLLM V1's shared API-server loop (serving_loop.py),
-    a server's front end (serving_frontend.py), or none (the engine's own clock)."""
-    loop, front = shared_loop_of(engine), frontend_of(engine)
-    if loop is not None:
-        # one API server a DP rank (frontend_per_dp_rank) takes in that rank's share of the requests
-        servers = step.dp_ranks if engine.frontend_per_dp_rank else 1
-        loop = replace(loop, intake_s=loop.intake_s / servers, stream_s_per_seq=schedule.frontend_s_per_seq)
-        return simulate_shared_loop(sent, replace(schedule, frontend_s_per_seq=0.0), step, loop, simulate)
-    if front is None:
-        return simulate(sent, schedule, step)
-    return client_trace(simulate(engine_requests(sent, front), schedule, step), sent, front)
 
 
 def arrival_draws(dep: ServingDeployment, load: Load) -> tuple[ServingRun, ...]:

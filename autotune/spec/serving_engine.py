@@ -163,6 +163,8 @@ class ServingEngine:
     decode_graph_max_by_memory: tuple[tuple[float, int], ...] = ()
     # the batch sizes its decode graphs are captured at, a step padded up to the next (cost/graph_padding.py); (): unpadded
     decode_graph_batch_sizes: tuple[int, ...] = ()
+    # under DP attention the graph limit holds each rank's batch (the busiest rank's decodes); False: the replica's
+    decode_graph_per_dp_rank: bool = False
     eager_prefill: bool = True  # prompts run as eager PyTorch (host issue per operator); False: a compiled engine
     # host seconds per operator of its eager forward, as a multiple of Megatron-Core's (cost/host.py op_host_s)
     eager_op_host_scale: float = 1.0
