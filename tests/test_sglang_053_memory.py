@@ -62,3 +62,9 @@ def test_a_stated_mem_fraction_still_wins():
     row = dict(row, notes=row["notes"].replace("--tp-size 8", "--tp-size 8 --mem-fraction-static 0.7"))
     engine = case_from_row(row).deployment.runtime.serving
     assert (engine.memory_rule, engine.memory_fraction) == ("static", 0.7)
+
+
+def test_export_writes_the_share_sglang_would_derive():
+    from autotune.outputs.export.serving import _memory_fraction
+
+    assert _memory_fraction(case_from_row(_row("sglnew-041")).deployment) == 0.818
