@@ -44,9 +44,10 @@ _GIB = 2.0**30
     ("sglang", "0.4.7.post1", "sglang-0.4.7"),  # the first chunk by GPU memory (server_args.py)
     ("sglang", "0.4.8", "sglang-0.4.8"),  # its tiers (server_args.py __post_init__), 0.4.8-0.4.10
     ("sglang", "0.4.10.post2", "sglang-0.4.8"),
-    ("sglang", "0.5.0rc0", "sglang-0.5.0"),  # the first wheel with MXFP4 (layers/quantization/mxfp4.py), to 0.5.5
+    ("sglang", "0.5.0rc0", "sglang-0.5.0"),  # the first wheel with MXFP4 (layers/quantization/mxfp4.py), to 0.5.2
     ("sglang", "0.5.0 (main, 2025-08-19)", "sglang-0.5.0"),
-    ("sglang", "0.5.5.post3", "sglang-0.5.0"),
+    ("sglang", "0.5.3", "sglang-0.5.3"),  # _handle_gpu_memory_settings: graphs and reserve by memory and TP, to 0.5.5
+    ("sglang", "0.5.5.post3", "sglang-0.5.3"),
     ("sglang", "0.5.6", "sglang"),
 ])
 def test_a_rows_version_picks_the_preset_of_its_release(engine, version, preset):

@@ -215,9 +215,10 @@ def test_gpt_oss_mxfp4_on_hopper_says_why_it_is_not_priced_by_an_engine_without_
     row = dict({r["id"]: r for r in _spelled()}["spell-009"], gpu="H100-SXM-80GB")
     assert case_from_row(row).deployment.dtype == "mxfp4"  # vLLM: 4-bit weights into BF16 GEMMs on Hopper
     assert case_from_row(dict(row, engine="SGLang")).deployment.dtype == "mxfp4"  # SGLang 0.5 likewise
-    for version in ("0.5.0rc0", "0.5.5"):  # the sglang-0.5.0 preset: the 0.5.0rc0 wheel's mxfp4.py
+    # the sglang-0.5.0 preset (the 0.5.0rc0 wheel's mxfp4.py) and sglang-0.5.3, based on it
+    for version, preset in (("0.5.0rc0", "sglang-0.5.0"), ("0.5.5", "sglang-0.5.3")):
         dep = case_from_row(dict(row, engine="SGLang", engine_version=version)).deployment
-        assert (dep.dtype, dep.runtime.name) == ("mxfp4", "sglang-0.5.0")
+        assert (dep.dtype, dep.runtime.name) == ("mxfp4", preset)
     with pytest.raises(RowProblem, match="mxfp4.*without FP4 tensor cores: sglang-0.4.8 serves"):  # no mxfp4.py in 0.4.10
         case_from_row(dict(row, engine="SGLang", engine_version="0.4.10"))
 

@@ -1,8 +1,9 @@
-"""SGLang after 0.4: tests/data/sglang_newer_check.csv, 40 published rows from newer releases and GPUs
+"""SGLang after 0.4: tests/data/sglang_newer_check.csv, 43 published rows from newer releases and GPUs
 (InferenceX DeepSeek-R1 on H200/B200, LMSYS's PD-disaggregated large-EP DeepSeek on H100 and GB200 NVL72,
-GPT-OSS with DP attention on B200). Rows naming 0.5.6 or later take the `sglang` preset, whose memory rule
-(a reserve, not a fixed share) the 0.5.6 and 0.5.12 wheels' server_args.py share; a prefill-only or
-decode-only row of a disaggregated deployment is priced as that pool's step run back to back."""
+GPT-OSS with DP attention on B200, gpustack's Qwen3-235B ShareGPT burst on H100). Rows naming 0.5.6 or later
+take the `sglang` preset, whose memory rule (a reserve, not a fixed share) the 0.5.6 and 0.5.12 wheels'
+server_args.py share (0.5.3-0.5.5: sglang-0.5.3's reserve by chunk, graphs and TP); a prefill-only or decode-only row of a
+disaggregated deployment is priced as that pool's step run back to back."""
 
 from __future__ import annotations
 
@@ -32,11 +33,11 @@ def _rows() -> list[dict]:
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.parametrize(("version", "preset"), [("0.4.10", "sglang-0.4.8"), ("0.5.0rc0", "sglang-0.5.0"), ("0.5.5", "sglang-0.5.0"),
+@pytest.mark.parametrize(("version", "preset"), [("0.4.10", "sglang-0.4.8"), ("0.5.0rc0", "sglang-0.5.0"), ("0.5.2", "sglang-0.5.0"), ("0.5.5", "sglang-0.5.3"),
                                                  ("0.5.6", "sglang"), ("0.5.12", "sglang"), ("0.5.23", "sglang")])
 def test_releases_from_0_5_6_take_the_reserve_rule_preset(version, preset):
     assert engine_runtime("sglang", version).name == preset
-    assert (load_runtime(preset).serving.memory_rule == "reserved") == (preset == "sglang")
+    assert (load_runtime(preset).serving.memory_rule in ("reserved", "sglang_reserve")) == (preset in ("sglang", "sglang-0.5.3"))
 
 
 def test_a_stated_mem_fraction_replaces_sglangs_reserve():
@@ -88,7 +89,7 @@ def test_a_phase_row_needs_its_batch_and_measures_its_phases_tokens():
 def test_every_check_row_is_priced():
     rows = _rows()
     checks = check_serving_rows(rows)
-    assert len(checks) == len(rows) == 40
+    assert len(checks) == len(rows) == 43
     assert [c.row_id for c in checks if c.error_pct is None] == []
     assert {c.row_id for c in checks} >= TP4_B200
     phases = [c for c in checks if "phase only" in next(r for r in rows if r["id"] == c.row_id)["concurrency_or_batch"]]

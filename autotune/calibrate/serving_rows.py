@@ -251,7 +251,7 @@ def _flag_changes(row: dict, engine: ServingEngine, version: str, notes: str) ->
         r"kv_cache_free_gpu_mem_fraction[ =]([\d.]+)", notes) or _number(r"gpu[-_]memory[-_]utilization[ =]([\d.]+)", notes)
     if fraction:
         changes.update(memory_fraction=fraction, memory_fraction_by_tp=())
-        if engine.memory_rule == "reserved":  # SGLang derives the reserve only when --mem-fraction-static is not given
+        if engine.memory_rule in ("reserved", "sglang_reserve"):  # SGLang derives the reserve only when --mem-fraction-static is not given
             changes["memory_rule"] = "static"  # (server_args.py _handle_gpu_memory_settings, 0.5.6 / 0.5.12 wheels)
     changes.update(limit_flags(notes))
     # a blank precision cell serves the engine's default weights: MLPerf v5.1's harness re-quantizes every checkpoint

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.cost.cache import tile_bytes_per_token
+from autotune.cost.sglang_memory import sglang_reserved_bytes
 from autotune.errors import require
 from autotune.graph.table import model_tables
 from autotune.spec.hardware import ClusterSpec
@@ -211,7 +212,7 @@ def scheduling_ranks(engine: ServingEngine, tp: int, attention_dp: bool) -> int:
 
 
 def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weights: float,
-                      activations: float) -> tuple[float, str]:
+                      activations: float, attention_dp: bool = False) -> tuple[float, str]:
     device = cluster.device
     total, context = device.memory_bytes, device.reserved_bytes
     fraction = engine.fraction_for_tp(tp)
@@ -221,6 +222,10 @@ def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weig
         return fraction * total - weights - context, f"{fraction:g} x total - weights - context"
     if engine.memory_rule == "free":
         return fraction * (total - weights - activations - context), f"{fraction:g} x (total - weights - activations - context)"
+    if engine.memory_rule == "sglang_reserve":  # SGLang 0.5.3-0.5.5's reserve by chunk, graphs and TP (sglang_memory.py)
+        reserve = sglang_reserved_bytes(memory_bytes=total, chunk_tokens=engine.chunk_tokens_on(total), tp=tp,
+                                        attention_dp=attention_dp)
+        return total - reserve - weights - context, f"total - {reserve / _GIB:.2f} GiB reserve - weights - context"
     return total - engine.memory_reserved_bytes - weights - context, "total - reserve - weights - context"
 
 
@@ -253,7 +258,7 @@ def engine_limits(engine: ServingEngine, model: ModelSpec, cluster: ClusterSpec,
                                                 weight_dtype=weight_dtype)
     else:
         activations = activation_bytes_per_token(model, tp) * max(tokens, 1)
-    kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations)
+    kv_bytes, note = _kv_bytes_per_gpu(engine, cluster, tp, weight_bytes_per_gpu, activations, attention_dp)
     ranks = scheduling_ranks(engine, tp, attention_dp)
     seqs, tokens = seqs * ranks, tokens * ranks
     require(kv_bytes > 0, "gpus", f"{model.name}'s weights ({weight_bytes_per_gpu / _GIB:.1f} GiB per GPU at tp={tp}) "

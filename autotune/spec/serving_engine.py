@@ -41,8 +41,9 @@ ADMISSIONS = ("prompt", "reserve_output")
 # KV cache within fraction x total); "static" (SGLang mem_fraction_static: weights and KV pool within
 # fraction x total; the profile of activations is not subtracted); "free" (TensorRT-LLM
 # kv_cache_free_gpu_mem_fraction: the KV cache takes fraction x what is free after the weights and
-# the activation buffers); "reserved" (SGLang today: everything but memory_reserved_bytes).
-MEMORY_RULES = ("total", "static", "free", "reserved")
+# the activation buffers); "reserved" (SGLang today: everything but memory_reserved_bytes); "sglang_reserve"
+# (SGLang 0.5.3-0.5.5: a reserve by prompt chunk, decode graphs and TP, cost/sglang_memory.py).
+MEMORY_RULES = ("total", "static", "free", "reserved", "sglang_reserve")
 # How the batch limits are set where a launch does not give them: "fixed" (the preset's values),
 # "trtllm_bench" (trtllm-bench build's heuristic from the dataset's mean ISL/OSL and memory),
 # "max_model_len" (vLLM v0 without chunked prefill: the token budget is max(max_model_len, 2048)),

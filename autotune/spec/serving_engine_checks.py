@@ -31,7 +31,7 @@ def check_values(engine: ServingEngine) -> None:
     if engine.admission == "reserve_output":
         _check_output_reserve(engine)
     require(isinstance(engine.memory_fraction, (int, float)) and 0 <= engine.memory_fraction <= 1
-            and (engine.memory_fraction > 0) == (engine.memory_rule != "reserved"), "serving.memory_fraction",
+            and (engine.memory_fraction > 0) == (engine.memory_rule not in ("reserved", "sglang_reserve")), "serving.memory_fraction",
             f"must be in (0, 1] (0 only with memory_rule 'reserved'), got {engine.memory_fraction!r}")
     _check_lists(engine)
     for f in fields(engine):
