@@ -45,11 +45,11 @@ def test_fp4_decode_step_slower_with_the_serving_fit():
     assert step.weight_bytes_per_gpu > 42e9
 
 
-def test_tensorrt_llm_1_0_runs_the_linear_fit_and_others_the_sweep():
+def test_tensorrt_llm_1_0_runs_the_linear_fit_and_mlperf_the_best_measured():
     from autotune.spec.runtime import load_runtime
 
     assert load_runtime("tensorrt-llm-1.0").serving.nvfp4_gemm_fit == "linear"
-    assert load_runtime("mlperf-nvidia-4.1").serving.nvfp4_gemm_fit == "sweep"
+    assert load_runtime("mlperf-nvidia-4.1").serving.nvfp4_gemm_fit == "best_measured"
 
 
 def test_unknown_nvfp4_gemm_fit_is_refused():

@@ -199,11 +199,11 @@ def test_an_engine_built_with_the_fp4_gemm_plugin_prices_tensorrt_llms_measured_
     interactive = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, _INTERACTIVE + "220")).deployment
     offline = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 8, "Offline scenario")).deployment
     assert interactive.runtime.serving.nvfp4_gemm_fit == "linear"
-    assert offline.runtime.serving.nvfp4_gemm_fit == "sweep"
+    assert offline.runtime.serving.nvfp4_gemm_fit == "best_measured"
     plugin = serving_eval.replica_step_model(interactive, max_tokens=64, max_sampled=64)
     native = serving_eval.replica_step_model(offline, max_tokens=64, max_sampled=64)
-    # the CUTLASS FP4 GEMM streams its weights slower than the square sweep: a one-request decode costs more
-    assert plugin.linear_s[1] > 1.5 * native.linear_s[1]
+    # TensorRT-LLM's CUTLASS FP4 linear is slower than B200's fastest measured one (SGLang 0.5.9's) at any batch
+    assert plugin.linear_s[1] > native.linear_s[1] and plugin.linear_s[64] > native.linear_s[64]
 
 
 def test_a_system_setting_names_an_nvfp4_fit_the_engine_knows():

@@ -90,7 +90,10 @@ MXFP4_SM90_KERNELS = ("marlin", "triton")
 # gemm_plugin nvfp4: the plugin runs FP4Linear / FP4RowLinear, the MoE layer its own MixtureOfExperts plugin).
 # The same choice picks the engine's block-scale FP8 fits (.fp8_block) for a block-scaled FP8 checkpoint
 # (ModelSpec.fp8_block_scaled) where the device has them (H100, H200); "sweep" keeps the per-tensor fit.
-NVFP4_GEMM_FITS = ("sweep", "linear", "linear_dense", "vllm", "sglang")
+# "best_measured", the device's fastest measured engine linear (the lowest seconds per FLOP among
+# regressions.serving_gemm*.nvfp4) for the dense linears, the experts at the sweep: a TensorRT engine built
+# without gemm_plugin runs TensorRT's own FP4 GEMMs, which no table measures (cost/serving_gemm_fits.py)
+NVFP4_GEMM_FITS = ("sweep", "linear", "linear_dense", "vllm", "sglang", "best_measured")
 # Which fit prices an engine's per-tensor FP8 linear layers (a checkpoint not block-scaled): "sweep", the device's
 # square-GEMM sweep (regressions.gemm.fp8, over kernel_efficiency); "linear", TensorRT-LLM's FP8 linear measured at
 # serving shapes, its activation quantization included (regressions.serving_gemm.fp8, in_engine) where the device
