@@ -75,3 +75,19 @@ def test_decodes_beside_a_prompt_wait_for_its_micro_batch():
 def _no_micro_batch_bound(runtime):
     """The runtime with its engine's micro-batches not bounded each by its limits (SGLang's split): no rounds."""
     return replace(runtime, serving=replace(runtime.serving, pp_seqs_per_micro_batch=False))
+
+
+def test_a_rounds_graphs_pad_each_micro_batch():
+    """600 decodes over 2 micro-batches are 300 each, padded to the 384 graph: 768 rows a round (its fuller
+    micro-batch 384), not the 600 padded to 1024 as one batch; 1,500 (750 each) still replay a 1,024 graph."""
+    from autotune.cost.graph_padding import padded_batch
+    from autotune.cost.serving_pp_rounds import round_schedule
+    from autotune.cost.serving_run import Schedule
+
+    sched = Schedule(scheduler="mixed", chunked_prefill=True, prefill_chunk_tokens=0, max_num_seqs=1024,
+                     max_num_batched_tokens=2048, kv_capacity_tokens=10**6, kv_block_tokens=32,
+                     kv_reservation="grow", decode_graph_max_batch=1024, decode_graph_sizes=(128, 256, 384, 512, 1024))
+    rounds = round_schedule(sched, 2)
+    assert padded_batch(600, rounds.decode_graph_sizes) == 768
+    assert 1500 <= rounds.decode_graph_max_batch and padded_batch(1500, rounds.decode_graph_sizes) == 2048
+    assert (rounds.max_num_seqs, rounds.max_num_batched_tokens, rounds.prefill_chunk_tokens) == (2048, 4096, 2048)

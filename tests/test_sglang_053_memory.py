@@ -68,3 +68,17 @@ def test_export_writes_the_share_sglang_would_derive():
     from autotune.outputs.export.serving import _memory_fraction
 
     assert _memory_fraction(case_from_row(_row("sglnew-041")).deployment) == 0.818
+
+
+def test_a_launched_graph_limit_sets_the_reserve():
+    """--cuda-graph-max-bs 128 on the H100 TP 8 burst: SGLang reserves 2 MiB a batch of the given limit, 512 + 1.5 x
+    8192 + 2 x 128 + 1024 = 14080 MiB -> 0.827 (0.818 at the tier's 512), and the KV pool grows with it."""
+    from autotune.outputs.export.serving import _memory_fraction
+
+    row = _row("sglnew-041")
+    launched = case_from_row(dict(row, notes=row["notes"].replace("--tp-size 8", "--tp-size 8 --cuda-graph-max-bs 128")))
+    assert launched.deployment.runtime.serving.graph_max_on(H100) == 128
+    assert _memory_fraction(launched.deployment) == 0.827
+    tier = case_from_row(row)
+    assert replica_limits(launched.deployment, launched.load).kv_capacity_tokens > \
+        replica_limits(tier.deployment, tier.load).kv_capacity_tokens

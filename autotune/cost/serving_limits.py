@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from autotune.cost.cache import tile_bytes_per_token
-from autotune.cost.sglang_memory import sglang_reserved_bytes
+from autotune.cost.sglang_memory import engine_reserved_bytes
 from autotune.errors import require
 from autotune.graph.table import model_tables
 from autotune.spec.hardware import ClusterSpec
@@ -223,8 +223,7 @@ def _kv_bytes_per_gpu(engine: ServingEngine, cluster: ClusterSpec, tp: int, weig
     if engine.memory_rule == "free":
         return fraction * (total - weights - activations - context), f"{fraction:g} x (total - weights - activations - context)"
     if engine.memory_rule == "sglang_reserve":  # SGLang 0.5.3-0.5.5's reserve by chunk, graphs and TP (sglang_memory.py)
-        reserve = sglang_reserved_bytes(memory_bytes=total, chunk_tokens=engine.chunk_tokens_on(total), tp=tp,
-                                        attention_dp=attention_dp)
+        reserve = engine_reserved_bytes(engine, total, tp, attention_dp)
         return total - reserve - weights - context, f"total - {reserve / _GIB:.2f} GiB reserve - weights - context"
     return total - engine.memory_reserved_bytes - weights - context, "total - reserve - weights - context"
 

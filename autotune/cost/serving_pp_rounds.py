@@ -34,7 +34,7 @@ from autotune.cost.serving_run import Requests, Schedule, Trace
 from autotune.cost.serving_sim import simulate
 from autotune.cost.serving_step import StepModel
 
-__all__ = ["RoundStep", "client_trace_of", "instance_trace", "pooled_load"]
+__all__ = ["RoundStep", "client_trace_of", "instance_trace", "pooled_load", "round_schedule"]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -70,14 +70,24 @@ def instance_trace(engine, pp: int, load: Load, sent: Requests | None, schedule:
     if pp == 1 or sent is not None or not engine.pp_seqs_per_micro_batch:
         return client_trace_of(engine, requests_for(load) if sent is None else sent, schedule, step)
     budget = schedule.max_num_batched_tokens
-    rounds = replace(schedule, max_num_seqs=schedule.max_num_seqs * pp, max_num_batched_tokens=budget * pp,
-                     kv_capacity_tokens=schedule.kv_capacity_tokens * pp,
-                     prefill_chunk_tokens=min(schedule.prefill_chunk_tokens or budget, budget))
     step_fields = {f: getattr(step, f) for f in StepModel.__dataclass_fields__}
     step_fields["decode_s_per_position"] = step.decode_s_per_position / pp
     round_step = RoundStep(**step_fields, micro_batches=pp, micro_tokens=budget)
-    pooled = client_trace_of(engine, requests_for(pooled_load(load, pp)), rounds, round_step)
+    pooled = client_trace_of(engine, requests_for(pooled_load(load, pp)), round_schedule(schedule, pp), round_step)
     return _one_stream(pooled, pp)
+
+
+def round_schedule(schedule: Schedule, pp: int) -> Schedule:
+    """The pooled rounds' limits: ``pp`` x a micro-batch's sequences, tokens and KV room, a prompt's chunk at most
+    one micro-batch's budget, and each micro-batch's decode CUDA graphs (the PyTorch executor captures and pads
+    per micro-batch: model_engine.py _maybe_get_cuda_graph takes the scheduled batch's size, @000a01de): a round
+    of b decodes replays graphs while b / pp fits one, padded to pp x the size that ceil(b / pp) pads to."""
+    budget = schedule.max_num_batched_tokens
+    return replace(schedule, max_num_seqs=schedule.max_num_seqs * pp, max_num_batched_tokens=budget * pp,
+                   kv_capacity_tokens=schedule.kv_capacity_tokens * pp,
+                   prefill_chunk_tokens=min(schedule.prefill_chunk_tokens or budget, budget),
+                   decode_graph_max_batch=schedule.decode_graph_max_batch * pp,
+                   decode_graph_sizes=tuple(size * pp for size in schedule.decode_graph_sizes))
 
 
 def _one_stream(trace: Trace, pp: int) -> Trace:

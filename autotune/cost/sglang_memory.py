@@ -17,7 +17,7 @@ sglang-0.4.8.toml does not hold. Not held here: pp (the rows serve pp 1), specul
 
 from __future__ import annotations
 
-__all__ = ["sglang_graph_max", "sglang_reserved_bytes"]
+__all__ = ["engine_reserved_bytes", "sglang_graph_max", "sglang_reserved_bytes"]
 
 _MIB = 2.0**20
 
@@ -34,9 +34,11 @@ def sglang_graph_max(memory_bytes: float, tp: int) -> int:
     return 512  # B200, B300, MI300
 
 
-def sglang_reserved_bytes(*, memory_bytes: float, chunk_tokens: int, tp: int, attention_dp: bool = False) -> float:
-    """Bytes a GPU keeps outside weights and KV cache (server_args.py _handle_gpu_memory_settings, 0.5.3-0.5.5)."""
-    graphs = sglang_graph_max(memory_bytes, tp)
+def sglang_reserved_bytes(*, memory_bytes: float, chunk_tokens: int, tp: int, attention_dp: bool = False,
+                          graph_max: int | None = None) -> float:
+    """Bytes a GPU keeps outside weights and KV cache (server_args.py _handle_gpu_memory_settings, 0.5.3-0.5.5);
+    ``graph_max``: a launch's --cuda-graph-max-bs, which the reserve takes in place of the tier's."""
+    graphs = graph_max or sglang_graph_max(memory_bytes, tp)
     # 512 MiB of metadata, 1.5 MiB a prompt-chunk token, 2 MiB a captured batch, 1 GiB per 8 GPUs (SGLang's heuristic)
     reserve_mib = 512 + 1.5 * max(chunk_tokens, 2048) + 2 * graphs + tp / 8 * 1024
     if attention_dp:  # DP attention's padding, dp_size = tp (server_args.py, the same function)
@@ -46,3 +48,12 @@ def sglang_reserved_bytes(*, memory_bytes: float, chunk_tokens: int, tp: int, at
     # mem_fraction_static is rounded to 3 places; the pool is that share of the memory
     fraction = round((memory_bytes / _MIB - reserve_mib) / (memory_bytes / _MIB), 3)
     return (1.0 - fraction) * memory_bytes
+
+
+def engine_reserved_bytes(engine, memory_bytes: float, tp: int, attention_dp: bool) -> float:
+    """sglang_reserved_bytes for a ServingEngine: its prompt chunk, and its decode-graph limit where the launch set
+    one (serving_flags.limit_flags clears decode_graph_max_by_memory for --cuda-graph-max-bs; _handle_gpu_memory_
+    settings keeps a given cuda_graph_max_bs and reserves 2 MiB, and 3-4.5 MiB x dp under DP attention, per batch)."""
+    launched = engine.decode_cuda_graph_max_batch if not engine.decode_graph_max_by_memory else None
+    return sglang_reserved_bytes(memory_bytes=memory_bytes, chunk_tokens=engine.chunk_tokens_on(memory_bytes), tp=tp,
+                                 attention_dp=attention_dp, graph_max=launched)

@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from autotune.cost.serving_limits import EngineLimits
-from autotune.cost.sglang_memory import sglang_reserved_bytes
+from autotune.cost.sglang_memory import engine_reserved_bytes
 from autotune.cost.serving_eval import ServingDeployment
 from autotune.errors import AutotuneError
 
@@ -52,8 +52,7 @@ def _memory_fraction(dep: ServingDeployment) -> float:
     if engine.memory_rule == "reserved":
         return round((device.memory_bytes - engine.memory_reserved_bytes) / device.memory_bytes, 3)
     if engine.memory_rule == "sglang_reserve":  # the share SGLang 0.5.3-0.5.5 derives itself (cost/sglang_memory.py)
-        reserve = sglang_reserved_bytes(memory_bytes=device.memory_bytes, chunk_tokens=engine.chunk_tokens_on(device.memory_bytes),
-                                        tp=dep.tp, attention_dp=dep.attention_dp)
+        reserve = engine_reserved_bytes(engine, device.memory_bytes, dep.tp, dep.attention_dp)
         return round((device.memory_bytes - reserve) / device.memory_bytes, 3)
     return engine.fraction_for_tp(dep.tp)
 
