@@ -33,3 +33,10 @@ def test_a_count_the_instance_does_not_divide_has_no_entry():
 
 def test_another_gpu_takes_nothing():
     assert published_system("mlperf-nvidia-5.1", "llama2-70b", "H100-SXM-80GB", 8, "Server scenario") is None
+
+
+def test_the_system_wide_query_count_is_not_carried():
+    eight = published_system("mlperf-nvidia-5.1", "deepseek-v3", "B200-SXM-180GB", 8, "Server scenario")
+    sixteen = published_system("mlperf-nvidia-5.1", "deepseek-v3", "B200-SXM-180GB", 16, "Server scenario")
+    assert eight.get("min_query_count") == 26328
+    assert sixteen is not None and sixteen.get("min_query_count") is None and sixteen.get("tp") == eight.get("tp")

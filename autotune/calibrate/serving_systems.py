@@ -143,9 +143,9 @@ def _as_instances(system: PublishedSystem, gpus: int) -> PublishedSystem:
     """``system``'s engine on ``gpus`` GPUs. NVIDIA's MLPerf configs set a system's engine once per instance (v4.1:
     configs/<benchmark>/<scenario>/__init__.py, an x8 class inheriting its x1 class's TP, precision and batch limits;
     v5.x partners' configs copy NVIDIA's per GPU), so another count of the same GPU runs the same instances. The
-    whole system's LoadGen expectation (offline_expected_qps) is not an instance setting and is dropped."""
+    whole system's LoadGen settings (offline_expected_qps, min_query_count) are not instance settings and are dropped."""
     why = f"; read for {gpus} GPUs as {gpus // _instance_gpus(system)} of its instances (no entry for {gpus})"
-    kept = [(k, v) for k, v in system.values if k != "offline_expected_qps"]
+    kept = [(k, v) for k, v in system.values if k not in ("offline_expected_qps", "min_query_count")]
     return PublishedSystem(runtime=system.runtime, model=system.model, gpu=system.gpu, gpus=gpus,
                            scenario=system.scenario, config=f"{system.config} (its {system.gpus}-GPU entry)",
                            values=tuple(kept), sources=tuple((k, dict(system.sources)[k] + why) for k, _ in kept))
