@@ -140,7 +140,7 @@ def test_sglang_0_4_overlaps_its_scheduler_with_the_gpu():
 def test_sglang_0_4_static_share_and_reserve_differ_from_both_neighbours():
     old, new, today = (load_runtime(n).serving for n in ("sglang-0.3", "sglang-0.4", "sglang"))
     assert (old.fraction_for_tp(8), new.fraction_for_tp(8)) == (0.83, 0.81)  # server_args.py 0.3.0 / 0.4.0
-    assert new.memory_rule == "static" and today.memory_rule == "reserved"
+    assert new.memory_rule == "static" and today.memory_rule == "sglang_reserve"
     assert not new.ignore_eos_reserves_all and today.ignore_eos_reserves_all
     tp8 = {name: engine_limits(load_runtime(name).serving, resolve_model("llama3-70b"), load_cluster("dgx-h100"), tp=8,
                                weight_dtype="bf16", weight_bytes_per_gpu=70.6e9 * 2 / 8, kv_bytes_per_token_per_gpu=40960.0,

@@ -33,8 +33,33 @@ def test_graph_limit_follows_memory_and_tp():
     assert (sglang_graph_max(H100, 8), sglang_graph_max(H100, 2)) == (512, 256)
     assert (sglang_graph_max(A100_40, 8), sglang_graph_max(A100_40, 1)) == (160, 32)
     engine = engine_runtime("sglang", "0.5.5").serving
-    assert (engine.graph_max_on(H100), engine.graph_max_on(A100_40), engine.graph_max_on(B200)) == (512, 160, 512)
+    assert (engine.graph_max_on(H100, 8), engine.graph_max_on(A100_40, 8), engine.graph_max_on(B200, 8)) == (512, 160, 512)
+    # the schedule replays graphs only as far as SGLang captures them: 256 at TP 1-2 on an H100 (review47)
+    assert (engine.graph_max_on(H100, 2), engine.graph_max_on(A100_40, 1), engine.graph_max_on(B200, 1)) == (256, 32, 512)
     assert engine_runtime("sglang", "0.5.2").serving.graph_max_on(H100) == 160
+
+
+@pytest.mark.parametrize("version", ["0.5.3", "0.5.6", "0.5.12"])
+def test_preset_tiers_match_the_reserve_rule(version):
+    """The schedule's graph limit and the reserve's come from one rule, from 35 GiB (the 20-35 GiB tier's TP < 4
+    size is 16 in 0.5.3-0.5.4, 24 from 0.5.5)."""
+    engine = engine_runtime("sglang", version).serving
+    for memory in (A100_40, H100, 143771 * 2**20, B200):
+        for tp in (1, 2, 4, 8):
+            assert engine.graph_max_on(memory, tp) == sglang_graph_max(memory, tp)
+
+
+def test_newest_preset_reserves_by_chunk_graphs_and_tp():
+    """0.5.6 on (server_args.py _handle_gpu_memory_settings, 0.5.6 and 0.5.12 wheels): B200 TP 8 reserves 512 + 1.5 x
+    16384 + 2 x 512 + 1024 = 27136 MiB, more than the 10 GiB floor the preset used to hold."""
+    from autotune.cost.sglang_memory import engine_reserved_bytes
+
+    engine = engine_runtime("sglang", "0.5.6").serving
+    assert engine.memory_rule == "sglang_reserve"
+    expected = (1 - round((183359 - 27136) / 183359, 3)) * B200
+    assert engine_reserved_bytes(engine, B200, 8, False) == pytest.approx(expected)
+    # H100 TP 1: 256 graphs, 1/8 GiB for TP: 512 + 12288 + 512 + 128 = 13440 MiB
+    assert engine_reserved_bytes(engine, H100, 1, False) == pytest.approx((1 - round((81559 - 13440) / 81559, 3)) * H100)
 
 
 def test_reserve_is_the_sources_share_of_memory():

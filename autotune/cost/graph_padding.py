@@ -38,11 +38,11 @@ def padded_batch(decodes: int, sizes: tuple[int, ...], ranks: int = 1) -> int:
     return decodes if i == len(sizes) else max(decodes, sizes[i] * ranks)
 
 
-def replica_graph_max(engine, memory_bytes: float, dp_ranks: int) -> int:
+def replica_graph_max(engine, memory_bytes: float, dp_ranks: int, tp: int = 1) -> int:
     """The largest replica decode batch that replays a CUDA graph (serving_run.Schedule.decode_graph_max_batch): the
     engine's limit, or, where it holds each attention-DP rank's batch (ServingEngine.decode_graph_per_dp_rank:
     SGLang compares the busiest rank's decodes with its per-rank capture list, TensorRT-LLM's PyTorch executor each
     rank's padded batch with its own sizes), ``dp_ranks`` x it, the simulator spreading the decodes evenly
-    (ceil(b / ranks) <= limit exactly when b <= ranks x limit)."""
-    limit = engine.graph_max_on(memory_bytes)
+    (ceil(b / ranks) <= limit exactly when b <= ranks x limit); ``tp``: the replica's TP degree (SGLang 0.5.3 on)."""
+    limit = engine.graph_max_on(memory_bytes, tp)
     return limit * dp_ranks if engine.decode_graph_per_dp_rank else limit

@@ -357,7 +357,7 @@ def run_serving(dep: ServingDeployment, load: Load, sent: Requests | None = None
                         frontend_s_per_seq=engine.frontend_s_per_seq * per_step,
                         frontend_per_dp_rank=engine.frontend_per_dp_rank,
                         eager_issue_s=eager_issue_s(dep) if engine.eager_prefill else 0.0,
-                        decode_graph_max_batch=replica_graph_max(engine, dep.cluster.device.memory_bytes, step.dp_ranks),
+                        decode_graph_max_batch=replica_graph_max(engine, dep.cluster.device.memory_bytes, step.dp_ranks, dep.tp),
                         decode_graph_sizes=graph_sizes(engine.decode_graph_batch_sizes,
                                                        min(limits.max_num_seqs, limits.max_num_batched_tokens) // step.dp_ranks),
                         adp_balance=_adp_balance(dep, step.dp_ranks), dp_ranks=_budget_ranks(dep, step.dp_ranks),

@@ -1,5 +1,6 @@
-"""SGLang 0.5.3-0.5.5's memory left outside weights and KV cache when the launch sets no
---mem-fraction-static (memory rule "sglang_reserve", runtimes/sglang-0.5.3.toml).
+"""SGLang 0.5.3 and later's memory left outside weights and KV cache when the launch sets no
+--mem-fraction-static (memory rule "sglang_reserve", runtimes/sglang-0.5.3.toml; sglang.toml for 0.5.6 on, the
+0.5.6 and 0.5.12 wheels' function keeping the same terms).
 
 server_args.py ServerArgs._handle_gpu_memory_settings (the sglang 0.5.3, 0.5.4 and 0.5.5.post1 wheels,
 PyPI) first picks chunked_prefill_size and cuda_graph_max_bs by the GPU memory nvidia-smi reports
@@ -12,7 +13,8 @@ at least 10 GiB on GPUs above 60 GiB, and sets mem_fraction_static = (memory - r
 rounded to 3 places; model_runner.py profile_max_num_token then gives the KV pool what that share
 leaves after the weights. 0.4.8-0.5.2 reserve a per-tier table instead (9.5 + TP/2 GiB on H100), which
 sglang-0.4.8.toml does not hold. Not held here: pp (the rows serve pp 1), speculative decoding's extra
-2-6 GiB, piecewise CUDA graphs (off by default), and the 20-35 GiB tier's graph size (16 or 24 at TP < 4).
+2-6 GiB, and piecewise CUDA graphs (off by default to 0.5.6; on in 0.5.12: 8 MiB a captured size, 1.5 GiB
+with MLA). The presets' decode_graph_max_by_memory holds the graph tiers; sglang_graph_max is 0.5.3's.
 """
 
 from __future__ import annotations
@@ -51,9 +53,9 @@ def sglang_reserved_bytes(*, memory_bytes: float, chunk_tokens: int, tp: int, at
 
 
 def engine_reserved_bytes(engine, memory_bytes: float, tp: int, attention_dp: bool) -> float:
-    """sglang_reserved_bytes for a ServingEngine: its prompt chunk, and its decode-graph limit where the launch set
-    one (serving_flags.limit_flags clears decode_graph_max_by_memory for --cuda-graph-max-bs; _handle_gpu_memory_
-    settings keeps a given cuda_graph_max_bs and reserves 2 MiB, and 3-4.5 MiB x dp under DP attention, per batch)."""
-    launched = engine.decode_cuda_graph_max_batch if not engine.decode_graph_max_by_memory else None
+    """sglang_reserved_bytes for a ServingEngine: its prompt chunk and its decode-graph limit at ``tp``, the preset's
+    tiers (decode_graph_max_by_memory) or the launch's (serving_flags.limit_flags clears the tiers for --cuda-graph-max-bs;
+    _handle_gpu_memory_settings keeps a given cuda_graph_max_bs and reserves 2 MiB, 3-4.5 MiB x dp under DP attention,
+    per batch)."""
     return sglang_reserved_bytes(memory_bytes=memory_bytes, chunk_tokens=engine.chunk_tokens_on(memory_bytes), tp=tp,
-                                 attention_dp=attention_dp, graph_max=launched)
+                                 attention_dp=attention_dp, graph_max=engine.graph_max_on(memory_bytes, tp))

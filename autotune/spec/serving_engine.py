@@ -162,8 +162,9 @@ class ServingEngine:
     memory_reserved_bytes: float = 0.0  # "reserved" rule: memory kept outside weights and KV cache
     decode_cuda_graph_max_batch: int = 0  # decode steps of up to this many requests replay a CUDA graph
     # the largest captured decode batch by GPU memory where the engine picks it (SGLang 0.4.7-0.5.2's capture list):
-    # ((GiB from, batch), ...) ascending as prefill_chunk_by_memory; (): decode_cuda_graph_max_batch (a flag clears it)
-    decode_graph_max_by_memory: tuple[tuple[float, int], ...] = ()
+    # ((GiB from, batch), ...) ascending as prefill_chunk_by_memory, or (GiB from, batch, TP from) where the TP degree
+    # picks it too (SGLang 0.5.3 on); (): decode_cuda_graph_max_batch (a flag clears it)
+    decode_graph_max_by_memory: tuple[tuple[float, ...], ...] = ()
     # the batch sizes its decode graphs are captured at, a step padded up to the next (cost/graph_padding.py); (): unpadded
     decode_graph_batch_sizes: tuple[int, ...] = ()
     # under DP attention the graph limit holds each rank's batch (the busiest rank's decodes); False: the replica's
@@ -355,10 +356,11 @@ class ServingEngine:
         tiers = [chunk for gib, chunk in self.prefill_chunk_by_memory if memory_bytes / 2**30 >= gib]
         return int(tiers[-1]) if tiers else self.prefill_chunk_tokens
 
-    def graph_max_on(self, memory_bytes: float) -> int:
-        """The largest decode batch replaying a CUDA graph on a GPU of ``memory_bytes``: the tier of
-        decode_graph_max_by_memory it reaches, else decode_cuda_graph_max_batch."""
-        tiers = [batch for gib, batch in self.decode_graph_max_by_memory if memory_bytes / 2**30 >= gib]
+    def graph_max_on(self, memory_bytes: float, tp: int = 1) -> int:
+        """The largest decode batch replaying a CUDA graph on a GPU of ``memory_bytes`` at TP ``tp``: the last tier of
+        decode_graph_max_by_memory it reaches (memory, and TP where the tier names one), else decode_cuda_graph_max_batch."""
+        tiers = [tier[1] for tier in self.decode_graph_max_by_memory
+                 if memory_bytes / 2**30 >= tier[0] and tp >= (tier[2] if len(tier) > 2 else 1)]
         return int(tiers[-1]) if tiers else self.decode_cuda_graph_max_batch
 
     def with_changes(self, **changes: Any) -> "ServingEngine":
