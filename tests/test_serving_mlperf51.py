@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -146,6 +147,10 @@ def test_every_v51_system_value_is_the_one_its_config_line_states():
                 continue
             if key == "offline_expected_qps":  # the run's own LoadGen setting (tests/test_loadgen_offline.py)
                 continue
+            if key == "nvfp4_gemm_fit" and "trtllm_backend" in source:  # the PyTorch backend's own Linear
+                assert system.get(key) == "linear" and "'pytorch'" in source and "NVFP4LinearMethod" in source, system.config
+                assert "deepseek-r1.py" in source, system.config
+                continue
             if key == "rate_run_s" and source.startswith("results/"):  # the run's own min_duration, not its config's
                 assert f"min_duration (ms): {int(system.get(key) * 1000)}" in source, system.config
                 continue
@@ -204,6 +209,22 @@ def test_an_engine_built_with_the_fp4_gemm_plugin_prices_tensorrt_llms_measured_
     native = serving_eval.replica_step_model(offline, max_tokens=64, max_sampled=64)
     # TensorRT-LLM's CUTLASS FP4 linear is slower than B200's fastest measured one (SGLang 0.5.9's) at any batch
     assert plugin.linear_s[1] > native.linear_s[1] and plugin.linear_s[64] > native.linear_s[64]
+
+
+def test_deepseek_r1_on_the_pytorch_backend_prices_tensorrt_llms_measured_linear():
+    """DeepSeek-R1 runs trtllm-serve's PyTorch backend (no TensorRT engine): its NVFP4 shared experts and dense
+    MLPs take TensorRT-LLM's measured Linear (serving_gemm), slower on B200 than the fastest measured linear
+    (SGLang 0.5.9's) that best_measured gives the TensorRT engines; the routed experts stay on the MoE table."""
+    for gpu, gpus, load in (("B200-SXM-180GB", 8, "Offline scenario"), ("GB200-186GB", 72, "Server scenario, target_qps=45")):
+        deployment = case_from_row(_row(_R1, gpu, gpus, load)).deployment
+        assert deployment.runtime.serving.nvfp4_gemm_fit == "linear", gpu
+        assert deployment.runtime.serving.moe_layer_table == "trtllm", gpu
+    offline = case_from_row(_row(_R1, "B200-SXM-180GB", 8, "Offline scenario")).deployment
+    native = replace(offline, runtime=offline.runtime.with_changes(
+        serving=offline.runtime.serving.with_changes(nvfp4_gemm_fit="best_measured")))
+    pytorch_step = serving_eval.replica_step_model(offline, max_tokens=512, max_sampled=512)
+    native_step = serving_eval.replica_step_model(native, max_tokens=512, max_sampled=512)
+    assert pytorch_step.rank_linear_s[512] > native_step.rank_linear_s[512]
 
 
 def test_a_system_setting_names_an_nvfp4_fit_the_engine_knows():
