@@ -81,10 +81,13 @@ def test_the_interactive_benchmark_and_the_plain_one_take_different_configs():
 
 
 def test_a_v50_system_without_a_published_config_falls_back_to_the_preset():
-    """B200 x4 published no llama2-70b config: the row's GPUs form one instance, the preset's FP8 default."""
-    case = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 4, "Offline scenario"))
+    """GB300 published no v5.0 llama2-70b config for any count: the row's GPUs form one instance, the preset's FP8
+    default. B200 x4 published none either, but B200 x8's config sets its engine per TP 1 instance: four of them."""
+    case = case_from_row(_row(_LLAMA2, "GB300-288GB", 4, "Offline scenario"))
     assert case.deployment.runtime.name == "mlperf-nvidia-5.0" and case.deployment.tp == 4
     assert any("mlperf-nvidia-5.0's default" in a for a in case.assumed)
+    four = case_from_row(_row(_LLAMA2, "B200-SXM-180GB", 4, "Offline scenario")).deployment
+    assert (four.tp, four.replicas, four.weight_dtype) == (1, 4, "nvfp4")
 
 
 # serving_systems.toml's keys -> the config field their sources quote
